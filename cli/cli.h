@@ -1,0 +1,45 @@
+/* The `grpo` command: one entry point per subcommand and per benchmark, and the few helpers they
+ * share. Exit codes: 0 success, 1 runtime failure, 2 usage error. */
+#ifndef GRPO_CLI_H
+#define GRPO_CLI_H
+
+#include "grpo/grpo.h"
+
+#define CLI_OK 0
+#define CLI_FAIL 1
+#define CLI_USAGE 2
+
+int grpo_cmd_rollout(int argc, char **argv);
+int grpo_cmd_verify(int argc, char **argv);
+int grpo_cmd_stats(int argc, char **argv);
+int grpo_cmd_generate(int argc, char **argv);
+int grpo_cmd_tokenize(int argc, char **argv);
+int grpo_cmd_serve(int argc, char **argv);
+int grpo_cmd_worker(int argc, char **argv);
+int grpo_cmd_replay(int argc, char **argv);
+int grpo_cmd_bench(int argc, char **argv);
+
+int grpo_bench_store(int argc, char **argv);
+int grpo_bench_forward(int argc, char **argv);
+int grpo_bench_tokenize(int argc, char **argv);
+int grpo_bench_rollout(int argc, char **argv);
+int grpo_bench_sandbox(int argc, char **argv);
+int grpo_bench_verify(int argc, char **argv);
+int grpo_bench_bridge(int argc, char **argv);
+
+/* Prints "grpo CMD: message" to stderr and returns CLI_USAGE. */
+int cli_usage(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Prints "grpo CMD: <grpo_error_last()>" to stderr and returns CLI_FAIL. */
+int cli_fail(const char *cmd);
+/* For subcommands whose issue has not landed yet. */
+int cli_not_built(const char *cmd, const char *issue);
+/* True when argv holds -h or --help. */
+int cli_wants_help(int argc, char **argv);
+/* Parses a size like "4096", "64K", "2G" (bytes, powers of 1024). Returns 0 on success. */
+int cli_parse_size(const char *s, uint64_t *out);
+
+#endif

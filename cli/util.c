@@ -1,0 +1,69 @@
+/* Helpers shared by the subcommands: uniform error lines and exit codes. */
+#include "cli/cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int
+cli_usage(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "grpo %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see grpo %s --help)\n", cmd);
+    return CLI_USAGE;
+}
+
+int
+cli_fail(const char *cmd)
+{
+    const char *m = grpo_error_last();
+    fprintf(stderr, "grpo %s: %s\n", cmd, m[0] ? m : "failed");
+    return CLI_FAIL;
+}
+
+int
+cli_not_built(const char *cmd, const char *issue)
+{
+    fprintf(stderr, "grpo %s: not built yet (%s)\n", cmd, issue);
+    return CLI_FAIL;
+}
+
+int
+cli_wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+            return 1;
+    return 0;
+}
+
+int
+cli_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || s[0] == '-')
+        return -1;
+    uint64_t mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1ull << 10; end++; break;
+    case 'M': mul = 1ull << 20; end++; break;
+    case 'G': mul = 1ull << 30; end++; break;
+    case 'T': mul = 1ull << 40; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end != '\0' || (v != 0 && mul > UINT64_MAX / v))
+        return -1;
+    *out = (uint64_t)v * mul;
+    return 0;
+}

@@ -1,0 +1,48 @@
+/* Private helpers shared by every module: failing with a message, reading files, JSON access.
+ * Not installed; modules include it as "common/common_int.h". */
+#ifndef GRPO_COMMON_INT_H
+#define GRPO_COMMON_INT_H
+
+#include "grpo/common.h"
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Stores a formatted message as this thread's last error and returns code. */
+grpo_err grpo__fail(grpo_err code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Like grpo__fail, appending ": strerror(errno_value)". */
+grpo_err grpo__fail_errno(grpo_err code, int errno_value, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Maps an errno to the closest grpo_err (EACCES/EROFS -> EPERM, ENOSPC -> EFULL, ...). */
+grpo_err grpo__err_from_errno(int e);
+
+/* Reads a whole file (at most max_bytes; 0 = no limit) into a NUL-terminated heap buffer.
+ * The caller frees *out. */
+grpo_err grpo__read_file(const char *path, size_t max_bytes, char **out, size_t *len);
+/* Writes buf to path atomically (temp file + fsync + rename). */
+grpo_err grpo__write_file_atomic(const char *path, const void *buf, size_t len);
+
+/* True if s[0..n) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
+bool grpo__utf8_valid(const char *s, size_t n);
+
+/* Growable byte buffer. */
+typedef struct grpo_buf {
+    char *data;
+    size_t len, cap;
+} grpo_buf;
+grpo_err grpo__buf_reserve(grpo_buf *b, size_t extra);
+grpo_err grpo__buf_append(grpo_buf *b, const void *p, size_t n);
+grpo_err grpo__buf_printf(grpo_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void grpo__buf_fini(grpo_buf *b);
+
+#endif

@@ -1,0 +1,35 @@
+/* JSON helpers over cJSON: typed, bounded field access whose errors name the file and the key.
+ * `where` is a prefix for messages, e.g. "model/config.json". */
+#ifndef GRPO_COMMON_JSON_H
+#define GRPO_COMMON_JSON_H
+
+#include "common/common_int.h"
+#include <cjson/cJSON.h>
+
+/* Parses a file (size-capped) into *out; the caller frees it with cJSON_Delete. */
+grpo_err grpo__json_parse_file(const char *path, size_t max_bytes, cJSON **out);
+/* Parses n bytes of text; `where` names the source in messages. */
+grpo_err grpo__json_parse(const char *text, size_t n, const char *where, cJSON **out);
+
+/* Required fields: fail with GRPO_EFORMAT naming where and key when missing or mistyped.
+ * Integers must be integral and within [lo, hi]. */
+grpo_err grpo__json_int(const cJSON *obj, const char *key, const char *where, int64_t lo,
+                        int64_t hi, int64_t *out);
+grpo_err grpo__json_num(const cJSON *obj, const char *key, const char *where, double *out);
+grpo_err grpo__json_bool(const cJSON *obj, const char *key, const char *where, bool *out);
+/* Borrowed pointer into obj; valid while obj lives. */
+grpo_err grpo__json_str(const cJSON *obj, const char *key, const char *where, const char **out);
+
+/* Optional fields: leave *out unchanged and return OK when the key is absent or null;
+ * fail when present with the wrong type or out of range. */
+grpo_err grpo__json_int_opt(const cJSON *obj, const char *key, const char *where, int64_t lo,
+                            int64_t hi, int64_t *out);
+grpo_err grpo__json_num_opt(const cJSON *obj, const char *key, const char *where, double *out);
+grpo_err grpo__json_bool_opt(const cJSON *obj, const char *key, const char *where, bool *out);
+grpo_err grpo__json_str_opt(const cJSON *obj, const char *key, const char *where,
+                            const char **out);
+
+/* Serializes compactly into a heap string (caller frees with free()). */
+char *grpo__json_print(const cJSON *obj);
+
+#endif

@@ -1,0 +1,88 @@
+/* grpo/model.h: DeepSeek-V3/R1 model loading (config.json + safetensors), the paged latent KV cache,
+ * and one batched forward over sequences at different positions (prefill chunks and decode steps
+ * mixed), on the CPU backend or, when built, the CUDA backend.
+ *
+ * Contract owned by the inference-core issue; the rollout engine builds on exactly this. */
+#ifndef GRPO_MODEL_H
+#define GRPO_MODEL_H
+
+#include "grpo/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every config.json field that changes the computation. Unknown or unsupported values are refused
+ * at load time with a message naming the field. */
+typedef struct grpo_model_config {
+    int32_t vocab_size, hidden_size, intermediate_size, moe_intermediate_size;
+    int32_t num_hidden_layers, num_attention_heads;
+    int32_t q_lora_rank; /* 0: plain q_proj (no LoRA), as in V2-Lite */
+    int32_t kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    int32_t n_routed_experts, n_shared_experts, num_experts_per_tok;
+    int32_t n_group, topk_group, first_k_dense_replace, moe_layer_freq;
+    float routed_scaling_factor;
+    int32_t norm_topk_prob;  /* bool */
+    float rms_norm_eps;
+    double rope_theta;
+    int32_t rope_yarn;       /* bool: rope_scaling.type == "yarn" */
+    double yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    int32_t yarn_original_max_position;
+    int32_t max_position_embeddings;
+    int32_t tie_word_embeddings; /* bool */
+    int32_t num_nextn_predict_layers;
+    int32_t fp8;             /* bool: quantization_config fp8 e4m3 with block scales */
+    int32_t fp8_block[2];    /* weight_block_size, e.g. {128, 128} */
+    int32_t bos_token_id, eos_token_id;
+} grpo_model_config;
+
+typedef struct grpo_model grpo_model;
+
+typedef struct grpo_model_opts {
+    int n_threads;      /* CPU threads for the forward; <= 0: all CPUs */
+    int backend;        /* 0 = CPU, 1 = CUDA (when built) */
+    int load_mtp;       /* keep the MTP module (layer num_hidden_layers) when present */
+} grpo_model_opts;
+
+/* Loads dir/config.json and its safetensors (single file or sharded with an index), memory-mapped.
+ * On success the caller owns *out and frees it with grpo_model_destroy(). */
+grpo_err grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts);
+void grpo_model_destroy(grpo_model *m);
+const grpo_model_config *grpo_model_get_config(const grpo_model *m);
+/* sha256 over the weight files in name order (provenance). */
+const char *grpo_model_weights_sha256(const grpo_model *m);
+
+/* Paged latent-KV pool: pages of GRPO_KV_PAGE tokens x layers x (kv_lora_rank + qk_rope_head_dim)
+ * values, refcounted; a page shared by several sequences is copied on write. */
+#define GRPO_KV_PAGE 64
+typedef struct grpo_kv grpo_kv;
+grpo_err grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes);
+void grpo_kv_destroy(grpo_kv *kv);
+grpo_err grpo_kv_seq_new(grpo_kv *kv, int32_t *seq_out);
+/* A new sequence sharing all of parent's pages read-only (the last partial page is copied when
+ * either side writes into it). */
+grpo_err grpo_kv_seq_fork(grpo_kv *kv, int32_t parent, int32_t *child_out);
+void grpo_kv_seq_free(grpo_kv *kv, int32_t seq);
+int32_t grpo_kv_seq_len(const grpo_kv *kv, int32_t seq);
+size_t grpo_kv_pages_total(const grpo_kv *kv);
+size_t grpo_kv_pages_used(const grpo_kv *kv);
+size_t grpo_kv_page_bytes(const grpo_kv *kv);
+
+/* One forward over a ragged batch: item i appends n tokens to sequence seq at positions
+ * pos0..pos0+n-1 (a prefill chunk or a single decode token; pos0 must equal the sequence's current
+ * length) and gets the logits of its last token. Per-row results do not depend on the batch or the
+ * thread count. */
+typedef struct grpo_fwd_item {
+    int32_t seq, pos0, n;
+    const int32_t *tokens;
+} grpo_fwd_item;
+grpo_err grpo_model_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                            float *logits /* (n_items, vocab) */);
+/* Teacher-forced scoring: logits for every position of every item (sum of n rows, vocab). */
+grpo_err grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
+                                int n_items, float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,5 +1,10 @@
 /* grpo/verify.h: the built-in verifiers (math, format, code), the plugin host, and reward
- * composition over them. Each verifier is a grpo_verifier_api table (grpo/verifier.h). */
+ * composition over them. Each verifier is a grpo_verifier_api table (grpo/verifier.h).
+ *
+ * Reward composition: a reward config (JSON, see docs/verify.md) maps task types to weighted sums of
+ * verifiers, e.g. math = 1.0*math + 0.2*format, with optional DAPO overlong shaping. A rewarder built
+ * from it scores one sample at a time; grpo_rewarder_score() is thread-safe, so the rollout engine and
+ * `grpo verify` call it from many threads on completed groups as they arrive. */
 #ifndef GRPO_VERIFY_H
 #define GRPO_VERIFY_H
 
@@ -23,6 +28,91 @@ typedef struct grpo_plugin grpo_plugin;
 grpo_err grpo_plugin_load(grpo_plugin **out, const char *path, int in_process); /* issue 6 */
 const grpo_verifier_api *grpo_plugin_api(grpo_plugin *p);
 void grpo_plugin_destroy(grpo_plugin *p);
+
+/* ---- Built-in verifier lookup --------------------------------------------------------------- */
+
+/* The built-in table called name ("math", "format", "code"), or NULL when there is none (or when
+ * this build lacks it). */
+const grpo_verifier_api *grpo_verifier_builtin(const char *name);
+
+/* ---- Reward configuration ------------------------------------------------------------------- */
+
+#define GRPO_REWARD_MAX_TERMS 8 /* verifiers in one task's weighted sum */
+
+/* A parsed reward config: immutable once built, shareable between rewarders and threads.
+ * JSON shape (every key optional; absent keys take the defaults shown):
+ *   {
+ *     "tasks": { "math":   "1.0*math + 0.2*format",
+ *                "code":   [{"verifier": "code", "weight": 1.0}, {"verifier": "format", "weight": 0.2}],
+ *                "format": "1.0*format" },
+ *     "verifiers": { "math":   {"config": {"timeout_ms": 2000}},
+ *                    "myplug": {"plugin": "/path/libmyplug.so", "in_process": false,
+ *                               "config": {...}} },
+ *     "overlong": { "max_tokens": 4096, "buffer": 512, "penalty": 1.0 },
+ *     "deadline_ms": 10000
+ *   }
+ * A task's terms are a string "w*name + w*name" or an array of {verifier, weight}. A name that is not
+ * built in must be described under "verifiers" with a "plugin" path. "overlong" enables the DAPO soft
+ * penalty: 0 up to max_tokens - buffer, then growing linearly to -penalty at max_tokens (and -penalty
+ * for a truncated sample). deadline_ms is the per-sample budget handed to every verifier. */
+typedef struct grpo_reward_config grpo_reward_config;
+
+/* Parses n bytes of JSON; `where` names the source in messages (e.g. the file path).
+ * On success the caller owns *out and frees it with grpo_reward_config_destroy(). */
+grpo_err grpo_reward_config_parse(grpo_reward_config **out, const char *json, size_t n,
+                                  const char *where);
+/* Reads and parses a file. */
+grpo_err grpo_reward_config_load(grpo_reward_config **out, const char *path);
+/* The defaults: math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format,
+ * format = 1.0*format, no overlong shaping, deadline 10 s. */
+grpo_err grpo_reward_config_default(grpo_reward_config **out);
+void grpo_reward_config_destroy(grpo_reward_config *cfg);
+
+/* ---- Rewarder: scores samples --------------------------------------------------------------- */
+
+typedef struct grpo_rewarder grpo_rewarder;
+
+/* Instantiates every verifier the config names (init() once each; plugins are loaded here).
+ * cfg must outlive the rewarder. The caller owns *out (grpo_rewarder_destroy()). */
+grpo_err grpo_rewarder_create(grpo_rewarder **out, const grpo_reward_config *cfg);
+void grpo_rewarder_destroy(grpo_rewarder *r);
+
+/* One verifier's outcome inside a reward. */
+typedef struct grpo_reward_term {
+    char verifier[32];      /* the verifier's name, e.g. "math" */
+    char version[16];       /* its version string */
+    double weight;          /* its weight in the task's sum */
+    grpo_verdict_kind kind; /* PASS / FAIL / SKIP / TIMEOUT / ERROR */
+    char label[32];         /* the verifier's own verdict, e.g. "correct", "no-answer" */
+    double score;           /* the verifier's score (0 for SKIP, TIMEOUT, ERROR) */
+    double ms;              /* wall time of this verifier's check */
+    char *details_json;     /* optional, owned by the result (freed by grpo_reward_result_fini) */
+} grpo_reward_term;
+
+typedef struct grpo_reward_result {
+    double reward;          /* sum of weight * score over terms, plus overlong (0 when skipped) */
+    double overlong;        /* the overlong penalty added (<= 0) */
+    int32_t skipped;        /* 1: a weighted verifier said SKIP (e.g. unparseable gold): exclude the
+                             * sample from advantages instead of scoring it 0 */
+    int32_t n_terms;
+    grpo_reward_term terms[GRPO_REWARD_MAX_TERMS];
+    double ms;              /* wall time of the whole scoring */
+} grpo_reward_result;
+
+/* Scores one sample with the verifiers of its task (sample->task; NULL means "math").
+ * Thread-safe: any number of threads may score on one rewarder at once. Verifier outcomes
+ * (wrong, timeout, a crashed plugin) are data in *out; the return is non-zero only when the task is
+ * unknown (GRPO_ENOTFOUND) or memory ran out. The caller frees *out's details with
+ * grpo_reward_result_fini() (also after a failure). */
+grpo_err grpo_rewarder_score(grpo_rewarder *r, const grpo_verifier_sample *sample,
+                             grpo_reward_result *out);
+void grpo_reward_result_fini(grpo_reward_result *res);
+
+/* The DAPO overlong penalty for a completion of n_tokens under the config (0 when disabled). */
+double grpo_reward_overlong(const grpo_reward_config *cfg, int32_t n_tokens, int32_t truncated);
+
+/* Short name of a verdict kind: "pass", "fail", "skip", "timeout", "error". */
+const char *grpo_verdict_kind_name(grpo_verdict_kind k);
 
 #ifdef __cplusplus
 }

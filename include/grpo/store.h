@@ -1,4 +1,18 @@
-/* grpo/store.h: the SQLite provenance store and stats queries (issue 2). */
+/* grpo/store.h: the SQLite provenance store (issue 2).
+ *
+ * One database file records a run: what ran (command line, config, host, version, git state of the
+ * working and dataset repositories), the policy versions, the prompts, every group of G completions
+ * with its rewards, advantages and KL summaries, and the batches handed to the trainer. The schema
+ * lives in the schemas/ .sql files, embedded into the binary and versioned with PRAGMA user_version: an older
+ * database is migrated forward on open, a newer one is refused.
+ *
+ * Conventions: out-parameters come first (libgit2 style); every fallible call returns grpo_err and
+ * leaves a message in grpo_error_last(); strings are NUL-terminated UTF-8; NULL means "absent" for
+ * optional fields; times are Unix seconds (double) unless the name ends in _ms.
+ *
+ * Threads: a grpo_store may be shared by several threads (calls are serialized inside). Writes of
+ * groups go through one writer thread when opts.async is set; every other write is synchronous and
+ * is ordered after the groups queued before it. */
 #ifndef GRPO_STORE_H
 #define GRPO_STORE_H
 
@@ -7,6 +21,264 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct grpo_store grpo_store;
+
+typedef struct grpo_store_opts {
+    int32_t read_only;       /* open for reading only: never writes, never migrates */
+    int32_t async;           /* put_group queues the group for a writer thread (see below) */
+    int32_t batch_groups;    /* async: at most this many groups per transaction (0 = 256) */
+    int32_t queue_groups;    /* async: put_group blocks while this many are queued (0 = 4096) */
+    int32_t sync_full;       /* PRAGMA synchronous=FULL (survives power loss; default NORMAL,
+                              * which survives a killed process) */
+    int32_t busy_timeout_ms; /* wait this long for another process's lock (0 = 5000) */
+    int64_t max_pages;       /* >0: PRAGMA max_page_count (tests of a full disk); 0 = no limit */
+} grpo_store_opts;
+
+/* Opens (creating if needed) the database at path, enables WAL and foreign keys, and migrates an
+ * older schema to the newest this build knows. opts may be NULL (defaults: read-write, sync).
+ * Fails with GRPO_EVERSION when the file's schema is newer than this build's, GRPO_EPERM when the
+ * file cannot be written and opts->read_only is 0, GRPO_EDB when it is not a database.
+ * On success the caller owns *out and releases it with grpo_store_close(). */
+grpo_err grpo_store_open(grpo_store **out, const char *path, const grpo_store_opts *opts);
+/* Flushes queued groups, stops the writer and closes. Returns the first write error not yet
+ * reported (the store is closed either way). NULL is harmless. */
+grpo_err grpo_store_close(grpo_store *s);
+
+/* Schema version of the open database, and the newest this build can write. */
+int32_t grpo_store_schema_version(const grpo_store *s);
+int32_t grpo_store_schema_latest(void);
+/* The path the store was opened with. */
+const char *grpo_store_path(const grpo_store *s);
+
+/* ---- git provenance --------------------------------------------------------------------- */
+
+typedef struct grpo_git_info {
+    int32_t is_repo;         /* 0: path is not inside a git repository (a normal result) */
+    int32_t dirty;           /* 1: tracked files differ from HEAD (untracked files ignored) */
+    char commit[41];         /* HEAD commit as hex, "" on an unborn branch */
+    char branch[256];        /* short branch name, "HEAD" when detached */
+    char remote_url[1024];   /* url of "origin" (else the first remote), "" if none */
+    char workdir[1024];      /* the repository's working directory */
+} grpo_git_info;
+
+/* Describes the git repository containing path (a file or folder). "Not a repository" gives
+ * GRPO_OK with out->is_repo = 0; an unreadable or broken repository is an error. */
+grpo_err grpo_store_git_describe(const char *path, grpo_git_info *out);
+
+/* ---- runs ---------------------------------------------------------------------------------- */
+
+typedef struct grpo_run_info {
+    const char *command_line;   /* the argv joined with spaces, as typed */
+    const char *config_json;    /* the full effective config (JSON text); NULL = "{}" */
+    const char *host;           /* NULL: gethostname() */
+    const char *grpo_version;   /* NULL: grpo_version() */
+    const char *repo_path;      /* working repository to describe with libgit2; NULL = cwd */
+    const char *dataset_path;   /* dataset file or repo to describe; NULL = none */
+    const char *dataset_rev;    /* dataset revision asked for (e.g. a tag), or NULL */
+} grpo_run_info;
+
+/* Records the start of a run with its provenance; *run_id receives its id. */
+grpo_err grpo_store_run_begin(int64_t *run_id, grpo_store *s, const grpo_run_info *info);
+/* Records the end: status is e.g. "ok", "failed", "interrupted". Flushes queued groups first. */
+grpo_err grpo_store_run_end(grpo_store *s, int64_t run_id, const char *status);
+
+/* ---- policy versions and prompts ------------------------------------------------------------ */
+
+/* Records that weights version `version` (from `location`, sha256 as 64 hex chars or NULL) was
+ * loaded in run_id now. Recording the same (run, version) again updates location and sha256. */
+grpo_err grpo_store_put_policy_version(grpo_store *s, int64_t run_id, int64_t version,
+                                       const char *location, const char *sha256_hex);
+
+typedef struct grpo_prompt_rec {
+    const char *dataset;        /* dataset name, e.g. "gsm8k" or a file path */
+    int64_t index;              /* position in the dataset */
+    const char *text;           /* the prompt as plain text, or NULL */
+    const char *messages_json;  /* the prompt as chat messages (JSON array), or NULL */
+    const char *gold_json;      /* gold answer as JSON (e.g. "\"42\""), or NULL */
+    const char *tests_json;     /* code tests as JSON, or NULL */
+} grpo_prompt_rec;
+
+/* Inserts a prompt, deduplicated by a sha256 of (dataset, text, messages, gold, tests): putting the
+ * same content again returns the existing id (the index of the first insert is kept). */
+grpo_err grpo_store_put_prompt(int64_t *prompt_id, grpo_store *s, const grpo_prompt_rec *p);
+
+/* ---- groups: completions, rewards, advantages ---------------------------------------------- */
+
+typedef enum grpo_finish_reason {
+    GRPO_FINISH_EOS = 0,     /* the model emitted EOS */
+    GRPO_FINISH_STOP = 1,    /* a stop string or stop token matched */
+    GRPO_FINISH_LENGTH = 2,  /* cut at max_tokens */
+    GRPO_FINISH_ABORT = 3    /* cancelled (shutdown, lease lost, error) */
+} grpo_finish_reason;
+
+/* One verifier's verdict on one completion (mirrors grpo_verdict of verifier.h). */
+typedef struct grpo_reward_rec {
+    const char *verifier;       /* e.g. "math" */
+    const char *version;        /* verifier version, e.g. "1.0.0" */
+    int32_t kind;               /* a grpo_verdict_kind: 0 pass, 1 fail, 2 skip, 3 timeout, 4 error */
+    const char *label;          /* the verifier's own verdict label, e.g. "correct"; may be NULL */
+    double score;
+    const char *details_json;   /* or NULL */
+    double ms;                  /* time the check took */
+} grpo_reward_rec;
+
+typedef struct grpo_completion_rec {
+    int32_t sample_index;          /* 0..G-1 */
+    int32_t n_tokens;
+    const int32_t *token_ids;      /* n_tokens ids (stored as little-endian int32) or NULL */
+    const float *token_logprobs;   /* n_tokens logprobs of the sampled tokens, or NULL */
+    const char *text;              /* decoded text (may hold NUL when text_len is given) */
+    size_t text_len;               /* 0: strlen(text) */
+    int32_t finish_reason;         /* a grpo_finish_reason */
+    double logprob_sum;
+    double first_token_ms, gen_ms; /* time to first token, total generation time */
+    /* The reward used for the advantage. has_reward = 0: the sum of the scores of the rewards
+     * whose kind is not skip. */
+    int32_t has_reward;
+    double reward;
+    /* Whether the completion solved the prompt (for pass rate and pass@k). -1: derived, 1 when at
+     * least one reward was scored and every scored (non-skip) reward passed. */
+    int32_t correct;
+    int32_t n_rewards;
+    const grpo_reward_rec *rewards;
+    /* Advantage and KL summary; stored when has_advantage is 1. */
+    int32_t has_advantage;
+    double advantage;
+    double kl_mean, kl_max;        /* per-token KL to the reference policy: mean and max */
+    double ref_logprob_sum;        /* sum of the reference policy's logprobs of the tokens */
+} grpo_completion_rec;
+
+typedef struct grpo_group_rec {
+    int64_t run_id, step, prompt_id;
+    int64_t policy_version;
+    uint64_t seed;                 /* the group's seed; (run, step, prompt, seed) is its key */
+    const char *sampling_json;     /* sampling params (temperature, top_p, max_tokens, ...), or NULL */
+    int32_t max_tokens;            /* the generation limit (also inside sampling_json) */
+    double started_at, finished_at; /* wall clock, Unix seconds */
+    double prefill_ms, gen_ms, verify_ms;
+    const char *worker_id;         /* worker that produced it, or NULL for in-process */
+    int32_t lease_attempt;         /* 0 on the first lease, n after n re-issues */
+    int32_t n_completions;         /* G */
+    const grpo_completion_rec *completions;
+} grpo_group_rec;
+
+/* Writes a group with all its completions, rewards and advantages in one transaction: after a
+ * crash it is either whole or absent. A group whose key (run, step, prompt, seed) is already
+ * recorded is skipped (so a restarted coordinator may resend). In async mode the group is copied
+ * into the writer's queue and this returns at once; several queued groups share one transaction,
+ * and an error of the writer is returned by the next put_group, flush or close. Either way the
+ * caller may free g and everything it points to as soon as this returns. */
+grpo_err grpo_store_put_group(grpo_store *s, const grpo_group_rec *g);
+/* Blocks until every group queued so far is committed (durable as far as opts.sync_full says). */
+grpo_err grpo_store_flush(grpo_store *s);
+
+/* Sets *exists to 1 when the group (run, step, prompt, seed) is recorded (flushes first). */
+grpo_err grpo_store_group_exists(int32_t *exists, grpo_store *s, int64_t run_id, int64_t step,
+                                 int64_t prompt_id, uint64_t seed);
+/* Largest recorded step of a run, or -1 when it has no group yet (flushes first). */
+grpo_err grpo_store_last_step(int64_t *step, grpo_store *s, int64_t run_id);
+
+/* ---- lookups for `grpo replay` --------------------------------------------------------------- */
+
+typedef struct grpo_stored_reward {
+    char *verifier, *version, *label, *details_json; /* label and details_json may be NULL */
+    int32_t kind;
+    double score, ms;
+} grpo_stored_reward;
+
+/* A completion as recorded, with what is needed to regenerate it. All memory belongs to the
+ * object; free it with grpo_stored_completion_free(). */
+typedef struct grpo_stored_completion {
+    int64_t completion_id, group_id, run_id, step, prompt_id, policy_version;
+    uint64_t seed;
+    int32_t sample_index, n_tokens, finish_reason, max_tokens, correct;
+    int32_t *token_ids;            /* n_tokens, or NULL if not recorded */
+    float *token_logprobs;         /* n_tokens, or NULL if not recorded */
+    char *text;                    /* NUL-terminated; text_len bytes */
+    size_t text_len;
+    double logprob_sum, reward;
+    char *sampling_json;           /* or NULL */
+    char *policy_location;         /* from policy_versions, or NULL */
+    char *policy_sha256;           /* or NULL */
+    /* the prompt */
+    char *dataset;
+    int64_t prompt_index;
+    char *prompt_text, *prompt_messages_json, *gold_json, *tests_json; /* each may be NULL */
+    /* its rewards */
+    int32_t n_rewards;
+    grpo_stored_reward *rewards;
+} grpo_stored_completion;
+
+/* GRPO_ENOTFOUND when no completion has that id. */
+grpo_err grpo_store_get_completion(grpo_stored_completion **out, grpo_store *s,
+                                   int64_t completion_id);
+/* The id of sample `sample_index` of the group (run, step, prompt, seed), or GRPO_ENOTFOUND. */
+grpo_err grpo_store_find_completion(int64_t *completion_id, grpo_store *s, int64_t run_id,
+                                    int64_t step, int64_t prompt_id, uint64_t seed,
+                                    int32_t sample_index);
+void grpo_stored_completion_free(grpo_stored_completion *c);
+
+/* ---- batches for the trainer bridge --------------------------------------------------------- */
+
+/* Stores a batch's encoded bytes before it is sent. batch_id is the bridge's id (unique per
+ * store; putting an existing id again is GRPO_EINVAL). Flushes queued groups first so a batch is
+ * never durable before the groups in it. */
+grpo_err grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t step,
+                              int32_t n_groups, const void *bytes, size_t len);
+/* Stamps published_at (sent) / acked_at (the trainer acknowledged it) with the current time.
+ * GRPO_ENOTFOUND for an unknown id. Acking also drops the stored bytes (the row stays). */
+grpo_err grpo_store_mark_published(grpo_store *s, int64_t batch_id);
+grpo_err grpo_store_ack_batch(grpo_store *s, int64_t batch_id);
+
+/* Called once per unacknowledged batch, in increasing batch_id order. bytes are valid only during
+ * the call. Return non-zero to stop early. */
+typedef int (*grpo_store_batch_fn)(void *ctx, int64_t batch_id, int64_t step, int32_t n_groups,
+                                   int32_t published, const void *bytes, size_t len);
+/* Visits the unacknowledged batches of run_id (run_id <= 0: of every run). */
+grpo_err grpo_store_unacked_batches(grpo_store *s, int64_t run_id, grpo_store_batch_fn fn,
+                                    void *ctx);
+
+/* ---- stats ---------------------------------------------------------------------------------- */
+
+typedef enum grpo_stats_by {
+    GRPO_STATS_BY_STEP = 0,      /* one row per step */
+    GRPO_STATS_BY_VERIFIER = 1,  /* one row per verifier name + version */
+    GRPO_STATS_BY_PROMPT = 2,    /* one row per prompt */
+    GRPO_STATS_BY_WORKER = 3     /* one row per worker id */
+} grpo_stats_by;
+
+typedef struct grpo_stats_opts {
+    grpo_stats_by by;
+    int64_t run_id;              /* <= 0: every run */
+    int32_t has_step_range;
+    int64_t step_min, step_max;  /* inclusive, when has_step_range */
+    int32_t pass_k;              /* by prompt: also report pass@k for this k (0 = 8) */
+} grpo_stats_opts;
+
+/* A result table: cells are row-major; each is a number, a string, or null. */
+typedef enum grpo_stats_type { GRPO_STATS_NULL = 0, GRPO_STATS_INT = 1, GRPO_STATS_REAL = 2,
+                               GRPO_STATS_TEXT = 3 } grpo_stats_type;
+typedef struct grpo_stats_cell {
+    grpo_stats_type type;
+    int64_t i;
+    double r;
+    const char *s;
+} grpo_stats_cell;
+typedef struct grpo_stats_table {
+    int32_t n_cols, n_rows;
+    const char **cols;           /* column names */
+    grpo_stats_cell *cells;      /* n_rows * n_cols */
+} grpo_stats_table;
+
+/* Runs the stats query (the views in schemas/) and returns its rows. The caller frees *out with
+ * grpo_stats_table_free(). */
+grpo_err grpo_store_stats(grpo_stats_table **out, grpo_store *s, const grpo_stats_opts *opts);
+void grpo_stats_table_free(grpo_stats_table *t);
+
+/* Unbiased pass@k estimator for n samples with c correct: 1 - C(n-c, k) / C(n, k); NaN when
+ * k > n or n <= 0. */
+double grpo_pass_at_k(int64_t n, int64_t c, int64_t k);
 
 #ifdef __cplusplus
 }

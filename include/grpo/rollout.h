@@ -1,12 +1,241 @@
-/* grpo/rollout.h: sampler and the rollout scheduler (issue 5). */
+/* grpo/rollout.h: the rollout engine (issue 5). A counter-based RNG, the sampler, and the scheduler
+ * that turns prompt groups (a prompt, G, sampling params, seed) into G completions each: one prefill
+ * per prompt, G sequences forked from it sharing its KV pages, continuous decoding over every active
+ * sequence of many groups, admission under a KV-page budget, optional reference-model scoring.
+ *
+ * Determinism: a completion is a pure function of (weights, prompt tokens, params, seed, prompt key,
+ * sample index). The batch a sequence decodes in, the thread count, the order groups arrive in and
+ * G itself (for the sample indices both runs have) do not change it, given a backend whose per-row
+ * results do not depend on the batch (grpo_model_forward promises this on the CPU backend). */
 #ifndef GRPO_ROLLOUT_H
 #define GRPO_ROLLOUT_H
 
 #include "grpo/common.h"
+#include "grpo/model.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- Counter-based randomness ---- */
+
+/* Philox4x32-10 (Salmon et al., SC'11; Random123): out = bijection of ctr under key. */
+void grpo_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* The key of one random draw: the run's seed, the prompt's key (grpo_rollout_prompt_key), the
+ * sample index within the group and the position of the generated token (0 = first new token).
+ * Philox key = seed (lo, hi words); counter = (pos, sample, prompt_id lo, prompt_id hi). */
+typedef struct grpo_rng_key {
+    uint64_t seed, prompt_id;
+    uint32_t sample, pos;
+} grpo_rng_key;
+
+/* A uniform double in [0, 1) with 53 random bits: the top 53 bits of (out[1] << 32 | out[0]). */
+double grpo_rng_uniform(grpo_rng_key key);
+
+/* The 64-bit prompt key used in grpo_rng_key: the first 8 bytes (big-endian) of SHA-256 of the
+ * prompt's id string. Keying by the id, not by position in the file, keeps completions stable when
+ * prompts are reordered. */
+uint64_t grpo_rollout_prompt_key(const char *prompt_id);
+
+/* ---- Sampling ---- */
+
+/* What the sampler keeps of the distribution. Applied in this order (as HF transformers does):
+ * temperature, top-k, top-p (nucleus over the top-k survivors), min-p (relative to the most
+ * likely token). temperature 0 means greedy (argmax, lowest id on ties). */
+typedef struct grpo_sampling {
+    float temperature; /* >= 0; 0 = greedy */
+    float top_p;       /* (0, 1]; 1 = off */
+    int32_t top_k;     /* >= 0; 0 = off */
+    float min_p;       /* [0, 1); 0 = off */
+} grpo_sampling;
+
+/* Defaults for GRPO with R1-style models: temperature 0.6, top-p 0.95, top-k off, min-p off. */
+void grpo_sampling_default(grpo_sampling *s);
+/* GRPO_EINVAL with a message naming the field when a value is out of range. */
+grpo_err grpo_sampling_check(const grpo_sampling *s);
+
+/* Bytes of scratch grpo_sample_ex needs for a vocabulary of `vocab` tokens. */
+size_t grpo_sample_scratch_bytes(int32_t vocab);
+
+/* Draws one token from logits[0..vocab) (a pure function of its arguments).
+ * The draw: u = grpo_rng_uniform(key); the token is the first id, in ascending id order over the
+ * kept tokens, at which the cumulative processed probability exceeds u.
+ * *logprob_raw (may be NULL): log p(token) under softmax(logits / T) over the WHOLE vocabulary,
+ *   before top-k/top-p/min-p. This is what a trainer recomputes from its own forward (logits
+ *   divided by the sampling temperature). At T = 0 it is log softmax(logits) (T = 1).
+ * *logprob_processed (may be NULL): log p(token) under the truncated, renormalized distribution
+ *   actually sampled from (0 at T = 0).
+ * scratch: grpo_sample_scratch_bytes(vocab) bytes, or NULL to allocate per call.
+ * Returns the token id, or -1 (with a message) when logits hold NaN or memory runs out. */
+int32_t grpo_sample_ex(const float *logits, int32_t vocab, const grpo_sampling *p,
+                       grpo_rng_key key, float *logprob_raw, float *logprob_processed,
+                       void *scratch);
+int32_t grpo_sample(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_rng_key key,
+                    float *logprob_raw, float *logprob_processed);
+
+/* ---- Generation parameters ---- */
+
+#define GRPO_LOGPROBS_RAW 1       /* per-token logprob before truncation (always computed) */
+#define GRPO_LOGPROBS_PROCESSED 2 /* per-token logprob under the truncated distribution */
+#define GRPO_LOGPROBS_BOTH 3
+/* "raw", "processed" or "both" to flags; -1 otherwise. */
+int grpo_logprobs_parse(const char *s);
+
+#define GRPO_ROLLOUT_MAX_STOP 16       /* stop strings and stop ids, each */
+#define GRPO_ROLLOUT_MAX_STOP_LEN 256  /* bytes per stop string */
+
+typedef struct grpo_gen_params {
+    grpo_sampling sampling;
+    int32_t max_new_tokens; /* > 0 */
+    int32_t eos_id;         /* < 0: none. Finishes with GRPO_FINISH_EOS */
+    int32_t n_stop_ids;
+    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP]; /* finish with GRPO_FINISH_STOP (token kept) */
+    int32_t n_stop_strings;
+    /* Matched on the decoded bytes of the completion, across token boundaries; the text ends right
+     * after the first occurrence (the stop string included), the tokens at the one completing it. */
+    const char *stop_strings[GRPO_ROLLOUT_MAX_STOP];
+    int32_t logprobs; /* GRPO_LOGPROBS_* flags; raw is always filled */
+} grpo_gen_params;
+
+/* Defaults: grpo_sampling_default, max_new_tokens 1024, no eos, no stops, raw logprobs. */
+void grpo_gen_params_default(grpo_gen_params *p);
+
+typedef enum grpo_finish {
+    GRPO_FINISH_NONE = 0,  /* still running */
+    GRPO_FINISH_EOS = 1,   /* sampled the end-of-sequence id */
+    GRPO_FINISH_STOP = 2,  /* a stop id or stop string */
+    GRPO_FINISH_LENGTH = 3, /* max_new_tokens (or the model's context) reached */
+    GRPO_FINISH_ABORT = 4  /* cancelled */
+} grpo_finish;
+/* "eos", "stop", "length", "abort" ("running" for NONE). */
+const char *grpo_finish_name(grpo_finish f);
+
+/* ---- Backend: what the scheduler needs from a model ---- */
+
+/* The scheduler calls only these. grpo_rollout_backend_model() fills one for grpo_model + grpo_kv;
+ * tests may supply others. Calls come from one thread at a time. */
+typedef struct grpo_rollout_backend {
+    void *ctx;
+    int32_t vocab;       /* logits per row */
+    int32_t page_tokens; /* tokens per KV page (GRPO_KV_PAGE) */
+    int32_t max_context; /* longest sequence the model takes; 0 = unlimited */
+    size_t pages_total;  /* pages the KV pool holds */
+    grpo_err (*seq_new)(void *ctx, int32_t *seq);
+    grpo_err (*seq_fork)(void *ctx, int32_t parent, int32_t *child);
+    void (*seq_free)(void *ctx, int32_t seq);
+    size_t (*pages_used)(void *ctx);
+    /* grpo_model_forward and grpo_model_forward_all semantics. */
+    grpo_err (*forward)(void *ctx, const grpo_fwd_item *items, int n_items, float *logits);
+    grpo_err (*forward_all)(void *ctx, const grpo_fwd_item *items, int n_items, float *logits);
+} grpo_rollout_backend;
+
+/* A backend over a loaded model and its KV pool (both borrowed). */
+void grpo_rollout_backend_model(grpo_rollout_backend *b, grpo_model *m, grpo_kv *kv);
+
+/* The bytes a token decodes to, for stop strings and completion text (grpo_tokenizer_token_bytes
+ * has this shape). NULL/0 for an id with no text. */
+typedef const char *(*grpo_token_bytes_fn)(const void *ctx, int32_t id, size_t *len);
+
+/* ---- Scheduler ---- */
+
+typedef struct grpo_rollout_opts {
+    /* KV pages the engine may hold at once; 0 = the backend's whole pool. A group is admitted only
+     * when its worst case (prompt pages + G x pages for max_new_tokens) fits beside the groups
+     * already in flight, so nothing is ever preempted. */
+    size_t kv_budget_pages;
+    int32_t max_batch_seqs;   /* decode rows per forward; 0 = no limit; 1 = batch-1 decoding */
+    int32_t prefill_chunk;    /* prompt tokens per prefill item; 0 = 2048. Chunk boundaries depend
+                                 only on the prompt, so they never change a completion */
+    int32_t max_step_tokens;  /* prefill tokens per forward (at least one chunk); 0 = 4096 */
+    int32_t no_share_prefix;  /* 1: prefill every sample privately (for tests and benchmarks) */
+    grpo_token_bytes_fn token_bytes; /* needed for stop strings and text; NULL: no text */
+    const void *token_bytes_ctx;
+    /* Reference model for per-token ref logprobs (teacher-forced, temperature-scaled like raw);
+     * NULL: none. Its pool is used only for scoring. */
+    const grpo_rollout_backend *ref;
+    /* 1: recompute policy logprobs through the scoring path and report the mismatch. */
+    int32_t recompute_policy;
+} grpo_rollout_opts;
+
+/* One prompt group to generate. The engine copies everything it needs at submit. */
+typedef struct grpo_rollout_request {
+    const int32_t *prompt;  /* token ids */
+    int32_t n_prompt;       /* > 0 */
+    int32_t group_size;     /* G > 0 */
+    int32_t sample0;        /* first sample index (replay of sample k: sample0 = k, G = 1) */
+    uint64_t seed;
+    uint64_t prompt_key;    /* grpo_rollout_prompt_key(id) */
+    grpo_gen_params params;
+    void *user;             /* handed back in the result */
+} grpo_rollout_request;
+
+typedef struct grpo_rollout_sample {
+    int32_t index;          /* sample index (sample0 + i) */
+    grpo_finish finish;
+    int32_t stop_string;    /* index of the stop string that matched, else -1 */
+    int32_t n_tokens;
+    int32_t *tokens;
+    float *logprob_raw;     /* n_tokens; always */
+    float *logprob_processed; /* n_tokens, or NULL unless asked */
+    float *ref_logprob;     /* n_tokens, or NULL without a ref model */
+    float *policy_logprob;  /* n_tokens, recomputed by teacher forcing, or NULL */
+    char *text;             /* decoded completion (NUL-terminated; may hold NUL), or NULL */
+    size_t text_len;
+} grpo_rollout_sample;
+
+typedef struct grpo_rollout_group {
+    uint64_t id;            /* submit order, from 0 */
+    void *user;
+    int32_t n_prompt;
+    int32_t *prompt;
+    grpo_rollout_request req; /* a copy; req.prompt points at prompt; stop strings copied */
+    int32_t n_samples;
+    grpo_rollout_sample *samples;
+    double t_submit, t_admit, t_done; /* grpo_now() */
+    double max_abs_logprob_diff; /* |raw - recomputed policy|, when recompute_policy */
+} grpo_rollout_group;
+void grpo_rollout_group_free(grpo_rollout_group *g);
+
+typedef struct grpo_rollout_stats {
+    uint64_t groups_submitted, groups_done;
+    uint64_t tokens_generated, tokens_prefilled;
+    uint64_t forward_calls;
+    int32_t groups_in_flight, seqs_active;
+    int32_t peak_groups_in_flight, peak_seqs_active;
+    size_t pages_used, peak_pages_used, pages_reserved, budget_pages;
+} grpo_rollout_stats;
+
+typedef struct grpo_rollout grpo_rollout;
+
+/* policy and opts are borrowed (policy must outlive the engine). */
+grpo_err grpo_rollout_create(grpo_rollout **out, const grpo_rollout_backend *policy,
+                             const grpo_rollout_opts *opts);
+/* Frees the engine, every queued or running group, and their KV pages. */
+void grpo_rollout_destroy(grpo_rollout *r);
+/* Queues a group (copied). Fails with GRPO_EFULL when it can never fit the KV budget. Thread-safe. */
+grpo_err grpo_rollout_submit(grpo_rollout *r, const grpo_rollout_request *req, uint64_t *id);
+/* One scheduler iteration: admit, one forward over prefill chunks and decode rows, sample, finish.
+ * *busy (may be NULL) is 0 when nothing was queued or running. Call from one thread. */
+grpo_err grpo_rollout_step(grpo_rollout *r, int *busy);
+/* Steps until every submitted group is done. */
+grpo_err grpo_rollout_run(grpo_rollout *r);
+/* Next completed group, in completion order; the caller frees it. wait = 0: NULL when none is
+ * ready. wait = 1: blocks until one is ready, or returns NULL once grpo_rollout_close() was called
+ * and every submitted group was popped. Thread-safe. */
+grpo_rollout_group *grpo_rollout_pop(grpo_rollout *r, int wait);
+/* No more submits; wakes waiting pop() callers when nothing is left. */
+void grpo_rollout_close(grpo_rollout *r);
+/* Finishes every running sequence with GRPO_FINISH_ABORT at the next step and drops queued groups
+ * (they come out with no samples). Thread-safe. */
+void grpo_rollout_cancel(grpo_rollout *r);
+void grpo_rollout_get_stats(grpo_rollout *r, grpo_rollout_stats *out);
+
+/* Teacher-forced per-token logprobs of completion[0..n) after prompt under backend b, with logits
+ * divided by temperature (1 when temperature is 0). out: n floats. Uses and frees its own KV
+ * sequence. */
+grpo_err grpo_rollout_score(const grpo_rollout_backend *b, const int32_t *prompt, int32_t n_prompt,
+                            const int32_t *completion, int32_t n, float temperature, float *out);
 
 #ifdef __cplusplus
 }

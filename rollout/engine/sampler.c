@@ -257,13 +257,13 @@ grpo_gen_params_default(grpo_gen_params *p)
 }
 
 const char *
-grpo_finish_name(grpo_finish f)
+grpo_rollout_finish_name(grpo_rollout_finish f)
 {
     switch (f) {
-    case GRPO_FINISH_EOS: return "eos";
-    case GRPO_FINISH_STOP: return "stop";
-    case GRPO_FINISH_LENGTH: return "length";
-    case GRPO_FINISH_ABORT: return "abort";
+    case GRPO_ROLLOUT_FINISH_EOS: return "eos";
+    case GRPO_ROLLOUT_FINISH_STOP: return "stop";
+    case GRPO_ROLLOUT_FINISH_LENGTH: return "length";
+    case GRPO_ROLLOUT_FINISH_ABORT: return "abort";
     default: return "running";
     }
 }

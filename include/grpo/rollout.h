@@ -130,8 +130,10 @@ typedef struct grpo_rollout_backend {
     grpo_err (*forward_all)(void *ctx, const grpo_fwd_item *items, int n_items, float *logits);
 } grpo_rollout_backend;
 
-/* A backend over a loaded model and its KV pool (both borrowed). */
-void grpo_rollout_backend_model(grpo_rollout_backend *b, grpo_model *m, grpo_kv *kv);
+/* A backend over a loaded model and its KV pool (both borrowed); release with
+ * grpo_rollout_backend_fini. */
+grpo_err grpo_rollout_backend_model(grpo_rollout_backend *b, grpo_model *m, grpo_kv *kv);
+void grpo_rollout_backend_fini(grpo_rollout_backend *b);
 
 /* The bytes a token decodes to, for stop strings and completion text (grpo_tokenizer_token_bytes
  * has this shape). NULL/0 for an id with no text. */
@@ -154,8 +156,9 @@ typedef struct grpo_rollout_opts {
     /* Reference model for per-token ref logprobs (teacher-forced, temperature-scaled like raw);
      * NULL: none. Its pool is used only for scoring. */
     const grpo_rollout_backend *ref;
-    /* 1: recompute policy logprobs through the scoring path and report the mismatch. */
-    int32_t recompute_policy;
+    /* The policy model over a second KV pool: when set, policy logprobs are recomputed by teacher
+     * forcing (policy_logprob) and the sampling/scoring mismatch is reported. NULL: off. */
+    const grpo_rollout_backend *rescore;
 } grpo_rollout_opts;
 
 /* One prompt group to generate. The engine copies everything it needs at submit. */
@@ -193,7 +196,7 @@ typedef struct grpo_rollout_group {
     int32_t n_samples;
     grpo_rollout_sample *samples;
     double t_submit, t_admit, t_done; /* grpo_now() */
-    double max_abs_logprob_diff; /* |raw - recomputed policy|, when recompute_policy */
+    double max_abs_logprob_diff; /* max |raw - recomputed policy| over tokens, with rescore */
 } grpo_rollout_group;
 void grpo_rollout_group_free(grpo_rollout_group *g);
 
@@ -226,10 +229,50 @@ grpo_err grpo_rollout_run(grpo_rollout *r);
 grpo_rollout_group *grpo_rollout_pop(grpo_rollout *r, int wait);
 /* No more submits; wakes waiting pop() callers when nothing is left. */
 void grpo_rollout_close(grpo_rollout *r);
-/* Finishes every running sequence with GRPO_ROLLOUT_FINISH_ABORT at the next step and drops queued groups
- * (they come out with no samples). Thread-safe. */
+/* Finishes every running sequence with GRPO_ROLLOUT_FINISH_ABORT at the next step; queued groups
+ * come out with every sample aborted and empty. Thread-safe. */
 void grpo_rollout_cancel(grpo_rollout *r);
 void grpo_rollout_get_stats(grpo_rollout *r, grpo_rollout_stats *out);
+
+/* ---- Prompts (JSONL) ---- */
+
+/* One prompt record. Strings are owned by the set; absent optional fields are NULL. */
+typedef struct grpo_prompt {
+    char *id;            /* "id" (string or integer); absent: the 1-based line number */
+    char *prompt;        /* "prompt": plain user text, or NULL when "messages" is given */
+    char *messages_json; /* "messages": a JSON array of {role, content}, or NULL */
+    char *answer;        /* "answer" as text (a JSON string's content, else its JSON), or NULL */
+    char *answer_json;   /* "answer" as JSON, or NULL */
+    char *tests_json;    /* "tests" as JSON, or NULL */
+    char *task;          /* "task" (math|code|format|plugin name), or NULL */
+    char *language;      /* "language" (for code), or NULL */
+    char *record_json;   /* the whole line */
+    int64_t line;        /* 1-based line number in the source */
+} grpo_prompt;
+
+typedef struct grpo_prompt_set {
+    grpo_prompt *items;
+    size_t n;
+    size_t n_skipped;    /* bad lines skipped (on_bad_line skip) */
+    char *source;        /* the path or git: spec it was read from */
+    char *git_commit;    /* hex commit a git: spec resolved to, else NULL */
+    char *git_repo;      /* the repository path of a git: spec, else NULL */
+} grpo_prompt_set;
+
+#define GRPO_PROMPTS_MAX_LINE (4u << 20)    /* bytes per line */
+#define GRPO_PROMPTS_MAX_FILE (1ull << 32)  /* bytes per file */
+
+/* Reads prompts from a JSONL file, or from `git:REPO_PATH@REV:path/in/repo.jsonl` (the file at that
+ * revision, through libgit2; the commit lands in git_commit). Blank lines are ignored. A bad line
+ * (invalid JSON or UTF-8, not an object, missing/mistyped fields, both or neither of prompt and
+ * messages, a duplicate id, over GRPO_PROMPTS_MAX_LINE) fails with GRPO_EFORMAT naming the source
+ * and line, or with skip_bad = 1 is skipped, counted and logged. The caller frees with
+ * grpo_prompts_fini. */
+grpo_err grpo_prompts_load(grpo_prompt_set *out, const char *spec, int skip_bad);
+/* The same over text in memory; `where` names it in messages. */
+grpo_err grpo_prompts_parse(grpo_prompt_set *out, const char *text, size_t len, const char *where,
+                            int skip_bad);
+void grpo_prompts_fini(grpo_prompt_set *set);
 
 /* Teacher-forced per-token logprobs of completion[0..n) after prompt under backend b, with logits
  * divided by temperature (1 when temperature is 0). out: n floats. Uses and frees its own KV

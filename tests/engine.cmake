@@ -7,3 +7,7 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
   grpo_add_test(engine_sched_test SOURCES engine_sched_test.c LIBS grpo_engine grpo_common m
                 TIMEOUT 120)
 endif()
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
+  grpo_add_test(engine_prompts_test SOURCES engine_prompts_test.c LIBS grpo_engine grpo_common
+                TIMEOUT 60)
+endif()

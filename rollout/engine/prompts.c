@@ -8,17 +8,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void
+prompt_free(grpo_prompt *p)
+{
+    free(p->id), free(p->prompt), free(p->messages_json), free(p->answer);
+    free(p->answer_json), free(p->tests_json), free(p->task), free(p->language);
+    free(p->record_json);
+    memset(p, 0, sizeof *p);
+}
+
 void
 grpo_prompts_fini(grpo_prompt_set *set)
 {
     if (set == NULL)
         return;
-    for (size_t i = 0; i < set->n; i++) {
-        grpo_prompt *p = &set->items[i];
-        free(p->id), free(p->prompt), free(p->messages_json), free(p->answer);
-        free(p->answer_json), free(p->tests_json), free(p->task), free(p->language);
-        free(p->record_json);
-    }
+    for (size_t i = 0; i < set->n; i++)
+        prompt_free(&set->items[i]);
     free(set->items), free(set->source), free(set->git_commit), free(set->git_repo);
     memset(set, 0, sizeof *set);
 }
@@ -149,11 +154,8 @@ parse_line(const char *s, size_t n, const char *where, int64_t line, grpo_prompt
         err = grpo__fail(GRPO_ENOMEM, "%s: out of memory", where);
 done:
     cJSON_Delete(o);
-    if (err != GRPO_OK) {
-        grpo_prompt_set one = {p, 1, 0, NULL, NULL, NULL};
-        grpo_prompts_fini(&one); /* frees p's fields without freeing p */
-        memset(p, 0, sizeof *p);
-    }
+    if (err != GRPO_OK)
+        prompt_free(p);
     return err;
 }
 
@@ -176,8 +178,7 @@ add_line(grpo_prompt_set *set, size_t *cap, const char *s, size_t n, const char 
     grpo_err err = parse_line(s, n, place, line, &p);
     if (err == GRPO_OK && id_seen(set, p.id)) {
         err = grpo__fail(GRPO_EFORMAT, "%s: duplicate id \"%s\"", place, p.id);
-        grpo_prompt_set one = {&p, 1, 0, NULL, NULL, NULL};
-        grpo_prompts_fini(&one);
+        prompt_free(&p);
     }
     if (err != GRPO_OK) {
         if (!skip_bad || err == GRPO_ENOMEM)
@@ -190,8 +191,7 @@ add_line(grpo_prompt_set *set, size_t *cap, const char *s, size_t n, const char 
         size_t nc = *cap ? *cap * 2 : 64;
         grpo_prompt *ni = realloc(set->items, nc * sizeof *ni);
         if (ni == NULL) {
-            grpo_prompt_set one = {&p, 1, 0, NULL, NULL, NULL};
-            grpo_prompts_fini(&one);
+            prompt_free(&p);
             return grpo__fail(GRPO_ENOMEM, "%s: out of memory", place);
         }
         set->items = ni, *cap = nc;
@@ -302,8 +302,10 @@ load_git(grpo_prompt_set *out, const char *spec, int skip_bad)
     git_oid_tostr(hex, sizeof hex, git_commit_id(commit));
     out->git_commit = strdup(hex);
     out->git_repo = repo_path, repo_path = NULL;
-    if (out->git_commit == NULL)
+    if (out->git_commit == NULL) {
         err = grpo__fail(GRPO_ENOMEM, "%s: out of memory", spec);
+        grpo_prompts_fini(out);
+    }
 done:
     git_blob_free(blob), git_tree_entry_free(entry), git_tree_free(tree);
     git_commit_free(commit), git_object_free(obj), git_repository_free(repo);

@@ -1,10 +1,482 @@
-/* `grpo stats`: placeholder until issue 2 lands. */
+/* `grpo stats`: the questions people ask of a run, answered from the store's views (per step,
+ * verifier, prompt or worker) as a table, CSV or JSON, or as one self-contained HTML report with
+ * SVG charts of reward and completion length against step. */
 #include "cli/cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: grpo stats --db FILE [--by step|verifier|prompt|worker] [--format table|csv|json]\n"
+    "                  [--step-range A:B] [--run ID] [--k K] [--report FILE.html]\n"
+    "\n"
+    "Reads a provenance database (opened read-only) and prints one row per group of --by:\n"
+    "  step      groups, completions, reward mean/std, frac_reward_zero_std (groups whose\n"
+    "            rewards are all equal), pass rate, completion length mean/p50/p95, fraction\n"
+    "            cut at max length, generated tokens and tokens/s (over the step's wall span)\n"
+    "  verifier  per verifier name+version: results, scored, reward mean/std, pass rate,\n"
+    "            fail/timeout/error/skip counts, latency mean/p50/p99 in ms\n"
+    "  prompt    per prompt: groups, n judged samples, c correct, solve rate, mean reward and\n"
+    "            pass@k = 1 - C(n-c,k)/C(n,k) (unbiased estimator)\n"
+    "  worker    per worker: groups, completions, tokens, tokens/s, re-issued leases\n"
+    "Percentiles are nearest-rank; standard deviations divide by n; skipped verdicts are not\n"
+    "scored. The definitions are the views in schemas/003_stats.sql.\n"
+    "\n"
+    "options:\n"
+    "  --db FILE          the database written by grpo rollout (required)\n"
+    "  --by KEY           step (default), verifier, prompt or worker\n"
+    "  --format F         table (default, aligned text), csv (header + rows) or json (an array\n"
+    "                     with one object per row; numbers are JSON numbers, missing values null)\n"
+    "  --step-range A:B   only steps A..B inclusive; either end may be left out (\"10:\", \":5\")\n"
+    "  --run ID           only run ID (default: every run; rows carry run_id)\n"
+    "  --k K              the k of pass@k for --by prompt (default 8)\n"
+    "  --report FILE      write one self-contained HTML file with SVG charts of reward mean\n"
+    "                     (+/- std), completion length (mean/p50/p95) and pass/zero-std/truncated\n"
+    "                     fractions against step, plus the per-step table; prints nothing else\n"
+    "  -h, --help         this help\n";
+
+static int
+parse_i64(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int
+parse_range(const char *s, grpo_stats_opts *o)
+{
+    const char *colon = strchr(s, ':');
+    char lo[32] = "", hi[32] = "";
+    if (colon == NULL || (size_t)(colon - s) >= sizeof lo || strlen(colon + 1) >= sizeof hi)
+        return -1;
+    memcpy(lo, s, (size_t)(colon - s));
+    strcpy(hi, colon + 1);
+    o->step_min = INT64_MIN;
+    o->step_max = INT64_MAX;
+    if ((lo[0] && parse_i64(lo, &o->step_min)) || (hi[0] && parse_i64(hi, &o->step_max)))
+        return -1;
+    o->has_step_range = 1;
+    return o->step_min <= o->step_max ? 0 : -1;
+}
+
+/* ---- text output ------------------------------------------------------------------------------ */
+
+static void
+cell_text(const grpo_stats_cell *c, char *buf, size_t n, int exact)
+{
+    switch (c->type) {
+    case GRPO_STATS_INT:
+        snprintf(buf, n, "%lld", (long long)c->i);
+        break;
+    case GRPO_STATS_REAL:
+        snprintf(buf, n, exact ? "%.17g" : "%.6g", c->r);
+        break;
+    case GRPO_STATS_TEXT:
+        snprintf(buf, n, "%s", c->s);
+        break;
+    default:
+        buf[0] = '\0';
+    }
+}
+
+static void
+print_table(const grpo_stats_table *t, FILE *f)
+{
+    char buf[256];
+    int *w = calloc((size_t)t->n_cols, sizeof *w);
+    if (w == NULL)
+        return;
+    for (int32_t j = 0; j < t->n_cols; j++) {
+        w[j] = (int)strlen(t->cols[j]);
+        for (int32_t i = 0; i < t->n_rows; i++) {
+            cell_text(&t->cells[(size_t)i * t->n_cols + j], buf, sizeof buf, 0);
+            if ((int)strlen(buf) > w[j])
+                w[j] = (int)strlen(buf);
+        }
+    }
+    for (int32_t j = 0; j < t->n_cols; j++)
+        fprintf(f, "%s%*s", j ? "  " : "", w[j], t->cols[j]);
+    fputc('\n', f);
+    for (int32_t i = 0; i < t->n_rows; i++) {
+        for (int32_t j = 0; j < t->n_cols; j++) {
+            const grpo_stats_cell *c = &t->cells[(size_t)i * t->n_cols + j];
+            cell_text(c, buf, sizeof buf, 0);
+            fprintf(f, "%s%*s", j ? "  " : "", w[j], c->type == GRPO_STATS_NULL ? "-" : buf);
+        }
+        fputc('\n', f);
+    }
+    free(w);
+}
+
+static void
+print_csv_field(const char *s, FILE *f)
+{
+    if (strpbrk(s, ",\"\n\r") == NULL) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void
+print_csv(const grpo_stats_table *t, FILE *f)
+{
+    char buf[256];
+    for (int32_t j = 0; j < t->n_cols; j++) {
+        if (j)
+            fputc(',', f);
+        print_csv_field(t->cols[j], f);
+    }
+    fputc('\n', f);
+    for (int32_t i = 0; i < t->n_rows; i++) {
+        for (int32_t j = 0; j < t->n_cols; j++) {
+            const grpo_stats_cell *c = &t->cells[(size_t)i * t->n_cols + j];
+            if (j)
+                fputc(',', f);
+            if (c->type == GRPO_STATS_TEXT)
+                print_csv_field(c->s, f);
+            else {
+                cell_text(c, buf, sizeof buf, 1);
+                fputs(buf, f);
+            }
+        }
+        fputc('\n', f);
+    }
+}
+
+static void
+print_json_string(const char *s, FILE *f)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void
+print_json(const grpo_stats_table *t, FILE *f)
+{
+    char buf[64];
+    fputs("[", f);
+    for (int32_t i = 0; i < t->n_rows; i++) {
+        fputs(i ? ",\n {" : "\n {", f);
+        for (int32_t j = 0; j < t->n_cols; j++) {
+            const grpo_stats_cell *c = &t->cells[(size_t)i * t->n_cols + j];
+            if (j)
+                fputs(", ", f);
+            print_json_string(t->cols[j], f);
+            fputs(": ", f);
+            if (c->type == GRPO_STATS_TEXT)
+                print_json_string(c->s, f);
+            else if (c->type == GRPO_STATS_NULL || (c->type == GRPO_STATS_REAL && !isfinite(c->r)))
+                fputs("null", f);
+            else {
+                cell_text(c, buf, sizeof buf, 1);
+                fputs(buf, f);
+            }
+        }
+        fputs("}", f);
+    }
+    fputs(t->n_rows ? "\n]\n" : "]\n", f);
+}
+
+/* ---- HTML report -------------------------------------------------------------------------------- */
+
+static int
+col_index(const grpo_stats_table *t, const char *name)
+{
+    for (int32_t j = 0; j < t->n_cols; j++)
+        if (strcmp(t->cols[j], name) == 0)
+            return j;
+    return -1;
+}
+
+/* Cell (i, name) as a double; NAN when missing. */
+static double
+num(const grpo_stats_table *t, int32_t i, const char *name)
+{
+    int j = col_index(t, name);
+    if (j < 0)
+        return NAN;
+    const grpo_stats_cell *c = &t->cells[(size_t)i * t->n_cols + j];
+    return c->type == GRPO_STATS_INT ? (double)c->i : c->type == GRPO_STATS_REAL ? c->r : NAN;
+}
+
+typedef struct {
+    const char *col, *label, *color;
+    const char *band_col; /* draw col +/- band_col as a shaded band, or NULL */
+} series;
+
+static double
+nice_step(double span, int ticks)
+{
+    double raw = span / ticks, mag = pow(10, floor(log10(raw))), r = raw / mag;
+    return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
+}
+
+enum { W = 720, H = 300, ML = 60, MR = 150, MT = 30, MB = 40 };
+
+static void
+chart(FILE *f, const grpo_stats_table *t, const char *title, const series *sv, int ns)
+{
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (int32_t i = 0; i < t->n_rows; i++) {
+        double x = num(t, i, "step");
+        for (int k = 0; k < ns; k++) {
+            double y = num(t, i, sv[k].col), b = sv[k].band_col ? num(t, i, sv[k].band_col) : 0;
+            if (isnan(y) || isnan(x))
+                continue;
+            if (isnan(b))
+                b = 0;
+            x0 = fmin(x0, x), x1 = fmax(x1, x);
+            y0 = fmin(y0, y - b), y1 = fmax(y1, y + b);
+        }
+    }
+    fprintf(f, "<figure><figcaption>%s</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+            "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n", title, W, H, W, H);
+    if (!isfinite(x0)) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\">no data</text></svg></figure>\n", W / 2 - 30, H / 2);
+        return;
+    }
+    if (x1 == x0)
+        x0 -= 1, x1 += 1;
+    if (y1 == y0)
+        y0 -= y0 == 0 ? 1 : fabs(y0) * 0.1, y1 += y1 == 0 ? 1 : fabs(y1) * 0.1;
+    double ys = nice_step(y1 - y0, 5), xs = nice_step(x1 - x0, 8);
+    y0 = floor(y0 / ys) * ys, y1 = ceil(y1 / ys) * ys;
+    double pw = W - ML - MR, ph = H - MT - MB;
+#define PX(x) (ML + ((x) - x0) / (x1 - x0) * pw)
+#define PY(y) (MT + (1 - ((y) - y0) / (y1 - y0)) * ph)
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%g\" height=\"%g\" fill=\"#fff\" "
+            "stroke=\"#888\"/>\n", ML, MT, pw, ph);
+    for (double y = y0; y <= y1 + ys * 1e-9; y += ys)
+        fprintf(f, "<line x1=\"%d\" x2=\"%g\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g</text>\n",
+                ML, ML + pw, PY(y), PY(y), ML - 5, PY(y) + 4, fabs(y) < ys * 1e-9 ? 0 : y);
+    for (double x = ceil(x0 / xs) * xs; x <= x1 + xs * 1e-9; x += xs)
+        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%g\" y2=\"%g\" stroke=\"#888\"/>"
+                "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\" font-size=\"11\">%g</text>\n",
+                PX(x), PX(x), MT + ph, MT + ph + 4, PX(x), MT + ph + 16, x);
+    fprintf(f, "<text x=\"%g\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">step</text>\n",
+            ML + pw / 2, H - 6);
+    for (int k = 0; k < ns; k++) {
+        /* One polyline per run, so runs are not joined to each other. */
+        int64_t run = INT64_MIN;
+        int open = 0;
+        if (sv[k].band_col) {
+            fprintf(f, "<polygon fill=\"%s\" fill-opacity=\"0.15\" stroke=\"none\" points=\"",
+                    sv[k].color);
+            for (int32_t i = 0; i < t->n_rows; i++) {
+                double y = num(t, i, sv[k].col), b = num(t, i, sv[k].band_col);
+                if (!isnan(y) && !isnan(b))
+                    fprintf(f, "%.1f,%.1f ", PX(num(t, i, "step")), PY(y + b));
+            }
+            for (int32_t i = t->n_rows - 1; i >= 0; i--) {
+                double y = num(t, i, sv[k].col), b = num(t, i, sv[k].band_col);
+                if (!isnan(y) && !isnan(b))
+                    fprintf(f, "%.1f,%.1f ", PX(num(t, i, "step")), PY(y - b));
+            }
+            fputs("\"/>\n", f);
+        }
+        for (int32_t i = 0; i < t->n_rows; i++) {
+            double x = num(t, i, "step"), y = num(t, i, sv[k].col);
+            int64_t r = (int64_t)num(t, i, "run_id");
+            if (isnan(y))
+                continue;
+            if (r != run && open)
+                fputs("\"/>\n", f), open = 0;
+            if (!open)
+                fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
+                        sv[k].color), open = 1;
+            run = r;
+            fprintf(f, "%.1f,%.1f ", PX(x), PY(y));
+        }
+        if (open)
+            fputs("\"/>\n", f);
+        fprintf(f, "<line x1=\"%g\" x2=\"%g\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>"
+                "<text x=\"%g\" y=\"%d\" font-size=\"12\">%s</text>\n",
+                ML + pw + 10, ML + pw + 30, MT + 10 + 18 * k, MT + 10 + 18 * k, sv[k].color,
+                ML + pw + 35, MT + 14 + 18 * k, sv[k].label);
+    }
+#undef PX
+#undef PY
+    fputs("</svg></figure>\n", f);
+}
+
+static void
+html_escape(const char *s, FILE *f)
+{
+    for (; *s; s++) {
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+static int
+write_report(const char *path, const char *db, const grpo_stats_table *t)
+{
+    static const series reward[] = {{"reward_mean", "mean (band: +/- std)", "#1f77b4",
+                                     "reward_std"}};
+    static const series length[] = {{"len_mean", "mean", "#2ca02c", NULL},
+                                    {"len_p50", "p50", "#ff7f0e", NULL},
+                                    {"len_p95", "p95", "#d62728", NULL}};
+    static const series frac[] = {{"pass_rate", "pass rate", "#9467bd", NULL},
+                                  {"frac_reward_zero_std", "zero-std groups", "#8c564b", NULL},
+                                  {"frac_truncated", "cut at max length", "#e377c2", NULL}};
+    char buf[256];
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "grpo stats: %s: cannot write the report: %s\n", path, strerror(errno));
+        return CLI_FAIL;
+    }
+    fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>grpo run "
+          "report</title>\n<style>body{font-family:sans-serif;margin:2em;color:#222}"
+          "figure{margin:1em 0}figcaption{font-weight:bold;margin-bottom:.3em}"
+          "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
+          "padding:2px 6px;text-align:right}</style>\n</head><body>\n<h1>grpo run report</h1>\n"
+          "<p>database: <code>", f);
+    html_escape(db, f);
+    fprintf(f, "</code>; %d step rows; made by grpo %s</p>\n", (int)t->n_rows, grpo_version());
+    chart(f, t, "Reward mean against step", reward, 1);
+    chart(f, t, "Completion length (tokens) against step", length, 3);
+    chart(f, t, "Fractions against step", frac, 3);
+    fputs("<h2>Per step</h2>\n<table><tr>", f);
+    for (int32_t j = 0; j < t->n_cols; j++)
+        fprintf(f, "<th>%s</th>", t->cols[j]);
+    fputs("</tr>\n", f);
+    for (int32_t i = 0; i < t->n_rows; i++) {
+        fputs("<tr>", f);
+        for (int32_t j = 0; j < t->n_cols; j++) {
+            cell_text(&t->cells[(size_t)i * t->n_cols + j], buf, sizeof buf, 0);
+            fputs("<td>", f);
+            html_escape(buf, f);
+            fputs("</td>", f);
+        }
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n</body></html>\n", f);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "grpo stats: %s: writing the report failed: %s\n", path, strerror(errno));
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+/* ---- the command -------------------------------------------------------------------------------- */
 
 int
 grpo_cmd_stats(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_not_built("stats", "issue 2");
+    static const struct option longopts[] = {
+        {"db", required_argument, NULL, 'd'},     {"by", required_argument, NULL, 'b'},
+        {"format", required_argument, NULL, 'f'}, {"step-range", required_argument, NULL, 's'},
+        {"run", required_argument, NULL, 'r'},    {"k", required_argument, NULL, 'k'},
+        {"report", required_argument, NULL, 'o'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    static const char *const bys[] = {"step", "verifier", "prompt", "worker"};
+    const char *db = NULL, *format = "table", *report = NULL;
+    grpo_stats_opts o = {0};
+    int c, found;
+    int64_t v;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            fputs(usage_text, stdout);
+            return CLI_OK;
+        case 'd':
+            db = optarg;
+            break;
+        case 'b':
+            found = 0;
+            for (int i = 0; i < 4; i++)
+                if (strcmp(optarg, bys[i]) == 0)
+                    o.by = (grpo_stats_by)i, found = 1;
+            if (!found)
+                return cli_usage("stats", "--by: unknown grouping \"%s\"", optarg);
+            break;
+        case 'f':
+            if (strcmp(optarg, "table") && strcmp(optarg, "csv") && strcmp(optarg, "json"))
+                return cli_usage("stats", "--format: unknown format \"%s\"", optarg);
+            format = optarg;
+            break;
+        case 's':
+            if (parse_range(optarg, &o) != 0)
+                return cli_usage("stats", "--step-range: \"%s\" is not A:B with A <= B", optarg);
+            break;
+        case 'r':
+            if (parse_i64(optarg, &v) != 0 || v <= 0)
+                return cli_usage("stats", "--run: \"%s\" is not a positive run id", optarg);
+            o.run_id = v;
+            break;
+        case 'k':
+            if (parse_i64(optarg, &v) != 0 || v <= 0 || v > 1000000)
+                return cli_usage("stats", "--k: \"%s\" is not a positive integer", optarg);
+            o.pass_k = (int32_t)v;
+            break;
+        case 'o':
+            report = optarg;
+            break;
+        default:
+            return cli_usage("stats", "unknown or incomplete option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage("stats", "unexpected argument \"%s\"", argv[optind]);
+    if (db == NULL)
+        return cli_usage("stats", "--db FILE is required");
+    if (report && o.by != GRPO_STATS_BY_STEP)
+        return cli_usage("stats", "--report charts steps; leave out --by");
+
+    grpo_store *s = NULL;
+    grpo_stats_table *t = NULL;
+    grpo_store_opts so = {0};
+    so.read_only = 1;
+    if (grpo_store_open(&s, db, &so) != GRPO_OK || grpo_store_stats(&t, s, &o) != GRPO_OK) {
+        int rc = cli_fail("stats");
+        grpo_store_close(s);
+        return rc;
+    }
+    grpo_store_close(s);
+    int rc = CLI_OK;
+    if (report)
+        rc = write_report(report, db, t);
+    else if (strcmp(format, "csv") == 0)
+        print_csv(t, stdout);
+    else if (strcmp(format, "json") == 0)
+        print_json(t, stdout);
+    else
+        print_table(t, stdout);
+    grpo_stats_table_free(t);
+    if (rc == CLI_OK && fflush(stdout) != 0)
+        rc = CLI_FAIL;
+    return rc;
 }

@@ -1,0 +1,120 @@
+-- Schema version 1: the provenance tables. Applied by the store on a new database; later files
+-- (002_..., 003_...) migrate it forward. Never edit a released file: add a new one.
+-- Times are Unix seconds (REAL); *_ms columns are milliseconds.
+
+CREATE TABLE runs (
+    id              INTEGER PRIMARY KEY,
+    started_at      REAL NOT NULL,
+    ended_at        REAL,
+    status          TEXT,                       -- 'running', then e.g. 'ok', 'failed', 'interrupted'
+    command_line    TEXT,
+    config_json     TEXT NOT NULL DEFAULT '{}',
+    host            TEXT,
+    grpo_version    TEXT,
+    repo_path       TEXT,                       -- working repository (libgit2)
+    repo_commit     TEXT,
+    repo_branch     TEXT,
+    repo_dirty      INTEGER,
+    repo_remote     TEXT,
+    dataset_path    TEXT,                       -- dataset file or repository
+    dataset_rev     TEXT,                       -- revision asked for, if any
+    dataset_commit  TEXT,
+    dataset_branch  TEXT,
+    dataset_dirty   INTEGER,
+    dataset_remote  TEXT
+);
+
+CREATE TABLE policy_versions (
+    id          INTEGER PRIMARY KEY,
+    run_id      INTEGER NOT NULL REFERENCES runs(id),
+    version     INTEGER NOT NULL,
+    location    TEXT,
+    sha256      TEXT,
+    loaded_at   REAL NOT NULL,
+    UNIQUE (run_id, version)
+);
+
+CREATE TABLE prompts (
+    id              INTEGER PRIMARY KEY,
+    dataset         TEXT NOT NULL,
+    idx             INTEGER NOT NULL,
+    text            TEXT,
+    messages_json   TEXT,
+    gold_json       TEXT,
+    tests_json      TEXT,
+    content_hash    TEXT NOT NULL UNIQUE       -- sha256 of dataset, text, messages, gold, tests
+);
+
+CREATE TABLE groups (
+    id              INTEGER PRIMARY KEY,
+    run_id          INTEGER NOT NULL REFERENCES runs(id),
+    step            INTEGER NOT NULL,
+    prompt_id       INTEGER NOT NULL REFERENCES prompts(id),
+    policy_version  INTEGER NOT NULL,
+    seed            INTEGER NOT NULL,           -- uint64 stored as its int64 bit pattern
+    g               INTEGER NOT NULL,           -- number of completions (G)
+    sampling_json   TEXT,
+    max_tokens      INTEGER,
+    started_at      REAL,
+    finished_at     REAL,
+    prefill_ms      REAL,
+    gen_ms          REAL,
+    verify_ms       REAL,
+    UNIQUE (run_id, step, prompt_id, seed)
+);
+
+-- run_id and step repeat the group's so the stats need no join.
+CREATE TABLE completions (
+    id              INTEGER PRIMARY KEY,
+    group_id        INTEGER NOT NULL REFERENCES groups(id),
+    run_id          INTEGER NOT NULL,
+    step            INTEGER NOT NULL,
+    sample_index    INTEGER NOT NULL,
+    n_tokens        INTEGER NOT NULL,
+    token_ids       BLOB,                       -- little-endian int32 x n_tokens
+    token_logprobs  BLOB,                       -- little-endian float32 x n_tokens
+    text            TEXT,
+    finish_reason   TEXT NOT NULL CHECK (finish_reason IN ('eos', 'stop', 'length', 'abort')),
+    logprob_sum     REAL,
+    first_token_ms  REAL,
+    gen_ms          REAL,
+    reward          REAL,                       -- the reward the advantage was computed from
+    correct         INTEGER,                    -- 1 solved, 0 not, NULL unknown
+    UNIQUE (group_id, sample_index)
+);
+
+CREATE TABLE rewards (
+    id              INTEGER PRIMARY KEY,
+    completion_id   INTEGER NOT NULL REFERENCES completions(id),
+    run_id          INTEGER NOT NULL,
+    step            INTEGER NOT NULL,
+    verifier        TEXT NOT NULL,
+    version         TEXT NOT NULL,
+    kind            TEXT NOT NULL CHECK (kind IN ('pass', 'fail', 'skip', 'timeout', 'error')),
+    label           TEXT,
+    score           REAL NOT NULL,
+    details_json    TEXT,
+    ms              REAL
+);
+CREATE INDEX rewards_completion ON rewards (completion_id);
+
+CREATE TABLE advantages (
+    completion_id   INTEGER PRIMARY KEY REFERENCES completions(id),
+    advantage       REAL NOT NULL,
+    kl_mean         REAL,
+    kl_max          REAL,
+    ref_logprob_sum REAL
+);
+
+CREATE TABLE batches (
+    id              INTEGER PRIMARY KEY,        -- the trainer bridge's batch id
+    run_id          INTEGER REFERENCES runs(id),
+    step            INTEGER NOT NULL,
+    n_groups        INTEGER NOT NULL,
+    n_bytes         INTEGER NOT NULL,
+    bytes           BLOB,                       -- kept until acknowledged, then dropped
+    created_at      REAL NOT NULL,
+    published_at    REAL,
+    acked_at        REAL
+);
+CREATE INDEX batches_unacked ON batches (run_id, id) WHERE acked_at IS NULL;

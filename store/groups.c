@@ -1,0 +1,462 @@
+/* Writing groups: validation, the deep copy that lets callers free their records at once, the
+ * insertion of a group with its completions, rewards and advantages in one transaction, and the
+ * single writer thread that commits queued groups several per transaction. */
+#include "store/store_int.h"
+
+#include <stdalign.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const finish_names[] = {"eos", "stop", "length", "abort"};
+static const char *const kind_names[] = {"pass", "fail", "skip", "timeout", "error"};
+
+enum { MAX_G = 1 << 16, MAX_REWARDS = 1 << 10 };
+
+grpo_err
+grpo_store__check_group(const grpo_group_rec *g)
+{
+    if (g == NULL)
+        return grpo__fail(GRPO_EINVAL, "store: put_group: NULL group");
+    if (g->run_id <= 0 || g->prompt_id <= 0)
+        return grpo__fail(GRPO_EINVAL, "store: put_group: run_id %lld / prompt_id %lld must be "
+                          "ids returned by the store", (long long)g->run_id,
+                          (long long)g->prompt_id);
+    if (g->n_completions < 0 || g->n_completions > MAX_G ||
+        (g->n_completions > 0 && g->completions == NULL))
+        return grpo__fail(GRPO_EINVAL, "store: put_group: bad n_completions %d",
+                          (int)g->n_completions);
+    for (int32_t i = 0; i < g->n_completions; i++) {
+        const grpo_completion_rec *c = &g->completions[i];
+        if (c->n_tokens < 0 || c->finish_reason < 0 || c->finish_reason > GRPO_FINISH_ABORT ||
+            c->n_rewards < 0 || c->n_rewards > MAX_REWARDS ||
+            (c->n_rewards > 0 && c->rewards == NULL))
+            return grpo__fail(GRPO_EINVAL, "store: put_group: completion %d: bad n_tokens, "
+                              "finish_reason or n_rewards", (int)i);
+        for (int32_t j = 0; j < c->n_rewards; j++) {
+            const grpo_reward_rec *r = &c->rewards[j];
+            if (r->verifier == NULL || r->kind < 0 || r->kind > 4)
+                return grpo__fail(GRPO_EINVAL, "store: put_group: completion %d reward %d: "
+                                  "missing verifier name or bad kind %d", (int)i, (int)j,
+                                  (int)r->kind);
+        }
+    }
+    return GRPO_OK;
+}
+
+/* ---- deep copy ------------------------------------------------------------------------------ */
+
+typedef struct {
+    char *base;
+    size_t off; /* bytes used (or needed, when base is NULL) */
+} bump;
+
+static void *
+take(bump *b, const void *src, size_t n)
+{
+    size_t at = (b->off + 7) & ~(size_t)7;
+    b->off = at + n;
+    if (b->base == NULL || src == NULL)
+        return b->base ? b->base + at : NULL;
+    return memcpy(b->base + at, src, n);
+}
+
+static const char *
+take_str(bump *b, const char *s)
+{
+    return s ? take(b, s, strlen(s) + 1) : NULL;
+}
+
+/* Lays the group out in b (a sizing pass when b->base is NULL, then the copying pass). */
+static void
+lay_out(bump *b, grpo_group_rec *dst, const grpo_group_rec *g)
+{
+    *dst = *g;
+    dst->sampling_json = take_str(b, g->sampling_json);
+    dst->worker_id = take_str(b, g->worker_id);
+    grpo_completion_rec *cs = take(b, g->completions, sizeof *cs * (size_t)g->n_completions);
+    dst->completions = cs;
+    for (int32_t i = 0; i < g->n_completions; i++) {
+        const grpo_completion_rec *c = &g->completions[i];
+        size_t tl = c->text ? (c->text_len ? c->text_len : strlen(c->text)) : 0;
+        const int32_t *ids = c->token_ids ? take(b, c->token_ids, 4 * (size_t)c->n_tokens) : NULL;
+        const float *lps =
+            c->token_logprobs ? take(b, c->token_logprobs, 4 * (size_t)c->n_tokens) : NULL;
+        char *text = c->text ? take(b, NULL, tl + 1) : NULL;
+        if (text) {
+            memcpy(text, c->text, tl);
+            text[tl] = '\0';
+        }
+        grpo_reward_rec *rs = take(b, c->rewards, sizeof *rs * (size_t)c->n_rewards);
+        for (int32_t j = 0; j < c->n_rewards && b->base; j++) {
+            const grpo_reward_rec *r = &c->rewards[j];
+            rs[j].verifier = take_str(b, r->verifier);
+            rs[j].version = take_str(b, r->version);
+            rs[j].label = take_str(b, r->label);
+            rs[j].details_json = take_str(b, r->details_json);
+        }
+        for (int32_t j = 0; j < c->n_rewards && !b->base; j++) {
+            const grpo_reward_rec *r = &c->rewards[j];
+            take_str(b, r->verifier), take_str(b, r->version), take_str(b, r->label),
+                take_str(b, r->details_json);
+        }
+        if (b->base) {
+            cs[i].token_ids = ids;
+            cs[i].token_logprobs = lps;
+            cs[i].text = text;
+            cs[i].text_len = tl;
+            cs[i].rewards = rs;
+        }
+    }
+}
+
+store_item *
+grpo_store__copy_group(const grpo_group_rec *g)
+{
+    bump sizing = {NULL, sizeof(store_item)};
+    grpo_group_rec scratch;
+    lay_out(&sizing, &scratch, g);
+    store_item *it = malloc(sizing.off);
+    if (it == NULL) {
+        grpo__fail(GRPO_ENOMEM, "store: put_group: out of memory copying a group");
+        return NULL;
+    }
+    bump b = {(char *)it, sizeof(store_item)};
+    it->next = NULL;
+    lay_out(&b, &it->g, g);
+    return it;
+}
+
+/* ---- insertion ------------------------------------------------------------------------------ */
+
+static void
+bind_text(sqlite3_stmt *st, int i, const char *s)
+{
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static grpo_err
+step_done(grpo_store *s, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st);
+    grpo_err err = rc == SQLITE_DONE ? GRPO_OK : grpo_store__db_fail(s, rc, what);
+    sqlite3_reset(st);
+    return err;
+}
+
+/* The stored reward and correctness when the caller left them to be derived. */
+static void
+derive(const grpo_completion_rec *c, int *has_reward, double *reward, int *correct)
+{
+    int scored = 0, passed = 0;
+    double sum = 0;
+    for (int32_t j = 0; j < c->n_rewards; j++) {
+        if (c->rewards[j].kind == 2 /* skip */)
+            continue;
+        scored++;
+        passed += c->rewards[j].kind == 0;
+        sum += c->rewards[j].score;
+    }
+    *has_reward = c->has_reward || scored > 0;
+    *reward = c->has_reward ? c->reward : sum;
+    *correct = c->correct >= 0 ? (c->correct != 0) : (scored == 0 ? -1 : passed == scored);
+}
+
+static grpo_err
+insert_rewards(grpo_store *s, const grpo_group_rec *g, const grpo_completion_rec *c, int64_t cid)
+{
+    grpo_err err;
+    sqlite3_stmt *st;
+    for (int32_t j = 0; j < c->n_rewards; j++) {
+        const grpo_reward_rec *r = &c->rewards[j];
+        if ((err = grpo_store__stmt(s, ST_REWARD_INSERT, &st)) != GRPO_OK)
+            return err;
+        sqlite3_bind_int64(st, 1, cid);
+        sqlite3_bind_int64(st, 2, g->run_id);
+        sqlite3_bind_int64(st, 3, g->step);
+        bind_text(st, 4, r->verifier);
+        bind_text(st, 5, r->version ? r->version : "");
+        bind_text(st, 6, kind_names[r->kind]);
+        bind_text(st, 7, r->label);
+        sqlite3_bind_double(st, 8, r->score);
+        bind_text(st, 9, r->details_json);
+        sqlite3_bind_double(st, 10, r->ms);
+        if ((err = step_done(s, st, "inserting a reward")) != GRPO_OK)
+            return err;
+    }
+    if (!c->has_advantage)
+        return GRPO_OK;
+    if ((err = grpo_store__stmt(s, ST_ADVANTAGE_INSERT, &st)) != GRPO_OK)
+        return err;
+    sqlite3_bind_int64(st, 1, cid);
+    sqlite3_bind_double(st, 2, c->advantage);
+    sqlite3_bind_double(st, 3, c->kl_mean);
+    sqlite3_bind_double(st, 4, c->kl_max);
+    sqlite3_bind_double(st, 5, c->ref_logprob_sum);
+    return step_done(s, st, "inserting an advantage");
+}
+
+static grpo_err
+insert_completion(grpo_store *s, const grpo_group_rec *g, int64_t gid, const grpo_completion_rec *c)
+{
+    grpo_err err;
+    sqlite3_stmt *st;
+    int has_reward, correct;
+    double reward;
+    if ((err = grpo_store__stmt(s, ST_COMPLETION_INSERT, &st)) != GRPO_OK)
+        return err;
+    derive(c, &has_reward, &reward, &correct);
+    sqlite3_bind_int64(st, 1, gid);
+    sqlite3_bind_int64(st, 2, g->run_id);
+    sqlite3_bind_int64(st, 3, g->step);
+    sqlite3_bind_int(st, 4, c->sample_index);
+    sqlite3_bind_int(st, 5, c->n_tokens);
+    /* x86 and arm64 are little-endian, the blob's documented order. */
+    if (c->token_ids)
+        sqlite3_bind_blob(st, 6, c->token_ids, 4 * c->n_tokens, SQLITE_STATIC);
+    if (c->token_logprobs)
+        sqlite3_bind_blob(st, 7, c->token_logprobs, 4 * c->n_tokens, SQLITE_STATIC);
+    if (c->text)
+        sqlite3_bind_text64(st, 8, c->text, c->text_len ? c->text_len : strlen(c->text),
+                            SQLITE_STATIC, SQLITE_UTF8);
+    sqlite3_bind_text(st, 9, finish_names[c->finish_reason], -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 10, c->logprob_sum);
+    sqlite3_bind_double(st, 11, c->first_token_ms);
+    sqlite3_bind_double(st, 12, c->gen_ms);
+    if (has_reward)
+        sqlite3_bind_double(st, 13, reward);
+    if (correct >= 0)
+        sqlite3_bind_int(st, 14, correct);
+    if ((err = step_done(s, st, "inserting a completion")) != GRPO_OK)
+        return err;
+    return insert_rewards(s, g, c, sqlite3_last_insert_rowid(s->db));
+}
+
+grpo_err
+grpo_store__insert_group(grpo_store *s, const grpo_group_rec *g)
+{
+    grpo_err err;
+    sqlite3_stmt *st;
+    if ((err = grpo_store__stmt(s, ST_GROUP_INSERT, &st)) != GRPO_OK)
+        return err;
+    sqlite3_bind_int64(st, 1, g->run_id);
+    sqlite3_bind_int64(st, 2, g->step);
+    sqlite3_bind_int64(st, 3, g->prompt_id);
+    sqlite3_bind_int64(st, 4, g->policy_version);
+    sqlite3_bind_int64(st, 5, (int64_t)g->seed);
+    sqlite3_bind_int(st, 6, g->n_completions);
+    bind_text(st, 7, g->sampling_json);
+    sqlite3_bind_int(st, 8, g->max_tokens);
+    sqlite3_bind_double(st, 9, g->started_at);
+    sqlite3_bind_double(st, 10, g->finished_at);
+    sqlite3_bind_double(st, 11, g->prefill_ms);
+    sqlite3_bind_double(st, 12, g->gen_ms);
+    sqlite3_bind_double(st, 13, g->verify_ms);
+    bind_text(st, 14, g->worker_id);
+    sqlite3_bind_int(st, 15, g->lease_attempt);
+    if ((err = step_done(s, st, "inserting a group")) != GRPO_OK)
+        return err;
+    if (sqlite3_changes(s->db) == 0)
+        return GRPO_OK; /* already recorded: a resend after a restart */
+    int64_t gid = sqlite3_last_insert_rowid(s->db);
+    for (int32_t i = 0; i < g->n_completions; i++)
+        if ((err = insert_completion(s, g, gid, &g->completions[i])) != GRPO_OK)
+            return err;
+    return GRPO_OK;
+}
+
+/* Writes n groups (a linked list) in one transaction; all or none. */
+static grpo_err
+write_groups(grpo_store *s, store_item *items, const grpo_group_rec *one)
+{
+    grpo_err err;
+    pthread_mutex_lock(&s->mu);
+    if ((err = grpo_store__exec(s, "BEGIN IMMEDIATE", "starting a transaction")) != GRPO_OK)
+        goto done;
+    if (one)
+        err = grpo_store__insert_group(s, one);
+    for (store_item *it = items; it && err == GRPO_OK; it = it->next)
+        err = grpo_store__insert_group(s, &it->g);
+    if (err == GRPO_OK)
+        err = grpo_store__exec(s, "COMMIT", "committing groups");
+    if (err != GRPO_OK && !sqlite3_get_autocommit(s->db))
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+done:
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+/* ---- the writer thread ---------------------------------------------------------------------- */
+
+static void *
+writer_main(void *arg)
+{
+    grpo_store *s = arg;
+    int32_t max_batch = s->opts.batch_groups > 0 ? s->opts.batch_groups : 256;
+    pthread_mutex_lock(&s->qmu);
+    for (;;) {
+        while (s->head == NULL && !s->stop)
+            pthread_cond_wait(&s->q_nonempty, &s->qmu);
+        if (s->head == NULL)
+            break;
+        store_item *first = s->head, *last = first;
+        int32_t n = 1;
+        while (last->next && n < max_batch)
+            last = last->next, n++;
+        s->head = last->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        last->next = NULL;
+        grpo_err err = s->werr;
+        pthread_mutex_unlock(&s->qmu);
+
+        if (err == GRPO_OK)
+            err = write_groups(s, first, NULL);
+        for (store_item *it = first, *next; it; it = next)
+            next = it->next, free(it);
+
+        pthread_mutex_lock(&s->qmu);
+        if (err != GRPO_OK && s->werr == GRPO_OK) {
+            s->werr = err;
+            snprintf(s->werr_msg, sizeof s->werr_msg, "%s", grpo_error_last());
+        }
+        s->queued -= n;
+        pthread_cond_broadcast(&s->q_progress);
+    }
+    pthread_mutex_unlock(&s->qmu);
+    return NULL;
+}
+
+grpo_err
+grpo_store__writer_start(grpo_store *s)
+{
+    if (pthread_create(&s->writer, NULL, writer_main, s) != 0)
+        return grpo__fail(GRPO_ESYS, "store: %s: cannot start the writer thread", s->path);
+    s->writer_started = 1;
+    return GRPO_OK;
+}
+
+void
+grpo_store__writer_stop(grpo_store *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->q_nonempty);
+    pthread_mutex_unlock(&s->qmu);
+    pthread_join(s->writer, NULL);
+    s->writer_started = 0;
+}
+
+/* Call with qmu held. */
+static grpo_err
+raise_werr(grpo_store *s)
+{
+    return s->werr == GRPO_OK ? GRPO_OK : grpo__fail(s->werr, "%s", s->werr_msg);
+}
+
+grpo_err
+grpo_store__writer_error(grpo_store *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    grpo_err err = raise_werr(s);
+    pthread_mutex_unlock(&s->qmu);
+    return err;
+}
+
+grpo_err
+grpo_store_put_group(grpo_store *s, const grpo_group_rec *g)
+{
+    grpo_err err;
+    if (s == NULL)
+        return grpo__fail(GRPO_EINVAL, "store: put_group: NULL store");
+    if (s->opts.read_only)
+        return grpo__fail(GRPO_EPERM, "store: %s: put_group: the store is open read-only",
+                          s->path);
+    if ((err = grpo_store__check_group(g)) != GRPO_OK)
+        return err;
+    if (!s->writer_started)
+        return write_groups(s, NULL, g);
+    store_item *it = grpo_store__copy_group(g);
+    if (it == NULL)
+        return GRPO_ENOMEM;
+    int32_t cap = s->opts.queue_groups > 0 ? s->opts.queue_groups : 4096;
+    pthread_mutex_lock(&s->qmu);
+    while (s->queued >= cap && s->werr == GRPO_OK)
+        pthread_cond_wait(&s->q_progress, &s->qmu);
+    if ((err = raise_werr(s)) == GRPO_OK) {
+        if (s->tail)
+            s->tail->next = it;
+        else
+            s->head = it;
+        s->tail = it;
+        s->queued++;
+        it = NULL;
+        pthread_cond_signal(&s->q_nonempty);
+    }
+    pthread_mutex_unlock(&s->qmu);
+    free(it);
+    return err;
+}
+
+grpo_err
+grpo_store_flush(grpo_store *s)
+{
+    if (s == NULL || !s->writer_started)
+        return GRPO_OK;
+    pthread_mutex_lock(&s->qmu);
+    while (s->queued > 0)
+        pthread_cond_wait(&s->q_progress, &s->qmu);
+    grpo_err err = raise_werr(s);
+    pthread_mutex_unlock(&s->qmu);
+    return err;
+}
+
+grpo_err
+grpo_store_group_exists(int32_t *exists, grpo_store *s, int64_t run_id, int64_t step,
+                        int64_t prompt_id, uint64_t seed)
+{
+    grpo_err err;
+    sqlite3_stmt *st;
+    *exists = 0;
+    if ((err = grpo_store_flush(s)) != GRPO_OK)
+        return err;
+    pthread_mutex_lock(&s->mu);
+    if ((err = grpo_store__stmt(s, ST_GROUP_EXISTS, &st)) == GRPO_OK) {
+        sqlite3_bind_int64(st, 1, run_id);
+        sqlite3_bind_int64(st, 2, step);
+        sqlite3_bind_int64(st, 3, prompt_id);
+        sqlite3_bind_int64(st, 4, (int64_t)seed);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            *exists = 1;
+        else if (rc != SQLITE_DONE)
+            err = grpo_store__db_fail(s, rc, "looking up a group");
+        sqlite3_reset(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+grpo_err
+grpo_store_last_step(int64_t *step, grpo_store *s, int64_t run_id)
+{
+    grpo_err err;
+    sqlite3_stmt *st;
+    *step = -1;
+    if ((err = grpo_store_flush(s)) != GRPO_OK)
+        return err;
+    pthread_mutex_lock(&s->mu);
+    if ((err = grpo_store__stmt(s, ST_LAST_STEP, &st)) == GRPO_OK) {
+        sqlite3_bind_int64(st, 1, run_id);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+            *step = sqlite3_column_int64(st, 0);
+        else if (rc != SQLITE_ROW)
+            err = grpo_store__db_fail(s, rc, "reading the last step");
+        sqlite3_reset(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}

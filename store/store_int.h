@@ -1,0 +1,79 @@
+/* Private to store/: the store handle, the prepared-statement table, and the helpers the store's
+ * files share (SQLite error translation, group insertion, the writer queue). */
+#ifndef GRPO_STORE_INT_H
+#define GRPO_STORE_INT_H
+
+#include "common/common_int.h"
+#include "grpo/store.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+
+/* Prepared statements, created on first use and kept for the store's life. */
+typedef enum {
+    ST_GROUP_INSERT,
+    ST_COMPLETION_INSERT,
+    ST_REWARD_INSERT,
+    ST_ADVANTAGE_INSERT,
+    ST_GROUP_EXISTS,
+    ST_LAST_STEP,
+    ST_PROMPT_INSERT,
+    ST_PROMPT_FIND,
+    ST_POLICY_UPSERT,
+    ST_BATCH_INSERT,
+    ST_BATCH_PUBLISH,
+    ST_BATCH_ACK,
+    ST_COUNT
+} store_stmt;
+
+/* One queued group: a deep copy in a single allocation. */
+typedef struct store_item {
+    struct store_item *next;
+    grpo_group_rec g;
+} store_item;
+
+struct grpo_store {
+    sqlite3 *db;
+    char *path;
+    grpo_store_opts opts;
+    int32_t version;
+    pthread_mutex_t mu; /* guards db and st[] */
+    sqlite3_stmt *st[ST_COUNT];
+
+    /* async writer */
+    int writer_started;
+    pthread_t writer;
+    pthread_mutex_t qmu;
+    pthread_cond_t q_nonempty, q_progress;
+    store_item *head, *tail;
+    int32_t queued; /* queued + being written */
+    int stop;
+    grpo_err werr; /* first writer error, sticky */
+    char werr_msg[512];
+};
+
+/* Translates a SQLite failure into a grpo_err with a message "store: PATH: WHAT: sqlite message".
+ * Call with s->mu held (the message is read from the connection). */
+grpo_err grpo_store__db_fail(grpo_store *s, int rc, const char *what);
+/* Runs SQL text with no results. */
+grpo_err grpo_store__exec(grpo_store *s, const char *sql, const char *what);
+/* Returns the prepared statement `which`, reset and with bindings cleared (s->mu held). */
+grpo_err grpo_store__stmt(grpo_store *s, store_stmt which, sqlite3_stmt **out);
+
+/* Inserts one group in the current transaction (s->mu held). */
+grpo_err grpo_store__insert_group(grpo_store *s, const grpo_group_rec *g);
+/* Validates a group record before it is queued or written. */
+grpo_err grpo_store__check_group(const grpo_group_rec *g);
+/* Deep copy of a group into one allocation (free() it). NULL on ENOMEM, with a message. */
+store_item *grpo_store__copy_group(const grpo_group_rec *g);
+
+/* Writer thread lifecycle (async mode). */
+grpo_err grpo_store__writer_start(grpo_store *s);
+void grpo_store__writer_stop(grpo_store *s);
+/* Returns the sticky writer error, re-raised on this thread, or GRPO_OK. */
+grpo_err grpo_store__writer_error(grpo_store *s);
+
+/* Registers SQL functions used by the stats queries (grpo_pass_at_k, sqrt if missing). */
+grpo_err grpo_store__register_functions(grpo_store *s);
+
+#endif

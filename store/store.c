@@ -204,16 +204,16 @@ configure(grpo_store *s)
     sqlite3_busy_timeout(s->db, s->opts.busy_timeout_ms > 0 ? s->opts.busy_timeout_ms : 5000);
     if ((err = grpo_store__exec(s, "PRAGMA foreign_keys = ON", "enabling foreign keys")) != GRPO_OK)
         return err;
+    if (!s->opts.read_only && sqlite3_db_readonly(s->db, "main") == 1)
+        return grpo__fail(GRPO_EPERM,
+                          "store: %s: the file is read-only (permission denied); open it "
+                          "read-only to read it",
+                          s->path);
     /* Reading forces the header to be parsed: "file is not a database" surfaces here. */
     if ((err = read_user_version(s, &s->version)) != GRPO_OK)
         return err;
     if (s->opts.read_only)
         return GRPO_OK;
-    if (sqlite3_db_readonly(s->db, "main") == 1)
-        return grpo__fail(GRPO_EPERM,
-                          "store: %s: the file is read-only (permission denied); open it "
-                          "read-only to read it",
-                          s->path);
     if ((err = grpo_store__exec(s, "PRAGMA journal_mode = WAL", "enabling WAL")) != GRPO_OK)
         return err;
     snprintf(sql, sizeof sql, "PRAGMA synchronous = %s", s->opts.sync_full ? "FULL" : "NORMAL");
@@ -225,6 +225,45 @@ configure(grpo_store *s)
             return err;
     }
     return GRPO_OK;
+}
+
+/* "file:" URI of path with the characters URIs reserve escaped, and a query. */
+static char *
+file_uri(const char *path, const char *query)
+{
+    size_t n = strlen(path);
+    char *u = malloc(3 * n + strlen(query) + 16), *p = u;
+    if (u == NULL)
+        return NULL;
+    p += sprintf(p, "file:");
+    for (const unsigned char *c = (const unsigned char *)path; *c; c++)
+        p += (*c == '%' || *c == '?' || *c == '#') ? sprintf(p, "%%%02X", *c)
+                                                    : sprintf(p, "%c", *c);
+    sprintf(p, "?%s", query);
+    return u;
+}
+
+static grpo_err
+open_db(grpo_store *s, int immutable)
+{
+    int flags = s->opts.read_only ? SQLITE_OPEN_READONLY
+                                  : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    char *uri = immutable ? file_uri(s->path, "immutable=1") : NULL;
+    if (immutable && uri == NULL)
+        return grpo__fail(GRPO_ENOMEM, "store: out of memory");
+    int rc = sqlite3_open_v2(immutable ? uri : s->path, &s->db,
+                             flags | SQLITE_OPEN_NOMUTEX | (immutable ? SQLITE_OPEN_URI : 0),
+                             NULL);
+    free(uri);
+    return rc != SQLITE_OK ? grpo_store__db_fail(s, rc, "opening") : configure(s);
+}
+
+static int
+needs_immutable(grpo_store *s)
+{
+    int x = s->db ? sqlite3_extended_errcode(s->db) : 0;
+    return x == SQLITE_READONLY_DIRECTORY || x == SQLITE_READONLY_CANTINIT ||
+           x == SQLITE_READONLY_RECOVERY || (x & 0xff) == SQLITE_CANTOPEN;
 }
 
 grpo_err
@@ -249,14 +288,14 @@ grpo_store_open(grpo_store **out, const char *path, const grpo_store_opts *opts)
         err = grpo__fail_errno(grpo__err_from_errno(errno), errno, "store: %s", path);
         goto done;
     }
-    int flags = s->opts.read_only ? SQLITE_OPEN_READONLY
-                                  : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    int rc = sqlite3_open_v2(path, &s->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        err = grpo_store__db_fail(s, rc, "opening");
-        goto done;
+    if ((err = open_db(s, 0)) != GRPO_OK && s->opts.read_only && needs_immutable(s)) {
+        /* A WAL database in a folder we cannot write: no -shm can be made, so no writer can be
+         * running either; read the file as immutable. */
+        sqlite3_close(s->db);
+        s->db = NULL;
+        err = open_db(s, 1);
     }
-    if ((err = configure(s)) != GRPO_OK || (err = migrate(s)) != GRPO_OK ||
+    if (err != GRPO_OK || (err = migrate(s)) != GRPO_OK ||
         (err = grpo_store__register_functions(s)) != GRPO_OK)
         goto done;
     if (s->opts.async && !s->opts.read_only)

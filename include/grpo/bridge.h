@@ -119,7 +119,7 @@ typedef struct grpo_overlong_opts {
     int32_t mask_truncated;/* zero the loss mask of truncated completions */
     int64_t max_len;       /* max completion tokens */
     int64_t buffer;        /* soft punishment buffer (DAPO: 4096 of 20480) */
-    double factor;         /* default 1.0 */
+    double factor;         /* 0 means 1.0 */
 } grpo_overlong_opts;
 
 /* Applies shaping to rewards (n, in place) and, with mask_truncated, sets seq_mask[i] = 0 for
@@ -167,7 +167,7 @@ typedef enum grpo_loss_agg {
     GRPO_AGG_TOKEN_MEAN = 0,            /* sum over all tokens / number of masked tokens */
     GRPO_AGG_SEQ_MEAN_TOKEN_MEAN = 1,   /* mean over sequences of the per-sequence token mean */
     GRPO_AGG_SEQ_MEAN_TOKEN_SUM = 2,    /* mean over sequences of the per-sequence token sum */
-    GRPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3/* sum of per-sequence token sums / norm_len */
+    GRPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3 /* SEQ_MEAN_TOKEN_SUM / norm_len (Dr. GRPO) */
 } grpo_loss_agg;
 
 typedef struct grpo_loss_opts {
@@ -178,8 +178,8 @@ typedef struct grpo_loss_opts {
     grpo_kl_kind kl_kind; /* estimator for the loss KL; default GRPO_KL_K3 */
     grpo_loss_agg agg;    /* default GRPO_AGG_TOKEN_MEAN */
     double norm_len;      /* SEQ_MEAN_TOKEN_SUM_NORM divisor (verl: the padded response
-                           * length; TRL dr_grpo: batch size * max_completion_length); 0 = the
-                           * longest sequence in the batch */
+                           * length; TRL dr_grpo: max_completion_length); 0 = the largest
+                           * number of masked tokens in one sequence of the batch */
     int32_t clamp_log_ratio; /* 1 (default): clamp logp - old_logp to +-20 before exp (verl) */
 } grpo_loss_opts;
 

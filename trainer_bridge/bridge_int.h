@@ -1,0 +1,101 @@
+/* Private declarations shared by the trainer_bridge/ files: offset checks, the safetensors header
+ * parser (batches and weight files) and the wire protocol of the NNG transport. */
+#ifndef GRPO_BRIDGE_INT_H
+#define GRPO_BRIDGE_INT_H
+
+#include "common/common_int.h"
+#include "grpo/bridge.h"
+
+grpo_err grpo_bridge__check_groups(const int64_t *offsets, size_t n_groups, size_t n,
+                                   const char *where);
+grpo_err grpo_bridge__check_offsets(const int64_t *off, size_t n_seq, const char *where);
+
+/* ---- safetensors ---------------------------------------------------------------------------- */
+
+typedef enum {
+    ST_BOOL, ST_U8, ST_I8, ST_I16, ST_U16, ST_F16, ST_BF16, ST_I32, ST_U32, ST_F32, ST_F64,
+    ST_I64, ST_U64, ST_F8_E4M3, ST_F8_E5M2, ST_N_DTYPES
+} st_dtype;
+
+#define ST_MAX_DIMS 8
+#define ST_MAX_NAME 256
+
+typedef struct {
+    char name[ST_MAX_NAME];
+    st_dtype dtype;
+    size_t ndim;
+    uint64_t shape[ST_MAX_DIMS];
+    uint64_t begin, end; /* byte range inside the data section */
+} st_tensor;
+
+typedef struct {
+    st_tensor *t;
+    size_t n;
+    char **meta_keys, **meta_vals; /* __metadata__ (string -> string) */
+    size_t n_meta;
+    uint64_t header_len;           /* JSON bytes */
+    uint64_t data_off;             /* 8 + header_len */
+    uint64_t data_len;
+} st_file;
+
+size_t grpo_bridge__st_dtype_size(st_dtype d);
+const char *grpo_bridge__st_dtype_name(st_dtype d);
+/* Parses and validates a header (json, json_len) for a data section of data_len bytes: dtypes,
+ * shapes, sizes, offsets in bounds, no overlap, no gap. */
+grpo_err grpo_bridge__st_parse_header(const char *json, size_t json_len, uint64_t data_len,
+                                      const char *where, st_file *out);
+/* Whole buffer: 8-byte length, header, data. */
+grpo_err grpo_bridge__st_parse(const void *bytes, size_t len, const char *where, st_file *out);
+void grpo_bridge__st_free(st_file *f);
+const st_tensor *grpo_bridge__st_find(const st_file *f, const char *name);
+const char *grpo_bridge__st_meta(const st_file *f, const char *key);
+
+/* ---- wire protocol (docs/bridge.md, "Protocol") ------------------------------------------------
+ * Every message starts with a 32-byte little-endian header:
+ *   0  "GRPB"     4  u8 protocol version (1)   5  u8 type   6  u16 flags (0)
+ *   8  i64 a      16 i64 b                     24 u32 json_len   28 u32 reserved (0)
+ * followed by json_len bytes of JSON (may be 0) and a binary payload (the rest). */
+#define GRPB_MAGIC "GRPB"
+#define GRPB_VERSION 1
+#define GRPB_HDR 32
+
+enum {
+    /* trainer -> publisher (requests) */
+    GRPB_HELLO = 1,  /* json {run_id?, consumer?}; resets nothing, answered READY */
+    GRPB_GET = 2,    /* payload: n_acks i64 ids then n_held i64 ids; a = n_acks, b = n_held */
+    GRPB_ACK = 3,    /* payload: a acks; answered OK */
+    GRPB_WEIGHTS = 4,/* a = version; json {path, sha256}; answered OK or ERROR */
+    GRPB_WCHUNK = 5, /* a = version, b = chunk index; json {n_chunks, bytes, sha256} on chunk 0
+                      * and json {n_chunks} after; payload = chunk bytes; answered OK/ERROR */
+    /* publisher -> trainer (replies) */
+    GRPB_READY = 65, /* json {run_id, window, schema, schema_version, weights_version} */
+    GRPB_BATCH = 66, /* a = batch id, b = policy version; payload = safetensors bytes */
+    GRPB_NONE = 67,  /* nothing to send yet (long poll expired); a = unacked count */
+    GRPB_END = 68,   /* the stream is finished and every batch acknowledged */
+    GRPB_OK = 69,
+    GRPB_ERROR = 70  /* json {error} */
+};
+
+typedef struct {
+    int type;
+    int64_t a, b;
+    const char *json; /* not NUL-terminated */
+    size_t json_len;
+    const uint8_t *payload;
+    size_t payload_len;
+} grpb_msg;
+
+/* Parses a received message (bounds-checked). */
+grpo_err grpo_bridge__msg_parse(const void *buf, size_t len, grpb_msg *m);
+/* Writes the 32-byte header into hdr. */
+void grpo_bridge__msg_header(uint8_t hdr[GRPB_HDR], int type, int64_t a, int64_t b,
+                             size_t json_len);
+
+/* Little-endian helpers. */
+void grpo_bridge__put_u64(uint8_t *p, uint64_t v);
+uint64_t grpo_bridge__get_u64(const uint8_t *p);
+
+/* Translates an NNG error code into GRPO_ENET (or ETIMEOUT) with a message. */
+grpo_err grpo_bridge__nng_fail(int rv, const char *what, const char *url);
+
+#endif

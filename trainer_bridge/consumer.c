@@ -1,0 +1,294 @@
+/* The trainer side of the transport in C (the Python package grpo_bridge is the same protocol):
+ * a REQ socket that pulls batches, carrying acknowledgements and held ids with every request,
+ * and pushes weight updates. Used by tests, `grpo bench bridge` and C trainers. */
+#include "trainer_bridge/bridge_int.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SLICE_MS 5000 /* a request unanswered this long is sent again (it is idempotent) */
+
+struct grpo_bridge_consumer {
+    nng_socket s;
+    char *url;
+    int64_t *acks, *held;
+    size_t nacks, capacks, nheld, capheld;
+};
+
+static grpo_err
+push_id(int64_t **v, size_t *n, size_t *cap, int64_t id)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 16;
+        int64_t *t = realloc(*v, c * sizeof *t);
+        if (t == NULL)
+            return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+        *v = t;
+        *cap = c;
+    }
+    (*v)[(*n)++] = id;
+    return GRPO_OK;
+}
+
+/* Sends one request and waits for its reply, resending every SLICE_MS until timeout_ms
+ * (-1 = forever). On success *rep is the reply (the caller frees it with nng_msg_free). */
+static grpo_err
+request(grpo_bridge_consumer *c, int type, int64_t a, int64_t b, const char *json,
+        const void *p1, size_t n1, const void *p2, size_t n2, int timeout_ms, nng_msg **rep)
+{
+    uint8_t hdr[GRPB_HDR];
+    size_t jl = json ? strlen(json) : 0;
+    double t0 = grpo_now();
+    grpo_bridge__msg_header(hdr, type, a, b, jl);
+    for (;;) {
+        nng_msg *m = NULL;
+        int rv = nng_msg_alloc(&m, 0);
+        if (rv == 0 && (rv = nng_msg_append(m, hdr, sizeof hdr)) == 0 &&
+            (!jl || (rv = nng_msg_append(m, json, jl)) == 0) &&
+            (!n1 || (rv = nng_msg_append(m, p1, n1)) == 0) &&
+            (!n2 || (rv = nng_msg_append(m, p2, n2)) == 0))
+            rv = nng_sendmsg(c->s, m, 0);
+        if (rv != 0) {
+            nng_msg_free(m);
+            return grpo_bridge__nng_fail(rv, "send", c->url);
+        }
+        int left = timeout_ms < 0 ? SLICE_MS : timeout_ms - (int)((grpo_now() - t0) * 1000);
+        nng_socket_set_ms(c->s, NNG_OPT_RECVTIMEO, left < SLICE_MS ? (left > 0 ? left : 1)
+                                                                   : SLICE_MS);
+        rv = nng_recvmsg(c->s, rep, 0);
+        if (rv == 0)
+            return GRPO_OK;
+        if (rv != NNG_ETIMEDOUT ||
+            (timeout_ms >= 0 && (grpo_now() - t0) * 1000 >= timeout_ms))
+            return grpo_bridge__nng_fail(rv, "waiting for the publisher", c->url);
+    }
+}
+
+static grpo_err
+check_reply(const grpo_bridge_consumer *c, nng_msg *rep, grpb_msg *m)
+{
+    grpo_err err = grpo_bridge__msg_parse(nng_msg_body(rep), nng_msg_len(rep), m);
+    if (err == GRPO_OK && m->type == GRPB_ERROR)
+        err = grpo__fail(GRPO_ESTATE, "bridge %s: publisher says: %.*s", c->url,
+                         (int)m->json_len, m->json);
+    return err;
+}
+
+grpo_err
+grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url,
+                            const char *expect_run_id, int timeout_ms)
+{
+    grpo_err err = GRPO_OK;
+    nng_msg *rep = NULL;
+    grpb_msg m;
+    int rv;
+    *out = NULL;
+    grpo_bridge_consumer *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->url = strdup(url)) == NULL) {
+        free(c);
+        return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+    }
+    if ((rv = nng_req0_open(&c->s)) != 0) {
+        err = grpo_bridge__nng_fail(rv, "open REQ socket", url);
+        goto done;
+    }
+    nng_socket_set_size(c->s, NNG_OPT_RECVMAXSZ, 0); /* batches have no fixed bound */
+    nng_socket_set_ms(c->s, NNG_OPT_REQ_RESENDTIME, SLICE_MS);
+    nng_socket_set_ms(c->s, NNG_OPT_RECONNMINT, 20);
+    nng_socket_set_ms(c->s, NNG_OPT_RECONNMAXT, 500);
+    if ((rv = nng_dial(c->s, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+        err = grpo_bridge__nng_fail(rv, "dial", url);
+        goto done;
+    }
+    cJSON *j = cJSON_CreateObject();
+    if (expect_run_id)
+        cJSON_AddStringToObject(j, "run_id", expect_run_id);
+    cJSON_AddStringToObject(j, "consumer", "c");
+    char *js = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    err = request(c, GRPB_HELLO, 0, 0, js, NULL, 0, NULL, 0, timeout_ms, &rep);
+    free(js);
+    if (err == GRPO_OK && (err = check_reply(c, rep, &m)) == GRPO_OK && m.type != GRPB_READY)
+        err = grpo__fail(GRPO_EFORMAT, "bridge %s: handshake answered with type %d", url, m.type);
+done:
+    if (rep)
+        nng_msg_free(rep);
+    if (err != GRPO_OK) {
+        grpo_bridge_consumer_destroy(c);
+        c = NULL;
+    }
+    *out = c;
+    return err;
+}
+
+void
+grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
+{
+    if (c == NULL)
+        return;
+    nng_close(c->s);
+    free(c->acks);
+    free(c->held);
+    free(c->url);
+    free(c);
+}
+
+static grpo_err
+ids_payload(const int64_t *ids, size_t n, uint8_t **out)
+{
+    *out = malloc(n * 8 + 1);
+    if (*out == NULL)
+        return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+    for (size_t i = 0; i < n; i++)
+        grpo_bridge__put_u64(*out + 8 * i, (uint64_t)ids[i]);
+    return GRPO_OK;
+}
+
+/* One GET: *rep holds the reply. Acks are cleared once the publisher has answered. */
+static grpo_err
+get_once(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
+{
+    uint8_t *pa = NULL, *ph = NULL;
+    grpo_err err;
+    if ((err = ids_payload(c->acks, c->nacks, &pa)) == GRPO_OK &&
+        (err = ids_payload(c->held, c->nheld, &ph)) == GRPO_OK &&
+        (err = request(c, GRPB_GET, (int64_t)c->nacks, (int64_t)c->nheld, NULL, pa, c->nacks * 8,
+                       ph, c->nheld * 8, timeout_ms, rep)) == GRPO_OK &&
+        (err = check_reply(c, *rep, m)) == GRPO_OK)
+        c->nacks = 0;
+    free(pa);
+    free(ph);
+    return err;
+}
+
+grpo_err
+grpo_bridge_consumer_next(grpo_bridge_consumer *c, void **bytes, size_t *len, int64_t *batch_id,
+                          int timeout_ms)
+{
+    double t0 = grpo_now();
+    *bytes = NULL;
+    *len = 0;
+    for (;;) {
+        nng_msg *rep = NULL;
+        grpb_msg m;
+        int left = timeout_ms < 0 ? -1 : timeout_ms - (int)((grpo_now() - t0) * 1000);
+        grpo_err err = get_once(c, left < 0 && timeout_ms >= 0 ? 0 : left, &rep, &m);
+        if (err != GRPO_OK) {
+            if (rep)
+                nng_msg_free(rep);
+            return err;
+        }
+        if (m.type == GRPB_BATCH) {
+            bool dup = false;
+            for (size_t i = 0; i < c->nheld; i++)
+                dup = dup || c->held[i] == m.a;
+            if (!dup && (err = push_id(&c->held, &c->nheld, &c->capheld, m.a)) != GRPO_OK) {
+                nng_msg_free(rep);
+                return err;
+            }
+            *bytes = malloc(m.payload_len ? m.payload_len : 1);
+            if (*bytes == NULL) {
+                nng_msg_free(rep);
+                return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+            }
+            memcpy(*bytes, m.payload, m.payload_len);
+            *len = m.payload_len;
+            *batch_id = m.a;
+            nng_msg_free(rep);
+            return GRPO_OK;
+        }
+        nng_msg_free(rep);
+        if (m.type == GRPB_END)
+            return grpo__fail(GRPO_ECANCELED, "bridge %s: the publisher ended the stream", c->url);
+        if (m.type != GRPB_NONE)
+            return grpo__fail(GRPO_EFORMAT, "bridge %s: unexpected reply type %d", c->url, m.type);
+        if (timeout_ms >= 0 && (grpo_now() - t0) * 1000 >= timeout_ms)
+            return grpo__fail(GRPO_ETIMEOUT, "bridge %s: no batch within %d ms", c->url,
+                              timeout_ms);
+    }
+}
+
+grpo_err
+grpo_bridge_consumer_ack(grpo_bridge_consumer *c, int64_t batch_id, int flush)
+{
+    grpo_err err;
+    for (size_t i = 0; i < c->nheld; i++)
+        if (c->held[i] == batch_id) {
+            c->held[i] = c->held[--c->nheld];
+            break;
+        }
+    if ((err = push_id(&c->acks, &c->nacks, &c->capacks, batch_id)) != GRPO_OK || !flush)
+        return err;
+    uint8_t *pa = NULL;
+    nng_msg *rep = NULL;
+    grpb_msg m;
+    if ((err = ids_payload(c->acks, c->nacks, &pa)) == GRPO_OK &&
+        (err = request(c, GRPB_ACK, (int64_t)c->nacks, 0, NULL, pa, c->nacks * 8, NULL, 0, -1,
+                       &rep)) == GRPO_OK &&
+        (err = check_reply(c, rep, &m)) == GRPO_OK)
+        c->nacks = 0;
+    free(pa);
+    if (rep)
+        nng_msg_free(rep);
+    return err;
+}
+
+static grpo_err
+simple(grpo_bridge_consumer *c, int type, int64_t a, int64_t b, const char *json,
+       const void *payload, size_t plen)
+{
+    nng_msg *rep = NULL;
+    grpb_msg m;
+    grpo_err err = request(c, type, a, b, json, payload, plen, NULL, 0, -1, &rep);
+    if (err == GRPO_OK && (err = check_reply(c, rep, &m)) == GRPO_OK && m.type != GRPB_OK)
+        err = grpo__fail(GRPO_EFORMAT, "bridge %s: unexpected reply type %d", c->url, m.type);
+    if (rep)
+        nng_msg_free(rep);
+    return err;
+}
+
+grpo_err
+grpo_bridge_consumer_send_weights_path(grpo_bridge_consumer *c, int64_t version, const char *path,
+                                       const char *sha256_hex)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "path", path);
+    cJSON_AddStringToObject(j, "sha256", sha256_hex);
+    char *js = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    grpo_err err = simple(c, GRPB_WEIGHTS, version, 0, js, NULL, 0);
+    free(js);
+    return err;
+}
+
+grpo_err
+grpo_bridge_consumer_send_weights_inline(grpo_bridge_consumer *c, int64_t version,
+                                         const char *path, size_t chunk_bytes)
+{
+    char *buf = NULL, hex[65];
+    size_t len = 0;
+    grpo_err err = grpo__read_file(path, 0, &buf, &len);
+    if (err != GRPO_OK)
+        return err;
+    grpo_sha256_hex(buf, len, hex);
+    if (chunk_bytes == 0)
+        chunk_bytes = (size_t)16 << 20;
+    size_t n = len ? (len + chunk_bytes - 1) / chunk_bytes : 1;
+    for (size_t i = 0; i < n && err == GRPO_OK; i++) {
+        size_t off = i * chunk_bytes, k = len - off < chunk_bytes ? len - off : chunk_bytes;
+        char js[256];
+        if (i == 0)
+            snprintf(js, sizeof js, "{\"n_chunks\":%zu,\"bytes\":%zu,\"sha256\":\"%s\"}", n, len,
+                     hex);
+        else
+            snprintf(js, sizeof js, "{\"n_chunks\":%zu}", n);
+        err = simple(c, GRPB_WCHUNK, version, (int64_t)i, js, buf + off, len ? k : 0);
+    }
+    free(buf);
+    return err;
+}

@@ -1,0 +1,747 @@
+/* The rollout side of the transport: a REP socket served by one thread. The trainer pulls
+ * (REQ): each GET carries its acknowledgements and the ids it still holds, and is answered with
+ * the first unacknowledged batch it does not hold, so a lost reply or a restarted trainer gets
+ * the batch again (at least once) and the publisher needs no per-connection state. */
+#include "trainer_bridge/bridge_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int64_t id, version;
+    void *bytes;
+    size_t len;
+    int sends;
+} entry;
+
+typedef struct {
+    int64_t version, n_chunks, next, bytes, written;
+    char sha[65], tmp[4096];
+    FILE *f;
+} wassembly;
+
+struct grpo_bridge_publisher {
+    nng_socket sock;
+    char *url, *run_id, *weights_dir;
+    grpo_bridge_opts o;
+    grpo_bridge_persist persist;
+    int has_persist;
+    pthread_t thr;
+    int thr_started;
+    pthread_mutex_t mu, pub_mu;
+    pthread_cond_t cv;
+    int stop, finished;
+    entry *q; /* unacknowledged batches in id order */
+    size_t nq, capq;
+    int64_t *acked; /* ids acknowledged during this process, sorted */
+    size_t nacked, capacked;
+    grpo_bridge_stats st;
+    grpo_weights_update latest;
+    int64_t polled_version, engine_version;
+    wassembly wa;
+};
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+static void
+deadline_after(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static ssize_t
+q_find(const grpo_bridge_publisher *p, int64_t id)
+{
+    for (size_t i = 0; i < p->nq; i++)
+        if (p->q[i].id == id)
+            return (ssize_t)i;
+    return -1;
+}
+
+static bool
+acked_has(const grpo_bridge_publisher *p, int64_t id)
+{
+    size_t lo = 0, hi = p->nacked;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->acked[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->nacked && p->acked[lo] == id;
+}
+
+static grpo_err
+acked_add(grpo_bridge_publisher *p, int64_t id)
+{
+    if (p->nacked == p->capacked) {
+        size_t cap = p->capacked ? 2 * p->capacked : 256;
+        int64_t *t = realloc(p->acked, cap * sizeof *t);
+        if (t == NULL)
+            return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+        p->acked = t;
+        p->capacked = cap;
+    }
+    size_t i = p->nacked++;
+    for (; i > 0 && p->acked[i - 1] > id; i--)
+        p->acked[i] = p->acked[i - 1];
+    p->acked[i] = id;
+    return GRPO_OK;
+}
+
+/* Inserts in id order (the common case, the largest id, is an append). Takes ownership of bytes. */
+static grpo_err
+q_insert(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len)
+{
+    if (p->nq == p->capq) {
+        size_t cap = p->capq ? 2 * p->capq : 16;
+        entry *t = realloc(p->q, cap * sizeof *t);
+        if (t == NULL)
+            return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+        p->q = t;
+        p->capq = cap;
+    }
+    size_t i = p->nq++;
+    for (; i > 0 && p->q[i - 1].id > id; i--)
+        p->q[i] = p->q[i - 1];
+    p->q[i] = (entry){id, version, bytes, len, 0};
+    return GRPO_OK;
+}
+
+/* ---- replies ----------------------------------------------------------------------------- */
+
+static void
+reply(grpo_bridge_publisher *p, int type, int64_t a, int64_t b, const char *json,
+      const void *payload, size_t plen)
+{
+    nng_msg *m = NULL;
+    uint8_t hdr[GRPB_HDR];
+    size_t jl = json ? strlen(json) : 0;
+    grpo_bridge__msg_header(hdr, type, a, b, jl);
+    if (nng_msg_alloc(&m, 0) != 0)
+        return;
+    if (nng_msg_append(m, hdr, sizeof hdr) != 0 || (jl && nng_msg_append(m, json, jl) != 0) ||
+        (plen && nng_msg_append(m, payload, plen) != 0) || nng_sendmsg(p->sock, m, 0) != 0)
+        nng_msg_free(m); /* a trainer that went away re-requests after its restart */
+}
+
+static void
+reply_error(grpo_bridge_publisher *p, const char *msg)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "error", msg);
+    char *s = cJSON_PrintUnformatted(j);
+    reply(p, GRPB_ERROR, 0, 0, s, NULL, 0);
+    free(s);
+    cJSON_Delete(j);
+}
+
+/* ---- request handlers ---------------------------------------------------------------------- */
+
+static void
+on_hello(grpo_bridge_publisher *p, const grpb_msg *m)
+{
+    cJSON *j = m->json_len ? cJSON_ParseWithLength(m->json, m->json_len) : NULL;
+    const cJSON *want = j ? cJSON_GetObjectItemCaseSensitive(j, "run_id") : NULL;
+    if (cJSON_IsString(want) && strcmp(want->valuestring, p->run_id) != 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "run id mismatch: publisher serves \"%.200s\", trainer wants "
+                                  "\"%.200s\"", p->run_id, want->valuestring);
+        cJSON_Delete(j);
+        reply_error(p, msg);
+        return;
+    }
+    cJSON_Delete(j);
+    pthread_mutex_lock(&p->mu);
+    p->st.handshakes++;
+    int64_t wv = p->latest.version;
+    pthread_mutex_unlock(&p->mu);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "run_id", p->run_id);
+    cJSON_AddNumberToObject(r, "window", p->o.window);
+    cJSON_AddStringToObject(r, "schema", GRPO_BATCH_SCHEMA);
+    cJSON_AddNumberToObject(r, "schema_version", GRPO_BATCH_SCHEMA_VERSION);
+    cJSON_AddNumberToObject(r, "weights_version", (double)wv);
+    char *s = cJSON_PrintUnformatted(r);
+    reply(p, GRPB_READY, 0, 0, s, NULL, 0);
+    free(s);
+    cJSON_Delete(r);
+}
+
+/* Called with mu held. */
+static void
+apply_ack(grpo_bridge_publisher *p, int64_t id)
+{
+    ssize_t i = q_find(p, id);
+    if (i < 0)
+        return; /* unknown or already acknowledged: idempotent */
+    if (p->has_persist && p->persist.ack(p->persist.ctx, id) != GRPO_OK)
+        grpo_log(GRPO_LOG_ERROR, "bridge: persisting ack of batch %" PRId64 ": %s", id,
+                 grpo_error_last());
+    free(p->q[i].bytes);
+    memmove(p->q + i, p->q + i + 1, (p->nq - (size_t)i - 1) * sizeof *p->q);
+    p->nq--;
+    acked_add(p, id);
+    p->st.acked++;
+    pthread_cond_broadcast(&p->cv);
+}
+
+static bool
+held(const int64_t *ids, size_t n, int64_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
+}
+
+static grpo_err
+read_ids(const grpb_msg *m, int64_t **acks, size_t *nacks, int64_t **holds, size_t *nholds)
+{
+    uint64_t na = (uint64_t)m->a, nh = (uint64_t)m->b;
+    if (na > m->payload_len / 8 || nh > m->payload_len / 8 || (na + nh) * 8 != m->payload_len)
+        return grpo__fail(GRPO_EFORMAT, "bridge: GET with %" PRIu64 " acks and %" PRIu64
+                                        " held ids in %zu payload bytes", na, nh, m->payload_len);
+    *acks = malloc((na + nh + 1) * sizeof **acks);
+    if (*acks == NULL)
+        return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+    for (uint64_t i = 0; i < na + nh; i++)
+        (*acks)[i] = (int64_t)grpo_bridge__get_u64(m->payload + 8 * i);
+    *nacks = (size_t)na;
+    *holds = *acks + na;
+    *nholds = (size_t)nh;
+    return GRPO_OK;
+}
+
+/* Called with mu held: index of the first queued batch the trainer does not hold, or -1. */
+static ssize_t
+pick(const grpo_bridge_publisher *p, const int64_t *holds, size_t nholds)
+{
+    for (size_t i = 0; i < p->nq; i++)
+        if (!held(holds, nholds, p->q[i].id))
+            return (ssize_t)i;
+    return -1;
+}
+
+static void
+on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
+{
+    int64_t *acks = NULL, *holds = NULL;
+    size_t na = 0, nh = 0;
+    if (read_ids(m, &acks, &na, &holds, &nh) != GRPO_OK) {
+        reply_error(p, grpo_error_last());
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < na; i++)
+        apply_ack(p, acks[i]);
+    if (ack_only) {
+        pthread_mutex_unlock(&p->mu);
+        free(acks);
+        reply(p, GRPB_OK, 0, 0, NULL, NULL, 0);
+        return;
+    }
+    struct timespec dl;
+    deadline_after(&dl, p->o.poll_ms);
+    ssize_t i;
+    while ((i = pick(p, holds, nh)) < 0 && !p->stop && !(p->finished && p->nq == 0))
+        if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT)
+            break;
+    if (i < 0) {
+        int type = p->finished && p->nq == 0 ? GRPB_END : GRPB_NONE;
+        int64_t n = (int64_t)p->nq;
+        pthread_mutex_unlock(&p->mu);
+        free(acks);
+        reply(p, type, n, 0, NULL, NULL, 0);
+        return;
+    }
+    /* Only this thread removes entries, so the bytes stay valid after unlocking. */
+    entry e = p->q[i];
+    p->q[i].sends++;
+    p->st.sent++;
+    if (e.sends > 0)
+        p->st.redelivered++;
+    pthread_mutex_unlock(&p->mu);
+    free(acks);
+    if (e.sends == 0 && p->has_persist && p->persist.mark_sent)
+        p->persist.mark_sent(p->persist.ctx, e.id);
+    reply(p, GRPB_BATCH, e.id, e.version, NULL, e.bytes, e.len);
+}
+
+static grpo_err
+accept_weights(grpo_bridge_publisher *p, int64_t version, const char *path, const char *sha)
+{
+    uint64_t bytes = 0;
+    grpo_err err = grpo_bridge_weights_verify(path, sha, &bytes);
+    if (err != GRPO_OK)
+        return err;
+    pthread_mutex_lock(&p->mu);
+    if (version > p->latest.version) {
+        p->latest.version = version;
+        snprintf(p->latest.path, sizeof p->latest.path, "%s", path);
+        snprintf(p->latest.sha256, sizeof p->latest.sha256, "%s", sha);
+        p->latest.bytes = bytes;
+        p->st.weights_version = version;
+    }
+    pthread_mutex_unlock(&p->mu);
+    grpo_log(GRPO_LOG_INFO, "bridge: weights version %" PRId64 " (%s, sha256 %.12s...)", version,
+             path, sha);
+    return GRPO_OK;
+}
+
+static void
+on_weights(grpo_bridge_publisher *p, const grpb_msg *m)
+{
+    cJSON *j = m->json_len ? cJSON_ParseWithLength(m->json, m->json_len) : NULL;
+    const cJSON *path = j ? cJSON_GetObjectItemCaseSensitive(j, "path") : NULL;
+    const cJSON *sha = j ? cJSON_GetObjectItemCaseSensitive(j, "sha256") : NULL;
+    grpo_err err;
+    if (!cJSON_IsString(path) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 ||
+        m->a < 0)
+        err = grpo__fail(GRPO_EFORMAT, "bridge: WEIGHTS needs a version >= 0 and JSON "
+                                       "{path, sha256 (64 hex)}");
+    else
+        err = accept_weights(p, m->a, path->valuestring, sha->valuestring);
+    cJSON_Delete(j);
+    if (err != GRPO_OK)
+        reply_error(p, grpo_error_last());
+    else
+        reply(p, GRPB_OK, m->a, 0, NULL, NULL, 0);
+}
+
+static void
+wa_reset(wassembly *w)
+{
+    if (w->f) {
+        fclose(w->f);
+        unlink(w->tmp);
+    }
+    memset(w, 0, sizeof *w);
+    w->version = -1;
+}
+
+static grpo_err
+chunk_start(grpo_bridge_publisher *p, const grpb_msg *m)
+{
+    wassembly *w = &p->wa;
+    cJSON *j = m->json_len ? cJSON_ParseWithLength(m->json, m->json_len) : NULL;
+    const cJSON *n = j ? cJSON_GetObjectItemCaseSensitive(j, "n_chunks") : NULL;
+    const cJSON *by = j ? cJSON_GetObjectItemCaseSensitive(j, "bytes") : NULL;
+    const cJSON *sha = j ? cJSON_GetObjectItemCaseSensitive(j, "sha256") : NULL;
+    grpo_err err = GRPO_OK;
+    wa_reset(w);
+    if (!cJSON_IsNumber(n) || !cJSON_IsNumber(by) || !cJSON_IsString(sha) ||
+        strlen(sha->valuestring) != 64 || n->valuedouble < 1 || by->valuedouble < 0 ||
+        by->valuedouble > (double)p->o.max_weights_bytes)
+        err = grpo__fail(GRPO_EFORMAT, "bridge: first weights chunk needs JSON {n_chunks >= 1, "
+                                       "bytes <= %llu, sha256}",
+                         (unsigned long long)p->o.max_weights_bytes);
+    if (err == GRPO_OK) {
+        w->version = m->a;
+        w->n_chunks = (int64_t)n->valuedouble;
+        w->bytes = (int64_t)by->valuedouble;
+        snprintf(w->sha, sizeof w->sha, "%s", sha->valuestring);
+        snprintf(w->tmp, sizeof w->tmp, "%s/.weights-v%" PRId64 ".partial", p->weights_dir,
+                 m->a);
+        if ((w->f = fopen(w->tmp, "wb")) == NULL)
+            err = grpo__fail_errno(grpo__err_from_errno(errno), errno, "bridge: %s", w->tmp);
+    }
+    cJSON_Delete(j);
+    return err;
+}
+
+static grpo_err
+chunk_finish(grpo_bridge_publisher *p)
+{
+    wassembly *w = &p->wa;
+    char final[4096];
+    int bad = fflush(w->f) != 0 || fsync(fileno(w->f)) != 0;
+    fclose(w->f);
+    w->f = NULL;
+    if (bad || w->written != w->bytes) {
+        unlink(w->tmp);
+        return grpo__fail(GRPO_EIO, "bridge: weights v%" PRId64 ": wrote %" PRId64 " of %" PRId64
+                                    " bytes", w->version, w->written, w->bytes);
+    }
+    snprintf(final, sizeof final, "%s/weights-v%" PRId64 ".safetensors", p->weights_dir,
+             w->version);
+    if (rename(w->tmp, final) != 0)
+        return grpo__fail_errno(GRPO_EIO, errno, "bridge: rename %s", w->tmp);
+    grpo_err err = accept_weights(p, w->version, final, w->sha);
+    if (err != GRPO_OK)
+        unlink(final);
+    return err;
+}
+
+static void
+on_chunk(grpo_bridge_publisher *p, const grpb_msg *m)
+{
+    wassembly *w = &p->wa;
+    grpo_err err = GRPO_OK;
+    if (p->weights_dir == NULL)
+        err = grpo__fail(GRPO_EUNSUPPORTED, "bridge: this publisher has no weights_dir, so it "
+                                            "refuses inline weights");
+    else if (m->b == 0 && !(w->version == m->a && w->next > 0))
+        err = chunk_start(p, m);
+    if (err == GRPO_OK && (w->version != m->a || m->b > w->next))
+        err = grpo__fail(GRPO_EFORMAT, "bridge: weights chunk %" PRId64 " of v%" PRId64
+                                       " out of order (expected %" PRId64 " of v%" PRId64 ")",
+                         m->b, m->a, w->next, w->version);
+    if (err == GRPO_OK && m->b == w->next) { /* a resent earlier chunk is acknowledged again */
+        if (w->written + (int64_t)m->payload_len > w->bytes ||
+            fwrite(m->payload, 1, m->payload_len, w->f) != m->payload_len)
+            err = grpo__fail(GRPO_EIO, "bridge: weights v%" PRId64 ": chunk %" PRId64
+                                       " overflows or cannot be written", w->version, m->b);
+        else {
+            w->written += (int64_t)m->payload_len;
+            if (++w->next == w->n_chunks)
+                err = chunk_finish(p);
+        }
+    }
+    if (err != GRPO_OK) {
+        reply_error(p, grpo_error_last());
+        wa_reset(w);
+        return;
+    }
+    reply(p, GRPB_OK, m->a, m->b, NULL, NULL, 0);
+}
+
+static void
+handle(grpo_bridge_publisher *p, const void *buf, size_t len)
+{
+    grpb_msg m;
+    if (grpo_bridge__msg_parse(buf, len, &m) != GRPO_OK) {
+        reply_error(p, grpo_error_last());
+        return;
+    }
+    switch (m.type) {
+    case GRPB_HELLO:
+        on_hello(p, &m);
+        break;
+    case GRPB_GET:
+        on_get(p, &m, 0);
+        break;
+    case GRPB_ACK:
+        on_get(p, &m, 1);
+        break;
+    case GRPB_WEIGHTS:
+        on_weights(p, &m);
+        break;
+    case GRPB_WCHUNK:
+        on_chunk(p, &m);
+        break;
+    default:
+        reply_error(p, "unknown request type");
+    }
+}
+
+static void *
+serve(void *arg)
+{
+    grpo_bridge_publisher *p = arg;
+    for (;;) {
+        nng_msg *m = NULL;
+        int rv = nng_recvmsg(p->sock, &m, 0);
+        if (rv == NNG_ETIMEDOUT)
+            continue;
+        if (rv != 0)
+            break; /* closed */
+        handle(p, nng_msg_body(m), nng_msg_len(m));
+        nng_msg_free(m);
+    }
+    return NULL;
+}
+
+/* ---- public API ----------------------------------------------------------------------------- */
+
+void
+grpo_bridge_opts_default(grpo_bridge_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->window = 4;
+    o->max_staleness = -1;
+    o->poll_ms = 200;
+    o->max_weights_bytes = (uint64_t)64 << 30;
+}
+
+static grpo_err
+resume_one(void *arg, int64_t id, const void *bytes, size_t len)
+{
+    grpo_bridge_publisher *p = arg;
+    int64_t bid = -1, ver = 0;
+    if (grpo_batch_peek(bytes, len, &bid, &ver, NULL, 0) != GRPO_OK || bid != id) {
+        grpo_log(GRPO_LOG_ERROR, "bridge: stored batch %" PRId64 " is unreadable; skipped: %s", id,
+                 grpo_error_last());
+        return GRPO_OK;
+    }
+    void *c = malloc(len ? len : 1);
+    if (c == NULL)
+        return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+    memcpy(c, bytes, len);
+    grpo_err err = q_insert(p, id, ver, c, len);
+    if (err != GRPO_OK)
+        free(c);
+    return err;
+}
+
+static grpo_err
+open_socket(grpo_bridge_publisher *p)
+{
+    int rv;
+    if ((rv = nng_rep0_open(&p->sock)) != 0)
+        return grpo_bridge__nng_fail(rv, "open REP socket", p->url);
+    nng_socket_set_ms(p->sock, NNG_OPT_RECVTIMEO, 100);
+    nng_socket_set_ms(p->sock, NNG_OPT_SENDTIMEO, 10000);
+    nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, (size_t)256 << 20); /* weight chunks */
+    if ((rv = nng_listen(p->sock, p->url, NULL, 0)) != 0)
+        return grpo_bridge__nng_fail(rv, "listen", p->url);
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_bridge_publisher_create(grpo_bridge_publisher **out, const char *url,
+                             const grpo_bridge_opts *opts)
+{
+    grpo_err err = GRPO_OK;
+    *out = NULL;
+    if (opts == NULL || opts->run_id == NULL || opts->run_id[0] == '\0' || opts->window < 1 ||
+        opts->poll_ms < 0)
+        return grpo__fail(GRPO_EINVAL, "bridge: opts need a run_id and window >= 1");
+    grpo_bridge_publisher *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+    p->o = *opts;
+    p->url = strdup(url);
+    p->run_id = strdup(opts->run_id);
+    p->weights_dir = opts->weights_dir ? strdup(opts->weights_dir) : NULL;
+    p->latest.version = -1;
+    p->polled_version = -1;
+    p->engine_version = -1;
+    p->st.weights_version = -1;
+    p->wa.version = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->pub_mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (!p->url || !p->run_id || (opts->weights_dir && !p->weights_dir)) {
+        err = grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+        goto done;
+    }
+    if (opts->persist) {
+        p->persist = *opts->persist;
+        p->has_persist = 1;
+        if ((err = p->persist.list_unacked(p->persist.ctx, resume_one, p)) != GRPO_OK)
+            goto done;
+        if (p->nq)
+            grpo_log(GRPO_LOG_INFO, "bridge: resuming %zu unacknowledged batches from %" PRId64,
+                     p->nq, p->q[0].id);
+    }
+    if ((err = open_socket(p)) != GRPO_OK)
+        goto done;
+    if (pthread_create(&p->thr, NULL, serve, p) != 0) {
+        err = grpo__fail(GRPO_ESYS, "bridge: cannot start the server thread");
+        goto done;
+    }
+    p->thr_started = 1;
+done:
+    if (err != GRPO_OK) {
+        grpo_bridge_publisher_destroy(p);
+        p = NULL;
+    }
+    *out = p;
+    return err;
+}
+
+void
+grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
+{
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    nng_close(p->sock); /* harmless on a socket never opened (id 0) */
+    if (p->thr_started)
+        pthread_join(p->thr, NULL);
+    wa_reset(&p->wa);
+    for (size_t i = 0; i < p->nq; i++)
+        free(p->q[i].bytes);
+    free(p->q);
+    free(p->acked);
+    free(p->url);
+    free(p->run_id);
+    free(p->weights_dir);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->pub_mu);
+    free(p);
+}
+
+/* Called with mu held. */
+static grpo_err
+check_stale(const grpo_bridge_publisher *p, int64_t id, int64_t version)
+{
+    int64_t newest = p->engine_version > p->latest.version ? p->engine_version : p->latest.version;
+    if (p->o.max_staleness >= 0 && newest - version > p->o.max_staleness)
+        return grpo__fail(GRPO_ESTATE, "bridge: batch %" PRId64 " has policy version %" PRId64
+                                       ", %" PRId64 " behind %" PRId64 " (max staleness %d)",
+                          id, version, newest - version, newest, p->o.max_staleness);
+    return GRPO_OK;
+}
+
+/* Called with mu held: waits for room in the window. */
+static grpo_err
+wait_room(grpo_bridge_publisher *p, int timeout_ms)
+{
+    struct timespec dl;
+    if (timeout_ms >= 0)
+        deadline_after(&dl, timeout_ms);
+    while (p->nq >= (size_t)p->o.window && !p->stop) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&p->cv, &p->mu);
+        else if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT)
+            return grpo__fail(GRPO_ETIMEOUT, "bridge: %zu batches unacknowledged (window %d) "
+                                             "after %d ms", p->nq, p->o.window, timeout_ms);
+    }
+    return p->stop ? grpo__fail(GRPO_ECANCELED, "bridge: publisher is closing") : GRPO_OK;
+}
+
+/* Takes ownership of bytes. */
+static grpo_err
+publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len,
+              int timeout_ms)
+{
+    grpo_err err = GRPO_OK;
+    pthread_mutex_lock(&p->pub_mu); /* one publish at a time keeps ids ordered */
+    pthread_mutex_lock(&p->mu);
+    bool dup = q_find(p, id) >= 0 || acked_has(p, id);
+    if (p->finished)
+        err = grpo__fail(GRPO_ESTATE, "bridge: publish after finish");
+    else if (!dup && (err = check_stale(p, id, version)) == GRPO_OK)
+        err = wait_room(p, timeout_ms);
+    pthread_mutex_unlock(&p->mu);
+    if (err == GRPO_OK && !dup && p->has_persist && p->persist.is_acked &&
+        p->persist.is_acked(p->persist.ctx, id))
+        dup = true;
+    if (err == GRPO_OK && !dup && p->has_persist)
+        err = p->persist.put(p->persist.ctx, id, bytes, len);
+    if (err == GRPO_OK && !dup) {
+        pthread_mutex_lock(&p->mu);
+        if ((err = q_insert(p, id, version, bytes, len)) == GRPO_OK) {
+            bytes = NULL;
+            p->st.published++;
+            pthread_cond_broadcast(&p->cv);
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->pub_mu);
+    free(bytes);
+    return err;
+}
+
+grpo_err
+grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_ms)
+{
+    void *bytes = NULL;
+    size_t len = 0;
+    grpo_err err = grpo_batch_encode(b, &bytes, &len);
+    if (err != GRPO_OK)
+        return err;
+    return publish_owned(p, b->batch_id, b->policy_version, bytes, len, timeout_ms);
+}
+
+grpo_err
+grpo_bridge_publish_bytes(grpo_bridge_publisher *p, const void *bytes, size_t len, int timeout_ms)
+{
+    int64_t id = -1, ver = 0;
+    char run[512];
+    grpo_err err = grpo_batch_peek(bytes, len, &id, &ver, run, sizeof run);
+    if (err != GRPO_OK)
+        return err;
+    if (strcmp(run, p->run_id) != 0)
+        return grpo__fail(GRPO_EINVAL, "bridge: batch %" PRId64 " belongs to run \"%s\", not "
+                                       "\"%s\"", id, run, p->run_id);
+    void *c = malloc(len ? len : 1);
+    if (c == NULL)
+        return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
+    memcpy(c, bytes, len);
+    return publish_owned(p, id, ver, c, len, timeout_ms);
+}
+
+grpo_err
+grpo_bridge_flush(grpo_bridge_publisher *p, int timeout_ms)
+{
+    struct timespec dl;
+    grpo_err err = GRPO_OK;
+    if (timeout_ms >= 0)
+        deadline_after(&dl, timeout_ms);
+    pthread_mutex_lock(&p->mu);
+    while (p->nq > 0 && !p->stop && err == GRPO_OK) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&p->cv, &p->mu);
+        else if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT)
+            err = grpo__fail(GRPO_ETIMEOUT, "bridge: %zu batches still unacknowledged after "
+                                            "%d ms", p->nq, timeout_ms);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return err;
+}
+
+grpo_err
+grpo_bridge_finish(grpo_bridge_publisher *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->finished = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return GRPO_OK;
+}
+
+void
+grpo_bridge_publisher_stats(grpo_bridge_publisher *p, grpo_bridge_stats *s)
+{
+    pthread_mutex_lock(&p->mu);
+    *s = p->st;
+    s->unacked = p->nq;
+    pthread_mutex_unlock(&p->mu);
+}
+
+int
+grpo_bridge_poll_weights(grpo_bridge_publisher *p, grpo_weights_update *u)
+{
+    int got = 0;
+    pthread_mutex_lock(&p->mu);
+    if (p->latest.version > p->polled_version) {
+        *u = p->latest;
+        p->polled_version = p->latest.version;
+        got = 1;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return got;
+}
+
+void
+grpo_bridge_set_policy_version(grpo_bridge_publisher *p, int64_t version)
+{
+    pthread_mutex_lock(&p->mu);
+    if (version > p->engine_version)
+        p->engine_version = version;
+    pthread_mutex_unlock(&p->mu);
+}

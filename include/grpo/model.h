@@ -34,6 +34,11 @@ typedef struct grpo_model_config {
     int32_t fp8;             /* bool: quantization_config fp8 e4m3 with block scales */
     int32_t fp8_block[2];    /* weight_block_size, e.g. {128, 128} */
     int32_t bos_token_id, eos_token_id;
+    /* Added by the inference core (issue 3): */
+    int32_t rope_interleave;   /* bool: adjacent-pair rotation (transformers' default for V3) */
+    float softmax_scale;       /* qk_head_dim^-0.5 * yarn mscale(mscale_all_dim)^2 when YaRN */
+    float rope_attn_factor;    /* transformers' YaRN attention_factor multiplying cos and sin */
+    int32_t n_moe_layers;      /* layers with a routed MoE (the rest are dense MLP) */
 } grpo_model_config;
 
 typedef struct grpo_model grpo_model;
@@ -49,8 +54,17 @@ typedef struct grpo_model_opts {
 grpo_err grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts);
 void grpo_model_destroy(grpo_model *m);
 const grpo_model_config *grpo_model_get_config(const grpo_model *m);
-/* sha256 over the weight files in name order (provenance). */
+/* sha256 over the weight files in name order (provenance). Computed on the first call (it reads
+ * every weight byte); NULL if a file cannot be read (grpo_error_last() says why). */
 const char *grpo_model_weights_sha256(const grpo_model *m);
+/* Parses a config.json text (no weights) into *cfg; `where` names it in messages. */
+grpo_err grpo_model_config_parse(grpo_model_config *cfg, const char *json, size_t len,
+                                 const char *where);
+/* True when the checkpoint's MTP module (layer num_hidden_layers) was found and loaded. */
+int grpo_model_has_mtp(const grpo_model *m);
+/* Bytes of weights the forward reads per token at batch 1 (dense layers + attention + the
+ * top-k routed and shared experts + lm_head), for bandwidth estimates. */
+double grpo_model_bytes_per_token(const grpo_model *m);
 
 /* Paged latent-KV pool: pages of GRPO_KV_PAGE tokens x layers x (kv_lora_rank + qk_rope_head_dim)
  * values, refcounted; a page shared by several sequences is copied on write. */
@@ -67,6 +81,8 @@ int32_t grpo_kv_seq_len(const grpo_kv *kv, int32_t seq);
 size_t grpo_kv_pages_total(const grpo_kv *kv);
 size_t grpo_kv_pages_used(const grpo_kv *kv);
 size_t grpo_kv_page_bytes(const grpo_kv *kv);
+/* The cache holds fp32 values for now: [normalized kv_lora latent | rotated rope key] per token
+ * per layer. */
 
 /* One forward over a ragged batch: item i appends n tokens to sequence seq at positions
  * pos0..pos0+n-1 (a prefill chunk or a single decode token; pos0 must equal the sequence's current

@@ -1,0 +1,33 @@
+/* Private declarations shared by the CPU backend's files. */
+#ifndef GRPO_KERNELS_CPU_INT_H
+#define GRPO_KERNELS_CPU_INT_H
+
+#include "kernels/kernels.h"
+
+/* Hot loops are compiled twice (AVX2+FMA and baseline) and picked once at load time by the CPU,
+ * so one binary is safe on any x86-64 CI machine. The choice depends only on the machine, never
+ * on the batch, so the determinism contract holds. Contraction to FMA is off for the whole
+ * backend (CMake) so that differently shaped loops round alike. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GRPO_NO_CLONES)
+#define GRPO_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define GRPO_CPU_CLONES
+#endif
+
+void grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y,
+                    int ldy);
+void grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,
+                          const grpo_kw *w, int wrs, int N, float *y, int ldy, int yhs);
+void grpo_cpu__gemm_t_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,
+                            const grpo_kw *w, int wrs, int K, float *y, int ldy, int yhs);
+void grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv,
+                         const float *q, const float *kvb, const float *const *pages, int page_len,
+                         int kr_stride, int kr_off, float scale, float *out);
+void grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
+                            const float *qr, const float *const *const *pages_of,
+                            const int32_t *len, int page_len, int row_stride, float scale,
+                            float *ol);
+/* Dot product with 8 interleaved lanes and a fixed tree: same bits for the same inputs. */
+float grpo_cpu__dot(const float *a, const float *b, int n);
+
+#endif

@@ -1,0 +1,148 @@
+/* CPU GEMMs over weights in their file dtype (F32/BF16/F16/FP8 with block scales), dequantized on
+ * the fly by tiles of NB weight rows x KB columns. Work is split over output columns (weight rows)
+ * only: every output element is reduced over K in the same order (8 interleaved lanes per KB block,
+ * a fixed tree, blocks added in order) whatever M and the thread count are. */
+#include "kernels/cpu/cpu_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NB 4   /* weight rows per tile */
+#define KB 256 /* columns per tile (a multiple of 8) */
+#define CB 64  /* output columns per gemm_t tile */
+
+/* y[m][0..nn) (+)= x[m][k0..k0+kb) . wt[j][0..kb) for every m. */
+GRPO_CPU_CLONES static void
+tile_dot(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
+         int first)
+{
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (size_t)m * (size_t)ldx;
+        float acc[NB][8];
+        memset(acc, 0, sizeof acc);
+        int k = 0;
+        for (; k + 8 <= kb; k += 8)
+            for (int j = 0; j < NB; j++)
+                for (int l = 0; l < 8; l++)
+                    acc[j][l] += xr[k + l] * wt[j * KB + k + l];
+        for (; k < kb; k++)
+            for (int j = 0; j < NB; j++)
+                acc[j][k & 7] += xr[k] * wt[j * KB + k];
+        float *yr = y + (size_t)m * (size_t)ldy;
+        for (int j = 0; j < nn; j++) {
+            float s = ((acc[j][0] + acc[j][1]) + (acc[j][2] + acc[j][3])) +
+                      ((acc[j][4] + acc[j][5]) + (acc[j][6] + acc[j][7]));
+            yr[j] = first ? s : yr[j] + s;
+        }
+    }
+}
+
+typedef struct {
+    int M, H, ldx, xhs, wrs, N, ldy, yhs, tiles;
+    const float *x;
+    const grpo_kw *w;
+    float *y;
+} gemm_ctx;
+
+static void
+gemm_range(void *vctx, size_t b, size_t e, int worker)
+{
+    (void)worker;
+    gemm_ctx *c = vctx;
+    float wt[NB * KB];
+    int K = c->w->cols;
+    for (size_t t = b; t < e; t++) {
+        int h = (int)(t / (size_t)c->tiles), n0 = (int)(t % (size_t)c->tiles) * NB;
+        int nn = c->N - n0 < NB ? c->N - n0 : NB;
+        if (nn < NB)
+            memset(wt, 0, sizeof wt);
+        for (int k0 = 0; k0 < K; k0 += KB) {
+            int kb = K - k0 < KB ? K - k0 : KB;
+            for (int j = 0; j < nn; j++)
+                grpo_kw_dequant_row(c->w, h * c->wrs + n0 + j, k0, kb, wt + j * KB);
+            tile_dot(c->M, c->x + (size_t)h * (size_t)c->xhs + (size_t)k0, c->ldx, wt, kb, nn,
+                     c->y + (size_t)h * (size_t)c->yhs + (size_t)n0, c->ldy, k0 == 0);
+        }
+    }
+}
+
+void
+grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,
+                     const grpo_kw *w, int wrs, int N, float *y, int ldy, int yhs)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    gemm_ctx c = {.M = M, .H = H, .ldx = ldx, .xhs = xhs, .wrs = wrs, .N = N, .ldy = ldy,
+                  .yhs = yhs, .tiles = (N + NB - 1) / NB, .x = x, .w = w, .y = y};
+    if (w->cols == 0) {
+        for (int m = 0; m < M; m++)
+            for (int h = 0; h < H; h++)
+                memset(y + (size_t)m * ldy + (size_t)h * yhs, 0, (size_t)N * 4);
+        return;
+    }
+    grpo_kernels_parallel_for(k, (size_t)H * (size_t)c.tiles, gemm_range, &c);
+}
+
+void
+grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
+{
+    grpo_cpu__gemm_heads(k, M, 1, x, ldx, 0, w, 0, w->rows, y, ldy, 0);
+}
+
+/* y[m][0..cb) = sum over d in order of x[m][d] * wt[d][0..cb). */
+GRPO_CPU_CLONES static void
+tile_axpy(int M, const float *x, int ldx, const float *wt, int K, int cb, float *y, int ldy)
+{
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (size_t)m * (size_t)ldx;
+        float acc[CB];
+        memset(acc, 0, sizeof acc);
+        for (int d = 0; d < K; d++) {
+            float xv = xr[d];
+            const float *wr = wt + (size_t)d * CB;
+            for (int c = 0; c < CB; c++)
+                acc[c] += xv * wr[c];
+        }
+        memcpy(y + (size_t)m * (size_t)ldy, acc, (size_t)cb * 4);
+    }
+}
+
+typedef struct {
+    int M, ldx, xhs, wrs, K, ldy, yhs, tiles;
+    const float *x;
+    const grpo_kw *w;
+    float *y;
+} gemmt_ctx;
+
+static void
+gemmt_range(void *vctx, size_t b, size_t e, int worker)
+{
+    (void)worker;
+    gemmt_ctx *c = vctx;
+    float *wt = malloc((size_t)c->K * CB * sizeof *wt);
+    if (wt == NULL)
+        abort(); /* a few KB; nothing sensible to do without them */
+    int N = c->w->cols;
+    for (size_t t = b; t < e; t++) {
+        int h = (int)(t / (size_t)c->tiles), c0 = (int)(t % (size_t)c->tiles) * CB;
+        int cb = N - c0 < CB ? N - c0 : CB;
+        if (cb < CB)
+            memset(wt, 0, (size_t)c->K * CB * sizeof *wt);
+        for (int d = 0; d < c->K; d++)
+            grpo_kw_dequant_row(c->w, h * c->wrs + d, c0, cb, wt + (size_t)d * CB);
+        tile_axpy(c->M, c->x + (size_t)h * (size_t)c->xhs, c->ldx, wt, c->K, cb,
+                  c->y + (size_t)h * (size_t)c->yhs + (size_t)c0, c->ldy);
+    }
+    free(wt);
+}
+
+void
+grpo_cpu__gemm_t_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,
+                       const grpo_kw *w, int wrs, int K, float *y, int ldy, int yhs)
+{
+    if (M <= 0 || w->cols <= 0)
+        return;
+    gemmt_ctx c = {.M = M, .ldx = ldx, .xhs = xhs, .wrs = wrs, .K = K, .ldy = ldy, .yhs = yhs,
+                   .tiles = (w->cols + CB - 1) / CB, .x = x, .w = w, .y = y};
+    grpo_kernels_parallel_for(k, (size_t)H * (size_t)c.tiles, gemmt_range, &c);
+}

@@ -1,0 +1,154 @@
+/* Backend-neutral helpers of the op table: dtype names and sizes, scalar conversions, weight views
+ * and the row dequantizer the CPU GEMMs and the embedding lookup share. */
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+size_t
+grpo_dtype_size(grpo_dtype dt)
+{
+    switch (dt) {
+    case GRPO_DT_F32: return 4;
+    case GRPO_DT_BF16:
+    case GRPO_DT_F16: return 2;
+    case GRPO_DT_F8E4M3: return 1;
+    }
+    return 0;
+}
+
+const char *
+grpo_dtype_name(grpo_dtype dt)
+{
+    switch (dt) {
+    case GRPO_DT_F32: return "F32";
+    case GRPO_DT_BF16: return "BF16";
+    case GRPO_DT_F16: return "F16";
+    case GRPO_DT_F8E4M3: return "F8_E4M3";
+    }
+    return "?";
+}
+
+float
+grpo_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t
+grpo_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float
+grpo_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do {
+                man <<= 1;
+                e++;
+            } while ((man & 0x400) == 0);
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* E4M3 "fn" (as torch.float8_e4m3fn and the DeepSeek checkpoints): bias 7, no infinities,
+ * S.1111.111 is NaN, max 448. */
+float
+grpo_e4m3_to_f32(uint8_t b)
+{
+    int sign = b >> 7, exp = (b >> 3) & 0xf, man = b & 7;
+    float v;
+    if (exp == 0xf && man == 7)
+        return NAN;
+    if (exp == 0)
+        v = ldexpf((float)man, -9); /* subnormal: man/8 * 2^-6 */
+    else
+        v = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
+    return sign ? -v : v;
+}
+
+static float e4m3_lut[256];
+static int e4m3_ready;
+
+static void
+lut_init(void)
+{
+    if (__atomic_load_n(&e4m3_ready, __ATOMIC_ACQUIRE))
+        return;
+    for (int i = 0; i < 256; i++)
+        e4m3_lut[i] = grpo_e4m3_to_f32((uint8_t)i);
+    __atomic_store_n(&e4m3_ready, 1, __ATOMIC_RELEASE);
+}
+
+grpo_kw
+grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n)
+{
+    grpo_kw v = *w;
+    v.data = (const char *)w->data + (size_t)r0 * (size_t)w->cols * grpo_dtype_size(w->dt);
+    v.rows = n;
+    v.row0 = w->row0 + r0;
+    return v;
+}
+
+void
+grpo_kw_dequant_row(const grpo_kw *w, int32_t r, int32_t c0, int32_t n, float *out)
+{
+    size_t base = (size_t)r * (size_t)w->cols + (size_t)c0;
+    switch (w->dt) {
+    case GRPO_DT_F32:
+        memcpy(out, (const float *)w->data + base, (size_t)n * 4);
+        break;
+    case GRPO_DT_BF16: {
+        const uint16_t *s = (const uint16_t *)w->data + base;
+        for (int32_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)s[i] << 16;
+            memcpy(&out[i], &u, 4);
+        }
+        break;
+    }
+    case GRPO_DT_F16: {
+        const uint16_t *s = (const uint16_t *)w->data + base;
+        for (int32_t i = 0; i < n; i++)
+            out[i] = grpo_f16_to_f32(s[i]);
+        break;
+    }
+    case GRPO_DT_F8E4M3: {
+        lut_init();
+        const uint8_t *s = (const uint8_t *)w->data + base;
+        const float *srow = w->scale + (size_t)((w->row0 + r) / w->br) * (size_t)w->scale_cols;
+        int32_t i = 0;
+        while (i < n) {
+            int32_t c = c0 + i, blk = c / w->bc, end = (blk + 1) * w->bc - c0;
+            if (end > n)
+                end = n;
+            float sc = srow[blk];
+            for (; i < end; i++)
+                out[i] = e4m3_lut[s[i]] * sc;
+        }
+        break;
+    }
+    }
+}

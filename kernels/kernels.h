@@ -1,0 +1,111 @@
+/* kernels/kernels.h: the backend-neutral op table the model forward calls. One table per backend:
+ * the CPU one (kernels/cpu/, always built) and the CUDA one (kernels/cuda/, when built).
+ *
+ * Activations are fp32 (row-major, explicit leading dimensions in floats). Weights stay in their
+ * file dtype and are dequantized on the fly by tiles inside the GEMMs.
+ *
+ * Determinism contract: every op computes each output element with a reduction order that depends
+ * only on the shapes of that element's inputs, never on M (the number of rows in the batch) nor on
+ * the thread count. Work is split over output rows/columns, never over the reduction axis. */
+#ifndef GRPO_KERNELS_H
+#define GRPO_KERNELS_H
+
+#include "grpo/common.h"
+
+typedef enum grpo_dtype {
+    GRPO_DT_F32 = 0,
+    GRPO_DT_BF16 = 1,
+    GRPO_DT_F16 = 2,
+    GRPO_DT_F8E4M3 = 3
+} grpo_dtype;
+
+size_t grpo_dtype_size(grpo_dtype dt);
+const char *grpo_dtype_name(grpo_dtype dt);
+
+/* A weight matrix (rows = output features, cols = input features), row-major in its file dtype.
+ * FP8 weights carry a (ceil(R/br), ceil(C/bc)) F32 grid `scale` (the checkpoint's weight_scale_inv:
+ * value = fp8 * scale), where R is the full matrix's row count. A view of rows [row0, row0+rows) of
+ * a bigger matrix keeps `scale` pointing at the full grid and `data` at its first row. */
+typedef struct grpo_kw {
+    const void *data;
+    grpo_dtype dt;
+    int32_t rows, cols;
+    const float *scale; /* FP8 only */
+    int32_t br, bc, scale_cols;
+    int32_t row0;
+} grpo_kw;
+
+/* Rows [r0, r0+n) of w as a view. */
+grpo_kw grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n);
+/* Dequantizes w[r][c0 .. c0+n) into out (n floats). */
+void grpo_kw_dequant_row(const grpo_kw *w, int32_t r, int32_t c0, int32_t n, float *out);
+
+typedef struct grpo_kernels grpo_kernels;
+struct grpo_kernels {
+    const char *name;
+    void *impl; /* backend state */
+    int n_threads;
+
+    /* y(M, N) = x(M, K) . W^T with W (N, K) = (w->rows, w->cols). */
+    void (*gemm)(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y,
+                 int ldy);
+    /* Per head h < H: y[m, h*yhs + n] = sum_k x[m, h*xhs + k] . W[h*wrs + n][k], n < N, k < w->cols
+     * (e.g. W_UV applied to each head's attention output). */
+    void (*gemm_heads)(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,
+                       const grpo_kw *w, int wrs, int N, float *y, int ldy, int yhs);
+    /* Per head h < H: y[m, h*yhs + c] = sum_d x[m, h*xhs + d] . W[h*wrs + d][c], d < K,
+     * c < w->cols (W_UK absorbed into the query). */
+    void (*gemm_t_heads)(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,
+                         const grpo_kw *w, int wrs, int K, float *y, int ldy, int yhs);
+    /* y(M, n) = x / rms(x) * weight, rms over n with eps; y may alias x. */
+    void (*rmsnorm)(grpo_kernels *k, int M, const float *x, int ldx, const float *weight, int n,
+                    float eps, float *y, int ldy);
+    /* Rotates, in place, n_heads vectors of `dim` floats per row (row stride ld, head stride hs)
+     * at position pos[row]: pairs (2i, 2i+1) when interleave, else (i, i + dim/2), by angle
+     * pos * inv_freq[i]; cos and sin are multiplied by mscale (transformers' attention_factor). */
+    void (*rope)(grpo_kernels *k, int M, float *x, int ld, int n_heads, int hs, int dim,
+                 const int32_t *pos, const float *inv_freq, float mscale, int interleave);
+    /* y(M, n) = silu(g) * u. */
+    void (*silu_mul)(grpo_kernels *k, int M, int n, const float *g, int ldg, const float *u,
+                     int ldu, float *y, int ldy);
+    /* out[t] = embedding row tokens[t] dequantized (M rows of w->cols floats). */
+    void (*embed)(grpo_kernels *k, int M, const int32_t *tokens, const grpo_kw *w, float *y,
+                  int ldy);
+    /* DeepSeek-V3 router on fp32 logits (M, E): sigmoid, + bias for selection only, groups scored
+     * by the sum of their top-2, topk_group groups kept (others -inf, as DeepSeek's reference),
+     * top_k experts; weights = unbiased sigmoid, divided by their sum when norm, times scale.
+     * idx (M, top_k) ascending expert order, wts (M, top_k). */
+    void (*router)(grpo_kernels *k, int M, const float *logits, int E, const float *bias,
+                   int n_group, int topk_group, int top_k, int norm, float scale, int32_t *idx,
+                   float *wts);
+    /* MLA, naive form, for one sequence chunk: queries at positions pos0 .. pos0+n-1 attend
+     * causally to keys 0 .. pos0+n-1.
+     *   q (n, H, dn+dr) rope part rotated; kvb (L, H, dn+dv) = k_nope | v per position;
+     *   kr(j) = rope key of position j: page[j / page_len] + (j % page_len) * kr_stride;
+     *   out (n, H, dv). */
+    void (*mla_naive)(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv,
+                      const float *q, const float *kvb, const float *const *pages, int page_len,
+                      int kr_stride, int kr_off, float scale, float *out);
+    /* MLA, absorbed form, for B single-token queries. Query b attends to positions 0 .. len[b]-1
+     * of its cache rows ([latent (dc) | rope key (dr)] at page[j / page_len] + (j % page_len) *
+     * row_stride, pages = pages_of[b]):
+     *   ql (B, H, dc) absorbed nope query; qr (B, H, dr) rotated rope query; ol (B, H, dc). */
+    void (*mla_absorbed)(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
+                         const float *qr, const float *const *const *pages_of, const int32_t *len,
+                         int page_len, int row_stride, float scale, float *ol);
+};
+
+/* The CPU backend with its own thread pool (n_threads <= 0: all CPUs). */
+grpo_err grpo_kernels_cpu_create(grpo_kernels **out, int n_threads);
+void grpo_kernels_destroy(grpo_kernels *k);
+
+/* Runs fn over [0, n) on the backend's threads (CPU backend only; deterministic chunking). */
+void grpo_kernels_parallel_for(grpo_kernels *k, size_t n, grpo_pool_fn fn, void *ctx);
+
+/* Scalar conversions shared by the backends and tests. */
+float grpo_bf16_to_f32(uint16_t h);
+float grpo_f16_to_f32(uint16_t h);
+float grpo_e4m3_to_f32(uint8_t b);
+uint16_t grpo_f32_to_bf16(float f); /* round to nearest even */
+
+#endif

@@ -1,0 +1,385 @@
+/* The DeepSeek-V3 forward over a ragged batch: embedding, per layer RMSNorm + MLA (naive form for
+ * prefill chunks, absorbed form for single decode tokens, both over the paged latent cache) +
+ * dense MLP or MoE, then the final norm and lm_head. fp32 activations; every op goes through the
+ * kernel table. Each row's result depends only on its own item (tokens, positions, cache), never
+ * on the other items of the batch nor on the thread count. */
+#include "rollout/model/model_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int T, B;          /* tokens in the batch; decode items */
+    int32_t *pos, *tok;
+    int32_t *dec;      /* items with n == 1, in item order */
+    float *h, *x, *q, *qa, *kva, *ao, *tmp, *acc;
+    float *g, *u;      /* (T, max intermediate) */
+    float *rl, *rw;    /* router logits (T, E), weights (T, k) */
+    int32_t *ri;       /* router expert ids (T, k) */
+    int32_t *etok;     /* token list of one expert */
+    float *ew;         /* and their weights */
+    float *qd, *ql, *qr, *ol, *od; /* decode batch */
+    const float ***pages_of;
+    const float **page_ptrs;       /* B * max pages */
+    int32_t *lens;
+    int max_pages;
+} scratch;
+
+static void
+scratch_free(scratch *s)
+{
+    void *v[] = {s->pos, s->tok, s->dec, s->h, s->x, s->q, s->qa, s->kva, s->ao, s->tmp, s->acc,
+                 s->g, s->u, s->rl, s->rw, s->ri, s->etok, s->ew, s->qd, s->ql, s->qr, s->ol,
+                 s->od, (void *)s->pages_of, (void *)s->page_ptrs, s->lens};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        free(v[i]);
+}
+
+static float *
+fl(size_t n)
+{
+    return malloc((n > 0 ? n : 1) * sizeof(float));
+}
+
+static grpo_err
+scratch_init(scratch *s, const grpo_model_config *c, const grpo_kv *kv,
+             const grpo_fwd_item *items, int n_items)
+{
+    memset(s, 0, sizeof *s);
+    size_t T = 0;
+    for (int i = 0; i < n_items; i++) {
+        T += (size_t)items[i].n;
+        if (items[i].n == 1)
+            s->B++;
+        int32_t np = (items[i].pos0 + items[i].n + GRPO_KV_PAGE - 1) / GRPO_KV_PAGE;
+        s->max_pages = np > s->max_pages ? np : s->max_pages;
+    }
+    s->T = (int)T;
+    size_t H = (size_t)c->hidden_size, nh = (size_t)c->num_attention_heads;
+    size_t qk = (size_t)(c->qk_nope_head_dim + c->qk_rope_head_dim), dc = (size_t)c->kv_lora_rank;
+    size_t dr = (size_t)c->qk_rope_head_dim, dv = (size_t)c->v_head_dim;
+    size_t I = (size_t)c->intermediate_size;
+    size_t mi = (size_t)c->moe_intermediate_size * (size_t)(c->n_shared_experts > 1 ? c->n_shared_experts : 1);
+    I = mi > I ? mi : I;
+    size_t E = (size_t)(c->n_routed_experts > 0 ? c->n_routed_experts : 1);
+    size_t K = (size_t)(c->num_experts_per_tok > 0 ? c->num_experts_per_tok : 1);
+    size_t B = (size_t)s->B;
+    s->pos = malloc(T * sizeof *s->pos);
+    s->tok = malloc(T * sizeof *s->tok);
+    s->dec = malloc((B + 1) * sizeof *s->dec);
+    s->h = fl(T * H);
+    s->x = fl(T * H);
+    s->q = fl(T * nh * qk);
+    s->qa = fl(T * (size_t)(c->q_lora_rank > 0 ? c->q_lora_rank : 1));
+    s->kva = fl(T * (dc + dr));
+    s->ao = fl(T * nh * dv);
+    s->tmp = fl(T * H);
+    s->acc = fl(T * H);
+    s->g = fl(T * I);
+    s->u = fl(T * I);
+    s->rl = fl(T * E);
+    s->rw = fl(T * K);
+    s->ri = malloc(T * K * sizeof *s->ri);
+    s->etok = malloc(T * sizeof *s->etok);
+    s->ew = fl(T);
+    s->qd = fl(B * nh * qk);
+    s->ql = fl(B * nh * dc);
+    s->qr = fl(B * nh * dr);
+    s->ol = fl(B * nh * dc);
+    s->od = fl(B * nh * dv);
+    s->pages_of = malloc((B + 1) * sizeof *s->pages_of);
+    s->page_ptrs = malloc(((B > 0 ? B : 1) * (size_t)s->max_pages + 1) * sizeof *s->page_ptrs);
+    s->lens = malloc((B + 1) * sizeof *s->lens);
+    (void)kv;
+    if (!s->pos || !s->tok || !s->dec || !s->h || !s->x || !s->q || !s->qa || !s->kva || !s->ao ||
+        !s->tmp || !s->acc || !s->g || !s->u || !s->rl || !s->rw || !s->ri || !s->etok ||
+        !s->ew || !s->qd || !s->ql || !s->qr || !s->ol || !s->od || !s->pages_of ||
+        !s->page_ptrs || !s->lens) {
+        scratch_free(s);
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory for a batch of %zu tokens", T);
+    }
+    return GRPO_OK;
+}
+
+static grpo_err
+check_items(const grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items)
+{
+    const grpo_model_config *c = &m->cfg;
+    if (kv->n_layers != c->num_hidden_layers || kv->row != c->kv_lora_rank + c->qk_rope_head_dim)
+        return grpo__fail(GRPO_EINVAL, "model: the KV pool was made for another model config");
+    size_t need = 0;
+    for (int i = 0; i < n_items; i++) {
+        const grpo_fwd_item *it = &items[i];
+        int32_t len = grpo_kv_seq_len(kv, it->seq);
+        if (len < 0)
+            return grpo__fail(GRPO_EINVAL, "model: item %d: unknown sequence %d", i, it->seq);
+        if (it->n < 1 || it->tokens == NULL)
+            return grpo__fail(GRPO_EINVAL, "model: item %d: needs n >= 1 tokens", i);
+        if (it->pos0 != len)
+            return grpo__fail(GRPO_EINVAL, "model: item %d: pos0 %d but sequence %d holds %d "
+                              "tokens", i, it->pos0, it->seq, len);
+        if ((int64_t)it->pos0 + it->n > INT32_MAX / 2)
+            return grpo__fail(GRPO_EINVAL, "model: item %d: position overflow", i);
+        for (int j = 0; j < i; j++)
+            if (items[j].seq == it->seq)
+                return grpo__fail(GRPO_EINVAL, "model: items %d and %d both extend sequence %d",
+                                  j, i, it->seq);
+        for (int32_t t = 0; t < it->n; t++)
+            if (it->tokens[t] < 0 || it->tokens[t] >= c->vocab_size)
+                return grpo__fail(GRPO_EINVAL, "model: item %d: token %d is %d; vocab is %d", i,
+                                  t, it->tokens[t], c->vocab_size);
+        need += grpo_kv__pages_needed(kv, it->seq, it->pos0, it->n);
+    }
+    if (need > kv->n_free)
+        return grpo__fail(GRPO_EFULL, "kv: the batch needs %zu pages; %zu of %zu are free", need,
+                          kv->n_free, kv->n_pages);
+    return GRPO_OK;
+}
+
+static void
+add_rows(float *h, const float *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h[i] += d[i];
+}
+
+/* Per-sequence page pointers for one layer. */
+static void
+seq_pages(const grpo_kv *kv, int32_t seq, int layer, const float **out)
+{
+    const grpo_kv_seq *s = &kv->seqs[seq];
+    for (int32_t p = 0; p < s->n_pages; p++)
+        out[p] = grpo_kv__page(kv, s->pages[p], layer);
+}
+
+/* Naive MLA for one prefill chunk: expands the cached latents to per-head keys and values. */
+static grpo_err
+attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
+           const grpo_fwd_item *it, int t0, scratch *s)
+{
+    const grpo_model_config *c = &m->cfg;
+    int nh = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
+    int dv = c->v_head_dim, dc = c->kv_lora_rank, qk = dn + dr, L = it->pos0 + it->n;
+    float *lat = fl((size_t)L * dc), *kvb = fl((size_t)L * nh * (dn + dv));
+    const float **pp = malloc((size_t)(L / GRPO_KV_PAGE + 1) * sizeof *pp);
+    if (lat == NULL || kvb == NULL || pp == NULL) {
+        free(lat);
+        free(kvb);
+        free(pp);
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory for a %d-token chunk", L);
+    }
+    seq_pages(kv, it->seq, layer, pp);
+    for (int j = 0; j < L; j++)
+        memcpy(lat + (size_t)j * dc, pp[j / GRPO_KV_PAGE] + (size_t)(j % GRPO_KV_PAGE) * kv->row,
+               (size_t)dc * sizeof(float));
+    m->k->gemm(m->k, L, lat, dc, &l->kv_b, kvb, nh * (dn + dv));
+    m->k->mla_naive(m->k, it->n, it->pos0, nh, dn, dr, dv, s->q + (size_t)t0 * nh * qk, kvb,
+                    (const float *const *)pp, GRPO_KV_PAGE, kv->row, dc, c->softmax_scale,
+                    s->ao + (size_t)t0 * nh * dv);
+    free(pp);
+    free(kvb);
+    free(lat);
+    return GRPO_OK;
+}
+
+/* Absorbed MLA for every single-token item at once: W_UK folded into the query, W_UV applied to
+ * the latent-space output. */
+static void
+attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
+              const grpo_fwd_item *items, const int32_t *t0_of, scratch *s)
+{
+    const grpo_model_config *c = &m->cfg;
+    int nh = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
+    int dv = c->v_head_dim, dc = c->kv_lora_rank, qk = dn + dr, B = s->B;
+    for (int b = 0; b < B; b++) {
+        const grpo_fwd_item *it = &items[s->dec[b]];
+        int t = t0_of[s->dec[b]];
+        memcpy(s->qd + (size_t)b * nh * qk, s->q + (size_t)t * nh * qk,
+               (size_t)nh * qk * sizeof(float));
+        for (int h = 0; h < nh; h++)
+            memcpy(s->qr + ((size_t)b * nh + h) * dr, s->qd + ((size_t)b * nh + h) * qk + dn,
+                   (size_t)dr * sizeof(float));
+        const float **pp = s->page_ptrs + (size_t)b * s->max_pages;
+        seq_pages(kv, it->seq, layer, pp);
+        s->pages_of[b] = pp;
+        s->lens[b] = it->pos0 + 1;
+    }
+    m->k->gemm_t_heads(m->k, B, nh, s->qd, nh * qk, qk, &l->kv_b, dn + dv, dn, s->ql, nh * dc, dc);
+    m->k->mla_absorbed(m->k, B, nh, dc, dr, s->ql, s->qr, (const float *const *const *)s->pages_of,
+                       s->lens, GRPO_KV_PAGE, kv->row, c->softmax_scale, s->ol);
+    grpo_kw wuv = grpo_kw_rows(&l->kv_b, dn, l->kv_b.rows - dn);
+    m->k->gemm_heads(m->k, B, nh, s->ol, nh * dc, dc, &wuv, dn + dv, dv, s->od, nh * dv, dv);
+    for (int b = 0; b < B; b++)
+        memcpy(s->ao + (size_t)t0_of[s->dec[b]] * nh * dv, s->od + (size_t)b * nh * dv,
+               (size_t)nh * dv * sizeof(float));
+}
+
+static grpo_err
+attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
+          const grpo_fwd_item *items, int n_items, const int32_t *t0_of, scratch *s)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_kernels *k = m->k;
+    int T = s->T, H = c->hidden_size, nh = c->num_attention_heads;
+    int dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim, dc = c->kv_lora_rank;
+    int qk = dn + dr, row = dc + dr;
+    k->rmsnorm(k, T, s->h, H, l->attn_norm, H, c->rms_norm_eps, s->x, H);
+    if (c->q_lora_rank > 0) {
+        k->gemm(k, T, s->x, H, &l->q_a, s->qa, c->q_lora_rank);
+        k->rmsnorm(k, T, s->qa, c->q_lora_rank, l->q_a_norm, c->q_lora_rank, c->rms_norm_eps,
+                   s->qa, c->q_lora_rank);
+        k->gemm(k, T, s->qa, c->q_lora_rank, &l->q_b, s->q, nh * qk);
+    } else {
+        k->gemm(k, T, s->x, H, &l->q_proj, s->q, nh * qk);
+    }
+    k->gemm(k, T, s->x, H, &l->kv_a, s->kva, row);
+    k->rmsnorm(k, T, s->kva, row, l->kv_a_norm, dc, c->rms_norm_eps, s->kva, row);
+    k->rope(k, T, s->kva + dc, row, 1, 0, dr, s->pos, m->inv_freq, c->rope_attn_factor,
+            c->rope_interleave);
+    k->rope(k, T, s->q + dn, nh * qk, nh, qk, dr, s->pos, m->inv_freq, c->rope_attn_factor,
+            c->rope_interleave);
+    for (int i = 0; i < n_items; i++) { /* append [latent | rope key] to the cache */
+        const grpo_kv_seq *sq = &kv->seqs[items[i].seq];
+        for (int j = 0; j < items[i].n; j++) {
+            int p = items[i].pos0 + j;
+            float *dst = grpo_kv__page(kv, sq->pages[p / GRPO_KV_PAGE], layer) +
+                         (size_t)(p % GRPO_KV_PAGE) * row;
+            memcpy(dst, s->kva + (size_t)(t0_of[i] + j) * row, (size_t)row * sizeof(float));
+        }
+    }
+    for (int i = 0; i < n_items; i++) {
+        if (items[i].n == 1)
+            continue;
+        grpo_err err = attn_naive(m, kv, l, layer, &items[i], t0_of[i], s);
+        if (err != GRPO_OK)
+            return err;
+    }
+    if (s->B > 0)
+        attn_absorbed(m, kv, l, layer, items, t0_of, s);
+    k->gemm(k, T, s->ao, nh * c->v_head_dim, &l->o, s->tmp, H);
+    add_rows(s->h, s->tmp, (size_t)T * H);
+    return GRPO_OK;
+}
+
+/* out(M, H) = down(silu(gate x) * up x). */
+static void
+mlp(grpo_model *m, const grpo_mlp_w *w, int M, const float *x, float *out, scratch *s)
+{
+    grpo_kernels *k = m->k;
+    int H = m->cfg.hidden_size, I = w->gate.rows;
+    k->gemm(k, M, x, H, &w->gate, s->g, I);
+    k->gemm(k, M, x, H, &w->up, s->u, I);
+    k->silu_mul(k, M, I, s->g, I, s->u, I, s->g, I);
+    k->gemm(k, M, s->g, I, &w->down, out, H);
+}
+
+static void
+moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_kernels *k = m->k;
+    int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    k->gemm(k, T, s->x, H, &l->router, s->rl, E);
+    k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
+              c->routed_scaling_factor, s->ri, s->rw);
+    memset(s->acc, 0, (size_t)T * H * sizeof(float));
+    float *xe = s->tmp; /* (count, H) gathered inputs; reused as the output below */
+    for (int e = 0; e < E; e++) {
+        int cnt = 0;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < K; j++)
+                if (s->ri[(size_t)t * K + j] == e) {
+                    s->etok[cnt] = t;
+                    s->ew[cnt++] = s->rw[(size_t)t * K + j];
+                }
+        if (cnt == 0)
+            continue;
+        for (int i = 0; i < cnt; i++)
+            memcpy(xe + (size_t)i * H, s->x + (size_t)s->etok[i] * H, (size_t)H * sizeof(float));
+        mlp(m, &l->experts[e], cnt, xe, xe, s); /* down writes after gate/up consumed xe */
+        for (int i = 0; i < cnt; i++) {
+            float *a = s->acc + (size_t)s->etok[i] * H, w = s->ew[i];
+            const float *y = xe + (size_t)i * H;
+            for (int d = 0; d < H; d++)
+                a[d] += w * y[d];
+        }
+    }
+    if (c->n_shared_experts > 0) {
+        mlp(m, &l->shared, T, s->x, s->tmp, s);
+        add_rows(s->acc, s->tmp, (size_t)T * H);
+    }
+    add_rows(s->h, s->acc, (size_t)T * H);
+}
+
+static grpo_err
+forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, float *logits,
+        int all)
+{
+    if (m == NULL || kv == NULL || items == NULL || logits == NULL || n_items <= 0)
+        return grpo__fail(GRPO_EINVAL, "model: forward needs a model, a KV pool and items");
+    grpo_err err = check_items(m, kv, items, n_items);
+    if (err != GRPO_OK)
+        return err;
+    const grpo_model_config *c = &m->cfg;
+    scratch s;
+    if ((err = scratch_init(&s, c, kv, items, n_items)) != GRPO_OK)
+        return err;
+    int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
+    if (t0_of == NULL) {
+        scratch_free(&s);
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+    }
+    for (int i = 0, t = 0; i < n_items; i++) {
+        if ((err = grpo_kv__reserve(kv, items[i].seq, items[i].pos0, items[i].n)) != GRPO_OK)
+            goto done; /* cannot happen after check_items; kept for safety */
+        t0_of[i] = t;
+        for (int j = 0; j < items[i].n; j++, t++) {
+            s.pos[t] = items[i].pos0 + j;
+            s.tok[t] = items[i].tokens[j];
+        }
+    }
+    for (int i = 0, b = 0; i < n_items; i++)
+        if (items[i].n == 1)
+            s.dec[b++] = i;
+    int H = c->hidden_size, T = s.T;
+    m->k->embed(m->k, T, s.tok, &m->embed, s.h, H);
+    for (int li = 0; li < c->num_hidden_layers; li++) {
+        const grpo_layer_w *l = &m->layers[li];
+        if ((err = attention(m, kv, l, li, items, n_items, t0_of, &s)) != GRPO_OK)
+            goto done;
+        m->k->rmsnorm(m->k, T, s.h, H, l->mlp_norm, H, c->rms_norm_eps, s.x, H);
+        if (l->moe) {
+            moe(m, l, &s);
+        } else {
+            mlp(m, &l->mlp, T, s.x, s.tmp, &s);
+            add_rows(s.h, s.tmp, (size_t)T * H);
+        }
+    }
+    int R = all ? T : n_items; /* rows that get logits */
+    for (int i = 0; i < R; i++) {
+        int t = all ? i : t0_of[i] + items[i].n - 1;
+        memcpy(s.x + (size_t)i * H, s.h + (size_t)t * H, (size_t)H * sizeof(float));
+    }
+    m->k->rmsnorm(m->k, R, s.x, H, m->final_norm, H, c->rms_norm_eps, s.x, H);
+    m->k->gemm(m->k, R, s.x, H, &m->lm_head, logits, c->vocab_size);
+    for (int i = 0; i < n_items; i++)
+        kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
+done:
+    free(t0_of);
+    scratch_free(&s);
+    return err;
+}
+
+grpo_err
+grpo_model_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                   float *logits)
+{
+    return forward(m, kv, items, n_items, logits, 0);
+}
+
+grpo_err
+grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                       float *logits)
+{
+    return forward(m, kv, items, n_items, logits, 1);
+}

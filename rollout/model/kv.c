@@ -1,0 +1,218 @@
+/* The paged latent-KV pool: pages of GRPO_KV_PAGE tokens x layers x (kv_lora_rank +
+ * qk_rope_head_dim) fp32 values, refcounted. A fork shares every page of its parent; a page with
+ * more than one owner is copied before it is written (only ever the last, partial page, because
+ * sequences only append). */
+#include "rollout/model/model_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+grpo_err
+grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes)
+{
+    *out = NULL;
+    grpo_kv *kv = calloc(1, sizeof *kv);
+    if (kv == NULL)
+        return grpo__fail(GRPO_ENOMEM, "kv: out of memory");
+    kv->n_layers = cfg->num_hidden_layers;
+    kv->row = cfg->kv_lora_rank + cfg->qk_rope_head_dim;
+    kv->page_floats = (size_t)kv->n_layers * GRPO_KV_PAGE * (size_t)kv->row;
+    kv->n_pages = budget_bytes / (kv->page_floats * sizeof(float));
+    if (kv->n_pages == 0 || kv->n_pages > INT32_MAX) {
+        size_t pb = kv->page_floats * sizeof(float);
+        free(kv);
+        return grpo__fail(GRPO_EINVAL, "kv: a budget of %zu bytes holds no page of %zu bytes",
+                          budget_bytes, pb);
+    }
+    /* calloc of a large block is lazily backed: untouched pages cost nothing */
+    kv->mem = calloc(kv->n_pages, kv->page_floats * sizeof(float));
+    kv->refcnt = calloc(kv->n_pages, sizeof *kv->refcnt);
+    kv->free_list = malloc(kv->n_pages * sizeof *kv->free_list);
+    if (kv->mem == NULL || kv->refcnt == NULL || kv->free_list == NULL) {
+        grpo_kv_destroy(kv);
+        return grpo__fail(GRPO_ENOMEM, "kv: cannot allocate %zu bytes", budget_bytes);
+    }
+    for (size_t i = 0; i < kv->n_pages; i++) /* pop from the end: page 0 first */
+        kv->free_list[i] = (int32_t)(kv->n_pages - 1 - i);
+    kv->n_free = kv->n_pages;
+    *out = kv;
+    return GRPO_OK;
+}
+
+void
+grpo_kv_destroy(grpo_kv *kv)
+{
+    if (kv == NULL)
+        return;
+    for (int32_t i = 0; i < kv->n_seqs; i++)
+        free(kv->seqs[i].pages);
+    free(kv->seqs);
+    free(kv->mem);
+    free(kv->refcnt);
+    free(kv->free_list);
+    free(kv);
+}
+
+static grpo_kv_seq *
+seq_get(const grpo_kv *kv, int32_t seq)
+{
+    if (kv == NULL || seq < 0 || seq >= kv->n_seqs || !kv->seqs[seq].used)
+        return NULL;
+    return &kv->seqs[seq];
+}
+
+grpo_err
+grpo_kv_seq_new(grpo_kv *kv, int32_t *seq_out)
+{
+    int32_t i = 0;
+    while (i < kv->n_seqs && kv->seqs[i].used)
+        i++;
+    if (i == kv->cap_seqs) {
+        int32_t cap = kv->cap_seqs ? kv->cap_seqs * 2 : 16;
+        grpo_kv_seq *v = realloc(kv->seqs, (size_t)cap * sizeof *v);
+        if (v == NULL)
+            return grpo__fail(GRPO_ENOMEM, "kv: out of memory");
+        memset(v + kv->cap_seqs, 0, (size_t)(cap - kv->cap_seqs) * sizeof *v);
+        kv->seqs = v;
+        kv->cap_seqs = cap;
+    }
+    if (i == kv->n_seqs)
+        kv->n_seqs++;
+    grpo_kv_seq *s = &kv->seqs[i];
+    s->used = 1;
+    s->len = 0;
+    s->n_pages = 0;
+    *seq_out = i;
+    return GRPO_OK;
+}
+
+static grpo_err
+seq_grow(grpo_kv_seq *s, int32_t n_pages)
+{
+    if (n_pages <= s->cap_pages)
+        return GRPO_OK;
+    int32_t cap = s->cap_pages ? s->cap_pages : 4;
+    while (cap < n_pages)
+        cap *= 2;
+    int32_t *v = realloc(s->pages, (size_t)cap * sizeof *v);
+    if (v == NULL)
+        return grpo__fail(GRPO_ENOMEM, "kv: out of memory");
+    s->pages = v;
+    s->cap_pages = cap;
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_kv_seq_fork(grpo_kv *kv, int32_t parent, int32_t *child_out)
+{
+    if (seq_get(kv, parent) == NULL)
+        return grpo__fail(GRPO_EINVAL, "kv: fork of unknown sequence %d", parent);
+    int32_t c;
+    grpo_err err = grpo_kv_seq_new(kv, &c);
+    if (err != GRPO_OK)
+        return err;
+    grpo_kv_seq *p = &kv->seqs[parent], *s = &kv->seqs[c]; /* after seq_new's realloc */
+    if ((err = seq_grow(s, p->n_pages)) != GRPO_OK) {
+        grpo_kv_seq_free(kv, c);
+        return err;
+    }
+    memcpy(s->pages, p->pages, (size_t)p->n_pages * sizeof *s->pages);
+    for (int32_t i = 0; i < p->n_pages; i++)
+        kv->refcnt[p->pages[i]]++;
+    s->n_pages = p->n_pages;
+    s->len = p->len;
+    *child_out = c;
+    return GRPO_OK;
+}
+
+static void
+page_release(grpo_kv *kv, int32_t page)
+{
+    if (--kv->refcnt[page] == 0)
+        kv->free_list[kv->n_free++] = page;
+}
+
+void
+grpo_kv_seq_free(grpo_kv *kv, int32_t seq)
+{
+    grpo_kv_seq *s = seq_get(kv, seq);
+    if (s == NULL)
+        return;
+    for (int32_t i = 0; i < s->n_pages; i++)
+        page_release(kv, s->pages[i]);
+    s->n_pages = 0;
+    s->len = 0;
+    s->used = 0;
+}
+
+int32_t
+grpo_kv_seq_len(const grpo_kv *kv, int32_t seq)
+{
+    const grpo_kv_seq *s = seq_get(kv, seq);
+    return s == NULL ? -1 : s->len;
+}
+
+size_t
+grpo_kv_pages_total(const grpo_kv *kv)
+{
+    return kv == NULL ? 0 : kv->n_pages;
+}
+
+size_t
+grpo_kv_pages_used(const grpo_kv *kv)
+{
+    return kv == NULL ? 0 : kv->n_pages - kv->n_free;
+}
+
+size_t
+grpo_kv_page_bytes(const grpo_kv *kv)
+{
+    return kv == NULL ? 0 : kv->page_floats * sizeof(float);
+}
+
+size_t
+grpo_kv__pages_needed(const grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n)
+{
+    const grpo_kv_seq *s = seq_get(kv, seq);
+    if (s == NULL || n <= 0)
+        return 0;
+    int32_t first = pos0 / GRPO_KV_PAGE, last = (pos0 + n - 1) / GRPO_KV_PAGE;
+    size_t need = 0;
+    for (int32_t p = first; p <= last; p++)
+        if (p >= s->n_pages || kv->refcnt[s->pages[p]] > 1)
+            need++;
+    return need;
+}
+
+grpo_err
+grpo_kv__reserve(grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n)
+{
+    grpo_kv_seq *s = seq_get(kv, seq);
+    if (s == NULL)
+        return grpo__fail(GRPO_EINVAL, "kv: unknown sequence %d", seq);
+    if (n <= 0)
+        return GRPO_OK;
+    if (grpo_kv__pages_needed(kv, seq, pos0, n) > kv->n_free)
+        return grpo__fail(GRPO_EFULL, "kv: out of pages (%zu of %zu in use)",
+                          grpo_kv_pages_used(kv), kv->n_pages);
+    int32_t first = pos0 / GRPO_KV_PAGE, last = (pos0 + n - 1) / GRPO_KV_PAGE;
+    grpo_err err = seq_grow(s, last + 1);
+    if (err != GRPO_OK)
+        return err;
+    for (int32_t p = first; p <= last; p++) {
+        if (p < s->n_pages && kv->refcnt[s->pages[p]] == 1)
+            continue;
+        int32_t np = kv->free_list[--kv->n_free];
+        kv->refcnt[np] = 1;
+        if (p < s->n_pages) { /* shared: copy on write */
+            memcpy(kv->mem + (size_t)np * kv->page_floats,
+                   kv->mem + (size_t)s->pages[p] * kv->page_floats,
+                   kv->page_floats * sizeof(float));
+            page_release(kv, s->pages[p]);
+        } else {
+            s->n_pages = p + 1;
+        }
+        s->pages[p] = np;
+    }
+    return GRPO_OK;
+}

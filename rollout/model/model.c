@@ -1,0 +1,319 @@
+/* grpo_model_load: config.json, the safetensors files (single or sharded with an index), the
+ * tensor table, the weights, the rope frequencies and the backend. */
+#include "rollout/model/model_int.h"
+#include "common/json.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int
+cmp_tensor(const void *a, const void *b)
+{
+    return strcmp((*(grpo_st_tensor *const *)a)->name, (*(grpo_st_tensor *const *)b)->name);
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char *
+join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p != NULL)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static int
+exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Shard names from the index's weight_map (basenames only), sorted and unique. */
+static grpo_err
+index_files(const cJSON *idx, const char *where, char ***out, int *n_out)
+{
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
+    if (!cJSON_IsObject(wm))
+        return grpo__fail(GRPO_EFORMAT, "%s: \"weight_map\" is missing or not an object", where);
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm) n++;
+    char **v = calloc((size_t)(n > 0 ? n : 1), sizeof *v);
+    if (v == NULL)
+        return grpo__fail(GRPO_ENOMEM, "%s: out of memory", where);
+    int k = 0;
+    cJSON_ArrayForEach(e, wm)
+    {
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') != NULL ||
+            e->valuestring[0] == '.' || e->valuestring[0] == 0) {
+            free(v);
+            return grpo__fail(GRPO_EFORMAT, "%s: weight_map[\"%s\"] is not a file name in the "
+                              "model directory", where, e->string);
+        }
+        v[k++] = e->valuestring;
+    }
+    qsort(v, (size_t)k, sizeof *v, cmp_str);
+    int u = 0;
+    for (int i = 0; i < k; i++)
+        if (u == 0 || strcmp(v[u - 1], v[i]) != 0)
+            v[u++] = v[i];
+    *out = v;
+    *n_out = u;
+    return GRPO_OK;
+}
+
+static grpo_err
+open_files(grpo_model *m, char **names, int n)
+{
+    m->files = calloc((size_t)n, sizeof *m->files);
+    if (m->files == NULL)
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+    for (int i = 0; i < n; i++) {
+        char *p = join(m->dir, names[i]);
+        if (p == NULL)
+            return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+        grpo_err err = grpo_model__st_open(&m->files[i], p);
+        m->n_files = i + 1;
+        free(p);
+        if (err != GRPO_OK)
+            return err;
+    }
+    return GRPO_OK;
+}
+
+static grpo_err
+build_table(grpo_model *m)
+{
+    int n = 0;
+    for (int f = 0; f < m->n_files; f++)
+        n += m->files[f].h.n;
+    m->by_name = calloc((size_t)(n > 0 ? n : 1), sizeof *m->by_name);
+    if (m->by_name == NULL)
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+    for (int f = 0; f < m->n_files; f++)
+        for (int i = 0; i < m->files[f].h.n; i++) {
+            m->files[f].h.t[i].file = f;
+            m->by_name[m->n_tensors++] = &m->files[f].h.t[i];
+        }
+    qsort(m->by_name, (size_t)n, sizeof *m->by_name, cmp_tensor);
+    for (int i = 1; i < n; i++)
+        if (strcmp(m->by_name[i]->name, m->by_name[i - 1]->name) == 0)
+            return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\" appears twice (also in %s)",
+                              m->files[m->by_name[i]->file].path, m->by_name[i]->name,
+                              m->files[m->by_name[i - 1]->file].path);
+    return GRPO_OK;
+}
+
+/* Every weight_map entry must be in the shard it names. */
+static grpo_err
+check_index(grpo_model *m, const cJSON *idx, const char *where)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(idx, "weight_map"))
+    {
+        grpo_st_tensor key = {.name = e->string}, *kp = &key;
+        grpo_st_tensor **hit = bsearch(&kp, m->by_name, (size_t)m->n_tensors, sizeof kp,
+                                       cmp_tensor);
+        if (hit == NULL || strcmp(strrchr(m->files[(*hit)->file].path, '/') + 1,
+                                  e->valuestring) != 0)
+            return grpo__fail(GRPO_ENOTFOUND, "%s: tensor \"%s\" is not in %s/%s", where,
+                              e->string, m->dir, e->valuestring);
+    }
+    return GRPO_OK;
+}
+
+static grpo_err
+load_files(grpo_model *m)
+{
+    char *ipath = join(m->dir, "model.safetensors.index.json");
+    cJSON *idx = NULL;
+    char **names = NULL;
+    int n = 0;
+    grpo_err err = GRPO_OK;
+    if (ipath == NULL)
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+    if (exists(ipath)) {
+        if ((err = grpo__json_parse_file(ipath, 256u << 20, &idx)) != GRPO_OK ||
+            (err = index_files(idx, ipath, &names, &n)) != GRPO_OK ||
+            (err = open_files(m, names, n)) != GRPO_OK || (err = build_table(m)) != GRPO_OK ||
+            (err = check_index(m, idx, ipath)) != GRPO_OK)
+            goto done;
+    } else {
+        char *one = "model.safetensors";
+        if ((err = open_files(m, &one, 1)) != GRPO_OK || (err = build_table(m)) != GRPO_OK)
+            goto done;
+    }
+done:
+    free(names);
+    cJSON_Delete(idx);
+    free(ipath);
+    return err;
+}
+
+/* Rope inverse frequencies, YaRN-corrected as DeepSeek's reference and transformers do. */
+static grpo_err
+rope_init(grpo_model *m)
+{
+    const grpo_model_config *c = &m->cfg;
+    int dim = c->qk_rope_head_dim, half = dim / 2;
+    m->inv_freq = grpo_model__own(m, (size_t)half * sizeof(float));
+    if (m->inv_freq == NULL)
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+    double base = c->rope_theta, low = 0, high = 0;
+    if (c->rope_yarn) {
+        double orig = c->yarn_original_max_position;
+        low = floor(dim * log(orig / (c->yarn_beta_fast * 2 * M_PI)) / (2 * log(base)));
+        high = ceil(dim * log(orig / (c->yarn_beta_slow * 2 * M_PI)) / (2 * log(base)));
+        low = low < 0 ? 0 : low;
+        high = high > dim - 1 ? dim - 1 : high;
+        if (low == high)
+            high += 0.001;
+    }
+    for (int i = 0; i < half; i++) {
+        float pf = powf((float)base, (float)(2 * i) / (float)dim);
+        float extra = 1.0f / pf;
+        if (!c->rope_yarn) {
+            m->inv_freq[i] = extra;
+            continue;
+        }
+        float inter = 1.0f / ((float)c->yarn_factor * pf);
+        float ramp = (float)(((double)i - low) / (high - low));
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        float ef = 1.0f - ramp;
+        m->inv_freq[i] = inter * (1.0f - ef) + extra * ef;
+    }
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
+{
+    grpo_model_opts defaults = {0, 0, 1};
+    if (opts == NULL)
+        opts = &defaults;
+    *out = NULL;
+    if (opts->backend != 0)
+        return grpo__fail(GRPO_EUNSUPPORTED, "model: backend %d is not built (CPU only)",
+                          opts->backend);
+    grpo_model *m = calloc(1, sizeof *m);
+    if (m == NULL || (m->dir = strdup(dir)) == NULL) {
+        free(m);
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+    }
+    char *cpath = join(dir, "config.json");
+    cJSON *cj = NULL;
+    grpo_err err = GRPO_OK;
+    if (cpath == NULL) {
+        err = grpo__fail(GRPO_ENOMEM, "model: out of memory");
+        goto done;
+    }
+    if ((err = grpo__json_parse_file(cpath, 4u << 20, &cj)) != GRPO_OK ||
+        (err = grpo_model__config_from_json(&m->cfg, cj, cpath)) != GRPO_OK ||
+        (err = load_files(m)) != GRPO_OK || (err = grpo_model__bind_weights(m, opts->load_mtp)) != GRPO_OK ||
+        (err = rope_init(m)) != GRPO_OK ||
+        (err = grpo_kernels_cpu_create(&m->k, opts->n_threads)) != GRPO_OK)
+        goto done;
+done:
+    cJSON_Delete(cj);
+    free(cpath);
+    if (err != GRPO_OK) {
+        grpo_model_destroy(m);
+        m = NULL;
+    }
+    *out = m;
+    return err;
+}
+
+void
+grpo_model_destroy(grpo_model *m)
+{
+    if (m == NULL)
+        return;
+    grpo_kernels_destroy(m->k);
+    for (int i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    for (int i = 0; i < m->n_files; i++)
+        grpo_model__st_close(&m->files[i]);
+    free(m->files);
+    free(m->by_name);
+    free(m->dir);
+    free(m);
+}
+
+const grpo_model_config *
+grpo_model_get_config(const grpo_model *m)
+{
+    return m == NULL ? NULL : &m->cfg;
+}
+
+int
+grpo_model_has_mtp(const grpo_model *m)
+{
+    return m != NULL && m->mtp != NULL;
+}
+
+const char *
+grpo_model_weights_sha256(const grpo_model *cm)
+{
+    grpo_model *m = (grpo_model *)cm; /* the digest is computed once and cached */
+    if (m == NULL)
+        return NULL;
+    if (m->sha_done)
+        return m->sha;
+    grpo_sha256 s;
+    grpo_sha256_init(&s);
+    for (int i = 0; i < m->n_files; i++) /* files are opened in name order */
+        grpo_sha256_update(&s, m->files[i].map, m->files[i].size);
+    uint8_t d[32];
+    grpo_sha256_final(&s, d);
+    for (int i = 0; i < 32; i++)
+        snprintf(m->sha + 2 * i, 3, "%02x", d[i]);
+    m->sha_done = 1;
+    return m->sha;
+}
+
+static double
+kw_bytes(const grpo_kw *w)
+{
+    double b = (double)w->rows * w->cols * (double)grpo_dtype_size(w->dt);
+    if (w->dt == GRPO_DT_F8E4M3)
+        b += 4.0 * ((w->rows + w->br - 1) / w->br) * w->scale_cols;
+    return b;
+}
+
+static double
+mlp_bytes(const grpo_mlp_w *w)
+{
+    return kw_bytes(&w->gate) + kw_bytes(&w->up) + kw_bytes(&w->down);
+}
+
+double
+grpo_model_bytes_per_token(const grpo_model *m)
+{
+    const grpo_model_config *c = &m->cfg;
+    double b = kw_bytes(&m->lm_head) + (double)c->hidden_size * grpo_dtype_size(m->embed.dt);
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        const grpo_layer_w *l = &m->layers[i];
+        b += c->q_lora_rank > 0 ? kw_bytes(&l->q_a) + kw_bytes(&l->q_b) : kw_bytes(&l->q_proj);
+        b += kw_bytes(&l->kv_a) + kw_bytes(&l->kv_b) + kw_bytes(&l->o);
+        if (!l->moe) {
+            b += mlp_bytes(&l->mlp);
+            continue;
+        }
+        b += kw_bytes(&l->router) + c->num_experts_per_tok * mlp_bytes(&l->experts[0]);
+        if (c->n_shared_experts > 0)
+            b += mlp_bytes(&l->shared);
+    }
+    return b;
+}

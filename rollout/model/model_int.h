@@ -1,0 +1,128 @@
+/* Private declarations of the model module: safetensors files, the weight layout, the paged KV
+ * pool internals the forward reads. */
+#ifndef GRPO_MODEL_INT_H
+#define GRPO_MODEL_INT_H
+
+#include "common/common_int.h"
+#include "grpo/model.h"
+#include "kernels/kernels.h"
+
+#include <cjson/cJSON.h>
+
+/* ---- safetensors ---- */
+#define GRPO_ST_MAX_HEADER (100u << 20) /* 100 MiB of JSON header at most */
+#define GRPO_ST_MAX_DIMS 8
+
+typedef struct grpo_st_tensor {
+    char *name;
+    int dtype;       /* grpo_dtype, or -1 for a valid safetensors dtype we do not compute in */
+    char dtype_name[12];
+    int ndim;
+    int64_t shape[GRPO_ST_MAX_DIMS];
+    uint64_t begin, end; /* byte offsets in the data section */
+    int file;            /* index into the model's file list */
+    const void *data;    /* inside the mapping */
+    int used;
+} grpo_st_tensor;
+
+typedef struct grpo_st_header {
+    grpo_st_tensor *t;
+    int n;
+    uint64_t data_off; /* 8 + header length */
+} grpo_st_header;
+
+/* Parses and validates the header of a safetensors image buf[0..len) (the whole file): header
+ * length bounded, JSON, known dtypes, shapes, byte sizes, offsets inside the data, no overlaps.
+ * `where` (the file path) prefixes messages. Sets every tensor's data pointer into buf. */
+grpo_err grpo_model__st_parse(const uint8_t *buf, size_t len, const char *where,
+                              grpo_st_header *out);
+void grpo_model__st_header_fini(grpo_st_header *h);
+
+typedef struct grpo_st_file {
+    char *path;
+    void *map;
+    size_t size;
+    grpo_st_header h;
+} grpo_st_file;
+
+/* Maps path read-only and parses its header (messages name the path and the tensor). */
+grpo_err grpo_model__st_open(grpo_st_file *f, const char *path);
+void grpo_model__st_close(grpo_st_file *f);
+
+/* ---- config ---- */
+grpo_err grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *where);
+
+/* ---- weights ---- */
+typedef struct grpo_mlp_w {
+    grpo_kw gate, up, down;
+} grpo_mlp_w;
+
+typedef struct grpo_layer_w {
+    float *attn_norm, *mlp_norm, *q_a_norm, *kv_a_norm;
+    grpo_kw q_proj, q_a, q_b, kv_a, kv_b, o;
+    int moe;
+    grpo_mlp_w mlp; /* dense layers */
+    grpo_kw router;
+    float *bias; /* e_score_correction_bias, NULL when absent */
+    grpo_mlp_w *experts, shared;
+} grpo_layer_w;
+
+typedef struct grpo_mtp_w {
+    grpo_layer_w layer;
+    float *enorm, *hnorm, *head_norm;
+    grpo_kw eh_proj, head, embed;
+} grpo_mtp_w;
+
+struct grpo_model {
+    grpo_model_config cfg;
+    char *dir;
+    grpo_st_file *files;
+    int n_files;
+    grpo_st_tensor **by_name; /* every tensor of every file, sorted by name */
+    int n_tensors;
+    void **owned; /* heap copies (fp32 vectors, realigned tensors) */
+    int n_owned, cap_owned;
+    grpo_kw embed, lm_head;
+    float *final_norm;
+    grpo_layer_w *layers;
+    grpo_mtp_w *mtp;
+    float *inv_freq; /* qk_rope_head_dim / 2 */
+    grpo_kernels *k;
+    char sha[65];
+    int sha_done;
+};
+
+grpo_err grpo_model__bind_weights(grpo_model *m, int load_mtp);
+void *grpo_model__own(grpo_model *m, size_t bytes);
+
+/* ---- KV pool ---- */
+typedef struct grpo_kv_seq {
+    int32_t used, len, n_pages, cap_pages;
+    int32_t *pages;
+} grpo_kv_seq;
+
+struct grpo_kv {
+    int32_t n_layers, row; /* row = kv_lora_rank + qk_rope_head_dim floats */
+    size_t page_floats;    /* n_layers * GRPO_KV_PAGE * row */
+    size_t n_pages;
+    float *mem;
+    int32_t *refcnt;
+    int32_t *free_list;
+    size_t n_free;
+    grpo_kv_seq *seqs;
+    int32_t n_seqs, cap_seqs;
+};
+
+/* Makes positions [pos0, pos0+n) of seq writable (allocating pages, copying a shared last page).
+ * Fails with GRPO_EFULL leaving the sequence unchanged when the pool is out of pages. */
+grpo_err grpo_kv__reserve(grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n);
+/* Pages needed to make [pos0, pos0+n) of seq writable. */
+size_t grpo_kv__pages_needed(const grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n);
+static inline float *
+grpo_kv__page(const grpo_kv *kv, int32_t page, int32_t layer)
+{
+    return kv->mem + (size_t)page * kv->page_floats +
+           (size_t)layer * GRPO_KV_PAGE * (size_t)kv->row;
+}
+
+#endif

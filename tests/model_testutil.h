@@ -1,0 +1,96 @@
+/* Helpers shared by the model tests: fixture paths and files, comparisons. */
+#ifndef GRPO_MODEL_TESTUTIL_H
+#define GRPO_MODEL_TESTUTIL_H
+
+#include "common/json.h"
+#include "grpo/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Fixture directory of one tiny model ("bf16", "fp8", "router"), relative to tests/. */
+static inline const char *
+tm_dir(const char *name, char *buf, size_t n)
+{
+    const char *src = getenv("GRPO_SOURCE_DIR");
+    if (src != NULL)
+        snprintf(buf, n, "%s/tests/data/tiny_models/%s", src, name);
+    else
+        snprintf(buf, n, "data/tiny_models/%s", name);
+    return buf;
+}
+
+/* Reads a little-endian float32 file of exactly count values; NULL on mismatch. */
+static inline float *
+tm_read_f32(const char *path, size_t count)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    if (grpo__read_file(path, 0, &buf, &len) != GRPO_OK || len != count * 4) {
+        free(buf);
+        return NULL;
+    }
+    float *v = malloc(count * 4);
+    memcpy(v, buf, count * 4);
+    free(buf);
+    return v;
+}
+
+typedef struct {
+    int32_t *tokens;
+    int n, vocab, hidden, n_hidden;
+    float *logits; /* (n, vocab) */
+    float *hidden_states; /* (n_hidden, n, hidden) */
+} tm_expected;
+
+static inline int
+tm_expected_load(const char *dir, tm_expected *e)
+{
+    char p[1024];
+    cJSON *j = NULL;
+    memset(e, 0, sizeof *e);
+    snprintf(p, sizeof p, "%s/expected.json", dir);
+    if (grpo__json_parse_file(p, 1 << 20, &j) != GRPO_OK)
+        return -1;
+    const cJSON *t = cJSON_GetObjectItem(j, "tokens");
+    e->n = cJSON_GetArraySize(t);
+    e->vocab = cJSON_GetObjectItem(j, "vocab")->valueint;
+    e->hidden = cJSON_GetObjectItem(j, "hidden")->valueint;
+    e->n_hidden = cJSON_GetObjectItem(j, "hidden_states")->valueint;
+    e->tokens = malloc((size_t)e->n * sizeof *e->tokens);
+    for (int i = 0; i < e->n; i++)
+        e->tokens[i] = cJSON_GetArrayItem(t, i)->valueint;
+    cJSON_Delete(j);
+    snprintf(p, sizeof p, "%s/expected_logits.f32", dir);
+    e->logits = tm_read_f32(p, (size_t)e->n * e->vocab);
+    snprintf(p, sizeof p, "%s/expected_hidden.f32", dir);
+    e->hidden_states = tm_read_f32(p, (size_t)e->n_hidden * e->n * e->hidden);
+    return e->logits != NULL && e->hidden_states != NULL ? 0 : -1;
+}
+
+static inline void
+tm_expected_free(tm_expected *e)
+{
+    free(e->tokens);
+    free(e->logits);
+    free(e->hidden_states);
+}
+
+/* max |a - b| / max |b| over n values. */
+static inline double
+tm_rel_err(const float *a, const float *b, size_t n)
+{
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= md)) /* NaN counts as infinitely wrong */
+            md = isnan(d) ? INFINITY : d;
+        if (fabs((double)b[i]) > mb)
+            mb = fabs((double)b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+#endif

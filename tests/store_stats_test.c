@@ -1,0 +1,610 @@
+/* store/ + `grpo stats`: the stats views' numbers against values computed here, independently,
+ * from the raw data the test inserted (means, population std, nearest-rank percentiles, pass
+ * rates, zero-std groups, tokens/s, unbiased pass@k from exact binomials). Built twice: as
+ * store_stats_test (through grpo_store_stats) and, with STORE_TEST_CLI, as store_cli_test (through
+ * the grpo binary's json/csv/table/report output). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "store_test_util.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { STEPS = 6, PROMPTS = 5, MAXG = 7, MAXTOK = 40, NV = 2 };
+
+typedef struct {
+    int64_t run, step, prompt;
+    int32_t g;
+    double started, finished;
+    const char *worker;
+    int32_t lease;
+    double reward[MAXG];
+    int correct[MAXG]; /* -1 unknown */
+    int tokens[MAXG], truncated[MAXG];
+    int kind[MAXG][NV];
+    double score[MAXG][NV], ms[MAXG][NV];
+} rawgroup;
+
+static rawgroup groups[STEPS * PROMPTS + 8];
+static int n_groups;
+static int64_t run1, run2, prompt_ids[PROMPTS];
+static char dir[256], dbpath[300];
+
+/* ---- the data ----------------------------------------------------------------------------------- */
+
+static void
+put(grpo_store *s, rawgroup *r, uint64_t *rng, uint64_t seed)
+{
+    tu_group t;
+    tu_group_make(&t, rng, r->run, r->step, r->prompt, seed, r->g, MAXTOK, NV);
+    t.g.worker_id = r->worker;
+    t.g.lease_attempt = r->lease;
+    r->started = t.g.started_at, r->finished = t.g.finished_at;
+    int zero = r->step % 3 == 0 && r->prompt == prompt_ids[1]; /* force an all-equal group */
+    for (int i = 0; i < r->g; i++) {
+        grpo_completion_rec *c = &t.c[i];
+        for (int j = 0; j < NV; j++) {
+            grpo_reward_rec *w = &t.r[i * NV + j];
+            if (zero)
+                w->kind = 1, w->score = 0;
+            else if (j == 1 && tu_rand(rng) % 7 == 0)
+                w->kind = 2, w->score = 0.25; /* skip: not scored even with a score */
+            else if (j == 0 && tu_rand(rng) % 11 == 0)
+                w->kind = 3, w->score = 0; /* timeout */
+            r->kind[i][j] = w->kind, r->score[i][j] = w->score, r->ms[i][j] = w->ms;
+        }
+        double sum = 0;
+        int scored = 0, passed = 0;
+        for (int j = 0; j < NV; j++)
+            if (r->kind[i][j] != 2)
+                sum += r->score[i][j], scored++, passed += r->kind[i][j] == 0;
+        r->reward[i] = sum;
+        r->correct[i] = scored ? passed == scored : -1;
+        r->tokens[i] = c->n_tokens;
+        r->truncated[i] = c->finish_reason == GRPO_FINISH_LENGTH;
+    }
+    assert_int_equal(grpo_store_put_group(s, &t.g), GRPO_OK);
+    tu_group_free(&t);
+}
+
+static int
+setup(void **state)
+{
+    (void)state;
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(dbpath, sizeof dbpath, "%s/stats.db", dir);
+    grpo_store *s = NULL;
+    grpo_store_opts o = {0};
+    o.async = 1;
+    assert_int_equal(grpo_store_open(&s, dbpath, &o), GRPO_OK);
+    assert_int_equal(grpo_store_run_begin(&run1, s, NULL), GRPO_OK);
+    assert_int_equal(grpo_store_run_begin(&run2, s, NULL), GRPO_OK);
+    for (int p = 0; p < PROMPTS; p++) {
+        char text[32];
+        snprintf(text, sizeof text, "prompt %d", p);
+        grpo_prompt_rec pr = {"mix", p, text, NULL, "\"1\"", NULL};
+        assert_int_equal(grpo_store_put_prompt(&prompt_ids[p], s, &pr), GRPO_OK);
+    }
+    uint64_t rng = 0x1234567;
+    for (int st = 0; st < STEPS; st++)
+        for (int p = 0; p < PROMPTS; p++) {
+            rawgroup *r = &groups[n_groups++];
+            r->run = run1, r->step = st, r->prompt = prompt_ids[p];
+            r->g = 3 + (int32_t)(tu_rand(&rng) % (MAXG - 2));
+            r->worker = p % 2 ? "w-odd" : NULL;
+            r->lease = p == 3 && st % 2;
+            put(s, r, &rng, (uint64_t)(st * 100 + p));
+        }
+    for (int i = 0; i < 3; i++) { /* a second run, to check --run */
+        rawgroup *r = &groups[n_groups++];
+        r->run = run2, r->step = i, r->prompt = prompt_ids[0], r->g = 4;
+        put(s, r, &rng, 9000 + (uint64_t)i);
+    }
+    assert_int_equal(grpo_store_close(s), GRPO_OK);
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    (void)state;
+    tu_rmrf(dir);
+    return 0;
+}
+
+/* ---- independent reference -------------------------------------------------------------------- */
+
+static int
+cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest rank: the smallest value with at least pct% of the data at or below it. */
+static double
+pctl(double *v, int n, int pct)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    for (int r = 1; r <= n; r++)
+        if (100 * r >= pct * n)
+            return v[r - 1];
+    return NAN;
+}
+
+static void
+mean_std(const double *v, int n, double *mean, double *std)
+{
+    double m = 0, q = 0;
+    for (int i = 0; i < n; i++)
+        m += v[i];
+    m /= n;
+    for (int i = 0; i < n; i++)
+        q += (v[i] - m) * (v[i] - m);
+    *mean = m, *std = sqrt(q / n);
+}
+
+static double
+binom(int n, int k)
+{
+    if (k < 0 || k > n)
+        return 0;
+    double r = 1;
+    for (int i = 1; i <= k; i++)
+        r = r * (n - k + i) / i;
+    return r;
+}
+
+static int
+in_range(const rawgroup *r, int64_t run, int64_t lo, int64_t hi)
+{
+    return (run <= 0 || r->run == run) && r->step >= lo && r->step <= hi;
+}
+
+/* ---- reading results: through the library, or through the grpo binary ---------------------- */
+
+/* A result as rows of (column -> number or string), whichever way it was produced. */
+typedef struct {
+    int n;
+    cJSON *rows; /* array of objects */
+} result;
+
+static void
+result_free(result *r)
+{
+    cJSON_Delete(r->rows);
+}
+
+#ifndef STORE_TEST_CLI
+static void
+query(result *out, grpo_stats_by by, int64_t run, int range, int64_t lo, int64_t hi, int k)
+{
+    grpo_store *s = NULL;
+    grpo_store_opts ro = {0};
+    ro.read_only = 1;
+    assert_int_equal(grpo_store_open(&s, dbpath, &ro), GRPO_OK);
+    grpo_stats_opts o = {by, run, range, lo, hi, k};
+    grpo_stats_table *t = NULL;
+    assert_int_equal(grpo_store_stats(&t, s, &o), GRPO_OK);
+    out->rows = cJSON_CreateArray();
+    for (int i = 0; i < t->n_rows; i++) {
+        cJSON *obj = cJSON_CreateObject();
+        for (int j = 0; j < t->n_cols; j++) {
+            const grpo_stats_cell *c = &t->cells[i * t->n_cols + j];
+            if (c->type == GRPO_STATS_INT)
+                cJSON_AddNumberToObject(obj, t->cols[j], (double)c->i);
+            else if (c->type == GRPO_STATS_REAL)
+                cJSON_AddNumberToObject(obj, t->cols[j], c->r);
+            else if (c->type == GRPO_STATS_TEXT)
+                cJSON_AddStringToObject(obj, t->cols[j], c->s);
+            else
+                cJSON_AddNullToObject(obj, t->cols[j]);
+        }
+        cJSON_AddItemToArray(out->rows, obj);
+    }
+    out->n = t->n_rows;
+    grpo_stats_table_free(t);
+    assert_int_equal(grpo_store_close(s), GRPO_OK);
+}
+#else
+/* Runs the grpo binary with args; returns its exit status and stdout (malloc'd) in *out. */
+static int
+run_grpo(char **out, const char *args)
+{
+    const char *bin = getenv("GRPO_BIN");
+    if (bin == NULL || bin[0] == '\0' || access(bin, X_OK) != 0)
+        fail_msg("GRPO_BIN (%s) is not an executable grpo binary", bin ? bin : "unset");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>%s/stderr.txt", bin, args, dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, p)) > 0)
+        if ((n += got) + 1 == cap)
+            buf = realloc(buf, cap *= 2);
+    buf[n] = '\0';
+    int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void
+query(result *out, grpo_stats_by by, int64_t run, int range, int64_t lo, int64_t hi, int k)
+{
+    static const char *const bys[] = {"step", "verifier", "prompt", "worker"};
+    char args[1024], *text = NULL;
+    int n = snprintf(args, sizeof args, "stats --db '%s' --by %s --format json --k %d", dbpath,
+                     bys[by], k ? k : 8);
+    if (run > 0)
+        n += snprintf(args + n, sizeof args - n, " --run %lld", (long long)run);
+    if (range)
+        n += snprintf(args + n, sizeof args - n, " --step-range %lld:%lld", (long long)lo,
+                      (long long)hi);
+    assert_int_equal(run_grpo(&text, args), 0);
+    out->rows = cJSON_Parse(text);
+    if (out->rows == NULL || !cJSON_IsArray(out->rows))
+        fail_msg("grpo %s: not a JSON array:\n%s", args, text);
+    out->n = cJSON_GetArraySize(out->rows);
+    free(text);
+}
+#endif
+
+static double
+get(const result *r, int row, const char *col)
+{
+    cJSON *o = cJSON_GetArrayItem(r->rows, row);
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, col);
+    if (v == NULL)
+        fail_msg("row %d has no column %s", row, col);
+    if (!cJSON_IsNumber(v))
+        fail_msg("row %d column %s is not a number", row, col);
+    return v->valuedouble;
+}
+
+static const char *
+get_s(const result *r, int row, const char *col)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(r->rows, row), col);
+    if (!cJSON_IsString(v))
+        fail_msg("row %d column %s is not a string", row, col);
+    return v->valuestring;
+}
+
+#define NEAR(a, b) assert_true(fabs((a) - (b)) <= 1e-9 * (1 + fabs(b)))
+
+/* ---- the checks ------------------------------------------------------------------------------- */
+
+static void
+check_steps(int64_t run, int range, int64_t lo, int64_t hi)
+{
+    result r;
+    query(&r, GRPO_STATS_BY_STEP, run, range, lo, hi, 0);
+    if (!range)
+        lo = INT64_MIN, hi = INT64_MAX;
+    int row = 0;
+    for (int64_t rn = run1; rn <= run2; rn++) {
+        if (run > 0 && rn != run)
+            continue;
+        for (int64_t st = 0; st < STEPS; st++) {
+            double rew[STEPS * PROMPTS * MAXG], len[STEPS * PROMPTS * MAXG];
+            int n = 0, ng = 0, zero = 0, trunc = 0, nc = 0, cor = 0;
+            double tok = 0, t0 = INFINITY, t1 = -INFINITY;
+            for (int g = 0; g < n_groups; g++) {
+                rawgroup *x = &groups[g];
+                if (x->run != rn || x->step != st || !in_range(x, run, lo, hi))
+                    continue;
+                ng++;
+                int eq = 1;
+                for (int i = 0; i < x->g; i++) {
+                    eq &= x->reward[i] == x->reward[0];
+                    rew[n] = x->reward[i], len[n] = x->tokens[i], n++;
+                    trunc += x->truncated[i], tok += x->tokens[i];
+                    if (x->correct[i] >= 0)
+                        nc++, cor += x->correct[i];
+                }
+                zero += eq;
+                t0 = fmin(t0, x->started), t1 = fmax(t1, x->finished);
+            }
+            if (ng == 0)
+                continue;
+            assert_true(row < r.n);
+            assert_int_equal((int64_t)get(&r, row, "run_id"), rn);
+            assert_int_equal((int64_t)get(&r, row, "step"), st);
+            assert_int_equal((int)get(&r, row, "groups"), ng);
+            assert_int_equal((int)get(&r, row, "completions"), n);
+            double m, sd, lm, lsd;
+            mean_std(rew, n, &m, &sd);
+            mean_std(len, n, &lm, &lsd);
+            NEAR(get(&r, row, "reward_mean"), m);
+            NEAR(get(&r, row, "reward_std"), sd);
+            NEAR(get(&r, row, "frac_reward_zero_std"), (double)zero / ng);
+            NEAR(get(&r, row, "pass_rate"), (double)cor / nc);
+            NEAR(get(&r, row, "len_mean"), lm);
+            NEAR(get(&r, row, "len_p50"), pctl(len, n, 50));
+            NEAR(get(&r, row, "len_p95"), pctl(len, n, 95));
+            NEAR(get(&r, row, "frac_truncated"), (double)trunc / n);
+            NEAR(get(&r, row, "tokens"), tok);
+            NEAR(get(&r, row, "tokens_per_s"), tok / (t1 - t0));
+            row++;
+        }
+    }
+    assert_int_equal(r.n, row);
+    assert_true(row > 0);
+    result_free(&r);
+}
+
+static void
+check_verifiers(int64_t run, int range, int64_t lo, int64_t hi)
+{
+    static const char *const names[NV] = {"format", "math"}; /* the rows' (sorted) order */
+    result r;
+    query(&r, GRPO_STATS_BY_VERIFIER, run, range, lo, hi, 0);
+    if (!range)
+        lo = INT64_MIN, hi = INT64_MAX;
+    int row = 0;
+    for (int64_t rn = run1; rn <= run2; rn++) {
+        if (run > 0 && rn != run)
+            continue;
+        for (int v = 0; v < NV; v++) {
+            int j = v == 0 ? 1 : 0; /* reward index of that verifier */
+            double sc[STEPS * PROMPTS * MAXG], ms[STEPS * PROMPTS * MAXG];
+            int n = 0, ns = 0, pass = 0, cnt[5] = {0};
+            for (int g = 0; g < n_groups; g++) {
+                rawgroup *x = &groups[g];
+                if (x->run != rn || !in_range(x, run, lo, hi))
+                    continue;
+                for (int i = 0; i < x->g; i++) {
+                    ms[n++] = x->ms[i][j];
+                    cnt[x->kind[i][j]]++;
+                    if (x->kind[i][j] != 2)
+                        sc[ns++] = x->score[i][j], pass += x->kind[i][j] == 0;
+                }
+            }
+            if (n == 0)
+                continue;
+            assert_string_equal(get_s(&r, row, "verifier"), names[v]);
+            assert_string_equal(get_s(&r, row, "version"), "1.0.0");
+            assert_int_equal((int)get(&r, row, "n"), n);
+            assert_int_equal((int)get(&r, row, "scored"), ns);
+            double m, sd;
+            mean_std(sc, ns, &m, &sd);
+            NEAR(get(&r, row, "reward_mean"), m);
+            NEAR(get(&r, row, "reward_std"), sd);
+            NEAR(get(&r, row, "pass_rate"), (double)pass / ns);
+            assert_int_equal((int)get(&r, row, "n_fail"), cnt[1]);
+            assert_int_equal((int)get(&r, row, "n_skip"), cnt[2]);
+            assert_int_equal((int)get(&r, row, "n_timeout"), cnt[3]);
+            assert_int_equal((int)get(&r, row, "n_error"), cnt[4]);
+            NEAR(get(&r, row, "latency_p50_ms"), pctl(ms, n, 50));
+            NEAR(get(&r, row, "latency_p99_ms"), pctl(ms, n, 99));
+            row++;
+        }
+    }
+    assert_int_equal(r.n, row);
+    result_free(&r);
+}
+
+static void
+check_prompts(int64_t run, int range, int64_t lo, int64_t hi, int k)
+{
+    result r;
+    query(&r, GRPO_STATS_BY_PROMPT, run, range, lo, hi, k);
+    if (!range)
+        lo = INT64_MIN, hi = INT64_MAX;
+    char col[32];
+    snprintf(col, sizeof col, "pass_at_%d", k);
+    int row = 0;
+    for (int64_t rn = run1; rn <= run2; rn++) {
+        if (run > 0 && rn != run)
+            continue;
+        for (int p = 0; p < PROMPTS; p++) {
+            int n = 0, c = 0, ng = 0;
+            for (int g = 0; g < n_groups; g++) {
+                rawgroup *x = &groups[g];
+                if (x->run != rn || x->prompt != prompt_ids[p] || !in_range(x, run, lo, hi))
+                    continue;
+                ng++;
+                for (int i = 0; i < x->g; i++)
+                    if (x->correct[i] >= 0)
+                        n++, c += x->correct[i];
+            }
+            if (ng == 0)
+                continue;
+            assert_int_equal((int64_t)get(&r, row, "prompt_id"), prompt_ids[p]);
+            assert_int_equal((int)get(&r, row, "groups"), ng);
+            assert_int_equal((int)get(&r, row, "n"), n);
+            assert_int_equal((int)get(&r, row, "c"), c);
+            NEAR(get(&r, row, "solve_rate"), (double)c / n);
+            cJSON *pk = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(r.rows, row), col);
+            assert_non_null(pk);
+            if (k > n) {
+                assert_true(cJSON_IsNull(pk));
+            } else {
+                double want = 1 - binom(n - c, k) / binom(n, k);
+                NEAR(pk->valuedouble, want);
+            }
+            row++;
+        }
+    }
+    assert_int_equal(r.n, row);
+    result_free(&r);
+}
+
+static void
+check_workers(void)
+{
+    result r;
+    query(&r, GRPO_STATS_BY_WORKER, run1, 0, 0, 0, 0);
+    assert_int_equal(r.n, 2);
+    for (int row = 0; row < 2; row++) {
+        const char *w = get_s(&r, row, "worker");
+        int local = strcmp(w, "(local)") == 0;
+        assert_true(local || strcmp(w, "w-odd") == 0);
+        int ng = 0, nc = 0, reissued = 0;
+        for (int g = 0; g < n_groups; g++) {
+            rawgroup *x = &groups[g];
+            if (x->run != run1 || (x->worker == NULL) != local)
+                continue;
+            ng++, nc += x->g, reissued += x->lease > 0;
+        }
+        assert_int_equal((int)get(&r, row, "groups"), ng);
+        assert_int_equal((int)get(&r, row, "completions"), nc);
+        assert_int_equal((int)get(&r, row, "reissued_groups"), reissued);
+    }
+    result_free(&r);
+}
+
+static void
+test_by_step(void **state)
+{
+    (void)state;
+    check_steps(0, 0, 0, 0);
+    check_steps(run1, 1, 2, 4);
+    check_steps(0, 1, 1, 1);
+    check_steps(run2, 0, 0, 0);
+}
+
+static void
+test_by_verifier(void **state)
+{
+    (void)state;
+    check_verifiers(0, 0, 0, 0);
+    check_verifiers(run1, 1, 2, 4);
+    check_verifiers(0, 1, 5, 9);
+}
+
+static void
+test_by_prompt(void **state)
+{
+    (void)state;
+    check_prompts(0, 0, 0, 0, 8);
+    check_prompts(0, 0, 0, 0, 1);
+    check_prompts(run1, 1, 0, 3, 4);
+    check_prompts(0, 1, 3, 3, 2);
+}
+
+static void
+test_by_worker(void **state)
+{
+    (void)state;
+    check_workers();
+}
+
+static void
+test_pass_at_k_function(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 40; n++)
+        for (int c = 0; c <= n; c++)
+            for (int k = 1; k <= n; k++)
+                NEAR(grpo_pass_at_k(n, c, k), 1 - binom(n - c, k) / binom(n, k));
+    assert_true(isnan(grpo_pass_at_k(4, 1, 5)));
+    assert_true(isnan(grpo_pass_at_k(0, 0, 1)));
+}
+
+#ifdef STORE_TEST_CLI
+static int
+count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+static void
+test_cli_formats_and_errors(void **state)
+{
+    (void)state;
+    char args[1024], *out = NULL;
+    /* CSV: a header and one line per step row, values as the json ones. */
+    snprintf(args, sizeof args, "stats --db '%s' --format csv --run %lld", dbpath, (long long)run1);
+    assert_int_equal(run_grpo(&out, args), 0);
+    assert_int_equal(strncmp(out, "run_id,step,groups,completions,reward_mean,", 43), 0);
+    assert_int_equal(count(out, "\n"), 1 + STEPS);
+    free(out);
+    /* Table: aligned text with the same header. */
+    snprintf(args, sizeof args, "stats --db '%s' --by verifier", dbpath);
+    assert_int_equal(run_grpo(&out, args), 0);
+    assert_non_null(strstr(out, "latency_p99_ms"));
+    assert_int_equal(count(out, "\n"), 1 + 2 * 2);
+    free(out);
+    /* Usage errors exit 2; runtime errors exit 1 with the file named. */
+    snprintf(args, sizeof args, "stats --db '%s' --by nothing", dbpath);
+    assert_int_equal(run_grpo(&out, args), 2);
+    free(out);
+    assert_int_equal(run_grpo(&out, "stats"), 2);
+    free(out);
+    snprintf(args, sizeof args, "stats --db '%s' --step-range 5:2", dbpath);
+    assert_int_equal(run_grpo(&out, args), 2);
+    free(out);
+    snprintf(args, sizeof args, "stats --db '%s/missing.db'", dir);
+    assert_int_equal(run_grpo(&out, args), 1);
+    free(out);
+    char errpath[300], line[512] = "";
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
+    FILE *f = fopen(errpath, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    assert_non_null(strstr(line, "missing.db"));
+    assert_int_equal(run_grpo(&out, "stats --help"), 0);
+    assert_non_null(strstr(out, "--step-range"));
+    assert_non_null(strstr(out, "--report"));
+    free(out);
+}
+
+static void
+test_cli_report(void **state)
+{
+    (void)state;
+    char args[1024], path[320], *out = NULL, *html = NULL;
+    snprintf(path, sizeof path, "%s/run.html", dir);
+    snprintf(args, sizeof args, "stats --db '%s' --report '%s'", dbpath, path);
+    assert_int_equal(run_grpo(&out, args), 0);
+    free(out);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    html = calloc(1, 1 << 20);
+    size_t n = fread(html, 1, (1 << 20) - 1, f);
+    fclose(f);
+    assert_true(n > 1000);
+    /* One self-contained file: three inline charts, nothing fetched from elsewhere. */
+    assert_int_equal(strncmp(html, "<!DOCTYPE html>", 15), 0);
+    assert_int_equal(count(html, "<svg "), 3);
+    assert_int_equal(count(html, "src="), 0);
+    assert_int_equal(count(html, "href="), 0);
+    /* Each series is one polyline per run: reward (1) + length (3) + fractions (3), 2 runs. */
+    assert_int_equal(count(html, "<polyline"), 7 * 2);
+    assert_non_null(strstr(html, "Reward mean against step"));
+    assert_non_null(strstr(html, "Completion length"));
+    /* The per-step table has a row per (run, step). */
+    assert_int_equal(count(html, "<tr>"), 1 + STEPS + 3);
+    free(html);
+}
+#endif
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_by_step),
+        cmocka_unit_test(test_by_verifier),
+        cmocka_unit_test(test_by_prompt),
+        cmocka_unit_test(test_by_worker),
+        cmocka_unit_test(test_pass_at_k_function),
+#ifdef STORE_TEST_CLI
+        cmocka_unit_test(test_cli_formats_and_errors),
+        cmocka_unit_test(test_cli_report),
+#endif
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,14 @@
+"""Trainer-side client of grpo's trainer bridge: pull batches, acknowledge them, publish weights.
+
+    BatchClient(url)         iterate batches; each is acknowledged after the caller's step
+    decode_batch(bytes)      safetensors bytes -> Batch (numpy arrays + metadata)
+    encode_batch(...)        the inverse (tests, tools)
+    to_trl(batch)            padded torch tensors named as TRL's GRPOTrainer names them
+"""
+from .batch import Batch, BatchFormatError, decode_batch, encode_batch, read_metadata
+from .client import BatchClient, BridgeError, EndOfStream
+from .trl import to_trl
+
+__all__ = ["Batch", "BatchClient", "BatchFormatError", "BridgeError", "EndOfStream",
+           "decode_batch", "encode_batch", "read_metadata", "to_trl"]
+__version__ = "0.1.0"

@@ -1,0 +1,200 @@
+"""BatchClient: the trainer's end of the NNG transport (docs/bridge.md, "Protocol").
+
+The trainer pulls with a REQ socket. Every GET carries the ids it acknowledges and the ids it still
+holds (received, not yet acknowledged); the publisher answers with the first unacknowledged batch
+the trainer does not hold. A lost reply, a publisher restart or a trainer restart therefore only
+means the batch comes again: delivery is at least once, and Batch.batch_id lets the trainer drop
+duplicates (keep the ids of processed batches with the checkpoint)."""
+import hashlib
+import json
+import os
+import struct
+import time
+
+import pynng
+
+from .batch import decode_batch
+
+MAGIC = b"GRPB"
+VERSION = 1
+HELLO, GET, ACK, WEIGHTS, WCHUNK = 1, 2, 3, 4, 5
+READY, BATCH, NONE, END, OK, ERROR = 65, 66, 67, 68, 69, 70
+_HDR = struct.Struct("<4sBBHqqII")  # 32 bytes
+
+
+class BridgeError(RuntimeError):
+    pass
+
+
+class EndOfStream(Exception):
+    pass
+
+
+def _pack(mtype, a=0, b=0, js=None, payload=b""):
+    j = json.dumps(js).encode() if js is not None else b""
+    return _HDR.pack(MAGIC, VERSION, mtype, 0, a, b, len(j), 0) + j + payload
+
+
+def _unpack(buf):
+    if len(buf) < _HDR.size:
+        raise BridgeError("bridge: short reply")
+    magic, ver, mtype, _, a, b, jl, _ = _HDR.unpack_from(buf)
+    if magic != MAGIC or ver != VERSION:
+        raise BridgeError("bridge: reply is not protocol %d" % VERSION)
+    js = json.loads(bytes(buf[_HDR.size:_HDR.size + jl])) if jl else None
+    return mtype, a, b, js, memoryview(buf)[_HDR.size + jl:]
+
+
+class BatchClient:
+    """Iterates batches from a grpo publisher at url (tcp://host:port or ipc:///path).
+
+    for batch in client: ...        each batch is acknowledged when the loop asks for the next
+                                    one, i.e. after the caller's step (auto_ack=True); breaking
+                                    out of the loop does not acknowledge the current batch
+    with client.next() as batch:    acknowledged when the block ends without an exception
+    batch = client.next(); ...; client.ack(batch)   explicit
+    """
+
+    def __init__(self, url, run_id=None, auto_ack=True, slice_ms=5000, connect_timeout=None):
+        self.url = url
+        self.auto_ack = auto_ack
+        self._slice_ms = slice_ms
+        self._acks = []
+        self._held = []
+        self._sock = pynng.Req0(recv_max_size=0, resend_time=slice_ms,
+                                reconnect_time_min=20, reconnect_time_max=500)
+        self._sock.dial(url, block=False)
+        self.ready = self._request(_pack(HELLO, js={"run_id": run_id} if run_id else {}),
+                                   timeout=connect_timeout)[3] or {}
+        self.run_id = self.ready.get("run_id")
+        self.window = self.ready.get("window")
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _request(self, msg, timeout=None):
+        """Sends msg, resending every slice until a reply comes (requests are idempotent)."""
+        t0 = time.monotonic()
+        while True:
+            self._sock.send(msg)
+            left = None if timeout is None else timeout - (time.monotonic() - t0)
+            wait = self._slice_ms if left is None else max(1, min(self._slice_ms, int(left * 1000)))
+            self._sock.recv_timeout = wait
+            try:
+                r = _unpack(self._sock.recv())
+            except pynng.Timeout:
+                if left is not None and time.monotonic() - t0 >= timeout:
+                    raise TimeoutError("bridge %s: no answer within %.1f s" % (self.url, timeout))
+                continue
+            if r[0] == ERROR:
+                raise BridgeError("bridge %s: publisher says: %s" % (self.url, (r[3] or {}).get("error")))
+            return r
+
+    def next(self, timeout=None):
+        """The next Batch; raises EndOfStream when the publisher finished, TimeoutError after
+        timeout seconds without a batch (None = wait forever)."""
+        t0 = time.monotonic()
+        while True:
+            ids = self._acks + self._held
+            payload = struct.pack("<%dq" % len(ids), *ids)
+            left = None if timeout is None else max(0.001, timeout - (time.monotonic() - t0))
+            mtype, a, b, js, body = self._request(
+                _pack(GET, len(self._acks), len(self._held), None, payload), timeout=left)
+            self._acks = []
+            if mtype == BATCH:
+                if a not in self._held:
+                    self._held.append(a)
+                return decode_batch(body, client=self)
+            if mtype == END:
+                raise EndOfStream()
+            if mtype != NONE:
+                raise BridgeError("bridge %s: unexpected reply %d" % (self.url, mtype))
+            if timeout is not None and time.monotonic() - t0 >= timeout:
+                raise TimeoutError("bridge %s: no batch within %.1f s" % (self.url, timeout))
+
+    def ack(self, batch, flush=False):
+        """Acknowledges a Batch (or a batch id): sent with the next request, or now (flush)."""
+        bid = batch if isinstance(batch, int) else batch.batch_id
+        if not isinstance(batch, int):
+            batch.acked = True
+        if bid in self._held:
+            self._held.remove(bid)
+        if bid not in self._acks:
+            self._acks.append(bid)
+        if flush:
+            self.flush()
+
+    def flush(self):
+        """Sends pending acknowledgements now."""
+        if self._acks:
+            ids = list(self._acks)
+            self._request(_pack(ACK, len(ids), 0, None, struct.pack("<%dq" % len(ids), *ids)))
+            self._acks = [i for i in self._acks if i not in ids]
+
+    def __iter__(self):
+        while True:
+            try:
+                batch = self.next()
+            except EndOfStream:
+                return
+            yield batch
+            if self.auto_ack and not batch.acked:
+                self.ack(batch)
+
+    # -- weights -------------------------------------------------------------------------------
+
+    def publish_weights(self, state_dict, version, shared_dir=None, chunk_bytes=16 << 20):
+        """Sends a new policy version to the rollout side as safetensors.
+
+        shared_dir: a folder both sides can read; the file is written there (atomically) and only
+        its path and sha256 travel. Without it the bytes go inline over NNG in chunks. Values may
+        be torch tensors or numpy arrays. Returns the sha256."""
+        data = _serialize(state_dict, version)
+        sha = hashlib.sha256(data).hexdigest()
+        if shared_dir is not None:
+            path = os.path.join(os.path.abspath(shared_dir), "policy-v%d.safetensors" % version)
+            tmp = path + ".tmp%d" % os.getpid()
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            self._request(_pack(WEIGHTS, version, 0, {"path": path, "sha256": sha}))
+            return sha
+        n = max(1, -(-len(data) // chunk_bytes))
+        for i in range(n):
+            js = {"n_chunks": n}
+            if i == 0:
+                js.update(bytes=len(data), sha256=sha)
+            self._request(_pack(WCHUNK, version, i, js, data[i * chunk_bytes:(i + 1) * chunk_bytes]))
+        return sha
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self):
+        try:
+            self.flush()
+        finally:
+            self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self._sock.close()
+        return False
+
+
+def _serialize(state_dict, version):
+    meta = {"policy_version": str(version)}
+    first = next(iter(state_dict.values()), None)
+    if first is not None and type(first).__module__.startswith("torch"):
+        import safetensors.torch
+        return safetensors.torch.save({k: v.detach().contiguous().cpu() for k, v in state_dict.items()},
+                                      metadata=meta)
+    import numpy as np
+    import safetensors.numpy
+    return safetensors.numpy.save({k: np.ascontiguousarray(v) for k, v in state_dict.items()},
+                                  metadata=meta)

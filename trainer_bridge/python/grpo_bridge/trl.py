@@ -1,0 +1,54 @@
+"""to_trl(batch): the batch as the padded tensors TRL's GRPOTrainer passes to _compute_loss."""
+import numpy as np
+
+
+def to_trl(batch, pad_token_id=0, device=None):
+    """Returns a dict of torch tensors: prompt_ids / prompt_mask (left-padded, as TRL pads
+    prompts), completion_ids / completion_mask (right-padded; the mask is the batch's loss mask),
+    advantages (B,), old_per_token_logps (B, C) and ref_per_token_logps (B, C) or None.
+    Also policy_versions (B,), rewards (B,) and num_items_in_batch (masked token count)."""
+    import torch
+
+    t = batch.tensors
+    off, plen = t["seq_offsets"], t["prompt_lens"]
+    B = len(plen)
+    clen = np.diff(off) - plen
+    P = int(plen.max()) if B else 0
+    C = int(clen.max()) if B else 0
+    prompt_ids = np.full((B, P), pad_token_id, np.int64)
+    prompt_mask = np.zeros((B, P), np.int64)
+    comp_ids = np.full((B, C), pad_token_id, np.int64)
+    comp_mask = np.zeros((B, C), np.int64)
+    old = np.zeros((B, C), np.float32)
+    ref = np.zeros((B, C), np.float32) if "ref_logprobs" in t else None
+    tok_adv = np.zeros((B, C), np.float32) if "token_advantages" in t else None
+    for i in range(B):
+        b, p, e = off[i], off[i] + plen[i], off[i + 1]
+        n_p, n_c = p - b, e - p
+        prompt_ids[i, P - n_p:] = t["tokens"][b:p]
+        prompt_mask[i, P - n_p:] = 1
+        comp_ids[i, :n_c] = t["tokens"][p:e]
+        comp_mask[i, :n_c] = t["loss_mask"][p:e]
+        old[i, :n_c] = t["logprobs"][p:e]
+        if ref is not None:
+            ref[i, :n_c] = t["ref_logprobs"][p:e]
+        if tok_adv is not None:
+            tok_adv[i, :n_c] = t["token_advantages"][p:e]
+    pv = t["policy_versions"] if "policy_versions" in t else np.full(B, batch.policy_version)
+
+    def T(x):
+        return None if x is None else torch.from_numpy(np.ascontiguousarray(x)).to(device)
+
+    return {
+        "prompt_ids": T(prompt_ids),
+        "prompt_mask": T(prompt_mask),
+        "completion_ids": T(comp_ids),
+        "completion_mask": T(comp_mask),
+        "advantages": T(t["advantages"].astype(np.float32)),
+        "old_per_token_logps": T(old),
+        "ref_per_token_logps": T(ref),
+        "token_advantages": T(tok_adv),
+        "rewards": T(t["rewards"]),
+        "policy_versions": T(pv.astype(np.int64)),
+        "num_items_in_batch": int(comp_mask.sum()),
+    }

@@ -1,0 +1,284 @@
+/* Starting a sandboxed process: the order of the child's steps matters and is written down here.
+ *   parent: clone(namespaces) -> write uid/gid maps -> release the child -> read its setup report
+ *   child:  wait for the maps -> become uid 1000 (capabilities in the namespace are kept, because
+ *           namespace root is not mapped) -> mounts + pivot_root -> hostname -> fds -> drop every
+ *           capability and the bounding set -> close other fds -> rlimits -> no_new_privs +
+ *           seccomp -> execve (or the function).
+ * A setup failure is reported on a close-on-exec pipe; end-of-file there means exec happened. */
+#include "sandbox/sandbox_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *const default_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
+                                          "TMPDIR=/tmp", "LANG=C.UTF-8", NULL};
+
+/* The child's report on a setup failure: "step: message". */
+static void __attribute__((noreturn))
+child_die(int errfd, const char *msg)
+{
+    size_t n = strlen(msg);
+    if (write(errfd, msg, n) < 0) {
+        /* nothing more we can do */
+    }
+    _exit(127);
+}
+
+static void __attribute__((noreturn))
+child_die_errno(int errfd, const char *what, int e)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "sandbox: %s: %s", what, strerror(e));
+    child_die(errfd, buf);
+}
+
+static int
+drop_caps(void)
+{
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    for (int c = 0; c <= CAP_LAST_CAP; c++)
+        if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL)
+            return -errno;
+    memset(data, 0, sizeof data);
+    if (syscall(SYS_capset, &hdr, data) != 0)
+        return -errno;
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    return 0;
+}
+
+/* Moves fd to `to` (dup2 unless already there), keeping it open across exec. */
+static int
+place_fd(int fd, int to)
+{
+    if (fd == to)
+        return fcntl(fd, F_SETFD, 0);
+    return dup2(fd, to) < 0 ? -1 : 0;
+}
+
+typedef struct child_fds {
+    int sync_rd, err_wr, in, out, err, ctl;
+} child_fds;
+
+static void __attribute__((noreturn))
+child_main(sbx_worker *w, const sbx_spec *s, child_fds f, bool long_lived)
+{
+    char msg[512];
+    char c;
+    int rc;
+    uint32_t iso = w->iso;
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (read(f.sync_rd, &c, 1) != 1)
+        _exit(127); /* the parent gave up on us */
+    close(f.sync_rd);
+    if (iso & GRPO_SANDBOX_ISO_USER) {
+        setgroups(0, NULL); /* fails where setgroups is denied (unprivileged): harmless */
+        if (setresgid(SBX_UID_INSIDE, SBX_UID_INSIDE, SBX_UID_INSIDE) != 0)
+            child_die_errno(f.err_wr, "setresgid", errno);
+        if (setresuid(SBX_UID_INSIDE, SBX_UID_INSIDE, SBX_UID_INSIDE) != 0)
+            child_die_errno(f.err_wr, "setresuid", errno);
+    }
+    if ((iso & GRPO_SANDBOX_ISO_MOUNT) && sbx_mounts_setup(s, w->ro_paths, msg, sizeof msg) != 0)
+        child_die(f.err_wr, msg);
+    if ((iso & GRPO_SANDBOX_ISO_UTS) && sethostname("sandbox", 7) != 0)
+        child_die_errno(f.err_wr, "sethostname", errno);
+    if (!(iso & GRPO_SANDBOX_ISO_USER) && geteuid() == 0) {
+        /* no user namespace but host root: become an unprivileged host uid */
+        setgroups(0, NULL);
+        if (setresgid(SBX_HOST_UID_ROOT, SBX_HOST_UID_ROOT, SBX_HOST_UID_ROOT) != 0 ||
+            setresuid(SBX_HOST_UID_ROOT, SBX_HOST_UID_ROOT, SBX_HOST_UID_ROOT) != 0)
+            child_die_errno(f.err_wr, "dropping host root", errno);
+    }
+    if (chdir(s->cwd ? s->cwd : ((iso & GRPO_SANDBOX_ISO_MOUNT) ? "/tmp" : "/")) != 0)
+        child_die_errno(f.err_wr, "chdir", errno);
+    /* fds: 0 stdin, 1 stdout, 2 stderr, 3 control socket; the error pipe is moved above them
+     * and everything else is closed. */
+    int errfd = fcntl(f.err_wr, F_DUPFD_CLOEXEC, 10);
+    if (errfd < 0)
+        child_die_errno(f.err_wr, "dup", errno);
+    int hi[4] = {fcntl(f.in, F_DUPFD, 20), fcntl(f.out, F_DUPFD, 20), fcntl(f.err, F_DUPFD, 20),
+                 f.ctl >= 0 ? fcntl(f.ctl, F_DUPFD, 20) : -1};
+    for (int i = 0; i < 4; i++)
+        if (hi[i] >= 0 && place_fd(hi[i], i) != 0)
+            child_die_errno(errfd, "placing fds", errno);
+    int first_free = f.ctl >= 0 ? 4 : 3;
+    if (errfd > first_free)
+        syscall(SYS_close_range, first_free, errfd - 1, 0);
+    syscall(SYS_close_range, errfd + 1, ~0u, 0);
+    if ((rc = drop_caps()) != 0)
+        child_die_errno(errfd, "dropping capabilities", -rc);
+    if (s->fn != 0) {
+        /* A function: report success now (there is no exec to close the pipe). */
+        close(errfd);
+        errfd = -1;
+    }
+    if ((rc = sbx_rlimits_apply(&s->lim, s->fn != 0)) != 0) {
+        if (errfd >= 0)
+            child_die_errno(errfd, "setrlimit", -rc);
+        _exit(127);
+    }
+    if (iso & GRPO_SANDBOX_ISO_SECCOMP) {
+        if ((rc = sbx_seccomp_install(&w->base)) != 0) {
+            if (errfd >= 0)
+                child_die_errno(errfd, "seccomp", -rc);
+            _exit(127);
+        }
+    } else if (iso & GRPO_SANDBOX_ISO_NNP) {
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    }
+    (void)long_lived;
+    if (s->fn != 0) {
+        grpo_sandbox_fn fn = (grpo_sandbox_fn)(uintptr_t)s->fn;
+        _exit(fn(s->fn_arg, s->fn_arg_len, 3) & 0xff);
+    }
+    execve(s->argv[0], s->argv, s->envp ? s->envp : (char *const *)default_env);
+    child_die_errno(errfd, s->argv[0], errno);
+}
+
+static int
+make_stdin(const sbx_spec *s)
+{
+    int fd = memfd_create("grpo-stdin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    const char *p = s->stdin_data;
+    size_t left = s->stdin_len;
+    if (fd < 0)
+        return -1;
+    while (left > 0) {
+        ssize_t k = write(fd, p, left);
+        if (k <= 0) {
+            close(fd);
+            return -1;
+        }
+        p += k;
+        left -= (size_t)k;
+    }
+    lseek(fd, 0, SEEK_SET);
+    fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+    return fd;
+}
+
+static void
+close_if(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* Reads the child's setup report: "" (exec happened / function started) or a message. */
+static grpo_err
+read_report(int fd)
+{
+    char buf[600];
+    size_t have = 0;
+    for (;;) {
+        ssize_t k = read(fd, buf + have, sizeof buf - 1 - have);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        have += (size_t)k;
+        if (have == sizeof buf - 1)
+            break;
+    }
+    buf[have] = '\0';
+    if (have > 0)
+        return grpo__fail(GRPO_ESYS, "%s", buf);
+    return GRPO_OK;
+}
+
+grpo_err
+sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c)
+{
+    grpo_err err = GRPO_OK;
+    int sync[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1};
+    int ctl[2] = {-1, -1}, in = -1, null = -1;
+    child_fds f;
+    memset(c, 0, sizeof *c);
+    c->pid = -1;
+    c->pidfd = c->out_fd = c->err_fd = c->ctl_fd = -1;
+    if (pipe2(sync, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
+        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
+        goto done;
+    }
+    if ((in = make_stdin(s)) < 0) {
+        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: stdin memfd");
+        goto done;
+    }
+    if (long_lived) {
+        const char *dbg = getenv("GRPO_SANDBOX_DEBUG");
+        null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        out[1] = null;
+        er[1] = (dbg && *dbg) ? 2 : null;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) != 0) {
+            err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: socketpair");
+            goto done;
+        }
+    } else if (pipe2(out, O_CLOEXEC) != 0 || pipe2(er, O_CLOEXEC) != 0) {
+        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
+        goto done;
+    }
+    f = (child_fds){sync[0], rep[1], in, out[1], er[1], ctl[1]};
+    c->t0 = grpo_now();
+    c->pid = sbx_clone(sbx_ns_clone_flags(w->iso));
+    if (c->pid == 0)
+        child_main(w, s, f, long_lived);
+    if (c->pid < 0) {
+        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: clone");
+        goto done;
+    }
+    c->pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+    close_if(&sync[0]);
+    close_if(&rep[1]);
+    if ((w->iso & GRPO_SANDBOX_ISO_USER) && (err = sbx_ns_write_maps(c->pid)) != GRPO_OK)
+        goto done;
+    if (write(sync[1], "g", 1) != 1) {
+        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: releasing the child");
+        goto done;
+    }
+    err = read_report(rep[0]);
+done:
+    if (err != GRPO_OK && c->pid > 0) {
+        int st;
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, &st, 0);
+        c->pid = -1;
+        close_if(&c->pidfd);
+    }
+    close_if(&sync[0]);
+    close_if(&sync[1]);
+    close_if(&rep[0]);
+    close_if(&rep[1]);
+    close_if(&in);
+    if (long_lived) {
+        close_if(&null);
+        close_if(&ctl[1]);
+        if (err == GRPO_OK)
+            c->ctl_fd = ctl[0];
+        else
+            close_if(&ctl[0]);
+    } else {
+        close_if(&out[1]);
+        close_if(&er[1]);
+        if (err == GRPO_OK) {
+            c->out_fd = out[0];
+            c->err_fd = er[0];
+        } else {
+            close_if(&out[0]);
+            close_if(&er[0]);
+        }
+    }
+    return err;
+}

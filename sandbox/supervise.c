@@ -1,0 +1,263 @@
+/* The supervisor: waits for a started child while draining its stdout/stderr (kept up to the
+ * caps, the rest read, counted and dropped), enforces the wall deadline by killing the PID
+ * namespace's init (the kernel then kills every process in the namespace), reaps it with wait4
+ * and turns the wait status and resource usage into the isolate-style record. */
+#include "sandbox/sandbox_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char *
+grpo_sandbox_status_name(grpo_sandbox_status s)
+{
+    switch (s) {
+    case GRPO_SANDBOX_EXITED: return "exited";
+    case GRPO_SANDBOX_SIGNALED: return "signaled";
+    case GRPO_SANDBOX_SECCOMP: return "seccomp-killed";
+    case GRPO_SANDBOX_TIMEOUT: return "timeout";
+    case GRPO_SANDBOX_MEMORY: return "memory-limit";
+    case GRPO_SANDBOX_OUTPUT: return "output-limit";
+    }
+    return "unknown";
+}
+
+void
+grpo_sandbox_limits_default(grpo_sandbox_limits *l)
+{
+    memset(l, 0, sizeof *l);
+    l->wall_ms = 10000;
+    l->cpu_ms = 10000;
+    l->mem_bytes = 512ull << 20;
+    l->fsize_bytes = 64ull << 20;
+    l->tmp_bytes = 64ull << 20;
+    l->nofile = 64;
+    l->nproc = 32;
+    l->stdout_max = 1ull << 20;
+    l->stderr_max = 64ull << 10;
+    l->output_kill = 64ull << 20;
+}
+
+void
+grpo_sandbox_result_fini(grpo_sandbox_result *r)
+{
+    if (r == NULL)
+        return;
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+    r->out_len = r->err_len = 0;
+}
+
+typedef struct stream {
+    int fd;
+    grpo_buf keep;
+    uint64_t max, total;
+} stream;
+
+/* Reads what is there; returns false at EOF or error. */
+static bool
+drain(stream *s)
+{
+    char buf[65536];
+    for (;;) {
+        ssize_t k = read(s->fd, buf, sizeof buf);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && errno == EAGAIN)
+            return true;
+        if (k <= 0)
+            return false;
+        s->total += (uint64_t)k;
+        if (s->keep.len < s->max) {
+            size_t take = (size_t)k;
+            if (take > s->max - s->keep.len)
+                take = (size_t)(s->max - s->keep.len);
+            if (grpo__buf_append(&s->keep, buf, take) != GRPO_OK)
+                s->max = s->keep.len; /* out of memory: stop keeping, keep counting */
+        }
+        if ((size_t)k < sizeof buf)
+            return true;
+    }
+}
+
+/* A crash near the address-space limit, or an allocator's own message, is the memory limit:
+ * without a memory cgroup there is no direct signal for it (docs/sandbox.md). */
+static bool
+looks_like_memory(const grpo_sandbox_result *res, const grpo_sandbox_limits *l)
+{
+    if (l->mem_bytes == 0)
+        return false;
+    if (res->max_rss_kb * 1024.0 >= 0.6 * (double)l->mem_bytes)
+        return true;
+    if (res->err && (strstr(res->err, "std::bad_alloc") || strstr(res->err, "MemoryError") ||
+                     strstr(res->err, "Cannot allocate memory") ||
+                     strstr(res->err, "out of memory")))
+        return true;
+    return false;
+}
+
+void
+sbx_classify(grpo_sandbox_result *res, int st, const grpo_sandbox_limits *l, bool timed_out,
+             bool output_over)
+{
+    bool abnormal;
+    res->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    res->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+    abnormal = res->signal != 0 || res->exit_code != 0;
+    if (timed_out)
+        res->status = GRPO_SANDBOX_TIMEOUT;
+    else if (output_over)
+        res->status = GRPO_SANDBOX_OUTPUT;
+    else if (res->signal == SIGSYS)
+        res->status = GRPO_SANDBOX_SECCOMP;
+    else if (res->signal == SIGXCPU ||
+             (l->cpu_ms && res->cpu_ms > (double)l->cpu_ms && (abnormal || res->signal)))
+        res->status = GRPO_SANDBOX_TIMEOUT;
+    else if (res->signal == SIGXFSZ)
+        res->status = GRPO_SANDBOX_OUTPUT;
+    else if (abnormal && looks_like_memory(res, l))
+        res->status = GRPO_SANDBOX_MEMORY;
+    else if (res->signal != 0)
+        res->status = GRPO_SANDBOX_SIGNALED;
+    else
+        res->status = GRPO_SANDBOX_EXITED;
+}
+
+static void
+reap(sbx_child *c, int *st, struct rusage *ru)
+{
+    memset(ru, 0, sizeof *ru);
+    *st = 0;
+    while (wait4(c->pid, st, 0, ru) < 0 && errno == EINTR) {
+    }
+}
+
+static void
+fill_usage(grpo_sandbox_result *res, const struct rusage *ru, double t0)
+{
+    res->wall_ms = (grpo_now() - t0) * 1000.0;
+    res->cpu_ms = (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1000.0 +
+                  (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) / 1000.0;
+    res->max_rss_kb = (uint64_t)ru->ru_maxrss;
+}
+
+void
+sbx_reap_killed(sbx_child *c, grpo_sandbox_result *res, bool killed)
+{
+    int st;
+    struct rusage ru;
+    grpo_sandbox_limits none;
+    memset(&none, 0, sizeof none);
+    if (killed)
+        kill(c->pid, SIGKILL);
+    reap(c, &st, &ru);
+    if (res) {
+        memset(res, 0, sizeof *res);
+        fill_usage(res, &ru, c->t0);
+        sbx_classify(res, st, &none, false, false);
+        res->out = calloc(1, 1);
+        res->err = calloc(1, 1);
+    }
+    if (c->pidfd >= 0)
+        close(c->pidfd);
+    c->pidfd = -1;
+    c->pid = -1;
+}
+
+static grpo_err
+take(stream *s, char **out, size_t *len)
+{
+    if (grpo__buf_append(&s->keep, "", 1) != GRPO_OK)
+        return grpo__fail(GRPO_ENOMEM, "sandbox: out of memory for output");
+    *out = s->keep.data;
+    *len = s->keep.len - 1;
+    s->keep.data = NULL;
+    return GRPO_OK;
+}
+
+grpo_err
+sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
+{
+    const grpo_sandbox_limits *l = &sp->lim;
+    stream s[2] = {{c->out_fd, {0}, l->stdout_max, 0}, {c->err_fd, {0}, l->stderr_max, 0}};
+    bool open_[2] = {true, true}, exited = false, timed_out = false, killed_out = false;
+    double deadline = c->t0 + (l->wall_ms ? l->wall_ms : 10000) / 1000.0;
+    int st;
+    struct rusage ru;
+    grpo_err err = GRPO_OK;
+    memset(res, 0, sizeof *res);
+    fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
+    fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
+    while (!exited || open_[0] || open_[1]) {
+        struct pollfd p[3];
+        int np = 0, idx[3];
+        double left = deadline - grpo_now();
+        if (left <= 0 && !timed_out && !exited) {
+            kill(c->pid, SIGKILL); /* init of the PID namespace: the whole tree goes */
+            timed_out = true;
+        }
+        for (int i = 0; i < 2; i++)
+            if (open_[i]) {
+                p[np] = (struct pollfd){s[i].fd, POLLIN, 0};
+                idx[np++] = i;
+            }
+        if (!exited) {
+            p[np] = (struct pollfd){c->pidfd, POLLIN, 0};
+            idx[np++] = 2;
+        }
+        int ms = timed_out ? 50 : (int)(left * 1000.0) + 1;
+        int k = poll(p, (nfds_t)np, ms);
+        if (k < 0 && errno != EINTR) {
+            err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: poll");
+            kill(c->pid, SIGKILL);
+            timed_out = true;
+            break;
+        }
+        for (int j = 0; j < np && k > 0; j++) {
+            if (!p[j].revents)
+                continue;
+            if (idx[j] == 2)
+                exited = true;
+            else if (!drain(&s[idx[j]]))
+                open_[idx[j]] = false;
+        }
+        if (!killed_out && l->output_kill && s[0].total + s[1].total > l->output_kill) {
+            kill(c->pid, SIGKILL);
+            killed_out = true;
+        }
+        if (exited && (open_[0] || open_[1])) {
+            /* The whole namespace is gone once init is reapable: drain what is left. */
+            for (int i = 0; i < 2; i++)
+                while (open_[i] && drain(&s[i]) && s[i].fd >= 0) {
+                    struct pollfd q = {s[i].fd, POLLIN, 0};
+                    if (poll(&q, 1, 100) <= 0)
+                        break;
+                }
+            break;
+        }
+    }
+    reap(c, &st, &ru);
+    fill_usage(res, &ru, c->t0);
+    res->out_total = s[0].total;
+    res->err_total = s[1].total;
+    if (take(&s[0], &res->out, &res->out_len) != GRPO_OK ||
+        take(&s[1], &res->err, &res->err_len) != GRPO_OK)
+        err = GRPO_ENOMEM;
+    /* stderr past its cap is only truncated: a long traceback is not an output flood. */
+    sbx_classify(res, st, l, timed_out, killed_out || s[0].total > l->stdout_max);
+    grpo__buf_fini(&s[0].keep);
+    grpo__buf_fini(&s[1].keep);
+    close(c->out_fd);
+    close(c->err_fd);
+    if (c->pidfd >= 0)
+        close(c->pidfd);
+    c->out_fd = c->err_fd = c->pidfd = -1;
+    return err;
+}

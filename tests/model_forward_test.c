@@ -127,6 +127,169 @@ decode_matches_prefill(void **state)
     grpo_kv_destroy(kv);
 }
 
+/* prefill n tokens then decode the given tokens one by one; logits of every step into out. */
+static void
+run_seq(grpo_model *m, grpo_kv *kv, int32_t seq, int pos0, const int32_t *pre, int n_pre,
+        const int32_t *dec, int n_dec, float *out, int V)
+{
+    if (n_pre > 0) {
+        grpo_fwd_item it = {seq, pos0, n_pre, pre};
+        assert_int_equal(grpo_model_forward(m, kv, &it, 1, out), GRPO_OK);
+        out += V;
+        pos0 += n_pre;
+    }
+    for (int i = 0; i < n_dec; i++) {
+        grpo_fwd_item it = {seq, pos0 + i, 1, dec + i};
+        assert_int_equal(grpo_model_forward(m, kv, &it, 1, out + (size_t)i * V), GRPO_OK);
+    }
+}
+
+/* Forked sequences share the parent's pages (the last partial one copied on write) and give the
+ * same logits, bit for bit, as private copies; the parent is unharmed by its children's writes. */
+static void
+fork_equals_private_copies(void **state)
+{
+    fx *f = *state;
+    int V = f->e.vocab, P = 40, D = 12; /* 40: the fork shares a partial page */
+    const int32_t *tok = f->e.tokens;
+    int32_t other[12], mine[12];
+    for (int i = 0; i < D; i++) {
+        other[i] = tok[f->e.n - 1 - i];
+        mine[i] = tok[P + D + i];
+    }
+    grpo_kv *kv = new_kv(f->m);
+    float *a = malloc((size_t)(D + 1) * V * 4), *b = malloc((size_t)(D + 1) * V * 4);
+    float *c = malloc((size_t)(D + 1) * V * 4), *ref = malloc((size_t)(D + 1) * V * 4);
+    int32_t pa, cb, cc;
+    assert_int_equal(grpo_kv_seq_new(kv, &pa), GRPO_OK);
+    run_seq(f->m, kv, pa, 0, tok, P, NULL, 0, a, V);
+    size_t used = grpo_kv_pages_used(kv);
+    assert_int_equal(grpo_kv_seq_fork(kv, pa, &cb), GRPO_OK);
+    assert_int_equal(grpo_kv_seq_fork(kv, pa, &cc), GRPO_OK);
+    assert_int_equal(grpo_kv_pages_used(kv), used); /* nothing copied yet */
+    assert_int_equal(grpo_kv_seq_len(kv, cb), P);
+    run_seq(f->m, kv, cb, P, NULL, 0, tok + P, D, b, V);
+    run_seq(f->m, kv, cc, P, NULL, 0, other, D, c, V);
+    run_seq(f->m, kv, pa, P, NULL, 0, mine, D, a, V);
+    assert_int_equal(grpo_kv_pages_used(kv), used + 2); /* one copied page per writer but one */
+    grpo_kv *kv2 = new_kv(f->m);
+    const int32_t *conts[3] = {tok + P, other, mine};
+    float *got[3] = {b, c, a};
+    for (int k = 0; k < 3; k++) {
+        int32_t s;
+        assert_int_equal(grpo_kv_seq_new(kv2, &s), GRPO_OK);
+        run_seq(f->m, kv2, s, 0, tok, P, conts[k], D, ref, V);
+        assert_memory_equal(got[k], ref + V, (size_t)D * V * 4);
+    }
+    /* and against transformers where the continuation is the fixture's own */
+    for (int i = 0; i < D; i++)
+        assert_true(tm_rel_err(b + (size_t)i * V, f->e.logits + (size_t)(P + i) * V, V) <= TOL);
+    grpo_kv_seq_free(kv, cb);
+    grpo_kv_seq_free(kv, cc);
+    grpo_kv_seq_free(kv, pa);
+    assert_int_equal(grpo_kv_pages_used(kv), 0);
+    grpo_kv_destroy(kv2);
+    grpo_kv_destroy(kv);
+    free(a);
+    free(b);
+    free(c);
+    free(ref);
+}
+
+/* Rows computed alone, in a mixed batch (prefill chunks + decode tokens), and with 1 or 3 threads
+ * are bit-identical. */
+static void
+batch_and_threads_invariant(void **state)
+{
+    fx *f = *state;
+    int V = f->e.vocab;
+    const int32_t *tok = f->e.tokens;
+    grpo_model *m1 = NULL, *m3 = NULL;
+    grpo_model_opts o1 = {1, 0, 0}, o3 = {3, 0, 0};
+    assert_int_equal(grpo_model_load(&m1, f->dir, &o1), GRPO_OK);
+    assert_int_equal(grpo_model_load(&m3, f->dir, &o3), GRPO_OK);
+    grpo_model *ms[3] = {f->m, m1, m3};
+    /* alone: a = 30-token prefill then 1 decode; b = 20 then 1; c = 15 */
+    float solo[5][512], mixed[5][512];
+    assert_true(V <= 512);
+    for (int mi = 0; mi < 3; mi++) {
+        grpo_kv *kv = new_kv(ms[mi]);
+        int32_t a, b, c;
+        grpo_kv_seq_new(kv, &a);
+        grpo_kv_seq_new(kv, &b);
+        grpo_kv_seq_new(kv, &c);
+        float *dst = mi == 0 ? &solo[0][0] : &mixed[0][0];
+        run_seq(ms[mi], kv, a, 0, tok, 30, tok + 30, 1, dst, V);
+        run_seq(ms[mi], kv, b, 0, tok + 40, 20, tok + 60, 1, dst + 2 * 512, V);
+        /* dst rows: a-prefill, a-decode at 0,1 ; b at 2,3 */
+        memmove(dst + 512, dst + V, (size_t)V * 4);
+        memmove(dst + 3 * 512, dst + 2 * 512 + V, (size_t)V * 4);
+        run_seq(ms[mi], kv, c, 0, tok + 5, 15, NULL, 0, dst + 4 * 512, V);
+        if (mi > 0)
+            for (int r = 0; r < 5; r++)
+                assert_memory_equal(solo[r], mixed[r], (size_t)V * 4);
+        grpo_kv_destroy(kv);
+    }
+    /* mixed batches on the 2-thread model */
+    grpo_kv *kv = new_kv(f->m);
+    int32_t a, b, c;
+    grpo_kv_seq_new(kv, &a);
+    grpo_kv_seq_new(kv, &b);
+    grpo_kv_seq_new(kv, &c);
+    float out[3 * 512];
+    grpo_fwd_item first[2] = {{b, 0, 20, tok + 40}, {a, 0, 30, tok}};
+    assert_int_equal(grpo_model_forward(f->m, kv, first, 2, out), GRPO_OK);
+    assert_memory_equal(out, solo[2], (size_t)V * 4);
+    assert_memory_equal(out + V, solo[0], (size_t)V * 4);
+    grpo_fwd_item second[3] = {{a, 30, 1, tok + 30}, {c, 0, 15, tok + 5}, {b, 20, 1, tok + 60}};
+    assert_int_equal(grpo_model_forward(f->m, kv, second, 3, out), GRPO_OK);
+    assert_memory_equal(out, solo[1], (size_t)V * 4);
+    assert_memory_equal(out + V, solo[4], (size_t)V * 4);
+    assert_memory_equal(out + 2 * V, solo[3], (size_t)V * 4);
+    grpo_kv_destroy(kv);
+    grpo_model_destroy(m1);
+    grpo_model_destroy(m3);
+}
+
+/* Bad calls are refused without touching the cache. */
+static void
+forward_refuses_bad_items(void **state)
+{
+    fx *f = *state;
+    grpo_kv *kv = new_kv(f->m);
+    int32_t s;
+    grpo_kv_seq_new(kv, &s);
+    float *lg = malloc((size_t)f->e.vocab * 2 * 4);
+    int32_t bad = f->e.vocab;
+    grpo_fwd_item wrongpos = {s, 3, 1, f->e.tokens}, badtok = {s, 0, 1, &bad};
+    grpo_fwd_item twice[2] = {{s, 0, 1, f->e.tokens}, {s, 0, 1, f->e.tokens}};
+    grpo_fwd_item unknown = {s + 7, 0, 1, f->e.tokens};
+    assert_int_equal(grpo_model_forward(f->m, kv, &wrongpos, 1, lg), GRPO_EINVAL);
+    assert_non_null(strstr(grpo_error_last(), "pos0"));
+    assert_int_equal(grpo_model_forward(f->m, kv, &badtok, 1, lg), GRPO_EINVAL);
+    assert_int_equal(grpo_model_forward(f->m, kv, twice, 2, lg), GRPO_EINVAL);
+    assert_int_equal(grpo_model_forward(f->m, kv, &unknown, 1, lg), GRPO_EINVAL);
+    assert_int_equal(grpo_kv_seq_len(kv, s), 0);
+    /* a pool of one page: 64 tokens fit, 65 do not, and the sequence is unchanged */
+    grpo_kv *small = NULL;
+    const grpo_model_config *c = grpo_model_get_config(f->m);
+    size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
+                  (c->kv_lora_rank + c->qk_rope_head_dim) * 4;
+    assert_int_equal(grpo_kv_create(&small, c, page), GRPO_OK);
+    assert_int_equal(grpo_kv_page_bytes(small), page);
+    int32_t t;
+    grpo_kv_seq_new(small, &t);
+    grpo_fwd_item big = {t, 0, 65, f->e.tokens};
+    assert_int_equal(grpo_model_forward(f->m, small, &big, 1, lg), GRPO_EFULL);
+    assert_int_equal(grpo_kv_seq_len(small, t), 0);
+    big.n = 64;
+    assert_int_equal(grpo_model_forward(f->m, small, &big, 1, lg), GRPO_OK);
+    assert_int_equal(grpo_kv_pages_used(small), 1);
+    grpo_kv_destroy(small);
+    free(lg);
+    grpo_kv_destroy(kv);
+}
+
 int
 main(void)
 {
@@ -135,6 +298,11 @@ main(void)
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_bf16, teardown),
         cmocka_unit_test_setup_teardown(prefill_matches_transformers, setup_fp8, teardown),
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_fp8, teardown),
+        cmocka_unit_test_setup_teardown(fork_equals_private_copies, setup_bf16, teardown),
+        cmocka_unit_test_setup_teardown(fork_equals_private_copies, setup_fp8, teardown),
+        cmocka_unit_test_setup_teardown(batch_and_threads_invariant, setup_bf16, teardown),
+        cmocka_unit_test_setup_teardown(batch_and_threads_invariant, setup_fp8, teardown),
+        cmocka_unit_test_setup_teardown(forward_refuses_bad_items, setup_bf16, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,276 @@
+/* CPU kernels: GEMMs over F32/BF16/F16/FP8 (ragged 128x128 blocks) against a double-precision
+ * loop, rows invariant to M and to the thread count; the router against DeepSeek's reference on a
+ * case where transformers differs (tests/data/tiny_models/router, tools/make_tiny_models.py). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "kernels/kernels.h"
+#include "tests/model_testutil.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float
+frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
+}
+
+/* E4M3 "fn" encoding by search (independent of the decoder under test only through its table of
+ * exact values, which checks itself: every code decodes to a value that re-encodes to it). */
+static uint8_t
+to_e4m3(float v)
+{
+    uint8_t best = 0;
+    float bd = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        float x = grpo_e4m3_to_f32((uint8_t)c);
+        if (isnan(x))
+            continue;
+        float d = fabsf(x - v);
+        if (d < bd) {
+            bd = d;
+            best = (uint8_t)c;
+        }
+    }
+    return best;
+}
+
+static void
+e4m3_values(void **state)
+{
+    (void)state;
+    /* known points of the format: max 448, min normal 2^-6, min subnormal 2^-9, NaN 0x7f */
+    assert_float_equal(grpo_e4m3_to_f32(0x7e), 448.0f, 0);
+    assert_float_equal(grpo_e4m3_to_f32(0x08), ldexpf(1, -6), 0);
+    assert_float_equal(grpo_e4m3_to_f32(0x01), ldexpf(1, -9), 0);
+    assert_float_equal(grpo_e4m3_to_f32(0x38), 1.0f, 0);
+    assert_float_equal(grpo_e4m3_to_f32(0xb8), -1.0f, 0);
+    assert_float_equal(grpo_e4m3_to_f32(0x3c), 1.5f, 0);
+    assert_true(isnan(grpo_e4m3_to_f32(0x7f)) && isnan(grpo_e4m3_to_f32(0xff)));
+    assert_float_equal(grpo_bf16_to_f32(0x3f80), 1.0f, 0);
+    assert_int_equal(grpo_f32_to_bf16(1.0f), 0x3f80);
+    assert_float_equal(grpo_f16_to_f32(0x3c00), 1.0f, 0);
+    assert_float_equal(grpo_f16_to_f32(0x0001), ldexpf(1, -24), 0);
+    assert_float_equal(grpo_f16_to_f32(0xc000), -2.0f, 0);
+}
+
+typedef struct {
+    grpo_kw w;
+    void *data;
+    float *scale;
+    double *ref; /* (rows, cols) exact values */
+} mat;
+
+static void
+make_mat(mat *m, grpo_dtype dt, int rows, int cols)
+{
+    memset(m, 0, sizeof *m);
+    m->w.dt = dt;
+    m->w.rows = rows;
+    m->w.cols = cols;
+    m->ref = malloc((size_t)rows * cols * sizeof *m->ref);
+    m->data = malloc((size_t)rows * cols * grpo_dtype_size(dt));
+    if (dt == GRPO_DT_F8E4M3) {
+        m->w.br = m->w.bc = 128;
+        m->w.scale_cols = (cols + 127) / 128;
+        int sr = (rows + 127) / 128;
+        m->scale = malloc((size_t)sr * m->w.scale_cols * sizeof *m->scale);
+        for (int i = 0; i < sr * m->w.scale_cols; i++)
+            m->scale[i] = 0.001f * (float)(i + 1); /* distinct per block: catches index slips */
+        m->w.scale = m->scale;
+    }
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            size_t i = (size_t)r * cols + c;
+            float v = frand();
+            if (dt == GRPO_DT_F32) {
+                ((float *)m->data)[i] = v;
+                m->ref[i] = v;
+            } else if (dt == GRPO_DT_BF16) {
+                uint16_t h = grpo_f32_to_bf16(v);
+                ((uint16_t *)m->data)[i] = h;
+                m->ref[i] = grpo_bf16_to_f32(h);
+            } else if (dt == GRPO_DT_F16) {
+                /* random half bits with a small exponent: exact values known by construction */
+                int e = 10 + (int)((frand() + 1) * 4), man = (int)((frand() + 1) * 511);
+                uint16_t h = (uint16_t)((v < 0 ? 0x8000 : 0) | (e << 10) | man);
+                ((uint16_t *)m->data)[i] = h;
+                m->ref[i] = (v < 0 ? -1 : 1) * ldexp(1.0 + man / 1024.0, e - 15);
+            } else {
+                float s = m->scale[(r / 128) * m->w.scale_cols + c / 128];
+                uint8_t b = to_e4m3(v * 400.0f);
+                ((uint8_t *)m->data)[i] = b;
+                m->ref[i] = (double)grpo_e4m3_to_f32(b) * s;
+            }
+        }
+    m->w.data = m->data;
+}
+
+static void
+free_mat(mat *m)
+{
+    free(m->data);
+    free(m->scale);
+    free(m->ref);
+}
+
+static void
+gemm_all_dtypes(void **state)
+{
+    (void)state;
+    grpo_kernels *k1 = NULL, *k3 = NULL;
+    assert_int_equal(grpo_kernels_cpu_create(&k1, 1), GRPO_OK);
+    assert_int_equal(grpo_kernels_cpu_create(&k3, 3), GRPO_OK);
+    const int M = 7, N = 130, K = 300; /* ragged in both block directions */
+    grpo_dtype dts[] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F16, GRPO_DT_F8E4M3};
+    float *x = malloc((size_t)M * K * 4), *y = malloc((size_t)M * N * 4);
+    float *y1 = malloc((size_t)N * 4), *yt = malloc((size_t)M * 2 * K * 4);
+    for (int i = 0; i < M * K; i++)
+        x[i] = frand();
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        mat m;
+        make_mat(&m, dts[d], N, K);
+        k3->gemm(k3, M, x, K, &m.w, y, N);
+        double worst = 0;
+        for (int r = 0; r < M; r++)
+            for (int n = 0; n < N; n++) {
+                double want = 0, mag = 0;
+                for (int c = 0; c < K; c++) {
+                    want += (double)x[r * K + c] * m.ref[(size_t)n * K + c];
+                    mag += fabs((double)x[r * K + c] * m.ref[(size_t)n * K + c]);
+                }
+                double e = fabs(y[r * N + n] - want) / (mag > 0 ? mag : 1);
+                worst = e > worst ? e : worst;
+            }
+        assert_true(worst < 1e-6);
+        for (int r = 0; r < M; r++) { /* one row alone, one thread: the same bits */
+            k1->gemm(k1, 1, x + (size_t)r * K, K, &m.w, y1, N);
+            assert_memory_equal(y1, y + (size_t)r * N, (size_t)N * 4);
+        }
+        /* gemm_t_heads: 2 heads of 65 rows; y[m, h, c] = sum_d x[m, h, d] W[h*65 + d][c] */
+        k3->gemm_t_heads(k3, M, 2, x, K, 65, &m.w, 65, 65, yt, 2 * K, K);
+        for (int r = 0; r < M; r++)
+            for (int h = 0; h < 2; h++)
+                for (int c = 0; c < K; c++) {
+                    double want = 0, mag = 0;
+                    for (int dd = 0; dd < 65; dd++) {
+                        double t = (double)x[r * K + h * 65 + dd] * m.ref[(size_t)(h * 65 + dd) * K + c];
+                        want += t;
+                        mag += fabs(t);
+                    }
+                    (void)mag;
+                    assert_true(fabs(yt[(size_t)r * 2 * K + h * K + c] - want) <= 1e-6 * (mag + 1e-30));
+                }
+        free_mat(&m);
+    }
+    free(yt);
+    free(x);
+    free(y);
+    free(y1);
+    grpo_kernels_destroy(k1);
+    grpo_kernels_destroy(k3);
+}
+
+static float *
+json_matrix(const cJSON *a, int rows, int cols)
+{
+    float *v = malloc((size_t)rows * cols * 4);
+    assert_int_equal(cJSON_GetArraySize(a), rows);
+    for (int r = 0; r < rows; r++) {
+        const cJSON *row = cJSON_GetArrayItem(a, r);
+        assert_int_equal(cJSON_GetArraySize(row), cols);
+        for (int c = 0; c < cols; c++)
+            v[r * cols + c] = (float)cJSON_GetArrayItem(row, c)->valuedouble;
+    }
+    return v;
+}
+
+/* Runs our router on rows x; checks experts equal `ref_idx` and weights within tol of `ref_w`;
+ * returns the largest relative weight distance to transformers' and counts index differences. */
+static double
+check_router(grpo_kernels *k, const cJSON *j, const char *xk, const char *bk, const char *pre,
+             int *idx_diff)
+{
+    int H = 64, E = 16, top = 6;
+    const cJSON *xa = cJSON_GetObjectItem(j, xk);
+    int R = cJSON_GetArraySize(xa);
+    float *x = json_matrix(xa, R, H), *w = json_matrix(cJSON_GetObjectItem(j, "weight"), E, H);
+    const cJSON *ba = cJSON_GetObjectItem(j, bk);
+    assert_int_equal(cJSON_GetArraySize(ba), E);
+    float *bias = malloc((size_t)E * 4);
+    for (int e = 0; e < E; e++)
+        bias[e] = (float)cJSON_GetArrayItem(ba, e)->valuedouble;
+    char key[64];
+    snprintf(key, sizeof key, "%sreference_idx", pre);
+    float *ri = json_matrix(cJSON_GetObjectItem(j, key), R, top);
+    snprintf(key, sizeof key, "%sreference_w", pre);
+    float *rw = json_matrix(cJSON_GetObjectItem(j, key), R, top);
+    snprintf(key, sizeof key, "%stransformers_idx", pre);
+    float *ti = json_matrix(cJSON_GetObjectItem(j, key), R, top);
+    snprintf(key, sizeof key, "%stransformers_w", pre);
+    float *tw = json_matrix(cJSON_GetObjectItem(j, key), R, top);
+    grpo_kw wk = {.data = w, .dt = GRPO_DT_F32, .rows = E, .cols = H};
+    float *logits = malloc((size_t)R * E * 4), *wts = malloc((size_t)R * top * 4);
+    int32_t *idx = malloc((size_t)R * top * 4);
+    k->gemm(k, R, x, H, &wk, logits, E);
+    k->router(k, R, logits, E, bias, 4, 2, top, 1, 2.5f, idx, wts);
+    double far = 0;
+    *idx_diff = 0;
+    for (int r = 0; r < R; r++) {
+        int differs = 0;
+        for (int i = 0; i < top; i++) {
+            assert_int_equal(idx[r * top + i], (int)ri[r * top + i]);
+            assert_true(fabs(wts[r * top + i] - rw[r * top + i]) <= 2e-5 * fabs(rw[r * top + i]) + 1e-7);
+            if ((int)ti[r * top + i] != idx[r * top + i])
+                differs = 1;
+            else if (tw[r * top + i] > 0)
+                far = fmax(far, fabs(wts[r * top + i] - tw[r * top + i]) / tw[r * top + i]);
+        }
+        *idx_diff += differs;
+    }
+    free(x), free(w), free(bias), free(ri), free(rw), free(ti), free(tw);
+    free(logits), free(wts), free(idx);
+    return far;
+}
+
+/* DeepSeek's reference masks dropped groups with -inf and divides by the plain sum; transformers
+ * masks with 0.0 and adds 1e-20. We follow the reference: these rows show both differences. */
+static void
+router_follows_reference(void **state)
+{
+    (void)state;
+    char dir[1024], p[2048];
+    snprintf(p, sizeof p, "%s/router_case.json", tm_dir("router", dir, sizeof dir));
+    cJSON *j = NULL;
+    assert_int_equal(grpo__json_parse_file(p, 1 << 22, &j), GRPO_OK);
+    grpo_kernels *k = NULL;
+    assert_int_equal(grpo_kernels_cpu_create(&k, 2), GRPO_OK);
+    int diff = 0;
+    check_router(k, j, "x", "bias", "", &diff);
+    printf("    group mask: %d of 8 rows pick other experts than transformers\n", diff);
+    assert_true(diff > 0);
+    double far = check_router(k, j, "eps_x", "eps_bias", "eps_", &diff);
+    printf("    +1e-20: same experts, weights %.2g away from transformers'\n", far);
+    assert_int_equal(diff, 0);
+    assert_true(far > 1e-4);
+    grpo_kernels_destroy(k);
+    cJSON_Delete(j);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(e4m3_values),
+        cmocka_unit_test(gemm_all_dtypes),
+        cmocka_unit_test(router_follows_reference),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

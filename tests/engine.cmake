@@ -11,3 +11,8 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
   grpo_add_test(engine_prompts_test SOURCES engine_prompts_test.c LIBS grpo_engine grpo_common
                 TIMEOUT 60)
 endif()
+# The engine over the real tiny model (tests/data/tiny_models, from tools/make_tiny_models.py).
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_models/bf16/config.json)
+  grpo_add_test(rollout_model_test SOURCES rollout_model_test.c LIBS grpo_engine grpo_model
+                grpo_common m TIMEOUT 300)
+endif()

@@ -274,6 +274,40 @@ grpo_err grpo_prompts_parse(grpo_prompt_set *out, const char *text, size_t len, 
                             int skip_bad);
 void grpo_prompts_fini(grpo_prompt_set *set);
 
+/* ---- Policy: a model, its KV pool and its tokenizer, set up for rollouts ---- */
+
+/* What the CLI commands share: load the model directory, its KV pool and its tokenizer, and turn
+ * prompt records into token ids with the chat template. A model directory without a tokenizer.json
+ * (the tiny test models) gets a byte tokenizer: token id = byte value (vocab >= 256), the BOS id
+ * first, no chat template. */
+typedef struct grpo_policy grpo_policy;
+
+typedef struct grpo_policy_opts {
+    const char *tokenizer;   /* tokenizer.json or a directory; NULL: the model directory's */
+    const char *template_name; /* "r1" (default), "v3" or "none" (plain text, BOS first) */
+    int n_threads;           /* forward threads; <= 0: all CPUs */
+    size_t kv_budget_bytes;  /* KV pool size; 0: 1 GiB */
+} grpo_policy_opts;
+
+grpo_err grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opts *opts);
+void grpo_policy_close(grpo_policy *p);
+/* The backend over the policy's model and KV pool (valid while p is open). */
+const grpo_rollout_backend *grpo_policy_backend(grpo_policy *p);
+grpo_model *grpo_policy_model(grpo_policy *p);
+grpo_kv *grpo_policy_kv(grpo_policy *p);
+/* EOS id of the tokenizer (else the model config's), or -1. */
+int32_t grpo_policy_eos_id(const grpo_policy *p);
+/* Nonzero when the rendered prompt ends with the R1 "<think>\n" opening. */
+int grpo_policy_opens_think(const grpo_policy *p);
+/* "r1", "v3", "none" or "bytes" (the byte tokenizer). */
+const char *grpo_policy_template(const grpo_policy *p);
+/* grpo_token_bytes_fn over the policy's tokenizer; ctx is the policy. */
+const char *grpo_policy_token_bytes(const void *policy, int32_t id, size_t *len);
+/* Encodes a prompt record (prompt text as one user turn, or its messages) with the template and
+ * add_generation_prompt. *ids (free()) and, when text is not NULL, the rendered *text (free()). */
+grpo_err grpo_policy_encode(const grpo_policy *p, const grpo_prompt *pr, int32_t **ids,
+                            size_t *n, char **text);
+
 /* Teacher-forced per-token logprobs of completion[0..n) after prompt under backend b, with logits
  * divided by temperature (1 when temperature is 0). out: n floats. Uses and frees its own KV
  * sequence. */

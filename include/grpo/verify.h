@@ -54,7 +54,8 @@ const grpo_verifier_api *grpo_verifier_builtin(const char *name);
  * A task's terms are a string "w*name + w*name" or an array of {verifier, weight}. A name that is not
  * built in must be described under "verifiers" with a "plugin" path. "overlong" enables the DAPO soft
  * penalty: 0 up to max_tokens - buffer, then growing linearly to -penalty at max_tokens (and -penalty
- * for a truncated sample). deadline_ms is the per-sample budget handed to every verifier. */
+ * beyond it or for a truncated sample); max_tokens 0 or absent means the sample's max_tokens.
+ * deadline_ms is the per-sample budget (used by `grpo verify` as the hard per-item deadline). */
 typedef struct grpo_reward_config grpo_reward_config;
 
 /* Parses n bytes of JSON; `where` names the source in messages (e.g. the file path).
@@ -63,6 +64,8 @@ grpo_err grpo_reward_config_parse(grpo_reward_config **out, const char *json, si
                                   const char *where);
 /* Reads and parses a file. */
 grpo_err grpo_reward_config_load(grpo_reward_config **out, const char *path);
+/* The per-sample deadline of the config in milliseconds. */
+double grpo_reward_config_deadline_ms(const grpo_reward_config *cfg);
 /* The defaults: math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format,
  * format = 1.0*format, no overlong shaping, deadline 10 s. */
 grpo_err grpo_reward_config_default(grpo_reward_config **out);
@@ -108,7 +111,8 @@ grpo_err grpo_rewarder_score(grpo_rewarder *r, const grpo_verifier_sample *sampl
                              grpo_reward_result *out);
 void grpo_reward_result_fini(grpo_reward_result *res);
 
-/* The DAPO overlong penalty for a completion of n_tokens under the config (0 when disabled). */
+/* The DAPO overlong penalty for a completion of n_tokens under the config's max_tokens (0 when
+ * shaping is off or the config has no max_tokens and the sample is not truncated). */
 double grpo_reward_overlong(const grpo_reward_config *cfg, int32_t n_tokens, int32_t truncated);
 
 /* Short name of a verdict kind: "pass", "fail", "skip", "timeout", "error". */

@@ -9,3 +9,12 @@ endif()
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo_bridge)
   grpo_add_test(bridge_transport_test SOURCES bridge_transport_test.c LIBS grpo_bridge grpo_common TIMEOUT 60)
 endif()
+# Real processes: C publisher (bridge_transport_test publish ...) and Python consumer, with kills.
+find_package(Python3 COMPONENTS Interpreter)
+if(TARGET bridge_transport_test AND Python3_Interpreter_FOUND)
+  add_test(NAME bridge_integration
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bridge_integration.py
+                   --pub $<TARGET_FILE:bridge_transport_test> --n 1000 --window 8
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(bridge_integration PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77)
+endif()

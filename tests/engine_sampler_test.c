@@ -133,7 +133,7 @@ reference_draw(const ref_dist *d, double u)
     return last;
 }
 
-static const float logits_a[V] = {1.5f, -0.3f, 2.2f, 0.0f, 2.2f,  -4.0f,
+static const float logits_a[V] = {1.5f, -0.3f, 2.2f,  0.0f, 2.2f,  -4.0f,
                                   0.7f, 1.1f,  -1.0f, 3.0f, -0.5f, 0.25f};
 
 static void
@@ -297,9 +297,9 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_philox_kat),         cmocka_unit_test(test_uniform_keys),
-        cmocka_unit_test(test_distributions),      cmocka_unit_test(test_top_p_boundary),
-        cmocka_unit_test(test_greedy_and_errors),  cmocka_unit_test(test_large_vocab_top_p),
+        cmocka_unit_test(test_philox_kat),        cmocka_unit_test(test_uniform_keys),
+        cmocka_unit_test(test_distributions),     cmocka_unit_test(test_top_p_boundary),
+        cmocka_unit_test(test_greedy_and_errors), cmocka_unit_test(test_large_vocab_top_p),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,12 +133,12 @@ test_invariance(void **state)
         int order; /* 0: A first, 1: A last */
         int32_t G;
     } cases[] = {
-        {{.max_batch_seqs = 0}, 1, 4},      /* mixed with other groups, arriving last */
-        {{.max_batch_seqs = 1}, 0, 4},      /* batch-1 decoding */
-        {{.max_batch_seqs = 3}, 1, 64},     /* G=64: samples 0..3 must match */
-        {{.no_share_prefix = 1}, 0, 4},     /* private prompt copies instead of forks */
+        {{.max_batch_seqs = 0}, 1, 4},  /* mixed with other groups, arriving last */
+        {{.max_batch_seqs = 1}, 0, 4},  /* batch-1 decoding */
+        {{.max_batch_seqs = 3}, 1, 64}, /* G=64: samples 0..3 must match */
+        {{.no_share_prefix = 1}, 0, 4}, /* private prompt copies instead of forks */
         {{.prefill_chunk = 3, .max_step_tokens = 3}, 1, 4}, /* chunked prefill, mixed */
-        {{.kv_budget_pages = 30}, 1, 4},    /* small budget (needs: A 18, B 17, C 13 pages) */
+        {{.kv_budget_pages = 30}, 1, 4}, /* small budget (needs: A 18, B 17, C 13 pages) */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         rig_open(&g, 4096, &cases[c].o);
@@ -440,9 +440,9 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_invariance),      cmocka_unit_test(test_budget),
-        cmocka_unit_test(test_stop_strings),    cmocka_unit_test(test_stop_find),
-        cmocka_unit_test(test_scoring),         cmocka_unit_test(test_queue_and_cancel),
+        cmocka_unit_test(test_invariance),   cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_stop_find),
+        cmocka_unit_test(test_scoring),      cmocka_unit_test(test_queue_and_cancel),
         cmocka_unit_test(test_bad_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

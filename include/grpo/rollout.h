@@ -1,12 +1,14 @@
 /* grpo/rollout.h: the rollout engine (issue 5). A counter-based RNG, the sampler, and the scheduler
- * that turns prompt groups (a prompt, G, sampling params, seed) into G completions each: one prefill
- * per prompt, G sequences forked from it sharing its KV pages, continuous decoding over every active
- * sequence of many groups, admission under a KV-page budget, optional reference-model scoring.
+ * that turns prompt groups (a prompt, G, sampling params, seed) into G completions each: one
+ * prefill per prompt, G sequences forked from it sharing its KV pages, continuous decoding over
+ * every active sequence of many groups, admission under a KV-page budget, optional reference-model
+ * scoring.
  *
- * Determinism: a completion is a pure function of (weights, prompt tokens, params, seed, prompt key,
- * sample index). The batch a sequence decodes in, the thread count, the order groups arrive in and
- * G itself (for the sample indices both runs have) do not change it, given a backend whose per-row
- * results do not depend on the batch (grpo_model_forward promises this on the CPU backend). */
+ * Determinism: a completion is a pure function of (weights, prompt tokens, params, seed, prompt
+ * key, sample index). The batch a sequence decodes in, the thread count, the order groups arrive in
+ * and G itself (for the sample indices both runs have) do not change it, given a backend whose
+ * per-row results do not depend on the batch (grpo_model_forward promises this on the CPU backend).
+ */
 #ifndef GRPO_ROLLOUT_H
 #define GRPO_ROLLOUT_H
 
@@ -68,9 +70,8 @@ size_t grpo_sample_scratch_bytes(int32_t vocab);
  *   actually sampled from (0 at T = 0).
  * scratch: grpo_sample_scratch_bytes(vocab) bytes, or NULL to allocate per call.
  * Returns the token id, or -1 (with a message) when logits hold NaN or memory runs out. */
-int32_t grpo_sample_ex(const float *logits, int32_t vocab, const grpo_sampling *p,
-                       grpo_rng_key key, float *logprob_raw, float *logprob_processed,
-                       void *scratch);
+int32_t grpo_sample_ex(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_rng_key key,
+                       float *logprob_raw, float *logprob_processed, void *scratch);
 int32_t grpo_sample(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_rng_key key,
                     float *logprob_raw, float *logprob_processed);
 
@@ -82,8 +83,8 @@ int32_t grpo_sample(const float *logits, int32_t vocab, const grpo_sampling *p, 
 /* "raw", "processed" or "both" to flags; -1 otherwise. */
 int grpo_logprobs_parse(const char *s);
 
-#define GRPO_ROLLOUT_MAX_STOP 16       /* stop strings and stop ids, each */
-#define GRPO_ROLLOUT_MAX_STOP_LEN 256  /* bytes per stop string */
+#define GRPO_ROLLOUT_MAX_STOP 16      /* stop strings and stop ids, each */
+#define GRPO_ROLLOUT_MAX_STOP_LEN 256 /* bytes per stop string */
 
 typedef struct grpo_gen_params {
     grpo_sampling sampling;
@@ -93,7 +94,8 @@ typedef struct grpo_gen_params {
     int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP]; /* finish with GRPO_ROLLOUT_FINISH_STOP (token kept) */
     int32_t n_stop_strings;
     /* Matched on the decoded bytes of the completion, across token boundaries; the text ends right
-     * after the first occurrence (the stop string included), the tokens at the one completing it. */
+     * after the first occurrence (the stop string included), the tokens at the one completing it.
+     */
     const char *stop_strings[GRPO_ROLLOUT_MAX_STOP];
     int32_t logprobs; /* GRPO_LOGPROBS_* flags; raw is always filled */
 } grpo_gen_params;
@@ -102,11 +104,11 @@ typedef struct grpo_gen_params {
 void grpo_gen_params_default(grpo_gen_params *p);
 
 typedef enum grpo_rollout_finish {
-    GRPO_ROLLOUT_FINISH_NONE = 0,  /* still running */
-    GRPO_ROLLOUT_FINISH_EOS = 1,   /* sampled the end-of-sequence id */
-    GRPO_ROLLOUT_FINISH_STOP = 2,  /* a stop id or stop string */
+    GRPO_ROLLOUT_FINISH_NONE = 0,   /* still running */
+    GRPO_ROLLOUT_FINISH_EOS = 1,    /* sampled the end-of-sequence id */
+    GRPO_ROLLOUT_FINISH_STOP = 2,   /* a stop id or stop string */
     GRPO_ROLLOUT_FINISH_LENGTH = 3, /* max_new_tokens (or the model's context) reached */
-    GRPO_ROLLOUT_FINISH_ABORT = 4  /* cancelled */
+    GRPO_ROLLOUT_FINISH_ABORT = 4   /* cancelled */
 } grpo_rollout_finish;
 /* "eos", "stop", "length", "abort" ("running" for NONE). */
 const char *grpo_rollout_finish_name(grpo_rollout_finish f);
@@ -146,11 +148,11 @@ typedef struct grpo_rollout_opts {
      * when its worst case (prompt pages + G x pages for max_new_tokens) fits beside the groups
      * already in flight, so nothing is ever preempted. */
     size_t kv_budget_pages;
-    int32_t max_batch_seqs;   /* decode rows per forward; 0 = no limit; 1 = batch-1 decoding */
-    int32_t prefill_chunk;    /* prompt tokens per prefill item; 0 = 2048. Chunk boundaries depend
-                                 only on the prompt, so they never change a completion */
-    int32_t max_step_tokens;  /* prefill tokens per forward (at least one chunk); 0 = 4096 */
-    int32_t no_share_prefix;  /* 1: prefill every sample privately (for tests and benchmarks) */
+    int32_t max_batch_seqs;  /* decode rows per forward; 0 = no limit; 1 = batch-1 decoding */
+    int32_t prefill_chunk;   /* prompt tokens per prefill item; 0 = 2048. Chunk boundaries depend
+                                only on the prompt, so they never change a completion */
+    int32_t max_step_tokens; /* prefill tokens per forward (at least one chunk); 0 = 4096 */
+    int32_t no_share_prefix; /* 1: prefill every sample privately (for tests and benchmarks) */
     grpo_token_bytes_fn token_bytes; /* needed for stop strings and text; NULL: no text */
     const void *token_bytes_ctx;
     /* Reference model for per-token ref logprobs (teacher-forced, temperature-scaled like raw);
@@ -163,32 +165,32 @@ typedef struct grpo_rollout_opts {
 
 /* One prompt group to generate. The engine copies everything it needs at submit. */
 typedef struct grpo_rollout_request {
-    const int32_t *prompt;  /* token ids */
-    int32_t n_prompt;       /* > 0 */
-    int32_t group_size;     /* G > 0 */
-    int32_t sample0;        /* first sample index (replay of sample k: sample0 = k, G = 1) */
+    const int32_t *prompt; /* token ids */
+    int32_t n_prompt;      /* > 0 */
+    int32_t group_size;    /* G > 0 */
+    int32_t sample0;       /* first sample index (replay of sample k: sample0 = k, G = 1) */
     uint64_t seed;
-    uint64_t prompt_key;    /* grpo_rollout_prompt_key(id) */
+    uint64_t prompt_key; /* grpo_rollout_prompt_key(id) */
     grpo_gen_params params;
-    void *user;             /* handed back in the result */
+    void *user; /* handed back in the result */
 } grpo_rollout_request;
 
 typedef struct grpo_rollout_sample {
-    int32_t index;          /* sample index (sample0 + i) */
+    int32_t index; /* sample index (sample0 + i) */
     grpo_rollout_finish finish;
-    int32_t stop_string;    /* index of the stop string that matched, else -1 */
+    int32_t stop_string; /* index of the stop string that matched, else -1 */
     int32_t n_tokens;
     int32_t *tokens;
-    float *logprob_raw;     /* n_tokens; always */
+    float *logprob_raw;       /* n_tokens; always */
     float *logprob_processed; /* n_tokens, or NULL unless asked */
-    float *ref_logprob;     /* n_tokens, or NULL without a ref model */
-    float *policy_logprob;  /* n_tokens, recomputed by teacher forcing, or NULL */
-    char *text;             /* decoded completion (NUL-terminated; may hold NUL), or NULL */
+    float *ref_logprob;       /* n_tokens, or NULL without a ref model */
+    float *policy_logprob;    /* n_tokens, recomputed by teacher forcing, or NULL */
+    char *text;               /* decoded completion (NUL-terminated; may hold NUL), or NULL */
     size_t text_len;
 } grpo_rollout_sample;
 
 typedef struct grpo_rollout_group {
-    uint64_t id;            /* submit order, from 0 */
+    uint64_t id; /* submit order, from 0 */
     void *user;
     int32_t n_prompt;
     int32_t *prompt;
@@ -196,7 +198,7 @@ typedef struct grpo_rollout_group {
     int32_t n_samples;
     grpo_rollout_sample *samples;
     double t_submit, t_admit, t_done; /* grpo_now() */
-    double max_abs_logprob_diff; /* max |raw - recomputed policy| over tokens, with rescore */
+    double max_abs_logprob_diff;      /* max |raw - recomputed policy| over tokens, with rescore */
 } grpo_rollout_group;
 void grpo_rollout_group_free(grpo_rollout_group *g);
 
@@ -216,7 +218,8 @@ grpo_err grpo_rollout_create(grpo_rollout **out, const grpo_rollout_backend *pol
                              const grpo_rollout_opts *opts);
 /* Frees the engine, every queued or running group, and their KV pages. */
 void grpo_rollout_destroy(grpo_rollout *r);
-/* Queues a group (copied). Fails with GRPO_EFULL when it can never fit the KV budget. Thread-safe. */
+/* Queues a group (copied). Fails with GRPO_EFULL when it can never fit the KV budget. Thread-safe.
+ */
 grpo_err grpo_rollout_submit(grpo_rollout *r, const grpo_rollout_request *req, uint64_t *id);
 /* One scheduler iteration: admit, one forward over prefill chunks and decode rows, sample, finish.
  * *busy (may be NULL) is 0 when nothing was queued or running. Call from one thread. */
@@ -253,14 +256,14 @@ typedef struct grpo_prompt {
 typedef struct grpo_prompt_set {
     grpo_prompt *items;
     size_t n;
-    size_t n_skipped;    /* bad lines skipped (on_bad_line skip) */
-    char *source;        /* the path or git: spec it was read from */
-    char *git_commit;    /* hex commit a git: spec resolved to, else NULL */
-    char *git_repo;      /* the repository path of a git: spec, else NULL */
+    size_t n_skipped; /* bad lines skipped (on_bad_line skip) */
+    char *source;     /* the path or git: spec it was read from */
+    char *git_commit; /* hex commit a git: spec resolved to, else NULL */
+    char *git_repo;   /* the repository path of a git: spec, else NULL */
 } grpo_prompt_set;
 
-#define GRPO_PROMPTS_MAX_LINE (4u << 20)    /* bytes per line */
-#define GRPO_PROMPTS_MAX_FILE (1ull << 32)  /* bytes per file */
+#define GRPO_PROMPTS_MAX_LINE (4u << 20)   /* bytes per line */
+#define GRPO_PROMPTS_MAX_FILE (1ull << 32) /* bytes per file */
 
 /* Reads prompts from a JSONL file, or from `git:REPO_PATH@REV:path/in/repo.jsonl` (the file at that
  * revision, through libgit2; the commit lands in git_commit). Blank lines are ignored. A bad line
@@ -283,10 +286,10 @@ void grpo_prompts_fini(grpo_prompt_set *set);
 typedef struct grpo_policy grpo_policy;
 
 typedef struct grpo_policy_opts {
-    const char *tokenizer;   /* tokenizer.json or a directory; NULL: the model directory's */
+    const char *tokenizer;     /* tokenizer.json or a directory; NULL: the model directory's */
     const char *template_name; /* "r1" (default), "v3" or "none" (plain text, BOS first) */
-    int n_threads;           /* forward threads; <= 0: all CPUs */
-    size_t kv_budget_bytes;  /* KV pool size; 0: 1 GiB */
+    int n_threads;             /* forward threads; <= 0: all CPUs */
+    size_t kv_budget_bytes;    /* KV pool size; 0: 1 GiB */
 } grpo_policy_opts;
 
 grpo_err grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opts *opts);
@@ -305,8 +308,8 @@ const char *grpo_policy_template(const grpo_policy *p);
 const char *grpo_policy_token_bytes(const void *policy, int32_t id, size_t *len);
 /* Encodes a prompt record (prompt text as one user turn, or its messages) with the template and
  * add_generation_prompt. *ids (free()) and, when text is not NULL, the rendered *text (free()). */
-grpo_err grpo_policy_encode(const grpo_policy *p, const grpo_prompt *pr, int32_t **ids,
-                            size_t *n, char **text);
+grpo_err grpo_policy_encode(const grpo_policy *p, const grpo_prompt *pr, int32_t **ids, size_t *n,
+                            char **text);
 
 /* Teacher-forced per-token logprobs of completion[0..n) after prompt under backend b, with logits
  * divided by temperature (1 when temperature is 0). out: n floats. Uses and frees its own KV

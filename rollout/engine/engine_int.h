@@ -8,8 +8,8 @@
 /* Looks for the stop strings in text[0..len) ending after byte new_from (text before it was already
  * checked). Returns the index of the match that ends first (lowest index on a tie) and sets *end to
  * the byte just after it, or returns -1. */
-int grpo_engine__stop_find(const char *text, size_t len, size_t new_from,
-                           const char *const *stops, int n_stops, size_t *end);
+int grpo_engine__stop_find(const char *text, size_t len, size_t new_from, const char *const *stops,
+                           int n_stops, size_t *end);
 
 /* A fake model for scheduler tests: a paged token cache with the same refcounting and
  * copy-on-write rules as grpo_kv (and a hard page limit), and logits that are a hash of the whole

@@ -17,8 +17,8 @@ typedef struct {
 struct grpo_engine__fake {
     int32_t vocab, T;
     size_t pages_total, pages_used;
-    int32_t *refcnt;  /* (pages_total) */
-    int32_t *data;    /* (pages_total, T) token ids */
+    int32_t *refcnt; /* (pages_total) */
+    int32_t *data;   /* (pages_total, T) token ids */
     fseq *seqs;
     int32_t n_seqs;
     uint64_t salt;

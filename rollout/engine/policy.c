@@ -11,7 +11,7 @@
 struct grpo_policy {
     grpo_model *model;
     grpo_kv *kv;
-    grpo_tokenizer *tok; /* NULL: byte tokenizer */
+    grpo_tokenizer *tok;     /* NULL: byte tokenizer */
     grpo_chat_family family; /* GRPO_CHAT_NONE: plain text */
     grpo_rollout_backend be;
     int32_t eos, bos;
@@ -73,8 +73,8 @@ grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opt
         goto done;
     const grpo_model_config *cfg = grpo_model_get_config(p->model);
     p->eos = cfg->eos_token_id, p->bos = cfg->bos_token_id;
-    if ((err = grpo_kv_create(&p->kv, cfg, o.kv_budget_bytes ? o.kv_budget_bytes : (size_t)1 << 30)) !=
-            GRPO_OK ||
+    if ((err = grpo_kv_create(
+             &p->kv, cfg, o.kv_budget_bytes ? o.kv_budget_bytes : (size_t)1 << 30)) != GRPO_OK ||
         (err = open_tokenizer(p, model_dir, &o)) != GRPO_OK ||
         (err = grpo_rollout_backend_model(&p->be, p->model, p->kv)) != GRPO_OK)
         goto done;
@@ -207,8 +207,8 @@ grpo_policy_encode(const grpo_policy *p, const grpo_prompt *pr, int32_t **ids, s
         if (err == GRPO_OK && (err = grpo__buf_append(&plain, "", 1)) == GRPO_OK) {
             rendered = plain.data, plain.data = NULL;
             if (p->tok != NULL)
-                err = grpo_tokenizer_encode(p->tok, rendered, strlen(rendered),
-                                            GRPO_TOK_ADD_BOS, ids, n);
+                err = grpo_tokenizer_encode(p->tok, rendered, strlen(rendered), GRPO_TOK_ADD_BOS,
+                                            ids, n);
             else
                 err = encode_bytes(p, rendered, ids, n);
         }

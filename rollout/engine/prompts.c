@@ -1,6 +1,6 @@
 /* The prompts JSONL reader: one {"id", "prompt" | "messages", "answer", "tests", "task",
- * "language"} object per line, from a file or from a file at a git revision (libgit2). Every line is
- * checked (size, UTF-8, JSON, types) and a bad one is reported with its line number. */
+ * "language"} object per line, from a file or from a file at a git revision (libgit2). Every line
+ * is checked (size, UTF-8, JSON, types) and a bad one is reported with its line number. */
 #include "rollout/engine/engine_int.h"
 #include "common/json.h"
 
@@ -143,7 +143,8 @@ parse_line(const char *s, size_t n, const char *where, int64_t line, grpo_prompt
             goto done;
     }
     if ((p->prompt == NULL) == (p->messages_json == NULL)) {
-        err = grpo__fail(GRPO_EFORMAT, "%s: needs exactly one of \"prompt\" and \"messages\"", where);
+        err =
+            grpo__fail(GRPO_EFORMAT, "%s: needs exactly one of \"prompt\" and \"messages\"", where);
         goto done;
     }
     if (p->prompt != NULL && p->prompt[0] == '\0') {

@@ -50,7 +50,7 @@ grpo_rng_uniform(grpo_rng_key key)
     uint32_t out[4];
     grpo_philox4x32_10(ctr, k, out);
     uint64_t bits = ((uint64_t)out[1] << 32 | out[0]) >> 11; /* 53 bits */
-    return (double)bits * (1.0 / 9007199254740992.0);       /* / 2^53 */
+    return (double)bits * (1.0 / 9007199254740992.0);        /* / 2^53 */
 }
 
 uint64_t

@@ -40,9 +40,9 @@ grpo_sample_scratch_bytes(int32_t vocab)
 }
 
 typedef struct {
-    double *p;      /* (vocab) probabilities under softmax(logits / T) */
-    int32_t *idx;   /* (vocab) candidate ids, sorted */
-    uint8_t *keep;  /* (vocab) 1 = in the processed distribution */
+    double *p;     /* (vocab) probabilities under softmax(logits / T) */
+    int32_t *idx;  /* (vocab) candidate ids, sorted */
+    uint8_t *keep; /* (vocab) 1 = in the processed distribution */
 } scratch_view;
 
 static scratch_view
@@ -97,7 +97,8 @@ log_norm(const float *x, int32_t n, double t, double *mx_out)
 }
 
 /* Sorts a candidate prefix {p >= thr} large enough to hold the top-k set (or, without top-k, the
- * nucleus). Returns the number of sorted candidates in s->idx (a prefix of the full sorted order). */
+ * nucleus). Returns the number of sorted candidates in s->idx (a prefix of the full sorted order).
+ */
 static int32_t
 candidates(const scratch_view *s, int32_t vocab, double pmax, int32_t k, double need)
 {
@@ -260,10 +261,15 @@ const char *
 grpo_rollout_finish_name(grpo_rollout_finish f)
 {
     switch (f) {
-    case GRPO_ROLLOUT_FINISH_EOS: return "eos";
-    case GRPO_ROLLOUT_FINISH_STOP: return "stop";
-    case GRPO_ROLLOUT_FINISH_LENGTH: return "length";
-    case GRPO_ROLLOUT_FINISH_ABORT: return "abort";
-    default: return "running";
+    case GRPO_ROLLOUT_FINISH_EOS:
+        return "eos";
+    case GRPO_ROLLOUT_FINISH_STOP:
+        return "stop";
+    case GRPO_ROLLOUT_FINISH_LENGTH:
+        return "length";
+    case GRPO_ROLLOUT_FINISH_ABORT:
+        return "abort";
+    default:
+        return "running";
     }
 }

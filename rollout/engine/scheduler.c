@@ -25,7 +25,7 @@ typedef struct sample_state {
     int32_t prefilled; /* private mode: prompt tokens prefilled so far */
     int32_t pending;   /* last sampled token, to feed at the next step */
     int32_t cap;
-    grpo_buf text;     /* decoded bytes so far */
+    grpo_buf text; /* decoded bytes so far */
 } sample_state;
 
 typedef struct group_state {
@@ -123,8 +123,7 @@ check_request(const grpo_rollout *r, const grpo_rollout_request *q)
         return grpo__fail(GRPO_EINVAL, "rollout: group size %d, first sample %d", q->group_size,
                           q->sample0);
     if (p->max_new_tokens <= 0)
-        return grpo__fail(GRPO_EINVAL, "rollout: max new tokens %d must be > 0",
-                          p->max_new_tokens);
+        return grpo__fail(GRPO_EINVAL, "rollout: max new tokens %d must be > 0", p->max_new_tokens);
     if (p->n_stop_ids < 0 || p->n_stop_ids > GRPO_ROLLOUT_MAX_STOP || p->n_stop_strings < 0 ||
         p->n_stop_strings > GRPO_ROLLOUT_MAX_STOP)
         return grpo__fail(GRPO_EINVAL, "rollout: at most %d stop ids and stop strings",
@@ -142,7 +141,8 @@ check_request(const grpo_rollout *r, const grpo_rollout_request *q)
             return grpo__fail(GRPO_EINVAL, "rollout: prompt token %d is %d; vocabulary is %d", i,
                               q->prompt[i], r->be.vocab);
     if (r->be.max_context > 0 && q->n_prompt >= r->be.max_context)
-        return grpo__fail(GRPO_EINVAL, "rollout: prompt of %d tokens leaves no room in a context of %d",
+        return grpo__fail(GRPO_EINVAL,
+                          "rollout: prompt of %d tokens leaves no room in a context of %d",
                           q->n_prompt, r->be.max_context);
     if ((err = grpo_sampling_check(&p->sampling)) != GRPO_OK)
         return err;
@@ -360,7 +360,8 @@ score_group(const grpo_rollout_backend *b, grpo_rollout_group *g, int policy)
             s->policy_logprob = out;
         else
             s->ref_logprob = out;
-        grpo_err err = grpo_rollout_score(b, g->prompt, g->n_prompt, s->tokens, s->n_tokens, t, out);
+        grpo_err err =
+            grpo_rollout_score(b, g->prompt, g->n_prompt, s->tokens, s->n_tokens, t, out);
         if (err != GRPO_OK)
             return err;
         for (int32_t k = 0; policy && k < s->n_tokens; k++) {
@@ -580,8 +581,8 @@ sample_row(grpo_rollout *r, group_state *gs, int32_t i, const float *logits)
     grpo_rng_key key = {g->req.seed, g->req.prompt_key, (uint32_t)g->samples[i].index,
                         (uint32_t)g->samples[i].n_tokens};
     float lr = 0, lp = 0;
-    int32_t tok = grpo_sample_ex(logits, r->be.vocab, &g->req.params.sampling, key, &lr, &lp,
-                                 r->scratch);
+    int32_t tok =
+        grpo_sample_ex(logits, r->be.vocab, &g->req.params.sampling, key, &lr, &lp, r->scratch);
     if (tok < 0)
         return GRPO_EINVAL;
     grpo_err err = emit(r, gs, i, tok, lr, lp);

@@ -49,7 +49,8 @@ grpo_rollout_score(const grpo_rollout_backend *b, const int32_t *prompt, int32_t
         if ((err = b->forward_all(b->ctx, &it, 1, logits)) != GRPO_OK)
             goto done;
         for (int32_t j = 0; j < len; j++)
-            out[at + j + 1] = row_logprob(logits + (size_t)j * V, b->vocab, t, completion[at + j + 1]);
+            out[at + j + 1] =
+                row_logprob(logits + (size_t)j * V, b->vocab, t, completion[at + j + 1]);
     }
 done:
     if (seq >= 0)

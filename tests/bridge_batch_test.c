@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/common_int.h"
 #include "grpo/bridge.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -280,13 +281,70 @@ test_empty_batch(void **state)
     grpo_batch_destroy(NULL);
 }
 
+/* Batches encoded by the Python client (safetensors.numpy) decode to the values it was given. */
+static double
+jnum(const cJSON *a, size_t i)
+{
+    return cJSON_GetArrayItem(a, (int)i)->valuedouble;
+}
+
+static void
+test_python_encoded(void **state)
+{
+    (void)state;
+    char *text = NULL;
+    size_t n = 0;
+    assert_int_equal(grpo__read_file("data/bridge/py_batches.json", 0, &text, &n), GRPO_OK);
+    cJSON *all = cJSON_ParseWithLength(text, n), *c;
+    free(text);
+    int seen = 0;
+    cJSON_ArrayForEach(c, all)
+    {
+        char path[256];
+        snprintf(path, sizeof path, "data/bridge/%s", cJSON_GetObjectItem(c, "file")->valuestring);
+        char *bytes = NULL;
+        size_t len = 0;
+        assert_int_equal(grpo__read_file(path, 0, &bytes, &len), GRPO_OK);
+        grpo_batch *b = NULL;
+        grpo_err err = grpo_batch_decode(&b, bytes, len);
+        if (err != GRPO_OK)
+            fprintf(stderr, "%s: %s\n", path, grpo_error_last());
+        assert_int_equal(err, GRPO_OK);
+        assert_string_equal(b->run_id, cJSON_GetObjectItem(c, "run_id")->valuestring);
+        assert_int_equal(b->batch_id, cJSON_GetObjectItem(c, "batch_id")->valueint);
+        assert_int_equal(b->policy_version, cJSON_GetObjectItem(c, "policy_version")->valueint);
+        const cJSON *t = cJSON_GetObjectItem(c, "tensors");
+        for (size_t i = 0; i < b->n_tok; i++) {
+            assert_int_equal(b->tokens[i], (int32_t)jnum(cJSON_GetObjectItem(t, "tokens"), i));
+            assert_int_equal(b->loss_mask[i], (uint8_t)jnum(cJSON_GetObjectItem(t, "loss_mask"), i));
+            assert_true(b->logprobs[i] == (float)jnum(cJSON_GetObjectItem(t, "logprobs"), i));
+            if (b->ref_logprobs)
+                assert_true(b->ref_logprobs[i] ==
+                            (float)jnum(cJSON_GetObjectItem(t, "ref_logprobs"), i));
+        }
+        for (size_t i = 0; i <= b->n_seq; i++)
+            assert_int_equal(b->seq_offsets[i], (int64_t)jnum(cJSON_GetObjectItem(t, "seq_offsets"), i));
+        for (size_t i = 0; i < b->n_seq; i++) {
+            assert_true(b->advantages[i] == (float)jnum(cJSON_GetObjectItem(t, "advantages"), i));
+            assert_int_equal(b->prompt_lens[i], (int32_t)jnum(cJSON_GetObjectItem(t, "prompt_lens"), i));
+            assert_int_equal(b->group_ids[i], (int64_t)jnum(cJSON_GetObjectItem(t, "group_ids"), i));
+        }
+        assert_int_equal(!!b->token_advantages, !!cJSON_GetObjectItem(t, "token_advantages"));
+        grpo_batch_destroy(b);
+        free(bytes);
+        seen++;
+    }
+    cJSON_Delete(all);
+    assert_int_equal(seen, 2);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),        cmocka_unit_test(test_layout),
         cmocka_unit_test(test_validate_refuses), cmocka_unit_test(test_decode_refuses),
-        cmocka_unit_test(test_empty_batch),
+        cmocka_unit_test(test_empty_batch),      cmocka_unit_test(test_python_encoded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

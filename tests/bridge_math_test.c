@@ -402,7 +402,7 @@ static void
 test_group_of_one_and_bad_input(void **state)
 {
     (void)state;
-    double r[5] = {0.7, 1, 0, 1, 0}, adv[5];
+    double r[5] = {0.7, 1, 0, 1, 0}, adv[6];
     int64_t off[3] = {0, 1, 5};
     uint8_t fl[2];
     grpo_adv_opts o;

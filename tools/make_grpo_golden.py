@@ -356,12 +356,55 @@ def overlong_cases():
     return cases
 
 
+def write_batch_fixtures(outdir):
+    """Batches encoded by the Python client (grpo_bridge.encode_batch, i.e. safetensors.numpy)
+    for the C decoder to read back, plus their values as JSON; they also seed the fuzzer."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "trainer_bridge", "python"))
+    from grpo_bridge import encode_batch
+    rng = np.random.default_rng(7)
+    out = []
+    for k, full in enumerate((True, False)):
+        B = 5 if full else 2
+        plens = rng.integers(0, 4, B)
+        lens = plens + rng.integers(0, 6, B)
+        off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        T = int(off[-1])
+        mask = np.zeros(T, np.uint8)
+        for i in range(B):
+            mask[off[i] + plens[i]:off[i + 1]] = 1
+        t = dict(tokens=rng.integers(0, 129280, T), seq_offsets=off, prompt_lens=plens,
+                 loss_mask=mask, logprobs=-rng.random(T) * mask, advantages=rng.normal(0, 1, B),
+                 rewards=rng.integers(0, 2, B), group_ids=np.arange(B) // 2,
+                 sample_idx=np.arange(B) % 2)
+        if full:
+            t.update(ref_logprobs=-rng.random(T) * mask, token_advantages=rng.normal(0, 1, T),
+                     policy_versions=np.full(B, 3))
+        data = encode_batch(t, run_id="py-run-%d" % k, batch_id=100 + k, step=k,
+                            policy_version=3 if full else 0, sampling={"temperature": 1.0},
+                            reward_config_hash="f" * 64)
+        name = "py_batch_%d.safetensors" % k
+        with open(os.path.join(outdir, name), "wb") as f:
+            f.write(data)
+        out.append(dict(file=name, run_id="py-run-%d" % k, batch_id=100 + k, step=k,
+                        policy_version=3 if full else 0,
+                        tensors={n: np.asarray(v).astype(np.float64).tolist() for n, v in t.items()}))
+    with open(os.path.join(outdir, "py_batches.json"), "w") as f:
+        json.dump(out, f)
+    print("wrote %d Python-encoded batches to %s" % (len(out), outdir))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--verl-wheel", help="path of verl-0.9.1-py3-none-any.whl")
     ap.add_argument("--out", default="tests/data/bridge/grpo_golden.json")
     ap.add_argument("--seed", type=int, default=20261130)
+    ap.add_argument("--batches-only", action="store_true",
+                    help="only the Python-encoded batch fixtures (no verl/TRL needed)")
     a = ap.parse_args()
+    write_batch_fixtures(os.path.dirname(a.out) or ".")
+    if a.batches_only:
+        return
     ca = load_verl(a.verl_wheel)
     import trl
     rng = np.random.default_rng(a.seed)

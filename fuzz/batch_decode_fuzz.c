@@ -1,0 +1,31 @@
+/* libFuzzer target: grpo_batch_decode on arbitrary bytes must never crash, leak or read out of
+ * bounds; whatever it accepts must re-encode to bytes that decode to the same batch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpo/bridge.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    grpo_batch *b = NULL, *c = NULL;
+    if (grpo_batch_decode(&b, data, size) != GRPO_OK)
+        return 0;
+    void *bytes = NULL;
+    size_t len = 0;
+    if (grpo_batch_encode(b, &bytes, &len) != GRPO_OK)
+        abort(); /* a decoded batch is valid, so it must encode */
+    if (grpo_batch_decode(&c, bytes, len) != GRPO_OK || c->n_tok != b->n_tok ||
+        c->n_seq != b->n_seq || c->batch_id != b->batch_id ||
+        (b->n_tok && memcmp(c->tokens, b->tokens, b->n_tok * 4) != 0))
+        abort();
+    int64_t id;
+    if (grpo_batch_peek(data, size, &id, NULL, NULL, 0) != GRPO_OK || id != b->batch_id)
+        abort();
+    free(bytes);
+    grpo_batch_destroy(b);
+    grpo_batch_destroy(c);
+    return 0;
+}

@@ -46,6 +46,12 @@ sbx_ns_host_uid(void)
     return geteuid() == 0 ? (uid_t)SBX_HOST_UID_ROOT : geteuid();
 }
 
+uint32_t
+grpo_sandbox_host_uid(void)
+{
+    return (uint32_t)sbx_ns_host_uid();
+}
+
 static int
 write_file(const char *path, const char *text)
 {

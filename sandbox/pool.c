@@ -181,6 +181,12 @@ grpo_sandbox_pool_destroy(grpo_sandbox_pool *pool)
     free(pool);
 }
 
+uint32_t
+grpo_sandbox_pool_isolation(const grpo_sandbox_pool *pool)
+{
+    return pool ? grpo_sandbox_isolation(pool->sb) : 0;
+}
+
 static double
 num(const cJSON *o, const char *k)
 {

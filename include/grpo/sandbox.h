@@ -150,6 +150,8 @@ typedef struct grpo_sandbox_pool grpo_sandbox_pool;
 grpo_err grpo_sandbox_pool_create(grpo_sandbox_pool **out, const grpo_sandbox_opts *opts,
                                   const char *preload);
 void grpo_sandbox_pool_destroy(grpo_sandbox_pool *pool);
+/* The GRPO_SANDBOX_ISO_* bits the zygote and its children run under. */
+uint32_t grpo_sandbox_pool_isolation(const grpo_sandbox_pool *pool);
 /* Calls preload's fn(args) in a fresh child. *ret_json (may be NULL) gets what fn returned through
  * the harness channel (JSON, malloc'd) or NULL when it returned nothing valid. A dead or hung
  * zygote is restarted; that is not an error. */
@@ -157,6 +159,10 @@ grpo_err grpo_sandbox_pool_call(grpo_sandbox_pool *pool, const char *fn, const c
                                 const void *stdin_data, size_t stdin_len,
                                 const grpo_sandbox_limits *limits, grpo_sandbox_result *res,
                                 char **ret_json);
+/* The host uid (and gid) sandboxed programs run as: a host directory bound writable into a
+ * sandbox must be writable by it. */
+uint32_t grpo_sandbox_host_uid(void);
+
 /* The Python interpreter used: $GRPO_SANDBOX_PYTHON, else /usr/bin/python3. */
 const char *grpo_sandbox_python(void);
 

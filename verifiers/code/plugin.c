@@ -1,0 +1,756 @@
+/* The verifier plugin host. A plugin is a shared object exporting GRPO_VERIFIER_ENTRY; its table
+ * must have our ABI major, a minor no newer than ours, and at least the v1.0 struct size.
+ *
+ * In-process (trusted): dlopen(RTLD_NOW | RTLD_LOCAL) here and call the table directly.
+ * Sandboxed (the default): a long-lived sandboxed worker (grpo_sandbox_spawn with a function) does
+ * the dlopen and serves init/score/fini over its control socket. The host's proxy table forwards
+ * each call with a deadline; a plugin that crashes, hangs or runs out of memory yields an ERROR
+ * verdict naming what happened, its worker is restarted on the next call (states re-initialised
+ * from their saved config), and the run goes on.
+ *
+ * Per-call deadline: $GRPO_PLUGIN_TIMEOUT_MS (default 10000); worker address-space limit:
+ * $GRPO_PLUGIN_MEMORY_MB (default 1024; not applied in ASan builds, see sandbox/rlimits.c). */
+#include "verifiers/code/code_int.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_SANDBOXED 16
+#define NULL_LEN 0xffffffffu
+#define MIN_STRUCT_SIZE (offsetof(grpo_verifier_api, fini) + sizeof(void (*)(void *)))
+
+enum { OP_INIT = 1, OP_SCORE = 2, OP_FINI = 3 };
+
+struct grpo_plugin {
+    int in_process;
+    void *dl;
+    const grpo_verifier_api *api; /* in-process: the plugin's own table */
+    /* sandboxed */
+    int slot;
+    char *path;
+    grpo_sandbox *sb;
+    grpo_sandbox_proc *proc;
+    grpo_verifier_api proxy;
+    char name[64], version[64];
+    int generation; /* bumped at each worker start */
+    uint32_t timeout_ms;
+    uint64_t mem;
+    pthread_mutex_t mu;
+};
+
+typedef struct pstate {
+    grpo_plugin *p;
+    uint32_t id;
+    int generation;
+    char *config;
+} pstate;
+
+/* ---------------------------------------------------------------- framing (both sides) */
+
+typedef struct msg {
+    grpo_buf b;
+    bool oom;
+} msg;
+
+static void
+put(msg *m, const void *p, size_t n)
+{
+    if (grpo__buf_append(&m->b, p, n) != GRPO_OK)
+        m->oom = true;
+}
+
+static void
+put_u32(msg *m, uint32_t v)
+{
+    put(m, &v, 4);
+}
+
+static void
+put_str(msg *m, const char *s, size_t n)
+{
+    put_u32(m, s ? (uint32_t)n : NULL_LEN);
+    if (s && n)
+        put(m, s, n);
+}
+
+typedef struct rd {
+    const char *p;
+    size_t n, off;
+    bool bad;
+} rd;
+
+static uint32_t
+get_u32(rd *r)
+{
+    uint32_t v = 0;
+    if (r->bad || r->n - r->off < 4) {
+        r->bad = true;
+        return 0;
+    }
+    memcpy(&v, r->p + r->off, 4);
+    r->off += 4;
+    return v;
+}
+
+/* malloc'd NUL-terminated copy (NULL stays NULL); *len gets the byte count. */
+static char *
+get_str(rd *r, size_t *len)
+{
+    uint32_t n = get_u32(r);
+    char *s;
+    if (len)
+        *len = 0;
+    if (r->bad || n == NULL_LEN)
+        return NULL;
+    if (r->n - r->off < n) {
+        r->bad = true;
+        return NULL;
+    }
+    if ((s = malloc((size_t)n + 1)) == NULL) {
+        r->bad = true;
+        return NULL;
+    }
+    memcpy(s, r->p + r->off, n);
+    s[n] = '\0';
+    r->off += n;
+    if (len)
+        *len = n;
+    return s;
+}
+
+static int
+write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int
+read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t k = read(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int
+send_msg(int fd, const msg *m)
+{
+    uint32_t n = (uint32_t)m->b.len;
+    if (m->oom || write_all(fd, &n, 4) != 0)
+        return -1;
+    return n ? write_all(fd, m->b.data, n) : 0;
+}
+
+/* Reads one message; timeout_ms < 0 waits forever. Returns 0, -1 (EOF/error), -2 (timeout). */
+static int
+recv_msg(int fd, int timeout_ms, char **out, size_t *n)
+{
+    uint32_t len;
+    struct pollfd p = {fd, POLLIN, 0};
+    int k;
+    *out = NULL;
+    do {
+        k = poll(&p, 1, timeout_ms);
+    } while (k < 0 && errno == EINTR);
+    if (k == 0)
+        return -2;
+    if (k < 0 || read_all(fd, &len, 4) != 0 || len > (64u << 20))
+        return -1;
+    if ((*out = malloc((size_t)len + 1)) == NULL)
+        return -1;
+    if (read_all(fd, *out, len) != 0) {
+        free(*out);
+        *out = NULL;
+        return -1;
+    }
+    (*out)[len] = '\0';
+    *n = len;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- ABI check (both sides) */
+
+static grpo_err
+check_api(const grpo_verifier_api *a, const char *path)
+{
+    if (a == NULL)
+        return grpo__fail(GRPO_EVERSION, "plugin %s: %s() returned NULL", path,
+                          GRPO_VERIFIER_ENTRY);
+    if (a->abi_major != GRPO_VERIFIER_ABI_MAJOR || a->abi_minor > GRPO_VERIFIER_ABI_MINOR)
+        return grpo__fail(GRPO_EVERSION,
+                          "plugin %s: verifier ABI %u.%u is not supported (this host speaks "
+                          "%d.0 to %d.%d)",
+                          path, a->abi_major, a->abi_minor, GRPO_VERIFIER_ABI_MAJOR,
+                          GRPO_VERIFIER_ABI_MAJOR, GRPO_VERIFIER_ABI_MINOR);
+    if (a->struct_size < MIN_STRUCT_SIZE)
+        return grpo__fail(GRPO_EVERSION, "plugin %s: table of %u bytes, smaller than ABI %d.0's %zu",
+                          path, a->struct_size, GRPO_VERIFIER_ABI_MAJOR, (size_t)MIN_STRUCT_SIZE);
+    if (a->name == NULL || a->version == NULL || a->init == NULL || a->score == NULL ||
+        a->fini == NULL)
+        return grpo__fail(GRPO_EVERSION, "plugin %s: table lacks name, version, init, score or fini",
+                          path);
+    if (strlen(a->name) >= 64 || strlen(a->version) >= 64)
+        return grpo__fail(GRPO_EVERSION, "plugin %s: name or version longer than 63 bytes", path);
+    return GRPO_OK;
+}
+
+static grpo_err
+open_plugin(const char *path, void **dl, const grpo_verifier_api **api)
+{
+    grpo_verifier_entry_fn entry;
+    *api = NULL;
+    *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (*dl == NULL)
+        return grpo__fail(GRPO_ENOTFOUND, "plugin %s: dlopen failed: %s", path, dlerror());
+    *(void **)&entry = dlsym(*dl, GRPO_VERIFIER_ENTRY);
+    if (entry == NULL)
+        return grpo__fail(GRPO_EVERSION, "plugin %s: no symbol %s: not a grpo verifier plugin",
+                          path, GRPO_VERIFIER_ENTRY);
+    *api = entry();
+    return check_api(*api, path);
+}
+
+/* ---------------------------------------------------------------- the sandboxed worker */
+
+#define WORKER_PATH "/plugin/plugin.so"
+
+static void
+serve_init(const grpo_verifier_api *a, rd *r, msg *out, void **states, uint32_t *n_states)
+{
+    char *cfg = get_str(r, NULL), *err = NULL;
+    void *st = NULL;
+    int rc = r->bad ? -1 : a->init(cfg, &st, &err);
+    put_u32(out, (uint32_t)rc);
+    if (rc == 0 && *n_states < 4096) {
+        states[*n_states] = st;
+        put_u32(out, (*n_states)++);
+    } else {
+        put_u32(out, NULL_LEN);
+    }
+    put_str(out, err, err ? strlen(err) : 0);
+    free(err);
+    free(cfg);
+}
+
+static void
+serve_score(const grpo_verifier_api *a, rd *r, msg *out, void **states, uint32_t n_states)
+{
+    grpo_verifier_sample s;
+    grpo_verdict v;
+    uint32_t id = get_u32(r);
+    char *f[7];
+    size_t clen = 0;
+    memset(&s, 0, sizeof s);
+    memset(&v, 0, sizeof v);
+    for (int i = 0; i < 7; i++)
+        f[i] = get_str(r, i == 2 ? &clen : NULL);
+    s.task = f[0];
+    s.prompt = f[1];
+    s.completion = f[2];
+    s.completion_len = clen;
+    s.answer = f[3];
+    s.tests_json = f[4];
+    s.language = f[5];
+    s.extra_json = f[6];
+    s.prompt_opens_think = (int32_t)get_u32(r);
+    s.n_tokens = (int32_t)get_u32(r);
+    s.max_tokens = (int32_t)get_u32(r);
+    s.truncated = (int32_t)get_u32(r);
+    int rc = (r->bad || id >= n_states) ? -1 : a->score(states[id], &s, &v);
+    put_u32(out, (uint32_t)rc);
+    put_u32(out, (uint32_t)v.kind);
+    put(out, &v.score, sizeof v.score);
+    v.label[sizeof v.label - 1] = '\0';
+    put_str(out, v.label, strlen(v.label));
+    put_str(out, v.details_json, v.details_json ? strlen(v.details_json) : 0);
+    free(v.details_json);
+    for (int i = 0; i < 7; i++)
+        free(f[i]);
+}
+
+/* Runs inside the sandbox (a fork of this program, so this address is valid there). */
+static int
+plugin_worker(const void *arg, size_t arg_len, int ctl)
+{
+    void *dl, *states[4096];
+    uint32_t n_states = 0;
+    const grpo_verifier_api *a;
+    msg hello = {0};
+    (void)arg;
+    (void)arg_len;
+    grpo_err err = open_plugin(WORKER_PATH, &dl, &a);
+    put_u32(&hello, (uint32_t)(int32_t)err);
+    if (err != GRPO_OK) {
+        const char *m = grpo_error_last();
+        put_str(&hello, m, strlen(m));
+        send_msg(ctl, &hello);
+        return 1;
+    }
+    put_str(&hello, a->name, strlen(a->name));
+    put_str(&hello, a->version, strlen(a->version));
+    put_u32(&hello, a->abi_minor);
+    if (send_msg(ctl, &hello) != 0)
+        return 1;
+    grpo__buf_fini(&hello.b);
+    for (;;) {
+        char *p;
+        size_t n;
+        msg out = {0};
+        if (recv_msg(ctl, -1, &p, &n) != 0)
+            return 0;
+        rd r = {p, n, 0, false};
+        uint32_t op = get_u32(&r);
+        if (op == OP_INIT)
+            serve_init(a, &r, &out, states, &n_states);
+        else if (op == OP_SCORE)
+            serve_score(a, &r, &out, states, n_states);
+        else if (op == OP_FINI) {
+            uint32_t id = get_u32(&r);
+            if (!r.bad && id < n_states && states[id]) {
+                a->fini(states[id]);
+                states[id] = NULL;
+            }
+            put_u32(&out, 0);
+        }
+        free(p);
+        if (send_msg(ctl, &out) != 0)
+            return 0;
+        grpo__buf_fini(&out.b);
+    }
+}
+
+/* ---------------------------------------------------------------- host side */
+
+static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
+static grpo_plugin *slots[MAX_SANDBOXED];
+
+static uint64_t
+env_u64(const char *name, uint64_t def)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (v == NULL || *v == '\0')
+        return def;
+    unsigned long long x = strtoull(v, &end, 10);
+    return (*end == '\0' && x > 0) ? (uint64_t)x : def;
+}
+
+static void
+worker_stop(grpo_plugin *p, grpo_sandbox_result *res)
+{
+    if (p->proc)
+        grpo_sandbox_proc_finish(p->proc, res);
+    else if (res)
+        memset(res, 0, sizeof *res);
+    p->proc = NULL;
+}
+
+static grpo_err
+worker_start(grpo_plugin *p)
+{
+    grpo_sandbox_cmd cmd;
+    grpo_sandbox_bind b = {p->path, WORKER_PATH, 0};
+    char *hello = NULL;
+    size_t n = 0;
+    grpo_err err;
+    memset(&cmd, 0, sizeof cmd);
+    cmd.binds = &b;
+    cmd.n_binds = 1;
+    grpo_sandbox_limits_default(&cmd.limits);
+    cmd.limits.cpu_ms = 0; /* long-lived: each call has its own deadline instead */
+    cmd.limits.mem_bytes = p->mem;
+    cmd.limits.nproc = 8;
+    if (p->sb == NULL && (err = grpo_sandbox_create(&p->sb, NULL)) != GRPO_OK)
+        return err;
+    if ((err = grpo_sandbox_spawn(p->sb, &cmd, plugin_worker, NULL, 0, &p->proc)) != GRPO_OK)
+        return err;
+    int rc = recv_msg(grpo_sandbox_proc_fd(p->proc), (int)p->timeout_ms, &hello, &n);
+    if (rc != 0) {
+        grpo_sandbox_result res;
+        worker_stop(p, &res);
+        err = grpo__fail(GRPO_ESYS, "plugin %s: the worker %s while loading (%s)", p->path,
+                         rc == -2 ? "hung" : "died", grpo_sandbox_status_name(res.status));
+        grpo_sandbox_result_fini(&res);
+        return err;
+    }
+    rd r = {hello, n, 0, false};
+    int32_t code = (int32_t)get_u32(&r);
+    char *a = get_str(&r, NULL), *v = code == 0 ? get_str(&r, NULL) : NULL;
+    if (code != 0) {
+        err = grpo__fail((grpo_err)code, "%s", a ? a : "plugin: load failed");
+        worker_stop(p, NULL);
+    } else if (r.bad || a == NULL || v == NULL) {
+        err = grpo__fail(GRPO_EFORMAT, "plugin %s: malformed hello from the worker", p->path);
+        worker_stop(p, NULL);
+    } else {
+        snprintf(p->name, sizeof p->name, "%s", a);
+        snprintf(p->version, sizeof p->version, "%s", v);
+        p->proxy.abi_minor = get_u32(&r);
+        p->generation++;
+        err = GRPO_OK;
+    }
+    free(a);
+    free(v);
+    free(hello);
+    return err;
+}
+
+/* One request/response with the worker under the deadline. On a hang or a crash the worker is
+ * stopped and *what says which; *res gets its result record. Returns 0 or -1. */
+static int
+roundtrip(grpo_plugin *p, const msg *req, char **out, size_t *n, const char **what,
+          grpo_sandbox_result *res)
+{
+    int rc;
+    memset(res, 0, sizeof *res);
+    *what = NULL;
+    if (p->proc == NULL && worker_start(p) != GRPO_OK) {
+        *what = "plugin-load-failed";
+        return -1;
+    }
+    int fd = grpo_sandbox_proc_fd(p->proc);
+    rc = send_msg(fd, req);
+    if (rc == 0)
+        rc = recv_msg(fd, (int)p->timeout_ms, out, n);
+    if (rc == 0)
+        return 0;
+    worker_stop(p, res);
+    if (rc == -2)
+        *what = "plugin-timeout";
+    else if (res->status == GRPO_SANDBOX_MEMORY)
+        *what = "plugin-memory";
+    else if (res->status == GRPO_SANDBOX_SECCOMP)
+        *what = "plugin-seccomp";
+    else
+        *what = "plugin-crashed";
+    return -1;
+}
+
+static int
+remote_init(grpo_plugin *p, pstate *ps, char **err_out)
+{
+    msg m = {0};
+    char *out = NULL;
+    size_t n;
+    const char *what;
+    grpo_sandbox_result res;
+    put_u32(&m, OP_INIT);
+    put_str(&m, ps->config, ps->config ? strlen(ps->config) : 0);
+    int rc = roundtrip(p, &m, &out, &n, &what, &res);
+    grpo__buf_fini(&m.b);
+    if (rc != 0) {
+        char buf[300];
+        snprintf(buf, sizeof buf, "plugin %s: init failed: %s (%s)", p->path, what,
+                 what && strcmp(what, "plugin-load-failed") == 0
+                     ? grpo_error_last()
+                     : grpo_sandbox_status_name(res.status));
+        grpo_sandbox_result_fini(&res);
+        if (err_out)
+            *err_out = strdup(buf);
+        return GRPO_ESYS;
+    }
+    rd r = {out, n, 0, false};
+    int32_t code = (int32_t)get_u32(&r);
+    uint32_t id = get_u32(&r);
+    char *e = get_str(&r, NULL);
+    free(out);
+    if (r.bad || code != 0 || id == NULL_LEN) {
+        if (err_out)
+            *err_out = e ? e : strdup("plugin init failed");
+        else
+            free(e);
+        return code ? code : GRPO_EINVAL;
+    }
+    free(e);
+    ps->id = id;
+    ps->generation = p->generation;
+    return 0;
+}
+
+static int
+proxy_init(int slot, const char *config, void **state, char **err_out)
+{
+    grpo_plugin *p;
+    pstate *ps;
+    int rc;
+    *state = NULL;
+    if (err_out)
+        *err_out = NULL;
+    pthread_mutex_lock(&slots_mu);
+    p = slots[slot];
+    pthread_mutex_unlock(&slots_mu);
+    if (p == NULL || (ps = calloc(1, sizeof *ps)) == NULL)
+        return GRPO_EINVAL;
+    ps->p = p;
+    ps->config = config ? strdup(config) : NULL;
+    pthread_mutex_lock(&p->mu);
+    rc = remote_init(p, ps, err_out);
+    pthread_mutex_unlock(&p->mu);
+    if (rc != 0) {
+        free(ps->config);
+        free(ps);
+        return rc;
+    }
+    *state = ps;
+    return 0;
+}
+
+static void
+error_verdict(grpo_verdict *v, const char *what, const grpo_sandbox_result *res, const char *name)
+{
+    cJSON *d = cJSON_CreateObject();
+    v->kind = GRPO_VERDICT_ERROR;
+    v->score = 0;
+    snprintf(v->label, sizeof v->label, "%s", what);
+    cJSON_AddStringToObject(d, "plugin", name);
+    cJSON_AddStringToObject(d, "status", grpo_sandbox_status_name(res->status));
+    cJSON_AddNumberToObject(d, "signal", res->signal);
+    cJSON_AddNumberToObject(d, "exit_code", res->exit_code);
+    if (strcmp(what, "plugin-load-failed") == 0)
+        cJSON_AddStringToObject(d, "error", grpo_error_last());
+    v->details_json = cJSON_PrintUnformatted(d);
+    cJSON_Delete(d);
+}
+
+static void
+put_sample(msg *m, uint32_t id, const grpo_verifier_sample *s)
+{
+    const char *f[7] = {s->task, s->prompt, s->completion, s->answer, s->tests_json,
+                        s->language, s->extra_json};
+    put_u32(m, OP_SCORE);
+    put_u32(m, id);
+    for (int i = 0; i < 7; i++)
+        put_str(m, f[i], i == 2 ? s->completion_len : (f[i] ? strlen(f[i]) : 0));
+    put_u32(m, (uint32_t)s->prompt_opens_think);
+    put_u32(m, (uint32_t)s->n_tokens);
+    put_u32(m, (uint32_t)s->max_tokens);
+    put_u32(m, (uint32_t)s->truncated);
+}
+
+static int
+proxy_score(void *state, const grpo_verifier_sample *s, grpo_verdict *v)
+{
+    pstate *ps = state;
+    grpo_plugin *p = ps->p;
+    msg m = {0};
+    char *out = NULL, *label = NULL;
+    size_t n;
+    const char *what = NULL;
+    grpo_sandbox_result res;
+    int rc = 0;
+    memset(v, 0, sizeof *v);
+    memset(&res, 0, sizeof res);
+    pthread_mutex_lock(&p->mu);
+    if (ps->generation != p->generation || p->proc == NULL) {
+        /* the worker was restarted (or is to be): this state must be made again there */
+        if (p->proc == NULL && worker_start(p) != GRPO_OK) {
+            what = "plugin-load-failed";
+            goto verdict;
+        }
+        char *e = NULL;
+        if (remote_init(p, ps, &e) != 0) {
+            free(e);
+            what = "plugin-init-failed";
+            goto verdict;
+        }
+    }
+    put_sample(&m, ps->id, s);
+    if (roundtrip(p, &m, &out, &n, &what, &res) != 0)
+        goto verdict;
+    rd r = {out, n, 0, false};
+    rc = (int32_t)get_u32(&r);
+    v->kind = (grpo_verdict_kind)get_u32(&r);
+    if (!r.bad && r.n - r.off >= sizeof v->score) {
+        memcpy(&v->score, r.p + r.off, sizeof v->score);
+        r.off += sizeof v->score;
+    } else {
+        r.bad = true;
+    }
+    label = get_str(&r, NULL);
+    v->details_json = get_str(&r, NULL);
+    if (label)
+        snprintf(v->label, sizeof v->label, "%s", label);
+    if (r.bad) {
+        free(v->details_json);
+        memset(v, 0, sizeof *v);
+        what = "plugin-bad-reply";
+    }
+verdict:
+    if (what)
+        error_verdict(v, what, &res, p->name[0] ? p->name : p->path);
+    pthread_mutex_unlock(&p->mu);
+    grpo_sandbox_result_fini(&res);
+    grpo__buf_fini(&m.b);
+    free(out);
+    free(label);
+    return what ? 0 : rc;
+}
+
+static void
+proxy_fini(void *state)
+{
+    pstate *ps = state;
+    if (ps == NULL)
+        return;
+    grpo_plugin *p = ps->p;
+    pthread_mutex_lock(&p->mu);
+    if (p->proc && ps->generation == p->generation) {
+        msg m = {0};
+        char *out = NULL;
+        size_t n;
+        const char *what;
+        grpo_sandbox_result res;
+        put_u32(&m, OP_FINI);
+        put_u32(&m, ps->id);
+        if (roundtrip(p, &m, &out, &n, &what, &res) != 0)
+            grpo_sandbox_result_fini(&res);
+        free(out);
+        grpo__buf_fini(&m.b);
+    }
+    pthread_mutex_unlock(&p->mu);
+    free(ps->config);
+    free(ps);
+}
+
+#define SLOT_INIT(i)                                                        \
+    static int proxy_init_##i(const char *c, void **s, char **e)            \
+    {                                                                       \
+        return proxy_init(i, c, s, e);                                      \
+    }
+SLOT_INIT(0)
+SLOT_INIT(1)
+SLOT_INIT(2)
+SLOT_INIT(3)
+SLOT_INIT(4)
+SLOT_INIT(5)
+SLOT_INIT(6)
+SLOT_INIT(7)
+SLOT_INIT(8)
+SLOT_INIT(9)
+SLOT_INIT(10)
+SLOT_INIT(11)
+SLOT_INIT(12)
+SLOT_INIT(13)
+SLOT_INIT(14)
+SLOT_INIT(15)
+static int (*const slot_inits[MAX_SANDBOXED])(const char *, void **, char **) = {
+    proxy_init_0,  proxy_init_1,  proxy_init_2,  proxy_init_3, proxy_init_4,  proxy_init_5,
+    proxy_init_6,  proxy_init_7,  proxy_init_8,  proxy_init_9, proxy_init_10, proxy_init_11,
+    proxy_init_12, proxy_init_13, proxy_init_14, proxy_init_15};
+
+static grpo_err
+load_sandboxed(grpo_plugin *p, const char *path)
+{
+    grpo_err err;
+    char real[4096];
+    struct stat st;
+    if (realpath(path, real) == NULL || stat(real, &st) != 0 || !S_ISREG(st.st_mode))
+        return grpo__fail(GRPO_ENOTFOUND, "plugin %s: not a readable file", path);
+    if ((p->path = strdup(real)) == NULL)
+        return grpo__fail(GRPO_ENOMEM, "plugin: out of memory");
+    p->slot = -1;
+    pthread_mutex_lock(&slots_mu);
+    for (int i = 0; i < MAX_SANDBOXED; i++)
+        if (slots[i] == NULL) {
+            slots[i] = p;
+            p->slot = i;
+            break;
+        }
+    pthread_mutex_unlock(&slots_mu);
+    if (p->slot < 0)
+        return grpo__fail(GRPO_EFULL, "plugin %s: more than %d sandboxed plugins loaded", path,
+                          MAX_SANDBOXED);
+    p->timeout_ms = (uint32_t)env_u64("GRPO_PLUGIN_TIMEOUT_MS", 10000);
+    p->mem = env_u64("GRPO_PLUGIN_MEMORY_MB", 1024) << 20;
+    pthread_mutex_init(&p->mu, NULL);
+    if ((err = worker_start(p)) != GRPO_OK)
+        return err;
+    p->proxy.abi_major = GRPO_VERIFIER_ABI_MAJOR;
+    p->proxy.struct_size = sizeof p->proxy;
+    p->proxy.name = p->name;
+    p->proxy.version = p->version;
+    p->proxy.init = slot_inits[p->slot];
+    p->proxy.score = proxy_score;
+    p->proxy.fini = proxy_fini;
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_plugin_load(grpo_plugin **out, const char *path, int in_process)
+{
+    grpo_err err;
+    grpo_plugin *p = calloc(1, sizeof *p);
+    *out = NULL;
+    if (p == NULL)
+        return grpo__fail(GRPO_ENOMEM, "plugin: out of memory");
+    p->slot = -1;
+    p->in_process = in_process;
+    if (path == NULL)
+        err = grpo__fail(GRPO_EINVAL, "plugin: no path");
+    else if (in_process)
+        err = open_plugin(path, &p->dl, &p->api);
+    else
+        err = load_sandboxed(p, path);
+    if (err != GRPO_OK) {
+        grpo_plugin_destroy(p);
+        return err;
+    }
+    *out = p;
+    return GRPO_OK;
+}
+
+const grpo_verifier_api *
+grpo_plugin_api(grpo_plugin *p)
+{
+    if (p == NULL)
+        return NULL;
+    return p->in_process ? p->api : &p->proxy;
+}
+
+void
+grpo_plugin_destroy(grpo_plugin *p)
+{
+    if (p == NULL)
+        return;
+    if (p->in_process) {
+        if (p->dl)
+            dlclose(p->dl);
+    } else {
+        if (p->slot >= 0) {
+            pthread_mutex_lock(&slots_mu);
+            slots[p->slot] = NULL;
+            pthread_mutex_unlock(&slots_mu);
+            worker_stop(p, NULL);
+            grpo_sandbox_destroy(p->sb);
+            pthread_mutex_destroy(&p->mu);
+        }
+        free(p->path);
+    }
+    free(p);
+}

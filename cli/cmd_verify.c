@@ -1,10 +1,456 @@
-/* `grpo verify`: placeholder until issues 6 and 7 lands. */
+/* `grpo verify`: scores a JSONL file of completions with the reward config's verifiers, in
+ * parallel, with a hard per-item deadline, writing one output line per input line in input order.
+ * A bad line becomes an output line with an "error" field; the run goes on. */
 #include "cli/cli.h"
+
+#include "common/json.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const USAGE =
+    "usage: grpo verify --input FILE.jsonl [--output FILE.jsonl] [--config rewards.json]\n"
+    "                   [--jobs N] [--deadline-ms MS]\n"
+    "\n"
+    "Scores completions with the verifiers of a reward config and writes each input line back\n"
+    "with \"reward\" and \"verdicts\" added, in input order.\n"
+    "\n"
+    "  --input FILE     JSONL, one object per line: \"id\", \"task\" (math | code | format | a\n"
+    "                   task of the config; default math), \"completion\", \"answer\" (gold,\n"
+    "                   for math) or \"tests\" (for code), and optionally \"prompt\",\n"
+    "                   \"prompt_opens_think\" (bool), \"language\", \"n_tokens\", \"max_tokens\",\n"
+    "                   \"truncated\" (bool). \"-\" reads standard input.\n"
+    "  --output FILE    where to write (default: standard output). Each line is the input\n"
+    "                   object plus \"reward\" (number), \"skipped\" (true when a verifier could\n"
+    "                   not score it, e.g. unparseable gold: leave it out of advantages),\n"
+    "                   \"overlong\" (penalty added) and \"verdicts\": [{verifier, version,\n"
+    "                   verdict, kind, score, weight, ms}]. A line that cannot be read or scored\n"
+    "                   gets an \"error\" field instead, and the run goes on.\n"
+    "  --config FILE    reward config (JSON; see docs/verify.md). Default: math = 1.0*math +\n"
+    "                   0.2*format, code = 1.0*code + 0.2*format, format = 1.0*format.\n"
+    "  --jobs N         worker threads (default: the number of CPUs).\n"
+    "  --deadline-ms MS hard per-item deadline (default: the config's deadline_ms, 10000). An\n"
+    "                   item past it is written with \"error\": \"deadline exceeded\".\n"
+    "\n"
+    "A progress line is shown when standard error is a terminal. Exit status: 0 when every line\n"
+    "was scored, 1 when some line has an \"error\" (all lines are still written), 2 on usage\n"
+    "errors.\n";
+
+typedef struct item {
+    const char *line;
+    size_t len;
+    int lineno;
+    char *out;          /* the output line (malloc'd), set once done */
+    double started;     /* grpo_now() when a worker took it; 0 = not started */
+    bool done, abandoned, error;
+} item;
+
+typedef struct run {
+    grpo_rewarder *rw;
+    item *items;
+    size_t n;
+    atomic_size_t next;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} run;
+
+/* The input object (or a stub for unparseable lines) with an "error" field. */
+static char *
+error_line(cJSON *obj, int lineno, const char *raw, size_t rawlen, const char *msg)
+{
+    cJSON *o = obj ? obj : cJSON_CreateObject();
+    if (o == NULL)
+        return NULL;
+    if (obj == NULL) {
+        cJSON_AddNumberToObject(o, "line", lineno);
+        char *r = strndup(raw, rawlen > 200 ? 200 : rawlen);
+        if (r) {
+            cJSON_AddStringToObject(o, "input", r);
+            free(r);
+        }
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "error");
+    cJSON_AddStringToObject(o, "error", msg);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static const char *
+opt_str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int32_t
+opt_int(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 2e9 ? (int32_t)v->valuedouble
+                                                                             : 0;
+}
+
+static void
+add_result(cJSON *o, const grpo_reward_result *res)
+{
+    const char *keys[] = {"reward", "skipped", "overlong", "verdicts", "error"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        cJSON_DeleteItemFromObjectCaseSensitive(o, keys[k]);
+    cJSON_AddNumberToObject(o, "reward", res->reward);
+    if (res->skipped)
+        cJSON_AddTrueToObject(o, "skipped");
+    if (res->overlong != 0)
+        cJSON_AddNumberToObject(o, "overlong", res->overlong);
+    cJSON *arr = cJSON_AddArrayToObject(o, "verdicts");
+    for (int k = 0; arr && k < res->n_terms; k++) {
+        const grpo_reward_term *t = &res->terms[k];
+        cJSON *v = cJSON_CreateObject();
+        if (v == NULL)
+            break;
+        cJSON_AddStringToObject(v, "verifier", t->verifier);
+        cJSON_AddStringToObject(v, "version", t->version);
+        cJSON_AddStringToObject(v, "verdict", t->label);
+        cJSON_AddStringToObject(v, "kind", grpo_verdict_kind_name(t->kind));
+        cJSON_AddNumberToObject(v, "score", t->score);
+        cJSON_AddNumberToObject(v, "weight", t->weight);
+        cJSON_AddNumberToObject(v, "ms", t->ms);
+        if (t->details_json) {
+            cJSON *d = cJSON_Parse(t->details_json);
+            if (d)
+                cJSON_AddItemToObject(v, "details", d);
+        }
+        cJSON_AddItemToArray(arr, v);
+    }
+}
+
+/* Scores one line; returns the output line (malloc'd). *error is set for error lines. */
+static char *
+score_line(grpo_rewarder *rw, const item *it, bool *error)
+{
+    cJSON *o = cJSON_ParseWithLength(it->line, it->len);
+    char msg[300];
+    *error = true;
+    if (o == NULL || !cJSON_IsObject(o)) {
+        snprintf(msg, sizeof msg, "line %d: not a JSON object", it->lineno);
+        cJSON_Delete(o);
+        return error_line(NULL, it->lineno, it->line, it->len, msg);
+    }
+    const cJSON *comp = cJSON_GetObjectItemCaseSensitive(o, "completion");
+    if (!cJSON_IsString(comp)) {
+        snprintf(msg, sizeof msg, "line %d: \"completion\" is missing or not a string", it->lineno);
+        return error_line(o, it->lineno, NULL, 0, msg);
+    }
+    grpo_verifier_sample s = {0};
+    s.task = opt_str(o, "task");
+    s.prompt = opt_str(o, "prompt");
+    s.completion = comp->valuestring;
+    s.completion_len = strlen(comp->valuestring);
+    s.language = opt_str(o, "language");
+    char *numbuf = NULL; /* a numeric gold as cJSON prints it (shortest round-trip form) */
+    const cJSON *ans = cJSON_GetObjectItemCaseSensitive(o, "answer");
+    if (cJSON_IsString(ans))
+        s.answer = ans->valuestring;
+    else if (cJSON_IsNumber(ans))
+        s.answer = numbuf = cJSON_PrintUnformatted(ans);
+    const cJSON *tests = cJSON_GetObjectItemCaseSensitive(o, "tests");
+    char *tests_json = tests ? (cJSON_IsString(tests) ? strdup(tests->valuestring)
+                                                      : cJSON_PrintUnformatted(tests))
+                             : NULL;
+    s.tests_json = tests_json;
+    s.prompt_opens_think = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "prompt_opens_think"));
+    s.truncated = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "truncated"));
+    s.n_tokens = opt_int(o, "n_tokens");
+    s.max_tokens = opt_int(o, "max_tokens");
+    char *extra = cJSON_PrintUnformatted(o);
+    s.extra_json = extra;
+    grpo_reward_result res;
+    grpo_err err = grpo_rewarder_score(rw, &s, &res);
+    char *out;
+    if (err != GRPO_OK) {
+        snprintf(msg, sizeof msg, "line %d: %s", it->lineno, grpo_error_last());
+        out = error_line(o, it->lineno, NULL, 0, msg);
+    } else {
+        add_result(o, &res);
+        out = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        *error = false;
+    }
+    grpo_reward_result_fini(&res);
+    free(tests_json);
+    free(extra);
+    free(numbuf);
+    return out;
+}
+
+static void *
+worker(void *arg)
+{
+    run *r = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&r->next, 1);
+        if (i >= r->n)
+            return NULL;
+        item *it = &r->items[i];
+        pthread_mutex_lock(&r->mu);
+        it->started = grpo_now();
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        bool error = false;
+        char *out = score_line(r->rw, it, &error);
+        pthread_mutex_lock(&r->mu);
+        if (it->abandoned) {
+            free(out);
+        } else {
+            it->out = out;
+            it->error = error || out == NULL;
+            it->done = true;
+        }
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+static void
+progress(size_t done, size_t n, double t0, bool final)
+{
+    double dt = grpo_now() - t0;
+    fprintf(stderr, "\rgrpo verify: %zu/%zu lines, %.1f lines/s%s", done, n,
+            dt > 0 ? done / dt : 0.0, final ? "\n" : "");
+    fflush(stderr);
+}
+
+/* Writes items in order as they complete; an item past its deadline is written as an error.
+ * Returns the number of error lines, or -1 on a write failure. */
+static long
+write_in_order(run *r, FILE *out, double deadline_s, bool tty)
+{
+    long errors = 0;
+    double t0 = grpo_now(), last = 0;
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < r->n; i++) {
+        item *it = &r->items[i];
+        while (!it->done) {
+            double now = grpo_now();
+            if (it->started > 0 && now - it->started > deadline_s) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "line %d: deadline exceeded (%.0f ms)", it->lineno,
+                         deadline_s * 1000);
+                cJSON *o = cJSON_ParseWithLength(it->line, it->len);
+                it->out = error_line(cJSON_IsObject(o) ? o : NULL, it->lineno, it->line, it->len,
+                                     msg);
+                if (o && !cJSON_IsObject(o))
+                    cJSON_Delete(o);
+                it->abandoned = it->done = it->error = true;
+                break;
+            }
+            if (tty && now - last > 0.2) {
+                progress(i, r->n, t0, false);
+                last = now;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        }
+        char *line = it->out;
+        it->out = NULL;
+        errors += it->error;
+        pthread_mutex_unlock(&r->mu);
+        int bad = line == NULL || fputs(line, out) == EOF || fputc('\n', out) == EOF;
+        free(line);
+        pthread_mutex_lock(&r->mu);
+        if (bad) {
+            pthread_mutex_unlock(&r->mu);
+            return -1;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (tty)
+        progress(r->n, r->n, t0, true);
+    return errors;
+}
+
+/* Splits text into non-blank lines. */
+static item *
+split_lines(char *text, size_t len, size_t *n_out)
+{
+    size_t cap = 1024, n = 0;
+    item *v = malloc(cap * sizeof *v);
+    int lineno = 0;
+    for (size_t i = 0; v && i < len;) {
+        size_t j = i;
+        while (j < len && text[j] != '\n')
+            j++;
+        lineno++;
+        size_t k = i;
+        while (k < j && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r'))
+            k++;
+        if (k < j) {
+            if (n == cap) {
+                item *nv = realloc(v, 2 * cap * sizeof *v);
+                if (nv == NULL) {
+                    free(v);
+                    return NULL;
+                }
+                v = nv;
+                cap *= 2;
+            }
+            memset(&v[n], 0, sizeof v[n]);
+            v[n].line = text + i;
+            v[n].len = j - i;
+            v[n].lineno = lineno;
+            n++;
+        }
+        i = j + 1;
+    }
+    *n_out = n;
+    return v;
+}
+
+static grpo_err
+read_input(const char *path, char **text, size_t *len)
+{
+    if (strcmp(path, "-") != 0)
+        return grpo__read_file(path, (size_t)1 << 34, text, len);
+    grpo_buf b = {0};
+    char chunk[65536];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, stdin)) > 0)
+        if (grpo__buf_append(&b, chunk, got) != GRPO_OK) {
+            grpo__buf_fini(&b);
+            return GRPO_ENOMEM;
+        }
+    if (grpo__buf_append(&b, "", 1) != GRPO_OK) {
+        grpo__buf_fini(&b);
+        return GRPO_ENOMEM;
+    }
+    *text = b.data;
+    *len = b.len - 1;
+    return GRPO_OK;
+}
 
 int
 grpo_cmd_verify(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_not_built("verify", "issues 6 and 7");
+    const char *in_path = NULL, *out_path = NULL, *cfg_path = NULL;
+    long jobs = 0;
+    double deadline_ms = 0;
+    if (cli_wants_help(argc, argv)) {
+        fputs(USAGE, stdout);
+        return CLI_OK;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (i + 1 >= argc)
+            return cli_usage("verify", "%s needs a value or is unknown", a);
+        const char *v = argv[++i];
+        char *end;
+        if (strcmp(a, "--input") == 0)
+            in_path = v;
+        else if (strcmp(a, "--output") == 0)
+            out_path = v;
+        else if (strcmp(a, "--config") == 0)
+            cfg_path = v;
+        else if (strcmp(a, "--jobs") == 0) {
+            jobs = strtol(v, &end, 10);
+            if (*end || jobs < 1 || jobs > 1024)
+                return cli_usage("verify", "--jobs must be an integer in 1..1024, not \"%s\"", v);
+        } else if (strcmp(a, "--deadline-ms") == 0) {
+            deadline_ms = strtod(v, &end);
+            if (*end || !(deadline_ms > 0) || deadline_ms > 3.6e6)
+                return cli_usage("verify", "--deadline-ms must be in (0, 3600000], not \"%s\"", v);
+        } else
+            return cli_usage("verify", "unknown option %s", a);
+    }
+    if (in_path == NULL)
+        return cli_usage("verify", "--input is required");
+    int rc = CLI_FAIL;
+    grpo_reward_config *cfg = NULL;
+    grpo_rewarder *rw = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = NULL;
+    run r = {0};
+    pthread_t *th = NULL;
+    int nth = 0;
+    grpo_err err = cfg_path ? grpo_reward_config_load(&cfg, cfg_path)
+                            : grpo_reward_config_default(&cfg);
+    if (err != GRPO_OK || (err = grpo_rewarder_create(&rw, cfg)) != GRPO_OK) {
+        rc = cli_fail("verify");
+        goto done;
+    }
+    if (read_input(in_path, &text, &len) != GRPO_OK) {
+        rc = cli_fail("verify");
+        goto done;
+    }
+    r.items = split_lines(text, len, &r.n);
+    if (r.items == NULL) {
+        fprintf(stderr, "grpo verify: out of memory\n");
+        goto done;
+    }
+    out = out_path ? fopen(out_path, "w") : stdout;
+    if (out == NULL) {
+        fprintf(stderr, "grpo verify: %s: cannot open for writing: %s\n", out_path,
+                strerror(errno));
+        goto done;
+    }
+    r.rw = rw;
+    atomic_init(&r.next, 0);
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    nth = (int)(jobs > 0 ? jobs : grpo_cpu_count());
+    if ((size_t)nth > r.n)
+        nth = r.n > 0 ? (int)r.n : 1;
+    th = calloc((size_t)nth, sizeof *th);
+    for (int k = 0; th && k < nth; k++)
+        if (pthread_create(&th[k], NULL, worker, &r) != 0) {
+            nth = k;
+            break;
+        }
+    if (nth == 0) {
+        fprintf(stderr, "grpo verify: cannot start worker threads\n");
+        goto done;
+    }
+    if (deadline_ms <= 0)
+        deadline_ms = grpo_reward_config_deadline_ms(cfg);
+    long errors = write_in_order(&r, out, deadline_ms / 1000.0, isatty(2) != 0);
+    if (errors < 0 || fflush(out) != 0 || (out != stdout && fclose(out) != 0)) {
+        fprintf(stderr, "grpo verify: %s: write failed: %s\n", out_path ? out_path : "stdout",
+                strerror(errno));
+        _exit(CLI_FAIL); /* workers may still be running on the items */
+    }
+    out = NULL;
+    if (errors > 0)
+        fprintf(stderr, "grpo verify: %ld of %zu lines have an \"error\" field\n", errors, r.n);
+    rc = errors > 0 ? CLI_FAIL : CLI_OK;
+    /* a worker stuck past the deadline is not joined: exiting ends it */
+    bool stuck = false;
+    for (size_t i = 0; i < r.n; i++)
+        stuck |= r.items[i].abandoned;
+    if (stuck) {
+        fflush(NULL);
+        _exit(rc);
+    }
+    for (int k = 0; k < nth; k++)
+        pthread_join(th[k], NULL);
+done:
+    if (out && out != stdout)
+        fclose(out);
+    free(th);
+    free(r.items);
+    free(text);
+    grpo_rewarder_destroy(rw);
+    grpo_reward_config_destroy(cfg);
+    return rc;
 }

@@ -15,7 +15,7 @@ match_brace(const char *s, size_t n, size_t i, mbudget *bud)
 {
     long d = 0;
     for (size_t j = i; j < n; j++) {
-        if ((j & 1023) == 0 && !mb_step(bud, 1024))
+        if ((j & 1023) == 0 && !mb_step(bud, 64))
             return -1;
         char c = s[j];
         if (c == '\\' && j + 1 < n) {
@@ -71,7 +71,7 @@ find_boxed(const char *s, size_t n, mspan *out, int cnt, int group, mbudget *bud
     int np = 0;
     /* scan backwards for the last MAX_BOXED commands */
     for (size_t i = n; i-- > 0 && np < MAX_BOXED;) {
-        if ((i & 4095) == 0 && !mb_step(bud, 4096))
+        if ((i & 4095) == 0 && !mb_step(bud, 256))
             return cnt;
         if (s[i] == '\\' && (starts_with(s, n, i, "\\boxed") || starts_with(s, n, i, "\\fbox")))
             pos[np++] = i;
@@ -130,7 +130,7 @@ static bool
 next_env(const char *s, size_t n, size_t pos, env *e, mbudget *bud)
 {
     for (size_t i = pos; i < n; i++) {
-        if ((i & 4095) == 0 && !mb_step(bud, 4096))
+        if ((i & 4095) == 0 && !mb_step(bud, 256))
             return false;
         char c = s[i];
         if (c == '$' && (i == 0 || s[i - 1] != '\\')) {
@@ -344,7 +344,7 @@ last_number1(const char *s, size_t n, size_t from, mspan *sp, mbudget *bud, size
     size_t i = n;
     memset(sp, 0, sizeof *sp);
     while (i > from) {
-        if ((i & 4095) == 0 && !mb_step(bud, 4096))
+        if ((i & 4095) == 0 && !mb_step(bud, 256))
             return 0;
         if (isdigit((unsigned char)s[i - 1]))
             break;
@@ -487,7 +487,7 @@ last_occ(const char *s, size_t n, const char *lit, mbudget *bud)
 {
     size_t l = strlen(lit);
     for (size_t i = n; i-- > 0;) {
-        if ((i & 4095) == 0 && !mb_step(bud, 4096))
+        if ((i & 4095) == 0 && !mb_step(bud, 256))
             return 0;
         if ((s[i] | 0x20) == lit[0] && istarts_with(s, n, i, lit))
             return i + l;
@@ -553,7 +553,7 @@ static size_t
 last_bare_frac(const char *s, size_t n, mspan *sp, mbudget *bud)
 {
     for (size_t i = n; i-- > 0;) {
-        if ((i & 4095) == 0 && !mb_step(bud, 4096))
+        if ((i & 4095) == 0 && !mb_step(bud, 256))
             return 0;
         if (s[i] != '\\' || !starts_with(s, n, i, "\\frac{"))
             continue;

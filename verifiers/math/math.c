@@ -67,7 +67,7 @@ mgrade_opts_default(mgrade_opts *o)
     o->gold_whole = true;
     o->max_steps = 5000000;
     o->timeout_s = 2.0;
-    o->max_answer = 16384;
+    o->max_answer = 65536;
 }
 
 const char *

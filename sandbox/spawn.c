@@ -69,11 +69,82 @@ place_fd(int fd, int to)
 }
 
 typedef struct child_fds {
-    int sync_rd, err_wr, in, out, err, ctl;
+    int sync_rd, err_wr, in, out, err, ctl, status_wr;
 } child_fds;
 
+/* The last steps of the program's process: rlimits, no_new_privs + seccomp, exec. */
 static void __attribute__((noreturn))
-child_main(sbx_worker *w, const sbx_spec *s, child_fds f, bool long_lived)
+become_program(sbx_worker *w, const sbx_spec *s, int errfd, bool as_init)
+{
+    int rc;
+    grpo_sandbox_limits lim = s->lim;
+    if (!as_init && lim.nproc)
+        lim.nproc++; /* our init counts against the same (namespace, uid) */
+    if (s->fn != 0) {
+        /* A function: report success now (there is no exec to close the pipe). */
+        close(errfd);
+        errfd = -1;
+    }
+    if ((rc = sbx_rlimits_apply(&lim, s->fn != 0)) != 0) {
+        if (errfd >= 0)
+            child_die_errno(errfd, "setrlimit", -rc);
+        _exit(127);
+    }
+    if (w->iso & GRPO_SANDBOX_ISO_SECCOMP) {
+        if ((rc = sbx_seccomp_install(&w->base)) != 0) {
+            if (errfd >= 0)
+                child_die_errno(errfd, "seccomp", -rc);
+            _exit(127);
+        }
+    } else if (w->iso & GRPO_SANDBOX_ISO_NNP) {
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    }
+    if (s->fn != 0) {
+        grpo_sandbox_fn fn = (grpo_sandbox_fn)(uintptr_t)s->fn;
+        _exit(fn(s->fn_arg, s->fn_arg_len, 3) & 0xff);
+    }
+    execve(s->argv[0], s->argv, s->envp ? s->envp : (char *const *)default_env);
+    child_die_errno(errfd, s->argv[0], errno);
+}
+
+/* PID 1 of the sandbox for run-to-completion programs: the program runs as its child, so it has
+ * ordinary signal semantics (init ignores signals it has no handler for) and kill(-1) cannot
+ * reach us. We reap orphans, report the program's wait status on the status pipe and exit, which
+ * makes the kernel kill whatever is left in the namespace. */
+static void __attribute__((noreturn))
+init_main(pid_t prog, int status_fd)
+{
+    for (;;) {
+        int st;
+        pid_t w = waitpid(-1, &st, 0);
+        if (w == prog) {
+            if (write(status_fd, &st, sizeof st) != (ssize_t)sizeof st) {
+                /* the worker falls back on our own status */
+            }
+            _exit(0);
+        }
+        if (w < 0 && errno != EINTR)
+            _exit(0);
+    }
+}
+
+static void
+close_except(int lo, int keep1, int keep2)
+{
+    int a = keep1 < keep2 ? keep1 : keep2, b = keep1 < keep2 ? keep2 : keep1;
+    if (a < 0) {
+        a = b;
+        b = -1;
+    }
+    if (a > lo)
+        syscall(SYS_close_range, lo, a - 1, 0);
+    if (b > a + 1)
+        syscall(SYS_close_range, a + 1, b - 1, 0);
+    syscall(SYS_close_range, (b > a ? b : a) + 1, ~0u, 0);
+}
+
+static void __attribute__((noreturn))
+child_main(sbx_worker *w, const sbx_spec *s, child_fds f)
 {
     char msg[512];
     char c;
@@ -103,48 +174,34 @@ child_main(sbx_worker *w, const sbx_spec *s, child_fds f, bool long_lived)
     }
     if (chdir(s->cwd ? s->cwd : ((iso & GRPO_SANDBOX_ISO_MOUNT) ? "/tmp" : "/")) != 0)
         child_die_errno(f.err_wr, "chdir", errno);
-    /* fds: 0 stdin, 1 stdout, 2 stderr, 3 control socket; the error pipe is moved above them
-     * and everything else is closed. */
+    setsid(); /* our own session and process group: kill(0) cannot reach the worker */
+    /* fds: 0 stdin, 1 stdout, 2 stderr, 3 control socket; the error and status pipes are moved
+     * above them and everything else is closed. */
     int errfd = fcntl(f.err_wr, F_DUPFD_CLOEXEC, 10);
-    if (errfd < 0)
+    int stfd = f.status_wr >= 0 ? fcntl(f.status_wr, F_DUPFD_CLOEXEC, 10) : -1;
+    if (errfd < 0 || (f.status_wr >= 0 && stfd < 0))
         child_die_errno(f.err_wr, "dup", errno);
     int hi[4] = {fcntl(f.in, F_DUPFD, 20), fcntl(f.out, F_DUPFD, 20), fcntl(f.err, F_DUPFD, 20),
                  f.ctl >= 0 ? fcntl(f.ctl, F_DUPFD, 20) : -1};
     for (int i = 0; i < 4; i++)
         if (hi[i] >= 0 && place_fd(hi[i], i) != 0)
             child_die_errno(errfd, "placing fds", errno);
-    int first_free = f.ctl >= 0 ? 4 : 3;
-    if (errfd > first_free)
-        syscall(SYS_close_range, first_free, errfd - 1, 0);
-    syscall(SYS_close_range, errfd + 1, ~0u, 0);
+    close_except(f.ctl >= 0 ? 4 : 3, errfd, stfd);
     if ((rc = drop_caps()) != 0)
         child_die_errno(errfd, "dropping capabilities", -rc);
-    if (s->fn != 0) {
-        /* A function: report success now (there is no exec to close the pipe). */
-        close(errfd);
-        errfd = -1;
+    if (stfd < 0)
+        become_program(w, s, errfd, true);
+    pid_t prog = fork();
+    if (prog == 0) {
+        close(stfd);
+        become_program(w, s, errfd, false);
     }
-    if ((rc = sbx_rlimits_apply(&s->lim, s->fn != 0)) != 0) {
-        if (errfd >= 0)
-            child_die_errno(errfd, "setrlimit", -rc);
-        _exit(127);
-    }
-    if (iso & GRPO_SANDBOX_ISO_SECCOMP) {
-        if ((rc = sbx_seccomp_install(&w->base)) != 0) {
-            if (errfd >= 0)
-                child_die_errno(errfd, "seccomp", -rc);
-            _exit(127);
-        }
-    } else if (iso & GRPO_SANDBOX_ISO_NNP) {
-        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-    }
-    (void)long_lived;
-    if (s->fn != 0) {
-        grpo_sandbox_fn fn = (grpo_sandbox_fn)(uintptr_t)s->fn;
-        _exit(fn(s->fn_arg, s->fn_arg_len, 3) & 0xff);
-    }
-    execve(s->argv[0], s->argv, s->envp ? s->envp : (char *const *)default_env);
-    child_die_errno(errfd, s->argv[0], errno);
+    if (prog < 0)
+        child_die_errno(errfd, "fork of the program", errno);
+    close(errfd);
+    for (int i = 0; i < 4; i++)
+        close(i);
+    init_main(prog, stfd);
 }
 
 static int
@@ -204,11 +261,11 @@ sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c)
 {
     grpo_err err = GRPO_OK;
     int sync[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1};
-    int ctl[2] = {-1, -1}, in = -1, null = -1;
+    int ctl[2] = {-1, -1}, st[2] = {-1, -1}, in = -1, null = -1;
     child_fds f;
     memset(c, 0, sizeof *c);
     c->pid = -1;
-    c->pidfd = c->out_fd = c->err_fd = c->ctl_fd = -1;
+    c->pidfd = c->out_fd = c->err_fd = c->ctl_fd = c->status_fd = -1;
     if (pipe2(sync, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
         err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
         goto done;
@@ -230,11 +287,15 @@ sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c)
         err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
         goto done;
     }
-    f = (child_fds){sync[0], rep[1], in, out[1], er[1], ctl[1]};
+    if (!long_lived && (w->iso & GRPO_SANDBOX_ISO_PID) && pipe2(st, O_CLOEXEC) != 0) {
+        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
+        goto done;
+    }
+    f = (child_fds){sync[0], rep[1], in, out[1], er[1], ctl[1], st[1]};
     c->t0 = grpo_now();
     c->pid = sbx_clone(sbx_ns_clone_flags(w->iso));
     if (c->pid == 0)
-        child_main(w, s, f, long_lived);
+        child_main(w, s, f);
     if (c->pid < 0) {
         err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: clone");
         goto done;
@@ -262,6 +323,11 @@ done:
     close_if(&rep[0]);
     close_if(&rep[1]);
     close_if(&in);
+    close_if(&st[1]);
+    if (err == GRPO_OK)
+        c->status_fd = st[0];
+    else
+        close_if(&st[0]);
     if (long_lived) {
         close_if(&null);
         close_if(&ctl[1]);

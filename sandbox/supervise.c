@@ -167,7 +167,9 @@ sbx_reap_killed(sbx_child *c, grpo_sandbox_result *res, bool killed)
     }
     if (c->pidfd >= 0)
         close(c->pidfd);
-    c->pidfd = -1;
+    if (c->status_fd >= 0)
+        close(c->status_fd);
+    c->pidfd = c->status_fd = -1;
     c->pid = -1;
 }
 
@@ -244,6 +246,13 @@ sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
         }
     }
     reap(c, &st, &ru);
+    if (c->status_fd >= 0) { /* the program's own status, as reported by the sandbox init */
+        int pst;
+        if (read(c->status_fd, &pst, sizeof pst) == (ssize_t)sizeof pst && !timed_out)
+            st = pst;
+        close(c->status_fd);
+        c->status_fd = -1;
+    }
     fill_usage(res, &ru, c->t0);
     res->out_total = s[0].total;
     res->err_total = s[1].total;

@@ -1,10 +1,277 @@
-/* `grpo bench bridge`: placeholder until issue 8 lands. */
+/* `grpo bench bridge`: batches/s and GB/s through the trainer bridge (publisher -> NNG -> C
+ * consumer, with acknowledgements and the window) over ipc:// and tcp://, beside a plain loopback
+ * socket carrying the same bytes with a one-byte acknowledgement per batch, in the same run. */
 #include "cli/cli.h"
+#include "grpo/bridge.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *url;
+    int count;
+    int64_t bytes;
+    grpo_err err;
+    char msg[512];
+} consumer_arg;
+
+static void *
+consume(void *arg)
+{
+    consumer_arg *a = arg;
+    grpo_bridge_consumer *c = NULL;
+    a->err = grpo_bridge_consumer_create(&c, a->url, "bench", 10000);
+    for (int i = 0; i < a->count && a->err == GRPO_OK; i++) {
+        void *bytes = NULL;
+        size_t len = 0;
+        int64_t id;
+        if ((a->err = grpo_bridge_consumer_next(c, &bytes, &len, &id, 60000)) == GRPO_OK)
+            a->err = grpo_bridge_consumer_ack(c, id, i == a->count - 1);
+        a->bytes += (int64_t)len;
+        free(bytes);
+    }
+    if (a->err != GRPO_OK)
+        snprintf(a->msg, sizeof a->msg, "%s", grpo_error_last());
+    grpo_bridge_consumer_destroy(c);
+    return NULL;
+}
+
+/* A batch whose encoding is about `size` bytes: one sequence, 9 bytes per token. */
+static grpo_batch *
+sized_batch(uint64_t size)
+{
+    size_t T = (size_t)(size / 9);
+    grpo_batch *b = NULL;
+    if (grpo_batch_create(&b, "bench", 1, T, 0) != GRPO_OK)
+        return NULL;
+    b->prompt_lens[0] = 0;
+    b->seq_offsets[1] = (int64_t)T;
+    for (size_t t = 0; t < T; t++) {
+        b->tokens[t] = (int32_t)(t % 129280);
+        b->loss_mask[t] = 1;
+        b->logprobs[t] = -0.5f;
+    }
+    return b;
+}
+
+/* Bridge: publish `count` batches (encode + store in memory + send), consumer acks each. */
+static int
+run_bridge(const char *url, grpo_batch *b, int count, int window, double *secs, size_t *len)
+{
+    grpo_bridge_opts o;
+    grpo_bridge_opts_default(&o);
+    o.run_id = "bench";
+    o.window = window;
+    grpo_bridge_publisher *p = NULL;
+    if (grpo_bridge_publisher_create(&p, url, &o) != GRPO_OK)
+        return -1;
+    consumer_arg ca = {url, count, 0, GRPO_OK, ""};
+    pthread_t th;
+    double t0 = grpo_now();
+    pthread_create(&th, NULL, consume, &ca);
+    grpo_err err = GRPO_OK;
+    for (int i = 0; i < count && err == GRPO_OK; i++) {
+        b->batch_id = i;
+        err = grpo_bridge_publish(p, b, 60000);
+    }
+    if (err == GRPO_OK)
+        err = grpo_bridge_flush(p, 120000);
+    pthread_join(th, NULL);
+    *secs = grpo_now() - t0;
+    *len = count ? (size_t)(ca.bytes / count) : 0;
+    grpo_bridge_publisher_destroy(p);
+    if (err == GRPO_OK && ca.err != GRPO_OK) {
+        fprintf(stderr, "consumer: %s\n", ca.msg);
+        err = ca.err;
+    }
+    return err == GRPO_OK ? 0 : -1;
+}
+
+/* ---- plain socket: length-prefixed bytes one way, one byte back per batch ---------------------- */
+
+typedef struct {
+    int fd;
+    int count;
+    size_t len;
+} sink_arg;
+
+static int
+read_full(int fd, void *buf, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = read(fd, (char *)buf + got, n - got);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int
+write_full(int fd, const void *buf, size_t n)
+{
+    for (size_t put = 0; put < n;) {
+        ssize_t r = write(fd, (const char *)buf + put, n - put);
+        if (r <= 0)
+            return -1;
+        put += (size_t)r;
+    }
+    return 0;
+}
+
+static void *
+sink(void *arg)
+{
+    sink_arg *a = arg;
+    char *buf = malloc(a->len);
+    for (int i = 0; buf && i < a->count; i++) {
+        uint64_t n;
+        if (read_full(a->fd, &n, 8) != 0 || n > a->len || read_full(a->fd, buf, n) != 0 ||
+            write_full(a->fd, "a", 1) != 0)
+            break;
+    }
+    free(buf);
+    return NULL;
+}
+
+static int
+plain_pair(int unix_domain, int fds[2])
+{
+    if (unix_domain)
+        return socketpair(AF_UNIX, SOCK_STREAM, 0, fds);
+    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(ls, 1) != 0 ||
+        getsockname(ls, (struct sockaddr *)&sa, &sl) != 0)
+        return -1;
+    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fds[0], (struct sockaddr *)&sa, sizeof sa) != 0)
+        return -1;
+    fds[1] = accept(ls, NULL, NULL);
+    close(ls);
+    setsockopt(fds[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fds[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fds[1] < 0 ? -1 : 0;
+}
+
+/* The same bytes, the same count, one acknowledgement per batch, window of 1 (a bound). */
+static int
+run_plain(int unix_domain, const void *bytes, size_t len, int count, double *secs)
+{
+    int fds[2];
+    if (plain_pair(unix_domain, fds) != 0)
+        return -1;
+    sink_arg sa = {fds[1], count, len};
+    pthread_t th;
+    double t0 = grpo_now();
+    pthread_create(&th, NULL, sink, &sa);
+    int rc = 0;
+    for (int i = 0; i < count && rc == 0; i++) {
+        uint64_t n = len;
+        char ack;
+        rc = write_full(fds[0], &n, 8) || write_full(fds[0], bytes, len) ||
+             read_full(fds[0], &ack, 1);
+    }
+    pthread_join(th, NULL);
+    *secs = grpo_now() - t0;
+    close(fds[0]);
+    close(fds[1]);
+    return rc;
+}
+
+static void
+help(void)
+{
+    printf("usage: grpo bench bridge [--sizes 1M,64M] [--seconds S] [--window K] [--transports ipc,tcp]\n\n"
+           "Publishes batches through the trainer bridge (encode, queue, NNG REQ/REP, decode-free C\n"
+           "consumer that acknowledges each batch) and prints batches/s and GB/s, beside a plain\n"
+           "loopback socket (unix socketpair for ipc, TCP for tcp) moving the same bytes with a\n"
+           "one-byte acknowledgement per batch, measured in the same run.\n\n"
+           "  --sizes LIST        batch sizes (bytes, K/M/G suffixes), default 1M,64M\n"
+           "  --seconds S         about this long per row (batch count from a first estimate), default 2\n"
+           "  --window K          the bridge's window of unacknowledged batches, default 4\n"
+           "  --transports LIST   ipc and/or tcp, default ipc,tcp\n");
+}
 
 int
 grpo_bench_bridge(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_not_built("bench bridge", "issue 8");
+    const char *sizes = "1M,64M", *transports = "ipc,tcp";
+    double seconds = 2;
+    int window = 4;
+    if (cli_wants_help(argc, argv)) {
+        help();
+        return CLI_OK;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc)
+            return cli_usage("bench bridge", "%s needs a value", argv[i]);
+        if (strcmp(argv[i], "--sizes") == 0)
+            sizes = argv[++i];
+        else if (strcmp(argv[i], "--seconds") == 0)
+            seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--window") == 0)
+            window = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--transports") == 0)
+            transports = argv[++i];
+        else
+            return cli_usage("bench bridge", "unknown option \"%s\"", argv[i]);
+    }
+    if (seconds <= 0 || window < 1)
+        return cli_usage("bench bridge", "--seconds must be > 0 and --window >= 1");
+    printf("%-9s %9s %8s %11s %9s %13s %9s\n", "transport", "batch", "batches", "batches/s",
+           "GB/s", "plain GB/s", "bridge/plain");
+    char sz_list[256];
+    snprintf(sz_list, sizeof sz_list, "%s", sizes);
+    for (char *save = NULL, *s = strtok_r(sz_list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+        uint64_t size;
+        if (cli_parse_size(s, &size) != 0 || size < 64)
+            return cli_usage("bench bridge", "bad size \"%s\"", s);
+        grpo_batch *b = sized_batch(size);
+        void *bytes = NULL;
+        size_t len = 0;
+        if (b == NULL || grpo_batch_encode(b, &bytes, &len) != GRPO_OK)
+            return cli_fail("bench bridge");
+        for (int t = 0; t < 2; t++) {
+            const char *tr = t == 0 ? "ipc" : "tcp";
+            if (strstr(transports, tr) == NULL)
+                continue;
+            char url[256];
+            if (t == 0)
+                snprintf(url, sizeof url, "ipc:///tmp/grpo-bench-bridge-%d.ipc", (int)getpid());
+            else
+                snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+            /* a short first run sizes the count for about `seconds` */
+            double secs;
+            size_t got;
+            if (run_bridge(url, b, 3, window, &secs, &got) != 0)
+                return cli_fail("bench bridge");
+            int count = (int)(seconds / (secs / 3));
+            count = count < 5 ? 5 : count > 20000 ? 20000 : count;
+            if (run_bridge(url, b, count, window, &secs, &got) != 0)
+                return cli_fail("bench bridge");
+            double psecs;
+            if (run_plain(t == 0, bytes, len, count, &psecs) != 0) {
+                fprintf(stderr, "grpo bench bridge: plain socket failed: %s\n", strerror(errno));
+                return CLI_FAIL;
+            }
+            double gbs = (double)len * count / secs / 1e9, pgbs = (double)len * count / psecs / 1e9;
+            printf("%-9s %8.1fM %8d %11.1f %9.3f %13.3f %9.2f\n", tr, (double)len / (1 << 20),
+                   count, count / secs, gbs, pgbs, gbs / pgbs);
+            fflush(stdout);
+        }
+        free(bytes);
+        grpo_batch_destroy(b);
+    }
+    return CLI_OK;
 }

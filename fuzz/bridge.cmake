@@ -1,4 +1,6 @@
 # trainer_bridge/: the batch decoder (safetensors header + every invariant) on arbitrary bytes.
-# Seeds: tests/data/bridge/fuzz_seed_*.safetensors.
+# Seeds: tests/data/bridge/py_batch_*.safetensors. The bridge library itself is instrumented in
+# fuzz builds so libFuzzer sees its coverage.
+target_compile_options(grpo_bridge PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
 grpo_add_fuzzer(batch_decode_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/batch_decode_fuzz.c
                 LIBS grpo_bridge grpo_common)

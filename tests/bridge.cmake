@@ -18,3 +18,9 @@ if(TARGET bridge_transport_test AND Python3_Interpreter_FOUND)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(bridge_integration PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77)
 endif()
+if(Python3_Interpreter_FOUND)
+  add_test(NAME bridge_pyclient_test
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bridge_pyclient_test.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(bridge_pyclient_test PROPERTIES TIMEOUT 120 LABELS cpu SKIP_RETURN_CODE 77)
+endif()

@@ -1,10 +1,1010 @@
-/* `grpo rollout`: placeholder until issue 5 lands. */
+/* `grpo rollout`: sample G completions per prompt with the rollout engine, score them with the
+ * verifiers as groups complete (a thread pool, overlapping generation), compute group-relative
+ * advantages, and record everything in the store; optionally write JSONL and publish batches to a
+ * trainer over the bridge.
+ *
+ * Threads: the main thread drives the scheduler (one forward per step, itself multi-threaded);
+ * --verify-threads workers pop completed groups, verify, write and publish them. */
 #include "cli/cli.h"
+#include "common/common_int.h"
+#include "grpo/bridge.h"
+#include "grpo/rollout.h"
+#include "grpo/store.h"
+#include "grpo/verify.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CMD "rollout"
+
+typedef struct args {
+    const char *model, *prompts, *db, *out, *publish, *tokenizer, *template_name;
+    const char *ref_model, *reward_config, *kv_budget;
+    int skip_bad, G, max_new, threads, verify_threads, rescore, logprobs;
+    grpo_sampling s;
+    uint64_t seed;
+    int n_stop, n_stop_ids;
+    const char *stop[GRPO_ROLLOUT_MAX_STOP];
+    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
+    char model_buf[PATH_MAX], prompts_buf[PATH_MAX];
+} args;
+
+/* What a worker needs about a prompt; the group's user pointer. */
+typedef struct prompt_ctx {
+    const grpo_prompt *p;
+    char *rendered;
+    int64_t store_prompt_id;
+    char *sampling_json;
+} prompt_ctx;
+
+typedef struct run_ctx {
+    const args *a;
+    grpo_rollout *r;
+    grpo_policy *pol;
+    grpo_store *store;
+    int64_t run_id;
+    char run_id_str[32];
+    grpo_rewarder *rewarder;
+    grpo_bridge_publisher *pub;
+    FILE *out;
+    pthread_mutex_t mu; /* guards out and the totals below */
+    grpo_err first_err;
+    char first_msg[512];
+    size_t groups_done, zero_std_groups, samples;
+    double reward_sum;
+    uint64_t tokens;
+} run_ctx;
+
+static void
+usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: grpo rollout [options]\n\n"
+        "Samples G completions per prompt (one shared prefill per prompt, continuous batching),\n"
+        "verifies them as groups complete, and records runs, groups, completions and rewards.\n"
+        "With neither --model nor --prompts it runs the bundled demo model (models/demo +\n"
+        "data/demo_prompts.jsonl) when present, else the tiny test model with\n"
+        "data/tiny_prompts.jsonl.\n\n"
+        "  --model DIR          model directory (config.json, safetensors, tokenizer.json)\n"
+        "  --prompts FILE       prompts JSONL, or git:REPO_PATH@REV:path/in/repo.jsonl\n"
+        "  --group G            samples per prompt (default 64)\n"
+        "  --max-new-tokens N   generation limit per sample (default 1024)\n"
+        "  --temperature T      sampling temperature; 0 = greedy (default 0.6)\n"
+        "  --top-p P            nucleus mass (default 0.95; 1 = off)\n"
+        "  --top-k K            keep the K most likely tokens (default 0 = off)\n"
+        "  --min-p P            drop tokens below P x the top probability (default 0 = off)\n"
+        "  --seed S             run seed; a completion is a pure function of the weights, the\n"
+        "                       prompt, the params, S, the prompt id and the sample index\n"
+        "                       (default 0)\n"
+        "  --stop STR           stop string (repeatable, up to 16), matched across tokens\n"
+        "  --stop-id ID         stop token id (repeatable, up to 16); EOS always stops\n"
+        "  --template NAME      chat template: r1 (default), v3, none\n"
+        "  --tokenizer PATH     tokenizer.json (default: the model directory's)\n"
+        "  --db FILE            SQLite store (default grpo.db)\n"
+        "  --out FILE.jsonl     also write one JSON line per completion\n"
+        "  --publish URL        publish one batch per group to a trainer (tcp://, ipc://)\n"
+        "  --threads N          forward threads (default: all CPUs)\n"
+        "  --verify-threads N   verifier threads (default 2)\n"
+        "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
+        "                       groups are admitted while their worst case fits (default 1G)\n"
+        "  --logprobs WHICH     raw (default), processed or both: raw is log p under\n"
+        "                       softmax(logits/T) before top-p/top-k/min-p (what trainers\n"
+        "                       recompute); processed is under the truncated distribution\n"
+        "  --ref-model DIR      reference model: per-token ref logprobs and KL summaries\n"
+        "  --rescore            recompute policy logprobs by teacher forcing and report the\n"
+        "                       largest sampling/scoring mismatch\n"
+        "  --reward-config FILE reward composition (default: math = math + 0.2 format, ...)\n"
+        "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
+        "  --help               this text\n\n"
+        "exit codes: 0 success, 1 runtime failure, 2 usage error\n");
+}
+
+static int
+parse_float(const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !(v >= lo && v <= hi))
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+static int
+parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int
+is_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Finds a bundled path relative to the working directory or the source tree. */
+static int
+bundled(const char *rel, char *out, size_t cap, int want_dir)
+{
+    const char *roots[2] = {".", GRPO_SOURCE_DIR};
+    for (int i = 0; i < 2; i++) {
+        snprintf(out, cap, "%s/%s%s", roots[i], rel, want_dir ? "/config.json" : "");
+        if (is_file(out)) {
+            snprintf(out, cap, "%s/%s", roots[i], rel);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int
+resolve_defaults(args *a)
+{
+    if (a->model != NULL || a->prompts != NULL) {
+        if (a->model == NULL || a->prompts == NULL)
+            return cli_usage(CMD, "give both --model and --prompts, or neither for the demo");
+        return 0;
+    }
+    if (bundled("models/demo", a->model_buf, sizeof a->model_buf, 1) &&
+        bundled("data/demo_prompts.jsonl", a->prompts_buf, sizeof a->prompts_buf, 0)) {
+    } else if (bundled("tests/data/tiny_models/bf16", a->model_buf, sizeof a->model_buf, 1) &&
+               bundled("data/tiny_prompts.jsonl", a->prompts_buf, sizeof a->prompts_buf, 0)) {
+    } else {
+        return cli_usage(CMD, "no bundled demo model found; give --model and --prompts");
+    }
+    a->model = a->model_buf, a->prompts = a->prompts_buf;
+    fprintf(stderr, "grpo rollout: model %s, prompts %s\n", a->model, a->prompts);
+    return 0;
+}
+
+enum {
+    O_GROUP = 256,
+    O_MAXNEW,
+    O_TEMP,
+    O_TOPP,
+    O_TOPK,
+    O_MINP,
+    O_SEED,
+    O_DB,
+    O_OUT,
+    O_PUBLISH,
+    O_THREADS,
+    O_VTHREADS,
+    O_KV,
+    O_LOGPROBS,
+    O_REF,
+    O_RESCORE,
+    O_REWARD,
+    O_BADLINE,
+    O_STOP,
+    O_STOPID,
+    O_TEMPLATE,
+    O_TOKENIZER,
+    O_MODEL,
+    O_PROMPTS
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, 0, O_MODEL},
+    {"prompts", required_argument, 0, O_PROMPTS},
+    {"group", required_argument, 0, O_GROUP},
+    {"max-new-tokens", required_argument, 0, O_MAXNEW},
+    {"temperature", required_argument, 0, O_TEMP},
+    {"top-p", required_argument, 0, O_TOPP},
+    {"top-k", required_argument, 0, O_TOPK},
+    {"min-p", required_argument, 0, O_MINP},
+    {"seed", required_argument, 0, O_SEED},
+    {"db", required_argument, 0, O_DB},
+    {"out", required_argument, 0, O_OUT},
+    {"publish", required_argument, 0, O_PUBLISH},
+    {"threads", required_argument, 0, O_THREADS},
+    {"verify-threads", required_argument, 0, O_VTHREADS},
+    {"kv-budget", required_argument, 0, O_KV},
+    {"logprobs", required_argument, 0, O_LOGPROBS},
+    {"ref-model", required_argument, 0, O_REF},
+    {"rescore", no_argument, 0, O_RESCORE},
+    {"reward-config", required_argument, 0, O_REWARD},
+    {"on-bad-line", required_argument, 0, O_BADLINE},
+    {"stop", required_argument, 0, O_STOP},
+    {"stop-id", required_argument, 0, O_STOPID},
+    {"template", required_argument, 0, O_TEMPLATE},
+    {"tokenizer", required_argument, 0, O_TOKENIZER},
+    {0, 0, 0, 0},
+};
+
+static int
+parse_opt(args *a, int c, const char *v)
+{
+    long n;
+    switch (c) {
+    case O_MODEL:
+        a->model = v;
+        return 0;
+    case O_PROMPTS:
+        a->prompts = v;
+        return 0;
+    case O_DB:
+        a->db = v;
+        return 0;
+    case O_OUT:
+        a->out = v;
+        return 0;
+    case O_PUBLISH:
+        a->publish = v;
+        return 0;
+    case O_KV:
+        a->kv_budget = v;
+        return 0;
+    case O_REF:
+        a->ref_model = v;
+        return 0;
+    case O_RESCORE:
+        a->rescore = 1;
+        return 0;
+    case O_REWARD:
+        a->reward_config = v;
+        return 0;
+    case O_TEMPLATE:
+        a->template_name = v;
+        return 0;
+    case O_TOKENIZER:
+        a->tokenizer = v;
+        return 0;
+    case O_GROUP:
+        if (parse_int(v, 1, 1 << 16, &n) != 0)
+            return cli_usage(CMD, "--group %s: expected an integer in [1, 65536]", v);
+        a->G = (int)n;
+        return 0;
+    case O_MAXNEW:
+        if (parse_int(v, 1, 1 << 24, &n) != 0)
+            return cli_usage(CMD, "--max-new-tokens %s: expected a positive integer", v);
+        a->max_new = (int)n;
+        return 0;
+    case O_TEMP:
+        return parse_float(v, 0.0f, 100.0f, &a->s.temperature)
+                   ? cli_usage(CMD, "--temperature %s: expected a number in [0, 100]", v)
+                   : 0;
+    case O_TOPP:
+        return parse_float(v, 1e-6f, 1.0f, &a->s.top_p)
+                   ? cli_usage(CMD, "--top-p %s: expected a number in (0, 1]", v)
+                   : 0;
+    case O_MINP:
+        return parse_float(v, 0.0f, 0.999999f, &a->s.min_p)
+                   ? cli_usage(CMD, "--min-p %s: expected a number in [0, 1)", v)
+                   : 0;
+    case O_TOPK:
+        if (parse_int(v, 0, INT32_MAX, &n) != 0)
+            return cli_usage(CMD, "--top-k %s: expected an integer >= 0", v);
+        a->s.top_k = (int32_t)n;
+        return 0;
+    case O_SEED: {
+        char *end;
+        unsigned long long s = strtoull(v, &end, 0);
+        if (end == v || *end != '\0' || v[0] == '-')
+            return cli_usage(CMD, "--seed %s: expected a non-negative integer", v);
+        a->seed = s;
+        return 0;
+    }
+    case O_THREADS:
+    case O_VTHREADS:
+        if (parse_int(v, 1, 1024, &n) != 0)
+            return cli_usage(CMD, "--%s %s: expected an integer in [1, 1024]",
+                             c == O_THREADS ? "threads" : "verify-threads", v);
+        *(c == O_THREADS ? &a->threads : &a->verify_threads) = (int)n;
+        return 0;
+    case O_LOGPROBS:
+        if ((a->logprobs = grpo_logprobs_parse(v)) < 0)
+            return cli_usage(CMD, "--logprobs %s: expected raw, processed or both", v);
+        a->logprobs |= GRPO_LOGPROBS_RAW;
+        return 0;
+    case O_BADLINE:
+        if (strcmp(v, "skip") != 0 && strcmp(v, "fail") != 0)
+            return cli_usage(CMD, "--on-bad-line %s: expected skip or fail", v);
+        a->skip_bad = strcmp(v, "skip") == 0;
+        return 0;
+    case O_STOP:
+        if (a->n_stop == GRPO_ROLLOUT_MAX_STOP || v[0] == '\0' ||
+            strlen(v) > GRPO_ROLLOUT_MAX_STOP_LEN)
+            return cli_usage(CMD, "--stop: at most %d non-empty strings of at most %d bytes",
+                             GRPO_ROLLOUT_MAX_STOP, GRPO_ROLLOUT_MAX_STOP_LEN);
+        a->stop[a->n_stop++] = v;
+        return 0;
+    case O_STOPID:
+        if (a->n_stop_ids == GRPO_ROLLOUT_MAX_STOP || parse_int(v, 0, INT32_MAX, &n) != 0)
+            return cli_usage(CMD, "--stop-id %s: at most %d non-negative ids", v,
+                             GRPO_ROLLOUT_MAX_STOP);
+        a->stop_ids[a->n_stop_ids++] = (int32_t)n;
+        return 0;
+    default:
+        return cli_usage(CMD, "unknown option");
+    }
+}
+
+static int
+parse_args(args *a, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    a->db = "grpo.db", a->G = 64, a->max_new = 1024, a->verify_threads = 2;
+    a->kv_budget = "1G", a->logprobs = GRPO_LOGPROBS_RAW;
+    grpo_sampling_default(&a->s);
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+        if (c == '?')
+            return cli_usage(CMD, "unknown option or missing value: %s", argv[optind - 1]);
+        int rc = parse_opt(a, c, optarg);
+        if (rc != 0)
+            return rc;
+    }
+    if (optind < argc)
+        return cli_usage(CMD, "unexpected argument \"%s\"", argv[optind]);
+    return resolve_defaults(a);
+}
+
+/* "65536t" / "65536tok" / "65536tokens" -> tokens; else a byte size. */
+static int
+parse_budget(const char *s, uint64_t *bytes, uint64_t *tokens)
+{
+    char *end;
+    *bytes = *tokens = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end != s && s[0] != '-' &&
+        (strcmp(end, "t") == 0 || strcmp(end, "tok") == 0 || strcmp(end, "tokens") == 0)) {
+        *tokens = v;
+        return v > 0 ? 0 : -1;
+    }
+    return cli_parse_size(s, bytes) == 0 && *bytes > 0 ? 0 : -1;
+}
+
+/* ---- per-group output ---- */
+
+static char *
+sampling_json(const args *a, const grpo_policy *pol, const grpo_prompt *p, int32_t n_prompt,
+              int32_t eos)
+{
+    cJSON *o = cJSON_CreateObject();
+    char seed[32], *txt;
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
+    cJSON_AddNumberToObject(o, "temperature", a->s.temperature);
+    cJSON_AddNumberToObject(o, "top_p", a->s.top_p);
+    cJSON_AddNumberToObject(o, "top_k", a->s.top_k);
+    cJSON_AddNumberToObject(o, "min_p", a->s.min_p);
+    cJSON_AddNumberToObject(o, "max_new_tokens", a->max_new);
+    cJSON_AddStringToObject(o, "seed", seed);
+    cJSON_AddStringToObject(o, "prompt_id", p->id);
+    cJSON_AddStringToObject(o, "template", grpo_policy_template(pol));
+    char tp[PATH_MAX];
+    if (a->tokenizer)
+        cJSON_AddStringToObject(o, "tokenizer", realpath(a->tokenizer, tp) ? tp : a->tokenizer);
+    cJSON_AddNumberToObject(o, "eos_id", eos);
+    cJSON *st = cJSON_AddArrayToObject(o, "stop");
+    for (int i = 0; i < a->n_stop; i++)
+        cJSON_AddItemToArray(st, cJSON_CreateString(a->stop[i]));
+    cJSON *si = cJSON_AddArrayToObject(o, "stop_ids");
+    for (int i = 0; i < a->n_stop_ids; i++)
+        cJSON_AddItemToArray(si, cJSON_CreateNumber(a->stop_ids[i]));
+    cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
+    txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return txt;
+}
+
+static void
+note_error(run_ctx *c, grpo_err err)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->first_err == GRPO_OK) {
+        c->first_err = err;
+        snprintf(c->first_msg, sizeof c->first_msg, "%s", grpo_error_last());
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+typedef struct scored {
+    grpo_reward_result *res;
+    double *rewards, *adv;
+    uint8_t zero_var;
+} scored;
+
+static grpo_err
+verify_group(run_ctx *c, grpo_rollout_group *g, scored *sc)
+{
+    prompt_ctx *pc = g->user;
+    int32_t G = g->n_samples;
+    for (int32_t i = 0; i < G; i++) {
+        grpo_rollout_sample *s = &g->samples[i];
+        grpo_verifier_sample vs = {0};
+        vs.task = pc->p->task ? pc->p->task : "math";
+        vs.prompt = pc->rendered;
+        vs.completion = s->text ? s->text : "";
+        vs.completion_len = s->text ? s->text_len : 0;
+        vs.answer = pc->p->answer;
+        vs.tests_json = pc->p->tests_json;
+        vs.language = pc->p->language;
+        vs.extra_json = pc->p->record_json;
+        vs.prompt_opens_think = grpo_policy_opens_think(c->pol);
+        vs.n_tokens = s->n_tokens;
+        vs.max_tokens = c->a->max_new;
+        vs.truncated = s->finish == GRPO_ROLLOUT_FINISH_LENGTH;
+        grpo_err err = grpo_rewarder_score(c->rewarder, &vs, &sc->res[i]);
+        if (err != GRPO_OK)
+            return err;
+        sc->rewards[i] = sc->res[i].reward;
+    }
+    int64_t offs[2] = {0, G};
+    grpo_adv_opts ao;
+    grpo_adv_opts_default(&ao);
+    return grpo_advantages(&ao, sc->rewards, (size_t)G, offs, 1, NULL, sc->adv, &sc->zero_var);
+}
+
+static int
+store_finish(grpo_rollout_finish f)
+{
+    switch (f) {
+    case GRPO_ROLLOUT_FINISH_EOS:
+        return GRPO_FINISH_EOS;
+    case GRPO_ROLLOUT_FINISH_STOP:
+        return GRPO_FINISH_STOP;
+    case GRPO_ROLLOUT_FINISH_LENGTH:
+        return GRPO_FINISH_LENGTH;
+    default:
+        return GRPO_FINISH_ABORT;
+    }
+}
+
+static grpo_err
+store_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
+{
+    prompt_ctx *pc = g->user;
+    int32_t G = g->n_samples;
+    grpo_completion_rec *cr = calloc((size_t)G, sizeof *cr);
+    grpo_reward_rec *rr = calloc((size_t)G * GRPO_REWARD_MAX_TERMS, sizeof *rr);
+    grpo_err err = GRPO_OK;
+    if (cr == NULL || rr == NULL) {
+        err = GRPO_ENOMEM;
+        goto done;
+    }
+    for (int32_t i = 0; i < G; i++) {
+        const grpo_rollout_sample *s = &g->samples[i];
+        const grpo_reward_result *res = &sc->res[i];
+        grpo_completion_rec *r = &cr[i];
+        r->sample_index = s->index;
+        r->n_tokens = s->n_tokens;
+        r->token_ids = s->tokens;
+        r->token_logprobs = s->logprob_raw;
+        r->text = s->text ? s->text : "";
+        r->text_len = s->text ? s->text_len : 0;
+        r->finish_reason = store_finish(s->finish);
+        for (int32_t k = 0; k < s->n_tokens; k++)
+            r->logprob_sum += s->logprob_raw[k];
+        r->gen_ms = (g->t_done - g->t_admit) * 1e3;
+        r->has_reward = 1, r->reward = res->reward, r->correct = -1;
+        r->n_rewards = res->n_terms;
+        r->rewards = rr + (size_t)i * GRPO_REWARD_MAX_TERMS;
+        for (int32_t t = 0; t < res->n_terms; t++) {
+            const grpo_reward_term *tm = &res->terms[t];
+            rr[(size_t)i * GRPO_REWARD_MAX_TERMS + t] =
+                (grpo_reward_rec){tm->verifier, tm->version,      tm->kind, tm->label,
+                                  tm->score,    tm->details_json, tm->ms};
+        }
+        r->has_advantage = 1, r->advantage = sc->adv[i];
+        if (s->ref_logprob) {
+            double kmax = 0, ksum = 0;
+            for (int32_t k = 0; k < s->n_tokens; k++) {
+                double kl = grpo_kl_token(GRPO_KL_K3, s->logprob_raw[k], s->ref_logprob[k]);
+                ksum += kl, kmax = kl > kmax ? kl : kmax;
+                r->ref_logprob_sum += s->ref_logprob[k];
+            }
+            r->kl_mean = s->n_tokens ? ksum / s->n_tokens : 0, r->kl_max = kmax;
+        }
+    }
+    grpo_group_rec gr = {0};
+    gr.run_id = c->run_id, gr.step = 0, gr.prompt_id = pc->store_prompt_id;
+    gr.policy_version = 0, gr.seed = c->a->seed;
+    gr.sampling_json = pc->sampling_json, gr.max_tokens = c->a->max_new;
+    gr.started_at = (double)time(NULL) - (g->t_done - g->t_submit);
+    gr.finished_at = (double)time(NULL);
+    gr.gen_ms = (g->t_done - g->t_admit) * 1e3;
+    gr.n_completions = G, gr.completions = cr;
+    err = grpo_store_put_group(c->store, &gr);
+done:
+    free(cr), free(rr);
+    return err;
+}
+
+static void
+json_floats(cJSON *o, const char *key, const float *v, int32_t n)
+{
+    cJSON *arr = cJSON_AddArrayToObject(o, key);
+    for (int32_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(v[i]));
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one. */
+static size_t
+utf8_seq(const unsigned char *s, size_t n)
+{
+    size_t len = s[0] < 0x80                    ? 1
+                 : s[0] >= 0xC2 && s[0] <= 0xDF ? 2
+                 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+                 : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
+                                                : 0;
+    if (len == 0 || len > n || (len > 1 && !grpo__utf8_valid((const char *)s, len)))
+        return 0;
+    return s[0] == 0 ? 0 : len; /* NUL cannot travel in a C string */
+}
+
+/* Model output may be invalid UTF-8 (or hold NUL): JSON needs text, so each bad byte becomes
+ * U+FFFD here (the store keeps the exact bytes). The caller frees the result. */
+static char *
+utf8_lossy(const char *text, size_t n)
+{
+    grpo_buf b = {0};
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq((const unsigned char *)text + i, n - i);
+        if (grpo__buf_append(&b, l ? text + i : "\xEF\xBF\xBD", l ? l : 3) != GRPO_OK)
+            break;
+        i += l ? l : 1;
+    }
+    if (grpo__buf_append(&b, "", 1) != GRPO_OK) {
+        grpo__buf_fini(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+static grpo_err
+write_jsonl(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
+{
+    prompt_ctx *pc = g->user;
+    for (int32_t i = 0; i < g->n_samples; i++) {
+        const grpo_rollout_sample *s = &g->samples[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "run_id", (double)c->run_id);
+        cJSON_AddNumberToObject(o, "group", (double)g->id);
+        cJSON_AddStringToObject(o, "prompt_id", pc->p->id);
+        cJSON_AddNumberToObject(o, "sample", s->index);
+        cJSON_AddStringToObject(o, "finish", grpo_rollout_finish_name(s->finish));
+        cJSON_AddNumberToObject(o, "n_tokens", s->n_tokens);
+        char *text = utf8_lossy(s->text ? s->text : "", s->text ? s->text_len : 0);
+        cJSON_AddStringToObject(o, "text", text ? text : "");
+        free(text);
+        cJSON_AddNumberToObject(o, "reward", sc->rewards[i]);
+        cJSON_AddNumberToObject(o, "advantage", sc->adv[i]);
+        if (pc->p->task)
+            cJSON_AddStringToObject(o, "task", pc->p->task);
+        if (pc->p->answer)
+            cJSON_AddStringToObject(o, "answer", pc->p->answer);
+        cJSON *tk = cJSON_AddArrayToObject(o, "tokens");
+        for (int32_t k = 0; k < s->n_tokens; k++)
+            cJSON_AddItemToArray(tk, cJSON_CreateNumber(s->tokens[k]));
+        json_floats(o, "logprobs", s->logprob_raw, s->n_tokens);
+        if (s->logprob_processed)
+            json_floats(o, "logprobs_processed", s->logprob_processed, s->n_tokens);
+        if (s->ref_logprob)
+            json_floats(o, "ref_logprobs", s->ref_logprob, s->n_tokens);
+        if (s->policy_logprob)
+            json_floats(o, "rescored_logprobs", s->policy_logprob, s->n_tokens);
+        char *line = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (line == NULL)
+            return GRPO_ENOMEM;
+        pthread_mutex_lock(&c->mu);
+        fputs(line, c->out);
+        fputc('\n', c->out);
+        pthread_mutex_unlock(&c->mu);
+        free(line);
+    }
+    return GRPO_OK;
+}
+
+static grpo_err
+publish_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
+{
+    prompt_ctx *pc = g->user;
+    int32_t G = g->n_samples, P = g->n_prompt;
+    size_t T = 0;
+    int has_ref = g->samples[0].ref_logprob != NULL;
+    for (int32_t i = 0; i < G; i++)
+        T += (size_t)P + (size_t)g->samples[i].n_tokens;
+    grpo_batch *b = NULL;
+    grpo_err err =
+        grpo_batch_create(&b, c->run_id_str, (size_t)G, T, has_ref ? GRPO_BATCH_HAS_REF : 0);
+    if (err != GRPO_OK)
+        return err;
+    b->batch_id = (int64_t)g->id, b->step = 0, b->policy_version = 0;
+    if ((err = grpo_batch_set_str(b, &b->sampling_json, pc->sampling_json)) != GRPO_OK)
+        goto done;
+    size_t at = 0;
+    for (int32_t i = 0; i < G; i++) {
+        const grpo_rollout_sample *s = &g->samples[i];
+        memcpy(b->tokens + at, g->prompt, (size_t)P * sizeof *b->tokens);
+        memcpy(b->tokens + at + P, s->tokens, (size_t)s->n_tokens * sizeof *b->tokens);
+        for (int32_t k = 0; k < s->n_tokens; k++) {
+            b->loss_mask[at + P + k] = 1;
+            b->logprobs[at + P + k] = s->logprob_raw[k];
+            if (has_ref)
+                b->ref_logprobs[at + P + k] = s->ref_logprob[k];
+        }
+        at += (size_t)P + (size_t)s->n_tokens;
+        b->seq_offsets[i + 1] = (int64_t)at;
+        b->prompt_lens[i] = P;
+        b->advantages[i] = (float)sc->adv[i];
+        b->rewards[i] = (float)sc->rewards[i];
+        b->group_ids[i] = (int64_t)g->id;
+        b->sample_idx[i] = s->index;
+    }
+    err = grpo_bridge_publish(c->pub, b, -1);
+done:
+    grpo_batch_destroy(b);
+    return err;
+}
+
+static grpo_err
+handle_group(run_ctx *c, grpo_rollout_group *g)
+{
+    int32_t G = g->n_samples;
+    scored sc = {0};
+    sc.res = calloc((size_t)G, sizeof *sc.res);
+    sc.rewards = calloc((size_t)G, sizeof *sc.rewards);
+    sc.adv = calloc((size_t)G, sizeof *sc.adv);
+    grpo_err err = sc.res && sc.rewards && sc.adv ? GRPO_OK : GRPO_ENOMEM;
+    if (err == GRPO_OK)
+        err = verify_group(c, g, &sc);
+    if (err == GRPO_OK)
+        err = store_group(c, g, &sc);
+    if (err == GRPO_OK && c->out)
+        err = write_jsonl(c, g, &sc);
+    if (err == GRPO_OK && c->pub)
+        err = publish_group(c, g, &sc);
+    if (err == GRPO_OK) {
+        pthread_mutex_lock(&c->mu);
+        c->groups_done++;
+        c->zero_std_groups += (sc.zero_var & GRPO_GROUP_ZERO_VAR) != 0;
+        for (int32_t i = 0; i < G; i++) {
+            c->reward_sum += sc.rewards[i];
+            c->tokens += (uint64_t)g->samples[i].n_tokens;
+        }
+        c->samples += (size_t)G;
+        pthread_mutex_unlock(&c->mu);
+    }
+    for (int32_t i = 0; sc.res && i < G; i++)
+        grpo_reward_result_fini(&sc.res[i]);
+    free(sc.res), free(sc.rewards), free(sc.adv);
+    return err;
+}
+
+static void *
+verify_worker(void *arg)
+{
+    run_ctx *c = arg;
+    grpo_rollout_group *g;
+    while ((g = grpo_rollout_pop(c->r, 1)) != NULL) {
+        grpo_err err = handle_group(c, g);
+        if (err != GRPO_OK) {
+            note_error(c, err);
+            grpo_rollout_cancel(c->r);
+        }
+        grpo_rollout_group_free(g);
+    }
+    return NULL;
+}
+
+/* ---- setup ---- */
+
+static grpo_err
+submit_all(run_ctx *c, const grpo_prompt_set *ps, prompt_ctx *pcs, size_t *n_submitted)
+{
+    const args *a = c->a;
+    grpo_err err = GRPO_OK;
+    int32_t eos = grpo_policy_eos_id(c->pol);
+    for (size_t i = 0; i < ps->n && err == GRPO_OK; i++) {
+        const grpo_prompt *p = &ps->items[i];
+        int32_t *ids = NULL;
+        size_t n = 0;
+        pcs[i].p = p;
+        err = grpo_policy_encode(c->pol, p, &ids, &n, &pcs[i].rendered);
+        if (err != GRPO_OK && a->skip_bad) {
+            fprintf(stderr, "grpo rollout: skipping prompt %s (line %lld): %s\n", p->id,
+                    (long long)p->line, grpo_error_last());
+            err = GRPO_OK;
+            continue;
+        }
+        grpo_prompt_rec pr = {ps->source,       (int64_t)i,     p->prompt,
+                              p->messages_json, p->answer_json, p->tests_json};
+        if (err == GRPO_OK)
+            err = grpo_store_put_prompt(&pcs[i].store_prompt_id, c->store, &pr);
+        if (err == GRPO_OK &&
+            (pcs[i].sampling_json = sampling_json(a, c->pol, p, (int32_t)n, eos)) == NULL)
+            err = GRPO_ENOMEM;
+        grpo_rollout_request q = {0};
+        q.prompt = ids, q.n_prompt = (int32_t)n, q.group_size = a->G, q.seed = a->seed;
+        q.prompt_key = grpo_rollout_prompt_key(p->id);
+        grpo_gen_params_default(&q.params);
+        q.params.sampling = a->s;
+        q.params.max_new_tokens = a->max_new;
+        q.params.eos_id = eos;
+        q.params.logprobs = a->logprobs;
+        q.params.n_stop_ids = a->n_stop_ids;
+        memcpy(q.params.stop_ids, a->stop_ids, sizeof a->stop_ids);
+        q.params.n_stop_strings = a->n_stop;
+        for (int k = 0; k < a->n_stop; k++)
+            q.params.stop_strings[k] = a->stop[k];
+        q.user = &pcs[i];
+        if (err == GRPO_OK && (err = grpo_rollout_submit(c->r, &q, NULL)) == GRPO_OK)
+            (*n_submitted)++;
+        free(ids);
+    }
+    return err;
+}
+
+static char *
+config_json(const args *a)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", a->model);
+    cJSON_AddStringToObject(o, "prompts", a->prompts);
+    cJSON_AddNumberToObject(o, "group", a->G);
+    cJSON_AddNumberToObject(o, "max_new_tokens", a->max_new);
+    cJSON_AddNumberToObject(o, "temperature", a->s.temperature);
+    cJSON_AddNumberToObject(o, "top_p", a->s.top_p);
+    cJSON_AddNumberToObject(o, "top_k", a->s.top_k);
+    cJSON_AddNumberToObject(o, "min_p", a->s.min_p);
+    cJSON_AddNumberToObject(o, "seed", (double)a->seed);
+    cJSON_AddStringToObject(o, "kv_budget", a->kv_budget);
+    if (a->ref_model)
+        cJSON_AddStringToObject(o, "ref_model", a->ref_model);
+    if (a->reward_config)
+        cJSON_AddStringToObject(o, "reward_config", a->reward_config);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static char *
+join_argv(int argc, char **argv)
+{
+    size_t n = 8;
+    for (int i = 0; i < argc; i++)
+        n += strlen(argv[i]) + 1;
+    char *s = calloc(1, n);
+    if (s == NULL)
+        return NULL;
+    strcat(s, "grpo");
+    for (int i = 0; i < argc; i++)
+        strcat(s, " "), strcat(s, argv[i]);
+    return s;
+}
+
+static void
+progress(run_ctx *c, size_t total, double t0, int final)
+{
+    static double last;
+    double now = grpo_now();
+    if (!final && now - last < 0.5)
+        return;
+    last = now;
+    grpo_rollout_stats st;
+    grpo_rollout_get_stats(c->r, &st);
+    double el = now - t0, rate = el > 0 ? (double)st.tokens_generated / el : 0;
+    size_t done = (size_t)st.groups_done;
+    double eta = done ? el / (double)done * (double)(total - done) : 0;
+    fprintf(stderr, "\rgroups %zu/%zu  in flight %d  %.0f tok/s  ETA %02d:%02d   %s", done, total,
+            st.groups_in_flight, rate, (int)eta / 60, (int)eta % 60, final ? "\n" : "");
+    fflush(stderr);
+}
+
+typedef struct setup {
+    grpo_prompt_set ps;
+    grpo_policy *ref;
+    grpo_kv *rescore_kv;
+    grpo_rollout_backend rescore_be;
+    grpo_reward_config *rcfg;
+    prompt_ctx *pcs;
+} setup;
+
+static grpo_err
+open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_pages)
+{
+    uint64_t bytes = 0, tokens = 0;
+    grpo_err err;
+    if (parse_budget(a->kv_budget, &bytes, &tokens) != 0)
+        return grpo__fail(GRPO_EINVAL,
+                          "--kv-budget %s: expected bytes (512M, 2G) or tokens "
+                          "(65536t)",
+                          a->kv_budget);
+    if ((err = grpo_prompts_load(&su->ps, a->prompts, a->skip_bad)) != GRPO_OK)
+        return err;
+    grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads, (size_t)bytes};
+    if (tokens)
+        po.kv_budget_bytes = 0;
+    if ((err = grpo_policy_open(&c->pol, a->model, &po)) != GRPO_OK)
+        return err;
+    const grpo_rollout_backend *be = grpo_policy_backend(c->pol);
+    *budget_pages = tokens ? (size_t)((tokens + GRPO_KV_PAGE - 1) / GRPO_KV_PAGE) : 0;
+    if (*budget_pages > be->pages_total)
+        return grpo__fail(GRPO_EINVAL, "--kv-budget %s: more than the KV pool of %zu tokens",
+                          a->kv_budget, be->pages_total * GRPO_KV_PAGE);
+    if (a->ref_model) {
+        grpo_policy_opts ro = {a->tokenizer, a->template_name, a->threads, 0};
+        if ((err = grpo_policy_open(&su->ref, a->ref_model, &ro)) != GRPO_OK)
+            return err;
+        if (grpo_policy_backend(su->ref)->vocab != be->vocab)
+            return grpo__fail(GRPO_EINVAL, "--ref-model %s: vocabulary %d differs from %d",
+                              a->ref_model, grpo_policy_backend(su->ref)->vocab, be->vocab);
+    }
+    if (a->rescore) {
+        const grpo_model_config *cfg = grpo_model_get_config(grpo_policy_model(c->pol));
+        if ((err = grpo_kv_create(&su->rescore_kv, cfg, (size_t)256 << 20)) != GRPO_OK ||
+            (err = grpo_rollout_backend_model(&su->rescore_be, grpo_policy_model(c->pol),
+                                              su->rescore_kv)) != GRPO_OK)
+            return err;
+    }
+    err = a->reward_config ? grpo_reward_config_load(&su->rcfg, a->reward_config)
+                           : grpo_reward_config_default(&su->rcfg);
+    if (err != GRPO_OK || (err = grpo_rewarder_create(&c->rewarder, su->rcfg)) != GRPO_OK)
+        return err;
+    if ((err = grpo_store_open(&c->store, a->db, NULL)) != GRPO_OK)
+        return err;
+    char *cmdline = join_argv(argc, argv), *cfg = config_json(a);
+    grpo_run_info ri = {0};
+    ri.command_line = cmdline ? cmdline : "grpo rollout";
+    ri.config_json = cfg;
+    if (su->ps.git_repo) {
+        ri.dataset_path = su->ps.git_repo;
+        ri.dataset_rev = su->ps.git_commit;
+    } else {
+        ri.dataset_path = a->prompts;
+    }
+    err = grpo_store_run_begin(&c->run_id, c->store, &ri);
+    free(cmdline), free(cfg);
+    if (err != GRPO_OK)
+        return err;
+    snprintf(c->run_id_str, sizeof c->run_id_str, "%lld", (long long)c->run_id);
+    char loc[PATH_MAX];
+    if (realpath(a->model, loc) == NULL)
+        snprintf(loc, sizeof loc, "%s", a->model);
+    const char *sha = grpo_model_weights_sha256(grpo_policy_model(c->pol));
+    if (sha == NULL)
+        return GRPO_EIO;
+    if ((err = grpo_store_put_policy_version(c->store, c->run_id, 0, loc, sha)) != GRPO_OK)
+        return err;
+    if (a->out && (c->out = fopen(a->out, "w")) == NULL)
+        return grpo__fail(GRPO_EIO, "%s: cannot open for writing", a->out);
+    if (a->publish) {
+        grpo_bridge_opts bo;
+        grpo_bridge_opts_default(&bo);
+        bo.run_id = c->run_id_str;
+        if ((err = grpo_bridge_publisher_create(&c->pub, a->publish, &bo)) != GRPO_OK)
+            return err;
+    }
+    return GRPO_OK;
+}
+
+static void
+summary(run_ctx *c, double secs)
+{
+    grpo_rollout_stats st;
+    grpo_rollout_get_stats(c->r, &st);
+    printf("run %lld: %zu groups, %zu completions, %llu tokens in %.1f s (%.0f tok/s)\n",
+           (long long)c->run_id, c->groups_done, c->samples, (unsigned long long)c->tokens, secs,
+           secs > 0 ? (double)c->tokens / secs : 0.0);
+    printf("reward mean %.4f, zero-std groups %.1f%%, peak groups in flight %d, peak KV pages %zu"
+           " of %zu\n",
+           c->samples ? c->reward_sum / (double)c->samples : 0.0,
+           c->groups_done ? 100.0 * (double)c->zero_std_groups / (double)c->groups_done : 0.0,
+           st.peak_groups_in_flight, st.peak_pages_used, st.budget_pages);
+}
 
 int
 grpo_cmd_rollout(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_not_built("rollout", "issue 5");
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    args a;
+    int rc = parse_args(&a, argc, argv);
+    if (rc != 0)
+        return rc;
+    run_ctx c;
+    setup su;
+    memset(&c, 0, sizeof c);
+    memset(&su, 0, sizeof su);
+    c.a = &a;
+    pthread_mutex_init(&c.mu, NULL);
+    size_t budget_pages = 0, submitted = 0;
+    pthread_t *th = NULL;
+    int n_th = 0;
+    double t0 = grpo_now();
+    grpo_err err = open_all(&c, &su, &a, argc, argv, &budget_pages);
+    if (err == GRPO_OK) {
+        grpo_rollout_opts ro = {0};
+        ro.kv_budget_pages = budget_pages;
+        ro.token_bytes = grpo_policy_token_bytes;
+        ro.token_bytes_ctx = c.pol;
+        ro.ref = su.ref ? grpo_policy_backend(su.ref) : NULL;
+        ro.rescore = su.rescore_kv ? &su.rescore_be : NULL;
+        err = grpo_rollout_create(&c.r, grpo_policy_backend(c.pol), &ro);
+    }
+    if (err == GRPO_OK && (su.pcs = calloc(su.ps.n, sizeof *su.pcs)) == NULL)
+        err = GRPO_ENOMEM;
+    if (err == GRPO_OK)
+        err = submit_all(&c, &su.ps, su.pcs, &submitted);
+    if (err == GRPO_OK && (th = calloc((size_t)a.verify_threads, sizeof *th)) == NULL)
+        err = GRPO_ENOMEM;
+    for (int i = 0; err == GRPO_OK && i < a.verify_threads; i++, n_th++)
+        if (pthread_create(&th[i], NULL, verify_worker, &c) != 0)
+            err = grpo__fail(GRPO_ESYS, "cannot start a verifier thread");
+    int tty = isatty(2), busy = 1;
+    t0 = grpo_now();
+    while (err == GRPO_OK && busy) {
+        err = grpo_rollout_step(c.r, &busy);
+        if (tty)
+            progress(&c, submitted, t0, 0);
+    }
+    if (err != GRPO_OK && c.r)
+        note_error(&c, err);
+    if (c.r) {
+        if (err != GRPO_OK) {
+            grpo_rollout_cancel(c.r);
+            grpo_rollout_run(c.r);
+        }
+        grpo_rollout_close(c.r);
+    }
+    for (int i = 0; i < n_th; i++)
+        pthread_join(th[i], NULL);
+    if (tty && c.r && err == GRPO_OK)
+        progress(&c, submitted, t0, 1);
+    if (c.first_err != GRPO_OK && err == GRPO_OK)
+        err = c.first_err;
+    if (err == GRPO_OK && c.pub)
+        err = grpo_bridge_finish(c.pub);
+    if (err == GRPO_OK)
+        summary(&c, grpo_now() - t0);
+    if (c.store && c.run_id > 0)
+        grpo_store_run_end(c.store, c.run_id, err == GRPO_OK ? "ok" : "failed");
+    if (err != GRPO_OK)
+        fprintf(stderr, "grpo rollout: %s\n",
+                c.first_msg[0]         ? c.first_msg
+                : grpo_error_last()[0] ? grpo_error_last()
+                                       : grpo_err_name(err));
+    grpo_bridge_publisher_destroy(c.pub);
+    if (c.out)
+        fclose(c.out);
+    grpo_err cerr = grpo_store_close(c.store);
+    if (err == GRPO_OK && cerr != GRPO_OK) {
+        err = cerr;
+        cli_fail(CMD);
+    }
+    grpo_rollout_destroy(c.r);
+    for (size_t i = 0; su.pcs && i < su.ps.n; i++)
+        free(su.pcs[i].rendered), free(su.pcs[i].sampling_json);
+    free(su.pcs), free(th);
+    grpo_rewarder_destroy(c.rewarder);
+    grpo_reward_config_destroy(su.rcfg);
+    grpo_rollout_backend_fini(&su.rescore_be);
+    grpo_kv_destroy(su.rescore_kv);
+    grpo_policy_close(su.ref);
+    grpo_policy_close(c.pol);
+    grpo_prompts_fini(&su.ps);
+    pthread_mutex_destroy(&c.mu);
+    return err == GRPO_OK ? CLI_OK : CLI_FAIL;
 }

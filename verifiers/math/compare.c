@@ -1309,5 +1309,9 @@ mcompare(const mnode *gold, const mnode *pred, const mcmp_opts *o, mbudget *bud,
             c.nmap = ng;
         }
     }
-    return cmp(&c, gold, pred, 0);
+    mcmp_res r = cmp(&c, gold, pred, 0);
+    /* MPFR keeps per-thread caches of constants (pi, log 2); drop them so a worker thread that
+     * exits leaks nothing */
+    mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
+    return r;
 }

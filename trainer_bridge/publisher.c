@@ -400,7 +400,8 @@ on_chunk(grpo_bridge_publisher *p, const grpb_msg *m)
                                             "refuses inline weights");
     else if (m->b == 0 && !(w->version == m->a && w->next > 0))
         err = chunk_start(p, m);
-    if (err == GRPO_OK && (w->version != m->a || m->b > w->next))
+    if (err == GRPO_OK && (w->version != m->a || m->b > w->next ||
+                           (m->b == w->next && (w->f == NULL || w->next >= w->n_chunks))))
         err = grpo__fail(GRPO_EFORMAT, "bridge: weights chunk %" PRId64 " of v%" PRId64
                                        " out of order (expected %" PRId64 " of v%" PRId64 ")",
                          m->b, m->a, w->next, w->version);

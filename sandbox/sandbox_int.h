@@ -108,6 +108,12 @@ pid_t sbx_clone(unsigned long flags);
 int sbx_mounts_setup(const sbx_spec *s, char *const *ro_paths, char *msg, size_t msg_n);
 
 /* ---- spawn.c: the child side and the parent's start-up handshake. */
+#include <sys/resource.h>
+/* What the sandbox init reports when the program is over. */
+typedef struct sbx_init_report {
+    int status, have_status;
+    struct rusage ru; /* of the whole tree */
+} sbx_init_report;
 typedef struct sbx_worker sbx_worker;
 typedef struct sbx_child {
     pid_t pid;

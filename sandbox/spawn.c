@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -109,23 +110,41 @@ become_program(sbx_worker *w, const sbx_spec *s, int errfd, bool as_init)
 
 /* PID 1 of the sandbox for run-to-completion programs: the program runs as its child, so it has
  * ordinary signal semantics (init ignores signals it has no handler for) and kill(-1) cannot
- * reach us. We reap orphans, report the program's wait status on the status pipe and exit, which
- * makes the kernel kill whatever is left in the namespace. */
+ * reach us. When the program exits, or the supervisor sends SIGUSR1 (deadline, output flood), we
+ * kill everything else in the namespace, reap it all, and report the program's wait status and
+ * the whole tree's resource usage on the status pipe. */
+static void
+on_stop(int sig)
+{
+    (void)sig;
+    kill(-1, SIGKILL);
+}
+
 static void __attribute__((noreturn))
 init_main(pid_t prog, int status_fd)
 {
+    sbx_init_report rep;
+    struct sigaction sa;
+    memset(&rep, 0, sizeof rep);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigaction(SIGUSR1, &sa, NULL);
     for (;;) {
         int st;
         pid_t w = waitpid(-1, &st, 0);
         if (w == prog) {
-            if (write(status_fd, &st, sizeof st) != (ssize_t)sizeof st) {
-                /* the worker falls back on our own status */
-            }
-            _exit(0);
+            rep.status = st;
+            rep.have_status = 1;
+            kill(-1, SIGKILL);
         }
-        if (w < 0 && errno != EINTR)
-            _exit(0);
+        if (w < 0 && errno == ECHILD)
+            break;
     }
+    getrusage(RUSAGE_CHILDREN, &rep.ru);
+    if (write(status_fd, &rep, sizeof rep) != (ssize_t)sizeof rep) {
+        /* the supervisor falls back on our own status */
+    }
+    _exit(0);
 }
 
 static void

@@ -190,7 +190,8 @@ sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
     const grpo_sandbox_limits *l = &sp->lim;
     stream s[2] = {{c->out_fd, {0}, l->stdout_max, 0}, {c->err_fd, {0}, l->stderr_max, 0}};
     bool open_[2] = {true, true}, exited = false, timed_out = false, killed_out = false;
-    double deadline = c->t0 + (l->wall_ms ? l->wall_ms : 10000) / 1000.0;
+    bool stopping = false;
+    double deadline = c->t0 + (l->wall_ms ? l->wall_ms : 10000) / 1000.0, grace = 0;
     int st;
     struct rusage ru;
     grpo_err err = GRPO_OK;
@@ -200,10 +201,20 @@ sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
     while (!exited || open_[0] || open_[1]) {
         struct pollfd p[3];
         int np = 0, idx[3];
-        double left = deadline - grpo_now();
+        double now = grpo_now(), left = deadline - now;
         if (left <= 0 && !timed_out && !exited) {
-            kill(c->pid, SIGKILL); /* init of the PID namespace: the whole tree goes */
             timed_out = true;
+            stopping = true;
+        }
+        if (stopping && !exited) {
+            /* Ask our init to kill the tree and report its usage; if it has not finished within
+             * the grace period, kill it: the kernel then kills the whole namespace. */
+            if (grace == 0) {
+                grace = now + 0.25;
+                kill(c->pid, c->status_fd >= 0 ? SIGUSR1 : SIGKILL);
+            } else if (now >= grace) {
+                kill(c->pid, SIGKILL);
+            }
         }
         for (int i = 0; i < 2; i++)
             if (open_[i]) {
@@ -214,7 +225,7 @@ sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
             p[np] = (struct pollfd){c->pidfd, POLLIN, 0};
             idx[np++] = 2;
         }
-        int ms = timed_out ? 50 : (int)(left * 1000.0) + 1;
+        int ms = stopping ? 20 : (int)(left * 1000.0) + 1;
         int k = poll(p, (nfds_t)np, ms);
         if (k < 0 && errno != EINTR) {
             err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: poll");
@@ -231,8 +242,8 @@ sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
                 open_[idx[j]] = false;
         }
         if (!killed_out && l->output_kill && s[0].total + s[1].total > l->output_kill) {
-            kill(c->pid, SIGKILL);
             killed_out = true;
+            stopping = true;
         }
         if (exited && (open_[0] || open_[1])) {
             /* The whole namespace is gone once init is reapable: drain what is left. */
@@ -247,9 +258,12 @@ sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
     }
     reap(c, &st, &ru);
     if (c->status_fd >= 0) { /* the program's own status, as reported by the sandbox init */
-        int pst;
-        if (read(c->status_fd, &pst, sizeof pst) == (ssize_t)sizeof pst && !timed_out)
-            st = pst;
+        sbx_init_report rep;
+        if (read(c->status_fd, &rep, sizeof rep) == (ssize_t)sizeof rep) {
+            if (rep.have_status)
+                st = rep.status;
+            ru = rep.ru;
+        }
         close(c->status_fd);
         c->status_fd = -1;
     }

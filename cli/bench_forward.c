@@ -1,10 +1,204 @@
-/* `grpo bench forward`: placeholder until issue 3 lands. */
+/* `grpo bench forward`: prefill and decode tokens/s at several batch sizes, the weight bytes read
+ * per decode step turned into an achieved bandwidth, and this machine's memcpy bandwidth measured
+ * in the same run (the physical limit of small-batch decode). */
 #include "cli/cli.h"
+#include "grpo/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+            "usage: grpo bench forward --model DIR [options]\n\n"
+            "For each batch size B: B sequences of P prompt tokens prefilled in one forward call\n"
+            "(prefill tok/s), then S decode steps of B single tokens (decode tok/s). Weight\n"
+            "bandwidth = weight bytes one decode step reads (attention, dense layers, lm_head and\n"
+            "the expected number of distinct routed experts for B tokens) / step time.\n\n"
+            "  --model DIR        model directory (required)\n"
+            "  --batches LIST     comma-separated batch sizes (default 1,8,64)\n"
+            "  --prompt-len P     prompt tokens per sequence (default 64)\n"
+            "  --steps S          decode steps per batch size (default 8)\n"
+            "  --threads N        CPU threads (default: all)\n"
+            "  --memcpy-mb M      buffer size for the memcpy measurement (default 256)\n");
+}
+
+typedef struct {
+    char *dst;
+    const char *src;
+    size_t n;
+} cp_ctx;
+
+static void
+cp_range(void *vctx, size_t b, size_t e, int worker)
+{
+    (void)worker;
+    cp_ctx *c = vctx;
+    memcpy(c->dst + b * 4096, c->src + b * 4096, (e - b) * 4096);
+}
+
+/* Best of 5 copies of mb MiB with `threads` threads; GB/s counting bytes read + written. */
+static double
+memcpy_gbps(size_t mb, int threads)
+{
+    size_t n = mb << 20;
+    char *a = malloc(n), *b = malloc(n);
+    grpo_pool *p = NULL;
+    if (a == NULL || b == NULL || grpo_pool_create(&p, threads) != GRPO_OK) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    cp_ctx c = {b, a, n};
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        double t = grpo_now();
+        grpo_pool_parallel_for(p, n / 4096, cp_range, &c);
+        t = grpo_now() - t;
+        best = t < best ? t : best;
+    }
+    grpo_pool_destroy(p);
+    free(a);
+    free(b);
+    return 2.0 * (double)n / best / 1e9;
+}
+
+/* Bytes of routed-expert weights read by a decode step of B tokens: E * (1 - (1 - k/E)^B)
+ * distinct experts expected under uniform routing, per MoE layer. */
+static double
+step_bytes(grpo_model *m, int B)
+{
+    const grpo_model_config *c = grpo_model_get_config(m);
+    double per_tok = grpo_model_bytes_per_token(m);
+    if (c->n_routed_experts == 0 || c->n_moe_layers == 0)
+        return per_tok;
+    double E = c->n_routed_experts, k = c->num_experts_per_tok;
+    double eb = 3.0 * c->moe_intermediate_size * (double)c->hidden_size *
+                (c->fp8 ? 1.0 + 4.0 / (c->fp8_block[0] * (double)c->fp8_block[1]) : 2.0);
+    double distinct = E * (1.0 - pow(1.0 - k / E, B));
+    return per_tok + c->n_moe_layers * (distinct - k) * eb;
+}
+
+static int
+bench_batch(grpo_model *m, int B, int P, int S, double *pre_tps, double *dec_tps)
+{
+    const grpo_model_config *c = grpo_model_get_config(m);
+    size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
+                  (c->kv_lora_rank + c->qk_rope_head_dim) * sizeof(float);
+    size_t pages = (size_t)B * ((size_t)(P + S) / GRPO_KV_PAGE + 2);
+    grpo_kv *kv = NULL;
+    if (grpo_kv_create(&kv, c, pages * page) != GRPO_OK)
+        return -1;
+    int32_t *tok = malloc((size_t)B * (P + S) * sizeof *tok);
+    grpo_fwd_item *it = malloc((size_t)B * sizeof *it);
+    float *lg = malloc((size_t)B * c->vocab_size * sizeof *lg);
+    int rc = -1;
+    if (tok == NULL || it == NULL || lg == NULL)
+        goto done;
+    uint64_t r = 88172645463325252ull;
+    for (int i = 0; i < B * (P + S); i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        tok[i] = (int32_t)(r % (uint64_t)c->vocab_size);
+    }
+    for (int b = 0; b < B; b++) {
+        int32_t s;
+        if (grpo_kv_seq_new(kv, &s) != GRPO_OK)
+            goto done;
+        it[b] = (grpo_fwd_item){s, 0, P, tok + (size_t)b * (P + S)};
+    }
+    double t = grpo_now();
+    if (grpo_model_forward(m, kv, it, B, lg) != GRPO_OK)
+        goto done;
+    *pre_tps = (double)B * P / (grpo_now() - t);
+    t = grpo_now();
+    for (int s = 0; s < S; s++) {
+        for (int b = 0; b < B; b++)
+            it[b] = (grpo_fwd_item){it[b].seq, P + s, 1, tok + (size_t)b * (P + S) + P + s};
+        if (grpo_model_forward(m, kv, it, B, lg) != GRPO_OK)
+            goto done;
+    }
+    *dec_tps = (double)B * S / (grpo_now() - t);
+    rc = 0;
+done:
+    free(tok);
+    free(it);
+    free(lg);
+    grpo_kv_destroy(kv);
+    return rc;
+}
 
 int
 grpo_bench_forward(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_not_built("bench forward", "issue 3");
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    const char *model = NULL, *batches = "1,8,64";
+    long P = 64, S = 8, threads = 0, mb = 256;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc)
+            return cli_usage("bench forward", "%s needs a value", argv[i]);
+        const char *a = argv[i], *v = argv[++i];
+        char *end = NULL;
+        if (strcmp(a, "--model") == 0)
+            model = v;
+        else if (strcmp(a, "--batches") == 0)
+            batches = v;
+        else if (strcmp(a, "--prompt-len") == 0 && (P = strtol(v, &end, 10)) > 0 && !*end)
+            continue;
+        else if (strcmp(a, "--steps") == 0 && (S = strtol(v, &end, 10)) > 0 && !*end)
+            continue;
+        else if (strcmp(a, "--threads") == 0 && (threads = strtol(v, &end, 10)) >= 0 && !*end)
+            continue;
+        else if (strcmp(a, "--memcpy-mb") == 0 && (mb = strtol(v, &end, 10)) > 0 && !*end)
+            continue;
+        else
+            return cli_usage("bench forward", "bad option or value: %s %s", a, v);
+    }
+    if (model == NULL)
+        return cli_usage("bench forward", "--model DIR is required");
+    grpo_model *m = NULL;
+    grpo_model_opts mo = {(int)threads, 0, 0};
+    double tl = grpo_now();
+    if (grpo_model_load(&m, model, &mo) != GRPO_OK)
+        return cli_fail("bench forward");
+    tl = grpo_now() - tl;
+    int nt = threads > 0 ? (int)threads : grpo_cpu_count();
+    double bw1 = memcpy_gbps((size_t)mb, 1), bwn = memcpy_gbps((size_t)mb, nt);
+    const grpo_model_config *c = grpo_model_get_config(m);
+    printf("model %s: %d layers, hidden %d, %d experts top-%d, %s; loaded in %.2f s\n", model,
+           c->num_hidden_layers, c->hidden_size, c->n_routed_experts, c->num_experts_per_tok,
+           c->fp8 ? "FP8" : "BF16/F32", tl);
+    printf("threads %d; memcpy (read+write) %.2f GB/s with 1 thread, %.2f GB/s with %d\n", nt, bw1,
+           bwn, nt);
+    printf("prompt %ld tokens, %ld decode steps\n\n", P, S);
+    printf("%6s %14s %14s %16s %12s\n", "batch", "prefill tok/s", "decode tok/s", "weights/step MB",
+           "weight GB/s");
+    const char *p = batches;
+    int rc = CLI_OK;
+    while (*p) {
+        char *end;
+        long B = strtol(p, &end, 10);
+        if (end == p || B <= 0) {
+            rc = cli_usage("bench forward", "--batches: bad list \"%s\"", batches);
+            break;
+        }
+        double pre = 0, dec = 0;
+        if (bench_batch(m, (int)B, (int)P, (int)S, &pre, &dec) != 0) {
+            rc = cli_fail("bench forward");
+            break;
+        }
+        double sb = step_bytes(m, (int)B);
+        printf("%6ld %14.1f %14.2f %16.1f %12.2f\n", B, pre, dec, sb / 1e6, sb * (dec / B) / 1e9);
+        fflush(stdout);
+        p = *end == ',' ? end + 1 : end;
+    }
+    grpo_model_destroy(m);
+    return rc;
 }

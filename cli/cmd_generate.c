@@ -1,10 +1,222 @@
-/* `grpo generate`: placeholder until issue 3 lands. */
+/* `grpo generate`: loads a model and continues a prompt, for a quick look. Greedy at temperature 0;
+ * otherwise the rollout sampler with the counter-based RNG (seed, sample 0, position). */
 #include "cli/cli.h"
+#include "grpo/model.h"
+#include "grpo/rollout.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+            "usage: grpo generate --model DIR --prompt-ids \"1 2 3\" [options]\n\n"
+            "Continues a prompt with a DeepSeek-V3 architecture model on the CPU and prints the\n"
+            "new token ids (one line) on stdout and timings on stderr.\n\n"
+            "  --model DIR          directory with config.json and *.safetensors (required)\n"
+            "  --prompt-ids IDS     prompt token ids separated by spaces or commas (required;\n"
+            "                       --prompt TEXT needs the tokenizer, not wired in yet)\n"
+            "  --max-new-tokens N   tokens to generate (default 32)\n"
+            "  --temperature T      0 = greedy (default 0)\n"
+            "  --top-p P            nucleus sampling mass in (0, 1] (default 1)\n"
+            "  --seed S             RNG seed for sampling (default 0)\n"
+            "  --threads N          CPU threads (default: all)\n"
+            "  --no-eos-stop        keep going after the model's EOS token\n"
+            "  --logits-out FILE    also write every step's logits (float32, steps x vocab)\n");
+}
+
+static int
+parse_ids(const char *s, int32_t **out, int *n)
+{
+    int cap = 16, k = 0;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (v == NULL)
+        return -1;
+    while (*s) {
+        while (*s == ' ' || *s == ',' || *s == '\t')
+            s++;
+        if (*s == 0)
+            break;
+        char *end;
+        errno = 0;
+        long x = strtol(s, &end, 10);
+        if (end == s || errno != 0 || x < 0 || x > INT32_MAX) {
+            free(v);
+            return -1;
+        }
+        if (k == cap) {
+            int32_t *w = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+            if (w == NULL) {
+                free(v);
+                return -1;
+            }
+            v = w;
+        }
+        v[k++] = (int32_t)x;
+        s = end;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+typedef struct {
+    const char *model, *ids, *prompt, *logits_out;
+    long max_new, threads;
+    double temperature, top_p;
+    unsigned long long seed;
+    int eos_stop;
+} opts;
+
+static int
+parse_args(int argc, char **argv, opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_new = 32;
+    o->top_p = 1.0;
+    o->eos_stop = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (strcmp(a, "--no-eos-stop") == 0) {
+            o->eos_stop = 0;
+            continue;
+        }
+        if (v == NULL)
+            return cli_usage("generate", "%s needs a value", a);
+        i++;
+        if (strcmp(a, "--model") == 0)
+            o->model = v;
+        else if (strcmp(a, "--prompt-ids") == 0)
+            o->ids = v;
+        else if (strcmp(a, "--prompt") == 0)
+            o->prompt = v;
+        else if (strcmp(a, "--logits-out") == 0)
+            o->logits_out = v;
+        else if (strcmp(a, "--max-new-tokens") == 0 && (o->max_new = strtol(v, &end, 10)) >= 0 &&
+                 *end == 0)
+            continue;
+        else if (strcmp(a, "--threads") == 0 && (o->threads = strtol(v, &end, 10)) >= 0 &&
+                 *end == 0)
+            continue;
+        else if (strcmp(a, "--temperature") == 0 && (o->temperature = strtod(v, &end)) >= 0 &&
+                 *end == 0)
+            continue;
+        else if (strcmp(a, "--top-p") == 0 && (o->top_p = strtod(v, &end)) > 0 && o->top_p <= 1 &&
+                 *end == 0)
+            continue;
+        else if (strcmp(a, "--seed") == 0 && (o->seed = strtoull(v, &end, 10), *end == 0))
+            continue;
+        else
+            return cli_usage("generate", "bad option or value: %s %s", a, v);
+    }
+    if (o->model == NULL)
+        return cli_usage("generate", "--model DIR is required");
+    if (o->prompt != NULL)
+        return cli_usage("generate", "--prompt TEXT needs the tokenizer, which this build does not "
+                                     "wire in yet; use --prompt-ids");
+    if (o->ids == NULL)
+        return cli_usage("generate", "--prompt-ids is required");
+    return CLI_OK;
+}
+
+static int
+run(const opts *o, grpo_model *m, const int32_t *prompt, int np)
+{
+    const grpo_model_config *c = grpo_model_get_config(m);
+    int V = c->vocab_size, total = np + (int)o->max_new;
+    grpo_kv *kv = NULL;
+    size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
+                  (c->kv_lora_rank + c->qk_rope_head_dim) * sizeof(float);
+    size_t pages = (size_t)total / GRPO_KV_PAGE + 2;
+    if (grpo_kv_create(&kv, c, pages * page) != GRPO_OK)
+        return cli_fail("generate");
+    float *lg = malloc((size_t)V * sizeof *lg);
+    FILE *lf = o->logits_out ? fopen(o->logits_out, "wb") : NULL;
+    int rc = CLI_OK;
+    int32_t seq, tok;
+    grpo_sampling sp = {(float)o->temperature, (float)o->top_p, 0, 0.0f};
+    if (lg == NULL || (o->logits_out && lf == NULL) || grpo_kv_seq_new(kv, &seq) != GRPO_OK) {
+        fprintf(stderr, "grpo generate: cannot set up (%s)\n",
+                lf == NULL && o->logits_out ? o->logits_out : "out of memory");
+        rc = CLI_FAIL;
+        goto done;
+    }
+    double t0 = grpo_now(), t1 = t0;
+    grpo_fwd_item it = {seq, 0, np, prompt};
+    long steps = 0; /* decode forwards after the prefill */
+    for (long i = 0; i < o->max_new; i++, steps = i - 1) {
+        if (grpo_model_forward(m, kv, &it, 1, lg) != GRPO_OK) {
+            rc = cli_fail("generate");
+            goto done;
+        }
+        if (i == 0)
+            t1 = grpo_now();
+        if (lf != NULL)
+            fwrite(lg, sizeof *lg, (size_t)V, lf);
+        grpo_rng_key key = {o->seed, 0, 0, (uint32_t)i};
+        tok = grpo_sample(lg, V, &sp, key, NULL, NULL);
+        if (tok < 0) {
+            rc = cli_fail("generate");
+            goto done;
+        }
+        printf("%s%d", i ? " " : "", tok);
+        fflush(stdout);
+        if (o->eos_stop && tok == c->eos_token_id)
+            break;
+        it.pos0 += it.n;
+        it.n = 1;
+        it.tokens = &tok;
+    }
+    printf("\n");
+    fflush(stdout);
+    double t2 = grpo_now();
+    fprintf(stderr, "prefill %d tokens in %.3f s; %ld decode steps in %.3f s (%.2f tok/s)\n", np,
+            t1 - t0, steps, t2 - t1, t2 > t1 ? (double)steps / (t2 - t1) : 0.0);
+done:
+    if (lf != NULL)
+        fclose(lf);
+    free(lg);
+    grpo_kv_destroy(kv);
+    return rc;
+}
 
 int
 grpo_cmd_generate(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_not_built("generate", "issue 3");
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != CLI_OK)
+        return rc;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (parse_ids(o.ids, &ids, &n) != 0 || n == 0)
+        return cli_usage("generate", "--prompt-ids: expected non-negative integers, got \"%s\"",
+                         o.ids);
+    grpo_model *m = NULL;
+    grpo_model_opts mo = {(int)o.threads, 0, 0};
+    if (grpo_model_load(&m, o.model, &mo) != GRPO_OK) {
+        free(ids);
+        return cli_fail("generate");
+    }
+    const grpo_model_config *c = grpo_model_get_config(m);
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= c->vocab_size) {
+            grpo_model_destroy(m);
+            free(ids);
+            return cli_usage("generate", "--prompt-ids: id %d is outside the vocabulary (%d)",
+                             ids[i], c->vocab_size);
+        }
+    rc = run(&o, m, ids, n);
+    grpo_model_destroy(m);
+    free(ids);
+    return rc;
 }

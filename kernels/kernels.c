@@ -90,19 +90,6 @@ grpo_e4m3_to_f32(uint8_t b)
     return sign ? -v : v;
 }
 
-static float e4m3_lut[256];
-static int e4m3_ready;
-
-static void
-lut_init(void)
-{
-    if (__atomic_load_n(&e4m3_ready, __ATOMIC_ACQUIRE))
-        return;
-    for (int i = 0; i < 256; i++)
-        e4m3_lut[i] = grpo_e4m3_to_f32((uint8_t)i);
-    __atomic_store_n(&e4m3_ready, 1, __ATOMIC_RELEASE);
-}
-
 grpo_kw
 grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n)
 {
@@ -111,44 +98,4 @@ grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n)
     v.rows = n;
     v.row0 = w->row0 + r0;
     return v;
-}
-
-void
-grpo_kw_dequant_row(const grpo_kw *w, int32_t r, int32_t c0, int32_t n, float *out)
-{
-    size_t base = (size_t)r * (size_t)w->cols + (size_t)c0;
-    switch (w->dt) {
-    case GRPO_DT_F32:
-        memcpy(out, (const float *)w->data + base, (size_t)n * 4);
-        break;
-    case GRPO_DT_BF16: {
-        const uint16_t *s = (const uint16_t *)w->data + base;
-        for (int32_t i = 0; i < n; i++) {
-            uint32_t u = (uint32_t)s[i] << 16;
-            memcpy(&out[i], &u, 4);
-        }
-        break;
-    }
-    case GRPO_DT_F16: {
-        const uint16_t *s = (const uint16_t *)w->data + base;
-        for (int32_t i = 0; i < n; i++)
-            out[i] = grpo_f16_to_f32(s[i]);
-        break;
-    }
-    case GRPO_DT_F8E4M3: {
-        lut_init();
-        const uint8_t *s = (const uint8_t *)w->data + base;
-        const float *srow = w->scale + (size_t)((w->row0 + r) / w->br) * (size_t)w->scale_cols;
-        int32_t i = 0;
-        while (i < n) {
-            int32_t c = c0 + i, blk = c / w->bc, end = (blk + 1) * w->bc - c0;
-            if (end > n)
-                end = n;
-            float sc = srow[blk];
-            for (; i < end; i++)
-                out[i] = e4m3_lut[s[i]] * sc;
-        }
-        break;
-    }
-    }
 }

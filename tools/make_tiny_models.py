@@ -18,6 +18,9 @@ The file layout is the real checkpoint's: model.layers.{i}.mlp.experts.{e}.{gate
 kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
 
 Run: python3 tools/make_tiny_models.py [--out tests/data/tiny_models]
+
+`--bench-model DIR` instead writes a larger random FP8 model (no oracle, not committed) for
+`grpo bench forward`: hidden 2048, 4 layers (1 dense), 32 experts top-6 + 1 shared, vocab 32768.
 """
 import argparse
 import json
@@ -208,6 +211,11 @@ def build(out_dir, name, cfg_kw, fp8, seed, seq_len, mtp, shards):
     with torch.no_grad():
         out = model(ids, output_hidden_states=True)
     logits = out.logits[0].float().numpy()
+    prompt = ids[:, :6]
+    with torch.no_grad():  # greedy continuation, for the `grpo generate` test
+        greedy = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12,
+                                do_sample=False, pad_token_id=cfg.eos_token_id,
+                                eos_token_id=None)[0, 6:].tolist()
     hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
 
     d = os.path.join(out_dir, name)
@@ -244,6 +252,7 @@ def build(out_dir, name, cfg_kw, fp8, seed, seq_len, mtp, shards):
         json.dump({"tokens": ids[0].tolist(), "seq_len": seq_len, "vocab": cfg.vocab_size,
                    "hidden": cfg.hidden_size, "hidden_states": hidden.shape[0],
                    "routing_stats": stats, "torch": torch.__version__,
+                   "greedy_prompt": prompt[0].tolist(), "greedy_tokens": greedy,
                    "oracle": "transformers DeepseekV3ForCausalLM fp32 eager"}, f, indent=1)
     print(name, stats, "max|logit|", float(np.abs(logits).max()))
 
@@ -299,11 +308,95 @@ def build_router(out_dir, seed):
     print("router: rows with different experts:", ndiff_idx)
 
 
+def fp8_quant_fast(w):
+    """Vectorized block quantization (same rule as fp8_quant) for big random weights."""
+    rows, cols = w.shape
+    R, C = math.ceil(rows / BLOCK) * BLOCK, math.ceil(cols / BLOCK) * BLOCK
+    p = torch.zeros(R, C)
+    p[:rows, :cols] = w
+    b = p.view(R // BLOCK, BLOCK, C // BLOCK, BLOCK)
+    s = (b.abs().amax(dim=(1, 3)) / FP8_MAX).clamp(min=1e-12)
+    q = (b / s[:, None, :, None]).to(torch.float8_e4m3fn).view(R, C)[:rows, :cols].contiguous()
+    return q, s.float().contiguous()
+
+
+def build_bench(d, seed=7):
+    gen = torch.Generator().manual_seed(seed)
+    cfg = dict(BF16_CFG)
+    cfg.update(vocab_size=32768, hidden_size=2048, intermediate_size=5632,
+               moe_intermediate_size=768, num_hidden_layers=4, num_attention_heads=16,
+               num_key_value_heads=16, n_routed_experts=32, num_experts_per_tok=6, n_group=8,
+               topk_group=4, q_lora_rank=768, kv_lora_rank=512, qk_nope_head_dim=128,
+               qk_rope_head_dim=64, v_head_dim=128, first_k_dense_replace=1,
+               max_position_embeddings=163840,
+               rope_scaling=dict(ROPE, original_max_position_embeddings=4096))
+    c = DeepseekV3Config(**cfg)
+    os.makedirs(d, exist_ok=True)
+    H, nh = c.hidden_size, c.num_attention_heads
+    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+    t = {}
+
+    def lin(name, rows, cols):
+        w = torch.randn(rows, cols, generator=gen) / math.sqrt(cols)
+        q, sc = fp8_quant_fast(w)
+        t[name + ".weight"] = q
+        t[name + ".weight_scale_inv"] = sc
+
+    def vec(name, n):
+        t[name] = (1.0 + 0.1 * torch.randn(n, generator=gen)).to(torch.bfloat16)
+
+    t["model.embed_tokens.weight"] = torch.randn(c.vocab_size, H, generator=gen).to(torch.bfloat16)
+    t["lm_head.weight"] = (torch.randn(c.vocab_size, H, generator=gen) / math.sqrt(H)).to(
+        torch.bfloat16)
+    vec("model.norm.weight", H)
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        vec(p + "input_layernorm.weight", H)
+        vec(p + "post_attention_layernorm.weight", H)
+        lin(p + "self_attn.q_a_proj", c.q_lora_rank, H)
+        vec(p + "self_attn.q_a_layernorm.weight", c.q_lora_rank)
+        lin(p + "self_attn.q_b_proj", nh * qk, c.q_lora_rank)
+        lin(p + "self_attn.kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, H)
+        vec(p + "self_attn.kv_a_layernorm.weight", c.kv_lora_rank)
+        lin(p + "self_attn.kv_b_proj", nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank)
+        lin(p + "self_attn.o_proj", H, nh * c.v_head_dim)
+        if i < c.first_k_dense_replace:
+            for n, (r, k) in {"gate_proj": (c.intermediate_size, H), "up_proj": (
+                    c.intermediate_size, H), "down_proj": (H, c.intermediate_size)}.items():
+                lin(p + "mlp." + n, r, k)
+            continue
+        t[p + "mlp.gate.weight"] = (torch.randn(c.n_routed_experts, H, generator=gen) /
+                                    math.sqrt(H)).to(torch.bfloat16)
+        t[p + "mlp.gate.e_score_correction_bias"] = 0.01 * torch.randn(c.n_routed_experts,
+                                                                       generator=gen)
+        mi = c.moe_intermediate_size
+        for e in [f"experts.{j}." for j in range(c.n_routed_experts)] + ["shared_experts."]:
+            lin(p + "mlp." + e + "gate_proj", mi, H)
+            lin(p + "mlp." + e + "up_proj", mi, H)
+            lin(p + "mlp." + e + "down_proj", H, mi)
+    save_file(t, os.path.join(d, "model.safetensors"))
+    conf = c.to_dict()
+    for k in ("_attn_implementation_autoset", "transformers_version", "dtype", "torch_dtype",
+              "output_hidden_states", "use_cache", "_name_or_path"):
+        conf.pop(k, None)
+    conf.update(EXTRA)
+    conf["num_nextn_predict_layers"] = 0
+    conf["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                   "quant_method": "fp8", "weight_block_size": [128, 128]}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(conf, f, indent=2, sort_keys=True)
+    print("bench model in", d)
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--bench-model", help="write the larger random FP8 bench model here instead")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
                                                   "tiny_models"))
     a = ap.parse_args()
+    if a.bench_model:
+        build_bench(a.bench_model)
+        return
     torch.set_num_threads(1)
     build(a.out, "bf16", BF16_CFG, fp8=False, seed=1234, seq_len=80, mtp=True, shards=1)
     build(a.out, "fp8", FP8_CFG, fp8=True, seed=4321, seq_len=72, mtp=False, shards=2)

@@ -14,6 +14,28 @@
 #define GRPO_CPU_CLONES
 #endif
 
+/* 8-lane float vectors (GCC/clang vector extensions): one AVX register on the v3 clone, two SSE
+ * registers on the baseline one; the arithmetic is lane-wise, so results do not depend on which. */
+typedef float grpo_v8f __attribute__((vector_size(32)));
+static inline grpo_v8f
+grpo_v8_load(const float *p)
+{
+    grpo_v8f v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void
+grpo_v8_store(float *p, grpo_v8f v)
+{
+    __builtin_memcpy(p, &v, sizeof v);
+}
+/* The fixed reduction tree every 8-lane accumulator ends with. */
+static inline float
+grpo_v8_sum(grpo_v8f a)
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 void grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y,
                     int ldy);
 void grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,

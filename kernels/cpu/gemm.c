@@ -11,27 +11,65 @@
 #define KB 256 /* columns per tile (a multiple of 8) */
 #define CB 64  /* output columns per gemm_t tile */
 
-/* y[m][0..nn) (+)= x[m][k0..k0+kb) . wt[j][0..kb) for every m. */
+/* Lane l of an accumulator sums the products at k = l (mod 8) in ascending k; the tail (kb not a
+ * multiple of 8) continues the same lanes; then the fixed tree. Rows are processed in pairs only to
+ * reuse the weight loads: each element's arithmetic is the same for a pair and a single row. */
+static inline void
+tail_add(float *acc, const float *x, const float *w, int k, int kb)
+{
+    for (; k < kb; k++)
+        acc[k & 7] += x[k] * w[k];
+}
+
+/* y[m][0..nn) (+)= x[m][0..kb) . wt[j][0..kb) for every m. */
 GRPO_CPU_CLONES static void
 tile_dot(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
          int first)
 {
-    for (int m = 0; m < M; m++) {
-        const float *xr = x + (size_t)m * (size_t)ldx;
-        float acc[NB][8];
-        memset(acc, 0, sizeof acc);
-        int k = 0;
-        for (; k + 8 <= kb; k += 8)
+    int kv = kb & ~7, m = 0;
+    for (; m + 2 <= M; m += 2) {
+        const float *x0 = x + (size_t)m * (size_t)ldx, *x1 = x0 + ldx;
+        grpo_v8f a[2][NB];
+        for (int j = 0; j < NB; j++)
+            a[0][j] = a[1][j] = (grpo_v8f){0};
+        for (int k = 0; k < kv; k += 8) {
+            grpo_v8f u0 = grpo_v8_load(x0 + k), u1 = grpo_v8_load(x1 + k);
+            for (int j = 0; j < NB; j++) {
+                grpo_v8f w = grpo_v8_load(wt + j * KB + k);
+                a[0][j] += u0 * w;
+                a[1][j] += u1 * w;
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            float *yr = y + (size_t)(m + r) * (size_t)ldy;
+            const float *xr = r ? x1 : x0;
+            for (int j = 0; j < nn; j++) {
+                float acc[8];
+                grpo_v8_store(acc, a[r][j]);
+                tail_add(acc, xr, wt + j * KB, kv, kb);
+                float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                          ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+                yr[j] = first ? s : yr[j] + s;
+            }
+        }
+    }
+    for (; m < M; m++) {
+        const float *x0 = x + (size_t)m * (size_t)ldx;
+        grpo_v8f a[NB];
+        for (int j = 0; j < NB; j++)
+            a[j] = (grpo_v8f){0};
+        for (int k = 0; k < kv; k += 8) {
+            grpo_v8f u0 = grpo_v8_load(x0 + k);
             for (int j = 0; j < NB; j++)
-                for (int l = 0; l < 8; l++)
-                    acc[j][l] += xr[k + l] * wt[j * KB + k + l];
-        for (; k < kb; k++)
-            for (int j = 0; j < NB; j++)
-                acc[j][k & 7] += xr[k] * wt[j * KB + k];
+                a[j] += u0 * grpo_v8_load(wt + j * KB + k);
+        }
         float *yr = y + (size_t)m * (size_t)ldy;
         for (int j = 0; j < nn; j++) {
-            float s = ((acc[j][0] + acc[j][1]) + (acc[j][2] + acc[j][3])) +
-                      ((acc[j][4] + acc[j][5]) + (acc[j][6] + acc[j][7]));
+            float acc[8];
+            grpo_v8_store(acc, a[j]);
+            tail_add(acc, x0, wt + j * KB, kv, kb);
+            float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                      ((acc[4] + acc[5]) + (acc[6] + acc[7]));
             yr[j] = first ? s : yr[j] + s;
         }
     }
@@ -95,15 +133,19 @@ tile_axpy(int M, const float *x, int ldx, const float *wt, int K, int cb, float 
 {
     for (int m = 0; m < M; m++) {
         const float *xr = x + (size_t)m * (size_t)ldx;
-        float acc[CB];
-        memset(acc, 0, sizeof acc);
+        grpo_v8f acc[CB / 8];
+        for (int c = 0; c < CB / 8; c++)
+            acc[c] = (grpo_v8f){0};
         for (int d = 0; d < K; d++) {
-            float xv = xr[d];
+            grpo_v8f xv = (grpo_v8f){0} + xr[d];
             const float *wr = wt + (size_t)d * CB;
-            for (int c = 0; c < CB; c++)
-                acc[c] += xv * wr[c];
+            for (int c = 0; c < CB / 8; c++)
+                acc[c] += xv * grpo_v8_load(wr + 8 * c);
         }
-        memcpy(y + (size_t)m * (size_t)ldy, acc, (size_t)cb * 4);
+        float out[CB];
+        for (int c = 0; c < CB / 8; c++)
+            grpo_v8_store(out + 8 * c, acc[c]);
+        memcpy(y + (size_t)m * (size_t)ldy, out, (size_t)cb * 4);
     }
 }
 

@@ -10,11 +10,12 @@
 GRPO_CPU_CLONES float
 grpo_cpu__dot(const float *a, const float *b, int n)
 {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    grpo_v8f v = {0};
     int k = 0;
     for (; k + 8 <= n; k += 8)
-        for (int l = 0; l < 8; l++)
-            acc[l] += a[k + l] * b[k + l];
+        v += grpo_v8_load(a + k) * grpo_v8_load(b + k);
+    float acc[8];
+    grpo_v8_store(acc, v);
     for (; k < n; k++)
         acc[k & 7] += a[k] * b[k];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));

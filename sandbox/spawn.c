@@ -169,7 +169,15 @@ child_main(sbx_worker *w, const sbx_spec *s, child_fds f)
     char c;
     int rc;
     uint32_t iso = w->iso;
+    sigset_t all;
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    /* Nothing of the worker's (or the test harness's) signal handling survives: handlers and
+     * ignored signals back to default (SIG_IGN would survive exec), nothing blocked. */
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            signal(sig, SIG_DFL);
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
     if (read(f.sync_rd, &c, 1) != 1)
         _exit(127); /* the parent gave up on us */
     close(f.sync_rd);

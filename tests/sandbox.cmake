@@ -11,3 +11,18 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_sandbox)
                 TIMEOUT 240 ARGS $<TARGET_FILE:sandbox_attacks>)
   add_dependencies(sandbox_attack_test sandbox_attacks)
 endif()
+
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_verify_code)
+  # Hostile plugins: normal ABI, an ABI from the future, and no entry symbol.
+  add_library(test_plugin_evil MODULE attacks/plugin_evil.c)
+  add_library(test_plugin_badabi MODULE attacks/plugin_evil.c)
+  target_compile_definitions(test_plugin_badabi PRIVATE EVIL_ABI_MAJOR=2)
+  add_library(test_plugin_noentry MODULE attacks/plugin_evil.c)
+  target_compile_definitions(test_plugin_noentry PRIVATE EVIL_NO_ENTRY)
+  grpo_add_test(plugin_host_test SOURCES plugin_host_test.c LIBS grpo_verify_code grpo_sandbox
+                grpo_common TIMEOUT 120
+                ARGS $<TARGET_FILE:grpo_example_verifier> $<TARGET_FILE:test_plugin_evil>
+                     $<TARGET_FILE:test_plugin_badabi> $<TARGET_FILE:test_plugin_noentry>)
+  add_dependencies(plugin_host_test grpo_example_verifier test_plugin_evil test_plugin_badabi
+                   test_plugin_noentry)
+endif()

@@ -121,6 +121,13 @@ def _child(fn, args, lim, res_w, nonce):
     os._exit(code & 0xFF)
 
 
+def _kill_rest():
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def _kill_all():
     # as PID 1 of the namespace, kill(-1) reaches every other process in it, never us
     for _ in range(1000):
@@ -185,7 +192,7 @@ def _call(hdr, body, ns):
     while open_ or not exited:
         left = deadline - time.monotonic()
         if left <= 0 and not timed_out and not exited:
-            _kill_all()
+            _kill_rest()  # reaping waits for the child's pidfd (wait4 below)
             timed_out = True
         watch = list(open_) + ([] if exited else [pidfd])
         r, _, _ = select.select(watch, [], [], 0.05 if timed_out else max(left, 0) + 0.001)
@@ -208,7 +215,7 @@ def _call(hdr, body, ns):
             if room > 0:
                 keep[fd] += chunk[:room]
         if not output_killed and total[out_r] + total[err_r] > out_kill:
-            _kill_all()
+            _kill_rest()
             output_killed = True
     wall = (time.monotonic() - t0) * 1000.0
     _kill_all()

@@ -26,3 +26,12 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_verify_code)
   add_dependencies(plugin_host_test grpo_example_verifier test_plugin_evil test_plugin_badabi
                    test_plugin_noentry)
 endif()
+
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_verify_code)
+  grpo_add_test(code_units_test SOURCES code_units_test.c LIBS grpo_verify_code grpo_common)
+endif()
+
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_verify_code)
+  grpo_add_test(code_verify_test SOURCES code_verify_test.c LIBS grpo_verify_code grpo_sandbox
+                grpo_common PkgConfig::CJSON Threads::Threads TIMEOUT 240)
+endif()

@@ -60,10 +60,21 @@ CREATE TABLE groups (
     prefill_ms      REAL,
     gen_ms          REAL,
     verify_ms       REAL,
+    -- A summary of the completions, written with them, so per-step stats read groups only:
+    n_rewarded      INTEGER,                    -- completions with a reward
+    reward_mean     REAL,                       -- mean of those rewards
+    reward_std      REAL,                       -- their population std
+    reward_zero_std INTEGER,                    -- 1 when those rewards are all equal
+    n_judged        INTEGER,                    -- completions whose correctness is known
+    n_correct       INTEGER,                    -- completions judged correct
+    n_truncated     INTEGER,                    -- completions cut at max_tokens
+    tokens          INTEGER,                    -- sum of the completions' n_tokens
     UNIQUE (run_id, step, prompt_id, seed)
 );
 
--- run_id and step repeat the group's so the stats need no join.
+-- run_id and step repeat the group's so the stats need no join. The advantage and KL summary
+-- sit on the completion row (the `advantages` view shows them as their own table): one insert
+-- per completion instead of two.
 CREATE TABLE completions (
     id              INTEGER PRIMARY KEY,
     group_id        INTEGER NOT NULL REFERENCES groups(id),
@@ -71,21 +82,30 @@ CREATE TABLE completions (
     step            INTEGER NOT NULL,
     sample_index    INTEGER NOT NULL,
     n_tokens        INTEGER NOT NULL,
-    token_ids       BLOB,                       -- little-endian int32 x n_tokens
-    token_logprobs  BLOB,                       -- little-endian float32 x n_tokens
-    text            TEXT,
     finish_reason   TEXT NOT NULL CHECK (finish_reason IN ('eos', 'stop', 'length', 'abort')),
     logprob_sum     REAL,
     first_token_ms  REAL,
     gen_ms          REAL,
     reward          REAL,                       -- the reward the advantage was computed from
     correct         INTEGER,                    -- 1 solved, 0 not, NULL unknown
+    advantage       REAL,                       -- NULL until computed
+    kl_mean         REAL,                       -- per-token KL to the reference policy
+    kl_max          REAL,
+    ref_logprob_sum REAL,
+    token_ids       BLOB,                       -- little-endian int32 x n_tokens
+    token_logprobs  BLOB,                       -- little-endian float32 x n_tokens
+    text            TEXT,
     UNIQUE (group_id, sample_index)
 );
 
+CREATE VIEW advantages AS
+SELECT id AS completion_id, advantage, kl_mean, kl_max, ref_logprob_sum
+FROM completions WHERE advantage IS NOT NULL;
+
+-- A completion's verdicts in the order they were given (idx), stored clustered by completion.
 CREATE TABLE rewards (
-    id              INTEGER PRIMARY KEY,
     completion_id   INTEGER NOT NULL REFERENCES completions(id),
+    idx             INTEGER NOT NULL,
     run_id          INTEGER NOT NULL,
     step            INTEGER NOT NULL,
     verifier        TEXT NOT NULL,
@@ -94,17 +114,9 @@ CREATE TABLE rewards (
     label           TEXT,
     score           REAL NOT NULL,
     details_json    TEXT,
-    ms              REAL
-);
-CREATE INDEX rewards_completion ON rewards (completion_id);
-
-CREATE TABLE advantages (
-    completion_id   INTEGER PRIMARY KEY REFERENCES completions(id),
-    advantage       REAL NOT NULL,
-    kl_mean         REAL,
-    kl_max          REAL,
-    ref_logprob_sum REAL
-);
+    ms              REAL,
+    PRIMARY KEY (completion_id, idx)
+) WITHOUT ROWID;
 
 CREATE TABLE batches (
     id              INTEGER PRIMARY KEY,        -- the trainer bridge's batch id

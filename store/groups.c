@@ -3,7 +3,7 @@
  * single writer thread that commits queued groups several per transaction. */
 #include "store/store_int.h"
 
-#include <stdalign.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,28 +174,20 @@ insert_rewards(grpo_store *s, const grpo_group_rec *g, const grpo_completion_rec
         if ((err = grpo_store__stmt(s, ST_REWARD_INSERT, &st)) != GRPO_OK)
             return err;
         sqlite3_bind_int64(st, 1, cid);
-        sqlite3_bind_int64(st, 2, g->run_id);
-        sqlite3_bind_int64(st, 3, g->step);
-        bind_text(st, 4, r->verifier);
-        bind_text(st, 5, r->version ? r->version : "");
-        bind_text(st, 6, kind_names[r->kind]);
-        bind_text(st, 7, r->label);
-        sqlite3_bind_double(st, 8, r->score);
-        bind_text(st, 9, r->details_json);
-        sqlite3_bind_double(st, 10, r->ms);
+        sqlite3_bind_int(st, 2, j);
+        sqlite3_bind_int64(st, 3, g->run_id);
+        sqlite3_bind_int64(st, 4, g->step);
+        bind_text(st, 5, r->verifier);
+        bind_text(st, 6, r->version ? r->version : "");
+        bind_text(st, 7, kind_names[r->kind]);
+        bind_text(st, 8, r->label);
+        sqlite3_bind_double(st, 9, r->score);
+        bind_text(st, 10, r->details_json);
+        sqlite3_bind_double(st, 11, r->ms);
         if ((err = step_done(s, st, "inserting a reward")) != GRPO_OK)
             return err;
     }
-    if (!c->has_advantage)
-        return GRPO_OK;
-    if ((err = grpo_store__stmt(s, ST_ADVANTAGE_INSERT, &st)) != GRPO_OK)
-        return err;
-    sqlite3_bind_int64(st, 1, cid);
-    sqlite3_bind_double(st, 2, c->advantage);
-    sqlite3_bind_double(st, 3, c->kl_mean);
-    sqlite3_bind_double(st, 4, c->kl_max);
-    sqlite3_bind_double(st, 5, c->ref_logprob_sum);
-    return step_done(s, st, "inserting an advantage");
+    return GRPO_OK;
 }
 
 static grpo_err
@@ -213,25 +205,72 @@ insert_completion(grpo_store *s, const grpo_group_rec *g, int64_t gid, const grp
     sqlite3_bind_int64(st, 3, g->step);
     sqlite3_bind_int(st, 4, c->sample_index);
     sqlite3_bind_int(st, 5, c->n_tokens);
-    /* x86 and arm64 are little-endian, the blob's documented order. */
-    if (c->token_ids)
-        sqlite3_bind_blob(st, 6, c->token_ids, 4 * c->n_tokens, SQLITE_STATIC);
-    if (c->token_logprobs)
-        sqlite3_bind_blob(st, 7, c->token_logprobs, 4 * c->n_tokens, SQLITE_STATIC);
-    if (c->text)
-        sqlite3_bind_text64(st, 8, c->text, c->text_len ? c->text_len : strlen(c->text),
-                            SQLITE_STATIC, SQLITE_UTF8);
-    sqlite3_bind_text(st, 9, finish_names[c->finish_reason], -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 10, c->logprob_sum);
-    sqlite3_bind_double(st, 11, c->first_token_ms);
-    sqlite3_bind_double(st, 12, c->gen_ms);
+    sqlite3_bind_text(st, 6, finish_names[c->finish_reason], -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 7, c->logprob_sum);
+    sqlite3_bind_double(st, 8, c->first_token_ms);
+    sqlite3_bind_double(st, 9, c->gen_ms);
     if (has_reward)
-        sqlite3_bind_double(st, 13, reward);
+        sqlite3_bind_double(st, 10, reward);
     if (correct >= 0)
-        sqlite3_bind_int(st, 14, correct);
+        sqlite3_bind_int(st, 11, correct);
+    if (c->has_advantage) {
+        sqlite3_bind_double(st, 12, c->advantage);
+        sqlite3_bind_double(st, 13, c->kl_mean);
+        sqlite3_bind_double(st, 14, c->kl_max);
+        sqlite3_bind_double(st, 15, c->ref_logprob_sum);
+    }
+    /* x86 and arm64 are little-endian, the blobs' documented order. */
+    if (c->token_ids)
+        sqlite3_bind_blob(st, 16, c->token_ids, 4 * c->n_tokens, SQLITE_STATIC);
+    if (c->token_logprobs)
+        sqlite3_bind_blob(st, 17, c->token_logprobs, 4 * c->n_tokens, SQLITE_STATIC);
+    if (c->text)
+        sqlite3_bind_text64(st, 18, c->text, c->text_len ? c->text_len : strlen(c->text),
+                            SQLITE_STATIC, SQLITE_UTF8);
     if ((err = step_done(s, st, "inserting a completion")) != GRPO_OK)
         return err;
     return insert_rewards(s, g, c, sqlite3_last_insert_rowid(s->db));
+}
+
+/* The group's summary columns: reward mean / population std / all-equal over the completions
+ * that have a reward, judged and correct counts, total tokens. */
+typedef struct {
+    int n_rew, zero, n_judged, n_correct, n_truncated;
+    double mean, std;
+    int64_t tokens;
+} summary;
+
+static void
+summarize(const grpo_group_rec *g, summary *m)
+{
+    double lo = 0, hi = 0, sum = 0, q = 0;
+    memset(m, 0, sizeof *m);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < g->n_completions; i++) {
+            int has, correct;
+            double r;
+            derive(&g->completions[i], &has, &r, &correct);
+            if (pass == 1) {
+                if (has)
+                    q += (r - m->mean) * (r - m->mean);
+                continue;
+            }
+            m->tokens += g->completions[i].n_tokens;
+            m->n_truncated += g->completions[i].finish_reason == GRPO_FINISH_LENGTH;
+            m->n_judged += correct >= 0;
+            m->n_correct += correct == 1;
+            if (!has)
+                continue;
+            lo = m->n_rew == 0 || r < lo ? r : lo;
+            hi = m->n_rew == 0 || r > hi ? r : hi;
+            sum += r;
+            m->n_rew++;
+        }
+        if (pass == 0 && m->n_rew > 0)
+            m->mean = sum / m->n_rew;
+    }
+    m->std = m->n_rew > 0 ? sqrt(q / m->n_rew) : 0;
+    m->zero = lo == hi;
 }
 
 grpo_err
@@ -256,6 +295,18 @@ grpo_store__insert_group(grpo_store *s, const grpo_group_rec *g)
     sqlite3_bind_double(st, 13, g->verify_ms);
     bind_text(st, 14, g->worker_id);
     sqlite3_bind_int(st, 15, g->lease_attempt);
+    summary m;
+    summarize(g, &m);
+    sqlite3_bind_int(st, 16, m.n_rew);
+    if (m.n_rew > 0) {
+        sqlite3_bind_double(st, 17, m.mean);
+        sqlite3_bind_double(st, 18, m.std);
+        sqlite3_bind_int(st, 19, m.zero);
+    }
+    sqlite3_bind_int(st, 20, m.n_judged);
+    sqlite3_bind_int(st, 21, m.n_correct);
+    sqlite3_bind_int(st, 22, m.n_truncated);
+    sqlite3_bind_int64(st, 23, m.tokens);
     if ((err = step_done(s, st, "inserting a group")) != GRPO_OK)
         return err;
     if (sqlite3_changes(s->db) == 0)
@@ -267,16 +318,17 @@ grpo_store__insert_group(grpo_store *s, const grpo_group_rec *g)
     return GRPO_OK;
 }
 
-/* Writes n groups (a linked list) in one transaction; all or none. */
+/* Writes the groups of a linked list, then n_arr groups of an array, in one transaction; all or
+ * none. */
 static grpo_err
-write_groups(grpo_store *s, store_item *items, const grpo_group_rec *one)
+write_groups(grpo_store *s, store_item *items, const grpo_group_rec *arr, int32_t n_arr)
 {
     grpo_err err;
     pthread_mutex_lock(&s->mu);
     if ((err = grpo_store__exec(s, "BEGIN IMMEDIATE", "starting a transaction")) != GRPO_OK)
         goto done;
-    if (one)
-        err = grpo_store__insert_group(s, one);
+    for (int32_t i = 0; i < n_arr && err == GRPO_OK; i++)
+        err = grpo_store__insert_group(s, &arr[i]);
     for (store_item *it = items; it && err == GRPO_OK; it = it->next)
         err = grpo_store__insert_group(s, &it->g);
     if (err == GRPO_OK)
@@ -313,7 +365,7 @@ writer_main(void *arg)
         pthread_mutex_unlock(&s->qmu);
 
         if (err == GRPO_OK)
-            err = write_groups(s, first, NULL);
+            err = write_groups(s, first, NULL, 0);
         for (store_item *it = first, *next; it; it = next)
             next = it->next, free(it);
 
@@ -377,7 +429,7 @@ grpo_store_put_group(grpo_store *s, const grpo_group_rec *g)
     if ((err = grpo_store__check_group(g)) != GRPO_OK)
         return err;
     if (!s->writer_started)
-        return write_groups(s, NULL, g);
+        return write_groups(s, NULL, g, 1);
     store_item *it = grpo_store__copy_group(g);
     if (it == NULL)
         return GRPO_ENOMEM;
@@ -398,6 +450,23 @@ grpo_store_put_group(grpo_store *s, const grpo_group_rec *g)
     pthread_mutex_unlock(&s->qmu);
     free(it);
     return err;
+}
+
+grpo_err
+grpo_store_put_groups(grpo_store *s, const grpo_group_rec *groups, int32_t n)
+{
+    grpo_err err = GRPO_OK;
+    if (s == NULL || n < 0 || (n > 0 && groups == NULL))
+        return grpo__fail(GRPO_EINVAL, "store: put_groups: NULL store or groups");
+    if (s->writer_started || s->opts.read_only) {
+        for (int32_t i = 0; i < n && err == GRPO_OK; i++)
+            err = grpo_store_put_group(s, &groups[i]);
+        return err;
+    }
+    for (int32_t i = 0; i < n; i++)
+        if ((err = grpo_store__check_group(&groups[i])) != GRPO_OK)
+            return err;
+    return n > 0 ? write_groups(s, NULL, groups, n) : GRPO_OK;
 }
 
 grpo_err

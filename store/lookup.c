@@ -94,7 +94,7 @@ read_rewards(grpo_store *s, grpo_stored_completion *c, int *oom)
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(s->db,
                                 "SELECT verifier, version, label, details_json, kind, score, ms"
-                                " FROM rewards WHERE completion_id = ? ORDER BY id",
+                                " FROM rewards WHERE completion_id = ? ORDER BY idx",
                                 -1, &st, NULL);
     if (rc == SQLITE_OK)
         sqlite3_bind_int64(st, 1, c->completion_id);

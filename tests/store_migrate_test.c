@@ -38,6 +38,9 @@ static int
 teardown(void **state)
 {
     (void)state;
+    char mnt[300];
+    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
+    umount2(mnt, MNT_DETACH); /* when a failed check left the tmpfs mounted */
     tu_rmrf(dir);
     return 0;
 }
@@ -96,10 +99,10 @@ test_migrate_from_v1(void **state)
              "INSERT INTO completions (id, group_id, run_id, step, sample_index, n_tokens,"
              " finish_reason, reward, correct) VALUES (1, 1, 1, 0, 0, 10, 'eos', 1.0, 1),"
              " (2, 1, 1, 0, 1, 30, 'length', 0.0, 0);"
-             "INSERT INTO rewards (completion_id, run_id, step, verifier, version, kind, score,"
-             " ms) VALUES (1, 1, 0, 'math', '1', 'pass', 1.0, 2.0), (1, 1, 0, 'f', '1', 'pass',"
-             " 0.0, 1.0), (2, 1, 0, 'math', '1', 'fail', 0.0, 4.0), (2, 1, 0, 'f', '1', 'fail',"
-             " 0.0, 1.0);");
+             "INSERT INTO rewards (completion_id, idx, run_id, step, verifier, version, kind, score,"
+             " ms) VALUES (1, 0, 1, 0, 'math', '1', 'pass', 1.0, 2.0), (1, 1, 1, 0, 'f', '1',"
+             " 'pass', 0.0, 1.0), (2, 0, 1, 0, 'math', '1', 'fail', 0.0, 4.0), (2, 1, 1, 0, 'f',"
+             " '1', 'fail', 0.0, 1.0);");
     /* Read-only opens do not migrate. */
     grpo_store *s = NULL;
     grpo_store_opts ro = {0};
@@ -319,7 +322,7 @@ test_full_tmpfs(void **state)
     char mnt[300], path[320];
     snprintf(mnt, sizeof mnt, "%s/mnt", dir);
     assert_int_equal(mkdir(mnt, 0700), 0);
-    if (mount("tmpfs", mnt, "tmpfs", 0, "size=384k") != 0) {
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=1m") != 0) {
         print_message("tmpfs mount not permitted here (%s); the page-limit test covers it\n",
                       strerror(errno));
         skip();

@@ -170,6 +170,9 @@ typedef struct grpo_group_rec {
  * and an error of the writer is returned by the next put_group, flush or close. Either way the
  * caller may free g and everything it points to as soon as this returns. */
 grpo_err grpo_store_put_group(grpo_store *s, const grpo_group_rec *g);
+/* Writes n groups in one transaction (all or none) when the store is synchronous; in async mode
+ * queues each as put_group does. For callers that gather groups themselves. */
+grpo_err grpo_store_put_groups(grpo_store *s, const grpo_group_rec *groups, int32_t n);
 /* Blocks until every group queued so far is committed (durable as far as opts.sync_full says). */
 grpo_err grpo_store_flush(grpo_store *s);
 

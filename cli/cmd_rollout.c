@@ -55,6 +55,7 @@ typedef struct run_ctx {
     char run_id_str[32];
     grpo_rewarder *rewarder;
     grpo_bridge_publisher *pub;
+    grpo_bridge_persist persist;
     FILE *out;
     pthread_mutex_t mu; /* guards out and the totals below */
     grpo_err first_err;
@@ -92,7 +93,9 @@ usage(FILE *f)
         "  --tokenizer PATH     tokenizer.json (default: the model directory's)\n"
         "  --db FILE            SQLite store (default grpo.db)\n"
         "  --out FILE.jsonl     also write one JSON line per completion\n"
-        "  --publish URL        publish one batch per group to a trainer (tcp://, ipc://)\n"
+        "  --publish URL        publish one batch per group to a trainer (tcp://, ipc://);\n"
+        "                       batches wait in the store until acknowledged, and the run\n"
+        "                       ends when the trainer has acknowledged all of them\n"
         "  --threads N          forward threads (default: all CPUs)\n"
         "  --verify-threads N   verifier threads (default 2)\n"
         "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
@@ -629,7 +632,8 @@ publish_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
         grpo_batch_create(&b, c->run_id_str, (size_t)G, T, has_ref ? GRPO_BATCH_HAS_REF : 0);
     if (err != GRPO_OK)
         return err;
-    b->batch_id = (int64_t)g->id, b->step = 0, b->policy_version = 0;
+    b->batch_id = c->run_id << 32 | (int64_t)g->id; /* unique per store */
+    b->step = 0, b->policy_version = 0;
     if ((err = grpo_batch_set_str(b, &b->sampling_json, pc->sampling_json)) != GRPO_OK)
         goto done;
     size_t at = 0;
@@ -705,6 +709,52 @@ verify_worker(void *arg)
         grpo_rollout_group_free(g);
     }
     return NULL;
+}
+
+/* ---- the store as the publisher's persistence: batches survive a crash until acknowledged ---- */
+
+static grpo_err
+persist_put(void *ctx, int64_t id, const void *bytes, size_t len)
+{
+    run_ctx *c = ctx;
+    return grpo_store_put_batch(c->store, id, c->run_id, 0, 1, bytes, len);
+}
+
+static grpo_err
+persist_ack(void *ctx, int64_t id)
+{
+    return grpo_store_ack_batch(((run_ctx *)ctx)->store, id);
+}
+
+static grpo_err
+persist_sent(void *ctx, int64_t id)
+{
+    return grpo_store_mark_published(((run_ctx *)ctx)->store, id);
+}
+
+typedef struct {
+    grpo_bridge_unacked_fn fn;
+    void *arg;
+    grpo_err err;
+} unacked_adapter;
+
+static int
+unacked_one(void *ctx, int64_t id, int64_t step, int32_t n_groups, int32_t published,
+            const void *bytes, size_t len)
+{
+    unacked_adapter *u = ctx;
+    (void)step, (void)n_groups, (void)published;
+    u->err = u->fn(u->arg, id, bytes, len);
+    return u->err != GRPO_OK;
+}
+
+static grpo_err
+persist_list(void *ctx, grpo_bridge_unacked_fn fn, void *arg)
+{
+    run_ctx *c = ctx;
+    unacked_adapter u = {fn, arg, GRPO_OK};
+    grpo_err err = grpo_store_unacked_batches(c->store, c->run_id, unacked_one, &u);
+    return err != GRPO_OK ? err : u.err;
 }
 
 /* ---- setup ---- */
@@ -892,6 +942,9 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
         grpo_bridge_opts bo;
         grpo_bridge_opts_default(&bo);
         bo.run_id = c->run_id_str;
+        c->persist =
+            (grpo_bridge_persist){c, persist_put, persist_ack, persist_list, NULL, persist_sent};
+        bo.persist = &c->persist;
         if ((err = grpo_bridge_publisher_create(&c->pub, a->publish, &bo)) != GRPO_OK)
             return err;
     }
@@ -975,8 +1028,11 @@ grpo_cmd_rollout(int argc, char **argv)
         progress(&c, submitted, t0, 1);
     if (c.first_err != GRPO_OK && err == GRPO_OK)
         err = c.first_err;
-    if (err == GRPO_OK && c.pub)
-        err = grpo_bridge_finish(c.pub);
+    if (err == GRPO_OK && c.pub) {
+        fprintf(stderr, "grpo rollout: waiting for the trainer to acknowledge every batch\n");
+        if ((err = grpo_bridge_flush(c.pub, -1)) == GRPO_OK)
+            err = grpo_bridge_finish(c.pub);
+    }
     if (err == GRPO_OK)
         summary(&c, grpo_now() - t0);
     if (c.store && c.run_id > 0)

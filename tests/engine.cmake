@@ -18,7 +18,8 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine AND EXISTS ${CMAKE_CURRENT_SO
 endif()
 # `grpo rollout` / `grpo replay` end to end (runs the grpo binary; SQLite only to read and tamper).
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_models/bf16/config.json)
-  grpo_add_test(rollout_cli_test SOURCES rollout_cli_test.c LIBS PkgConfig::SQLITE3 PkgConfig::CJSON
+  grpo_add_test(rollout_cli_test SOURCES rollout_cli_test.c LIBS grpo_bridge PkgConfig::SQLITE3
+                PkgConfig::CJSON
                 TIMEOUT 300)
   add_dependencies(rollout_cli_test grpo)
 endif()

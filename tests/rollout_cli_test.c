@@ -8,7 +8,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "grpo/bridge.h"
+
 #include <cjson/cJSON.h>
+#include <sys/wait.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,9 +70,11 @@ teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-#define ROLL "%s rollout --model %s/tests/data/tiny_models/bf16 --prompts %s/data/tiny_prompts.jsonl"
+#define ROLL                                                                                       \
+    "%s rollout --model %s/tests/data/tiny_models/bf16 --prompts %s/data/tiny_prompts.jsonl"
 
-/* Token blobs of every completion, in id order, concatenated into buf. */
+/* Token and logprob blobs of every completion, by prompt and sample (groups are written in
+ * completion order, which depends on the verifier threads), concatenated into buf. */
 static size_t
 token_blobs(const char *db, char *buf, size_t cap)
 {
@@ -77,8 +82,10 @@ token_blobs(const char *db, char *buf, size_t cap)
     sqlite3_stmt *st;
     size_t n = 0;
     assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(h, "SELECT token_ids, token_logprobs FROM completions "
-                                           "ORDER BY id",
+    assert_int_equal(sqlite3_prepare_v2(h,
+                                        "SELECT c.token_ids, c.token_logprobs FROM completions c "
+                                        "JOIN groups g ON g.id = c.group_id "
+                                        "ORDER BY g.prompt_id, c.sample_index",
                                         -1, &st, NULL),
                      SQLITE_OK);
     while (sqlite3_step(st) == SQLITE_ROW)
@@ -118,7 +125,8 @@ test_rollout_replay(void **state)
     }
     assert_int_equal(lines, 16);
     /* one forward thread: identical records */
-    assert_int_equal(run(ROLL " --group 4 --max-new-tokens 12 --temperature 1.0 --db %s --threads 1",
+    assert_int_equal(run(ROLL
+                         " --group 4 --max-new-tokens 12 --temperature 1.0 --db %s --threads 1",
                          bin, src, src, db2),
                      0);
     static char b1[1 << 16], b2[1 << 16];
@@ -183,12 +191,99 @@ test_budget_and_bad_lines(void **state)
     assert_int_equal(run("%s rollout --bogus", bin), 2);
 }
 
+/* --publish: a trainer (the bridge's C consumer, here in the test process) receives one batch per
+ * group whose tokens, prompt lengths and logprobs match the store, acknowledges each, and the run
+ * then ends with every batch marked acknowledged in the store. */
+static void
+test_publish(void **state)
+{
+    (void)state;
+    char url[600], db[512], cmd[4096];
+    snprintf(url, sizeof url, "ipc://%s/bridge.ipc", tmpdir);
+    snprintf(db, sizeof db, "%s/p.db", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             ROLL " --group 3 --max-new-tokens 6 --temperature 1.0 --db %s --publish %s "
+                  "> %s/pub.txt 2>&1",
+             bin, src, src, db, url, tmpdir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    grpo_bridge_consumer *cons = NULL;
+    assert_int_equal(grpo_bridge_consumer_create(&cons, url, NULL, 60000), GRPO_OK);
+    int got = 0, seqs = 0;
+    static int32_t toks[64][16];
+    static int ntok[64];
+    while (got < 4) {
+        void *bytes = NULL;
+        size_t len = 0;
+        int64_t id = 0;
+        grpo_err err = grpo_bridge_consumer_next(cons, &bytes, &len, &id, 60000);
+        if (err != GRPO_OK)
+            fail_msg("consumer: %s", grpo_error_last());
+        grpo_batch *b = NULL;
+        assert_int_equal(grpo_batch_decode(&b, bytes, len), GRPO_OK);
+        assert_int_equal(b->n_seq, 3);
+        for (size_t i = 0; i < b->n_seq; i++) {
+            int64_t lo = b->seq_offsets[i], hi = b->seq_offsets[i + 1];
+            int32_t P = b->prompt_lens[i];
+            assert_int_equal(hi - lo - P, 6);
+            assert_true(seqs < 64);
+            ntok[seqs] = (int)(hi - lo - P);
+            for (int64_t k = lo + P; k < hi; k++) {
+                assert_int_equal(b->loss_mask[k], 1);
+                assert_true(b->logprobs[k] < 0.0f);
+                toks[seqs][k - lo - P] = b->tokens[k];
+            }
+            seqs++;
+        }
+        grpo_batch_destroy(b);
+        free(bytes);
+        assert_int_equal(grpo_bridge_consumer_ack(cons, id, 1), GRPO_OK);
+        got++;
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    grpo_bridge_consumer_destroy(cons);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* every completion in the store is one of the published sequences */
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h, "SELECT token_ids FROM completions", -1, &st, NULL),
+                     SQLITE_OK);
+    int rows = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const void *blob = sqlite3_column_blob(st, 0);
+        int found = 0;
+        for (int q = 0; q < seqs && !found; q++)
+            found = sqlite3_column_bytes(st, 0) == ntok[q] * 4 &&
+                    memcmp(blob, toks[q], (size_t)ntok[q] * 4) == 0;
+        assert_true(found);
+        rows++;
+    }
+    sqlite3_finalize(st);
+    assert_int_equal(rows, 12);
+    assert_int_equal(sqlite3_prepare_v2(h,
+                                        "SELECT count(*) FROM batches WHERE acked_at IS NOT NULL",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 4);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rollout_replay),
         cmocka_unit_test(test_budget_and_bad_lines),
+        cmocka_unit_test(test_publish),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -105,7 +105,7 @@ test_cli(void **state)
         skip();
     static int mv[N_GOOD];
     static outrow a[N_GOOD + 20], b[N_GOOD + 20];
-    char in[300], o1[300], o3[300], cmd[1200];
+    char in[300], o1[300], o3[300], cmd[4096];
     snprintf(in, sizeof in, "%s/in.jsonl", tmpdir);
     snprintf(o1, sizeof o1, "%s/o1.jsonl", tmpdir);
     snprintf(o3, sizeof o3, "%s/o3.jsonl", tmpdir);
@@ -134,6 +134,15 @@ test_cli(void **state)
     assert_int_equal(good, N_GOOD);
     assert_int_equal(errors, 8);
     assert_true(agree * 100 >= 95 * N_GOOD);
+    /* a code task goes to the code verifier (no code block: a verdict without the sandbox) */
+    snprintf(cmd, sizeof cmd,
+             "printf '%%s\\n' '{\"id\": 1, \"task\": \"code\", \"completion\": "
+             "\"<think>x</think>no code here\", \"tests\": {\"inputs\": [\"\"], \"outputs\": "
+             "[\"1\"]}}' > %s/code.jsonl && %s verify --input %s/code.jsonl --output %s/code.out "
+             "2>/dev/null && grep -q '\"verifier\":\"code\"' %s/code.out && "
+             "grep -q '\"verifier\":\"format\",\"version\":\"1.0.0\",\"verdict\":\"ok\"' "
+             "%s/code.out", tmpdir, bin, tmpdir, tmpdir, tmpdir, tmpdir);
+    assert_int_equal(sh(cmd), 0);
     /* a clean file exits 0; a usage error exits 2 */
     write_input(in, mv, false);
     snprintf(cmd, sizeof cmd, "%s verify --input %s --output %s 2>/dev/null", bin, in, o1);

@@ -11,12 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The code verifier and the plugin host live in verifiers/code (issue 6); until they are built,
- * weak references keep this library linkable and "code"/plugins report an error verdict. */
-#pragma weak grpo_verifier_code
-#pragma weak grpo_plugin_load
-#pragma weak grpo_plugin_api
-#pragma weak grpo_plugin_destroy
 
 #define MAX_TASKS 64
 #define MAX_VERIFIERS 32
@@ -31,7 +25,7 @@ grpo_verifier_builtin(const char *name)
     if (strcmp(name, "format") == 0)
         return grpo_verifier_format();
     if (strcmp(name, "code") == 0)
-        return grpo_verifier_code ? grpo_verifier_code() : NULL;
+        return grpo_verifier_code(); /* verifiers/code (issue 6) */
     return NULL;
 }
 
@@ -434,7 +428,7 @@ grpo_rewarder_destroy(grpo_rewarder *r)
         rinst *in = &r->inst[k];
         if (in->api && in->api->fini && in->state)
             in->api->fini(in->state);
-        if (in->plugin && grpo_plugin_destroy)
+        if (in->plugin)
             grpo_plugin_destroy(in->plugin);
     }
     free(r);
@@ -461,10 +455,6 @@ open_inst(grpo_rewarder *r, const char *name)
     snprintf(in->name, sizeof in->name, "%s", name);
     const rverif *v = find_verif(r->cfg, name);
     if (v && v->plugin) {
-        if (grpo_plugin_load == NULL) {
-            snprintf(in->why, sizeof in->why, "plugins are not built in this build");
-            return GRPO_OK;
-        }
         grpo_err err = grpo_plugin_load(&in->plugin, v->plugin, v->in_process);
         if (err != GRPO_OK)
             return err;

@@ -173,6 +173,19 @@ after_think(const char *s, size_t n, bool opened_by_prompt, size_t *out_n, bool 
     return s;
 }
 
+static bool
+looks_like_solution(const char *s, size_t n)
+{
+    static const char *const marks[] = {"$", "\\boxed", "\\fbox", "\\(", "\\[", "nswer", "</think>"};
+    for (size_t k = 0; k < sizeof marks / sizeof marks[0]; k++) {
+        size_t l = strlen(marks[k]);
+        for (size_t i = 0; i + l <= n; i++)
+            if (memcmp(s + i, marks[k], l) == 0)
+                return true;
+    }
+    return false;
+}
+
 mverdict
 mgrade(const char *gold, size_t glen, const char *pred, size_t plen, const mgrade_opts *o,
        char *detail, size_t detail_cap)
@@ -187,7 +200,16 @@ mgrade(const char *gold, size_t glen, const char *pred, size_t plen, const mgrad
         return MV_ERROR;
     mparse_ctx ctx = {&ar, &bud, 0, 200, NULL, false};
     bool found = false;
-    mnode *g = best_answer(&ctx, gold, glen, &o->gold_x, o->gold_whole, o->max_answer, &found);
+    mnode *g = NULL;
+    /* a bare gold ("3\frac{1}{2}", "x^2+1") is the answer as a whole; extraction is for golds
+     * written as solutions ($...$, \boxed{}, "Answer: ...") */
+    if (o->gold_whole && glen <= o->max_answer && !looks_like_solution(gold, glen)) {
+        g = mparse(&ctx, gold, glen);
+        ctx.err = NULL;
+        ctx.depth = 0;
+    }
+    if (g == NULL && !bud.exhausted)
+        g = best_answer(&ctx, gold, glen, &o->gold_x, o->gold_whole, o->max_answer, &found);
     if (g == NULL) {
         v = bud.exhausted ? MV_TIMEOUT : ar.oom ? MV_ERROR : MV_BAD_GOLD;
         if (detail)

@@ -1222,6 +1222,8 @@ p_power(parser *P)
             x = p_unary(P);
         else
             x = p_power(P);
+        if (b->kind == N_UNIT && x) /* cm^2: still a unit */
+            continue;
         b = node2(P, N_POW, b, x);
         /* postfix after a power: x^2! is rare; a degree sign after ^{...} is handled above */
         while (b && cur(P)->k == T_PCT) {

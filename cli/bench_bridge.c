@@ -31,13 +31,12 @@ consume(void *arg)
     grpo_bridge_consumer *c = NULL;
     a->err = grpo_bridge_consumer_create(&c, a->url, "bench", 10000);
     for (int i = 0; i < a->count && a->err == GRPO_OK; i++) {
-        void *bytes = NULL;
+        const void *bytes = NULL;
         size_t len = 0;
         int64_t id;
         if ((a->err = grpo_bridge_consumer_next(c, &bytes, &len, &id, 60000)) == GRPO_OK)
             a->err = grpo_bridge_consumer_ack(c, id, i == a->count - 1);
         a->bytes += (int64_t)len;
-        free(bytes);
     }
     if (a->err != GRPO_OK)
         snprintf(a->msg, sizeof a->msg, "%s", grpo_error_last());

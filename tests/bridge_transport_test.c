@@ -94,7 +94,7 @@ publish(grpo_bridge_publisher *p, int64_t k, int64_t version, int timeout_ms, gr
 static int64_t
 receive(grpo_bridge_consumer *c)
 {
-    void *bytes = NULL;
+    const void *bytes = NULL;
     size_t len = 0;
     int64_t id = -1;
     grpo_err err = grpo_bridge_consumer_next(c, &bytes, &len, &id, 5000);
@@ -109,7 +109,6 @@ receive(grpo_bridge_consumer *c)
     assert_memory_equal(b->tokens, want->tokens, want->n_tok * 4);
     grpo_batch_destroy(want);
     grpo_batch_destroy(b);
-    free(bytes);
     return id;
 }
 
@@ -160,7 +159,7 @@ test_order_window_end(void **state)
     assert_int_equal(receive(c), 3);
     assert_int_equal(grpo_bridge_consumer_ack(c, 3, 0), GRPO_OK);
     grpo_bridge_finish(p);
-    void *bytes = NULL;
+    const void *bytes = NULL;
     size_t len = 0;
     int64_t id;
     assert_int_equal(grpo_bridge_consumer_next(c, &bytes, &len, &id, 5000), GRPO_ECANCELED);
@@ -217,7 +216,7 @@ test_redelivery_and_resume(void **state)
         assert_int_equal(grpo_bridge_consumer_ack(c, k, 0), GRPO_OK);
     }
     grpo_bridge_finish(p);
-    void *bytes = NULL;
+    const void *bytes = NULL;
     size_t len = 0;
     int64_t id;
     assert_int_equal(grpo_bridge_consumer_next(c, &bytes, &len, &id, 5000), GRPO_ECANCELED);

@@ -18,6 +18,7 @@ struct grpo_bridge_consumer {
     char *url;
     int64_t *acks, *held;
     size_t nacks, capacks, nheld, capheld;
+    nng_msg *last; /* the reply whose payload next() handed out */
 };
 
 static grpo_err
@@ -131,6 +132,8 @@ grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
 {
     if (c == NULL)
         return;
+    if (c->last)
+        nng_msg_free(c->last);
     nng_close(c->s);
     free(c->acks);
     free(c->held);
@@ -167,12 +170,16 @@ get_once(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
 }
 
 grpo_err
-grpo_bridge_consumer_next(grpo_bridge_consumer *c, void **bytes, size_t *len, int64_t *batch_id,
-                          int timeout_ms)
+grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *len,
+                          int64_t *batch_id, int timeout_ms)
 {
     double t0 = grpo_now();
     *bytes = NULL;
     *len = 0;
+    if (c->last) {
+        nng_msg_free(c->last);
+        c->last = NULL;
+    }
     for (;;) {
         nng_msg *rep = NULL;
         grpb_msg m;
@@ -191,15 +198,10 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, void **bytes, size_t *len, in
                 nng_msg_free(rep);
                 return err;
             }
-            *bytes = malloc(m.payload_len ? m.payload_len : 1);
-            if (*bytes == NULL) {
-                nng_msg_free(rep);
-                return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
-            }
-            memcpy(*bytes, m.payload, m.payload_len);
+            c->last = rep; /* the payload is handed out in place */
+            *bytes = m.payload;
             *len = m.payload_len;
             *batch_id = m.a;
-            nng_msg_free(rep);
             return GRPO_OK;
         }
         nng_msg_free(rep);

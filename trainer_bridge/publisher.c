@@ -132,13 +132,17 @@ reply(grpo_bridge_publisher *p, int type, int64_t a, int64_t b, const char *json
       const void *payload, size_t plen)
 {
     nng_msg *m = NULL;
-    uint8_t hdr[GRPB_HDR];
     size_t jl = json ? strlen(json) : 0;
-    grpo_bridge__msg_header(hdr, type, a, b, jl);
-    if (nng_msg_alloc(&m, 0) != 0)
+    /* one allocation of the final size, one copy of the payload */
+    if (nng_msg_alloc(&m, GRPB_HDR + jl + plen) != 0)
         return;
-    if (nng_msg_append(m, hdr, sizeof hdr) != 0 || (jl && nng_msg_append(m, json, jl) != 0) ||
-        (plen && nng_msg_append(m, payload, plen) != 0) || nng_sendmsg(p->sock, m, 0) != 0)
+    uint8_t *body = nng_msg_body(m);
+    grpo_bridge__msg_header(body, type, a, b, jl);
+    if (jl)
+        memcpy(body + GRPB_HDR, json, jl);
+    if (plen)
+        memcpy(body + GRPB_HDR + jl, payload, plen);
+    if (nng_sendmsg(p->sock, m, 0) != 0)
         nng_msg_free(m); /* a trainer that went away re-requests after its restart */
 }
 

@@ -385,10 +385,11 @@ grpo_err grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url
                                      const char *expect_run_id, int timeout_ms);
 void grpo_bridge_consumer_destroy(grpo_bridge_consumer *c);
 
-/* Receives the next batch: *bytes (malloc'd, the caller frees) and its id. Pending
- * acknowledgements travel with the request. Returns GRPO_ETIMEOUT when none came within
- * timeout_ms, GRPO_ECANCELED when the publisher ended the stream. */
-grpo_err grpo_bridge_consumer_next(grpo_bridge_consumer *c, void **bytes, size_t *len,
+/* Receives the next batch: *bytes points into the consumer's receive buffer (no copy) and stays
+ * valid until the next call to next() or destroy(); do not free it. Pending acknowledgements
+ * travel with the request. Returns GRPO_ETIMEOUT when none came within timeout_ms,
+ * GRPO_ECANCELED when the publisher ended the stream. */
+grpo_err grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *len,
                                    int64_t *batch_id, int timeout_ms);
 /* Acknowledges a batch (sent with the next request, or now with flush = 1). */
 grpo_err grpo_bridge_consumer_ack(grpo_bridge_consumer *c, int64_t batch_id, int flush);

@@ -35,3 +35,8 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_verify_code)
   grpo_add_test(code_verify_test SOURCES code_verify_test.c LIBS grpo_verify_code grpo_sandbox
                 grpo_common PkgConfig::CJSON Threads::Threads TIMEOUT 240)
 endif()
+
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_sandbox)
+  grpo_add_test(sandbox_run_test SOURCES sandbox_run_test.c LIBS grpo_sandbox grpo_common
+                TIMEOUT 120)
+endif()

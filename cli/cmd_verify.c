@@ -16,7 +16,8 @@
 
 static const char *const USAGE =
     "usage: grpo verify --input FILE.jsonl [--output FILE.jsonl] [--config rewards.json]\n"
-    "                   [--jobs N] [--deadline-ms MS]\n"
+    "                   [--plugin NAME=PATH [--plugin-config JSON]]... [--jobs N]\n"
+    "                   [--deadline-ms MS]\n"
     "\n"
     "Scores completions with the verifiers of a reward config and writes each input line back\n"
     "with \"reward\" and \"verdicts\" added, in input order.\n"
@@ -34,6 +35,10 @@ static const char *const USAGE =
     "                   gets an \"error\" field instead, and the run goes on.\n"
     "  --config FILE    reward config (JSON; see docs/verify.md). Default: math = 1.0*math +\n"
     "                   0.2*format, code = 1.0*code + 0.2*format, format = 1.0*format.\n"
+    "  --plugin NAME=PATH  load a verifier plugin (shared object, run in a sandboxed worker)\n"
+    "                   and add the task NAME = 1.0*NAME (lines with \"task\": \"NAME\").\n"
+    "                   Repeatable. Same as describing it under \"verifiers\" in the config.\n"
+    "  --plugin-config JSON  the init config (a JSON object) of the last --plugin.\n"
     "  --jobs N         worker threads (default: the number of CPUs).\n"
     "  --deadline-ms MS hard per-item deadline (default: the config's deadline_ms, 10000). An\n"
     "                   item past it is written with \"error\": \"deadline exceeded\".\n"
@@ -340,9 +345,72 @@ read_input(const char *path, char **text, size_t *len)
     return GRPO_OK;
 }
 
+#define MAX_PLUGINS 16
+
+typedef struct plugin_arg {
+    char name[32];
+    const char *path, *config;
+} plugin_arg;
+
+/* The reward config: the file (or the defaults) plus the --plugin verifiers and their tasks. */
+static grpo_err
+build_config(grpo_reward_config **out, const char *path, const plugin_arg *pl, int npl)
+{
+    if (npl == 0)
+        return path ? grpo_reward_config_load(out, path) : grpo_reward_config_default(out);
+    cJSON *j = NULL;
+    grpo_err err = GRPO_OK;
+    if (path && (err = grpo__json_parse_file(path, 1 << 20, &j)) != GRPO_OK)
+        return err;
+    if (j == NULL)
+        j = cJSON_CreateObject();
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return grpo__fail(GRPO_EFORMAT, "%s: expected a JSON object", path);
+    }
+    cJSON *tasks = cJSON_GetObjectItemCaseSensitive(j, "tasks");
+    if (tasks == NULL)
+        tasks = cJSON_AddObjectToObject(j, "tasks");
+    cJSON *verifs = cJSON_GetObjectItemCaseSensitive(j, "verifiers");
+    if (verifs == NULL)
+        verifs = cJSON_AddObjectToObject(j, "verifiers");
+    for (int k = 0; k < npl && err == GRPO_OK; k++) {
+        cJSON *v = cJSON_CreateObject();
+        cJSON_AddStringToObject(v, "plugin", pl[k].path);
+        if (pl[k].config) {
+            cJSON *c = cJSON_Parse(pl[k].config);
+            if (c == NULL || !cJSON_IsObject(c)) {
+                cJSON_Delete(c);
+                cJSON_Delete(v);
+                err = grpo__fail(GRPO_EINVAL, "--plugin-config for \"%s\": not a JSON object",
+                                 pl[k].name);
+                break;
+            }
+            cJSON_AddItemToObject(v, "config", c);
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(verifs, pl[k].name);
+        cJSON_AddItemToObject(verifs, pl[k].name, v);
+        if (cJSON_GetObjectItemCaseSensitive(tasks, pl[k].name) == NULL) {
+            char terms[sizeof pl[0].name * 32];
+            snprintf(terms, sizeof terms, "1.0*%s", pl[k].name);
+            cJSON_AddStringToObject(tasks, pl[k].name, terms);
+        }
+    }
+    char *text = err == GRPO_OK ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (err == GRPO_OK && text == NULL)
+        err = grpo__fail(GRPO_ENOMEM, "verify: out of memory");
+    if (err == GRPO_OK)
+        err = grpo_reward_config_parse(out, text, strlen(text), path ? path : "--plugin");
+    free(text);
+    return err;
+}
+
 int
 grpo_cmd_verify(int argc, char **argv)
 {
+    plugin_arg pl[MAX_PLUGINS];
+    int npl = 0;
     const char *in_path = NULL, *out_path = NULL, *cfg_path = NULL;
     long jobs = 0;
     double deadline_ms = 0;
@@ -362,6 +430,22 @@ grpo_cmd_verify(int argc, char **argv)
             out_path = v;
         else if (strcmp(a, "--config") == 0)
             cfg_path = v;
+        else if (strcmp(a, "--plugin") == 0) {
+            const char *eq = strchr(v, '=');
+            if (eq == NULL || eq == v || (size_t)(eq - v) >= sizeof pl[0].name || eq[1] == 0)
+                return cli_usage("verify", "--plugin wants NAME=PATH, not \"%s\"", v);
+            if (npl == MAX_PLUGINS)
+                return cli_usage("verify", "at most %d --plugin options", MAX_PLUGINS);
+            memcpy(pl[npl].name, v, (size_t)(eq - v));
+            pl[npl].name[eq - v] = 0;
+            pl[npl].path = eq + 1;
+            pl[npl].config = NULL;
+            npl++;
+        } else if (strcmp(a, "--plugin-config") == 0) {
+            if (npl == 0)
+                return cli_usage("verify", "--plugin-config must follow a --plugin");
+            pl[npl - 1].config = v;
+        }
         else if (strcmp(a, "--jobs") == 0) {
             jobs = strtol(v, &end, 10);
             if (*end || jobs < 1 || jobs > 1024)
@@ -384,8 +468,7 @@ grpo_cmd_verify(int argc, char **argv)
     run r = {0};
     pthread_t *th = NULL;
     int nth = 0;
-    grpo_err err = cfg_path ? grpo_reward_config_load(&cfg, cfg_path)
-                            : grpo_reward_config_default(&cfg);
+    grpo_err err = build_config(&cfg, cfg_path, pl, npl);
     if (err != GRPO_OK || (err = grpo_rewarder_create(&rw, cfg)) != GRPO_OK) {
         rc = cli_fail("verify");
         goto done;

@@ -160,6 +160,40 @@ test_cli(void **state)
     assert_int_equal(sh(cmd), 0);
 }
 
+static const char *plugin_path;
+
+/* A plugin named on the command line and one described in the config (in process), composed with
+ * the format verifier: rewards follow the plugin's documented rule (keyword after </think>). */
+static void
+test_plugin(void **state)
+{
+    (void)state;
+    const char *bin = getenv("GRPO_BIN");
+    if (bin == NULL || bin[0] == 0 || plugin_path == NULL)
+        skip();
+    char cmd[4096], out[300];
+    snprintf(out, sizeof out, "%s/kw.out", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "printf '%%s\\n' '{\"id\":1,\"task\":\"kw\",\"completion\":\"<think>a</think> QED\"}' "
+             "'{\"id\":2,\"task\":\"kw\",\"completion\":\"<think>QED</think> no\"}' > %s/kw.jsonl"
+             " && %s verify --input %s/kw.jsonl --output %s --plugin kw=%s "
+             "--plugin-config '{\"keyword\": \"QED\"}' 2>/dev/null",
+             tmpdir, bin, tmpdir, out, plugin_path);
+    assert_int_equal(sh(cmd), 0);
+    outrow r[4];
+    assert_int_equal(read_output(out, r, 4), 2);
+    assert_true(r[0].reward == 1.0 && strcmp(r[0].verdict, "keyword-found") == 0);
+    assert_true(r[1].reward == 0.0 && strcmp(r[1].verdict, "keyword-missing") == 0);
+    snprintf(cmd, sizeof cmd,
+             "echo '{\"tasks\":{\"kw\":\"0.5*kw + 0.25*format\"},\"verifiers\":{\"kw\":"
+             "{\"plugin\":\"%s\",\"in_process\":true,\"config\":{\"keyword\":\"QED\"}}}}'"
+             " > %s/kw.json && %s verify --input %s/kw.jsonl --output %s --config %s/kw.json"
+             " 2>/dev/null", plugin_path, tmpdir, bin, tmpdir, out, tmpdir);
+    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(read_output(out, r, 4), 2);
+    assert_true(r[0].reward == 0.75 && r[1].reward == 0.25);
+}
+
 static int
 setup(void **state)
 {
@@ -178,8 +212,9 @@ teardown(void **state)
 }
 
 int
-main(void)
+main(int argc, char **argv)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli)};
+    plugin_path = argc > 1 ? argv[1] : NULL;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli), cmocka_unit_test(test_plugin)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -10,6 +10,7 @@
 #include "grpo/rollout.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Random123 kat_vectors, "philox4x32 10" lines: counter[4] key[2] -> output[4]. */
@@ -259,6 +260,17 @@ test_greedy_and_errors(void **state)
     assert_int_equal(grpo_logprobs_parse("x"), -1);
 }
 
+static const double *sort_probs;
+
+static int
+by_prob_desc(const void *a, const void *b)
+{
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (sort_probs[i] != sort_probs[j])
+        return sort_probs[i] > sort_probs[j] ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
 /* A large vocabulary exercises the candidate-prefix search (thresholds below p_max). */
 static void
 test_large_vocab_top_p(void **state)
@@ -290,6 +302,30 @@ test_large_vocab_top_p(void **state)
             if (p[i] > p[tok] || (p[i] == p[tok] && i < tok))
                 above += p[i];
         assert_true(above < 0.95 + 1e-9);
+    }
+    /* top-k 1000 then top-p 0.9 of the survivors: rank below 1000, and the survivors' mass above
+     * the token below 0.9 of the top-1000 mass (ranks computed by brute force here) */
+    s.top_k = 1000, s.top_p = 0.9f;
+    static int32_t rank_of[N], order[N];
+    double top_mass = 0;
+    for (int i = 0; i < N; i++)
+        order[i] = i;
+    sort_probs = p;
+    qsort(order, N, sizeof *order, by_prob_desc);
+    for (int r = 0; r < N; r++)
+        rank_of[order[r]] = r;
+    for (int i = 0; i < N; i++)
+        if (rank_of[i] < 1000)
+            top_mass += p[i];
+    for (uint32_t j = 0; j < 100; j++) {
+        grpo_rng_key key = {5, 6, j, 1};
+        int32_t tok = grpo_sample(lg, N, &s, key, NULL, NULL);
+        assert_true(tok >= 0 && rank_of[tok] < 1000);
+        double above = 0;
+        for (int i = 0; i < N; i++)
+            if (rank_of[i] < rank_of[tok])
+                above += p[i];
+        assert_true(above < 0.9 * top_mass + 1e-9);
     }
 }
 

@@ -1,7 +1,8 @@
 /* The sampler: temperature, top-k, top-p, min-p and greedy over one row of logits, as a pure
  * function of the logits, the params and the counter key. Probabilities are computed in double;
  * the candidate order is (probability desc, id asc), a total order, so the kept set never depends
- * on sort stability; the draw walks the kept set in ascending id order. */
+ * on sort stability; the draw walks the kept set in ascending id order. Nucleus sums run bucket by
+ * bucket (ids ascending within a bucket left whole, sorted order within the cut bucket). */
 #include "common/common_int.h"
 #include "grpo/rollout.h"
 
@@ -32,41 +33,47 @@ grpo_sampling_check(const grpo_sampling *s)
     return GRPO_OK;
 }
 
+/* Candidates are grouped into NB buckets of 1/16 octave below the most likely token (from the bits
+ * of the double: 11 exponent + 4 mantissa bits), a counting sort that keeps ids ascending within a
+ * bucket. Truncation then needs a real sort only inside the one bucket where top-k or top-p cuts.
+ */
+#define NB 1024
+
 size_t
 grpo_sample_scratch_bytes(int32_t vocab)
 {
     size_t v = vocab > 0 ? (size_t)vocab : 0;
-    return v * (sizeof(double) + sizeof(int32_t) + 1) + 16;
+    return v * (sizeof(double) + sizeof(int32_t) + 1) + NB * (2 * sizeof(int32_t) + 2) + 64;
 }
 
 typedef struct {
-    double *p;     /* (vocab) probabilities under softmax(logits / T) */
-    int32_t *idx;  /* (vocab) candidate ids, sorted */
-    uint8_t *keep; /* (vocab) 1 = in the processed distribution */
+    double *w;       /* (vocab) exp((logit - max) / T): unnormalized probabilities in (0, 1] */
+    int32_t *idx;    /* (vocab) ids grouped by bucket */
+    uint8_t *keep;   /* (vocab) 1 = in the processed distribution */
+    int32_t *start;  /* (NB + 1) first index of each bucket in idx */
+    uint8_t *sorted; /* (NB) bucket already sorted by (w desc, id asc) */
 } scratch_view;
 
 static scratch_view
 view(void *mem, int32_t vocab)
 {
     scratch_view s;
-    s.p = mem;
-    s.idx = (int32_t *)(s.p + vocab);
-    s.keep = (uint8_t *)(s.idx + vocab);
+    s.w = mem;
+    s.idx = (int32_t *)(s.w + vocab);
+    s.start = s.idx + vocab;
+    s.keep = (uint8_t *)(s.start + NB + 1);
+    s.sorted = s.keep + vocab;
     return s;
 }
 
-/* qsort comparator: probability descending, then id ascending. Sorting ids that index a global
- * table keeps the comparator a plain function. */
-static _Thread_local const double *sort_p;
-
 static int
-cmp_desc(const void *a, const void *b)
+cmp_desc(const void *a, const void *b, void *ctx)
 {
+    const double *w = ctx;
     int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    double pi = sort_p[i], pj = sort_p[j];
-    if (pi > pj)
+    if (w[i] > w[j])
         return -1;
-    if (pi < pj)
+    if (w[i] < w[j])
         return 1;
     return i < j ? -1 : i > j;
 }
@@ -81,78 +88,98 @@ argmax(const float *x, int32_t n)
     return best;
 }
 
-/* log of the normalizer of exp(x / t): max/t + log sum exp(x/t - max/t), in double. */
+static int
+bucket_of(double w, uint64_t key_max)
+{
+    uint64_t u;
+    memcpy(&u, &w, sizeof u);
+    uint64_t d = key_max - (u >> 48); /* w <= w_max, and positive doubles order like their bits */
+    return w > 0.0 && d < NB ? (int)d : NB - 1;
+}
+
+/* Counting sort of the ids by bucket. */
+static void
+bucketize(const scratch_view *s, int32_t vocab)
+{
+    uint64_t key_max = (uint64_t)0x3FF0000000000000ull >> 48; /* w_max is exactly 1 */
+    int32_t cnt[NB] = {0};
+    for (int32_t i = 0; i < vocab; i++)
+        cnt[bucket_of(s->w[i], key_max)]++;
+    s->start[0] = 0;
+    for (int b = 0; b < NB; b++)
+        s->start[b + 1] = s->start[b] + cnt[b], cnt[b] = s->start[b];
+    for (int32_t i = 0; i < vocab; i++)
+        s->idx[cnt[bucket_of(s->w[i], key_max)]++] = i;
+    memset(s->sorted, 0, NB);
+}
+
+static void
+sort_bucket(const scratch_view *s, int b)
+{
+    if (!s->sorted[b])
+        qsort_r(s->idx + s->start[b], (size_t)(s->start[b + 1] - s->start[b]), sizeof *s->idx,
+                cmp_desc, s->w);
+    s->sorted[b] = 1;
+}
+
+/* top-k: how many tokens of each bucket survive (take[b]); returns their mass. */
 static double
-log_norm(const float *x, int32_t n, double t, double *mx_out)
+top_k_cut(const scratch_view *s, int32_t k, int32_t *take)
 {
-    double mx = -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        if ((double)x[i] / t > mx)
-            mx = (double)x[i] / t;
-    double s = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        s += exp((double)x[i] / t - mx);
-    *mx_out = mx;
-    return mx + log(s);
+    double mass = 0.0;
+    int32_t left = k;
+    for (int b = 0; b < NB; b++) {
+        int32_t n = s->start[b + 1] - s->start[b];
+        take[b] = left < n ? left : n;
+        if (take[b] > 0 && take[b] < n)
+            sort_bucket(s, b);
+        for (int32_t j = 0; j < take[b]; j++)
+            mass += s->w[s->idx[s->start[b] + j]];
+        left -= take[b];
+    }
+    return mass;
 }
 
-/* Sorts a candidate prefix {p >= thr} large enough to hold the top-k set (or, without top-k, the
- * nucleus). Returns the number of sorted candidates in s->idx (a prefix of the full sorted order).
- */
-static int32_t
-candidates(const scratch_view *s, int32_t vocab, double pmax, int32_t k, double need)
+/* Marks the kept tokens in s->keep. The nucleus keeps tokens, in (probability desc, id asc) order,
+ * while the mass before them is below top_p times the top-k mass (so at least one); min-p then
+ * drops tokens below min_p times the top probability. Returns the kept mass. */
+static double
+truncate_dist(const scratch_view *s, int32_t vocab, const grpo_sampling *p, double total)
 {
-    for (int shift = 8;; shift *= 2) {
-        double thr = shift >= 512 ? 0.0 : ldexp(pmax, -shift);
-        int32_t n = 0;
-        double mass = 0.0;
-        for (int32_t i = 0; i < vocab; i++)
-            if (s->p[i] >= thr) {
-                s->idx[n++] = i;
-                mass += s->p[i];
-            }
-        int enough = k > 0 ? n >= k : mass >= need;
-        if (enough || thr == 0.0) {
-            sort_p = s->p;
-            qsort(s->idx, (size_t)n, sizeof *s->idx, cmp_desc);
-            return n;
-        }
-    }
-}
-
-/* Marks the kept tokens in s->keep; returns how many. */
-static int32_t
-truncate_dist(const scratch_view *s, int32_t vocab, const grpo_sampling *p, double pmax,
-              double total)
-{
-    int32_t k = p->top_k > 0 && p->top_k < vocab ? p->top_k : 0;
-    double top_p = p->top_p < 1.0f ? (double)p->top_p : 1.0;
-    double floor_p = (double)p->min_p * pmax;
-    if (k == 0 && top_p >= 1.0) { /* min-p only (or nothing): no sort needed */
-        int32_t n = 0;
-        for (int32_t i = 0; i < vocab; i++)
-            n += s->keep[i] = s->p[i] >= floor_p;
-        return n;
-    }
+    int32_t k = p->top_k > 0 && p->top_k < vocab ? p->top_k : vocab;
+    double top_p = p->top_p < 1.0f ? (double)p->top_p : 1.0, floor_w = (double)p->min_p;
+    int32_t take[NB];
+    double mass = total, kept = 0.0, cum = 0.0;
+    bucketize(s, vocab);
+    if (k < vocab)
+        mass = top_k_cut(s, k, take);
+    else
+        for (int b = 0; b < NB; b++)
+            take[b] = s->start[b + 1] - s->start[b];
     memset(s->keep, 0, (size_t)vocab);
-    int32_t n = candidates(s, vocab, pmax, k, top_p * total);
-    double mass = total; /* of the top-k survivors, for the renormalized nucleus */
-    if (k > 0) {
-        n = n > k ? k : n;
-        mass = 0.0;
-        for (int32_t j = 0; j < n; j++)
-            mass += s->p[s->idx[j]];
-    }
-    double cum = 0.0;
-    int32_t kept = 0;
-    for (int32_t j = 0; j < n; j++) {
-        if (j > 0 && top_p < 1.0 && cum >= top_p * mass)
-            break; /* the nucleus: tokens whose preceding mass is below top_p */
-        cum += s->p[s->idx[j]];
-        if (s->p[s->idx[j]] >= floor_p) {
-            s->keep[s->idx[j]] = 1;
-            kept++;
+    double thr = top_p * mass;
+    int any = 0, cut = 0;
+    for (int b = 0; b < NB && !cut; b++) {
+        const int32_t *ids = s->idx + s->start[b];
+        double mb = 0.0;
+        for (int32_t j = 0; j < take[b]; j++)
+            mb += s->w[ids[j]];
+        int crossing = top_p < 1.0 && cum + mb >= thr;
+        if (crossing)
+            sort_bucket(s, b);
+        for (int32_t j = 0; j < take[b]; j++) {
+            if (crossing && any && cum >= thr) {
+                cut = 1;
+                break;
+            }
+            double w = s->w[ids[j]];
+            cum += w, any = 1;
+            if (w >= floor_w) {
+                s->keep[ids[j]] = 1;
+                kept += w;
+            }
         }
+        cut |= crossing;
     }
     return kept;
 }
@@ -162,35 +189,26 @@ sample_temp(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_rng
             float *lp_raw, float *lp_proc, void *mem)
 {
     scratch_view s = view(mem, vocab);
-    double t = (double)p->temperature, mx;
-    double lz = log_norm(logits, vocab, t, &mx);
-    double pmax = 0.0, total = 0.0;
-    for (int32_t i = 0; i < vocab; i++) {
-        s.p[i] = exp((double)logits[i] / t - lz);
-        total += s.p[i];
-        if (s.p[i] > pmax)
-            pmax = s.p[i];
-    }
-    truncate_dist(&s, vocab, p, pmax, total);
-    double z = 0.0;
+    double t = (double)p->temperature, total = 0.0;
+    float mx = logits[argmax(logits, vocab)];
     for (int32_t i = 0; i < vocab; i++)
-        if (s.keep[i])
-            z += s.p[i];
+        total += s.w[i] = exp(((double)logits[i] - (double)mx) / t);
+    double z = truncate_dist(&s, vocab, p, total);
     double target = grpo_rng_uniform(key) * z, cum = 0.0;
     int32_t tok = -1;
     for (int32_t i = 0; i < vocab; i++) {
         if (!s.keep[i])
             continue;
         tok = i;
-        cum += s.p[i];
+        cum += s.w[i];
         if (cum > target)
             break;
     }
-    double lraw = (double)logits[tok] / t - lz;
+    double lw = ((double)logits[tok] - (double)mx) / t;
     if (lp_raw)
-        *lp_raw = (float)lraw;
+        *lp_raw = (float)(lw - log(total));
     if (lp_proc)
-        *lp_proc = (float)(lraw - log(z));
+        *lp_proc = (float)(lw - log(z));
     return tok;
 }
 
@@ -209,10 +227,11 @@ grpo_sample_ex(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_
         }
     if (p->temperature <= 0.0f) {
         int32_t tok = argmax(logits, vocab);
-        double mx;
-        double lz = log_norm(logits, vocab, 1.0, &mx);
+        double s = 0.0;
+        for (int32_t i = 0; i < vocab; i++)
+            s += exp((double)logits[i] - (double)logits[tok]);
         if (lp_raw)
-            *lp_raw = (float)((double)logits[tok] - lz);
+            *lp_raw = (float)-log(s);
         if (lp_proc)
             *lp_proc = 0.0f;
         return tok;

@@ -148,6 +148,8 @@ struct sbx_worker {
 void sbx_worker_main(int sock) __attribute__((noreturn));
 /* Probe run inside the worker (cached). */
 uint32_t sbx_probe_here(void);
+/* Facilities named in $GRPO_SANDBOX_DISABLE (read at each worker's INIT). */
+uint32_t sbx_iso_disabled_by_env(void);
 
 /* ---- service.c */
 /* Returns a connected socket to a new worker (forked by the service or, without one, by us). */

@@ -34,8 +34,9 @@ worker_entry(int sock)
 static void __attribute__((noreturn))
 service_main(int ctl)
 {
-    signal(SIGCHLD, SIG_IGN); /* workers are reaped by the kernel */
     signal(SIGPIPE, SIG_IGN);
+    sbx_probe_here(); /* once: every worker inherits the answer */
+    signal(SIGCHLD, SIG_IGN); /* workers are reaped by the kernel */
     for (;;) {
         uint32_t op;
         char *p;
@@ -122,6 +123,7 @@ sbx_service_new_worker(int *sock_out, pid_t *pid_out)
         pthread_mutex_unlock(&svc_mu);
     } else {
         pthread_mutex_unlock(&svc_mu);
+        sbx_probe_here(); /* cached here, so each worker need not probe again */
         pid_t pid = fork();
         if (pid == 0)
             worker_entry(sp[1]);

@@ -43,7 +43,7 @@ op_init(sbx_worker *w, sbx_rd *r)
     if (require == 0)
         require = GRPO_SANDBOX_ISO_ALL;
     require &= GRPO_SANDBOX_ISO_ALL; /* 0x100 alone: the probe, which requires nothing */
-    w->iso = sbx_probe_here();
+    w->iso = sbx_probe_here() & ~sbx_iso_disabled_by_env();
     if ((require & w->iso) != require) {
         grpo_sandbox_iso_str(w->iso, have, sizeof have);
         grpo_sandbox_iso_str(require & ~w->iso, need, sizeof need);

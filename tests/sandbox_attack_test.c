@@ -52,7 +52,8 @@ limits(grpo_sandbox_limits *l)
     l->fsize_bytes = 8 << 20;
 }
 
-/* Sandbox-uid processes that descend from us or were orphaned to the host's init. */
+/* Sandbox processes (the sandbox's host uid, another PID namespace than ours) that descend from
+ * us or were orphaned to the host's init. */
 static int
 leftovers(void)
 {
@@ -60,6 +61,9 @@ leftovers(void)
     struct dirent *e;
     int n = 0;
     unsigned uid = grpo_sandbox_host_uid();
+    char my_ns[64] = "", ns[64], nspath[300];
+    if (readlink("/proc/self/ns/pid", my_ns, sizeof my_ns - 1) < 0)
+        my_ns[0] = '\0';
     while (d && (e = readdir(d)) != NULL) {
         char path[300], line[256];
         unsigned ruid = 0;
@@ -77,6 +81,10 @@ leftovers(void)
         fclose(f);
         if (ruid != uid)
             continue;
+        snprintf(nspath, sizeof nspath, "/proc/%s/ns/pid", e->d_name);
+        memset(ns, 0, sizeof ns);
+        if (readlink(nspath, ns, sizeof ns - 1) > 0 && strcmp(ns, my_ns) == 0)
+            continue; /* in our namespace: a worker of ours, not a sandboxed process */
         /* walk up: ours if we are an ancestor, escaped if its parent is the host's init */
         for (int p = ppid, hops = 0; p > 0 && hops < 64; hops++) {
             if (p == getpid() || p == 1) {

@@ -61,6 +61,24 @@ t_isolation(void **s)
 }
 
 static void
+t_refuses_less(void **s)
+{
+    (void)s;
+    grpo_sandbox *weak;
+    grpo_sandbox_opts opts = {GRPO_SANDBOX_ISO_ALL & ~GRPO_SANDBOX_ISO_NET, NULL};
+    char buf[128];
+    setenv("GRPO_SANDBOX_DISABLE", "net,uts", 1); /* as if the kernel lacked them */
+    assert_int_equal(grpo_sandbox_create(&weak, NULL), GRPO_EUNSUPPORTED);
+    assert_non_null(strstr(grpo_error_last(), "missing required net,uts"));
+    opts.require &= ~GRPO_SANDBOX_ISO_UTS; /* a lower minimum is honoured and reported */
+    assert_int_equal(grpo_sandbox_create(&weak, &opts), GRPO_OK);
+    assert_string_equal(grpo_sandbox_iso_str(grpo_sandbox_isolation(weak), buf, sizeof buf),
+                        "user,pid,mount,ipc,seccomp,nnp");
+    grpo_sandbox_destroy(weak);
+    unsetenv("GRPO_SANDBOX_DISABLE");
+}
+
+static void
 t_exit_and_io(void **s)
 {
     (void)s;
@@ -296,7 +314,8 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_isolation),  cmocka_unit_test(t_exit_and_io),
+        cmocka_unit_test(t_isolation),  cmocka_unit_test(t_refuses_less),
+        cmocka_unit_test(t_exit_and_io),
         cmocka_unit_test(t_output_caps), cmocka_unit_test(t_deadline),
         cmocka_unit_test(t_files_binds_env), cmocka_unit_test(t_spawn),
         cmocka_unit_test(t_service),    cmocka_unit_test(t_pool),

@@ -18,24 +18,56 @@ lut_init(void)
     __atomic_store_n(&e4m3_ready, 1, __ATOMIC_RELEASE);
 }
 
-/* out[i] = e4m3(s[i]) * sc for n values. (b & 0x7f) << 20 puts E4M3's exponent and mantissa in
- * an fp32's low exponent/high mantissa bits: that float is the E4M3 value times 2^-120 exactly
- * (subnormals included), so one multiply by sc * 2^120 rounds once, like value * sc. */
+/* One E4M3 byte as an exact float, built without denormals (which cost a microcode assist per
+ * operation on x86): normal codes get their exponent rebased by +120, subnormal codes (exponent 0)
+ * are m * 2^-9. Identical to the table for every code but the two NaNs (which decode to +-480 here;
+ * checkpoints hold none). */
+static inline float
+e4m3_exact(uint32_t b)
+{
+    uint32_t sign = (b & 0x80) << 24;
+    uint32_t un = (((b & 0x7f) + (120u << 3)) << 20) | sign; /* normal: exponent + 120 */
+    uint32_t um = 0x3f800000u | ((b & 7) << 20);               /* 1 + m/8 */
+    uint32_t us = 0x3c800000u | sign;                          /* +-2^-6 */
+    float fn, fm, fs;
+    memcpy(&fn, &un, 4);
+    memcpy(&fm, &um, 4);
+    memcpy(&fs, &us, 4);
+    float sub = (fm - 1.0f) * fs; /* m/8 * 2^-6, exact */
+    return (b & 0x78) != 0 ? fn : sub;
+}
+
+/* out[i] = e4m3(s[i]) * sc for n values: one rounding, as table value times scale. */
 GRPO_CPU_CLONES static void
 fp8_row(const uint8_t *s, int32_t n, float sc, float *out)
 {
-    float big = sc * 0x1p120f;
-    int32_t i = 0;
-    if (isfinite(big) && big != 0.0f) {
-        for (; i < n; i++) {
-            uint32_t b = s[i], u = ((b & 0x7f) << 20) | ((b & 0x80) << 24);
-            float f;
-            memcpy(&f, &u, 4);
-            out[i] = f * big;
-        }
+    for (int32_t i = 0; i < n; i++)
+        out[i] = e4m3_exact(s[i]) * sc;
+}
+
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* The common case, one whole 128-wide block, written with explicit 8-lane vectors (the same
+ * arithmetic as e4m3_exact, branch-free) because compilers keep the scalar select as a branch. */
+GRPO_CPU_CLONES static void
+fp8_block128(const uint8_t *s, float sc, float *out)
+{
+    uint32_t wide[128];
+    for (int i = 0; i < 128; i++)
+        wide[i] = s[i];
+    for (int i = 0; i < 128; i += 8) {
+        v8u b;
+        memcpy(&b, wide + i, sizeof b);
+        v8u sign = (b & 0x80) << 24;
+        v8u un = (((b & 0x7f) + (120u << 3)) << 20) | sign;
+        v8u um = 0x3f800000u | ((b & 7) << 20);
+        v8u us = 0x3c800000u | sign;
+        grpo_v8f sub = ((grpo_v8f)um - 1.0f) * (grpo_v8f)us;
+        v8u normal = (v8u)((b & 0x78) != 0); /* all ones where the exponent is nonzero */
+        v8u bits = (un & normal) | ((v8u)sub & ~normal);
+        grpo_v8_store(out + i, (grpo_v8f)bits * sc);
     }
-    for (; i < n; i++)
-        out[i] = e4m3_lut[s[i]] * sc;
 }
 
 GRPO_CPU_CLONES static void
@@ -74,7 +106,10 @@ grpo_kw_dequant_row(const grpo_kw *w, int32_t r, int32_t c0, int32_t n, float *o
             int32_t c = c0 + i, blk = c / w->bc, end = (blk + 1) * w->bc - c0;
             if (end > n)
                 end = n;
-            fp8_row(s + i, end - i, srow[blk], out + i);
+            if (end - i == 128)
+                fp8_block128(s + i, srow[blk], out + i);
+            else
+                fp8_row(s + i, end - i, srow[blk], out + i);
             i = end;
         }
         break;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #define NB 4   /* weight rows per tile */
-#define KB 256 /* columns per tile (a multiple of 8) */
+#define KB 512 /* columns per tile (a multiple of 8) */
 #define CB 64  /* output columns per gemm_t tile */
 
 /* Lane l of an accumulator sums the products at k = l (mod 8) in ascending k; the tail (kb not a

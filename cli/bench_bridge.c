@@ -95,7 +95,8 @@ run_bridge(const char *url, grpo_batch *b, int count, int window, double *secs, 
     return err == GRPO_OK ? 0 : -1;
 }
 
-/* ---- plain socket: length-prefixed bytes one way, one byte back per batch ---------------------- */
+/* ---- plain socket: length-prefixed bytes one way, one byte back per batch ----------------------
+ */
 
 typedef struct {
     int fd;
@@ -191,15 +192,18 @@ run_plain(int unix_domain, const void *bytes, size_t len, int count, double *sec
 static void
 help(void)
 {
-    printf("usage: grpo bench bridge [--sizes 1M,64M] [--seconds S] [--window K] [--transports ipc,tcp]\n\n"
-           "Publishes batches through the trainer bridge (encode, queue, NNG REQ/REP, decode-free C\n"
-           "consumer that acknowledges each batch) and prints batches/s and GB/s, beside a plain\n"
-           "loopback socket (unix socketpair for ipc, TCP for tcp) moving the same bytes with a\n"
-           "one-byte acknowledgement per batch, measured in the same run.\n\n"
-           "  --sizes LIST        batch sizes (bytes, K/M/G suffixes), default 1M,64M\n"
-           "  --seconds S         about this long per row (batch count from a first estimate), default 2\n"
-           "  --window K          the bridge's window of unacknowledged batches, default 4\n"
-           "  --transports LIST   ipc and/or tcp, default ipc,tcp\n");
+    printf(
+        "usage: grpo bench bridge [--sizes 1M,64M] [--seconds S] [--window K] [--transports "
+        "ipc,tcp]\n\n"
+        "Publishes batches through the trainer bridge (encode, queue, NNG REQ/REP, decode-free C\n"
+        "consumer that acknowledges each batch) and prints batches/s and GB/s, beside a plain\n"
+        "loopback socket (unix socketpair for ipc, TCP for tcp) moving the same bytes with a\n"
+        "one-byte acknowledgement per batch, measured in the same run.\n\n"
+        "  --sizes LIST        batch sizes (bytes, K/M/G suffixes), default 1M,64M\n"
+        "  --seconds S         about this long per row (batch count from a first estimate), "
+        "default 2\n"
+        "  --window K          the bridge's window of unacknowledged batches, default 4\n"
+        "  --transports LIST   ipc and/or tcp, default ipc,tcp\n");
 }
 
 int
@@ -228,8 +232,8 @@ grpo_bench_bridge(int argc, char **argv)
     }
     if (seconds <= 0 || window < 1)
         return cli_usage("bench bridge", "--seconds must be > 0 and --window >= 1");
-    printf("%-9s %9s %8s %11s %9s %13s %9s\n", "transport", "batch", "batches", "batches/s",
-           "GB/s", "plain GB/s", "bridge/plain");
+    printf("%-9s %9s %8s %11s %9s %13s %9s\n", "transport", "batch", "batches", "batches/s", "GB/s",
+           "plain GB/s", "bridge/plain");
     char sz_list[256];
     snprintf(sz_list, sizeof sz_list, "%s", sizes);
     for (char *save = NULL, *s = strtok_r(sz_list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {

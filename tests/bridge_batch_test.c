@@ -144,7 +144,8 @@ test_layout(void **state)
     assert_string_equal(cJSON_GetObjectItem(meta, "run_id")->valuestring, a->run_id);
     const cJSON *tok = cJSON_GetObjectItem(h, "tokens");
     assert_string_equal(cJSON_GetObjectItem(tok, "dtype")->valuestring, "I32");
-    size_t b0 = (size_t)cJSON_GetArrayItem(cJSON_GetObjectItem(tok, "data_offsets"), 0)->valuedouble;
+    size_t b0 =
+        (size_t)cJSON_GetArrayItem(cJSON_GetObjectItem(tok, "data_offsets"), 0)->valuedouble;
     assert_memory_equal(p + 8 + hl + b0, a->tokens, a->n_tok * 4);
     const cJSON *off = cJSON_GetObjectItem(h, "seq_offsets");
     assert_string_equal(cJSON_GetObjectItem(off, "dtype")->valuestring, "I64");
@@ -316,18 +317,22 @@ test_python_encoded(void **state)
         const cJSON *t = cJSON_GetObjectItem(c, "tensors");
         for (size_t i = 0; i < b->n_tok; i++) {
             assert_int_equal(b->tokens[i], (int32_t)jnum(cJSON_GetObjectItem(t, "tokens"), i));
-            assert_int_equal(b->loss_mask[i], (uint8_t)jnum(cJSON_GetObjectItem(t, "loss_mask"), i));
+            assert_int_equal(b->loss_mask[i],
+                             (uint8_t)jnum(cJSON_GetObjectItem(t, "loss_mask"), i));
             assert_true(b->logprobs[i] == (float)jnum(cJSON_GetObjectItem(t, "logprobs"), i));
             if (b->ref_logprobs)
                 assert_true(b->ref_logprobs[i] ==
                             (float)jnum(cJSON_GetObjectItem(t, "ref_logprobs"), i));
         }
         for (size_t i = 0; i <= b->n_seq; i++)
-            assert_int_equal(b->seq_offsets[i], (int64_t)jnum(cJSON_GetObjectItem(t, "seq_offsets"), i));
+            assert_int_equal(b->seq_offsets[i],
+                             (int64_t)jnum(cJSON_GetObjectItem(t, "seq_offsets"), i));
         for (size_t i = 0; i < b->n_seq; i++) {
             assert_true(b->advantages[i] == (float)jnum(cJSON_GetObjectItem(t, "advantages"), i));
-            assert_int_equal(b->prompt_lens[i], (int32_t)jnum(cJSON_GetObjectItem(t, "prompt_lens"), i));
-            assert_int_equal(b->group_ids[i], (int64_t)jnum(cJSON_GetObjectItem(t, "group_ids"), i));
+            assert_int_equal(b->prompt_lens[i],
+                             (int32_t)jnum(cJSON_GetObjectItem(t, "prompt_lens"), i));
+            assert_int_equal(b->group_ids[i],
+                             (int64_t)jnum(cJSON_GetObjectItem(t, "group_ids"), i));
         }
         assert_int_equal(!!b->token_advantages, !!cJSON_GetObjectItem(t, "token_advantages"));
         grpo_batch_destroy(b);

@@ -300,9 +300,8 @@ test_loss_golden(void **state)
             near(t.clipfrac_high, num(e, "clipfrac_high"), "clipfrac_high", name, 0);
             /* TRL logs the token-mean KL whatever the loss aggregation */
             grpo_kl_summary s;
-            assert_int_equal(grpo_kl_compute(GRPO_KL_K3, nw, ref, mask, off, B, NULL, NULL, NULL,
-                                             &s),
-                             GRPO_OK);
+            assert_int_equal(
+                grpo_kl_compute(GRPO_KL_K3, nw, ref, mask, off, B, NULL, NULL, NULL, &s), GRPO_OK);
             near(s.token_mean, num(e, "kl_token_mean"), "kl", name, 0);
             n_trl++;
         }
@@ -330,8 +329,8 @@ test_overlong_golden(void **state)
         double *want = arr_d(c, "expected"), *r = calloc(n, sizeof *r);
         for (size_t i = 0; i < n; i++)
             r[i] = 0.5;
-        grpo_overlong_opts o = {.shape = 1, .max_len = (int64_t)num(c, "max_len"),
-                                .buffer = (int64_t)num(c, "buffer")};
+        grpo_overlong_opts o = {
+            .shape = 1, .max_len = (int64_t)num(c, "max_len"), .buffer = (int64_t)num(c, "buffer")};
         assert_int_equal(grpo_overlong_apply(&o, lens, NULL, n, r, NULL), GRPO_OK);
         for (size_t i = 0; i < n; i++)
             near(r[i] - 0.5, want[i], "overlong", name, i);
@@ -385,8 +384,8 @@ test_overlong_mask_and_kl_reward(void **state)
     int64_t lens[3] = {10, 18, 25};
     uint8_t trunc[3] = {0, 0, 1}, seqm[3] = {1, 1, 1};
     double r[3] = {1, 1, 1};
-    grpo_overlong_opts o = {.shape = 1, .mask_truncated = 1, .max_len = 20, .buffer = 4,
-                            .factor = 0.5};
+    grpo_overlong_opts o = {
+        .shape = 1, .mask_truncated = 1, .max_len = 20, .buffer = 4, .factor = 0.5};
     assert_int_equal(grpo_overlong_apply(&o, lens, trunc, 3, r, seqm), GRPO_OK);
     assert_true(r[0] == 1.0);
     assert_true(fabs(r[1] - (1.0 + 0.5 * (16.0 - 18.0) / 4.0)) < 1e-15);

@@ -35,7 +35,8 @@ make_batch(const char *run, int64_t k, int64_t version)
     b->policy_version = version;
     size_t t = 0;
     for (size_t i = 0; i < B; i++) {
-        int32_t pl = (int32_t)(3 + (k + (int64_t)i) % 4), cl = (int32_t)(2 + (k * 7 + (int64_t)i) % 5);
+        int32_t pl = (int32_t)(3 + (k + (int64_t)i) % 4),
+                cl = (int32_t)(2 + (k * 7 + (int64_t)i) % 5);
         b->seq_offsets[i] = (int64_t)t;
         b->prompt_lens[i] = pl;
         b->group_ids[i] = k * 10 + (int64_t)i / 2;

@@ -100,7 +100,8 @@ group_adv(const grpo_adv_opts *o, const double *r, size_t n, double batch_sd, do
     double m = mean_of(r, n);
     switch (o->kind) {
     case GRPO_ADV_GRPO: {
-        double sd = o->batch_std ? batch_sd : sqrt(ssd_of(r, n, m) / (double)(o->std_unbiased ? n - 1 : n));
+        double sd =
+            o->batch_std ? batch_sd : sqrt(ssd_of(r, n, m) / (double)(o->std_unbiased ? n - 1 : n));
         for (size_t i = 0; i < n; i++)
             adv[i] = (r[i] - m) / (sd + o->eps);
         break;
@@ -138,8 +139,10 @@ whiten(const grpo_adv_opts *o, const double *w, size_t n, double *adv)
         s += wi * adv[i];
     }
     if (W <= 0 || (o->std_unbiased && W <= 1))
-        return grpo__fail(GRPO_EINVAL, "advantages: batch whitening needs a total weight > %s "
-                                       "(got %g)", o->std_unbiased ? "1" : "0", W);
+        return grpo__fail(GRPO_EINVAL,
+                          "advantages: batch whitening needs a total weight > %s "
+                          "(got %g)",
+                          o->std_unbiased ? "1" : "0", W);
     double m = s / W;
     for (size_t i = 0; i < n; i++) {
         double wi = w ? w[i] : 1.0;
@@ -291,8 +294,10 @@ grpo_overlong_apply(const grpo_overlong_opts *o, const int64_t *lens, const uint
                     size_t n, double *rewards, uint8_t *seq_mask)
 {
     if (o->shape && (o->max_len <= 0 || o->buffer < 0 || o->buffer > o->max_len))
-        return grpo__fail(GRPO_EINVAL, "overlong: need 0 <= buffer (%lld) <= max_len (%lld), "
-                                       "max_len > 0", (long long)o->buffer, (long long)o->max_len);
+        return grpo__fail(GRPO_EINVAL,
+                          "overlong: need 0 <= buffer (%lld) <= max_len (%lld), "
+                          "max_len > 0",
+                          (long long)o->buffer, (long long)o->max_len);
     if (o->mask_truncated && (truncated == NULL || seq_mask == NULL))
         return grpo__fail(GRPO_EINVAL, "overlong: mask_truncated needs truncated and seq_mask");
     double factor = o->factor == 0 ? 1.0 : o->factor; /* 0 = the default 1.0 */

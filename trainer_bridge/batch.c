@@ -94,8 +94,7 @@ grpo_batch_set_str(grpo_batch *b, char **field, const char *s)
 }
 
 grpo_err
-grpo_batch_create(grpo_batch **out, const char *run_id, size_t n_seq, size_t n_tok,
-                  uint32_t flags)
+grpo_batch_create(grpo_batch **out, const char *run_id, size_t n_seq, size_t n_tok, uint32_t flags)
 {
     grpo_err err = GRPO_OK;
     *out = NULL;
@@ -138,7 +137,9 @@ check_str(const char *s, const char *what, bool nonempty)
     size_t n = strlen(s);
     if ((nonempty && n == 0) || n > MAX_STR || !grpo__utf8_valid(s, n))
         return grpo__fail(GRPO_EINVAL, "batch: %s is %s", what,
-                          n == 0 ? "empty" : n > MAX_STR ? "too long" : "not valid UTF-8");
+                          n == 0        ? "empty"
+                          : n > MAX_STR ? "too long"
+                                        : "not valid UTF-8");
     return GRPO_OK;
 }
 
@@ -151,8 +152,10 @@ check_meta(const grpo_batch *b)
         (err = check_str(b->reward_config_hash, "reward_config_hash", false)) != GRPO_OK)
         return err;
     if (b->batch_id < 0 || b->step < 0 || b->policy_version < 0)
-        return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": batch_id, step and policy_version "
-                                       "must be >= 0", b->batch_id);
+        return grpo__fail(GRPO_EINVAL,
+                          "batch %" PRId64 ": batch_id, step and policy_version "
+                          "must be >= 0",
+                          b->batch_id);
     if (b->flags & ~KNOWN_FLAGS)
         return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": unknown flags 0x%x", b->batch_id,
                           (unsigned)b->flags);
@@ -178,23 +181,31 @@ check_seqs(const grpo_batch *b)
     const int64_t *off = b->seq_offsets;
     int64_t id = b->batch_id;
     if (off[0] != 0 || (uint64_t)off[b->n_seq] != b->n_tok)
-        return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": seq_offsets must run from 0 to %zu",
-                          id, b->n_tok);
+        return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": seq_offsets must run from 0 to %zu", id,
+                          b->n_tok);
     for (size_t i = 0; i < b->n_seq; i++) {
         if (off[i + 1] < off[i] || (uint64_t)off[i + 1] > b->n_tok)
-            return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": seq_offsets[%zu] = %" PRId64
-                                           " is out of order or out of bounds", id, i + 1, off[i + 1]);
+            return grpo__fail(GRPO_EINVAL,
+                              "batch %" PRId64 ": seq_offsets[%zu] = %" PRId64
+                              " is out of order or out of bounds",
+                              id, i + 1, off[i + 1]);
         if (b->prompt_lens[i] < 0 || b->prompt_lens[i] > off[i + 1] - off[i])
-            return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": prompt_lens[%zu] = %d is outside "
-                                           "[0, %" PRId64 "]", id, i, b->prompt_lens[i], off[i + 1] - off[i]);
+            return grpo__fail(GRPO_EINVAL,
+                              "batch %" PRId64 ": prompt_lens[%zu] = %d is outside "
+                              "[0, %" PRId64 "]",
+                              id, i, b->prompt_lens[i], off[i + 1] - off[i]);
         if (b->group_ids[i] < 0 || b->sample_idx[i] < 0 ||
             (b->policy_versions && b->policy_versions[i] < 0))
-            return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": sequence %zu has a negative group "
-                                           "id, sample index or policy version", id, i);
+            return grpo__fail(GRPO_EINVAL,
+                              "batch %" PRId64 ": sequence %zu has a negative group "
+                              "id, sample index or policy version",
+                              id, i);
         for (int64_t t = off[i]; t < off[i] + b->prompt_lens[i]; t++)
             if (b->loss_mask[t])
-                return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": loss_mask is set on prompt "
-                                               "token %" PRId64, id, t);
+                return grpo__fail(GRPO_EINVAL,
+                                  "batch %" PRId64 ": loss_mask is set on prompt "
+                                  "token %" PRId64,
+                                  id, t);
     }
     return GRPO_OK;
 }
@@ -209,8 +220,10 @@ grpo_batch_validate(const grpo_batch *b)
         return err;
     for (size_t t = 0; t < b->n_tok; t++)
         if (b->tokens[t] < 0 || b->loss_mask[t] > 1)
-            return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": token %zu has a negative id or a "
-                                           "loss_mask other than 0/1", b->batch_id, t);
+            return grpo__fail(GRPO_EINVAL,
+                              "batch %" PRId64 ": token %zu has a negative id or a "
+                              "loss_mask other than 0/1",
+                              b->batch_id, t);
     if ((err = check_finite(b->logprobs, b->n_tok, "logprobs", b->batch_id)) != GRPO_OK ||
         (err = check_finite(b->advantages, b->n_seq, "advantages", b->batch_id)) != GRPO_OK ||
         (err = check_finite(b->rewards, b->n_seq, "rewards", b->batch_id)) != GRPO_OK)
@@ -295,8 +308,9 @@ write_header(grpo_buf *o, const grpo_batch *b, uint64_t *data_len)
         if (!present(b->flags, f))
             continue;
         uint64_t n = fcount(b, f), nb = n * grpo_bridge__st_dtype_size(f->dt);
-        err = grpo__buf_printf(o, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%" PRIu64 "],"
-                                  "\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
+        err = grpo__buf_printf(o,
+                               ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%" PRIu64 "],"
+                               "\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
                                f->name, grpo_bridge__st_dtype_name(f->dt), n, pos, pos + nb);
         pos += nb;
     }
@@ -350,8 +364,10 @@ meta_i64(const st_file *f, const char *key, int64_t *out)
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (s[0] == '\0' || s[0] == ' ' || s[0] == '+' || *end != '\0' || errno != 0 || v < 0)
-        return grpo__fail(GRPO_EFORMAT, "batch: __metadata__ \"%s\" = \"%.40s\" is not an "
-                                        "integer >= 0", key, s);
+        return grpo__fail(GRPO_EFORMAT,
+                          "batch: __metadata__ \"%s\" = \"%.40s\" is not an "
+                          "integer >= 0",
+                          key, s);
     *out = (int64_t)v;
     return GRPO_OK;
 }

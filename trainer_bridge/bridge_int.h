@@ -13,8 +13,22 @@ grpo_err grpo_bridge__check_offsets(const int64_t *off, size_t n_seq, const char
 /* ---- safetensors ---------------------------------------------------------------------------- */
 
 typedef enum {
-    ST_BOOL, ST_U8, ST_I8, ST_I16, ST_U16, ST_F16, ST_BF16, ST_I32, ST_U32, ST_F32, ST_F64,
-    ST_I64, ST_U64, ST_F8_E4M3, ST_F8_E5M2, ST_N_DTYPES
+    ST_BOOL,
+    ST_U8,
+    ST_I8,
+    ST_I16,
+    ST_U16,
+    ST_F16,
+    ST_BF16,
+    ST_I32,
+    ST_U32,
+    ST_F32,
+    ST_F64,
+    ST_I64,
+    ST_U64,
+    ST_F8_E4M3,
+    ST_F8_E5M2,
+    ST_N_DTYPES
 } st_dtype;
 
 #define ST_MAX_DIMS 8
@@ -33,8 +47,8 @@ typedef struct {
     size_t n;
     char **meta_keys, **meta_vals; /* __metadata__ (string -> string) */
     size_t n_meta;
-    uint64_t header_len;           /* JSON bytes */
-    uint64_t data_off;             /* 8 + header_len */
+    uint64_t header_len; /* JSON bytes */
+    uint64_t data_off;   /* 8 + header_len */
     uint64_t data_len;
 } st_file;
 
@@ -61,19 +75,19 @@ const char *grpo_bridge__st_meta(const st_file *f, const char *key);
 
 enum {
     /* trainer -> publisher (requests) */
-    GRPB_HELLO = 1,  /* json {run_id?, consumer?}; resets nothing, answered READY */
-    GRPB_GET = 2,    /* payload: n_acks i64 ids then n_held i64 ids; a = n_acks, b = n_held */
-    GRPB_ACK = 3,    /* payload: a acks; answered OK */
-    GRPB_WEIGHTS = 4,/* a = version; json {path, sha256}; answered OK or ERROR */
-    GRPB_WCHUNK = 5, /* a = version, b = chunk index; json {n_chunks, bytes, sha256} on chunk 0
-                      * and json {n_chunks} after; payload = chunk bytes; answered OK/ERROR */
+    GRPB_HELLO = 1,   /* json {run_id?, consumer?}; resets nothing, answered READY */
+    GRPB_GET = 2,     /* payload: n_acks i64 ids then n_held i64 ids; a = n_acks, b = n_held */
+    GRPB_ACK = 3,     /* payload: a acks; answered OK */
+    GRPB_WEIGHTS = 4, /* a = version; json {path, sha256}; answered OK or ERROR */
+    GRPB_WCHUNK = 5,  /* a = version, b = chunk index; json {n_chunks, bytes, sha256} on chunk 0
+                       * and json {n_chunks} after; payload = chunk bytes; answered OK/ERROR */
     /* publisher -> trainer (replies) */
     GRPB_READY = 65, /* json {run_id, window, schema, schema_version, weights_version} */
     GRPB_BATCH = 66, /* a = batch id, b = policy version; payload = safetensors bytes */
     GRPB_NONE = 67,  /* nothing to send yet (long poll expired); a = unacked count */
     GRPB_END = 68,   /* the stream is finished and every batch acknowledged */
     GRPB_OK = 69,
-    GRPB_ERROR = 70  /* json {error} */
+    GRPB_ERROR = 70 /* json {error} */
 };
 
 typedef struct {

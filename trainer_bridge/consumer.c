@@ -39,8 +39,8 @@ push_id(int64_t **v, size_t *n, size_t *cap, int64_t id)
 /* Sends one request and waits for its reply, resending every SLICE_MS until timeout_ms
  * (-1 = forever). On success *rep is the reply (the caller frees it with nng_msg_free). */
 static grpo_err
-request(grpo_bridge_consumer *c, int type, int64_t a, int64_t b, const char *json,
-        const void *p1, size_t n1, const void *p2, size_t n2, int timeout_ms, nng_msg **rep)
+request(grpo_bridge_consumer *c, int type, int64_t a, int64_t b, const char *json, const void *p1,
+        size_t n1, const void *p2, size_t n2, int timeout_ms, nng_msg **rep)
 {
     uint8_t hdr[GRPB_HDR];
     size_t jl = json ? strlen(json) : 0;
@@ -59,13 +59,12 @@ request(grpo_bridge_consumer *c, int type, int64_t a, int64_t b, const char *jso
             return grpo_bridge__nng_fail(rv, "send", c->url);
         }
         int left = timeout_ms < 0 ? SLICE_MS : timeout_ms - (int)((grpo_now() - t0) * 1000);
-        nng_socket_set_ms(c->s, NNG_OPT_RECVTIMEO, left < SLICE_MS ? (left > 0 ? left : 1)
-                                                                   : SLICE_MS);
+        nng_socket_set_ms(c->s, NNG_OPT_RECVTIMEO,
+                          left < SLICE_MS ? (left > 0 ? left : 1) : SLICE_MS);
         rv = nng_recvmsg(c->s, rep, 0);
         if (rv == 0)
             return GRPO_OK;
-        if (rv != NNG_ETIMEDOUT ||
-            (timeout_ms >= 0 && (grpo_now() - t0) * 1000 >= timeout_ms))
+        if (rv != NNG_ETIMEDOUT || (timeout_ms >= 0 && (grpo_now() - t0) * 1000 >= timeout_ms))
             return grpo_bridge__nng_fail(rv, "waiting for the publisher", c->url);
     }
 }
@@ -75,14 +74,14 @@ check_reply(const grpo_bridge_consumer *c, nng_msg *rep, grpb_msg *m)
 {
     grpo_err err = grpo_bridge__msg_parse(nng_msg_body(rep), nng_msg_len(rep), m);
     if (err == GRPO_OK && m->type == GRPB_ERROR)
-        err = grpo__fail(GRPO_ESTATE, "bridge %s: publisher says: %.*s", c->url,
-                         (int)m->json_len, m->json);
+        err = grpo__fail(GRPO_ESTATE, "bridge %s: publisher says: %.*s", c->url, (int)m->json_len,
+                         m->json);
     return err;
 }
 
 grpo_err
-grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url,
-                            const char *expect_run_id, int timeout_ms)
+grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url, const char *expect_run_id,
+                            int timeout_ms)
 {
     grpo_err err = GRPO_OK;
     nng_msg *rep = NULL;
@@ -269,8 +268,8 @@ grpo_bridge_consumer_send_weights_path(grpo_bridge_consumer *c, int64_t version,
 }
 
 grpo_err
-grpo_bridge_consumer_send_weights_inline(grpo_bridge_consumer *c, int64_t version,
-                                         const char *path, size_t chunk_bytes)
+grpo_bridge_consumer_send_weights_inline(grpo_bridge_consumer *c, int64_t version, const char *path,
+                                         size_t chunk_bytes)
 {
     char *buf = NULL, hex[65];
     size_t len = 0;

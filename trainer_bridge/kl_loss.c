@@ -39,8 +39,8 @@ grpo_bridge__check_offsets(const int64_t *off, size_t n_seq, const char *where)
 
 grpo_err
 grpo_kl_compute(grpo_kl_kind kind, const float *logp, const float *ref_logp, const uint8_t *mask,
-                const int64_t *off, size_t n_seq, float *kl_tok, double *seq_sum,
-                double *seq_mean, grpo_kl_summary *summary)
+                const int64_t *off, size_t n_seq, float *kl_tok, double *seq_sum, double *seq_mean,
+                grpo_kl_summary *summary)
 {
     grpo_err err;
     if ((unsigned)kind > GRPO_KL_K3)
@@ -107,8 +107,8 @@ grpo_loss_opts_default(grpo_loss_opts *o)
 
 /* Aggregates per-token values v over masked tokens, as verl's agg_loss. */
 typedef struct {
-    double tok_sum;   /* sum over all masked tokens */
-    double seq_mean;  /* sum over sequences of (token sum / token count) */
+    double tok_sum;  /* sum over all masked tokens */
+    double seq_mean; /* sum over sequences of (token sum / token count) */
     size_t ntok, nseq;
 } agg_acc;
 
@@ -157,8 +157,8 @@ token_pg(const grpo_loss_opts *o, double lp, double old, double a, loss_acc *L)
 }
 
 static size_t
-seq_loss(const grpo_loss_opts *o, const float *lp, const float *old, const float *ref,
-         double a_seq, const float *a_tok, const uint8_t *mask, int64_t b, int64_t e, loss_acc *L)
+seq_loss(const grpo_loss_opts *o, const float *lp, const float *old, const float *ref, double a_seq,
+         const float *a_tok, const uint8_t *mask, int64_t b, int64_t e, loss_acc *L)
 {
     double pg = 0, kl = 0;
     size_t c = 0;

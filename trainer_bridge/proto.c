@@ -47,7 +47,8 @@ grpo_bridge__msg_parse(const void *buf, size_t len, grpb_msg *m)
 grpo_err
 grpo_bridge__nng_fail(int rv, const char *what, const char *url)
 {
-    grpo_err code = rv == NNG_ETIMEDOUT ? GRPO_ETIMEOUT : rv == NNG_ECLOSED ? GRPO_ECANCELED
-                                                                          : GRPO_ENET;
+    grpo_err code = rv == NNG_ETIMEDOUT ? GRPO_ETIMEOUT
+                    : rv == NNG_ECLOSED ? GRPO_ECANCELED
+                                        : GRPO_ENET;
     return grpo__fail(code, "bridge %s: %s: %s", url ? url : "", what, nng_strerror(rv));
 }

@@ -166,8 +166,10 @@ on_hello(grpo_bridge_publisher *p, const grpb_msg *m)
     const cJSON *want = j ? cJSON_GetObjectItemCaseSensitive(j, "run_id") : NULL;
     if (cJSON_IsString(want) && strcmp(want->valuestring, p->run_id) != 0) {
         char msg[512];
-        snprintf(msg, sizeof msg, "run id mismatch: publisher serves \"%.200s\", trainer wants "
-                                  "\"%.200s\"", p->run_id, want->valuestring);
+        snprintf(msg, sizeof msg,
+                 "run id mismatch: publisher serves \"%.200s\", trainer wants "
+                 "\"%.200s\"",
+                 p->run_id, want->valuestring);
         cJSON_Delete(j);
         reply_error(p, msg);
         return;
@@ -221,8 +223,10 @@ read_ids(const grpb_msg *m, int64_t **acks, size_t *nacks, int64_t **holds, size
 {
     uint64_t na = (uint64_t)m->a, nh = (uint64_t)m->b;
     if (na > m->payload_len / 8 || nh > m->payload_len / 8 || (na + nh) * 8 != m->payload_len)
-        return grpo__fail(GRPO_EFORMAT, "bridge: GET with %" PRIu64 " acks and %" PRIu64
-                                        " held ids in %zu payload bytes", na, nh, m->payload_len);
+        return grpo__fail(GRPO_EFORMAT,
+                          "bridge: GET with %" PRIu64 " acks and %" PRIu64
+                          " held ids in %zu payload bytes",
+                          na, nh, m->payload_len);
     *acks = malloc((na + nh + 1) * sizeof **acks);
     if (*acks == NULL)
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
@@ -317,8 +321,7 @@ on_weights(grpo_bridge_publisher *p, const grpb_msg *m)
     const cJSON *path = j ? cJSON_GetObjectItemCaseSensitive(j, "path") : NULL;
     const cJSON *sha = j ? cJSON_GetObjectItemCaseSensitive(j, "sha256") : NULL;
     grpo_err err;
-    if (!cJSON_IsString(path) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 ||
-        m->a < 0)
+    if (!cJSON_IsString(path) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 || m->a < 0)
         err = grpo__fail(GRPO_EFORMAT, "bridge: WEIGHTS needs a version >= 0 and JSON "
                                        "{path, sha256 (64 hex)}");
     else
@@ -354,16 +357,16 @@ chunk_start(grpo_bridge_publisher *p, const grpb_msg *m)
     if (!cJSON_IsNumber(n) || !cJSON_IsNumber(by) || !cJSON_IsString(sha) ||
         strlen(sha->valuestring) != 64 || n->valuedouble < 1 || by->valuedouble < 0 ||
         by->valuedouble > (double)p->o.max_weights_bytes)
-        err = grpo__fail(GRPO_EFORMAT, "bridge: first weights chunk needs JSON {n_chunks >= 1, "
-                                       "bytes <= %llu, sha256}",
+        err = grpo__fail(GRPO_EFORMAT,
+                         "bridge: first weights chunk needs JSON {n_chunks >= 1, "
+                         "bytes <= %llu, sha256}",
                          (unsigned long long)p->o.max_weights_bytes);
     if (err == GRPO_OK) {
         w->version = m->a;
         w->n_chunks = (int64_t)n->valuedouble;
         w->bytes = (int64_t)by->valuedouble;
         snprintf(w->sha, sizeof w->sha, "%s", sha->valuestring);
-        snprintf(w->tmp, sizeof w->tmp, "%s/.weights-v%" PRId64 ".partial", p->weights_dir,
-                 m->a);
+        snprintf(w->tmp, sizeof w->tmp, "%s/.weights-v%" PRId64 ".partial", p->weights_dir, m->a);
         if ((w->f = fopen(w->tmp, "wb")) == NULL)
             err = grpo__fail_errno(grpo__err_from_errno(errno), errno, "bridge: %s", w->tmp);
     }
@@ -381,8 +384,9 @@ chunk_finish(grpo_bridge_publisher *p)
     w->f = NULL;
     if (bad || w->written != w->bytes) {
         unlink(w->tmp);
-        return grpo__fail(GRPO_EIO, "bridge: weights v%" PRId64 ": wrote %" PRId64 " of %" PRId64
-                                    " bytes", w->version, w->written, w->bytes);
+        return grpo__fail(GRPO_EIO,
+                          "bridge: weights v%" PRId64 ": wrote %" PRId64 " of %" PRId64 " bytes",
+                          w->version, w->written, w->bytes);
     }
     snprintf(final, sizeof final, "%s/weights-v%" PRId64 ".safetensors", p->weights_dir,
              w->version);
@@ -406,14 +410,17 @@ on_chunk(grpo_bridge_publisher *p, const grpb_msg *m)
         err = chunk_start(p, m);
     if (err == GRPO_OK && (w->version != m->a || m->b > w->next ||
                            (m->b == w->next && (w->f == NULL || w->next >= w->n_chunks))))
-        err = grpo__fail(GRPO_EFORMAT, "bridge: weights chunk %" PRId64 " of v%" PRId64
-                                       " out of order (expected %" PRId64 " of v%" PRId64 ")",
+        err = grpo__fail(GRPO_EFORMAT,
+                         "bridge: weights chunk %" PRId64 " of v%" PRId64
+                         " out of order (expected %" PRId64 " of v%" PRId64 ")",
                          m->b, m->a, w->next, w->version);
     if (err == GRPO_OK && m->b == w->next) { /* a resent earlier chunk is acknowledged again */
         if (w->written + (int64_t)m->payload_len > w->bytes ||
             fwrite(m->payload, 1, m->payload_len, w->f) != m->payload_len)
-            err = grpo__fail(GRPO_EIO, "bridge: weights v%" PRId64 ": chunk %" PRId64
-                                       " overflows or cannot be written", w->version, m->b);
+            err = grpo__fail(GRPO_EIO,
+                             "bridge: weights v%" PRId64 ": chunk %" PRId64
+                             " overflows or cannot be written",
+                             w->version, m->b);
         else {
             w->written += (int64_t)m->payload_len;
             if (++w->next == w->n_chunks)
@@ -605,8 +612,9 @@ check_stale(const grpo_bridge_publisher *p, int64_t id, int64_t version)
 {
     int64_t newest = p->engine_version > p->latest.version ? p->engine_version : p->latest.version;
     if (p->o.max_staleness >= 0 && newest - version > p->o.max_staleness)
-        return grpo__fail(GRPO_ESTATE, "bridge: batch %" PRId64 " has policy version %" PRId64
-                                       ", %" PRId64 " behind %" PRId64 " (max staleness %d)",
+        return grpo__fail(GRPO_ESTATE,
+                          "bridge: batch %" PRId64 " has policy version %" PRId64 ", %" PRId64
+                          " behind %" PRId64 " (max staleness %d)",
                           id, version, newest - version, newest, p->o.max_staleness);
     return GRPO_OK;
 }
@@ -622,8 +630,10 @@ wait_room(grpo_bridge_publisher *p, int timeout_ms)
         if (timeout_ms < 0)
             pthread_cond_wait(&p->cv, &p->mu);
         else if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT)
-            return grpo__fail(GRPO_ETIMEOUT, "bridge: %zu batches unacknowledged (window %d) "
-                                             "after %d ms", p->nq, p->o.window, timeout_ms);
+            return grpo__fail(GRPO_ETIMEOUT,
+                              "bridge: %zu batches unacknowledged (window %d) "
+                              "after %d ms",
+                              p->nq, p->o.window, timeout_ms);
     }
     return p->stop ? grpo__fail(GRPO_ECANCELED, "bridge: publisher is closing") : GRPO_OK;
 }
@@ -681,8 +691,10 @@ grpo_bridge_publish_bytes(grpo_bridge_publisher *p, const void *bytes, size_t le
     if (err != GRPO_OK)
         return err;
     if (strcmp(run, p->run_id) != 0)
-        return grpo__fail(GRPO_EINVAL, "bridge: batch %" PRId64 " belongs to run \"%s\", not "
-                                       "\"%s\"", id, run, p->run_id);
+        return grpo__fail(GRPO_EINVAL,
+                          "bridge: batch %" PRId64 " belongs to run \"%s\", not "
+                          "\"%s\"",
+                          id, run, p->run_id);
     void *c = malloc(len ? len : 1);
     if (c == NULL)
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
@@ -702,8 +714,10 @@ grpo_bridge_flush(grpo_bridge_publisher *p, int timeout_ms)
         if (timeout_ms < 0)
             pthread_cond_wait(&p->cv, &p->mu);
         else if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT)
-            err = grpo__fail(GRPO_ETIMEOUT, "bridge: %zu batches still unacknowledged after "
-                                            "%d ms", p->nq, timeout_ms);
+            err = grpo__fail(GRPO_ETIMEOUT,
+                             "bridge: %zu batches still unacknowledged after "
+                             "%d ms",
+                             p->nq, timeout_ms);
     }
     pthread_mutex_unlock(&p->mu);
     return err;

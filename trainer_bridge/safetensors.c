@@ -11,9 +11,9 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[ST_N_DTYPES] = {
-    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"I16", 2}, {"U16", 2},      {"F16", 2},
-    {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8},      {"I64", 8},
-    {"U64", 8},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+    {"BOOL", 1}, {"U8", 1},   {"I8", 1},  {"I16", 2},     {"U16", 2},
+    {"F16", 2},  {"BF16", 2}, {"I32", 4}, {"U32", 4},     {"F32", 4},
+    {"F64", 8},  {"I64", 8},  {"U64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
 };
 
 size_t
@@ -115,19 +115,19 @@ parse_tensor(const cJSON *v, const char *where, uint64_t data_len, st_tensor *t)
     grpo_err err;
     const char *name = v->string;
     if (strlen(name) >= ST_MAX_NAME || name[0] == '\0')
-        return grpo__fail(GRPO_EFORMAT, "%s: a tensor name is empty or longer than %d bytes",
-                          where, ST_MAX_NAME - 1);
+        return grpo__fail(GRPO_EFORMAT, "%s: a tensor name is empty or longer than %d bytes", where,
+                          ST_MAX_NAME - 1);
     strcpy(t->name, name);
     if (!cJSON_IsObject(v))
         return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\" is not an object", where, name);
-    if ((err = parse_dtype(cJSON_GetObjectItemCaseSensitive(v, "dtype"), where, name,
-                           &t->dtype)) != GRPO_OK)
+    if ((err = parse_dtype(cJSON_GetObjectItemCaseSensitive(v, "dtype"), where, name, &t->dtype)) !=
+        GRPO_OK)
         return err;
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(v, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(v, "data_offsets");
     if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > ST_MAX_DIMS)
-        return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\": shape missing or over %d dims",
-                          where, name, ST_MAX_DIMS);
+        return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\": shape missing or over %d dims", where,
+                          name, ST_MAX_DIMS);
     uint64_t nel = 1, lim = (uint64_t)1 << 53;
     const cJSON *it;
     cJSON_ArrayForEach(it, shape)
@@ -142,10 +142,11 @@ parse_tensor(const cJSON *v, const char *where, uint64_t data_len, st_tensor *t)
     }
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
         !json_u53(cJSON_GetArrayItem(offs, 0), &t->begin) ||
-        !json_u53(cJSON_GetArrayItem(offs, 1), &t->end) || t->begin > t->end ||
-        t->end > data_len)
-        return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\": data_offsets missing or outside the "
-                                        "%llu data bytes", where, name, (unsigned long long)data_len);
+        !json_u53(cJSON_GetArrayItem(offs, 1), &t->end) || t->begin > t->end || t->end > data_len)
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: tensor \"%s\": data_offsets missing or outside the "
+                          "%llu data bytes",
+                          where, name, (unsigned long long)data_len);
     if (nel > lim / 8 || t->end - t->begin != nel * dtypes[t->dtype].size)
         return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\": %llu bytes for %llu elements of %s",
                           where, name, (unsigned long long)(t->end - t->begin),
@@ -186,9 +187,11 @@ check_layout(st_file *f, const char *where)
     uint64_t pos = 0;
     for (size_t i = 0; i < f->n && err == GRPO_OK; i++) {
         if (s[i].begin != pos)
-            err = grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\" starts at %llu; expected %llu "
-                                           "(overlap or gap)", where, s[i].name,
-                             (unsigned long long)s[i].begin, (unsigned long long)pos);
+            err = grpo__fail(GRPO_EFORMAT,
+                             "%s: tensor \"%s\" starts at %llu; expected %llu "
+                             "(overlap or gap)",
+                             where, s[i].name, (unsigned long long)s[i].begin,
+                             (unsigned long long)pos);
         pos = s[i].end;
     }
     if (err == GRPO_OK && pos != f->data_len)
@@ -266,9 +269,11 @@ grpo_bridge__st_parse(const void *bytes, size_t len, const char *where, st_file 
         return grpo__fail(GRPO_EFORMAT, "%s: %zu bytes; too short for safetensors", where, len);
     uint64_t hl = grpo_bridge__get_u64(bytes);
     if (hl > GRPO_BATCH_MAX_HEADER || hl > len - 8)
-        return grpo__fail(GRPO_EFORMAT, "%s: header length %llu exceeds the %zu bytes given "
-                                        "(or the %llu limit)", where, (unsigned long long)hl,
-                          len - 8, (unsigned long long)GRPO_BATCH_MAX_HEADER);
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: header length %llu exceeds the %zu bytes given "
+                          "(or the %llu limit)",
+                          where, (unsigned long long)hl, len - 8,
+                          (unsigned long long)GRPO_BATCH_MAX_HEADER);
     return grpo_bridge__st_parse_header((const char *)bytes + 8, (size_t)hl, len - 8 - hl, where,
                                         out);
 }

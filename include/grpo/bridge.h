@@ -15,7 +15,8 @@
  *
  * Conventions: out-parameters first; every fallible call returns grpo_err and leaves a message in
  * grpo_error_last(); destroy(NULL) is harmless; all counts are size_t; ids and versions int64.
- * The Python side is trainer_bridge/python (package grpo_bridge); the design is in docs/bridge.md. */
+ * The Python side is trainer_bridge/python (package grpo_bridge); the design is in docs/bridge.md.
+ */
 #ifndef GRPO_BRIDGE_H
 #define GRPO_BRIDGE_H
 
@@ -95,11 +96,11 @@ typedef struct grpo_dynsamp_opts {
 void grpo_dynsamp_opts_default(grpo_dynsamp_opts *o);
 
 typedef struct grpo_dynsamp_result {
-    size_t kept;          /* groups kept */
-    size_t dropped;       /* groups dropped */
-    size_t needed;        /* target_groups - already_kept - kept, or 0 */
-    size_t suggest_sample;/* groups to sample to get `needed` at the observed keep rate (ceil;
-                           * equals needed when nothing was dropped; needed * 2 when all were) */
+    size_t kept;           /* groups kept */
+    size_t dropped;        /* groups dropped */
+    size_t needed;         /* target_groups - already_kept - kept, or 0 */
+    size_t suggest_sample; /* groups to sample to get `needed` at the observed keep rate (ceil;
+                            * equals needed when nothing was dropped; needed * 2 when all were) */
 } grpo_dynsamp_result;
 
 /* keep (n_groups) receives 1/0 per group. already_kept counts groups kept by earlier calls for the
@@ -115,11 +116,11 @@ double grpo_overlong_penalty(int64_t completion_len, int64_t max_len, int64_t bu
                              double factor);
 
 typedef struct grpo_overlong_opts {
-    int32_t shape;         /* add grpo_overlong_penalty to the reward */
-    int32_t mask_truncated;/* zero the loss mask of truncated completions */
-    int64_t max_len;       /* max completion tokens */
-    int64_t buffer;        /* soft punishment buffer (DAPO: 4096 of 20480) */
-    double factor;         /* 0 means 1.0 */
+    int32_t shape;          /* add grpo_overlong_penalty to the reward */
+    int32_t mask_truncated; /* zero the loss mask of truncated completions */
+    int64_t max_len;        /* max completion tokens */
+    int64_t buffer;         /* soft punishment buffer (DAPO: 4096 of 20480) */
+    double factor;          /* 0 means 1.0 */
 } grpo_overlong_opts;
 
 /* Applies shaping to rewards (n, in place) and, with mask_truncated, sets seq_mask[i] = 0 for
@@ -164,9 +165,9 @@ void grpo_kl_in_reward(double coef, const double *seq_sum, size_t n, double *rew
 
 /* Reference policy-gradient loss (what the trainer computes), for a trainer to check itself. */
 typedef enum grpo_loss_agg {
-    GRPO_AGG_TOKEN_MEAN = 0,            /* sum over all tokens / number of masked tokens */
-    GRPO_AGG_SEQ_MEAN_TOKEN_MEAN = 1,   /* mean over sequences of the per-sequence token mean */
-    GRPO_AGG_SEQ_MEAN_TOKEN_SUM = 2,    /* mean over sequences of the per-sequence token sum */
+    GRPO_AGG_TOKEN_MEAN = 0,             /* sum over all tokens / number of masked tokens */
+    GRPO_AGG_SEQ_MEAN_TOKEN_MEAN = 1,    /* mean over sequences of the per-sequence token mean */
+    GRPO_AGG_SEQ_MEAN_TOKEN_SUM = 2,     /* mean over sequences of the per-sequence token sum */
     GRPO_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3 /* SEQ_MEAN_TOKEN_SUM / norm_len (Dr. GRPO) */
 } grpo_loss_agg;
 
@@ -216,9 +217,9 @@ grpo_err grpo_loss_compute(const grpo_loss_opts *o, const float *new_logp, const
 #define GRPO_BATCH_MAX_HEADER ((uint64_t)1 << 24) /* 16 MiB of JSON header */
 
 /* Optional tensors present in a batch. */
-#define GRPO_BATCH_HAS_REF 1u          /* ref_logprobs */
-#define GRPO_BATCH_HAS_TOKEN_ADV 2u    /* token_advantages */
-#define GRPO_BATCH_HAS_VERSIONS 4u     /* policy_versions per sequence */
+#define GRPO_BATCH_HAS_REF 1u       /* ref_logprobs */
+#define GRPO_BATCH_HAS_TOKEN_ADV 2u /* token_advantages */
+#define GRPO_BATCH_HAS_VERSIONS 4u  /* policy_versions per sequence */
 
 /* A ragged batch of B sequences and T tokens in total. Sequence i is tokens
  * [seq_offsets[i], seq_offsets[i+1]): its first prompt_lens[i] tokens are the prompt, the rest
@@ -271,8 +272,8 @@ grpo_err grpo_batch_decode(grpo_batch **out, const void *bytes, size_t len);
 
 /* Reads only the metadata (batch id, run id, policy version) from encoded bytes, validating the
  * header. run_id may be NULL; otherwise a buffer of run_id_cap bytes. */
-grpo_err grpo_batch_peek(const void *bytes, size_t len, int64_t *batch_id,
-                         int64_t *policy_version, char *run_id, size_t run_id_cap);
+grpo_err grpo_batch_peek(const void *bytes, size_t len, int64_t *batch_id, int64_t *policy_version,
+                         char *run_id, size_t run_id_cap);
 
 /* ======================================================================================== */
 /* 3. Transport                                                                              */
@@ -299,7 +300,8 @@ typedef struct grpo_bridge_persist {
 } grpo_bridge_persist;
 
 /* A file spool implementing grpo_bridge_persist: dir/<batch_id>.batch written atomically, and an
- * empty dir/<batch_id>.ack marker replacing it on acknowledgement. For tests and single-host use. */
+ * empty dir/<batch_id>.ack marker replacing it on acknowledgement. For tests and single-host use.
+ */
 typedef struct grpo_bridge_spool grpo_bridge_spool;
 grpo_err grpo_bridge_spool_open(grpo_bridge_spool **out, const char *dir);
 void grpo_bridge_spool_close(grpo_bridge_spool *s);
@@ -309,14 +311,14 @@ void grpo_bridge_spool_persist(grpo_bridge_spool *s, grpo_bridge_persist *p);
 int64_t grpo_bridge_spool_max_id(grpo_bridge_spool *s);
 
 typedef struct grpo_bridge_opts {
-    const char *run_id;     /* required; sent in the handshake, a trainer may insist on it */
-    int32_t window;         /* K: publish blocks while K batches are unacknowledged; default 4 */
-    int32_t max_staleness;  /* publish refuses a batch whose policy_version is more than this
-                             * behind the newest known version; -1 (default) = unbounded */
-    int32_t poll_ms;        /* how long a trainer's request waits for a batch before the answer
-                             * "none yet" (long poll); default 200 */
+    const char *run_id;    /* required; sent in the handshake, a trainer may insist on it */
+    int32_t window;        /* K: publish blocks while K batches are unacknowledged; default 4 */
+    int32_t max_staleness; /* publish refuses a batch whose policy_version is more than this
+                            * behind the newest known version; -1 (default) = unbounded */
+    int32_t poll_ms;       /* how long a trainer's request waits for a batch before the answer
+                            * "none yet" (long poll); default 200 */
     const grpo_bridge_persist *persist; /* NULL = memory only */
-    const char *weights_dir;/* where inline weights are assembled; NULL = refuse inline weights */
+    const char *weights_dir; /* where inline weights are assembled; NULL = refuse inline weights */
     uint64_t max_weights_bytes; /* inline weights larger than this are refused; default 64 GiB */
 } grpo_bridge_opts;
 
@@ -345,12 +347,12 @@ grpo_err grpo_bridge_flush(grpo_bridge_publisher *p, int timeout_ms);
 grpo_err grpo_bridge_finish(grpo_bridge_publisher *p);
 
 typedef struct grpo_bridge_stats {
-    int64_t published;    /* batches accepted by publish (this process) */
-    int64_t acked;        /* acknowledgements received (first ones only) */
-    int64_t sent;         /* batch messages sent (including redeliveries) */
-    int64_t redelivered;  /* sends of a batch already sent once by this process */
-    int64_t handshakes;   /* trainer hello messages (a trainer (re)start) */
-    size_t unacked;       /* batches waiting for an acknowledgement now */
+    int64_t published;       /* batches accepted by publish (this process) */
+    int64_t acked;           /* acknowledgements received (first ones only) */
+    int64_t sent;            /* batch messages sent (including redeliveries) */
+    int64_t redelivered;     /* sends of a batch already sent once by this process */
+    int64_t handshakes;      /* trainer hello messages (a trainer (re)start) */
+    size_t unacked;          /* batches waiting for an acknowledgement now */
     int64_t weights_version; /* newest validated weights version received, -1 if none */
 } grpo_bridge_stats;
 
@@ -373,8 +375,7 @@ void grpo_bridge_set_policy_version(grpo_bridge_publisher *p, int64_t version);
 
 /* Checks a weights file: sha256 equals sha256_hex (when non-NULL) and it is well-formed
  * safetensors (header, dtypes, offsets). bytes_out may be NULL. */
-grpo_err grpo_bridge_weights_verify(const char *path, const char *sha256_hex,
-                                    uint64_t *bytes_out);
+grpo_err grpo_bridge_weights_verify(const char *path, const char *sha256_hex, uint64_t *bytes_out);
 
 /* ---- consumer (trainer side, in C; the Python package is the usual consumer) ---------------- */
 

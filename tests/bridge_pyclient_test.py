@@ -77,6 +77,17 @@ def main():
         raise AssertionError("accepted schema_version 2")
     except BatchFormatError:
         pass
+    # weights as publish_weights serializes them: torch and numpy state dicts
+    from grpo_bridge.client import _serialize
+    import safetensors.numpy
+    sd = {"layer.w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.ones(2, dtype=torch.bfloat16)}
+    import safetensors.torch
+    back = safetensors.torch.load(_serialize(sd, 5))
+    assert torch.equal(back["layer.w"], sd["layer.w"]) and torch.equal(back["b"], sd["b"])
+    from grpo_bridge.batch import read_metadata
+    assert read_metadata(_serialize(sd, 5))["policy_version"] == "5"
+    nd = safetensors.numpy.load(_serialize({"w": np.full(3, 2.0, np.float32)}, 2))
+    assert np.array_equal(nd["w"], np.full(3, 2.0, np.float32))
     print("ok")
     return 0
 

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 #include "grpo/model.h"
 #include "grpo/rollout.h"
+#include "grpo/tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -64,7 +65,7 @@ parse_ids(const char *s, int32_t **out, int *n)
 }
 
 typedef struct {
-    const char *model, *ids, *prompt, *logits_out;
+    const char *model, *ids, *prompt, *logits_out, *tokenizer, *chat;
     long max_new, threads;
     double temperature, top_p;
     unsigned long long seed;
@@ -95,6 +96,10 @@ parse_args(int argc, char **argv, opts *o)
             o->ids = v;
         else if (strcmp(a, "--prompt") == 0)
             o->prompt = v;
+        else if (strcmp(a, "--tokenizer") == 0)
+            o->tokenizer = v;
+        else if (strcmp(a, "--chat") == 0)
+            o->chat = v;
         else if (strcmp(a, "--logits-out") == 0)
             o->logits_out = v;
         else if (strcmp(a, "--max-new-tokens") == 0 && (o->max_new = strtol(v, &end, 10)) >= 0 &&
@@ -116,16 +121,15 @@ parse_args(int argc, char **argv, opts *o)
     }
     if (o->model == NULL)
         return cli_usage("generate", "--model DIR is required");
-    if (o->prompt != NULL)
-        return cli_usage("generate", "--prompt TEXT needs the tokenizer, which this build does not "
-                                     "wire in yet; use --prompt-ids");
-    if (o->ids == NULL)
-        return cli_usage("generate", "--prompt-ids is required");
+    if ((o->prompt == NULL) == (o->ids == NULL))
+        return cli_usage("generate", "give exactly one of --prompt TEXT and --prompt-ids IDS");
+    if (o->chat != NULL && (o->prompt == NULL || grpo_chat_family_parse(o->chat) < 0))
+        return cli_usage("generate", "--chat takes v3 or r1 and needs --prompt");
     return CLI_OK;
 }
 
 static int
-run(const opts *o, grpo_model *m, const int32_t *prompt, int np)
+run(const opts *o, grpo_model *m, const grpo_tokenizer *tk, const int32_t *prompt, int np)
 {
     const grpo_model_config *c = grpo_model_get_config(m);
     int V = c->vocab_size, total = np + (int)o->max_new;
@@ -140,6 +144,9 @@ run(const opts *o, grpo_model *m, const int32_t *prompt, int np)
     int rc = CLI_OK;
     int32_t seq, tok;
     grpo_sampling sp = {(float)o->temperature, (float)o->top_p, 0, 0.0f};
+    grpo_detok dt;
+    if (tk != NULL)
+        grpo_detok_init(&dt, tk, 0);
     if (lg == NULL || (o->logits_out && lf == NULL) || grpo_kv_seq_new(kv, &seq) != GRPO_OK) {
         fprintf(stderr, "grpo generate: cannot set up (%s)\n",
                 lf == NULL && o->logits_out ? o->logits_out : "out of memory");
@@ -164,7 +171,14 @@ run(const opts *o, grpo_model *m, const int32_t *prompt, int np)
             rc = cli_fail("generate");
             goto done;
         }
-        printf("%s%d", i ? " " : "", tok);
+        if (tk != NULL) {
+            const char *txt;
+            size_t tl;
+            if (grpo_detok_feed(&dt, tok, &txt, &tl) == GRPO_OK)
+                fwrite(txt, 1, tl, stdout);
+        } else {
+            printf("%s%d", i ? " " : "", tok);
+        }
         fflush(stdout);
         if (o->eos_stop && tok == c->eos_token_id)
             break;
@@ -172,17 +186,53 @@ run(const opts *o, grpo_model *m, const int32_t *prompt, int np)
         it.n = 1;
         it.tokens = &tok;
     }
+    if (tk != NULL) {
+        const char *txt;
+        size_t tl;
+        grpo_detok_fini(&dt, &txt, &tl);
+        fwrite(txt, 1, tl, stdout);
+    }
     printf("\n");
     fflush(stdout);
     double t2 = grpo_now();
     fprintf(stderr, "prefill %d tokens in %.3f s; %ld decode steps in %.3f s (%.2f tok/s)\n", np,
             t1 - t0, steps, t2 - t1, t2 > t1 ? (double)steps / (t2 - t1) : 0.0);
 done:
+    if (tk != NULL && rc != CLI_OK)
+        grpo_detok_fini(&dt, NULL, NULL);
     if (lf != NULL)
         fclose(lf);
     free(lg);
     grpo_kv_destroy(kv);
     return rc;
+}
+
+/* --prompt: loads the tokenizer and encodes the text (as a chat turn with --chat). */
+static int
+tokenize(const opts *o, grpo_tokenizer **tk, int32_t **ids, int *n)
+{
+    const char *path = o->tokenizer != NULL ? o->tokenizer : o->model;
+    if (grpo_tokenizer_load(tk, path, NULL) != GRPO_OK)
+        return cli_fail("generate");
+    size_t k = 0;
+    grpo_err err;
+    if (o->chat != NULL) {
+        grpo_chat_message msg = {"user", o->prompt, NULL, 0};
+        err = grpo_chat_encode(*tk, (grpo_chat_family)grpo_chat_family_parse(o->chat), &msg, 1, 1,
+                               ids, &k);
+    } else {
+        err = grpo_tokenizer_encode(*tk, o->prompt, strlen(o->prompt), GRPO_TOK_ADD_BOS, ids, &k);
+    }
+    if (err != GRPO_OK || k == 0) {
+        grpo_tokenizer_destroy(*tk);
+        *tk = NULL;
+        free(*ids);
+        *ids = NULL;
+        return err != GRPO_OK ? cli_fail("generate")
+                              : cli_usage("generate", "--prompt encodes to no tokens");
+    }
+    *n = (int)k;
+    return CLI_OK;
 }
 
 int
@@ -198,25 +248,32 @@ grpo_cmd_generate(int argc, char **argv)
         return rc;
     int32_t *ids = NULL;
     int n = 0;
-    if (parse_ids(o.ids, &ids, &n) != 0 || n == 0)
+    grpo_tokenizer *tk = NULL;
+    if (o.ids != NULL && (parse_ids(o.ids, &ids, &n) != 0 || n == 0))
         return cli_usage("generate", "--prompt-ids: expected non-negative integers, got \"%s\"",
                          o.ids);
+    if (o.prompt != NULL && (rc = tokenize(&o, &tk, &ids, &n)) != CLI_OK)
+        return rc;
     grpo_model *m = NULL;
     grpo_model_opts mo = {(int)o.threads, 0, 0};
     if (grpo_model_load(&m, o.model, &mo) != GRPO_OK) {
         free(ids);
+        grpo_tokenizer_destroy(tk);
         return cli_fail("generate");
     }
     const grpo_model_config *c = grpo_model_get_config(m);
     for (int i = 0; i < n; i++)
         if (ids[i] >= c->vocab_size) {
+            int32_t bad = ids[i], vocab = c->vocab_size;
             grpo_model_destroy(m);
+            grpo_tokenizer_destroy(tk);
             free(ids);
-            return cli_usage("generate", "--prompt-ids: id %d is outside the vocabulary (%d)",
-                             ids[i], c->vocab_size);
+            return cli_usage("generate", "prompt id %d is outside the model's vocabulary (%d)",
+                             bad, vocab);
         }
-    rc = run(&o, m, ids, n);
+    rc = run(&o, m, tk, ids, n);
     grpo_model_destroy(m);
+    grpo_tokenizer_destroy(tk);
     free(ids);
     return rc;
 }

@@ -75,6 +75,12 @@ generate_errors(void **state)
     snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt-ids 99999 2>&1", bin, dir);
     assert_int_equal(run(cmd, out, sizeof out), 2);
     assert_non_null(strstr(out, "vocabulary"));
+    /* --prompt needs a tokenizer: the tiny model directory has none */
+    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt hi 2>&1", bin, dir);
+    assert_int_equal(run(cmd, out, sizeof out), 1);
+    assert_non_null(strstr(out, "tokenizer.json"));
+    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt hi --prompt-ids 1 2>&1", bin, dir);
+    assert_int_equal(run(cmd, out, sizeof out), 2);
     snprintf(cmd, sizeof cmd, "%s generate --help", bin);
     assert_int_equal(run(cmd, out, sizeof out), 0);
     assert_non_null(strstr(out, "--temperature"));

@@ -28,7 +28,7 @@ static const char USAGE[] =
     "  --skip-special       with --decode: leave out special tokens\n"
     "  --lossy              with --decode: replace invalid UTF-8 by U+FFFD (as HF decode does)\n"
     "  --chat r1|v3         render the conversation of --messages with that chat template and\n"
-    "                       print its ids, generation prompt included\n"
+    "                       print its ids, generation prompt included (r1 implies --r1)\n"
     "  --messages FILE      a JSON array of {\"role\", \"content\"[, \"tool_calls\"]} messages, or\n"
     "                       an object with a \"messages\" array\n"
     "  --no-generation-prompt  with --chat: leave the generation prompt out\n"
@@ -149,8 +149,9 @@ parse_ids(const char *s, int32_t **out, size_t *n)
         long v = strtol(s, &end, 10);
         word++;
         if (end == s || (*end && !strchr(" \n\t\r,", *end)) || v < INT32_MIN || v > INT32_MAX) {
-            fprintf(stderr, "grpo tokenize: stdin: item %zu (\"%.20s\") is not an integer id\n",
-                    word, s);
+            int w = (int)strcspn(s, " \n\t\r,");
+            fprintf(stderr, "grpo tokenize: stdin: item %zu (\"%.*s\") is not an integer id\n",
+                    word, w > 20 ? 20 : w, s);
             free(ids);
             return CLI_FAIL;
         }
@@ -233,7 +234,8 @@ grpo_cmd_tokenize(int argc, char **argv)
     if (rc != CLI_OK)
         return rc;
     grpo_tokenizer_opts to = {0};
-    to.r1 = o.r1;
+    /* R1's template emits <think>, a token only in R1's tokenizer: --chat r1 implies --r1 */
+    to.r1 = o.r1 || (o.chat != NULL && grpo_chat_family_parse(o.chat) == GRPO_CHAT_R1);
     to.config_path = o.config;
     grpo_tokenizer *tok = NULL;
     if (grpo_tokenizer_load(&tok, o.tokenizer, &to) != GRPO_OK)

@@ -9,3 +9,8 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_tokenizer)
   grpo_add_test(tokenizer_errors_test SOURCES tokenizer_errors_test.c
                 LIBS grpo_tokenizer grpo_common PkgConfig::CJSON TIMEOUT 120)
 endif()
+# `grpo tokenize` end to end (runs $GRPO_BIN on fixture strings and conversations).
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo)
+  grpo_add_test(tokenizer_cli_test SOURCES tokenizer_cli_test.c
+                LIBS grpo_common PkgConfig::CJSON TIMEOUT 180)
+endif()

@@ -148,7 +148,7 @@ static inline const tok_merge *
 merge_find(const grpo_tokenizer *tok, int32_t a, int32_t b)
 {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    size_t i = grpo_tok__hash(&key, 8) & tok->merges_mask;
+    size_t i = grpo_tok__hash_u64(key) & tok->merges_mask;
     for (;; i = (i + 1) & tok->merges_mask) {
         const tok_merge *m = &tok->merges[i];
         if (m->key == key)
@@ -230,10 +230,58 @@ push_pair(const grpo_tokenizer *tok, tok_scratch *s, size_t *nh, int32_t pos)
         heap_push(s->heap, nh, (uint64_t)m->rank << 32 | (uint32_t)pos);
 }
 
+/* Words of up to SMALL_WORD bytes: symbols in a plain array, the lowest-rank (then leftmost)
+ * pair found by a scan. Same order of merges as the heap, cheaper when n is small. */
+#define SMALL_WORD 32
+
+static grpo_err
+merge_small(const grpo_tokenizer *tok, const unsigned char *p, size_t n, tok_ivec *out)
+{
+    int32_t id[SMALL_WORD], nid[SMALL_WORD];
+    uint32_t rank[SMALL_WORD];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tok->byte_id[p[i]] >= 0)
+            id[m++] = tok->byte_id[p[i]];
+    for (size_t i = 0; i + 1 < m; i++) {
+        const tok_merge *mg = merge_find(tok, id[i], id[i + 1]);
+        rank[i] = mg ? mg->rank : UINT32_MAX;
+        nid[i] = mg ? mg->id : -1;
+    }
+    while (m > 1) {
+        size_t best = 0;
+        for (size_t i = 1; i + 1 < m; i++)
+            if (rank[i] < rank[best])
+                best = i;
+        if (rank[best] == UINT32_MAX)
+            break;
+        id[best] = nid[best];
+        for (size_t i = best + 1; i + 1 < m; i++) {
+            id[i] = id[i + 1];
+            rank[i] = rank[i + 1];
+            nid[i] = nid[i + 1];
+        }
+        m--;
+        for (size_t i = best ? best - 1 : 0; i <= best && i + 1 < m; i++) {
+            const tok_merge *mg = merge_find(tok, id[i], id[i + 1]);
+            rank[i] = mg ? mg->rank : UINT32_MAX;
+            nid[i] = mg ? mg->id : -1;
+        }
+    }
+    grpo_err err = grpo_tok__ivec_reserve(out, m);
+    if (err != GRPO_OK)
+        return err;
+    memcpy(out->v + out->n, id, m * sizeof *id);
+    out->n += m;
+    return GRPO_OK;
+}
+
 static grpo_err
 merge_word(const grpo_tokenizer *tok, tok_scratch *s, const unsigned char *p, size_t n,
            tok_ivec *out)
 {
+    if (n <= SMALL_WORD)
+        return merge_small(tok, p, n, out);
     grpo_err err = reserve_work(s, n);
     if (err != GRPO_OK)
         return err;

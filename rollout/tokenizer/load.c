@@ -376,7 +376,7 @@ static grpo_err
 merge_put(grpo_tokenizer *tok, int32_t a, int32_t b, uint32_t rank, int32_t id)
 {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    size_t i = grpo_tok__hash(&key, 8) & tok->merges_mask;
+    size_t i = grpo_tok__hash_u64(key) & tok->merges_mask;
     for (;; i = (i + 1) & tok->merges_mask) {
         tok_merge *m = &tok->merges[i];
         if (m->key == UINT64_MAX || m->key == key) {

@@ -12,6 +12,14 @@
 
 /* ---- hashing ---- */
 uint64_t grpo_tok__hash(const void *p, size_t n);
+static inline uint64_t
+grpo_tok__hash_u64(uint64_t h)
+{
+    h ^= h >> 31;
+    h *= 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 29;
+    return h;
+}
 
 /* Byte-string -> int32 map, open addressing; keys point into memory the owner keeps alive. */
 typedef struct tok_strmap {

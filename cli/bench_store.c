@@ -97,8 +97,8 @@ cpu_now(void)
 /* Writes groups [first, first + n), `batch` per put_groups call (1: put_group), and returns the
  * seconds it took, or -1; *cpu receives the process CPU seconds spent meanwhile (all threads). */
 static double
-write_groups(grpo_store *s, const tmpl *t, int64_t run, int64_t prompt0, int64_t first,
-             int64_t n, int32_t batch, double *cpu)
+write_groups(grpo_store *s, const tmpl *t, int64_t run, int64_t prompt0, int64_t first, int64_t n,
+             int32_t batch, double *cpu)
 {
     grpo_group_rec *gs = calloc((size_t)batch, sizeof *gs);
     if (gs == NULL)
@@ -205,8 +205,8 @@ bench(const char *path, int64_t n_compl, tmpl *t)
            "each; db %.0f MiB\n\n",
            (long long)(n_groups * t->G), (long long)n_groups, (int)t->G, (int)t->tokens,
            (int)t->rewards, mb);
-    printf("%-40s %8s %8s %9s %8s %11s\n", "insert path", "groups", "seconds", "rows/s",
-           "cpu s", "rows/cpu-s");
+    printf("%-40s %8s %8s %9s %8s %11s\n", "insert path", "groups", "seconds", "rows/s", "cpu s",
+           "rows/cpu-s");
     static const char *const paths[] = {"put_group, one transaction each",
                                         "put_groups, 256 groups per transaction",
                                         "put_group into the writer thread"};
@@ -220,8 +220,7 @@ bench(const char *path, int64_t n_compl, tmpl *t)
            " machine's load does not inflate)\n\n");
     printf("%-40s %8s %8s %9s\n", "grpo stats on the result (open + query)", "rows", "seconds",
            "cpu s");
-    static const char *const names[] = {"--by step", "--by verifier", "--by prompt",
-                                        "--by worker"};
+    static const char *const names[] = {"--by step", "--by verifier", "--by prompt", "--by worker"};
     for (int by = 0; by < 4; by++) {
         double sec, c0 = cpu_now();
         int32_t rows;
@@ -239,10 +238,10 @@ int
 grpo_bench_store(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"db", required_argument, NULL, 'd'},     {"completions", required_argument, NULL, 'n'},
-        {"G", required_argument, NULL, 'g'},      {"tokens", required_argument, NULL, 't'},
+        {"db", required_argument, NULL, 'd'},      {"completions", required_argument, NULL, 'n'},
+        {"G", required_argument, NULL, 'g'},       {"tokens", required_argument, NULL, 't'},
         {"rewards", required_argument, NULL, 'r'}, {"keep", no_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     const char *db = NULL;
     int64_t n = 1000000, G = 8, tokens = 64, rewards = 1;
     int keep = 0, c;

@@ -68,7 +68,8 @@ parse_range(const char *s, grpo_stats_opts *o)
     return o->step_min <= o->step_max ? 0 : -1;
 }
 
-/* ---- text output ------------------------------------------------------------------------------ */
+/* ---- text output ------------------------------------------------------------------------------
+ */
 
 static void
 cell_text(const grpo_stats_cell *c, char *buf, size_t n, int exact)
@@ -201,7 +202,8 @@ print_json(const grpo_stats_table *t, FILE *f)
     fputs(t->n_rows ? "\n]\n" : "]\n", f);
 }
 
-/* ---- HTML report -------------------------------------------------------------------------------- */
+/* ---- HTML report --------------------------------------------------------------------------------
+ */
 
 static int
 col_index(const grpo_stats_table *t, const char *name)
@@ -253,8 +255,10 @@ chart(FILE *f, const grpo_stats_table *t, const char *title, const series *sv, i
             y0 = fmin(y0, y - b), y1 = fmax(y1, y + b);
         }
     }
-    fprintf(f, "<figure><figcaption>%s</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-            "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n", title, W, H, W, H);
+    fprintf(f,
+            "<figure><figcaption>%s</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+            "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n",
+            title, W, H, W, H);
     if (!isfinite(x0)) {
         fprintf(f, "<text x=\"%d\" y=\"%d\">no data</text></svg></figure>\n", W / 2 - 30, H / 2);
         return;
@@ -266,16 +270,20 @@ chart(FILE *f, const grpo_stats_table *t, const char *title, const series *sv, i
     double ys = nice_step(y1 - y0, 5), xs = nice_step(x1 - x0, 8);
     y0 = floor(y0 / ys) * ys, y1 = ceil(y1 / ys) * ys;
     double pw = W - ML - MR, ph = H - MT - MB;
-#define PX(x) (ML + ((x) - x0) / (x1 - x0) * pw)
-#define PY(y) (MT + (1 - ((y) - y0) / (y1 - y0)) * ph)
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%g\" height=\"%g\" fill=\"#fff\" "
-            "stroke=\"#888\"/>\n", ML, MT, pw, ph);
+#define PX(x) (ML + ((x)-x0) / (x1 - x0) * pw)
+#define PY(y) (MT + (1 - ((y)-y0) / (y1 - y0)) * ph)
+    fprintf(f,
+            "<rect x=\"%d\" y=\"%d\" width=\"%g\" height=\"%g\" fill=\"#fff\" "
+            "stroke=\"#888\"/>\n",
+            ML, MT, pw, ph);
     for (double y = y0; y <= y1 + ys * 1e-9; y += ys)
-        fprintf(f, "<line x1=\"%d\" x2=\"%g\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+        fprintf(f,
+                "<line x1=\"%d\" x2=\"%g\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                 "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g</text>\n",
                 ML, ML + pw, PY(y), PY(y), ML - 5, PY(y) + 4, fabs(y) < ys * 1e-9 ? 0 : y);
     for (double x = ceil(x0 / xs) * xs; x <= x1 + xs * 1e-9; x += xs)
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%g\" y2=\"%g\" stroke=\"#888\"/>"
+        fprintf(f,
+                "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%g\" y2=\"%g\" stroke=\"#888\"/>"
                 "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\" font-size=\"11\">%g</text>\n",
                 PX(x), PX(x), MT + ph, MT + ph + 4, PX(x), MT + ph + 16, x);
     fprintf(f, "<text x=\"%g\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">step</text>\n",
@@ -308,13 +316,15 @@ chart(FILE *f, const grpo_stats_table *t, const char *title, const series *sv, i
                 fputs("\"/>\n", f), open = 0;
             if (!open)
                 fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
-                        sv[k].color), open = 1;
+                        sv[k].color),
+                    open = 1;
             run = r;
             fprintf(f, "%.1f,%.1f ", PX(x), PY(y));
         }
         if (open)
             fputs("\"/>\n", f);
-        fprintf(f, "<line x1=\"%g\" x2=\"%g\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>"
+        fprintf(f,
+                "<line x1=\"%g\" x2=\"%g\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>"
                 "<text x=\"%g\" y=\"%d\" font-size=\"12\">%s</text>\n",
                 ML + pw + 10, ML + pw + 30, MT + 10 + 18 * k, MT + 10 + 18 * k, sv[k].color,
                 ML + pw + 35, MT + 14 + 18 * k, sv[k].label);
@@ -342,8 +352,8 @@ html_escape(const char *s, FILE *f)
 static int
 write_report(const char *path, const char *db, const grpo_stats_table *t)
 {
-    static const series reward[] = {{"reward_mean", "mean (band: +/- std)", "#1f77b4",
-                                     "reward_std"}};
+    static const series reward[] = {
+        {"reward_mean", "mean (band: +/- std)", "#1f77b4", "reward_std"}};
     static const series length[] = {{"len_mean", "mean", "#2ca02c", NULL},
                                     {"len_p50", "p50", "#ff7f0e", NULL},
                                     {"len_p95", "p95", "#d62728", NULL}};
@@ -361,7 +371,8 @@ write_report(const char *path, const char *db, const grpo_stats_table *t)
           "figure{margin:1em 0}figcaption{font-weight:bold;margin-bottom:.3em}"
           "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
           "padding:2px 6px;text-align:right}</style>\n</head><body>\n<h1>grpo run report</h1>\n"
-          "<p>database: <code>", f);
+          "<p>database: <code>",
+          f);
     html_escape(db, f);
     fprintf(f, "</code>; %d step rows; made by grpo %s</p>\n", (int)t->n_rows, grpo_version());
     chart(f, t, "Reward mean against step", reward, 1);
@@ -389,17 +400,21 @@ write_report(const char *path, const char *db, const grpo_stats_table *t)
     return CLI_OK;
 }
 
-/* ---- the command -------------------------------------------------------------------------------- */
+/* ---- the command --------------------------------------------------------------------------------
+ */
 
 int
 grpo_cmd_stats(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"db", required_argument, NULL, 'd'},     {"by", required_argument, NULL, 'b'},
-        {"format", required_argument, NULL, 'f'}, {"step-range", required_argument, NULL, 's'},
-        {"run", required_argument, NULL, 'r'},    {"k", required_argument, NULL, 'k'},
-        {"report", required_argument, NULL, 'o'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
+                                             {"by", required_argument, NULL, 'b'},
+                                             {"format", required_argument, NULL, 'f'},
+                                             {"step-range", required_argument, NULL, 's'},
+                                             {"run", required_argument, NULL, 'r'},
+                                             {"k", required_argument, NULL, 'k'},
+                                             {"report", required_argument, NULL, 'o'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     static const char *const bys[] = {"step", "verifier", "prompt", "worker"};
     const char *db = NULL, *format = "table", *report = NULL;
     grpo_stats_opts o = {0};

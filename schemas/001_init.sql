@@ -1,12 +1,14 @@
 -- Schema version 1: the provenance tables. Applied by the store on a new database; later files
 -- (002_..., 003_...) migrate it forward. Never edit a released file: add a new one.
 -- Times are Unix seconds (REAL); *_ms columns are milliseconds.
+-- CHECKs spell lists as x = 'a' OR x = 'b': SQLite builds a temporary b-tree for every
+-- execution of x IN ('a', 'b', ...), which doubled the cost of an insert.
 
 CREATE TABLE runs (
     id              INTEGER PRIMARY KEY,
     started_at      REAL NOT NULL,
     ended_at        REAL,
-    status          TEXT,                       -- 'running', then e.g. 'ok', 'failed', 'interrupted'
+    status          TEXT,                       -- 'running', then 'ok', 'failed', ...
     command_line    TEXT,
     config_json     TEXT NOT NULL DEFAULT '{}',
     host            TEXT,
@@ -82,7 +84,8 @@ CREATE TABLE completions (
     step            INTEGER NOT NULL,
     sample_index    INTEGER NOT NULL,
     n_tokens        INTEGER NOT NULL,
-    finish_reason   TEXT NOT NULL CHECK (finish_reason IN ('eos', 'stop', 'length', 'abort')),
+    finish_reason   TEXT NOT NULL CHECK (finish_reason = 'eos' OR finish_reason = 'stop'
+                                         OR finish_reason = 'length' OR finish_reason = 'abort'),
     logprob_sum     REAL,
     first_token_ms  REAL,
     gen_ms          REAL,
@@ -110,7 +113,8 @@ CREATE TABLE rewards (
     step            INTEGER NOT NULL,
     verifier        TEXT NOT NULL,
     version         TEXT NOT NULL,
-    kind            TEXT NOT NULL CHECK (kind IN ('pass', 'fail', 'skip', 'timeout', 'error')),
+    kind            TEXT NOT NULL CHECK (kind = 'pass' OR kind = 'fail' OR kind = 'skip'
+                                         OR kind = 'timeout' OR kind = 'error'),
     label           TEXT,
     score           REAL NOT NULL,
     details_json    TEXT,

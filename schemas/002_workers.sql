@@ -16,6 +16,7 @@ CREATE TABLE leases (
     deadline        REAL,
     finished_at     REAL,
     state           TEXT NOT NULL DEFAULT 'issued'
-                    CHECK (state IN ('issued', 'done', 'expired', 'failed'))
+                    CHECK (state = 'issued' OR state = 'done' OR state = 'expired'
+                           OR state = 'failed')
 );
 CREATE INDEX leases_key ON leases (run_id, step, prompt_id, seed);

@@ -34,7 +34,8 @@ h AS (
     FROM stats_completions GROUP BY run_id, step, n_tokens),
 hc AS (
     SELECT run_id, step, n_tokens,
-           sum(k) OVER (PARTITION BY run_id, step ORDER BY n_tokens ROWS UNBOUNDED PRECEDING) AS cum,
+           sum(k) OVER (PARTITION BY run_id, step ORDER BY n_tokens
+                        ROWS UNBOUNDED PRECEDING) AS cum,
            sum(k) OVER (PARTITION BY run_id, step) AS cnt
     FROM h),
 lp AS (

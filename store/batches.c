@@ -20,8 +20,7 @@ writable(grpo_store *s, const char *what)
     if (s == NULL)
         return grpo__fail(GRPO_EINVAL, "store: %s: NULL store", what);
     if (s->opts.read_only)
-        return grpo__fail(GRPO_EPERM, "store: %s: %s: the store is open read-only", s->path,
-                          what);
+        return grpo__fail(GRPO_EPERM, "store: %s: %s: the store is open read-only", s->path, what);
     return grpo_store_flush(s);
 }
 
@@ -47,9 +46,10 @@ grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t st
         sqlite3_bind_double(st, 7, wall_now());
         int rc = sqlite3_step(st);
         if ((rc & 0xff) == SQLITE_CONSTRAINT)
-            err = grpo__fail(GRPO_EINVAL, "store: %s: put_batch: batch %lld is already stored "
-                             "(or run %lld does not exist)", s->path, (long long)batch_id,
-                             (long long)run_id);
+            err = grpo__fail(GRPO_EINVAL,
+                             "store: %s: put_batch: batch %lld is already stored "
+                             "(or run %lld does not exist)",
+                             s->path, (long long)batch_id, (long long)run_id);
         else if (rc != SQLITE_DONE)
             err = grpo_store__db_fail(s, rc, "storing a batch");
         sqlite3_reset(st);

@@ -18,9 +18,10 @@ grpo_store__check_group(const grpo_group_rec *g)
     if (g == NULL)
         return grpo__fail(GRPO_EINVAL, "store: put_group: NULL group");
     if (g->run_id <= 0 || g->prompt_id <= 0)
-        return grpo__fail(GRPO_EINVAL, "store: put_group: run_id %lld / prompt_id %lld must be "
-                          "ids returned by the store", (long long)g->run_id,
-                          (long long)g->prompt_id);
+        return grpo__fail(GRPO_EINVAL,
+                          "store: put_group: run_id %lld / prompt_id %lld must be "
+                          "ids returned by the store",
+                          (long long)g->run_id, (long long)g->prompt_id);
     if (g->n_completions < 0 || g->n_completions > MAX_G ||
         (g->n_completions > 0 && g->completions == NULL))
         return grpo__fail(GRPO_EINVAL, "store: put_group: bad n_completions %d",
@@ -30,14 +31,17 @@ grpo_store__check_group(const grpo_group_rec *g)
         if (c->n_tokens < 0 || c->finish_reason < 0 || c->finish_reason > GRPO_FINISH_ABORT ||
             c->n_rewards < 0 || c->n_rewards > MAX_REWARDS ||
             (c->n_rewards > 0 && c->rewards == NULL))
-            return grpo__fail(GRPO_EINVAL, "store: put_group: completion %d: bad n_tokens, "
-                              "finish_reason or n_rewards", (int)i);
+            return grpo__fail(GRPO_EINVAL,
+                              "store: put_group: completion %d: bad n_tokens, "
+                              "finish_reason or n_rewards",
+                              (int)i);
         for (int32_t j = 0; j < c->n_rewards; j++) {
             const grpo_reward_rec *r = &c->rewards[j];
             if (r->verifier == NULL || r->kind < 0 || r->kind > 4)
-                return grpo__fail(GRPO_EINVAL, "store: put_group: completion %d reward %d: "
-                                  "missing verifier name or bad kind %d", (int)i, (int)j,
-                                  (int)r->kind);
+                return grpo__fail(GRPO_EINVAL,
+                                  "store: put_group: completion %d reward %d: "
+                                  "missing verifier name or bad kind %d",
+                                  (int)i, (int)j, (int)r->kind);
         }
     }
     return GRPO_OK;
@@ -424,8 +428,7 @@ grpo_store_put_group(grpo_store *s, const grpo_group_rec *g)
     if (s == NULL)
         return grpo__fail(GRPO_EINVAL, "store: put_group: NULL store");
     if (s->opts.read_only)
-        return grpo__fail(GRPO_EPERM, "store: %s: put_group: the store is open read-only",
-                          s->path);
+        return grpo__fail(GRPO_EPERM, "store: %s: put_group: the store is open read-only", s->path);
     if ((err = grpo_store__check_group(g)) != GRPO_OK)
         return err;
     if (!s->writer_started)

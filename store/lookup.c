@@ -119,7 +119,8 @@ read_rewards(grpo_store *s, grpo_stored_completion *c, int *oom)
         r->ms = sqlite3_column_double(st, 6);
         rc = SQLITE_OK;
     }
-    grpo_err err = rc == SQLITE_DONE || *oom ? GRPO_OK : grpo_store__db_fail(s, rc, "reading rewards");
+    grpo_err err =
+        rc == SQLITE_DONE || *oom ? GRPO_OK : grpo_store__db_fail(s, rc, "reading rewards");
     sqlite3_finalize(st);
     return err;
 }
@@ -189,9 +190,11 @@ grpo_store_find_completion(int64_t *completion_id, grpo_store *s, int64_t run_id
     if (rc == SQLITE_ROW)
         *completion_id = sqlite3_column_int64(st, 0);
     else if (rc == SQLITE_DONE)
-        err = grpo__fail(GRPO_ENOTFOUND, "store: %s: no sample %d in group (run %lld, step %lld, "
-                         "prompt %lld, seed %llu)", s->path, (int)sample_index, (long long)run_id,
-                         (long long)step, (long long)prompt_id, (unsigned long long)seed);
+        err = grpo__fail(GRPO_ENOTFOUND,
+                         "store: %s: no sample %d in group (run %lld, step %lld, "
+                         "prompt %lld, seed %llu)",
+                         s->path, (int)sample_index, (long long)run_id, (long long)step,
+                         (long long)prompt_id, (unsigned long long)seed);
     else
         err = grpo_store__db_fail(s, rc, "finding a completion");
     sqlite3_finalize(st);

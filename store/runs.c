@@ -21,8 +21,7 @@ writable(grpo_store *s, const char *what)
     if (s == NULL)
         return grpo__fail(GRPO_EINVAL, "store: %s: NULL store", what);
     if (s->opts.read_only)
-        return grpo__fail(GRPO_EPERM, "store: %s: %s: the store is open read-only", s->path,
-                          what);
+        return grpo__fail(GRPO_EPERM, "store: %s: %s: the store is open read-only", s->path, what);
     return grpo_store_flush(s);
 }
 
@@ -122,8 +121,8 @@ grpo_store_run_end(grpo_store *s, int64_t run_id, const char *status)
     if ((err = writable(s, "run_end")) != GRPO_OK)
         return err;
     pthread_mutex_lock(&s->mu);
-    int rc = sqlite3_prepare_v2(s->db, "UPDATE runs SET ended_at = ?, status = ? WHERE id = ?",
-                                -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(s->db, "UPDATE runs SET ended_at = ?, status = ? WHERE id = ?", -1,
+                                &st, NULL);
     if (rc != SQLITE_OK) {
         err = grpo_store__db_fail(s, rc, "ending a run");
     } else {
@@ -138,16 +137,18 @@ grpo_store_run_end(grpo_store *s, int64_t run_id, const char *status)
 }
 
 grpo_err
-grpo_store_put_policy_version(grpo_store *s, int64_t run_id, int64_t version,
-                              const char *location, const char *sha256_hex)
+grpo_store_put_policy_version(grpo_store *s, int64_t run_id, int64_t version, const char *location,
+                              const char *sha256_hex)
 {
     grpo_err err;
     sqlite3_stmt *st;
     if ((err = writable(s, "put_policy_version")) != GRPO_OK)
         return err;
     if (sha256_hex && strlen(sha256_hex) != 64)
-        return grpo__fail(GRPO_EINVAL, "store: put_policy_version: sha256 \"%s\" is not 64 hex "
-                          "characters", sha256_hex);
+        return grpo__fail(GRPO_EINVAL,
+                          "store: put_policy_version: sha256 \"%s\" is not 64 hex "
+                          "characters",
+                          sha256_hex);
     pthread_mutex_lock(&s->mu);
     if ((err = grpo_store__stmt(s, ST_POLICY_UPSERT, &st)) == GRPO_OK) {
         sqlite3_bind_int64(st, 1, run_id);

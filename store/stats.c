@@ -54,11 +54,12 @@ grpo_err
 grpo_store__register_functions(grpo_store *s)
 {
     int flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC;
-    int rc = sqlite3_create_function(s->db, "grpo_pass_at_k", 3, flags, NULL, sql_pass_at_k,
-                                     NULL, NULL);
+    int rc =
+        sqlite3_create_function(s->db, "grpo_pass_at_k", 3, flags, NULL, sql_pass_at_k, NULL, NULL);
     /* SQLite built without SQLITE_ENABLE_MATH_FUNCTIONS has no sqrt(); the views need one. */
     sqlite3_stmt *probe = NULL;
-    if (rc == SQLITE_OK && sqlite3_prepare_v2(s->db, "SELECT sqrt(4)", -1, &probe, NULL) != SQLITE_OK)
+    if (rc == SQLITE_OK &&
+        sqlite3_prepare_v2(s->db, "SELECT sqrt(4)", -1, &probe, NULL) != SQLITE_OK)
         rc = sqlite3_create_function(s->db, "sqrt", 1, flags, NULL, sql_sqrt, NULL, NULL);
     sqlite3_finalize(probe);
     return rc == SQLITE_OK ? GRPO_OK : grpo_store__db_fail(s, rc, "registering SQL functions");
@@ -107,20 +108,23 @@ build_query(grpo_store *s, const grpo_stats_opts *o, grpo_buf *q)
         err = grpo__buf_printf(q, "SELECT * FROM %s", view);
     else {
         sqlite3_stmt *st = NULL;
-        int rc = sqlite3_prepare_v2(s->db, "SELECT sql FROM sqlite_master WHERE type = 'view'"
-                                    " AND name = ?", -1, &st, NULL);
+        int rc = sqlite3_prepare_v2(s->db,
+                                    "SELECT sql FROM sqlite_master WHERE type = 'view'"
+                                    " AND name = ?",
+                                    -1, &st, NULL);
         if (rc == SQLITE_OK) {
             sqlite3_bind_text(st, 1, view, -1, SQLITE_STATIC);
             rc = sqlite3_step(st);
         }
-        const char *body = rc == SQLITE_ROW
-                               ? view_body((const char *)sqlite3_column_text(st, 0), view)
-                               : NULL;
+        const char *body =
+            rc == SQLITE_ROW ? view_body((const char *)sqlite3_column_text(st, 0), view) : NULL;
         if (rc != SQLITE_ROW && rc != SQLITE_DONE)
             err = grpo_store__db_fail(s, rc, "reading a stats view");
         else if (body == NULL)
-            err = grpo__fail(GRPO_EFORMAT, "store: %s: view %s is missing or not a plain "
-                             "CREATE VIEW ... AS SELECT", s->path, view);
+            err = grpo__fail(GRPO_EFORMAT,
+                             "store: %s: view %s is missing or not a plain "
+                             "CREATE VIEW ... AS SELECT",
+                             s->path, view);
         else if (strncasecmp(body, "WITH", 4) == 0 && isspace((unsigned char)body[4]))
             err = grpo__buf_printf(q, "WITH %s, %s", filtered_inputs, body + 5);
         else
@@ -130,8 +134,10 @@ build_query(grpo_store *s, const grpo_stats_opts *o, grpo_buf *q)
     if (err == GRPO_OK && o->by == GRPO_STATS_BY_PROMPT) {
         int k = o->pass_k > 0 ? o->pass_k : 8;
         grpo_buf w = {0};
-        if ((err = grpo__buf_printf(&w, "SELECT *, grpo_pass_at_k(n, c, %d) AS pass_at_%d FROM"
-                                    " (%s) ORDER BY run_id, prompt_id", k, k, q->data)) == GRPO_OK) {
+        if ((err = grpo__buf_printf(&w,
+                                    "SELECT *, grpo_pass_at_k(n, c, %d) AS pass_at_%d FROM"
+                                    " (%s) ORDER BY run_id, prompt_id",
+                                    k, k, q->data)) == GRPO_OK) {
             grpo__buf_fini(q);
             *q = w;
         } else {

@@ -38,7 +38,8 @@ child(const char *path, int async, int ready_fd)
     o.batch_groups = 16;
     int64_t run = 0, prompt = 0;
     grpo_prompt_rec p = {"crash", 0, "q", NULL, NULL, NULL};
-    if (grpo_store_open(&s, path, &o) != GRPO_OK || grpo_store_run_begin(&run, s, NULL) != GRPO_OK ||
+    if (grpo_store_open(&s, path, &o) != GRPO_OK ||
+        grpo_store_run_begin(&run, s, NULL) != GRPO_OK ||
         grpo_store_put_prompt(&prompt, s, &p) != GRPO_OK)
         _exit(3);
     uint64_t rng = (uint64_t)getpid() * 2654435761u + 1;
@@ -69,10 +70,12 @@ check_db(const char *path, int64_t *n_groups)
     *n_groups = q_int(db, "SELECT count(*) FROM groups");
     assert_true(*n_groups >= 1);
     assert_int_equal(q_int(db, "SELECT count(*) FROM groups g WHERE g.g <> (SELECT count(*) FROM"
-                               " completions c WHERE c.group_id = g.id)"), 0);
+                               " completions c WHERE c.group_id = g.id)"),
+                     0);
     assert_int_equal(q_int(db, "SELECT count(*) FROM completions c WHERE (SELECT count(*) FROM"
                                " rewards r WHERE r.completion_id = c.id) <> 2 OR NOT EXISTS"
-                               " (SELECT 1 FROM advantages a WHERE a.completion_id = c.id)"), 0);
+                               " (SELECT 1 FROM advantages a WHERE a.completion_id = c.id)"),
+                     0);
     assert_int_equal(q_int(db, "SELECT count(*) FROM completions"), *n_groups * G);
     /* Groups are written in order, so the recorded ones are a prefix of the loop. */
     assert_int_equal(q_int(db, "SELECT max(seed) + 1 FROM groups"), *n_groups);

@@ -76,9 +76,11 @@ static void
 assert_whole(const char *path)
 {
     assert_int_equal(raw_int(path, "SELECT count(*) FROM groups g WHERE g.g <> (SELECT count(*) "
-                                   "FROM completions c WHERE c.group_id = g.id)"), 0);
+                                   "FROM completions c WHERE c.group_id = g.id)"),
+                     0);
     assert_int_equal(raw_int(path, "SELECT count(*) FROM completions c WHERE (SELECT count(*) "
-                                   "FROM rewards r WHERE r.completion_id = c.id) <> 2"), 0);
+                                   "FROM rewards r WHERE r.completion_id = c.id) <> 2"),
+                     0);
 }
 
 static void
@@ -89,20 +91,21 @@ test_migrate_from_v1(void **state)
     assert_string_equal(grpo_schema_files[0].name, "001_init.sql");
     /* A database as schema version 1 left it, with data in it. */
     raw_exec(dbpath, grpo_schema_files[0].text);
-    raw_exec(dbpath,
-             "PRAGMA user_version = 1;"
-             "INSERT INTO runs (id, started_at, command_line) VALUES (1, 1.7e9, 'grpo rollout');"
-             "INSERT INTO prompts (id, dataset, idx, text, content_hash) VALUES (1, 'd', 0, 'q',"
-             " 'h');"
-             "INSERT INTO groups (id, run_id, step, prompt_id, policy_version, seed, g,"
-             " started_at, finished_at) VALUES (1, 1, 0, 1, 0, 5, 2, 10.0, 12.0);"
-             "INSERT INTO completions (id, group_id, run_id, step, sample_index, n_tokens,"
-             " finish_reason, reward, correct) VALUES (1, 1, 1, 0, 0, 10, 'eos', 1.0, 1),"
-             " (2, 1, 1, 0, 1, 30, 'length', 0.0, 0);"
-             "INSERT INTO rewards (completion_id, idx, run_id, step, verifier, version, kind, score,"
-             " ms) VALUES (1, 0, 1, 0, 'math', '1', 'pass', 1.0, 2.0), (1, 1, 1, 0, 'f', '1',"
-             " 'pass', 0.0, 1.0), (2, 0, 1, 0, 'math', '1', 'fail', 0.0, 4.0), (2, 1, 1, 0, 'f',"
-             " '1', 'fail', 0.0, 1.0);");
+    raw_exec(
+        dbpath,
+        "PRAGMA user_version = 1;"
+        "INSERT INTO runs (id, started_at, command_line) VALUES (1, 1.7e9, 'grpo rollout');"
+        "INSERT INTO prompts (id, dataset, idx, text, content_hash) VALUES (1, 'd', 0, 'q',"
+        " 'h');"
+        "INSERT INTO groups (id, run_id, step, prompt_id, policy_version, seed, g,"
+        " started_at, finished_at) VALUES (1, 1, 0, 1, 0, 5, 2, 10.0, 12.0);"
+        "INSERT INTO completions (id, group_id, run_id, step, sample_index, n_tokens,"
+        " finish_reason, reward, correct) VALUES (1, 1, 1, 0, 0, 10, 'eos', 1.0, 1),"
+        " (2, 1, 1, 0, 1, 30, 'length', 0.0, 0);"
+        "INSERT INTO rewards (completion_id, idx, run_id, step, verifier, version, kind, score,"
+        " ms) VALUES (1, 0, 1, 0, 'math', '1', 'pass', 1.0, 2.0), (1, 1, 1, 0, 'f', '1',"
+        " 'pass', 0.0, 1.0), (2, 0, 1, 0, 'math', '1', 'fail', 0.0, 4.0), (2, 1, 1, 0, 'f',"
+        " '1', 'fail', 0.0, 1.0);");
     /* Read-only opens do not migrate. */
     grpo_store *s = NULL;
     grpo_store_opts ro = {0};
@@ -138,7 +141,8 @@ test_migrate_from_v1(void **state)
     assert_int_equal(raw_int(dbpath, "SELECT worker_id IS NULL FROM groups WHERE id = 1"), 1);
     assert_int_equal(raw_int(dbpath, "SELECT count(*) FROM groups WHERE worker_id = 'w1'"), 1);
     assert_int_equal(raw_int(dbpath, "SELECT count(*) FROM leases"), 0);
-    assert_int_equal(raw_int(dbpath, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"), 1);
+    assert_int_equal(raw_int(dbpath, "SELECT integrity_check = 'ok' FROM pragma_integrity_check"),
+                     1);
 }
 
 static void

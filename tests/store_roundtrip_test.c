@@ -84,7 +84,8 @@ test_git_describe(void **state)
     snprintf(repo, sizeof repo, "%s/repo", dir);
     sh("mkdir -p %s && cd %s && git init -q -b trunk . && git config user.email t@t && "
        "git config user.name t && echo a > f.txt && git add f.txt && git commit -q -m one && "
-       "git remote add origin https://example.com/data.git", repo);
+       "git remote add origin https://example.com/data.git",
+       repo);
     assert_int_equal(grpo_store_git_describe(repo, &gi), GRPO_OK);
     assert_int_equal(gi.is_repo, 1);
     assert_int_equal(gi.dirty, 0);
@@ -124,7 +125,8 @@ test_runs_policy_prompts(void **state)
     char repo[300], text[256];
     snprintf(repo, sizeof repo, "%s/repo", dir);
     sh("mkdir -p %s && cd %s && git init -q -b main . && git config user.email t@t && "
-       "git config user.name t && echo a > d.jsonl && git add d.jsonl && git commit -q -m d", repo);
+       "git config user.name t && echo a > d.jsonl && git add d.jsonl && git commit -q -m d",
+       repo);
     assert_int_equal(grpo_store_open(&s, dbpath, NULL), GRPO_OK);
     assert_int_equal(grpo_store_schema_version(s), grpo_store_schema_latest());
     assert_true(grpo_store_schema_latest() >= 3);
@@ -160,15 +162,17 @@ test_runs_policy_prompts(void **state)
     p.gold_json = "\"43\"";
     assert_int_equal(grpo_store_put_prompt(&p3, s, &p), GRPO_OK);
     assert_true(p3 != p1);
-    grpo_prompt_rec m = {"chat", 0, NULL, "[{\"role\":\"user\",\"content\":\"hi\"}]", NULL,
-                         "{\"inputs\":[\"1\"],\"outputs\":[\"1\"]}"};
+    grpo_prompt_rec m = {"chat", 0,
+                         NULL,   "[{\"role\":\"user\",\"content\":\"hi\"}]",
+                         NULL,   "{\"inputs\":[\"1\"],\"outputs\":[\"1\"]}"};
     int64_t p4 = 0;
     assert_int_equal(grpo_store_put_prompt(&p4, s, &m), GRPO_OK);
     assert_int_equal(grpo_store_close(s), GRPO_OK);
 
     sqlite3 *db = raw_open();
     char q[256];
-    snprintf(q, sizeof q, "SELECT command_line || '|' || config_json || '|' || host || '|' || "
+    snprintf(q, sizeof q,
+             "SELECT command_line || '|' || config_json || '|' || host || '|' || "
              "grpo_version || '|' || status || '|' || dataset_rev FROM runs WHERE id = %lld",
              (long long)run);
     q_text(db, q, text, sizeof text);
@@ -176,20 +180,25 @@ test_runs_policy_prompts(void **state)
     snprintf(want, sizeof want, "grpo rollout --config c.json|{\"G\":8}|testhost|%s|ok|v1",
              grpo_version());
     assert_string_equal(text, want);
-    snprintf(q, sizeof q, "SELECT ended_at >= started_at AND repo_commit IS NULL AND "
+    snprintf(q, sizeof q,
+             "SELECT ended_at >= started_at AND repo_commit IS NULL AND "
              "dataset_commit IS NOT NULL AND dataset_branch = 'main' AND dataset_dirty = 0 "
-             "FROM runs WHERE id = %lld", (long long)run);
+             "FROM runs WHERE id = %lld",
+             (long long)run);
     assert_int_equal(q_int(db, q), 1);
     snprintf(q, sizeof q, "SELECT status || ended_at IS NULL FROM runs WHERE id = %lld",
              (long long)run2);
     q_text(db, "SELECT status FROM runs ORDER BY id DESC LIMIT 1", text, sizeof text);
     assert_string_equal(text, "running");
-    q_text(db, "SELECT group_concat(version || ':' || location || ':' || "
+    q_text(db,
+           "SELECT group_concat(version || ':' || location || ':' || "
            "coalesce(substr(sha256, 1, 4), '-'), ' ') FROM policy_versions ORDER BY version",
            text, sizeof text);
     assert_string_equal(text, "0:/w/v0:0123 1:/w/v1b:0123");
-    snprintf(q, sizeof q, "SELECT dataset || '|' || idx || '|' || text || '|' || gold_json || "
-             "'|' || length(content_hash) FROM prompts WHERE id = %lld", (long long)p1);
+    snprintf(q, sizeof q,
+             "SELECT dataset || '|' || idx || '|' || text || '|' || gold_json || "
+             "'|' || length(content_hash) FROM prompts WHERE id = %lld",
+             (long long)p1);
     q_text(db, q, text, sizeof text);
     assert_string_equal(text, "gsm8k|7|What is 6*7?|\"42\"|64");
     snprintf(q, sizeof q, "SELECT messages_json || tests_json FROM prompts WHERE id = %lld",
@@ -209,8 +218,9 @@ check_group(grpo_store *s, sqlite3 *db, const tu_group *t)
     for (int32_t i = 0; i < g->n_completions; i++) {
         const grpo_completion_rec *c = &g->completions[i];
         int64_t cid = 0;
-        assert_int_equal(grpo_store_find_completion(&cid, s, g->run_id, g->step, g->prompt_id,
-                                                    g->seed, i), GRPO_OK);
+        assert_int_equal(
+            grpo_store_find_completion(&cid, s, g->run_id, g->step, g->prompt_id, g->seed, i),
+            GRPO_OK);
         grpo_stored_completion *sc = NULL;
         assert_int_equal(grpo_store_get_completion(&sc, s, cid), GRPO_OK);
         assert_int_equal(sc->run_id, g->run_id);
@@ -249,24 +259,25 @@ check_group(grpo_store *s, sqlite3 *db, const tu_group *t)
         }
         /* Derived reward and correctness. */
         assert_true(fabs(sc->reward - (c->has_reward ? c->reward : sum)) < 1e-12);
-        assert_int_equal(sc->correct, c->correct >= 0 ? c->correct
-                                                      : (scored ? passed == scored : -1));
+        assert_int_equal(sc->correct,
+                         c->correct >= 0 ? c->correct : (scored ? passed == scored : -1));
         char q[256];
-        snprintf(q, sizeof q, "SELECT advantage = %.17g AND kl_mean = %.17g AND kl_max = %.17g "
+        snprintf(q, sizeof q,
+                 "SELECT advantage = %.17g AND kl_mean = %.17g AND kl_max = %.17g "
                  "AND ref_logprob_sum = %.17g FROM advantages WHERE completion_id = %lld",
                  c->advantage, c->kl_mean, c->kl_max, c->ref_logprob_sum, (long long)cid);
         assert_int_equal(q_int(db, q), 1);
         grpo_stored_completion_free(sc);
     }
     char q[400];
-    snprintf(q, sizeof q, "SELECT g = %d AND policy_version = %lld AND max_tokens = %d AND "
+    snprintf(q, sizeof q,
+             "SELECT g = %d AND policy_version = %lld AND max_tokens = %d AND "
              "started_at = %.17g AND finished_at = %.17g AND gen_ms = %.17g AND "
              "coalesce(worker_id, '') = '%s' AND lease_attempt = %d FROM groups WHERE "
              "run_id = %lld AND step = %lld AND prompt_id = %lld AND seed = %lld",
-             (int)g->n_completions, (long long)g->policy_version, (int)g->max_tokens,
-             g->started_at, g->finished_at, g->gen_ms, g->worker_id ? g->worker_id : "",
-             (int)g->lease_attempt, (long long)g->run_id, (long long)g->step,
-             (long long)g->prompt_id, (long long)g->seed);
+             (int)g->n_completions, (long long)g->policy_version, (int)g->max_tokens, g->started_at,
+             g->finished_at, g->gen_ms, g->worker_id ? g->worker_id : "", (int)g->lease_attempt,
+             (long long)g->run_id, (long long)g->step, (long long)g->prompt_id, (long long)g->seed);
     assert_int_equal(q_int(db, q), 1);
 }
 
@@ -411,8 +422,9 @@ test_batches(void **state)
     char bytes[16];
     for (int64_t id = 1; id <= 6; id++) {
         snprintf(bytes, sizeof bytes, "batch-%lld", (long long)id);
-        assert_int_equal(grpo_store_put_batch(s, id, run, id * 10, (int32_t)(id % 5), bytes,
-                                              strlen(bytes)), GRPO_OK);
+        assert_int_equal(
+            grpo_store_put_batch(s, id, run, id * 10, (int32_t)(id % 5), bytes, strlen(bytes)),
+            GRPO_OK);
     }
     assert_int_equal(grpo_store_put_batch(s, 3, run, 30, 3, "x", 1), GRPO_EINVAL);
     assert_int_equal(grpo_store_mark_published(s, 2), GRPO_OK);
@@ -447,7 +459,8 @@ test_batches(void **state)
 
     sqlite3 *db = raw_open();
     assert_int_equal(q_int(db, "SELECT count(*) FROM batches WHERE acked_at IS NOT NULL AND "
-                               "bytes IS NULL AND n_bytes = 7 AND published_at IS NOT NULL"), 1);
+                               "bytes IS NULL AND n_bytes = 7 AND published_at IS NOT NULL"),
+                     1);
     assert_int_equal(q_int(db, "SELECT count(*) FROM batches WHERE acked_at IS NOT NULL"), 2);
     sqlite3_close(db);
 }

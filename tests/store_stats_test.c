@@ -36,7 +36,8 @@ static int n_groups;
 static int64_t run1, run2, prompt_ids[PROMPTS];
 static char dir[256], dbpath[300];
 
-/* ---- the data ----------------------------------------------------------------------------------- */
+/* ---- the data -----------------------------------------------------------------------------------
+ */
 
 static void
 put(grpo_store *s, rawgroup *r, uint64_t *rng, uint64_t seed)
@@ -118,7 +119,8 @@ teardown(void **state)
     return 0;
 }
 
-/* ---- independent reference -------------------------------------------------------------------- */
+/* ---- independent reference --------------------------------------------------------------------
+ */
 
 static int
 cmp_d(const void *a, const void *b)
@@ -280,7 +282,8 @@ get_s(const result *r, int row, const char *col)
 
 #define NEAR(a, b) assert_true(fabs((a) - (b)) <= 1e-9 * (1 + fabs(b)))
 
-/* ---- the checks ------------------------------------------------------------------------------- */
+/* ---- the checks -------------------------------------------------------------------------------
+ */
 
 static void
 check_steps(int64_t run, int range, int64_t lo, int64_t hi)

@@ -57,8 +57,8 @@ typedef struct {
 /* Fills t with G completions of up to max_tok tokens, each with n_rew rewards from verifiers
  * "math" (score 0/1) and "format" (score 0/0.5). Rewards' kinds follow their scores. */
 static inline void
-tu_group_make(tu_group *t, uint64_t *rng, int64_t run, int64_t step, int64_t prompt,
-              uint64_t seed, int32_t G, int32_t max_tok, int32_t n_rew)
+tu_group_make(tu_group *t, uint64_t *rng, int64_t run, int64_t step, int64_t prompt, uint64_t seed,
+              int32_t G, int32_t max_tok, int32_t n_rew)
 {
     memset(t, 0, sizeof *t);
     t->c = calloc((size_t)G, sizeof *t->c);

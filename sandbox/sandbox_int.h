@@ -121,6 +121,7 @@ typedef struct sbx_child {
     int out_fd, err_fd; /* read ends (-1 for spawned procs) */
     int ctl_fd;         /* spawn: our end of the control socket */
     int status_fd;      /* run: the sandbox init reports the program's wait status here */
+    grpo_sandbox_limits lim; /* for classifying how a long-lived process ended */
     double t0;
 } sbx_child;
 grpo_err sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c);

@@ -293,6 +293,7 @@ sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c)
     memset(c, 0, sizeof *c);
     c->pid = -1;
     c->pidfd = c->out_fd = c->err_fd = c->ctl_fd = c->status_fd = -1;
+    c->lim = s->lim;
     if (pipe2(sync, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
         err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
         goto done;

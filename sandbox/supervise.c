@@ -153,15 +153,13 @@ sbx_reap_killed(sbx_child *c, grpo_sandbox_result *res, bool killed)
 {
     int st;
     struct rusage ru;
-    grpo_sandbox_limits none;
-    memset(&none, 0, sizeof none);
     if (killed)
         kill(c->pid, SIGKILL);
     reap(c, &st, &ru);
     if (res) {
         memset(res, 0, sizeof *res);
         fill_usage(res, &ru, c->t0);
-        sbx_classify(res, st, &none, false, false);
+        sbx_classify(res, st, &c->lim, false, false);
         res->out = calloc(1, 1);
         res->err = calloc(1, 1);
     }

@@ -145,8 +145,11 @@ t_leak(void **state)
     int errors = 0;
     for (int i = 0; i < 8; i++) { /* 64 MiB a call against a 256 MiB limit */
         grpo_verdict v = score(api, leak, "x", NULL);
-        if (v.kind == GRPO_VERDICT_ERROR)
+        if (v.kind == GRPO_VERDICT_ERROR) {
+            fprintf(stderr, "  leak call %d -> %s %s\n", i, v.label, v.details_json);
+            assert_string_equal(v.label, "plugin-memory");
             errors++;
+        }
         free(v.details_json);
     }
     assert_true(errors >= 1);

@@ -18,6 +18,8 @@
 #define EVIL_ABI_MAJOR GRPO_VERIFIER_ABI_MAJOR
 #endif
 
+static void *volatile leaked;
+
 static int
 evil_init(const char *config, void **state, char **err)
 {
@@ -43,6 +45,7 @@ evil_score(void *state, const grpo_verifier_sample *s, grpo_verdict *out)
         if (p == NULL)
             abort();
         memset(p, 1, 64u << 20);
+        leaked = p; /* escapes: the compiler may not drop the allocation */
     } else if (strcmp(mode, "exit") == 0) {
         exit(0);
     } else if (strcmp(mode, "escape") == 0) {

@@ -532,6 +532,7 @@ error_verdict(grpo_verdict *v, const char *what, const grpo_sandbox_result *res,
     cJSON_AddStringToObject(d, "status", grpo_sandbox_status_name(res->status));
     cJSON_AddNumberToObject(d, "signal", res->signal);
     cJSON_AddNumberToObject(d, "exit_code", res->exit_code);
+    cJSON_AddNumberToObject(d, "max_rss_kb", (double)res->max_rss_kb);
     if (strcmp(what, "plugin-load-failed") == 0)
         cJSON_AddStringToObject(d, "error", grpo_error_last());
     v->details_json = cJSON_PrintUnformatted(d);

@@ -323,32 +323,36 @@ write_header(grpo_buf *o, const grpo_batch *b, uint64_t *data_len)
 }
 
 grpo_err
-grpo_batch_encode(const grpo_batch *b, void **out, size_t *len)
+grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o)
 {
     grpo_err err;
-    grpo_buf o = {0};
     uint64_t data_len = 0;
-    *out = NULL;
-    *len = 0;
-    if ((err = grpo_batch_validate(b)) != GRPO_OK)
-        return err;
     uint8_t zero[8] = {0};
-    if ((err = grpo__buf_append(&o, zero, 8)) != GRPO_OK ||
-        (err = write_header(&o, b, &data_len)) != GRPO_OK)
-        goto done;
-    grpo_bridge__put_u64((uint8_t *)o.data, o.len - 8);
-    if ((err = grpo__buf_reserve(&o, data_len)) != GRPO_OK)
-        goto done;
+    o->len = 0; /* reuses o's memory: large batches then avoid faulting in fresh pages */
+    if ((err = grpo_batch_validate(b)) != GRPO_OK ||
+        (err = grpo__buf_append(o, zero, 8)) != GRPO_OK ||
+        (err = write_header(o, b, &data_len)) != GRPO_OK)
+        return err;
+    grpo_bridge__put_u64((uint8_t *)o->data, o->len - 8);
+    if ((err = grpo__buf_reserve(o, data_len)) != GRPO_OK)
+        return err;
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field *f = &fields[i];
         if (present(b->flags, f))
-            grpo__buf_append(&o, fget(b, f), fcount(b, f) * grpo_bridge__st_dtype_size(f->dt));
+            grpo__buf_append(o, fget(b, f), fcount(b, f) * grpo_bridge__st_dtype_size(f->dt));
     }
-    *out = o.data;
-    *len = o.len;
     return GRPO_OK;
-done:
-    grpo__buf_fini(&o);
+}
+
+grpo_err
+grpo_batch_encode(const grpo_batch *b, void **out, size_t *len)
+{
+    grpo_buf o = {0};
+    grpo_err err = grpo_bridge__encode_into(b, &o);
+    *out = err == GRPO_OK ? o.data : NULL;
+    *len = err == GRPO_OK ? o.len : 0;
+    if (err != GRPO_OK)
+        grpo__buf_fini(&o);
     return err;
 }
 

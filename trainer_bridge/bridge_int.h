@@ -10,6 +10,9 @@ grpo_err grpo_bridge__check_groups(const int64_t *offsets, size_t n_groups, size
                                    const char *where);
 grpo_err grpo_bridge__check_offsets(const int64_t *off, size_t n_seq, const char *where);
 
+/* Encodes into o (o->len is reset; its memory is reused). */
+grpo_err grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o);
+
 /* ---- safetensors ---------------------------------------------------------------------------- */
 
 typedef enum {

@@ -20,9 +20,11 @@
 typedef struct {
     int64_t id, version;
     void *bytes;
-    size_t len;
+    size_t len, cap; /* cap: the allocation behind bytes, for the buffer pool */
     int sends;
 } entry;
+
+#define POOL_MAX 4 /* encode buffers kept for reuse (each up to a batch's size) */
 
 typedef struct {
     int64_t version, n_chunks, next, bytes, written;
@@ -49,6 +51,8 @@ struct grpo_bridge_publisher {
     grpo_weights_update latest;
     int64_t polled_version, engine_version;
     wassembly wa;
+    grpo_buf pool[POOL_MAX]; /* freed batch buffers, reused by publish (under mu) */
+    size_t npool;
 };
 
 /* ---- small helpers ------------------------------------------------------------------------- */
@@ -106,9 +110,21 @@ acked_add(grpo_bridge_publisher *p, int64_t id)
     return GRPO_OK;
 }
 
+/* Called with mu held: keeps a buffer for reuse, or frees it. */
+static void
+pool_put(grpo_bridge_publisher *p, void *data, size_t cap)
+{
+    if (data == NULL)
+        return;
+    if (p->npool < POOL_MAX)
+        p->pool[p->npool++] = (grpo_buf){data, 0, cap};
+    else
+        free(data);
+}
+
 /* Inserts in id order (the common case, the largest id, is an append). Takes ownership of bytes. */
 static grpo_err
-q_insert(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len)
+q_insert(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len, size_t cap)
 {
     if (p->nq == p->capq) {
         size_t cap = p->capq ? 2 * p->capq : 16;
@@ -121,7 +137,7 @@ q_insert(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, siz
     size_t i = p->nq++;
     for (; i > 0 && p->q[i - 1].id > id; i--)
         p->q[i] = p->q[i - 1];
-    p->q[i] = (entry){id, version, bytes, len, 0};
+    p->q[i] = (entry){id, version, bytes, len, cap, 0};
     return GRPO_OK;
 }
 
@@ -201,7 +217,7 @@ apply_ack(grpo_bridge_publisher *p, int64_t id)
     if (p->has_persist && p->persist.ack(p->persist.ctx, id) != GRPO_OK)
         grpo_log(GRPO_LOG_ERROR, "bridge: persisting ack of batch %" PRId64 ": %s", id,
                  grpo_error_last());
-    free(p->q[i].bytes);
+    pool_put(p, p->q[i].bytes, p->q[i].cap);
     memmove(p->q + i, p->q + i + 1, (p->nq - (size_t)i - 1) * sizeof *p->q);
     p->nq--;
     acked_add(p, id);
@@ -507,7 +523,7 @@ resume_one(void *arg, int64_t id, const void *bytes, size_t len)
     if (c == NULL)
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
     memcpy(c, bytes, len);
-    grpo_err err = q_insert(p, id, ver, c, len);
+    grpo_err err = q_insert(p, id, ver, c, len, len);
     if (err != GRPO_OK)
         free(c);
     return err;
@@ -595,6 +611,8 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
     wa_reset(&p->wa);
     for (size_t i = 0; i < p->nq; i++)
         free(p->q[i].bytes);
+    for (size_t i = 0; i < p->npool; i++)
+        free(p->pool[i].data);
     free(p->q);
     free(p->acked);
     free(p->url);
@@ -641,7 +659,7 @@ wait_room(grpo_bridge_publisher *p, int timeout_ms)
 /* Takes ownership of bytes. */
 static grpo_err
 publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len,
-              int timeout_ms)
+              size_t cap, int timeout_ms)
 {
     grpo_err err = GRPO_OK;
     pthread_mutex_lock(&p->pub_mu); /* one publish at a time keeps ids ordered */
@@ -659,27 +677,36 @@ publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes
         err = p->persist.put(p->persist.ctx, id, bytes, len);
     if (err == GRPO_OK && !dup) {
         pthread_mutex_lock(&p->mu);
-        if ((err = q_insert(p, id, version, bytes, len)) == GRPO_OK) {
+        if ((err = q_insert(p, id, version, bytes, len, cap)) == GRPO_OK) {
             bytes = NULL;
             p->st.published++;
             pthread_cond_broadcast(&p->cv);
         }
         pthread_mutex_unlock(&p->mu);
     }
+    pthread_mutex_lock(&p->mu);
+    pool_put(p, bytes, cap); /* not queued (duplicate or failure): keep the memory */
+    pthread_mutex_unlock(&p->mu);
     pthread_mutex_unlock(&p->pub_mu);
-    free(bytes);
     return err;
 }
 
 grpo_err
 grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_ms)
 {
-    void *bytes = NULL;
-    size_t len = 0;
-    grpo_err err = grpo_batch_encode(b, &bytes, &len);
-    if (err != GRPO_OK)
+    grpo_buf o = {0};
+    pthread_mutex_lock(&p->mu);
+    if (p->npool > 0)
+        o = p->pool[--p->npool];
+    pthread_mutex_unlock(&p->mu);
+    grpo_err err = grpo_bridge__encode_into(b, &o);
+    if (err != GRPO_OK) {
+        pthread_mutex_lock(&p->mu);
+        pool_put(p, o.data, o.cap);
+        pthread_mutex_unlock(&p->mu);
         return err;
-    return publish_owned(p, b->batch_id, b->policy_version, bytes, len, timeout_ms);
+    }
+    return publish_owned(p, b->batch_id, b->policy_version, o.data, o.len, o.cap, timeout_ms);
 }
 
 grpo_err
@@ -699,7 +726,7 @@ grpo_bridge_publish_bytes(grpo_bridge_publisher *p, const void *bytes, size_t le
     if (c == NULL)
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
     memcpy(c, bytes, len);
-    return publish_owned(p, id, ver, c, len, timeout_ms);
+    return publish_owned(p, id, ver, c, len, len ? len : 1, timeout_ms);
 }
 
 grpo_err

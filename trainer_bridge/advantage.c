@@ -204,7 +204,7 @@ grpo_advantages(const grpo_adv_opts *o, const double *rewards, size_t n, const i
         else if (len > 0)
             group_adv(o, rewards + b, len, batch_sd, adv + b);
     }
-    if (o->kind != GRPO_ADV_REINFORCE_PP_BASELINE)
+    if (o->kind != GRPO_ADV_REINFORCE_PP_BASELINE || n == 0)
         return GRPO_OK;
     if ((err = whiten(o, weights, n, adv)) != GRPO_OK)
         return err;

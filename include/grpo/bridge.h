@@ -326,6 +326,11 @@ void grpo_bridge_opts_default(grpo_bridge_opts *o);
 
 typedef struct grpo_bridge_publisher grpo_bridge_publisher;
 
+/* Threads: every publisher function may be called from any thread; publish calls are serialized
+ * (ids are queued in order). The persist callbacks run on the publishing thread (put) and on the
+ * server thread (ack, mark_sent), so they must be thread-safe. A weights check (sha256 of the
+ * file) runs on the server thread and delays batch delivery while it lasts. */
+
 /* Listens on url (tcp://host:port or ipc:///path) and serves batches from a background thread.
  * Resumes the unacknowledged batches listed by opts->persist. The caller owns *out. */
 grpo_err grpo_bridge_publisher_create(grpo_bridge_publisher **out, const char *url,

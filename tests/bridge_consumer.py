@@ -6,7 +6,7 @@ publishes weights v1 (inline) after 300 batches and v2 (by path) after 600.
 
     bridge_consumer.py URL STATE_DIR SHARED_DIR [PAUSE_AT,...]
 
-PAUSE_AT: after processing that many batches, wait 2 s before acknowledging, so that a kill in
+PAUSE_AT: after processing that many batches, wait 10 s before acknowledging, so that a kill in
 that pause leaves a processed but unacknowledged batch (its redelivery must hit the dedup)."""
 import os
 import sys
@@ -64,7 +64,7 @@ def main():
                 os.fsync(log)
                 processed.add(batch.batch_id)
                 if len(processed) in pause_at:
-                    time.sleep(2)
+                    time.sleep(10)  # the driver kills us in this pause
             client.ack(batch)
             for v, at, inline in ((1, 300, True), (2, 600, False)):
                 if len(processed) >= at and v not in sent:

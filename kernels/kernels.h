@@ -99,6 +99,10 @@ struct grpo_kernels {
 grpo_err grpo_kernels_cpu_create(grpo_kernels **out, int n_threads);
 void grpo_kernels_destroy(grpo_kernels *k);
 
+/* Nonzero: the CPU backend avoids its ISA-specific paths (F16C FP8 decode) and uses the portable
+ * ones (tests compare both; results are bit-identical). */
+void grpo_kernels_cpu_set_portable(int on);
+
 /* Runs fn over [0, n) on the backend's threads (CPU backend only; deterministic chunking). */
 void grpo_kernels_parallel_for(grpo_kernels *k, size_t n, grpo_pool_fn fn, void *ctx);
 

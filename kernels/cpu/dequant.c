@@ -74,6 +74,14 @@ fp8_block128(const uint8_t *s, float sc, float *out)
     }
 }
 
+static int portable;
+
+void
+grpo_kernels_cpu_set_portable(int on)
+{
+    __atomic_store_n(&portable, on, __ATOMIC_RELAXED);
+}
+
 #ifdef GRPO_HAVE_F16C_PATH
 /* E4M3 -> FP16 is a shift ((b & 0x7f) << 7 | sign << 8) giving the value times 2^-8 exactly,
  * subnormals included; F16C converts 8 at a time to fp32 (exactly, no denormal penalty); one
@@ -114,7 +122,7 @@ fp8_block(const uint8_t *s, float sc, float *out)
 {
 #ifdef GRPO_HAVE_F16C_PATH
     float sc256 = sc * 256.0f;
-    if (have_f16c() && isfinite(sc256)) {
+    if (!__atomic_load_n(&portable, __ATOMIC_RELAXED) && have_f16c() && isfinite(sc256)) {
         fp8_block128_f16c(s, sc256, out);
         return;
     }

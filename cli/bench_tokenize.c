@@ -55,8 +55,7 @@ read_corpus(corpus *c, const char *path)
     if (grpo__read_file(path, 0, &c->buf, &c->len) != GRPO_OK)
         return cli_fail("bench tokenize");
     size_t pos = 6, n, len;
-    if (c->len < 6 || memcmp(c->buf, "GTKC1\n", 6) != 0 || varint(c, &pos, &n) != 0 ||
-        n > c->len) {
+    if (c->len < 6 || memcmp(c->buf, "GTKC1\n", 6) != 0 || varint(c, &pos, &n) != 0 || n > c->len) {
         fprintf(stderr, "grpo bench tokenize: %s: not a corpus file\n", path);
         return CLI_FAIL;
     }

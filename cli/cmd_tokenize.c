@@ -29,7 +29,8 @@ static const char USAGE[] =
     "  --lossy              with --decode: replace invalid UTF-8 by U+FFFD (as HF decode does)\n"
     "  --chat r1|v3         render the conversation of --messages with that chat template and\n"
     "                       print its ids, generation prompt included (r1 implies --r1)\n"
-    "  --messages FILE      a JSON array of {\"role\", \"content\"[, \"tool_calls\"]} messages, or\n"
+    "  --messages FILE      a JSON array of {\"role\", \"content\"[, \"tool_calls\"]} messages, "
+    "or\n"
     "                       an object with a \"messages\" array\n"
     "  --no-generation-prompt  with --chat: leave the generation prompt out\n"
     "  --text               with --chat: print the rendered text instead of ids\n"
@@ -181,7 +182,8 @@ do_decode(grpo_tokenizer *tok, const opts *o)
     int rc = read_stdin(&in);
     if (rc == CLI_OK)
         rc = parse_ids(in.data, &ids, &n);
-    unsigned flags = (o->skip_special ? GRPO_TOK_SKIP_SPECIAL : 0) | (o->lossy ? GRPO_TOK_LOSSY : 0);
+    unsigned flags =
+        (o->skip_special ? GRPO_TOK_SKIP_SPECIAL : 0) | (o->lossy ? GRPO_TOK_LOSSY : 0);
     if (rc == CLI_OK && grpo_tokenizer_decode(tok, ids, n, flags, &text, &len) != GRPO_OK)
         rc = cli_fail("tokenize");
     if (rc == CLI_OK && (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0))

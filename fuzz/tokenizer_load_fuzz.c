@@ -1,6 +1,6 @@
 /* libFuzzer: grpo_tokenizer_load_json on arbitrary text. A file that loads must encode and
- * encode and decode a fixed sample without crashing; one that does not must leave *out NULL with a message. Seeds:
- * tests/data/tokenizer/malformed/ and tests/data/tokenizer/small/. */
+ * encode and decode a fixed sample without crashing; one that does not must leave *out NULL with a
+ * message. Seeds: tests/data/tokenizer/malformed/ and tests/data/tokenizer/small/. */
 #include "common/common_int.h"
 #include "grpo/tokenizer.h"
 

@@ -96,8 +96,8 @@ static void
 test_r1_prompt_shape(void **state)
 {
     (void)state;
-    grpo_chat_message m[3] = {{"system", "S1", NULL, 0}, {"system", "S2", NULL, 0},
-                              {"user", "Q", NULL, 0}};
+    grpo_chat_message m[3] = {
+        {"system", "S1", NULL, 0}, {"system", "S2", NULL, 0}, {"user", "Q", NULL, 0}};
     char *text;
     size_t len;
     assert_int_equal(grpo_chat_render(r1, GRPO_CHAT_NONE, m, 3, 1, &text, &len), GRPO_OK);
@@ -116,14 +116,16 @@ test_errors(void **state)
     grpo_chat_message no_content[1] = {{"user", NULL, NULL, 0}};
     char *text;
     size_t len;
-    assert_int_equal(grpo_chat_render(v3, GRPO_CHAT_V3, bad_role, 1, 1, &text, &len),
-                     GRPO_EINVAL);
+    assert_int_equal(grpo_chat_render(v3, GRPO_CHAT_V3, bad_role, 1, 1, &text, &len), GRPO_EINVAL);
     assert_non_null(strstr(grpo_error_last(), "robot"));
     assert_int_equal(grpo_chat_render(v3, GRPO_CHAT_V3, no_content, 1, 1, &text, &len),
                      GRPO_EINVAL);
     grpo_chat chat;
-    const char *bad[] = {"{\"messages\": 3}", "[{\"content\": \"x\"}]", "[1]",
-                         "[{\"role\": \"user\", \"content\": 5}]", "[{\"role\": \"user\"",
+    const char *bad[] = {"{\"messages\": 3}",
+                         "[{\"content\": \"x\"}]",
+                         "[1]",
+                         "[{\"role\": \"user\", \"content\": 5}]",
+                         "[{\"role\": \"user\"",
                          "[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{}]}]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(grpo_chat_parse_json(&chat, bad[i], strlen(bad[i]), "m.json"),

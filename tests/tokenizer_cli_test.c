@@ -150,8 +150,8 @@ test_chat(void **state)
         char mpath[600], args[5000];
         snprintf(mpath, sizeof mpath, "%s/messages.json", tmpdir);
         assert_int_equal(grpo__write_file_atomic(mpath, msgs, strlen(msgs)), GRPO_OK);
-        snprintf(args, sizeof args, "--tokenizer '%s' --chat %s --messages '%s'", fx_v3_path(),
-                 fam, mpath);
+        snprintf(args, sizeof args, "--tokenizer '%s' --chat %s --messages '%s'", fx_v3_path(), fam,
+                 mpath);
         size_t on;
         int rc;
         char *out = run(args, "", 0, &on, &rc);

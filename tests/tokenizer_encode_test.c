@@ -1,5 +1,5 @@
-/* rollout/tokenizer: encode and decode against HF `tokenizers` on the fixture corpus (ids written by
- * tools/make_tokenizer_fixtures.py): the real DeepSeek-V3 tokenizer.json, its R1 variant, and a
+/* rollout/tokenizer: encode and decode against HF `tokenizers` on the fixture corpus (ids written
+ * by tools/make_tokenizer_fixtures.py): the real DeepSeek-V3 tokenizer.json, its R1 variant, and a
  * small byte-level BPE trained with HF (lone ByteLevel pre-tokenizer, lstrip/rstrip tokens). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -98,9 +98,8 @@ test_roundtrip(void **state)
         int32_t *ids;
         size_t n, len;
         char *text;
-        assert_int_equal(grpo_tokenizer_encode(v3, s->text, s->len, GRPO_TOK_PARSE_SPECIAL, &ids,
-                                               &n),
-                         GRPO_OK);
+        assert_int_equal(
+            grpo_tokenizer_encode(v3, s->text, s->len, GRPO_TOK_PARSE_SPECIAL, &ids, &n), GRPO_OK);
         assert_int_equal(grpo_tokenizer_decode(v3, ids, n, 0, &text, &len), GRPO_OK);
         assert_int_equal(len, s->len);
         assert_memory_equal(text, s->text, len);
@@ -249,8 +248,8 @@ test_small_bytelevel(void **state)
     for (int prefix = 0; prefix < 2; prefix++) {
         grpo_tokenizer *t = load_small(prefix);
         fx_file enc;
-        assert_int_equal(fx_load(&enc, prefix ? "encode_small_prefix.bin" : "encode_small.bin", 'T'),
-                         0);
+        assert_int_equal(
+            fx_load(&enc, prefix ? "encode_small_prefix.bin" : "encode_small.bin", 'T'), 0);
         assert_true(enc.n >= 500);
         assert_int_equal(check_encodings(t, &enc, true, GRPO_TOK_PARSE_SPECIAL,
                                          prefix ? "small+prefix" : "small"),

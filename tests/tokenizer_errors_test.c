@@ -91,8 +91,8 @@ test_config(void **state)
     (void)state;
     char path[4096], cfg[4096];
     fx_path(path, sizeof path, "malformed/good.json");
-    snprintf(cfg, sizeof cfg, "%s/tok_cfg_test_%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             (int)getpid());
+    snprintf(cfg, sizeof cfg, "%s/tok_cfg_test_%d.json",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
     const char *bad = "{\"bos_token\": \"<nope>\"}";
     assert_int_equal(grpo__write_file_atomic(cfg, bad, strlen(bad)), GRPO_OK);
     grpo_tokenizer *tok;

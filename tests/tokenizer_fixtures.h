@@ -16,7 +16,7 @@ typedef struct fx_item {
     size_t len;
     int32_t *ids;
     size_t n;
-    int flag; /* decode: skip_special */
+    int flag;     /* decode: skip_special */
     size_t index; /* encode: index into the corpus */
 } fx_item;
 
@@ -121,8 +121,7 @@ fx_load(fx_file *f, const char *name, char kind)
     }
     snprintf(magic, sizeof magic, "GTK%c1\n", kind);
     size_t pos = 6, n;
-    if (f->len < 6 || memcmp(f->buf, magic, 6) != 0 || fx_varint(f, &pos, &n) != 0 ||
-        n > f->len) {
+    if (f->len < 6 || memcmp(f->buf, magic, 6) != 0 || fx_varint(f, &pos, &n) != 0 || n > f->len) {
         fprintf(stderr, "FATAL: %s: bad header\n", path);
         return -1;
     }
@@ -171,8 +170,9 @@ fx_show_diff(const char *what, size_t idx, const char *text, size_t len, const i
     size_t k = 0;
     while (k < nw && k < ng && want[k] == got[k])
         k++;
-    fprintf(stderr, "%s %zu (%zu bytes) differs at id %zu: want %d got %d (lens %zu/%zu); text: ",
-            what, idx, len, k, k < nw ? want[k] : -1, k < ng ? got[k] : -1, nw, ng);
+    fprintf(stderr,
+            "%s %zu (%zu bytes) differs at id %zu: want %d got %d (lens %zu/%zu); text: ", what,
+            idx, len, k, k < nw ? want[k] : -1, k < ng ? got[k] : -1, nw, ng);
     for (size_t i = 0; i < len && i < 160; i++) {
         unsigned char c = (unsigned char)text[i];
         if (c >= 0x20 && c < 0x7F && c != '\\')

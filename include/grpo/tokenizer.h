@@ -1,8 +1,8 @@
 /* grpo/tokenizer.h: byte-level BPE tokenizer read from a Hugging Face tokenizer.json, identical in
  * output to HF `tokenizers`, plus the DeepSeek-V3 and DeepSeek-R1 chat templates in native C.
  *
- * Thread safety: after grpo_tokenizer_load() returns, every function taking a const tokenizer may be
- * called from any number of threads at once (the internal piece cache is locked). */
+ * Thread safety: once loaded, a tokenizer may be used from any number of threads at once (each
+ * encode borrows one of a pool of scratch spaces, with its own piece cache). */
 #ifndef GRPO_TOKENIZER_H
 #define GRPO_TOKENIZER_H
 
@@ -18,7 +18,7 @@ typedef struct grpo_tokenizer grpo_tokenizer;
 typedef enum grpo_chat_family {
     GRPO_CHAT_NONE = 0, /* no known template (generic tokenizer) */
     GRPO_CHAT_V3 = 1,   /* DeepSeek-V3: generation prompt "<｜Assistant｜>" */
-    GRPO_CHAT_R1 = 2    /* DeepSeek-R1: drops earlier reasoning; prompt "<｜Assistant｜><think>\n" */
+    GRPO_CHAT_R1 = 2    /* DeepSeek-R1: drops old reasoning; prompt "<｜Assistant｜><think>\n" */
 } grpo_chat_family;
 
 /* Ids DeepSeek-R1 gives to <think> and </think> (placeholder tokens in the V3 file). */
@@ -39,12 +39,14 @@ typedef struct grpo_tokenizer_opts {
 } grpo_tokenizer_opts;
 
 /* Loads a byte-level BPE tokenizer. `path` is a tokenizer.json or a directory holding one.
- * Supported: model BPE (vocab; merges as "a b" strings or [a, b] pairs; no dropout, unk, prefixes or
- * byte fallback), added tokens (special or not, lstrip/rstrip/single_word/normalized), normalizer
- * null or a Sequence of none, pre-tokenizer ByteLevel (GPT-2 regex when use_regex) or a Sequence of
- * Split(Regex|String, Isolated|Removed|...) and ByteLevel, decoder ByteLevel. Anything else is
- * refused with GRPO_EUNSUPPORTED naming the field; malformed files give GRPO_EFORMAT.
- * opts may be NULL (defaults). On success the caller owns *out (free with grpo_tokenizer_destroy). */
+ * Supported: model BPE (vocab; merges as "a b" strings or [a, b] pairs; ignore_merges; no
+ * dropout, subword prefix/suffix), added tokens (special or not, lstrip, rstrip, normalized),
+ * normalizer null or an empty Sequence, pre-tokenizer ByteLevel (GPT-2 regex when use_regex,
+ * add_prefix_space) or a Sequence of Split(Regex|String, Isolated|Removed, invert) then ByteLevel,
+ * decoder ByteLevel. Anything else (single_word tokens, other normalizers, pre-tokenizers or
+ * decoders) is refused with GRPO_EUNSUPPORTED naming the field; malformed files give GRPO_EFORMAT.
+ * opts may be NULL (defaults). On success the caller owns *out (free with grpo_tokenizer_destroy).
+ */
 grpo_err grpo_tokenizer_load(grpo_tokenizer **out, const char *path,
                              const grpo_tokenizer_opts *opts);
 /* Same from a tokenizer.json held in memory; `where` names it in messages. opts->config_path is
@@ -73,10 +75,11 @@ const char *grpo_tokenizer_token_bytes(const grpo_tokenizer *tok, int32_t id, si
 /* Nonzero when id is an added token marked special. */
 int grpo_tokenizer_is_special(const grpo_tokenizer *tok, int32_t id);
 
-/* Encode flags. */
-#define GRPO_TOK_PARSE_SPECIAL 1u /* recognise special added tokens' text (non-special added
-                                     tokens are always recognised, as in HF) */
-#define GRPO_TOK_ADD_BOS 2u       /* prepend the BOS id (when the tokenizer has one) */
+/* Encode flags. GRPO_TOK_PARSE_SPECIAL: recognise the text of special added tokens (non-special
+ * added tokens are always recognised, as in HF); without it special-token text is plain text
+ * (HF's encode_special_tokens=True). GRPO_TOK_ADD_BOS: prepend the BOS id, when there is one. */
+#define GRPO_TOK_PARSE_SPECIAL 1u
+#define GRPO_TOK_ADD_BOS 2u
 
 /* Encodes text[0..len) (any bytes; invalid UTF-8 is encoded as its raw bytes) exactly as HF
  * `tokenizers` Tokenizer.encode(text, add_special_tokens=False) does. On success *ids is a heap
@@ -84,9 +87,10 @@ int grpo_tokenizer_is_special(const grpo_tokenizer *tok, int32_t id);
 grpo_err grpo_tokenizer_encode(const grpo_tokenizer *tok, const char *text, size_t len,
                                unsigned flags, int32_t **ids, size_t *n);
 
-/* Decode flags. */
-#define GRPO_TOK_SKIP_SPECIAL 1u /* leave out special added tokens */
-#define GRPO_TOK_LOSSY 2u        /* replace invalid UTF-8 by U+FFFD, as HF decode does */
+/* Decode flags. GRPO_TOK_SKIP_SPECIAL: leave out special added tokens. GRPO_TOK_LOSSY: replace
+ * invalid UTF-8 by U+FFFD, as HF decode does. */
+#define GRPO_TOK_SKIP_SPECIAL 1u
+#define GRPO_TOK_LOSSY 2u
 
 /* Decodes ids to bytes: the concatenation of each token's bytes (raw bytes unless
  * GRPO_TOK_LOSSY). Ids in range but unused decode to nothing; ids < 0 or >= vocab_size fail with
@@ -97,21 +101,22 @@ grpo_err grpo_tokenizer_decode(const grpo_tokenizer *tok, const int32_t *ids, si
 /* Incremental decoder for streaming and stop strings: feed ids one at a time; each call yields
  * only whole UTF-8 characters, holding back an incomplete tail until the next token completes it.
  * Bytes that can never form a character come out as U+FFFD, so the concatenation of everything
- * yielded (feeds then fini) equals grpo_tokenizer_decode(..., GRPO_TOK_LOSSY). Fields are private. */
+ * yielded (feeds then fini) equals grpo_tokenizer_decode(..., GRPO_TOK_LOSSY). Fields are private.
+ */
 typedef struct grpo_detok {
     const grpo_tokenizer *tok;
-    unsigned flags;          /* GRPO_TOK_SKIP_SPECIAL honoured */
-    unsigned char pend[4];   /* incomplete UTF-8 tail */
+    unsigned flags;        /* GRPO_TOK_SKIP_SPECIAL honoured */
+    unsigned char pend[4]; /* incomplete UTF-8 tail */
     size_t npend;
     char *buf;
     size_t cap;
 } grpo_detok;
 void grpo_detok_init(grpo_detok *d, const grpo_tokenizer *tok, unsigned flags);
-/* Appends token id. *text and *len receive the newly completed text (possibly empty), valid until the
- * next call on d. Fails with GRPO_EINVAL for an id outside [0, vocab_size). */
+/* Appends token id. *text and *len receive the newly completed text (possibly empty), valid until
+ * the next call on d. Fails with GRPO_EINVAL for an id outside [0, vocab_size). */
 grpo_err grpo_detok_feed(grpo_detok *d, int32_t id, const char **text, size_t *len);
-/* Flushes a held-back incomplete tail (as U+FFFD) into *text and *len and frees d's buffer; d may be
- * reused after grpo_detok_init. text/len may be NULL to discard. Accepts NULL d. */
+/* Flushes a held-back incomplete tail (as U+FFFD) into *text and *len and frees d's buffer; d may
+ * be reused after grpo_detok_init. text/len may be NULL to discard. Accepts NULL d. */
 void grpo_detok_fini(grpo_detok *d, const char **text, size_t *len);
 
 /* ---- Chat templates ---- */
@@ -130,12 +135,13 @@ typedef struct grpo_chat_message {
 } grpo_chat_message;
 
 /* Renders a conversation exactly as the family's Jinja chat_template does (the template of the
- * DeepSeek-V3 tokenizer_config.json, or DeepSeek-R1's): the BOS token text first, all system prompts
- * joined by a blank line, "<｜User｜>"/"<｜Assistant｜>" turns, "<｜end▁of▁sentence｜>" after
- * assistant turns, tool calls/outputs; R1 keeps only the text after the last "</think>" of earlier
- * assistant turns. add_generation_prompt appends "<｜Assistant｜>" (V3) or "<｜Assistant｜><think>\n"
- * (R1). family GRPO_CHAT_NONE means the tokenizer's own family. Unknown roles and content-less
- * non-tool-call messages fail with GRPO_EINVAL. *text is NUL-terminated; the caller frees it. */
+ * DeepSeek-V3 tokenizer_config.json, or DeepSeek-R1's): the BOS token text first, all system
+ * prompts joined by a blank line, "<｜User｜>"/"<｜Assistant｜>" turns, "<｜end▁of▁sentence｜>"
+ * after assistant turns, tool calls/outputs; R1 keeps only the text after the last "</think>" of
+ * earlier assistant turns. add_generation_prompt appends "<｜Assistant｜>" (V3) or
+ * "<｜Assistant｜><think>\n" (R1). family GRPO_CHAT_NONE means the tokenizer's own family. Unknown
+ * roles and content-less non-tool-call messages fail with GRPO_EINVAL. *text is NUL-terminated; the
+ * caller frees it. */
 grpo_err grpo_chat_render(const grpo_tokenizer *tok, grpo_chat_family family,
                           const grpo_chat_message *msgs, size_t n, int add_generation_prompt,
                           char **text, size_t *len);

@@ -67,9 +67,8 @@ validate(const grpo_chat_message *msgs, size_t n, grpo_chat_family fam)
         if (m->content == NULL && !calls)
             return grpo__fail(GRPO_EINVAL, "chat: message %zu (%s) has no content", i, m->role);
         if (calls && m->tool_calls == NULL)
-            return grpo__fail(GRPO_EINVAL,
-                              "chat: message %zu (assistant) has neither content nor tool_calls",
-                              i);
+            return grpo__fail(
+                GRPO_EINVAL, "chat: message %zu (assistant) has neither content nor tool_calls", i);
         for (size_t k = 0; calls && k < m->n_tool_calls; k++) {
             const grpo_chat_tool_call *c = &m->tool_calls[k];
             if (c->type == NULL || c->name == NULL || c->arguments == NULL)

@@ -8,8 +8,8 @@
 
 /* A special token entry: a string, or an AddedToken object with "content", or null. */
 static grpo_err
-token_field(grpo_tokenizer *tok, const cJSON *root, const char *key, const char *where,
-            int32_t *id, const char **content)
+token_field(grpo_tokenizer *tok, const cJSON *root, const char *key, const char *where, int32_t *id,
+            const char **content)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     *content = NULL;
@@ -56,8 +56,7 @@ chat_template(grpo_tokenizer *tok, const cJSON *root, const char *where)
     {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
         const cJSON *tt = cJSON_GetObjectItemCaseSensitive(it, "template");
-        if (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0 &&
-            cJSON_IsString(tt))
+        if (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0 && cJSON_IsString(tt))
             tok->family = family_of(tt->valuestring);
     }
     return GRPO_OK;

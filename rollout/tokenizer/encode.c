@@ -206,8 +206,7 @@ split_added(enc *e, int level, size_t start, size_t end)
 }
 
 static grpo_err
-encode_into(const grpo_tokenizer *tok, const char *text, size_t len, unsigned flags,
-            tok_ivec *out)
+encode_into(const grpo_tokenizer *tok, const char *text, size_t len, unsigned flags, tok_ivec *out)
 {
     tok_scratch *s = NULL;
     int slot = -1;

@@ -11,8 +11,9 @@
 #define TOK_MAX_FILE ((size_t)1 << 30)
 #define TOK_MAX_ID (1 << 24)
 
-static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
-                                   "\\s+(?!\\S)|\\s+";
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
+    "\\s+(?!\\S)|\\s+";
 
 /* GPT-2's byte <-> printable character map: bytes that are printable Latin-1 map to themselves,
  * the other 68 to U+0100.. in order. char_byte[cp] for cp < 512 (-1: not a byte character). */
@@ -103,12 +104,18 @@ static const char *
 extra_for(char cat)
 {
     switch (cat) {
-    case 'L': return TOK_EXTRA_L;
-    case 'M': return TOK_EXTRA_M;
-    case 'N': return TOK_EXTRA_N;
-    case 'P': return TOK_EXTRA_P;
-    case 'S': return TOK_EXTRA_S;
-    default: return NULL;
+    case 'L':
+        return TOK_EXTRA_L;
+    case 'M':
+        return TOK_EXTRA_M;
+    case 'N':
+        return TOK_EXTRA_N;
+    case 'P':
+        return TOK_EXTRA_P;
+    case 'S':
+        return TOK_EXTRA_S;
+    default:
+        return NULL;
     }
 }
 
@@ -120,7 +127,10 @@ rewrite_escape(grpo_buf *o, const char *p, size_t len, size_t *i, bool in_class,
     if (c == 's' || c == 'S') {
         if (c == 'S' && in_class)
             return unsupported(where, "pre_tokenizer regex", "\\S inside a character class");
-        err = grpo__buf_printf(o, "%s%s%s", in_class ? "" : c == 's' ? "[" : "[^",
+        err = grpo__buf_printf(o, "%s%s%s",
+                               in_class   ? ""
+                               : c == 's' ? "["
+                                          : "[^",
                                TOK_WHITESPACE, in_class ? "" : "]");
         *i += 2;
         return err;
@@ -197,8 +207,8 @@ compile_stage(tok_stage *st, const char *pat, size_t len, bool literal, const ch
         grpo__buf_fini(&rw);
         return err;
     }
-    st->re = pcre2_compile(literal ? (PCRE2_SPTR)pat : (PCRE2_SPTR)rw.data,
-                           literal ? len : rw.len, flags, &ec, &eo, NULL);
+    st->re = pcre2_compile(literal ? (PCRE2_SPTR)pat : (PCRE2_SPTR)rw.data, literal ? len : rw.len,
+                           flags, &ec, &eo, NULL);
     grpo__buf_fini(&rw);
     if (st->re == NULL) {
         PCRE2_UCHAR msg[256];
@@ -358,8 +368,8 @@ read_vocab(grpo_tokenizer *tok, const cJSON *vocab, const char *where, int32_t *
         if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= TOK_MAX_ID ||
             it->valuedouble != (double)(int32_t)it->valuedouble)
             return grpo__fail(GRPO_EFORMAT,
-                              "%s: model.vocab[\"%.60s\"] must be an integer id in [0, %d)",
-                              where, it->string, TOK_MAX_ID);
+                              "%s: model.vocab[\"%.60s\"] must be an integer id in [0, %d)", where,
+                              it->string, TOK_MAX_ID);
         int32_t id = (int32_t)it->valuedouble;
         char *key = grpo_arena_strdup(tok->arena, it->string);
         if (key == NULL)
@@ -389,16 +399,16 @@ merge_put(grpo_tokenizer *tok, int32_t a, int32_t b, uint32_t rank, int32_t id)
 }
 
 static grpo_err
-merge_sides(const cJSON *it, const char *where, size_t i, const char **a, const char **b,
-            char *tmp, size_t tmpcap)
+merge_sides(const cJSON *it, const char *where, size_t i, const char **a, const char **b, char *tmp,
+            size_t tmpcap)
 {
     if (cJSON_IsString(it)) {
         const char *s = it->valuestring;
         const char *sp = strchr(s, ' ');
         size_t la = sp ? (size_t)(sp - s) : 0;
         if (sp == NULL || strchr(sp + 1, ' ') != NULL || la + 1 > tmpcap)
-            return grpo__fail(GRPO_EFORMAT, "%s: model.merges[%zu] \"%.60s\" is not \"a b\"",
-                              where, i, s);
+            return grpo__fail(GRPO_EFORMAT, "%s: model.merges[%zu] \"%.60s\" is not \"a b\"", where,
+                              i, s);
         memcpy(tmp, s, la);
         tmp[la] = 0;
         *a = tmp;
@@ -446,9 +456,13 @@ read_merges(grpo_tokenizer *tok, const cJSON *merges, const char *where)
         int32_t ib = grpo_tok__strmap_get(&tok->by_text, b, lb);
         int32_t ic = grpo_tok__strmap_get(&tok->by_text, cat, la + lb);
         if (ia < 0 || ib < 0 || ic < 0)
-            return grpo__fail(GRPO_EFORMAT, "%s: model.merges[%zu] (\"%.40s\" \"%.40s\"): %s is "
-                              "not in the vocabulary", where, i, a, b,
-                              ia < 0 ? "the left side" : ib < 0 ? "the right side" : "the merge");
+            return grpo__fail(GRPO_EFORMAT,
+                              "%s: model.merges[%zu] (\"%.40s\" \"%.40s\"): %s is "
+                              "not in the vocabulary",
+                              where, i, a, b,
+                              ia < 0   ? "the left side"
+                              : ib < 0 ? "the right side"
+                                       : "the merge");
         merge_put(tok, ia, ib, (uint32_t)i, ic);
         i++;
     }
@@ -625,8 +639,8 @@ index_added(grpo_tokenizer *tok)
         tok_added *a = &tok->added[i];
         grpo_err err = grpo_tok__strmap_put(&tok->by_text, a->content, a->len, a->id);
         if (err == GRPO_OK)
-            err = grpo_tok__trie_add(a->normalized ? &tok->trie_norm : &tok->trie_raw,
-                                     a->content, a->len, (int32_t)i);
+            err = grpo_tok__trie_add(a->normalized ? &tok->trie_norm : &tok->trie_raw, a->content,
+                                     a->len, (int32_t)i);
         if (err != GRPO_OK)
             return err;
     }
@@ -648,8 +662,8 @@ read_model(grpo_tokenizer *tok, const cJSON *root, const char *where, bool r1)
     if (err == GRPO_OK)
         err = read_merges(tok, cJSON_GetObjectItemCaseSensitive(model, "merges"), where);
     if (err == GRPO_OK)
-        err = read_added(tok, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), where,
-                         &max_id);
+        err =
+            read_added(tok, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), where, &max_id);
     if (err == GRPO_OK && r1)
         err = apply_r1(tok, where);
     if (err == GRPO_OK && max_id < 0)

@@ -27,7 +27,7 @@ typedef struct tok_strmap {
         const char *key;
         uint32_t len;
         int32_t val;
-    } *slots;
+    } * slots;
     size_t mask, count;
 } tok_strmap;
 grpo_err grpo_tok__strmap_init(tok_strmap *m, size_t expected);
@@ -70,11 +70,11 @@ enum { STAGE_SPLIT = 1, STAGE_BYTELEVEL = 2 };
 enum { SPLIT_ISOLATED = 1, SPLIT_REMOVED = 2 };
 typedef struct tok_stage {
     int kind;
-    pcre2_code *re;     /* STAGE_SPLIT; STAGE_BYTELEVEL when use_regex (GPT-2 pattern) */
-    bool jit;           /* re was JIT-compiled */
-    int behavior;       /* STAGE_SPLIT */
-    bool invert;        /* STAGE_SPLIT */
-    bool prefix_space;  /* STAGE_BYTELEVEL add_prefix_space */
+    pcre2_code *re;    /* STAGE_SPLIT; STAGE_BYTELEVEL when use_regex (GPT-2 pattern) */
+    bool jit;          /* re was JIT-compiled */
+    int behavior;      /* STAGE_SPLIT */
+    bool invert;       /* STAGE_SPLIT */
+    bool prefix_space; /* STAGE_BYTELEVEL add_prefix_space */
 } tok_stage;
 
 #define TOK_MAX_STAGES 8
@@ -83,17 +83,17 @@ typedef struct tok_stage {
 typedef struct tok_scratch tok_scratch;
 
 struct grpo_tokenizer {
-    int32_t n_ids;          /* vocab_size: largest id + 1 */
+    int32_t n_ids; /* vocab_size: largest id + 1 */
     /* Per id: the bytes it decodes to (offset/len into blob), and flags. */
     uint32_t *bytes_off, *bytes_len;
     char *blob;
-    uint8_t *idflags;       /* IDF_* */
+    uint8_t *idflags; /* IDF_* */
     /* token text (vocab key or added content) -> id */
     tok_strmap by_text;
     /* model vocabulary by raw bytes -> id (for ignore_merges) */
     tok_strmap by_bytes;
-    grpo_arena *arena;      /* key strings, added-token contents */
-    int32_t byte_id[256];   /* id of the single-byte token, -1 if absent */
+    grpo_arena *arena;    /* key strings, added-token contents */
+    int32_t byte_id[256]; /* id of the single-byte token, -1 if absent */
     tok_merge *merges;
     size_t merges_mask;
     bool ignore_merges;
@@ -107,10 +107,10 @@ struct grpo_tokenizer {
     bool has_bytelevel;
     /* config */
     int32_t bos, eos;
-    char *bos_text;          /* content of the BOS token, for the chat template ("" if none) */
+    char *bos_text; /* content of the BOS token, for the chat template ("" if none) */
     grpo_chat_family family;
     /* scratch pool */
-    int cache_slots;         /* 0: no cache */
+    int cache_slots; /* 0: no cache */
     atomic_int busy[TOK_POOL];
     tok_scratch *pool[TOK_POOL];
 };
@@ -132,7 +132,7 @@ grpo_err grpo_tok__ivec_reserve(tok_ivec *v, size_t extra);
 
 typedef struct tok_cache_slot {
     uint64_t hash;
-    uint32_t off;  /* into data: key bytes then ids (4-aligned) */
+    uint32_t off; /* into data: key bytes then ids (4-aligned) */
     uint16_t klen, nids;
 } tok_cache_slot;
 

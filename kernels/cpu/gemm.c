@@ -10,6 +10,7 @@
 #define NB 4   /* weight rows per tile */
 #define KB 512 /* columns per tile (a multiple of 8) */
 #define CB 64  /* output columns per gemm_t tile */
+#define MB 32  /* activation rows per pass, so that their K columns stay in L2 across tiles */
 
 /* Lane l of an accumulator sums the products at k = l (mod 8) in ascending k; the tail (kb not a
  * multiple of 8) continues the same lanes; then the fixed tree. Rows are processed in pairs only to
@@ -89,17 +90,22 @@ gemm_range(void *vctx, size_t b, size_t e, int worker)
     gemm_ctx *c = vctx;
     float wt[NB * KB];
     int K = c->w->cols;
-    for (size_t t = b; t < e; t++) {
-        int h = (int)(t / (size_t)c->tiles), n0 = (int)(t % (size_t)c->tiles) * NB;
-        int nn = c->N - n0 < NB ? c->N - n0 : NB;
-        if (nn < NB)
-            memset(wt, 0, sizeof wt);
-        for (int k0 = 0; k0 < K; k0 += KB) {
-            int kb = K - k0 < KB ? K - k0 : KB;
-            for (int j = 0; j < nn; j++)
-                grpo_kw_dequant_row(c->w, h * c->wrs + n0 + j, k0, kb, wt + j * KB);
-            tile_dot(c->M, c->x + (size_t)h * (size_t)c->xhs + (size_t)k0, c->ldx, wt, kb, nn,
-                     c->y + (size_t)h * (size_t)c->yhs + (size_t)n0, c->ldy, k0 == 0);
+    for (int m0 = 0; m0 < c->M; m0 += MB) {
+        int mm = c->M - m0 < MB ? c->M - m0 : MB;
+        const float *x = c->x + (size_t)m0 * (size_t)c->ldx;
+        float *y = c->y + (size_t)m0 * (size_t)c->ldy;
+        for (size_t t = b; t < e; t++) {
+            int h = (int)(t / (size_t)c->tiles), n0 = (int)(t % (size_t)c->tiles) * NB;
+            int nn = c->N - n0 < NB ? c->N - n0 : NB;
+            if (nn < NB)
+                memset(wt, 0, sizeof wt);
+            for (int k0 = 0; k0 < K; k0 += KB) {
+                int kb = K - k0 < KB ? K - k0 : KB;
+                for (int j = 0; j < nn; j++)
+                    grpo_kw_dequant_row(c->w, h * c->wrs + n0 + j, k0, kb, wt + j * KB);
+                tile_dot(mm, x + (size_t)h * (size_t)c->xhs + (size_t)k0, c->ldx, wt, kb, nn,
+                         y + (size_t)h * (size_t)c->yhs + (size_t)n0, c->ldy, k0 == 0);
+            }
         }
     }
 }

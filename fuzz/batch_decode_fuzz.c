@@ -22,7 +22,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (b->n_tok && memcmp(c->tokens, b->tokens, b->n_tok * 4) != 0))
         abort();
     int64_t id;
-    if (grpo_batch_peek(data, size, &id, NULL, NULL, 0) != GRPO_OK || id != b->batch_id)
+    grpo_batch_info info;
+    if (grpo_batch_peek(data, size, &id, NULL, NULL, 0) != GRPO_OK || id != b->batch_id ||
+        grpo_batch_peek_info(data, size, &info) != GRPO_OK || info.n_tok != b->n_tok)
         abort();
     free(bytes);
     grpo_batch_destroy(b);

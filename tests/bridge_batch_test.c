@@ -116,6 +116,13 @@ test_roundtrip(void **state)
         assert_int_equal(id, a->batch_id);
         assert_int_equal(ver, a->policy_version);
         assert_string_equal(run, a->run_id);
+        grpo_batch_info info;
+        assert_int_equal(grpo_batch_peek_info(bytes, len, &info), GRPO_OK);
+        assert_int_equal(info.step, a->step);
+        assert_int_equal(info.n_seq, a->n_seq);
+        assert_int_equal(info.n_tok, a->n_tok);
+        assert_int_equal(info.n_groups, (a->n_seq + 3) / 4); /* random_batch: 4 per group */
+        assert_string_equal(info.run_id, a->run_id);
         free(bytes);
         grpo_batch_destroy(a);
         grpo_batch_destroy(b);

@@ -507,3 +507,39 @@ grpo_batch_peek(const void *bytes, size_t len, int64_t *batch_id, int64_t *polic
     grpo_bridge__st_free(&f);
     return err;
 }
+
+grpo_err
+grpo_batch_peek_info(const void *bytes, size_t len, grpo_batch_info *info)
+{
+    grpo_err err;
+    st_file f;
+    grpo_batch tmp;
+    int64_t n_seq = 0, n_tok = 0;
+    uint32_t flags;
+    memset(info, 0, sizeof *info);
+    if ((err = grpo_bridge__st_parse(bytes, len, "batch", &f)) != GRPO_OK)
+        return err;
+    memset(&tmp, 0, sizeof tmp);
+    if ((err = read_meta(&f, &tmp, &n_seq, &n_tok)) == GRPO_OK &&
+        (err = check_tensors(&f, (uint64_t)n_seq, (uint64_t)n_tok, &flags)) == GRPO_OK) {
+        info->batch_id = tmp.batch_id;
+        info->step = tmp.step;
+        info->policy_version = tmp.policy_version;
+        info->n_seq = (size_t)n_seq;
+        info->n_tok = (size_t)n_tok;
+        snprintf(info->run_id, sizeof info->run_id, "%s", tmp.run_id);
+        const st_tensor *g = grpo_bridge__st_find(&f, "group_ids");
+        const uint8_t *p = (const uint8_t *)bytes + f.data_off + g->begin;
+        int64_t prev = 0;
+        for (size_t i = 0; i < info->n_seq; i++) {
+            int64_t v = (int64_t)grpo_bridge__get_u64(p + 8 * i);
+            info->n_groups += i == 0 || v != prev;
+            prev = v;
+        }
+    }
+    free(tmp.run_id);
+    free(tmp.sampling_json);
+    free(tmp.reward_config_hash);
+    grpo_bridge__st_free(&f);
+    return err;
+}

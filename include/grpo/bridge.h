@@ -275,6 +275,17 @@ grpo_err grpo_batch_decode(grpo_batch **out, const void *bytes, size_t len);
 grpo_err grpo_batch_peek(const void *bytes, size_t len, int64_t *batch_id, int64_t *policy_version,
                          char *run_id, size_t run_id_cap);
 
+/* Summary of encoded bytes without decoding the arrays (e.g. for a store adapter). */
+typedef struct grpo_batch_info {
+    int64_t batch_id, step, policy_version;
+    size_t n_seq, n_tok;
+    size_t n_groups;  /* runs of equal consecutive group_ids (groups are contiguous) */
+    char run_id[256]; /* truncated if longer */
+} grpo_batch_info;
+
+/* Validates the header like grpo_batch_peek and fills *info. */
+grpo_err grpo_batch_peek_info(const void *bytes, size_t len, grpo_batch_info *info);
+
 /* ======================================================================================== */
 /* 3. Transport                                                                              */
 /* ======================================================================================== */

@@ -182,10 +182,10 @@ grpo_bench_sandbox(int argc, char **argv)
     grpo_sandbox *sb = NULL;
     grpo_sandbox_pool *pool = NULL;
     if (grpo_sandbox_create(&sb, NULL) != GRPO_OK ||
-        grpo_sandbox_pool_create(&pool, NULL,
-                                 "def run(code):\n"
-                                 "    exec(compile(code, '<t>', 'exec'), {'__name__': '__main__'})\n") !=
-            GRPO_OK) {
+        grpo_sandbox_pool_create(
+            &pool, NULL,
+            "def run(code):\n"
+            "    exec(compile(code, '<t>', 'exec'), {'__name__': '__main__'})\n") != GRPO_OK) {
         grpo_sandbox_destroy(sb);
         return cli_fail("bench sandbox");
     }
@@ -225,17 +225,65 @@ grpo_bench_sandbox(int argc, char **argv)
     /* bubblewrap: new user/pid/net/ipc/uts/cgroup namespaces, read-only /usr, tmpfs /tmp */
     int have_bwrap = access("/usr/bin/bwrap", X_OK) == 0;
     if (have_bwrap) {
-        char *bw_py[] = {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent",
-                         "--new-session", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib",
-                         "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin",
-                         "/bin", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", dir, "/work",
-                         "--chdir", "/tmp", (char *)py, "-I", "-S", "-c", "print(41 + 1)", NULL};
+        char *bw_py[] = {"/usr/bin/bwrap",
+                         "--unshare-all",
+                         "--die-with-parent",
+                         "--new-session",
+                         "--ro-bind",
+                         "/usr",
+                         "/usr",
+                         "--symlink",
+                         "usr/lib",
+                         "/lib",
+                         "--symlink",
+                         "usr/lib64",
+                         "/lib64",
+                         "--symlink",
+                         "usr/bin",
+                         "/bin",
+                         "--dev",
+                         "/dev",
+                         "--tmpfs",
+                         "/tmp",
+                         "--ro-bind",
+                         dir,
+                         "/work",
+                         "--chdir",
+                         "/tmp",
+                         (char *)py,
+                         "-I",
+                         "-S",
+                         "-c",
+                         "print(41 + 1)",
+                         NULL};
         bench_spawn(&rows[2], bw_py, runs);
-        char *bw_c[] = {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-                        "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink",
-                        "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin", "--dev", "/dev",
-                        "--tmpfs", "/tmp", "--ro-bind", dir, "/work", "--chdir", "/tmp",
-                        "/work/prog", NULL};
+        char *bw_c[] = {"/usr/bin/bwrap",
+                        "--unshare-all",
+                        "--die-with-parent",
+                        "--new-session",
+                        "--ro-bind",
+                        "/usr",
+                        "/usr",
+                        "--symlink",
+                        "usr/lib",
+                        "/lib",
+                        "--symlink",
+                        "usr/lib64",
+                        "/lib64",
+                        "--symlink",
+                        "usr/bin",
+                        "/bin",
+                        "--dev",
+                        "/dev",
+                        "--tmpfs",
+                        "/tmp",
+                        "--ro-bind",
+                        dir,
+                        "/work",
+                        "--chdir",
+                        "/tmp",
+                        "/work/prog",
+                        NULL};
         bench_spawn(&rows[5], bw_c, runs);
     }
     char *plain_py[] = {(char *)py, "-I", "-S", "-c", "print(41 + 1)", NULL};

@@ -19,8 +19,8 @@
 
 #define OLD "/oldroot"
 
-static const char *const default_ro[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
-                                         "/libx32", NULL};
+static const char *const default_ro[] = {"/usr",   "/bin",   "/sbin",   "/lib",
+                                         "/lib32", "/lib64", "/libx32", NULL};
 static const char *const etc_files[] = {"/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime",
                                         NULL};
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", NULL};
@@ -202,7 +202,8 @@ sbx_mounts_setup(const sbx_spec *s, char *const *ro_paths, char *msg, size_t msg
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         return fail(msg, msg_n, errno, "sandbox: making / private");
     /* Any directory will do as the mount point of the new root: it is moved by pivot_root. */
-    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=512,mode=0755") != 0)
+    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=512,mode=0755") !=
+        0)
         return fail(msg, msg_n, errno, "sandbox: mount tmpfs root");
     if (chdir("/tmp") != 0 || mkdir("oldroot", 0700) != 0)
         return fail(msg, msg_n, errno, "sandbox: preparing the new root");

@@ -129,8 +129,8 @@ try_seccomp(void)
 uint32_t
 sbx_iso_disabled_by_env(void)
 {
-    static const char *const names[] = {"user", "pid", "net", "mount", "ipc", "uts", "seccomp",
-                                        "nnp"};
+    static const char *const names[] = {"user", "pid", "net",     "mount",
+                                        "ipc",  "uts", "seccomp", "nnp"};
     const char *v = getenv("GRPO_SANDBOX_DISABLE");
     uint32_t bits = 0;
     if (v == NULL)
@@ -155,10 +155,14 @@ sbx_probe_here(void)
     if (try_clone(CLONE_NEWUSER)) {
         bits |= GRPO_SANDBOX_ISO_USER;
         /* The others are tried together with a user namespace, as they will be used. */
-        static const struct { unsigned long f; uint32_t bit; } each[] = {
-            {CLONE_NEWPID, GRPO_SANDBOX_ISO_PID}, {CLONE_NEWNET, GRPO_SANDBOX_ISO_NET},
-            {CLONE_NEWNS, GRPO_SANDBOX_ISO_MOUNT}, {CLONE_NEWIPC, GRPO_SANDBOX_ISO_IPC},
-            {CLONE_NEWUTS, GRPO_SANDBOX_ISO_UTS}};
+        static const struct {
+            unsigned long f;
+            uint32_t bit;
+        } each[] = {{CLONE_NEWPID, GRPO_SANDBOX_ISO_PID},
+                    {CLONE_NEWNET, GRPO_SANDBOX_ISO_NET},
+                    {CLONE_NEWNS, GRPO_SANDBOX_ISO_MOUNT},
+                    {CLONE_NEWIPC, GRPO_SANDBOX_ISO_IPC},
+                    {CLONE_NEWUTS, GRPO_SANDBOX_ISO_UTS}};
         for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
             if (try_clone(CLONE_NEWUSER | each[i].f))
                 bits |= each[i].bit;
@@ -173,8 +177,8 @@ sbx_probe_here(void)
 const char *
 grpo_sandbox_iso_str(uint32_t bits, char *buf, size_t n)
 {
-    static const char *const names[] = {"user", "pid", "net", "mount", "ipc", "uts", "seccomp",
-                                        "nnp"};
+    static const char *const names[] = {"user", "pid", "net",     "mount",
+                                        "ipc",  "uts", "seccomp", "nnp"};
     size_t off = 0;
     if (n == 0)
         return buf;

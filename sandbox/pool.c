@@ -256,9 +256,8 @@ call_once(grpo_sandbox_pool *pool, const char *hdr, size_t hlen, const void *in,
 
 grpo_err
 grpo_sandbox_pool_call(grpo_sandbox_pool *pool, const char *fn, const char *args_json,
-                       const void *stdin_data, size_t stdin_len,
-                       const grpo_sandbox_limits *limits, grpo_sandbox_result *res,
-                       char **ret_json)
+                       const void *stdin_data, size_t stdin_len, const grpo_sandbox_limits *limits,
+                       grpo_sandbox_result *res, char **ret_json)
 {
     grpo_sandbox_limits l;
     grpo_buf hdr = {0};

@@ -69,7 +69,7 @@ typedef struct sbx_spec {
     int *bind_rw;
     int mount_proc;
     grpo_sandbox_limits lim;
-    uint64_t fn;         /* grpo_sandbox_fn as an integer, 0 for exec */
+    uint64_t fn; /* grpo_sandbox_fn as an integer, 0 for exec */
     char *fn_arg;
     size_t fn_arg_len;
 } sbx_spec;
@@ -92,7 +92,8 @@ void sbx_filter_fini(sbx_filter *f);
 int sbx_seccomp_install(const sbx_filter *f);
 
 /* ---- rlimits.c */
-/* Applies the limits; returns -errno of the first that failed. for_fn: skip RLIMIT_AS under ASan. */
+/* Applies the limits; returns -errno of the first that failed. for_fn: skip RLIMIT_AS under ASan.
+ */
 int sbx_rlimits_apply(const grpo_sandbox_limits *l, bool for_fn);
 
 /* ---- ns.c: namespaces, id maps, the probe. */
@@ -118,9 +119,9 @@ typedef struct sbx_worker sbx_worker;
 typedef struct sbx_child {
     pid_t pid;
     int pidfd;
-    int out_fd, err_fd; /* read ends (-1 for spawned procs) */
-    int ctl_fd;         /* spawn: our end of the control socket */
-    int status_fd;      /* run: the sandbox init reports the program's wait status here */
+    int out_fd, err_fd;      /* read ends (-1 for spawned procs) */
+    int ctl_fd;              /* spawn: our end of the control socket */
+    int status_fd;           /* run: the sandbox init reports the program's wait status here */
     grpo_sandbox_limits lim; /* for classifying how a long-lived process ended */
     double t0;
 } sbx_child;

@@ -23,6 +23,7 @@
  * *_module, reboot, swapon/off, acct, settimeofday & co, userfaultfd, io_uring_*,
  * process_vm_readv/writev, open_by_handle_at, setuid & co, SysV IPC, personality, quotactl,
  * add_key, fanotify, mknod, syslog, vhangup, iopl/ioperm, lookup_dcookie, pidfd_getfd. */
+/* clang-format off */
 static const char *const allowed[] = {
     "read", "write", "open", "openat", "close", "close_range", "stat", "fstat", "lstat",
     "newfstatat", "statx", "poll", "ppoll", "lseek", "mmap", "mprotect", "munmap", "brk",
@@ -56,10 +57,11 @@ static const char *const allowed[] = {
     "inotify_rm_watch", "mlock", "munlock", "pause", "rt_tgsigqueueinfo", "rt_sigqueueinfo",
     "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
 };
+/* clang-format on */
 
 /* Namespace-creating clone flags: a sandboxed program never needs them. */
-#define NS_FLAGS                                                                          \
-    (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | \
+#define NS_FLAGS                                                                                   \
+    (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |     \
      CLONE_NEWCGROUP)
 
 static grpo_err
@@ -68,8 +70,7 @@ seccomp_fail(int rc, const char *what)
     return grpo__fail(GRPO_ESYS, "sandbox: libseccomp %s failed: %s", what, strerror(-rc));
 }
 
-static grpo_err
-export(scmp_filter_ctx ctx, sbx_filter *out)
+static grpo_err export(scmp_filter_ctx ctx, sbx_filter *out)
 {
     grpo_err err = GRPO_OK;
     int fd = memfd_create("grpo-seccomp", MFD_CLOEXEC);

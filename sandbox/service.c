@@ -19,8 +19,7 @@ static int svc_fd = -1;
 static pid_t svc_pid = -1;
 
 /* A new worker process starts here with its socket; everything else inherited is closed. */
-static void __attribute__((noreturn))
-worker_entry(int sock)
+static void __attribute__((noreturn)) worker_entry(int sock)
 {
     if (sock != 3) {
         if (dup2(sock, 3) < 0)
@@ -31,11 +30,10 @@ worker_entry(int sock)
     sbx_worker_main(sock);
 }
 
-static void __attribute__((noreturn))
-service_main(int ctl)
+static void __attribute__((noreturn)) service_main(int ctl)
 {
     signal(SIGPIPE, SIG_IGN);
-    sbx_probe_here(); /* once: every worker inherits the answer */
+    sbx_probe_here();         /* once: every worker inherits the answer */
     signal(SIGCHLD, SIG_IGN); /* workers are reaped by the kernel */
     for (;;) {
         uint32_t op;

@@ -27,8 +27,7 @@ static const char *const default_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "
                                           "TMPDIR=/tmp", "LANG=C.UTF-8", NULL};
 
 /* The child's report on a setup failure: "step: message". */
-static void __attribute__((noreturn))
-child_die(int errfd, const char *msg)
+static void __attribute__((noreturn)) child_die(int errfd, const char *msg)
 {
     size_t n = strlen(msg);
     if (write(errfd, msg, n) < 0) {
@@ -37,8 +36,7 @@ child_die(int errfd, const char *msg)
     _exit(127);
 }
 
-static void __attribute__((noreturn))
-child_die_errno(int errfd, const char *what, int e)
+static void __attribute__((noreturn)) child_die_errno(int errfd, const char *what, int e)
 {
     char buf[256];
     snprintf(buf, sizeof buf, "sandbox: %s: %s", what, strerror(e));
@@ -120,8 +118,7 @@ on_stop(int sig)
     kill(-1, SIGKILL);
 }
 
-static void __attribute__((noreturn))
-init_main(pid_t prog, int status_fd)
+static void __attribute__((noreturn)) init_main(pid_t prog, int status_fd)
 {
     sbx_init_report rep;
     struct sigaction sa;
@@ -162,8 +159,7 @@ close_except(int lo, int keep1, int keep2)
     syscall(SYS_close_range, (b > a ? b : a) + 1, ~0u, 0);
 }
 
-static void __attribute__((noreturn))
-child_main(sbx_worker *w, const sbx_spec *s, child_fds f)
+static void __attribute__((noreturn)) child_main(sbx_worker *w, const sbx_spec *s, child_fds f)
 {
     char msg[512];
     char c;

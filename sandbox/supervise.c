@@ -18,12 +18,18 @@ const char *
 grpo_sandbox_status_name(grpo_sandbox_status s)
 {
     switch (s) {
-    case GRPO_SANDBOX_EXITED: return "exited";
-    case GRPO_SANDBOX_SIGNALED: return "signaled";
-    case GRPO_SANDBOX_SECCOMP: return "seccomp-killed";
-    case GRPO_SANDBOX_TIMEOUT: return "timeout";
-    case GRPO_SANDBOX_MEMORY: return "memory-limit";
-    case GRPO_SANDBOX_OUTPUT: return "output-limit";
+    case GRPO_SANDBOX_EXITED:
+        return "exited";
+    case GRPO_SANDBOX_SIGNALED:
+        return "signaled";
+    case GRPO_SANDBOX_SECCOMP:
+        return "seccomp-killed";
+    case GRPO_SANDBOX_TIMEOUT:
+        return "timeout";
+    case GRPO_SANDBOX_MEMORY:
+        return "memory-limit";
+    case GRPO_SANDBOX_OUTPUT:
+        return "output-limit";
     }
     return "unknown";
 }
@@ -96,9 +102,9 @@ looks_like_memory(const grpo_sandbox_result *res, const grpo_sandbox_limits *l)
         return false;
     if (res->max_rss_kb * 1024.0 >= 0.6 * (double)l->mem_bytes)
         return true;
-    if (res->err && (strstr(res->err, "std::bad_alloc") || strstr(res->err, "MemoryError") ||
-                     strstr(res->err, "Cannot allocate memory") ||
-                     strstr(res->err, "out of memory")))
+    if (res->err &&
+        (strstr(res->err, "std::bad_alloc") || strstr(res->err, "MemoryError") ||
+         strstr(res->err, "Cannot allocate memory") || strstr(res->err, "out of memory")))
         return true;
     return false;
 }

@@ -52,8 +52,7 @@ op_init(sbx_worker *w, sbx_rd *r)
                                              "%s: refusing to run untrusted code",
                                              have, need));
     }
-    if ((w->iso & GRPO_SANDBOX_ISO_SECCOMP) &&
-        (err = sbx_seccomp_build(&w->base)) != GRPO_OK)
+    if ((w->iso & GRPO_SANDBOX_ISO_SECCOMP) && (err = sbx_seccomp_build(&w->base)) != GRPO_OK)
         return reply_err(w->sock, err);
     sbx_put_u32(&out, w->iso);
     err = reply(w->sock, &out, -1);
@@ -163,10 +162,18 @@ sbx_worker_main(int sock)
             close(fd);
         sbx_rd r = {p, n, 0, false};
         switch (op) {
-        case SBX_OP_INIT: err = op_init(&w, &r); break;
-        case SBX_OP_RUN: err = op_run(&w, &r); break;
-        case SBX_OP_SPAWN: err = op_spawn(&w, &r); break;
-        case SBX_OP_FINISH: err = op_finish(&w, &r); break;
+        case SBX_OP_INIT:
+            err = op_init(&w, &r);
+            break;
+        case SBX_OP_RUN:
+            err = op_run(&w, &r);
+            break;
+        case SBX_OP_SPAWN:
+            err = op_spawn(&w, &r);
+            break;
+        case SBX_OP_FINISH:
+            err = op_finish(&w, &r);
+            break;
         default:
             err = reply_err(sock, grpo__fail(GRPO_EINVAL, "sandbox: unknown op %u", op));
         }

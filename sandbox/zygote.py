@@ -9,7 +9,7 @@
 # reports the raw wait status and usage; sandbox/pool.c classifies it like any other run.
 # Frames: request  = u32 hlen, u32 blen, header JSON, body (stdin bytes)
 #         response = u32 hlen, u32 olen, u32 elen, header JSON, stdout, stderr
-import io, json, os, resource, select, signal, struct, sys, time, traceback
+import gc, io, json, os, resource, select, signal, struct, sys, time, traceback
 
 CTL = 3
 
@@ -251,6 +251,10 @@ def main():
     except BaseException:
         _send({"error": traceback.format_exc()})
         os._exit(1)
+    # Objects that exist now are never collected: a child's first collection then does not
+    # touch (and copy-on-write) every page of the zygote's heap.
+    gc.collect()
+    gc.freeze()
     _send({"ready": True})
     while True:
         hlen, blen = struct.unpack("<II", _read_exact(8))

@@ -84,12 +84,22 @@ t_json(void **state)
         const char *a, *b;
         bool eq;
     } cases[] = {
-        {"3", "3", true},         {"3", "3.0", true},          {"3", "4", false},
-        {"0.1", "0.1000000001", true}, {"0.1", "0.11", false}, {"true", "1", false},
-        {"true", "true", true},   {"null", "null", true},      {"\"a\"", "\"a\"", true},
-        {"\"a\"", "\"A\"", false}, {"[1,[2,3]]", "[1,[2,3]]", true}, {"[1,2]", "[2,1]", false},
-        {"[1]", "[1,1]", false},  {"{\"a\":1,\"b\":[2]}", "{\"b\":[2],\"a\":1}", true},
-        {"{\"a\":1}", "{\"a\":1,\"b\":2}", false}, {"[]", "{}", false},
+        {"3", "3", true},
+        {"3", "3.0", true},
+        {"3", "4", false},
+        {"0.1", "0.1000000001", true},
+        {"0.1", "0.11", false},
+        {"true", "1", false},
+        {"true", "true", true},
+        {"null", "null", true},
+        {"\"a\"", "\"a\"", true},
+        {"\"a\"", "\"A\"", false},
+        {"[1,[2,3]]", "[1,[2,3]]", true},
+        {"[1,2]", "[2,1]", false},
+        {"[1]", "[1,1]", false},
+        {"{\"a\":1,\"b\":[2]}", "{\"b\":[2],\"a\":1}", true},
+        {"{\"a\":1}", "{\"a\":1,\"b\":2}", false},
+        {"[]", "{}", false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cJSON *a = cJSON_Parse(cases[i].a), *b = cJSON_Parse(cases[i].b);
@@ -126,7 +136,8 @@ t_tests(void **state)
     assert_int_equal(cJSON_GetArraySize(t.args[0]), 2);
     assert_int_equal(t.expected[0]->valueint, 3);
     grpo_code__tests_fini(&t);
-    assert_int_equal(grpo_code__tests_parse("[{\"input\": \"x\", \"output\": \"y\"}]", &t), GRPO_OK);
+    assert_int_equal(grpo_code__tests_parse("[{\"input\": \"x\", \"output\": \"y\"}]", &t),
+                     GRPO_OK);
     assert_string_equal(t.outputs[0], "y");
     grpo_code__tests_fini(&t);
     assert_int_equal(grpo_code__tests_parse("{\"inputs\": [\"1\"], \"outputs\": []}", &t),

@@ -95,13 +95,17 @@ static void
 t_python(void **s)
 {
     (void)s;
-    expect(NULL, "<think>plan</think>\n```python\na, b = map(int, input().split())\nprint(a + b)\n```",
+    expect(NULL,
+           "<think>plan</think>\n```python\na, b = map(int, input().split())\nprint(a + b)\n```",
            ADD_STDIO, "correct", 1.0, NULL);
-    expect("python", "```python\nimport sys\na, b = map(int, sys.stdin.read().split())\n"
-           "print(a + b if a != 3 else 0)\n```", ADD_STDIO, "failed-tests", 2.0 / 3, "wrong-answer");
+    expect("python",
+           "```python\nimport sys\na, b = map(int, sys.stdin.read().split())\n"
+           "print(a + b if a != 3 else 0)\n```",
+           ADD_STDIO, "failed-tests", 2.0 / 3, "wrong-answer");
     expect("python", "```python\ndef add(a, b):\n    return a + b\n```", ADD_CALL, "correct", 1.0,
            NULL);
-    expect("python", "```python\nclass Solution:\n    def add(self, a, b):\n        return a + b\n```",
+    expect("python",
+           "```python\nclass Solution:\n    def add(self, a, b):\n        return a + b\n```",
            ADD_CALL, "correct", 1.0, NULL);
     expect("python", "```python\nprint(1/0)\n```", ADD_STDIO, "failed-tests", 0, "runtime-error");
     expect("python", "no code at all", ADD_STDIO, "no-code", 0, NULL);
@@ -130,11 +134,14 @@ static void
 t_native(void **s)
 {
     (void)s;
-    expect("c", "```c\n#include <stdio.h>\nint main(void){long a,b;scanf(\"%ld %ld\",&a,&b);"
-                "printf(\"%ld\\n\",a+b);return 0;}\n```", ADD_STDIO, "correct", 1.0, NULL);
-    expect("cpp", "```cpp\n#include <iostream>\nint main(){long a,b;std::cin>>a>>b;"
-                  "std::cout<<(a==1?0:a+b)<<std::endl;}\n```", ADD_STDIO, "failed-tests", 2.0 / 3,
-           "wrong-answer");
+    expect("c",
+           "```c\n#include <stdio.h>\nint main(void){long a,b;scanf(\"%ld %ld\",&a,&b);"
+           "printf(\"%ld\\n\",a+b);return 0;}\n```",
+           ADD_STDIO, "correct", 1.0, NULL);
+    expect("cpp",
+           "```cpp\n#include <iostream>\nint main(){long a,b;std::cin>>a>>b;"
+           "std::cout<<(a==1?0:a+b)<<std::endl;}\n```",
+           ADD_STDIO, "failed-tests", 2.0 / 3, "wrong-answer");
     got g = score("c", "```c\nint main( {\n```", ADD_STDIO);
     assert_string_equal(g.v.label, "compile-error");
     assert_int_equal(g.v.kind, GRPO_VERDICT_FAIL);
@@ -159,19 +166,23 @@ t_fake_pass(void **s)
     expect("python", "```python\nprint('3')\ndef add(a, b): print('{\"v\": 3}')\n```", ADD_CALL,
            "failed-tests", 0, "wrong-answer");
     /* writes fake results on every descriptor it can find, then leaves */
-    expect("python", "```python\nimport os\nfor fd in range(3, 64):\n    try: os.write(fd, "
-                     "b'R{\"v\": 3}')\n    except OSError: pass\nos._exit(0)\n```",
+    expect("python",
+           "```python\nimport os\nfor fd in range(3, 64):\n    try: os.write(fd, "
+           "b'R{\"v\": 3}')\n    except OSError: pass\nos._exit(0)\n```",
            ADD_CALL, "failed-tests", 0, "no-result");
     /* an object equal to everything, and an int subclass */
-    expect("python", "```python\nclass E:\n    def __eq__(self, o): return True\n"
-                     "def add(a, b): return E()\n```", ADD_CALL, "failed-tests", 0,
-           "bad-return-type");
-    expect("python", "```python\nclass I(int):\n    def __eq__(self, o): return True\n"
-                     "def add(a, b): return I(0)\n```", ADD_CALL, "failed-tests", 0,
-           "bad-return-type");
+    expect("python",
+           "```python\nclass E:\n    def __eq__(self, o): return True\n"
+           "def add(a, b): return E()\n```",
+           ADD_CALL, "failed-tests", 0, "bad-return-type");
+    expect("python",
+           "```python\nclass I(int):\n    def __eq__(self, o): return True\n"
+           "def add(a, b): return I(0)\n```",
+           ADD_CALL, "failed-tests", 0, "bad-return-type");
     /* patching builtins so the harness's type check would be fooled */
-    expect("python", "```python\nimport builtins\nclass E:\n    def __eq__(self, o): return True\n"
-                     "builtins.type = lambda x: int\ndef add(a, b): return E()\n```",
+    expect("python",
+           "```python\nimport builtins\nclass E:\n    def __eq__(self, o): return True\n"
+           "builtins.type = lambda x: int\ndef add(a, b): return E()\n```",
            ADD_CALL, "failed-tests", 0, "bad-return-type");
 }
 
@@ -183,19 +194,27 @@ t_cross_sample(void **s)
     const char *echo = "{\"inputs\": [\"\"], \"outputs\": [\"clean\"]}";
     expect("python", "```python\nopen('/tmp/answer', 'w').write('leak')\nprint('clean')\n```", echo,
            "correct", 1.0, NULL);
-    expect("python", "```python\nimport os\nprint('leak' if os.path.exists('/tmp/answer') else "
-                     "'clean')\n```", echo, "correct", 1.0, NULL);
-    /* a fork bomb, kill(-1), kill(1) and a daemon, then an ordinary sample still works */
-    expect("python", "```python\nimport os\nwhile True:\n    try: os.fork()\n    except OSError: "
-                     "pass\n```", echo, "failed-tests", 0, "timeout");
-    expect("python", "```python\nimport os, signal\nfor p in (-1, 1, os.getppid()):\n    try: "
-                     "os.kill(p, signal.SIGKILL)\n    except OSError: pass\nprint('clean')\n```",
+    expect("python",
+           "```python\nimport os\nprint('leak' if os.path.exists('/tmp/answer') else "
+           "'clean')\n```",
            echo, "correct", 1.0, NULL);
-    expect("python", "```python\nimport os, time\nif os.fork() == 0:\n    os.setsid()\n"
-                     "    time.sleep(100)\nprint(os.getpid())\n```", echo, "failed-tests", 0,
-           "wrong-answer");
-    expect("python", "```python\nimport os\nprint('clean' if not os.path.exists('/proc/1') else "
-                     "'proc')\n```", echo, "correct", 1.0, NULL);
+    /* a fork bomb, kill(-1), kill(1) and a daemon, then an ordinary sample still works */
+    expect("python",
+           "```python\nimport os\nwhile True:\n    try: os.fork()\n    except OSError: "
+           "pass\n```",
+           echo, "failed-tests", 0, "timeout");
+    expect("python",
+           "```python\nimport os, signal\nfor p in (-1, 1, os.getppid()):\n    try: "
+           "os.kill(p, signal.SIGKILL)\n    except OSError: pass\nprint('clean')\n```",
+           echo, "correct", 1.0, NULL);
+    expect("python",
+           "```python\nimport os, time\nif os.fork() == 0:\n    os.setsid()\n"
+           "    time.sleep(100)\nprint(os.getpid())\n```",
+           echo, "failed-tests", 0, "wrong-answer");
+    expect("python",
+           "```python\nimport os\nprint('clean' if not os.path.exists('/proc/1') else "
+           "'proc')\n```",
+           echo, "correct", 1.0, NULL);
     expect(NULL, "```python\na, b = map(int, input().split())\nprint(a + b)\n```", ADD_STDIO,
            "correct", 1.0, NULL);
 }
@@ -236,8 +255,8 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_python),    cmocka_unit_test(t_limits),
-        cmocka_unit_test(t_native),    cmocka_unit_test(t_fake_pass),
+        cmocka_unit_test(t_python),       cmocka_unit_test(t_limits),
+        cmocka_unit_test(t_native),       cmocka_unit_test(t_fake_pass),
         cmocka_unit_test(t_cross_sample), cmocka_unit_test(t_threads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -55,7 +55,8 @@ t_example_same_both_ways(void **state)
         assert_string_equal(x.label, y.label);
         assert_string_equal(x.details_json, y.details_json);
         /* the plugin's own rule, checked independently here */
-        const char *ans = strstr(cases[i], "</think>") ? strstr(cases[i], "</think>") + 8 : cases[i];
+        const char *ans =
+            strstr(cases[i], "</think>") ? strstr(cases[i], "</think>") + 8 : cases[i];
         assert_int_equal(x.kind, strstr(ans, "QED") ? GRPO_VERDICT_PASS : GRPO_VERDICT_FAIL);
         free(x.details_json);
         free(y.details_json);
@@ -208,8 +209,10 @@ main(int argc, char **argv)
     badabi = argv[3];
     noentry = argv[4];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_example_same_both_ways), cmocka_unit_test(t_refused),
-        cmocka_unit_test(t_crash_loop_exit),        cmocka_unit_test(t_leak),
+        cmocka_unit_test(t_example_same_both_ways),
+        cmocka_unit_test(t_refused),
+        cmocka_unit_test(t_crash_loop_exit),
+        cmocka_unit_test(t_leak),
         cmocka_unit_test(t_escape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

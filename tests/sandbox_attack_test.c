@@ -132,7 +132,7 @@ host_check(void)
     }
     assert_int_equal(leftovers(), 0);
     const char *escapes[] = {"/usr/grpo_escape", "/etc/grpo_escape", "/grpo_escape",
-                             "/dev/grpo_escape", escape_host, NULL};
+                             "/dev/grpo_escape", escape_host,        NULL};
     for (int i = 0; escapes[i]; i++)
         assert_int_equal(access(escapes[i], F_OK), -1);
 }
@@ -223,9 +223,10 @@ setup(void **state)
     snprintf(unix_name, sizeof unix_name, "grpo-attack-%d", (int)getpid());
     snprintf(su.sun_path + 1, sizeof su.sun_path - 1, "%s", unix_name);
     unix_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    assert_int_equal(bind(unix_fd, (struct sockaddr *)&su,
-                          (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(unix_name))),
-                     0);
+    assert_int_equal(
+        bind(unix_fd, (struct sockaddr *)&su,
+             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(unix_name))),
+        0);
     assert_int_equal(listen(unix_fd, 4), 0);
     if (geteuid() == 0) { /* a process kill(-1) would reach if the PID namespace failed */
         decoy = fork();
@@ -308,9 +309,24 @@ t_kill_all(void **s)
     expect_out("kill_all", "", "alive");
 }
 
-static void t_spin(void **s) { (void)s; expect("spin", "", GRPO_SANDBOX_TIMEOUT); }
-static void t_sleep(void **s) { (void)s; expect("sleep", "", GRPO_SANDBOX_TIMEOUT); }
-static void t_flood(void **s) { (void)s; expect("flood", "", GRPO_SANDBOX_OUTPUT); }
+static void
+t_spin(void **s)
+{
+    (void)s;
+    expect("spin", "", GRPO_SANDBOX_TIMEOUT);
+}
+static void
+t_sleep(void **s)
+{
+    (void)s;
+    expect("sleep", "", GRPO_SANDBOX_TIMEOUT);
+}
+static void
+t_flood(void **s)
+{
+    (void)s;
+    expect("flood", "", GRPO_SANDBOX_OUTPUT);
+}
 
 static void
 t_fds(void **s)
@@ -373,14 +389,20 @@ static void
 t_seccomp(void **s)
 {
     (void)s;
-    const char *names[] = {"ptrace", "ptrace_attach", "setuid", "chroot", "unshare", "clone_ns",
-                           "mount", "setns", "bpf", "reboot", "io_uring", "vm_readv", "perf",
-                           "keyctl", "sethostname", NULL};
+    const char *names[] = {"ptrace",  "ptrace_attach", "setuid",      "chroot",
+                           "unshare", "clone_ns",      "mount",       "setns",
+                           "bpf",     "reboot",        "io_uring",    "vm_readv",
+                           "perf",    "keyctl",        "sethostname", NULL};
     for (int i = 0; names[i]; i++)
         expect(names[i], "", GRPO_SANDBOX_SECCOMP);
 }
 
-static void t_clone3(void **s) { (void)s; expect_out("clone3", "", "clone3=-1 errno=38"); }
+static void
+t_clone3(void **s)
+{
+    (void)s;
+    expect_out("clone3", "", "clone3=-1 errno=38");
+}
 
 static void
 t_kill_parent(void **s)
@@ -440,9 +462,24 @@ t_core_and_signals(void **s)
     grpo_sandbox_result_fini(&r);
 }
 
-static void t_big_argv(void **s) { (void)s; expect_out("bigargv", "", "execve=-1 errno=7"); }
-static void t_big_file(void **s) { (void)s; expect("bigfile", "", GRPO_SANDBOX_OUTPUT); }
-static void t_daemon(void **s) { (void)s; expect_out("daemon", "", "parent exits"); }
+static void
+t_big_argv(void **s)
+{
+    (void)s;
+    expect_out("bigargv", "", "execve=-1 errno=7");
+}
+static void
+t_big_file(void **s)
+{
+    (void)s;
+    expect("bigfile", "", GRPO_SANDBOX_OUTPUT);
+}
+static void
+t_daemon(void **s)
+{
+    (void)s;
+    expect_out("daemon", "", "parent exits");
+}
 
 int
 main(int argc, char **argv)
@@ -452,16 +489,16 @@ main(int argc, char **argv)
         return 2;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_spin),          cmocka_unit_test(t_sleep),
-        cmocka_unit_test(t_flood),         cmocka_unit_test(t_fds),
-        cmocka_unit_test(t_net),           cmocka_unit_test(t_read_host),
-        cmocka_unit_test(t_env),           cmocka_unit_test(t_write_outside),
-        cmocka_unit_test(t_seccomp),       cmocka_unit_test(t_clone3),
-        cmocka_unit_test(t_kill_parent),   cmocka_unit_test(t_proc),
-        cmocka_unit_test(t_links),         cmocka_unit_test(t_core_and_signals),
-        cmocka_unit_test(t_big_argv),      cmocka_unit_test(t_big_file),
-        cmocka_unit_test(t_daemon),        cmocka_unit_test(t_fork_bomb),
-        cmocka_unit_test(t_thread_bomb),   cmocka_unit_test(t_memory_bomb),
+        cmocka_unit_test(t_spin),        cmocka_unit_test(t_sleep),
+        cmocka_unit_test(t_flood),       cmocka_unit_test(t_fds),
+        cmocka_unit_test(t_net),         cmocka_unit_test(t_read_host),
+        cmocka_unit_test(t_env),         cmocka_unit_test(t_write_outside),
+        cmocka_unit_test(t_seccomp),     cmocka_unit_test(t_clone3),
+        cmocka_unit_test(t_kill_parent), cmocka_unit_test(t_proc),
+        cmocka_unit_test(t_links),       cmocka_unit_test(t_core_and_signals),
+        cmocka_unit_test(t_big_argv),    cmocka_unit_test(t_big_file),
+        cmocka_unit_test(t_daemon),      cmocka_unit_test(t_fork_bomb),
+        cmocka_unit_test(t_thread_bomb), cmocka_unit_test(t_memory_bomb),
         cmocka_unit_test(t_kill_all),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

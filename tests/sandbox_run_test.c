@@ -265,9 +265,9 @@ t_pool(void **s)
     assert_int_equal(grpo_sandbox_pool_isolation(pool), GRPO_SANDBOX_ISO_ALL);
     grpo_sandbox_limits_default(&l);
     l.mem_bytes = 300ull << 20;
-    assert_int_equal(grpo_sandbox_pool_call(pool, "echo", "[1, \"two\"]", "in\xce\xbb", 4, &l, &r,
-                                            &ret),
-                     GRPO_OK);
+    assert_int_equal(
+        grpo_sandbox_pool_call(pool, "echo", "[1, \"two\"]", "in\xce\xbb", 4, &l, &r, &ret),
+        GRPO_OK);
     assert_int_equal(r.status, GRPO_SANDBOX_EXITED);
     assert_string_equal(r.out, "fake-frame R{}\n");
     assert_non_null(ret);
@@ -314,11 +314,11 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_isolation),  cmocka_unit_test(t_refuses_less),
-        cmocka_unit_test(t_exit_and_io),
-        cmocka_unit_test(t_output_caps), cmocka_unit_test(t_deadline),
-        cmocka_unit_test(t_files_binds_env), cmocka_unit_test(t_spawn),
-        cmocka_unit_test(t_service),    cmocka_unit_test(t_pool),
+        cmocka_unit_test(t_isolation),   cmocka_unit_test(t_refuses_less),
+        cmocka_unit_test(t_exit_and_io), cmocka_unit_test(t_output_caps),
+        cmocka_unit_test(t_deadline),    cmocka_unit_test(t_files_binds_env),
+        cmocka_unit_test(t_spawn),       cmocka_unit_test(t_service),
+        cmocka_unit_test(t_pool),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -86,8 +86,14 @@ kw_fini(void *state)
 }
 
 static const grpo_verifier_api kw_api = {
-    GRPO_VERIFIER_ABI_MAJOR, GRPO_VERIFIER_ABI_MINOR, sizeof(grpo_verifier_api),
-    "keyword", "1.0.0", kw_init, kw_score, kw_fini,
+    GRPO_VERIFIER_ABI_MAJOR,
+    GRPO_VERIFIER_ABI_MINOR,
+    sizeof(grpo_verifier_api),
+    "keyword",
+    "1.0.0",
+    kw_init,
+    kw_score,
+    kw_fini,
 };
 
 #if defined(__GNUC__)

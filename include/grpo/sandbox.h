@@ -50,16 +50,16 @@ typedef enum grpo_sandbox_status {
 const char *grpo_sandbox_status_name(grpo_sandbox_status s);
 
 typedef struct grpo_sandbox_limits {
-    uint32_t wall_ms;         /* wall-clock deadline, enforced by the supervisor */
-    uint32_t cpu_ms;          /* RLIMIT_CPU (rounded up to seconds) and checked after exit */
-    uint64_t mem_bytes;       /* RLIMIT_AS */
-    uint64_t fsize_bytes;     /* RLIMIT_FSIZE */
-    uint64_t tmp_bytes;       /* size of the private /tmp tmpfs */
-    uint32_t nofile;          /* RLIMIT_NOFILE */
-    uint32_t nproc;           /* RLIMIT_NPROC (counted per sandbox: own user namespace + uid) */
-    uint64_t stdout_max;      /* bytes of stdout kept; more is drained, counted, output-limit */
-    uint64_t stderr_max;      /* bytes of stderr kept; more is drained and counted */
-    uint64_t output_kill;     /* total output after which the program is killed */
+    uint32_t wall_ms;     /* wall-clock deadline, enforced by the supervisor */
+    uint32_t cpu_ms;      /* RLIMIT_CPU (rounded up to seconds) and checked after exit */
+    uint64_t mem_bytes;   /* RLIMIT_AS */
+    uint64_t fsize_bytes; /* RLIMIT_FSIZE */
+    uint64_t tmp_bytes;   /* size of the private /tmp tmpfs */
+    uint32_t nofile;      /* RLIMIT_NOFILE */
+    uint32_t nproc;       /* RLIMIT_NPROC (counted per sandbox: own user namespace + uid) */
+    uint64_t stdout_max;  /* bytes of stdout kept; more is drained, counted, output-limit */
+    uint64_t stderr_max;  /* bytes of stderr kept; more is drained and counted */
+    uint64_t output_kill; /* total output after which the program is killed */
 } grpo_sandbox_limits;
 /* 10 s wall, 10 s CPU, 512 MiB AS, 64 MiB files and /tmp, 64 fds, 32 processes, 1 MiB stdout,
  * 64 KiB stderr, killed after 64 MiB of output. */
@@ -80,40 +80,42 @@ typedef struct grpo_sandbox_file {
 } grpo_sandbox_file;
 
 typedef struct grpo_sandbox_cmd {
-    const char *const *argv;  /* argv[0] is an absolute path inside the sandbox */
-    const char *const *envp;  /* NULL: PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 */
-    const char *cwd;          /* NULL: /tmp */
-    const void *stdin_data;   /* given on fd 0 (a sealed in-memory file) */
+    const char *const *argv; /* argv[0] is an absolute path inside the sandbox */
+    const char *const *envp; /* NULL: PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 */
+    const char *cwd;         /* NULL: /tmp */
+    const void *stdin_data;  /* given on fd 0 (a sealed in-memory file) */
     size_t stdin_len;
     const grpo_sandbox_file *files;
     int n_files;
     const grpo_sandbox_bind *binds; /* in addition to the sandbox's read-only paths */
     int n_binds;
-    int mount_proc;           /* 1: a /proc of the sandbox's own PID namespace */
+    int mount_proc; /* 1: a /proc of the sandbox's own PID namespace */
     grpo_sandbox_limits limits;
 } grpo_sandbox_cmd;
 
 /* isolate-style result record. */
 typedef struct grpo_sandbox_result {
     grpo_sandbox_status status;
-    int exit_code;            /* when EXITED (else -1) */
-    int signal;               /* when killed by a signal (else 0) */
+    int exit_code; /* when EXITED (else -1) */
+    int signal;    /* when killed by a signal (else 0) */
     double cpu_ms, wall_ms;
     uint64_t max_rss_kb;
-    char *out, *err;          /* captured stdout/stderr (NUL-terminated, malloc'd) */
-    size_t out_len, err_len;  /* bytes kept */
+    char *out, *err;               /* captured stdout/stderr (NUL-terminated, malloc'd) */
+    size_t out_len, err_len;       /* bytes kept */
     uint64_t out_total, err_total; /* bytes the program wrote */
 } grpo_sandbox_result;
 void grpo_sandbox_result_fini(grpo_sandbox_result *r);
 
 typedef struct grpo_sandbox_opts {
-    uint32_t require;         /* minimum isolation (GRPO_SANDBOX_ISO_*); 0 means ALL */
-    const char *const *ro_paths; /* extra read-only host paths (NULL-terminated), same path inside */
+    uint32_t require; /* minimum isolation (GRPO_SANDBOX_ISO_*); 0 means ALL */
+    const char *const
+        *ro_paths; /* extra read-only host paths (NULL-terminated), same path inside */
 } grpo_sandbox_opts;
 
 /* A worker process that runs sandboxed programs, one at a time. Fails with GRPO_EUNSUPPORTED
  * (naming what is missing) when the isolation in force is less than opts->require.
- * The caller owns *out and frees it with grpo_sandbox_destroy(). One thread at a time per handle. */
+ * The caller owns *out and frees it with grpo_sandbox_destroy(). One thread at a time per handle.
+ */
 typedef struct grpo_sandbox grpo_sandbox;
 grpo_err grpo_sandbox_create(grpo_sandbox **out, const grpo_sandbox_opts *opts);
 void grpo_sandbox_destroy(grpo_sandbox *sb);

@@ -166,8 +166,9 @@ main(int argc, char **argv)
         snprintf(su.sun_path + 1, sizeof su.sun_path - 1, "%s", arg);
         int fd = socket(AF_UNIX, SOCK_STREAM, 0);
         report("socket", fd);
-        report("connect", connect(fd, (struct sockaddr *)&su,
-                                  (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(arg))));
+        report("connect",
+               connect(fd, (struct sockaddr *)&su,
+                       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(arg))));
         return 0;
     }
     if (!strcmp(a, "read_host")) {

@@ -88,8 +88,7 @@ evil_fini(void *state)
 }
 
 static const grpo_verifier_api evil_api = {
-    EVIL_ABI_MAJOR, 0, sizeof(grpo_verifier_api), "evil", "0.0.1", evil_init, evil_score,
-    evil_fini,
+    EVIL_ABI_MAJOR, 0, sizeof(grpo_verifier_api), "evil", "0.0.1", evil_init, evil_score, evil_fini,
 };
 
 #ifndef EVIL_NO_ENTRY

@@ -48,8 +48,8 @@ typedef struct outcome {
 static uint32_t
 iso_bit(const char *name)
 {
-    static const char *const names[] = {"user", "pid", "net", "mount", "ipc", "uts", "seccomp",
-                                        "nnp"};
+    static const char *const names[] = {"user", "pid", "net",     "mount",
+                                        "ipc",  "uts", "seccomp", "nnp"};
     for (int i = 0; i < 8; i++)
         if (strcmp(name, names[i]) == 0)
             return 1u << i;
@@ -90,9 +90,11 @@ parse_config(code_state *s, const char *json)
             {
                 uint32_t b = cJSON_IsString(it) ? iso_bit(it->valuestring) : 0;
                 if (b == 0) {
-                    err = grpo__fail(GRPO_EFORMAT, "%s: \"require_isolation\": unknown facility "
-                                                   "(expected user, pid, net, mount, ipc, uts, "
-                                                   "seccomp, nnp)", w);
+                    err = grpo__fail(GRPO_EFORMAT,
+                                     "%s: \"require_isolation\": unknown facility "
+                                     "(expected user, pid, net, mount, ipc, uts, "
+                                     "seccomp, nnp)",
+                                     w);
                     goto done;
                 }
                 s->require |= b;
@@ -193,19 +195,25 @@ static const char *
 fail_status_of(const grpo_sandbox_result *r)
 {
     switch (r->status) {
-    case GRPO_SANDBOX_TIMEOUT: return "timeout";
-    case GRPO_SANDBOX_MEMORY: return "memory-limit";
-    case GRPO_SANDBOX_OUTPUT: return "output-limit";
-    case GRPO_SANDBOX_SECCOMP: return "seccomp-killed";
-    case GRPO_SANDBOX_SIGNALED: return "runtime-error";
-    case GRPO_SANDBOX_EXITED: return r->exit_code == 0 ? NULL : "runtime-error";
+    case GRPO_SANDBOX_TIMEOUT:
+        return "timeout";
+    case GRPO_SANDBOX_MEMORY:
+        return "memory-limit";
+    case GRPO_SANDBOX_OUTPUT:
+        return "output-limit";
+    case GRPO_SANDBOX_SECCOMP:
+        return "seccomp-killed";
+    case GRPO_SANDBOX_SIGNALED:
+        return "runtime-error";
+    case GRPO_SANDBOX_EXITED:
+        return r->exit_code == 0 ? NULL : "runtime-error";
     }
     return "runtime-error";
 }
 
 static void
-record(outcome *o, int i, const char *status, const char *want, size_t want_n,
-       const char *got, size_t got_n, const grpo_sandbox_result *r)
+record(outcome *o, int i, const char *status, const char *want, size_t want_n, const char *got,
+       size_t got_n, const grpo_sandbox_result *r)
 {
     if (status == NULL) {
         o->passed++;
@@ -328,10 +336,10 @@ make_workdir(char *dir, size_t n)
 static grpo_err
 compile(code_state *s, runner *rn, code_lang lang, const char *dir, grpo_sandbox_result *r)
 {
-    const char *cc[] = {"/usr/bin/gcc", "-O2", "-std=gnu17", "-pipe", "-o", "/work/prog",
-                        "/work/main.c", "-lm", NULL};
-    const char *cxx[] = {"/usr/bin/g++", "-O2", "-std=gnu++17", "-pipe", "-o", "/work/prog",
-                         "/work/main.cpp", NULL};
+    const char *cc[] = {"/usr/bin/gcc", "-O2",          "-std=gnu17", "-pipe", "-o",
+                        "/work/prog",   "/work/main.c", "-lm",        NULL};
+    const char *cxx[] = {"/usr/bin/g++", "-O2",        "-std=gnu++17",   "-pipe",
+                         "-o",           "/work/prog", "/work/main.cpp", NULL};
     grpo_sandbox_bind b = {dir, "/work", 1};
     grpo_sandbox_cmd cmd;
     memset(&cmd, 0, sizeof cmd);
@@ -351,8 +359,8 @@ compile(code_state *s, runner *rn, code_lang lang, const char *dir, grpo_sandbox
 }
 
 static grpo_err
-run_native(code_state *s, runner *rn, code_lang lang, const char *code, const code_tests *t,
-           int n, outcome *o, bool *compile_error, grpo_buf *diag)
+run_native(code_state *s, runner *rn, code_lang lang, const char *code, const code_tests *t, int n,
+           outcome *o, bool *compile_error, grpo_buf *diag)
 {
     char dir[256], path[300];
     grpo_err err;
@@ -413,8 +421,7 @@ set_label(grpo_verdict *v, const char *label)
 }
 
 static char *
-details(const outcome *o, code_lang lang, uint32_t iso, const char *extra_key,
-        const char *extra)
+details(const outcome *o, code_lang lang, uint32_t iso, const char *extra_key, const char *extra)
 {
     cJSON *d = cJSON_CreateObject();
     char isobuf[96], *out;
@@ -487,8 +494,8 @@ code_score(void *state, const grpo_verifier_sample *smp, grpo_verdict *v)
         err = run_native(s, rn, (code_lang)lang, code, &t, n, &o, &compile_error, &diag);
     if (err != GRPO_OK)
         goto done;
-    uint32_t iso = lang == CODE_PY ? grpo_sandbox_pool_isolation(rn->py)
-                                   : grpo_sandbox_isolation(rn->sb);
+    uint32_t iso =
+        lang == CODE_PY ? grpo_sandbox_pool_isolation(rn->py) : grpo_sandbox_isolation(rn->sb);
     if (compile_error) {
         set_label(v, "compile-error");
         v->details_json = details(NULL, (code_lang)lang, iso, "compiler", diag.data);
@@ -504,8 +511,8 @@ done:
         v->score = 0;
         set_label(v, "sandbox-error");
         free(v->details_json);
-        v->details_json = details(NULL, (code_lang)(lang < 0 ? 0 : lang), 0, "error",
-                                  grpo_error_last());
+        v->details_json =
+            details(NULL, (code_lang)(lang < 0 ? 0 : lang), 0, "error", grpo_error_last());
         runner_free(rn); /* a broken runner is not reused */
         rn = NULL;
     }
@@ -520,8 +527,14 @@ done:
 }
 
 static const grpo_verifier_api code_api = {
-    GRPO_VERIFIER_ABI_MAJOR, GRPO_VERIFIER_ABI_MINOR, sizeof(grpo_verifier_api), "code", "1.0.0",
-    code_init, code_score, code_fini,
+    GRPO_VERIFIER_ABI_MAJOR,
+    GRPO_VERIFIER_ABI_MINOR,
+    sizeof(grpo_verifier_api),
+    "code",
+    "1.0.0",
+    code_init,
+    code_score,
+    code_fini,
 };
 
 const grpo_verifier_api *

@@ -128,12 +128,14 @@ grpo_code__json_equal(const cJSON *a, const cJSON *b, double tol)
     if ((a->type & 0xff) != (b->type & 0xff))
         return false;
     switch (a->type & 0xff) {
-    case cJSON_NULL: return true;
+    case cJSON_NULL:
+        return true;
     case cJSON_Number:
         if (integral(a->valuedouble) && integral(b->valuedouble))
             return a->valuedouble == b->valuedouble;
         return close_enough(a->valuedouble, b->valuedouble, tol);
-    case cJSON_String: return strcmp(a->valuestring, b->valuestring) == 0;
+    case cJSON_String:
+        return strcmp(a->valuestring, b->valuestring) == 0;
     case cJSON_Array: {
         if (cJSON_GetArraySize(a) != cJSON_GetArraySize(b))
             return false;
@@ -155,6 +157,7 @@ grpo_code__json_equal(const cJSON *a, const cJSON *b, double tol)
         }
         return true;
     }
-    default: return false;
+    default:
+        return false;
     }
 }

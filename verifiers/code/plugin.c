@@ -209,12 +209,13 @@ check_api(const grpo_verifier_api *a, const char *path)
                           path, a->abi_major, a->abi_minor, GRPO_VERIFIER_ABI_MAJOR,
                           GRPO_VERIFIER_ABI_MAJOR, GRPO_VERIFIER_ABI_MINOR);
     if (a->struct_size < MIN_STRUCT_SIZE)
-        return grpo__fail(GRPO_EVERSION, "plugin %s: table of %u bytes, smaller than ABI %d.0's %zu",
-                          path, a->struct_size, GRPO_VERIFIER_ABI_MAJOR, (size_t)MIN_STRUCT_SIZE);
+        return grpo__fail(GRPO_EVERSION,
+                          "plugin %s: table of %u bytes, smaller than ABI %d.0's %zu", path,
+                          a->struct_size, GRPO_VERIFIER_ABI_MAJOR, (size_t)MIN_STRUCT_SIZE);
     if (a->name == NULL || a->version == NULL || a->init == NULL || a->score == NULL ||
         a->fini == NULL)
-        return grpo__fail(GRPO_EVERSION, "plugin %s: table lacks name, version, init, score or fini",
-                          path);
+        return grpo__fail(GRPO_EVERSION,
+                          "plugin %s: table lacks name, version, init, score or fini", path);
     if (strlen(a->name) >= 64 || strlen(a->version) >= 64)
         return grpo__fail(GRPO_EVERSION, "plugin %s: name or version longer than 63 bytes", path);
     return GRPO_OK;
@@ -542,8 +543,8 @@ error_verdict(grpo_verdict *v, const char *what, const grpo_sandbox_result *res,
 static void
 put_sample(msg *m, uint32_t id, const grpo_verifier_sample *s)
 {
-    const char *f[7] = {s->task, s->prompt, s->completion, s->answer, s->tests_json,
-                        s->language, s->extra_json};
+    const char *f[7] = {s->task,       s->prompt,   s->completion, s->answer,
+                        s->tests_json, s->language, s->extra_json};
     put_u32(m, OP_SCORE);
     put_u32(m, id);
     for (int i = 0; i < 7; i++)
@@ -639,10 +640,10 @@ proxy_fini(void *state)
     free(ps);
 }
 
-#define SLOT_INIT(i)                                                        \
-    static int proxy_init_##i(const char *c, void **s, char **e)            \
-    {                                                                       \
-        return proxy_init(i, c, s, e);                                      \
+#define SLOT_INIT(i)                                                                               \
+    static int proxy_init_##i(const char *c, void **s, char **e)                                   \
+    {                                                                                              \
+        return proxy_init(i, c, s, e);                                                             \
     }
 SLOT_INIT(0)
 SLOT_INIT(1)

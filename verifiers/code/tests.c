@@ -60,8 +60,8 @@ parse_apps(code_tests *t)
     if (!cJSON_IsArray(in) || !cJSON_IsArray(out))
         return grpo__fail(GRPO_EFORMAT, "tests: \"inputs\" and \"outputs\" must be arrays");
     if (cJSON_GetArraySize(in) != cJSON_GetArraySize(out))
-        return grpo__fail(GRPO_EFORMAT, "tests: %d inputs but %d outputs",
-                          cJSON_GetArraySize(in), cJSON_GetArraySize(out));
+        return grpo__fail(GRPO_EFORMAT, "tests: %d inputs but %d outputs", cJSON_GetArraySize(in),
+                          cJSON_GetArraySize(out));
     if (fn != NULL && !cJSON_IsNull(fn)) {
         if (!cJSON_IsString(fn) || fn->valuestring[0] == '\0')
             return grpo__fail(GRPO_EFORMAT, "tests: \"fn_name\" must be a non-empty string");
@@ -80,8 +80,10 @@ parse_apps(code_tests *t)
         t->inputs[i] = text_of(a);
         t->outputs[i] = text_of(b);
         if (!t->inputs[i] || !t->outputs[i])
-            return grpo__fail(GRPO_EFORMAT, "tests: stdin test %d: input and output must be "
-                                            "strings (or lists of lines)", i);
+            return grpo__fail(GRPO_EFORMAT,
+                              "tests: stdin test %d: input and output must be "
+                              "strings (or lists of lines)",
+                              i);
     }
     return GRPO_OK;
 }

@@ -54,6 +54,14 @@ main(int argc, char **argv)
         printf("grpo %s (%s)\n", grpo_version(), grpo_build_features());
         return CLI_OK;
     }
+    /* Fork safety (DESIGN.md): commands that may run sandboxed work start the sandbox service
+     * now, before anything initialises CUDA or starts threads; workers are forked from it. */
+    static const char *const sandboxed[] = {"rollout", "serve", "worker", "verify"};
+    for (size_t i = 0; i < sizeof sandboxed / sizeof sandboxed[0]; i++)
+        if (strcmp(argv[1], sandboxed[i]) == 0 && !cli_wants_help(argc, argv) &&
+            grpo_sandbox_service_start() != GRPO_OK)
+            grpo_log(GRPO_LOG_WARN, "sandbox service: %s (workers will be forked directly)",
+                     grpo_error_last());
     for (size_t i = 0; i < N_SUB; i++)
         if (strcmp(argv[1], subcommands[i].name) == 0)
             return subcommands[i].fn(argc - 1, argv + 1);

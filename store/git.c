@@ -63,20 +63,33 @@ describe_dirty(git_repository *repo, const char *path, grpo_git_info *out)
     return GRPO_OK;
 }
 
+/* remote.origin.url, else the first remote.NAME.url of the config. Reads the config directly:
+ * git_remote_lookup and git_remote_list match regexes and leak pcre2 match data in libgit2 1.5. */
 static void
 describe_remote(git_repository *repo, grpo_git_info *out)
 {
-    git_remote *r = NULL;
-    if (git_remote_lookup(&r, repo, "origin") != 0) {
-        git_strarray names = {0};
-        if (git_remote_list(&names, repo) == 0 && names.count > 0)
-            git_remote_lookup(&r, repo, names.strings[0]);
-        git_strarray_dispose(&names);
+    git_config *cfg = NULL;
+    git_config_iterator *it = NULL;
+    git_config_entry *e;
+    const char *url = NULL;
+    if (git_repository_config_snapshot(&cfg, repo) != 0)
+        goto done;
+    if (git_config_get_string(&url, cfg, "remote.origin.url") == 0) {
+        copy_str(out->remote_url, sizeof out->remote_url, url);
+        goto done;
     }
-    if (r) {
-        copy_str(out->remote_url, sizeof out->remote_url, git_remote_url(r));
-        git_remote_free(r);
+    if (git_config_iterator_new(&it, cfg) != 0)
+        goto done;
+    while (git_config_next(&e, it) == 0) {
+        size_t n = strlen(e->name);
+        if (strncmp(e->name, "remote.", 7) == 0 && n > 11 && strcmp(e->name + n - 4, ".url") == 0) {
+            copy_str(out->remote_url, sizeof out->remote_url, e->value);
+            break;
+        }
     }
+done:
+    git_config_iterator_free(it);
+    git_config_free(cfg);
     git_error_clear();
 }
 

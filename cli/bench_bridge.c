@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,12 @@ grpo_bench_bridge(int argc, char **argv)
         return CLI_OK;
     }
     for (int i = 1; i < argc; i++) {
+        const char *known[] = {"--sizes", "--seconds", "--window", "--transports"};
+        bool ok = false;
+        for (size_t k = 0; k < 4; k++)
+            ok = ok || strcmp(argv[i], known[k]) == 0;
+        if (!ok)
+            return cli_usage("bench bridge", "unknown option \"%s\"", argv[i]);
         if (i + 1 >= argc)
             return cli_usage("bench bridge", "%s needs a value", argv[i]);
         if (strcmp(argv[i], "--sizes") == 0)
@@ -225,13 +232,18 @@ grpo_bench_bridge(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--window") == 0)
             window = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--transports") == 0)
-            transports = argv[++i];
         else
-            return cli_usage("bench bridge", "unknown option \"%s\"", argv[i]);
+            transports = argv[++i];
     }
     if (seconds <= 0 || window < 1)
         return cli_usage("bench bridge", "--seconds must be > 0 and --window >= 1");
+    char check[256];
+    snprintf(check, sizeof check, "%s", sizes);
+    for (char *save = NULL, *s = strtok_r(check, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+        uint64_t v;
+        if (cli_parse_size(s, &v) != 0 || v < 64)
+            return cli_usage("bench bridge", "bad size \"%s\"", s);
+    }
     printf("%-9s %9s %8s %11s %9s %13s %9s\n", "transport", "batch", "batches", "batches/s", "GB/s",
            "plain GB/s", "bridge/plain");
     char sz_list[256];

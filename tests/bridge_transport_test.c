@@ -288,6 +288,9 @@ test_weights(void **state)
     assert_string_equal(u.sha256, hex);
     assert_string_equal(u.path, path);
     assert_int_equal(grpo_bridge_poll_weights(p, &u), 0);
+    /* the same version again (a resent request) is acknowledged without a new update */
+    assert_int_equal(grpo_bridge_consumer_send_weights_path(c, 1, path, hex), GRPO_OK);
+    assert_int_equal(grpo_bridge_poll_weights(p, &u), 0);
     /* wrong hash and overlapping tensors are refused with a message */
     char zeros[65];
     memset(zeros, '0', 64);

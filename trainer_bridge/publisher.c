@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -330,6 +331,18 @@ accept_weights(grpo_bridge_publisher *p, int64_t version, const char *path, cons
     return GRPO_OK;
 }
 
+/* True when this version (with this hash) was already accepted, or a newer one was: answering OK
+ * without checking the file again keeps resent requests cheap. */
+static bool
+known_weights(grpo_bridge_publisher *p, int64_t version, const char *sha)
+{
+    pthread_mutex_lock(&p->mu);
+    bool known = version < p->latest.version ||
+                 (version == p->latest.version && strcasecmp(sha, p->latest.sha256) == 0);
+    pthread_mutex_unlock(&p->mu);
+    return known;
+}
+
 static void
 on_weights(grpo_bridge_publisher *p, const grpb_msg *m)
 {
@@ -340,6 +353,8 @@ on_weights(grpo_bridge_publisher *p, const grpb_msg *m)
     if (!cJSON_IsString(path) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 || m->a < 0)
         err = grpo__fail(GRPO_EFORMAT, "bridge: WEIGHTS needs a version >= 0 and JSON "
                                        "{path, sha256 (64 hex)}");
+    else if (known_weights(p, m->a, sha->valuestring))
+        err = GRPO_OK; /* a resent request (the check may outlast the trainer's patience) */
     else
         err = accept_weights(p, m->a, path->valuestring, sha->valuestring);
     cJSON_Delete(j);

@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "rollout/model/model_int.h"
 #include "tests/model_testutil.h"
 
 #define TOL 1e-4 /* relative error bar for fp32 activations */
@@ -123,6 +124,57 @@ decode_matches_prefill(void **state)
     assert_int_equal(grpo_model_forward_all(f->m, kv, &c2, 1, all + (size_t)50 * V), GRPO_OK);
     assert_true(tm_rel_err(all, f->e.logits, (size_t)n * V) <= TOL);
     free(all);
+    free(lg);
+    grpo_kv_destroy(kv);
+}
+
+typedef struct {
+    const tm_expected *e;
+    int layers;
+    double worst[16];
+} hidden_cmp;
+
+/* transformers' hidden_states: the embedding, each layer's output but the last, and the last one
+ * after the final norm. */
+static void
+cmp_hidden(void *ctx, int stage, int rows, int hidden, const float *h)
+{
+    hidden_cmp *c = ctx;
+    int idx = stage <= c->layers - 1 ? stage : stage == c->layers + 1 ? c->layers : -1;
+    if (idx < 0 || rows != c->e->n || stage >= 16)
+        return;
+    double w = 0;
+    for (int t = 0; t < rows; t++) {
+        double r = tm_rel_err(h + (size_t)t * hidden,
+                              c->e->hidden_states + ((size_t)idx * rows + t) * hidden,
+                              (size_t)hidden);
+        w = r > w ? r : w;
+    }
+    c->worst[idx] = w;
+}
+
+/* Per-layer hidden states against transformers (localizes a logits mismatch). */
+static void
+hidden_states_match(void **state)
+{
+    fx *f = *state;
+    const grpo_model_config *c = grpo_model_get_config(f->m);
+    hidden_cmp hc = {&f->e, c->num_hidden_layers, {0}};
+    for (int i = 0; i < 16; i++)
+        hc.worst[i] = -1;
+    f->m->debug_hidden = cmp_hidden;
+    f->m->debug_ctx = &hc;
+    grpo_kv *kv = new_kv(f->m);
+    int32_t seq;
+    grpo_kv_seq_new(kv, &seq);
+    float *lg = malloc((size_t)f->e.n * f->e.vocab * 4);
+    grpo_fwd_item it = {seq, 0, f->e.n, f->e.tokens};
+    assert_int_equal(grpo_model_forward_all(f->m, kv, &it, 1, lg), GRPO_OK);
+    f->m->debug_hidden = NULL;
+    for (int i = 0; i <= c->num_hidden_layers; i++) {
+        printf("    hidden state %d: worst relative error %.3g\n", i, hc.worst[i]);
+        assert_true(hc.worst[i] >= 0 && hc.worst[i] <= 1e-4);
+    }
     free(lg);
     grpo_kv_destroy(kv);
 }
@@ -295,6 +347,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(prefill_matches_transformers, setup_bf16, teardown),
+        cmocka_unit_test_setup_teardown(hidden_states_match, setup_bf16, teardown),
+        cmocka_unit_test_setup_teardown(hidden_states_match, setup_fp8, teardown),
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_bf16, teardown),
         cmocka_unit_test_setup_teardown(prefill_matches_transformers, setup_fp8, teardown),
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_fp8, teardown),

@@ -343,6 +343,8 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
             s.dec[b++] = i;
     int H = c->hidden_size, T = s.T;
     m->k->embed(m->k, T, s.tok, &m->embed, s.h, H);
+    if (m->debug_hidden != NULL)
+        m->debug_hidden(m->debug_ctx, 0, T, H, s.h);
     for (int li = 0; li < c->num_hidden_layers; li++) {
         const grpo_layer_w *l = &m->layers[li];
         if ((err = attention(m, kv, l, li, items, n_items, t0_of, &s)) != GRPO_OK)
@@ -354,6 +356,8 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
             mlp(m, &l->mlp, T, s.x, s.tmp, &s);
             add_rows(s.h, s.tmp, (size_t)T * H);
         }
+        if (m->debug_hidden != NULL)
+            m->debug_hidden(m->debug_ctx, li + 1, T, H, s.h);
     }
     int R = all ? T : n_items; /* rows that get logits */
     for (int i = 0; i < R; i++) {
@@ -361,6 +365,8 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
         memcpy(s.x + (size_t)i * H, s.h + (size_t)t * H, (size_t)H * sizeof(float));
     }
     m->k->rmsnorm(m->k, R, s.x, H, m->final_norm, H, c->rms_norm_eps, s.x, H);
+    if (m->debug_hidden != NULL)
+        m->debug_hidden(m->debug_ctx, c->num_hidden_layers + 1, R, H, s.x);
     m->k->gemm(m->k, R, s.x, H, &m->lm_head, logits, c->vocab_size);
     for (int i = 0; i < n_items; i++)
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;

@@ -90,6 +90,11 @@ struct grpo_model {
     grpo_kernels *k;
     char sha[65];
     int sha_done;
+    /* Debugging/tests: called with the residual stream (T, hidden) after the embedding (stage 0)
+     * and after each layer i (stage i + 1), and with the final-normed rows that get logits
+     * (stage num_hidden_layers + 1). */
+    void (*debug_hidden)(void *ctx, int stage, int rows, int hidden, const float *h);
+    void *debug_ctx;
 };
 
 grpo_err grpo_model__bind_weights(grpo_model *m, int load_mtp);

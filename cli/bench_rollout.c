@@ -75,6 +75,7 @@ run_scenario(const bench_args *a, int which, bench_result *out)
     const grpo_rollout_backend *be = grpo_policy_backend(pol);
     grpo_rollout_opts ro = {0};
     ro.max_batch_seqs = which == 2 ? 1 : 0;
+    ro.sample_threads = a->threads > 0 ? a->threads : grpo_cpu_count();
     int n_prompts = which == 1 ? a->G : 1;
     prompts = malloc((size_t)n_prompts * (size_t)a->prompt_len * sizeof *prompts);
     if (prompts == NULL || (err = grpo_rollout_create(&r, be, &ro)) != GRPO_OK)

@@ -991,6 +991,7 @@ grpo_cmd_rollout(int argc, char **argv)
     if (err == GRPO_OK) {
         grpo_rollout_opts ro = {0};
         ro.kv_budget_pages = budget_pages;
+        ro.sample_threads = a.threads > 0 ? a.threads : grpo_cpu_count();
         ro.token_bytes = grpo_policy_token_bytes;
         ro.token_bytes_ctx = c.pol;
         ro.ref = su.ref ? grpo_policy_backend(su.ref) : NULL;

@@ -138,6 +138,7 @@ test_invariance(void **state)
         {{.max_batch_seqs = 3}, 1, 64}, /* G=64: samples 0..3 must match */
         {{.no_share_prefix = 1}, 0, 4}, /* private prompt copies instead of forks */
         {{.prefill_chunk = 3, .max_step_tokens = 3}, 1, 4}, /* chunked prefill, mixed */
+        {{.sample_threads = 3}, 1, 64},                     /* draws on 3 threads */
         {{.kv_budget_pages = 30}, 1, 4}, /* small budget (needs: A 18, B 17, C 13 pages) */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

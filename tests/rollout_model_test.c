@@ -136,6 +136,7 @@ test_invariance(void **state)
         o.no_share_prefix = cases[c].share_off;
         o.prefill_chunk = cases[c].chunk;
         o.max_batch_seqs = cases[c].batch;
+        o.sample_threads = cases[c].threads; /* draws split over threads too */
         rig_open(&g, cases[c].threads, 64u << 20, &o);
         grpo_rollout_request ra = req(prompt_a, 70, cases[c].G, "A");
         grpo_rollout_request rb = req(prompt_b, 64, 3, "B"), rc = req(prompt_c, 9, 2, "C");

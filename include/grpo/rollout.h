@@ -153,6 +153,9 @@ typedef struct grpo_rollout_opts {
                                 only on the prompt, so they never change a completion */
     int32_t max_step_tokens; /* prefill tokens per forward (at least one chunk); 0 = 4096 */
     int32_t no_share_prefix; /* 1: prefill every sample privately (for tests and benchmarks) */
+    /* Threads drawing tokens from a step's logits rows (<= 1: the calling thread). Never changes a
+     * token: every draw is a pure function of its row and key. */
+    int32_t sample_threads;
     grpo_token_bytes_fn token_bytes; /* needed for stop strings and text; NULL: no text */
     const void *token_bytes_ctx;
     /* Reference model for per-token ref logprobs (teacher-forced, temperature-scaled like raw);

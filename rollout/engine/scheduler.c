@@ -68,7 +68,11 @@ struct grpo_rollout {
     int32_t items_cap;
     float *logits;
     size_t logits_cap;
-    void *scratch;
+    void **scratch;     /* one sampler scratch per sampling thread */
+    grpo_pool *pool;    /* sampling threads, or NULL */
+    struct draw *draws; /* this step's draws */
+    int32_t n_draws, draws_cap;
+    int n_scratch;
     uint32_t rr; /* round-robin start for capped decode batches */
 };
 
@@ -574,27 +578,30 @@ build_decode(grpo_rollout *r, int32_t *n)
     return GRPO_OK;
 }
 
+/* One draw to make this step: a logits row and the sample it is for. */
+typedef struct draw {
+    const float *row;
+    group_state *gs;
+    int32_t sample, tok;
+    float lr, lp;
+} draw;
+
 static grpo_err
-sample_row(grpo_rollout *r, group_state *gs, int32_t i, const float *logits)
+add_draw(grpo_rollout *r, const float *row, group_state *gs, int32_t i)
 {
-    grpo_rollout_group *g = gs->g;
-    grpo_rng_key key = {g->req.seed, g->req.prompt_key, (uint32_t)g->samples[i].index,
-                        (uint32_t)g->samples[i].n_tokens};
-    float lr = 0, lp = 0;
-    int32_t tok =
-        grpo_sample_ex(logits, r->be.vocab, &g->req.params.sampling, key, &lr, &lp, r->scratch);
-    if (tok < 0)
-        return GRPO_EINVAL;
-    grpo_err err = emit(r, gs, i, tok, lr, lp);
-    if (err != GRPO_OK)
-        return err;
-    gs->s[i].phase = PH_DECODE;
-    if (g->samples[i].finish != GRPO_ROLLOUT_FINISH_NONE)
-        return finish_sample(r, gs, i);
+    if (r->n_draws == r->draws_cap) {
+        int32_t nc = r->draws_cap ? r->draws_cap * 2 : 256;
+        draw *d = realloc(r->draws, (size_t)nc * sizeof *d);
+        if (d == NULL)
+            return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
+        r->draws = d, r->draws_cap = nc;
+    }
+    r->draws[r->n_draws++] = (draw){row, gs, i, -1, 0.0f, 0.0f};
     return GRPO_OK;
 }
 
-/* The parent's prompt is in the cache: fork every sample from it and draw their first tokens. */
+/* The parent's prompt is in the cache: fork every sample from it; their first tokens are all
+ * drawn from the parent's last logits row, each with its own key. */
 static grpo_err
 fork_group(grpo_rollout *r, group_state *gs, const float *logits)
 {
@@ -605,8 +612,44 @@ fork_group(grpo_rollout *r, group_state *gs, const float *logits)
     r->be.seq_free(r->be.ctx, gs->parent_kv);
     gs->parent_kv = -1;
     for (int32_t i = 0; i < gs->g->n_samples; i++)
-        if ((err = sample_row(r, gs, i, logits)) != GRPO_OK)
+        if ((err = add_draw(r, logits, gs, i)) != GRPO_OK)
             return err;
+    return GRPO_OK;
+}
+
+/* Draws are independent pure functions: any split over threads gives the same tokens. */
+static void
+draw_range(void *ctx, size_t begin, size_t end, int worker)
+{
+    grpo_rollout *r = ctx;
+    for (size_t k = begin; k < end; k++) {
+        draw *d = &r->draws[k];
+        grpo_rollout_group *g = d->gs->g;
+        grpo_rollout_sample *o = &g->samples[d->sample];
+        grpo_rng_key key = {g->req.seed, g->req.prompt_key, (uint32_t)o->index,
+                            (uint32_t)o->n_tokens};
+        d->tok = grpo_sample_ex(d->row, r->be.vocab, &g->req.params.sampling, key, &d->lr, &d->lp,
+                                r->scratch[worker]);
+    }
+}
+
+static grpo_err
+apply_draw(grpo_rollout *r, const draw *d)
+{
+    if (d->tok < 0) { /* bad logits; the worker's message is thread-local: draw again here */
+        grpo_rollout_group *g = d->gs->g;
+        grpo_rng_key key = {0, 0, 0, 0};
+        grpo_sample_ex(d->row, r->be.vocab, &g->req.params.sampling, key, NULL, NULL,
+                       r->scratch[0]);
+        return grpo__fail(GRPO_EINVAL, "rollout: group %llu sample %d: %s",
+                          (unsigned long long)g->id, d->sample, grpo_error_last());
+    }
+    grpo_err err = emit(r, d->gs, d->sample, d->tok, d->lr, d->lp);
+    if (err != GRPO_OK)
+        return err;
+    d->gs->s[d->sample].phase = PH_DECODE;
+    if (d->gs->g->samples[d->sample].finish != GRPO_ROLLOUT_FINISH_NONE)
+        return finish_sample(r, d->gs, d->sample);
     return GRPO_OK;
 }
 
@@ -615,18 +658,22 @@ process_rows(grpo_rollout *r, int32_t n)
 {
     grpo_err err = GRPO_OK;
     size_t V = (size_t)r->be.vocab;
-    for (int32_t k = 0; k < n && err == GRPO_OK; k++) {
+    r->n_draws = 0;
+    for (int32_t k = 0; k < n && err == GRPO_OK && !r->cancel; k++) {
         row_ref *w = &r->rows[k];
+        const float *row = r->logits + (size_t)k * V;
         if (!w->last_chunk)
             continue;
-        const float *row = r->logits + (size_t)k * V;
-        if (r->cancel)
-            continue;
-        if (w->sample < 0)
-            err = fork_group(r, w->gs, row);
-        else
-            err = sample_row(r, w->gs, w->sample, row);
+        err = w->sample < 0 ? fork_group(r, w->gs, row) : add_draw(r, row, w->gs, w->sample);
     }
+    if (err != GRPO_OK)
+        return err;
+    if (r->pool != NULL && r->n_draws > 1)
+        grpo_pool_parallel_for(r->pool, (size_t)r->n_draws, draw_range, r);
+    else
+        draw_range(r, 0, (size_t)r->n_draws, 0);
+    for (int32_t k = 0; k < r->n_draws && err == GRPO_OK; k++)
+        err = apply_draw(r, &r->draws[k]);
     return err;
 }
 
@@ -788,11 +835,24 @@ grpo_rollout_create(grpo_rollout **out, const grpo_rollout_backend *policy,
     r->st.budget_pages = r->budget;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
-    r->scratch = malloc(grpo_sample_scratch_bytes(r->be.vocab));
-    if (r->be.vocab <= 0 || r->be.page_tokens <= 0 || r->scratch == NULL) {
+    if (r->be.vocab <= 0 || r->be.page_tokens <= 0) {
         grpo_rollout_destroy(r);
-        return r->be.vocab <= 0 ? grpo__fail(GRPO_EINVAL, "rollout: backend has no vocabulary")
-                                : grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
+        return grpo__fail(GRPO_EINVAL, "rollout: backend has no vocabulary or page size");
+    }
+    int nt = r->opts.sample_threads > 1 ? r->opts.sample_threads : 1;
+    grpo_err err = GRPO_OK;
+    if (nt > 1 && (err = grpo_pool_create(&r->pool, nt)) != GRPO_OK) {
+        grpo_rollout_destroy(r);
+        return err;
+    }
+    r->n_scratch = r->pool ? grpo_pool_size(r->pool) : 1;
+    r->scratch = calloc((size_t)r->n_scratch, sizeof *r->scratch);
+    for (int i = 0; r->scratch && i < r->n_scratch && err == GRPO_OK; i++)
+        if ((r->scratch[i] = malloc(grpo_sample_scratch_bytes(r->be.vocab))) == NULL)
+            err = GRPO_ENOMEM;
+    if (r->scratch == NULL || err != GRPO_OK) {
+        grpo_rollout_destroy(r);
+        return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
     }
     *out = r;
     return GRPO_OK;
@@ -814,6 +874,9 @@ grpo_rollout_destroy(grpo_rollout *r)
     }
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
-    free(r->items), free(r->rows), free(r->logits), free(r->scratch);
+    for (int i = 0; r->scratch && i < r->n_scratch; i++)
+        free(r->scratch[i]);
+    grpo_pool_destroy(r->pool);
+    free(r->items), free(r->rows), free(r->logits), free(r->scratch), free(r->draws);
     free(r);
 }

@@ -6,8 +6,9 @@
 
 /* Hot loops are compiled twice (AVX2+FMA and baseline) and picked once at load time by the CPU,
  * so one binary is safe on any x86-64 CI machine. The choice depends only on the machine, never
- * on the batch, so the determinism contract holds. Contraction to FMA is off for the whole
- * backend (CMake) so that differently shaped loops round alike. */
+ * on the batch, so the determinism contract holds. Contraction to FMA is off for the backend
+ * (CMake) so that differently shaped loops round alike; the GEMM micro-kernel turns it on for
+ * itself (its 1-row and 2-row paths contract identically, which the tests check). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GRPO_NO_CLONES)
 #define GRPO_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else

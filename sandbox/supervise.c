@@ -117,10 +117,12 @@ sbx_classify(grpo_sandbox_result *res, int st, const grpo_sandbox_limits *l, boo
     res->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     res->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
     abnormal = res->signal != 0 || res->exit_code != 0;
-    if (timed_out)
-        res->status = GRPO_SANDBOX_TIMEOUT;
-    else if (output_over)
+    /* Output past its cap wins over a later timeout: it is the first limit the program broke
+     * (a flood is caught within milliseconds), and the answer does not depend on machine load. */
+    if (output_over)
         res->status = GRPO_SANDBOX_OUTPUT;
+    else if (timed_out)
+        res->status = GRPO_SANDBOX_TIMEOUT;
     else if (res->signal == SIGSYS)
         res->status = GRPO_SANDBOX_SECCOMP;
     else if (res->signal == SIGXCPU ||

@@ -122,12 +122,48 @@ t_limits(void **s)
 {
     (void)s;
     expect("python", "```python\nwhile True: pass\n```", ADD_STDIO, "failed-tests", 0, "timeout");
+    /* with time to spare: it must end at the memory limit, not the clock */
+    void *roomy, *save = st;
+    char *err = NULL;
+    assert_int_equal(api->init("{\"time_limit_ms\": 30000, \"memory_mb\": 256}", &roomy, &err), 0);
+    st = roomy;
     expect("python", "```python\nx = []\nwhile True: x.append(bytearray(1 << 20))\n```", ADD_STDIO,
            "failed-tests", 0, "memory-limit");
+    st = save;
+    api->fini(roomy);
     expect("python", "```python\nwhile True: print('x' * 10000)\n```", ADD_STDIO, "failed-tests", 0,
            "output-limit");
     expect("python", "```python\nimport ctypes\nctypes.CDLL(None).syscall(272, 0x10000000)\n```",
            ADD_STDIO, "failed-tests", 0, "seccomp-killed");
+}
+
+/* The sample's time budget: tests that did not run count as failed. Test 1 sleeps 0.8 s, longer
+ * than the whole budget (0.5 s) but within its own limit, so tests 2-4 (which would pass) are
+ * never run, whatever the machine's speed. */
+static void
+t_budget(void **s)
+{
+    (void)s;
+    void *tight, *save = st;
+    char *err = NULL;
+    const char *tests = "{\"inputs\": [\"1\", \"2\", \"3\", \"4\"], \"outputs\": [\"1\", \"2\", "
+                        "\"3\", \"4\"]}";
+    assert_int_equal(
+        api->init("{\"time_limit_ms\": 5000, \"sample_time_limit_ms\": 500}", &tight, &err), 0);
+    st = tight;
+    got g = score("python",
+                  "```python\nimport time\nx = input()\nif x == '1': time.sleep(0.8)\n"
+                  "print(x)\n```",
+                  tests);
+    assert_string_equal(g.v.label, "failed-tests");
+    assert_true(g.v.score == 0.25);
+    assert_string_equal(g.status, "sample-time-budget");
+    st = save;
+    api->fini(tight);
+    /* call-based tests for C are refused as bad tests, not run */
+    g = score("c", "```c\nint add(int a, int b) { return a + b; }\n```", ADD_CALL);
+    assert_int_equal(g.v.kind, GRPO_VERDICT_SKIP);
+    assert_string_equal(g.v.label, "bad-tests");
 }
 
 static void
@@ -255,9 +291,9 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_python),       cmocka_unit_test(t_limits),
-        cmocka_unit_test(t_native),       cmocka_unit_test(t_fake_pass),
-        cmocka_unit_test(t_cross_sample), cmocka_unit_test(t_threads),
+        cmocka_unit_test(t_python),    cmocka_unit_test(t_limits), cmocka_unit_test(t_native),
+        cmocka_unit_test(t_fake_pass), cmocka_unit_test(t_budget), cmocka_unit_test(t_cross_sample),
+        cmocka_unit_test(t_threads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

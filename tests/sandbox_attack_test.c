@@ -297,8 +297,15 @@ static void
 t_memory_bomb(void **s)
 {
     (void)s;
+    grpo_sandbox_result r;
+    grpo_sandbox_limits l;
     need_dangerous();
-    expect("membomb", "", GRPO_SANDBOX_MEMORY);
+    limits(&l);
+    l.wall_ms = l.cpu_ms = 30000; /* it ends at the memory limit in well under a second */
+    run_with("membomb", "", &l, 0, &r);
+    assert_int_equal(r.status, GRPO_SANDBOX_MEMORY);
+    assert_true(r.max_rss_kb * 1024 <= AS_LIMIT);
+    grpo_sandbox_result_fini(&r);
 }
 
 static void

@@ -6,6 +6,7 @@
  *
  * init() config (JSON, all optional): time_limit_ms (per test, 4000), memory_mb (per test, 512),
  * compile_time_limit_ms (20000), compile_memory_mb (2048), max_tests (0 = all),
+ * sample_time_limit_ms (60000: all tests of one sample; the tests not run then count as failed),
  * stop_on_first_failure (false), float_tolerance (1e-6), require_isolation (array of names,
  * default all of "user","pid","net","mount","ipc","uts","seccomp","nnp"). */
 #include "verifiers/code/code_int.h"
@@ -33,6 +34,7 @@ typedef struct code_state {
     uint64_t mem, compile_mem;
     int64_t max_tests;
     bool stop_first;
+    uint32_t budget_ms; /* all tests of one sample together */
     double tol;
     uint32_t require;
     pthread_mutex_t mu;
@@ -41,6 +43,8 @@ typedef struct code_state {
 
 typedef struct outcome {
     int passed, total, failed_test;
+    double t0;               /* when the sample's tests started */
+    bool budget_exhausted;   /* stopped early: the sample's time budget ran out */
     const char *fail_status; /* "wrong-answer", "timeout", "runtime-error", ... */
     grpo_buf expected, got, stderr_;
 } outcome;
@@ -61,7 +65,7 @@ parse_config(code_state *s, const char *json)
 {
     cJSON *c = NULL;
     grpo_err err = GRPO_OK;
-    int64_t t = 4000, ct = 20000, mem = 512, cmem = 2048;
+    int64_t t = 4000, ct = 20000, mem = 512, cmem = 2048, budget = 60000;
     bool stop = false;
     double tol = 1e-6;
     const char *w = "code verifier config";
@@ -75,6 +79,8 @@ parse_config(code_state *s, const char *json)
             (err = grpo__json_int_opt(c, "memory_mb", w, 16, 65536, &mem)) != GRPO_OK ||
             (err = grpo__json_int_opt(c, "compile_memory_mb", w, 64, 65536, &cmem)) != GRPO_OK ||
             (err = grpo__json_int_opt(c, "max_tests", w, 0, 1000000, &s->max_tests)) != GRPO_OK ||
+            (err = grpo__json_int_opt(c, "sample_time_limit_ms", w, 1, 3600000, &budget)) !=
+                GRPO_OK ||
             (err = grpo__json_bool_opt(c, "stop_on_first_failure", w, &stop)) != GRPO_OK ||
             (err = grpo__json_num_opt(c, "float_tolerance", w, &tol)) != GRPO_OK)
             goto done;
@@ -108,6 +114,7 @@ parse_config(code_state *s, const char *json)
     s->mem = (uint64_t)mem << 20;
     s->compile_mem = (uint64_t)cmem << 20;
     s->stop_first = stop;
+    s->budget_ms = (uint32_t)budget;
     s->tol = tol;
 done:
     cJSON_Delete(c);
@@ -228,6 +235,20 @@ record(outcome *o, int i, const char *status, const char *want, size_t want_n, c
     snip(&o->stderr_, r && r->err ? r->err : "", r && r->err ? r->err_len : 0);
 }
 
+/* True when the sample has used its time budget and tests remain: they count as failed. */
+static bool
+over_budget(const code_state *s, outcome *o, int next, int n)
+{
+    if (next >= n || (grpo_now() - o->t0) * 1000.0 < (double)s->budget_ms)
+        return false;
+    o->budget_exhausted = true;
+    if (o->failed_test < 0) {
+        o->failed_test = next;
+        o->fail_status = "sample-time-budget";
+    }
+    return true;
+}
+
 static void
 limits_for(const code_state *s, grpo_sandbox_limits *l)
 {
@@ -297,7 +318,7 @@ run_python(code_state *s, runner *rn, const char *code, const code_tests *t, int
         cJSON_Delete(args);
         ret = args_json = NULL;
         args = NULL;
-        if (s->stop_first && o->failed_test >= 0)
+        if ((s->stop_first && o->failed_test >= 0) || over_budget(s, o, i + 1, n))
             break;
     }
     goto done;
@@ -406,7 +427,7 @@ run_native(code_state *s, runner *rn, code_lang lang, const char *code, const co
             st = "wrong-answer";
         record(o, i, st, t->outputs[i], strlen(t->outputs[i]), r.out, r.out_len, &r);
         grpo_sandbox_result_fini(&r);
-        if (s->stop_first && o->failed_test >= 0)
+        if ((s->stop_first && o->failed_test >= 0) || over_budget(s, o, i + 1, n))
             break;
     }
 done:
@@ -429,6 +450,8 @@ details(const outcome *o, code_lang lang, uint32_t iso, const char *extra_key, c
     if (o) {
         cJSON_AddNumberToObject(d, "passed", o->passed);
         cJSON_AddNumberToObject(d, "total", o->total);
+        if (o->budget_exhausted)
+            cJSON_AddTrueToObject(d, "budget_exhausted");
         if (o->failed_test >= 0) {
             cJSON *f = cJSON_AddObjectToObject(d, "first_failure");
             cJSON_AddNumberToObject(f, "test", o->failed_test);
@@ -484,6 +507,14 @@ code_score(void *state, const grpo_verifier_sample *smp, grpo_verdict *v)
     }
     int n = (s->max_tests > 0 && t.n > s->max_tests) ? (int)s->max_tests : t.n;
     o.total = n;
+    o.t0 = grpo_now();
+    if (lang != CODE_PY && t.call_based) {
+        v->kind = GRPO_VERDICT_SKIP;
+        set_label(v, "bad-tests");
+        v->details_json = details(NULL, (code_lang)lang, 0, "error",
+                                  "call-based tests (fn_name) need language python");
+        goto done;
+    }
     if ((rn = runner_get(s)) == NULL) {
         err = grpo__fail(GRPO_ENOMEM, "code verifier: out of memory");
         goto done;

@@ -402,6 +402,7 @@ def main():
     ap.add_argument("--batches-only", action="store_true",
                     help="only the Python-encoded batch fixtures (no verl/TRL needed)")
     a = ap.parse_args()
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     write_batch_fixtures(os.path.dirname(a.out) or ".")
     if a.batches_only:
         return

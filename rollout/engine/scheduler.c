@@ -58,7 +58,7 @@ struct grpo_rollout {
     group_state *queue_head, *queue_tail; /* submitted, not admitted (mu) */
     group_state *active;                  /* admitted (scheduler thread only) */
     done_node *done_head, *done_tail;     /* completed, not popped (mu) */
-    uint64_t next_id, popped;
+    uint64_t next_id, queued, popped; /* ids handed out; groups queued; groups popped */
     int closed, cancel;
     size_t budget, reserved;
     grpo_rollout_stats st;
@@ -239,6 +239,7 @@ grpo_rollout_submit(grpo_rollout *r, const grpo_rollout_request *q, uint64_t *id
     else
         r->queue_head = gs;
     r->queue_tail = gs;
+    r->queued++;
     r->st.groups_submitted++;
     pthread_mutex_unlock(&r->mu);
     if (id)
@@ -778,7 +779,7 @@ grpo_rollout_pop(grpo_rollout *r, int wait)
             r->popped++;
             break;
         }
-        if (!wait || (r->closed && r->popped == r->next_id))
+        if (!wait || (r->closed && r->popped == r->queued))
             break;
         pthread_cond_wait(&r->cv, &r->mu);
     }

@@ -102,6 +102,9 @@ void grpo_kernels_destroy(grpo_kernels *k);
 /* Nonzero: the CPU backend avoids its ISA-specific paths (F16C FP8 decode) and uses the portable
  * ones (tests compare both; results are bit-identical). */
 void grpo_kernels_cpu_set_portable(int on);
+/* Calls with less work than this many multiply-adds run on one thread (default 262144; tests set 0
+ * to exercise the threaded paths on tiny shapes). Results never depend on it. */
+void grpo_kernels_cpu_set_min_parallel(double work);
 
 /* Runs fn over [0, n) on the backend's threads (CPU backend only; deterministic chunking). */
 void grpo_kernels_parallel_for(grpo_kernels *k, size_t n, grpo_pool_fn fn, void *ctx);

@@ -166,6 +166,7 @@ gemm_all_dtypes(void **state)
 {
     (void)state;
     grpo_kernels *k1 = NULL, *k3 = NULL;
+    grpo_kernels_cpu_set_min_parallel(0);
     assert_int_equal(grpo_kernels_cpu_create(&k1, 1), GRPO_OK);
     assert_int_equal(grpo_kernels_cpu_create(&k3, 3), GRPO_OK);
     const int M = 7, N = 130, K = 300; /* ragged in both block directions */

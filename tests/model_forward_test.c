@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "kernels/kernels.h"
 #include "rollout/model/model_int.h"
 #include "tests/model_testutil.h"
 
@@ -256,6 +257,7 @@ batch_and_threads_invariant(void **state)
     fx *f = *state;
     int V = f->e.vocab;
     const int32_t *tok = f->e.tokens;
+    grpo_kernels_cpu_set_min_parallel(0); /* every op threaded, even on these tiny shapes */
     grpo_model *m1 = NULL, *m3 = NULL;
     grpo_model_opts o1 = {1, 0, 0}, o3 = {3, 0, 0};
     assert_int_equal(grpo_model_load(&m1, f->dir, &o1), GRPO_OK);
@@ -301,6 +303,7 @@ batch_and_threads_invariant(void **state)
     grpo_kv_destroy(kv);
     grpo_model_destroy(m1);
     grpo_model_destroy(m3);
+    grpo_kernels_cpu_set_min_parallel(262144);
 }
 
 /* Bad calls are refused without touching the cache. */

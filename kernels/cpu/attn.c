@@ -76,7 +76,8 @@ grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int
     naive_ctx c = {.n = n, .pos0 = pos0, .H = H, .dn = dn, .dr = dr, .dv = dv,
                    .page_len = page_len, .kr_stride = kr_stride, .kr_off = kr_off, .q = q,
                    .kvb = kvb, .pages = pages, .scale = scale, .out = out};
-    grpo_kernels_parallel_for(k, (size_t)n * (size_t)H, naive_range, &c);
+    grpo_cpu__run(k, (double)n * H * (pos0 + n) * (dn + dr + dv), (size_t)n * (size_t)H,
+                  naive_range, &c);
 }
 
 typedef struct {
@@ -127,5 +128,6 @@ grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const floa
     absorbed_ctx c = {.B = B, .H = H, .dc = dc, .dr = dr, .page_len = page_len,
                       .row_stride = row_stride, .maxlen = maxlen, .ql = ql, .qr = qr,
                       .pages_of = pages_of, .len = len, .scale = scale, .ol = ol};
-    grpo_kernels_parallel_for(k, (size_t)B * (size_t)H, absorbed_range, &c);
+    grpo_cpu__run(k, (double)B * H * maxlen * (2 * dc + dr), (size_t)B * (size_t)H,
+                  absorbed_range, &c);
 }

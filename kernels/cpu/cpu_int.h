@@ -37,6 +37,12 @@ grpo_v8_sum(grpo_v8f a)
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* Below GRPO_CPU_MIN_PARALLEL_WORK multiply-adds (default; see grpo_kernels_cpu_set_min_parallel)
+ * a call runs on the calling thread alone: waking the pool costs more than it saves (much more on
+ * an oversubscribed machine). Results do not depend on it. */
+#define GRPO_CPU_MIN_PARALLEL_WORK (1u << 18)
+void grpo_cpu__run(grpo_kernels *k, double work, size_t n, grpo_pool_fn fn, void *ctx);
+
 void grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y,
                     int ldy);
 void grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,

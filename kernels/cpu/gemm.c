@@ -124,7 +124,7 @@ grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int
                 memset(y + (size_t)m * ldy + (size_t)h * yhs, 0, (size_t)N * 4);
         return;
     }
-    grpo_kernels_parallel_for(k, (size_t)H * (size_t)c.tiles, gemm_range, &c);
+    grpo_cpu__run(k, (double)M * H * N * w->cols, (size_t)H * (size_t)c.tiles, gemm_range, &c);
 }
 
 void
@@ -192,5 +192,5 @@ grpo_cpu__gemm_t_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, i
         return;
     gemmt_ctx c = {.M = M, .ldx = ldx, .xhs = xhs, .wrs = wrs, .K = K, .ldy = ldy, .yhs = yhs,
                    .tiles = (w->cols + CB - 1) / CB, .x = x, .w = w, .y = y};
-    grpo_kernels_parallel_for(k, (size_t)H * (size_t)c.tiles, gemmt_range, &c);
+    grpo_cpu__run(k, (double)M * H * K * w->cols, (size_t)H * (size_t)c.tiles, gemmt_range, &c);
 }

@@ -27,6 +27,23 @@ grpo_kernels_parallel_for(grpo_kernels *k, size_t n, grpo_pool_fn fn, void *ctx)
     grpo_pool_parallel_for(k != NULL ? (grpo_pool *)k->impl : NULL, n, fn, ctx);
 }
 
+static double min_parallel = (double)GRPO_CPU_MIN_PARALLEL_WORK;
+
+void
+grpo_kernels_cpu_set_min_parallel(double work)
+{
+    min_parallel = work;
+}
+
+void
+grpo_cpu__run(grpo_kernels *k, double work, size_t n, grpo_pool_fn fn, void *ctx)
+{
+    if (work < min_parallel)
+        fn(ctx, 0, n, 0);
+    else
+        grpo_kernels_parallel_for(k, n, fn, ctx);
+}
+
 typedef struct {
     const float *x;
     int ldx, n;
@@ -56,10 +73,7 @@ cpu_rmsnorm(grpo_kernels *k, int M, const float *x, int ldx, const float *weight
             float *y, int ldy)
 {
     norm_ctx c = {x, ldx, n, weight, eps, y, ldy};
-    if (M < 16)
-        norm_range(&c, 0, (size_t)M, 0);
-    else
-        grpo_kernels_parallel_for(k, (size_t)M, norm_range, &c);
+    grpo_cpu__run(k, (double)M * n * 4, (size_t)M, norm_range, &c);
 }
 
 static void

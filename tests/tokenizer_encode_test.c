@@ -260,6 +260,59 @@ test_small_bytelevel(void **state)
     }
 }
 
+/* Variants of the small tokenizer (Split String/Removed/invert, \\S, the DeepSeek sequence,
+ * ignore_merges, ...): the patch from variants.json applied here, ids from HF on the same patch. */
+static void
+test_variants(void **state)
+{
+    (void)state;
+    char path[4096], *json, *small;
+    size_t n;
+    fx_path(path, sizeof path, "variants.json");
+    assert_int_equal(grpo__read_file(path, 0, &json, &n), GRPO_OK);
+    fx_path(path, sizeof path, "small/tokenizer.json");
+    assert_int_equal(grpo__read_file(path, 0, &small, &n), GRPO_OK);
+    cJSON *vars = cJSON_Parse(json);
+    assert_non_null(vars);
+    size_t count = 0, bad = 0;
+    cJSON *v;
+    cJSON_ArrayForEach(v, vars)
+    {
+        cJSON *root = cJSON_Parse(small), *kv;
+        cJSON_ArrayForEach(kv, cJSON_GetObjectItem(v, "patch"))
+        {
+            cJSON *val = cJSON_Duplicate(kv, 1);
+            if (strncmp(kv->string, "model.", 6) == 0) {
+                cJSON *model = cJSON_GetObjectItem(root, "model");
+                cJSON_DeleteItemFromObject(model, kv->string + 6);
+                cJSON_AddItemToObject(model, kv->string + 6, val);
+            } else {
+                cJSON_DeleteItemFromObject(root, kv->string);
+                cJSON_AddItemToObject(root, kv->string, val);
+            }
+        }
+        char *text = cJSON_PrintUnformatted(root);
+        const char *name = cJSON_GetObjectItem(v, "name")->valuestring;
+        grpo_tokenizer *t = NULL;
+        if (grpo_tokenizer_load_json(&t, text, strlen(text), name, NULL) != GRPO_OK)
+            fprintf(stderr, "%s: %s\n", name, grpo_error_last());
+        assert_non_null(t);
+        fx_file enc;
+        assert_int_equal(fx_load(&enc, cJSON_GetObjectItem(v, "file")->valuestring, 'T'), 0);
+        bad += check_encodings(t, &enc, true, GRPO_TOK_PARSE_SPECIAL, name);
+        fx_free(&enc);
+        grpo_tokenizer_destroy(t);
+        free(text);
+        cJSON_Delete(root);
+        count++;
+    }
+    assert_true(count >= 6);
+    assert_int_equal(bad, 0);
+    cJSON_Delete(vars);
+    free(json);
+    free(small);
+}
+
 typedef struct worker {
     size_t begin, end, bad;
     const fx_file *enc;
@@ -341,6 +394,7 @@ main(void)
         cmocka_unit_test(test_r1),
         cmocka_unit_test(test_decode_lossy_and_stream),
         cmocka_unit_test(test_small_bytelevel),
+        cmocka_unit_test(test_variants),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_invalid_utf8),
     };

@@ -703,7 +703,7 @@ def main():
     rd = random.Random(SEED + 4)
     vocab = v3.get_vocab_size(with_added_tokens=True)
     decs = []
-    for i in range(3000):
+    for i in range(2000):
         if i % 3 == 0:
             ids = encs[rd.randrange(len(encs))].ids
             if ids:
@@ -722,7 +722,7 @@ def main():
     small = Tokenizer.from_str(small_text)
     rs = random.Random(SEED + 5)
     sample = [s for s in corpus if len(s) < 2000]
-    sample = rs.sample(sample, 2000)
+    sample = rs.sample(sample, 1500)
     extra = ["x <mask> y", "x<mask>y", "a  <mask>  b", "[SEP]  next", "[SEP]\n\nz",
              "foo bar baz", "foo  bar", "café é", "<think> a </think>  b", "a</think>b",
              "  <mask>", "<mask>", "[SEP]", " </think> ", "\u3000<mask>\u3000x"]
@@ -734,6 +734,40 @@ def main():
     smallp = Tokenizer.from_str(json.dumps(sj, ensure_ascii=False))
     write_texts(os.path.join(OUT, "encode_small_prefix.bin"),
                 [(s, smallp.encode(s, add_special_tokens=False).ids) for s in sample[:600]])
+
+    # pre-tokenizer and model variants of the small tokenizer (patches applied by the C test too)
+    v3_pre = json.loads(v3_text)["pre_tokenizer"]
+    bl = lambda rx: {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                     "use_regex": rx}
+    split = lambda pat, beh, inv, kind="Regex": {"type": "Split", "pattern": {kind: pat},
+                                                 "behavior": beh, "invert": inv}
+    seq = lambda *ps: {"type": "Sequence", "pretokenizers": list(ps)}
+    variants = [
+        ("removed_string", {"pre_tokenizer": seq(split(" ", "Removed", False, "String"), bl(False))}),
+        ("isolated_invert", {"pre_tokenizer": seq(split("\\s+|\\p{P}+", "Isolated", True), bl(False))}),
+        ("removed_invert", {"pre_tokenizer": seq(split("\\p{L}+|\\p{N}+", "Removed", True), bl(True))}),
+        ("nonspace_runs", {"pre_tokenizer": seq(split("\\S+", "Isolated", False), bl(False))}),
+        ("deepseek_pre", {"pre_tokenizer": v3_pre}),
+        ("ignore_merges", {"model.ignore_merges": True}),
+        ("empty_normalizer_seq", {"normalizer": {"type": "Sequence", "normalizers": []}}),
+    ]
+    manifest = []
+    rv = random.Random(SEED + 6)
+    for name, patch in variants:
+        j = json.loads(small_text)
+        for k, val in patch.items():
+            if k.startswith("model."):
+                j["model"][k[6:]] = val
+            else:
+                j[k] = val
+        tv = Tokenizer.from_str(json.dumps(j, ensure_ascii=False))
+        texts = extra + rv.sample(sample, 250)
+        fname = f"encode_var_{name}.bin"
+        write_texts(os.path.join(OUT, fname),
+                    [(s, tv.encode(s, add_special_tokens=False).ids) for s in texts])
+        manifest.append({"name": name, "patch": patch, "file": fname})
+    with open(os.path.join(OUT, "variants.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, ensure_ascii=False, indent=1)
 
     # chat templates
     bos = cfg["bos_token"]["content"] if isinstance(cfg["bos_token"], dict) else cfg["bos_token"]

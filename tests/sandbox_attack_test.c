@@ -396,10 +396,10 @@ static void
 t_seccomp(void **s)
 {
     (void)s;
-    const char *names[] = {"ptrace",  "ptrace_attach", "setuid",      "chroot",
-                           "unshare", "clone_ns",      "mount",       "setns",
-                           "bpf",     "reboot",        "io_uring",    "vm_readv",
-                           "perf",    "keyctl",        "sethostname", NULL};
+    const char *names[] = {
+        "ptrace", "ptrace_attach", "setuid",      "chroot", "unshare",  "clone_ns",
+        "mount",  "setns",         "bpf",         "reboot", "io_uring", "vm_readv",
+        "perf",   "keyctl",        "sethostname", "x32",    NULL};
     for (int i = 0; names[i]; i++)
         expect(names[i], "", GRPO_SANDBOX_SECCOMP);
 }

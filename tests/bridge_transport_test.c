@@ -393,7 +393,6 @@ publisher_main(int argc, char **argv)
     grpo_bridge_finish(p);
     if (grpo_bridge_flush(p, -1) != GRPO_OK)
         goto fail;
-    usleep(300000); /* let the trainer's last request see "end" */
     grpo_bridge_publisher_destroy(p);
     grpo_bridge_spool_close(sp);
     return 0;

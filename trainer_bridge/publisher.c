@@ -25,7 +25,8 @@ typedef struct {
     int sends;
 } entry;
 
-#define POOL_MAX 4 /* encode buffers kept for reuse (each up to a batch's size) */
+#define LINGER_MS 1000 /* destroy after finish waits this long for a trainer to hear "end" */
+#define POOL_MAX 4     /* encode buffers kept for reuse (each up to a batch's size) */
 
 typedef struct {
     int64_t version, n_chunks, next, bytes, written;
@@ -44,7 +45,8 @@ struct grpo_bridge_publisher {
     pthread_mutex_t mu, pub_mu;
     pthread_cond_t cv;
     int stop, finished;
-    entry *q; /* unacknowledged batches in id order */
+    int end_sent; /* "end" answered at least once (destroy lingers for it) */
+    entry *q;     /* unacknowledged batches in id order */
     size_t nq, capq;
     int64_t *acked; /* ids acknowledged during this process, sorted */
     size_t nacked, capacked;
@@ -295,6 +297,12 @@ on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
         pthread_mutex_unlock(&p->mu);
         free(acks);
         reply(p, type, n, 0, NULL, NULL, 0);
+        if (type == GRPB_END) {
+            pthread_mutex_lock(&p->mu);
+            p->end_sent = 1;
+            pthread_cond_broadcast(&p->cv);
+            pthread_mutex_unlock(&p->mu);
+        }
         return;
     }
     /* Only this thread removes entries, so the bytes stay valid after unlocking. */
@@ -616,6 +624,19 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
 {
     if (p == NULL)
         return;
+    pthread_mutex_lock(&p->mu);
+    /* After finish with everything acknowledged, give the trainer a moment to hear "end", so
+     * that it stops instead of waiting for a publisher that is gone. */
+    if (p->thr_started && p->finished && p->nq == 0 && !p->end_sent) {
+        struct timespec dl;
+        deadline_after(&dl, LINGER_MS);
+        while (!p->end_sent && pthread_cond_timedwait(&p->cv, &p->mu, &dl) != ETIMEDOUT)
+            ;
+    }
+    int linger = p->end_sent;
+    pthread_mutex_unlock(&p->mu);
+    if (linger)
+        usleep(50000); /* the END reply is queued; let NNG write it before the socket closes */
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
     pthread_cond_broadcast(&p->cv);

@@ -346,7 +346,9 @@ typedef struct grpo_bridge_publisher grpo_bridge_publisher;
  * Resumes the unacknowledged batches listed by opts->persist. The caller owns *out. */
 grpo_err grpo_bridge_publisher_create(grpo_bridge_publisher **out, const char *url,
                                       const grpo_bridge_opts *opts);
-/* Stops serving and closes (unacknowledged batches stay in the persistence). NULL harmless. */
+/* Stops serving and closes (unacknowledged batches stay in the persistence). After finish() with
+ * every batch acknowledged, it first waits up to 1 s for the trainer to be told "end" (so that the
+ * trainer stops rather than waiting for a publisher that is gone). NULL harmless. */
 void grpo_bridge_publisher_destroy(grpo_bridge_publisher *p);
 
 /* Encodes b, stores it (persist->put) and queues it for delivery. Blocks while `window` batches

@@ -253,6 +253,10 @@ write_in_order(run *r, FILE *out, double deadline_s, bool tty)
                 if (o && !cJSON_IsObject(o))
                     cJSON_Delete(o);
                 it->abandoned = it->done = it->error = true;
+                /* its worker is stuck: start another so the remaining lines keep their jobs */
+                pthread_t extra;
+                if (pthread_create(&extra, NULL, worker, r) == 0)
+                    pthread_detach(extra);
                 break;
             }
             if (tty && now - last > 0.2) {

@@ -194,6 +194,39 @@ test_plugin(void **state)
     assert_true(r[0].reward == 0.75 && r[1].reward == 0.25);
 }
 
+static const char *evil_path;
+
+/* The hard per-item deadline: an in-process plugin that never returns is written as a deadline
+ * error, the lines around it are scored, order is kept, and the run ends. */
+static void
+test_deadline(void **state)
+{
+    (void)state;
+    const char *bin = getenv("GRPO_BIN");
+    if (bin == NULL || bin[0] == 0 || evil_path == NULL)
+        skip();
+    char cmd[4096], out[300];
+    snprintf(out, sizeof out, "%s/dl.out", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "printf '%%s\\n' '{\"id\":1,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' "
+             "'{\"id\":2,\"task\":\"evil\",\"completion\":\"x\"}' "
+             "'{\"id\":3,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' > %s/dl.jsonl"
+             " && echo '{\"tasks\":{\"evil\":\"evil\"},\"verifiers\":{\"evil\":{\"plugin\":"
+             "\"%s\",\"in_process\":true,\"config\":\"loop\"}}}' > %s/dl.json && "
+             "%s verify --input %s/dl.jsonl --output %s --config %s/dl.json --jobs 1 "
+             "--deadline-ms 3000 2>/dev/null",
+             tmpdir, evil_path, tmpdir, bin, tmpdir, out, tmpdir);
+    assert_int_equal(sh(cmd), 1);
+    outrow r[4];
+    assert_int_equal(read_output(out, r, 4), 3);
+    assert_string_equal(r[0].id, "1");
+    assert_string_equal(r[1].id, "2");
+    assert_string_equal(r[2].id, "3");
+    assert_true(!r[0].error && r[0].reward == 1.0);
+    assert_true(r[1].error);
+    assert_true(!r[2].error && r[2].reward == 1.0); /* scored by the replacement worker */
+}
+
 static int
 setup(void **state)
 {
@@ -215,6 +248,8 @@ int
 main(int argc, char **argv)
 {
     plugin_path = argc > 1 ? argv[1] : NULL;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli), cmocka_unit_test(test_plugin)};
+    evil_path = argc > 2 ? argv[2] : NULL;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli), cmocka_unit_test(test_plugin),
+                                       cmocka_unit_test(test_deadline)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -206,9 +206,12 @@ parse_verifier(grpo_reward_config *c, const cJSON *item, const char *where)
     v->in_process = inproc;
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(item, "config");
     if (cfg && !cJSON_IsNull(cfg)) {
-        if (!cJSON_IsObject(cfg))
-            return grpo__fail(GRPO_EFORMAT, "%s: \"config\" must be an object", w2);
-        if ((v->config_json = grpo__json_print(cfg)) == NULL)
+        /* an object is handed over as JSON text; a string as it is (plugins with their own
+         * config syntax) */
+        if (!cJSON_IsObject(cfg) && !cJSON_IsString(cfg))
+            return grpo__fail(GRPO_EFORMAT, "%s: \"config\" must be an object or a string", w2);
+        v->config_json = cJSON_IsString(cfg) ? strdup(cfg->valuestring) : grpo__json_print(cfg);
+        if (v->config_json == NULL)
             return grpo__fail(GRPO_ENOMEM, "%s: out of memory", w2);
     }
     if (plugin && (v->plugin = strdup(plugin)) == NULL)

@@ -51,6 +51,7 @@ const grpo_verifier_api *grpo_verifier_builtin(const char *name);
  *     "overlong": { "max_tokens": 4096, "buffer": 512, "penalty": 1.0 },
  *     "deadline_ms": 10000
  *   }
+ * A verifier's "config" is handed to its init() as JSON text (an object) or as is (a string).
  * A task's terms are a string "w*name + w*name" or an array of {verifier, weight}. A name that is not
  * built in must be described under "verifiers" with a "plugin" path. "overlong" enables the DAPO soft
  * penalty: 0 up to max_tokens - buffer, then growing linearly to -penalty at max_tokens (and -penalty

@@ -242,6 +242,9 @@ def _call(hdr, body, ns):
 
 
 def main():
+    # As PID 1 we only receive signals we handle; Python handles SIGINT, so a child could raise
+    # KeyboardInterrupt in us with kill(1, SIGINT). Back to the default: ignored for init.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     hlen, blen = struct.unpack("<II", _read_exact(8))
     _read_exact(hlen)
     preload = _read_exact(blen).decode()

@@ -240,8 +240,9 @@ t_cross_sample(void **s)
            "pass\n```",
            echo, "failed-tests", 0, "timeout");
     expect("python",
-           "```python\nimport os, signal\nfor p in (-1, 1, os.getppid()):\n    try: "
-           "os.kill(p, signal.SIGKILL)\n    except OSError: pass\nprint('clean')\n```",
+           "```python\nimport os, signal\nfor p in (-1, 1, os.getppid()):\n    for s in "
+           "(signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGKILL):\n        try: "
+           "os.kill(p, s)\n        except OSError: pass\nprint('clean')\n```",
            echo, "correct", 1.0, NULL);
     expect("python",
            "```python\nimport os, time\nif os.fork() == 0:\n    os.setsid()\n"

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
@@ -263,7 +264,12 @@ read_report(int fd)
 {
     char buf[600];
     size_t have = 0;
+    double deadline = grpo_now() + 10.0; /* setup is mounts and a few calls: never this long */
     for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int left = (int)((deadline - grpo_now()) * 1000.0);
+        if (left <= 0 || (poll(&p, 1, left) == 0))
+            return grpo__fail(GRPO_ETIMEOUT, "sandbox: the child's setup did not finish in 10 s");
         ssize_t k = read(fd, buf + have, sizeof buf - 1 - have);
         if (k < 0 && errno == EINTR)
             continue;

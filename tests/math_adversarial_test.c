@@ -40,6 +40,14 @@ test_exact_big(void **state)
     assert_int_equal(g2("9999!", "\\boxed{9998!}"), MV_WRONG);
     assert_int_equal(g2("2^{100}", "\\boxed{1267650600228229401496703205376}"), MV_CORRECT);
     assert_int_equal(g2("2^{100}", "\\boxed{1267650600228229401496703205377}"), MV_WRONG);
+    /* decimals: six places (math-verify's float_rounding), relative sanity for tiny values, an
+     * integer gold exactly */
+    assert_int_equal(g2("\\frac{1}{3}", "\\boxed{0.333333}"), MV_CORRECT);
+    assert_int_equal(g2("\\frac{1}{3}", "\\boxed{0.333}"), MV_WRONG);
+    assert_int_equal(g2("\\sqrt{2}", "\\boxed{1.414214}"), MV_CORRECT);
+    assert_int_equal(g2("0.00000001", "\\boxed{0.00000002}"), MV_WRONG);
+    assert_int_equal(g2("5", "\\boxed{5.0000001}"), MV_WRONG);
+    assert_int_equal(g2("5", "\\boxed{5.000}"), MV_CORRECT);
     /* overflowing towers: never "inf == inf" */
     assert_int_equal(g2("10^{10^{10}}", "\\boxed{10^{10^{10}}}"), MV_CORRECT);
     assert_int_equal(g2("10^{10^{10}}", "\\boxed{10^{10^{11}}}"), MV_WRONG);

@@ -632,6 +632,20 @@ close_enough(mpfr_t g, mpfr_t p, bool floats, int prec)
         round_dec(g, prec, a);
         round_dec(p, prec, b);
         bool eq = mpz_cmp(a, b) == 0;
+        if (eq && prec > 2) { /* and relatively close (see rel_close_q) */
+            mpfr_t d, m;
+            mpfr_inits2(PREC, d, m, (mpfr_ptr)0);
+            mpfr_sub(d, g, p, MPFR_RNDN);
+            mpfr_abs(d, d, MPFR_RNDN);
+            mpfr_abs(m, mpfr_cmpabs(g, p) >= 0 ? g : p, MPFR_RNDN);
+            mpfr_t t;
+            mpfr_init2(t, PREC);
+            mpfr_ui_pow_ui(t, 10, (unsigned long)(prec - 2), MPFR_RNDN);
+            mpfr_div(m, m, t, MPFR_RNDN);
+            mpfr_clear(t);
+            eq = mpfr_cmp(d, m) <= 0;
+            mpfr_clears(d, m, (mpfr_ptr)0);
+        }
         mpz_clears(a, b, NULL);
         if (eq)
             return true;
@@ -659,6 +673,30 @@ structural(const mnode *g, const mnode *p)
     if (strlen(a) + 16 >= sizeof a || strstr(a, "...") != NULL)
         return MC_NE;
     return strcmp(a, b) == 0 ? MC_EQ : MC_NE;
+}
+
+/* Rounding equality alone would make 1e-8 equal 2e-8 at six places: also ask that the relative
+ * difference be below 10^(2 - precision). */
+static bool
+rel_close_q(const mpq_t a, const mpq_t b, int prec)
+{
+    if (prec <= 2)
+        return true;
+    mpq_t d, m, t;
+    mpq_inits(d, m, t, NULL);
+    mpq_sub(d, a, b);
+    mpq_abs(d, d);
+    mpq_abs(m, a);
+    mpq_abs(t, b);
+    if (mpq_cmp(t, m) > 0)
+        mpq_set(m, t);
+    mpz_ui_pow_ui(mpq_denref(t), 10, (unsigned long)(prec - 2));
+    mpz_set_ui(mpq_numref(t), 1);
+    mpq_canonicalize(t);
+    mpq_mul(m, m, t);
+    bool ok = mpq_cmp(d, m) <= 0;
+    mpq_clears(d, m, t, NULL);
+    return ok;
 }
 
 /* Exact comparison when both sides evaluate to rationals. Returns -1 when it cannot decide. */
@@ -695,7 +733,7 @@ exact_eq(cctx *c, const mnode *g, unsigned gm, const mnode *p, unsigned pm, bool
             mpz_add(rb, rb, mpq_denref(t));
             mpz_mul_ui(s, mpq_denref(t), 2);
             mpz_fdiv_q(rb, rb, s);
-            r = mpz_cmp(ra, rb) == 0;
+            r = mpz_cmp(ra, rb) == 0 && rel_close_q(a, b, c->o->precision);
             mpq_clear(t);
             mpz_clears(s, ra, rb, NULL);
         }

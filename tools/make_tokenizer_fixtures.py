@@ -24,7 +24,7 @@ Debian 12's PCRE2) does not, and Oniguruma's \\s set, both read from HF itself.
 
 Binary format (little-endian LEB128 varints, "v"): corpus.bin = magic "GTKC1\\n", v(count),
 count x (v(len), bytes). encode_*.bin = magic "GTKE1\\n", v(count), count x (v(index into
-corpus or the file's own texts), v(n), n x v(id)). encode_r1.bin / encode_small*.bin carry their own
+corpus or the file's own texts), v(n), n x v(id)). encode_r1.bin carries its own
 texts: magic "GTKT1\\n", v(count), count x (v(len), bytes, v(n), n x v(id)). decode_v3.bin =
 magic "GTKD1\\n", v(count), count x (v(skip_special), v(n), n x v(id), v(len), bytes).
 """
@@ -352,13 +352,19 @@ def long_line(r):
     return "".join(r.choice(["ab", "cd", "ef", "-", "_"]) for _ in range(n // 2))
 
 
+# strings for the lstrip/rstrip/non-special tokens of the small tokenizer (part of the corpus)
+SMALL_EXTRA = ["x <mask> y", "x<mask>y", "a  <mask>  b", "[SEP]  next", "[SEP]\n\nz",
+             "foo bar baz", "foo  bar", "café é", "<think> a </think>  b", "a</think>b",
+             "  <mask>", "<mask>", "[SEP]", " </think> ", "\u3000<mask>\u3000x"]
+
+
 def build_corpus(specials):
     r = random.Random(SEED)
     gens = [(prose, 2600), (code, 1800), (latex, 1200), (cjk, 1500), (kana, 1000),
             (scripts, 1500), (emoji, 1000), (combining, 800), (whitespace, 1500),
             (digits, 1500), (random_bytes, 1200), (random_codepoints, 1200), (ascii_soup, 900)]
     corpus = ["", " ", "\n", "a", "<｜User｜>", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>x"]
-    corpus += [chr(c) for c in range(1, 128)]
+    corpus += [chr(c) for c in range(1, 128)] + SMALL_EXTRA
     for g, n in gens:
         corpus += [g(r) for _ in range(n)]
     mixers = [prose, code, cjk, emoji, whitespace, digits, scripts]
@@ -721,19 +727,16 @@ def main():
     small_text = open(small_path, encoding="utf-8").read()
     small = Tokenizer.from_str(small_text)
     rs = random.Random(SEED + 5)
-    sample = [s for s in corpus if len(s) < 2000]
-    sample = rs.sample(sample, 1500)
-    extra = ["x <mask> y", "x<mask>y", "a  <mask>  b", "[SEP]  next", "[SEP]\n\nz",
-             "foo bar baz", "foo  bar", "café é", "<think> a </think>  b", "a</think>b",
-             "  <mask>", "<mask>", "[SEP]", " </think> ", "\u3000<mask>\u3000x"]
-    sample = extra + sample
-    write_texts(os.path.join(OUT, "encode_small.bin"),
-                [(s, small.encode(s, add_special_tokens=False).ids) for s in sample])
+    short = [i for i, s in enumerate(corpus) if len(s) < 2000]
+    sample = [corpus.index(x) for x in SMALL_EXTRA] + rs.sample(short, 1500)
+    write_encodings(os.path.join(OUT, "encode_small.bin"),
+                    [(i, small.encode(corpus[i], add_special_tokens=False).ids) for i in sample])
     sj = json.loads(small_text)
     sj["pre_tokenizer"]["add_prefix_space"] = True
     smallp = Tokenizer.from_str(json.dumps(sj, ensure_ascii=False))
-    write_texts(os.path.join(OUT, "encode_small_prefix.bin"),
-                [(s, smallp.encode(s, add_special_tokens=False).ids) for s in sample[:600]])
+    write_encodings(os.path.join(OUT, "encode_small_prefix.bin"),
+                    [(i, smallp.encode(corpus[i], add_special_tokens=False).ids)
+                     for i in sample[:600]])
 
     # pre-tokenizer and model variants of the small tokenizer (patches applied by the C test too)
     v3_pre = json.loads(v3_text)["pre_tokenizer"]
@@ -761,10 +764,10 @@ def main():
             else:
                 j[k] = val
         tv = Tokenizer.from_str(json.dumps(j, ensure_ascii=False))
-        texts = extra + rv.sample(sample, 250)
+        idx = sample[:len(SMALL_EXTRA)] + rv.sample(sample, 250)
         fname = f"encode_var_{name}.bin"
-        write_texts(os.path.join(OUT, fname),
-                    [(s, tv.encode(s, add_special_tokens=False).ids) for s in texts])
+        write_encodings(os.path.join(OUT, fname),
+                        [(i, tv.encode(corpus[i], add_special_tokens=False).ids) for i in idx])
         manifest.append({"name": name, "patch": patch, "file": fname})
     with open(os.path.join(OUT, "variants.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, ensure_ascii=False, indent=1)

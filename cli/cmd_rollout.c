@@ -30,6 +30,7 @@ typedef struct args {
     const char *model, *prompts, *db, *out, *publish, *tokenizer, *template_name;
     const char *ref_model, *reward_config, *kv_budget;
     int skip_bad, G, max_new, threads, verify_threads, rescore, logprobs;
+    uint64_t kv_bytes, kv_tokens;
     grpo_sampling s;
     uint64_t seed;
     int n_stop, n_stop_ids;
@@ -339,6 +340,21 @@ parse_opt(args *a, int c, const char *v)
     }
 }
 
+/* "65536t" / "65536tok" / "65536tokens" -> tokens; else a byte size. */
+static int
+parse_budget(const char *s, uint64_t *bytes, uint64_t *tokens)
+{
+    char *end;
+    *bytes = *tokens = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end != s && s[0] != '-' &&
+        (strcmp(end, "t") == 0 || strcmp(end, "tok") == 0 || strcmp(end, "tokens") == 0)) {
+        *tokens = v;
+        return v > 0 ? 0 : -1;
+    }
+    return cli_parse_size(s, bytes) == 0 && *bytes > 0 ? 0 : -1;
+}
+
 static int
 parse_args(args *a, int argc, char **argv)
 {
@@ -358,22 +374,10 @@ parse_args(args *a, int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage(CMD, "unexpected argument \"%s\"", argv[optind]);
+    if (parse_budget(a->kv_budget, &a->kv_bytes, &a->kv_tokens) != 0)
+        return cli_usage(CMD, "--kv-budget %s: expected bytes (512M, 2G) or tokens (65536t)",
+                         a->kv_budget);
     return resolve_defaults(a);
-}
-
-/* "65536t" / "65536tok" / "65536tokens" -> tokens; else a byte size. */
-static int
-parse_budget(const char *s, uint64_t *bytes, uint64_t *tokens)
-{
-    char *end;
-    *bytes = *tokens = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end != s && s[0] != '-' &&
-        (strcmp(end, "t") == 0 || strcmp(end, "tok") == 0 || strcmp(end, "tokens") == 0)) {
-        *tokens = v;
-        return v > 0 ? 0 : -1;
-    }
-    return cli_parse_size(s, bytes) == 0 && *bytes > 0 ? 0 : -1;
 }
 
 /* ---- per-group output ---- */
@@ -873,13 +877,8 @@ typedef struct setup {
 static grpo_err
 open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_pages)
 {
-    uint64_t bytes = 0, tokens = 0;
+    uint64_t bytes = a->kv_bytes, tokens = a->kv_tokens;
     grpo_err err;
-    if (parse_budget(a->kv_budget, &bytes, &tokens) != 0)
-        return grpo__fail(GRPO_EINVAL,
-                          "--kv-budget %s: expected bytes (512M, 2G) or tokens "
-                          "(65536t)",
-                          a->kv_budget);
     if ((err = grpo_prompts_load(&su->ps, a->prompts, a->skip_bad)) != GRPO_OK)
         return err;
     grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads, (size_t)bytes};

@@ -122,6 +122,26 @@ CREATE TABLE rewards (
     PRIMARY KEY (completion_id, idx)
 ) WITHOUT ROWID;
 
+-- Per group and verifier: a summary of that verifier's verdicts on the group's completions,
+-- written with them, so per-verifier stats read one row per group instead of one per verdict.
+CREATE TABLE group_verifiers (
+    group_id        INTEGER NOT NULL REFERENCES groups(id),
+    verifier        TEXT NOT NULL,
+    version         TEXT NOT NULL,
+    run_id          INTEGER NOT NULL,
+    step            INTEGER NOT NULL,
+    n               INTEGER NOT NULL,           -- verdicts
+    n_pass          INTEGER NOT NULL,
+    n_fail          INTEGER NOT NULL,
+    n_skip          INTEGER NOT NULL,
+    n_timeout       INTEGER NOT NULL,
+    n_error         INTEGER NOT NULL,
+    score_sum       REAL NOT NULL,              -- over the non-skip verdicts
+    score_sq_sum    REAL NOT NULL,              -- sum of squared scores, same verdicts
+    ms_sum          REAL NOT NULL,
+    PRIMARY KEY (group_id, verifier, version)
+) WITHOUT ROWID;
+
 CREATE TABLE batches (
     id              INTEGER PRIMARY KEY,        -- the trainer bridge's batch id
     run_id          INTEGER REFERENCES runs(id),

@@ -6,13 +6,14 @@
 -- nearest-rank: the value at rank ceil(p * n) in ascending order. Standard deviations are
 -- population ones (divide by n). Rewards of kind 'skip' are excluded from scores and pass rates.
 
--- Length percentiles read this index only; verifier stats read the second one only.
+-- Length and latency percentiles read these indexes only.
 CREATE INDEX completions_step_len ON completions (run_id, step, n_tokens);
-CREATE INDEX rewards_verifier ON rewards (run_id, verifier, version, ms, kind, score);
+CREATE INDEX rewards_verifier_ms ON rewards (run_id, verifier, version, ms);
 
 CREATE VIEW stats_groups AS SELECT * FROM groups;
 CREATE VIEW stats_completions AS SELECT * FROM completions;
 CREATE VIEW stats_rewards AS SELECT * FROM rewards;
+CREATE VIEW stats_group_verifiers AS SELECT * FROM group_verifiers;
 
 -- Per step: rewards, pass rate, zero-variance groups, completion lengths, generated tokens/s.
 -- Sums come from the groups' summaries; length percentiles from a histogram of n_tokens.
@@ -53,18 +54,19 @@ SELECT gs.run_id AS run_id, gs.step AS step, gs.n_groups AS groups, gs.completio
 FROM gs LEFT JOIN lp ON lp.run_id = gs.run_id AND lp.step = gs.step
 ORDER BY gs.run_id, gs.step;
 
--- Per verifier (name + version): scores, pass rate, outcome counts, latency percentiles.
+-- Per verifier (name + version): scores, pass rate, outcome counts (from the group summaries),
+-- latency percentiles (from a histogram of the verdicts' durations).
 CREATE VIEW verifier_stats AS
 WITH vs AS (
-    SELECT run_id, verifier, version, count(*) AS n,
-           sum(kind <> 'skip') AS scored,
-           avg(CASE WHEN kind <> 'skip' THEN score END) AS reward_mean,
-           avg(CASE WHEN kind <> 'skip' THEN score * score END) AS reward_sq,
-           CAST(sum(kind = 'pass') AS REAL) / nullif(sum(kind <> 'skip'), 0) AS pass_rate,
-           sum(kind = 'fail') AS n_fail, sum(kind = 'timeout') AS n_timeout,
-           sum(kind = 'error') AS n_error, sum(kind = 'skip') AS n_skip,
-           avg(ms) AS latency_mean_ms
-    FROM stats_rewards GROUP BY run_id, verifier, version),
+    SELECT run_id, verifier, version, sum(n) AS n,
+           sum(n - n_skip) AS scored,
+           sum(score_sum) / nullif(sum(n - n_skip), 0) AS reward_mean,
+           sum(score_sq_sum) / nullif(sum(n - n_skip), 0) AS reward_sq,
+           CAST(sum(n_pass) AS REAL) / nullif(sum(n - n_skip), 0) AS pass_rate,
+           sum(n_fail) AS n_fail, sum(n_timeout) AS n_timeout,
+           sum(n_error) AS n_error, sum(n_skip) AS n_skip,
+           sum(ms_sum) / nullif(sum(n), 0) AS latency_mean_ms
+    FROM stats_group_verifiers GROUP BY run_id, verifier, version),
 h AS (
     SELECT run_id, verifier, version, ms, count(*) AS k
     FROM stats_rewards WHERE ms IS NOT NULL GROUP BY run_id, verifier, version, ms),

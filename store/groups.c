@@ -277,6 +277,75 @@ summarize(const grpo_group_rec *g, summary *m)
     m->zero = lo == hi;
 }
 
+/* One verifier's verdicts on a group, summed. */
+typedef struct {
+    const char *verifier, *version;
+    int64_t n, kinds[5];
+    double score_sum, score_sq_sum, ms_sum;
+} vsum;
+
+/* Fills v (room for every reward of the group) and returns the number of verifiers. */
+static int32_t
+sum_verifiers(const grpo_group_rec *g, vsum *v)
+{
+    int32_t nv = 0;
+    for (int32_t i = 0; i < g->n_completions; i++) {
+        const grpo_completion_rec *c = &g->completions[i];
+        for (int32_t j = 0; j < c->n_rewards; j++) {
+            const grpo_reward_rec *r = &c->rewards[j];
+            const char *ver = r->version ? r->version : "";
+            int32_t k = 0;
+            while (k < nv && (strcmp(v[k].verifier, r->verifier) || strcmp(v[k].version, ver)))
+                k++;
+            if (k == nv) {
+                memset(&v[nv], 0, sizeof v[nv]);
+                v[nv].verifier = r->verifier, v[nv].version = ver, nv++;
+            }
+            v[k].n++;
+            v[k].kinds[r->kind]++;
+            v[k].ms_sum += r->ms;
+            if (r->kind != 2) /* skip */
+                v[k].score_sum += r->score, v[k].score_sq_sum += r->score * r->score;
+        }
+    }
+    return nv;
+}
+
+static grpo_err
+insert_verifier_sums(grpo_store *s, const grpo_group_rec *g, int64_t gid)
+{
+    grpo_err err = GRPO_OK;
+    sqlite3_stmt *st;
+    size_t n_rewards = 0;
+    for (int32_t i = 0; i < g->n_completions; i++)
+        n_rewards += (size_t)g->completions[i].n_rewards;
+    if (n_rewards == 0)
+        return GRPO_OK;
+    vsum stack[8], *v = n_rewards <= 8 ? stack : malloc(n_rewards * sizeof *v);
+    if (v == NULL)
+        return grpo__fail(GRPO_ENOMEM, "store: out of memory summing verdicts");
+    int32_t nv = sum_verifiers(g, v);
+    for (int32_t k = 0; k < nv && err == GRPO_OK; k++) {
+        if ((err = grpo_store__stmt(s, ST_GV_INSERT, &st)) != GRPO_OK)
+            break;
+        sqlite3_bind_int64(st, 1, gid);
+        sqlite3_bind_text(st, 2, v[k].verifier, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, v[k].version, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, g->run_id);
+        sqlite3_bind_int64(st, 5, g->step);
+        sqlite3_bind_int64(st, 6, v[k].n);
+        for (int j = 0; j < 5; j++) /* pass, fail, skip, timeout, error */
+            sqlite3_bind_int64(st, 7 + j, v[k].kinds[j]);
+        sqlite3_bind_double(st, 12, v[k].score_sum);
+        sqlite3_bind_double(st, 13, v[k].score_sq_sum);
+        sqlite3_bind_double(st, 14, v[k].ms_sum);
+        err = step_done(s, st, "inserting a verifier summary");
+    }
+    if (v != stack)
+        free(v);
+    return err;
+}
+
 grpo_err
 grpo_store__insert_group(grpo_store *s, const grpo_group_rec *g)
 {
@@ -319,7 +388,7 @@ grpo_store__insert_group(grpo_store *s, const grpo_group_rec *g)
     for (int32_t i = 0; i < g->n_completions; i++)
         if ((err = insert_completion(s, g, gid, &g->completions[i])) != GRPO_OK)
             return err;
-    return GRPO_OK;
+    return insert_verifier_sums(s, g, gid);
 }
 
 /* Writes the groups of a linked list, then n_arr groups of an array, in one transaction; all or

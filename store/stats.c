@@ -74,6 +74,8 @@ static const char *const filtered_inputs =
     " stats_completions AS (SELECT * FROM completions WHERE (?1 <= 0 OR run_id = ?1)"
     " AND step BETWEEN ?2 AND ?3),"
     " stats_rewards AS (SELECT * FROM rewards WHERE (?1 <= 0 OR run_id = ?1)"
+    " AND step BETWEEN ?2 AND ?3),"
+    " stats_group_verifiers AS (SELECT * FROM group_verifiers WHERE (?1 <= 0 OR run_id = ?1)"
     " AND step BETWEEN ?2 AND ?3)";
 
 static const char *

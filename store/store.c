@@ -32,6 +32,10 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_REWARD_INSERT] =
         "INSERT INTO rewards (completion_id, idx, run_id, step, verifier, version, kind, label,"
         " score, details_json, ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+    [ST_GV_INSERT] =
+        "INSERT INTO group_verifiers (group_id, verifier, version, run_id, step, n, n_pass, n_fail,"
+        " n_skip, n_timeout, n_error, score_sum, score_sq_sum, ms_sum)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [ST_GROUP_EXISTS] =
         "SELECT 1 FROM groups WHERE run_id = ? AND step = ? AND prompt_id = ? AND seed = ?",
     [ST_LAST_STEP] = "SELECT max(step) FROM groups WHERE run_id = ?",

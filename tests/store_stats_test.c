@@ -386,6 +386,9 @@ check_verifiers(int64_t run, int range, int64_t lo, int64_t hi)
             assert_int_equal((int)get(&r, row, "n_skip"), cnt[2]);
             assert_int_equal((int)get(&r, row, "n_timeout"), cnt[3]);
             assert_int_equal((int)get(&r, row, "n_error"), cnt[4]);
+            double lm, lsd;
+            mean_std(ms, n, &lm, &lsd);
+            NEAR(get(&r, row, "latency_mean_ms"), lm);
             NEAR(get(&r, row, "latency_p50_ms"), pctl(ms, n, 50));
             NEAR(get(&r, row, "latency_p99_ms"), pctl(ms, n, 99));
             row++;

@@ -87,7 +87,7 @@ leftovers(void)
             continue; /* in our namespace: a worker of ours, not a sandboxed process */
         /* walk up: ours if we are an ancestor, escaped if its parent is the host's init */
         for (int p = ppid, hops = 0; p > 0 && hops < 64; hops++) {
-            if (p == getpid() || p == 1) {
+            if (p == getpid() || (hops == 0 && p == 1)) { /* ours, or orphaned to init */
                 n++;
                 fprintf(stderr, "leftover sandbox process %s\n", e->d_name);
                 break;

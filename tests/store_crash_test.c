@@ -77,6 +77,9 @@ check_db(const char *path, int64_t *n_groups)
                                " (SELECT 1 FROM advantages a WHERE a.completion_id = c.id)"),
                      0);
     assert_int_equal(q_int(db, "SELECT count(*) FROM completions"), *n_groups * G);
+    assert_int_equal(q_int(db, "SELECT count(*) FROM groups g WHERE (SELECT sum(n) FROM"
+                               " group_verifiers v WHERE v.group_id = g.id) <> g.g * 2"),
+                     0);
     /* Groups are written in order, so the recorded ones are a prefix of the loop. */
     assert_int_equal(q_int(db, "SELECT max(seed) + 1 FROM groups"), *n_groups);
     sqlite3_close(db);

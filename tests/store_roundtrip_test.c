@@ -356,6 +356,21 @@ groups_roundtrip(int async)
     assert_int_equal(q_int(db, q), 4 * N);
     snprintf(q, sizeof q, "SELECT count(*) FROM rewards WHERE run_id = %lld", (long long)run);
     assert_int_equal(q_int(db, q), 8 * N);
+    /* The per-group verifier summaries agree with the verdicts they summarize. */
+    assert_int_equal(q_int(db, "SELECT count(*) FROM group_verifiers v WHERE n <> (SELECT"
+                               " count(*) FROM rewards r JOIN completions c ON c.id ="
+                               " r.completion_id WHERE c.group_id = v.group_id AND r.verifier ="
+                               " v.verifier) OR n_pass <> (SELECT count(*) FROM rewards r JOIN"
+                               " completions c ON c.id = r.completion_id WHERE c.group_id ="
+                               " v.group_id AND r.verifier = v.verifier AND r.kind = 'pass') OR"
+                               " abs(score_sum - (SELECT total(score) FROM rewards r JOIN"
+                               " completions c ON c.id = r.completion_id WHERE c.group_id ="
+                               " v.group_id AND r.verifier = v.verifier AND r.kind <> 'skip'))"
+                               " > 1e-9"),
+                     0);
+    snprintf(q, sizeof q, "SELECT count(*) FROM group_verifiers WHERE run_id = %lld",
+             (long long)run);
+    assert_int_equal(q_int(db, q), 2 * N);
     sqlite3_close(db);
 
     grpo_stored_completion *sc = NULL;

@@ -93,7 +93,8 @@ grpo_err grpo_tokenizer_encode(const grpo_tokenizer *tok, const char *text, size
 #define GRPO_TOK_LOSSY 2u
 
 /* Decodes ids to bytes: the concatenation of each token's bytes (raw bytes unless
- * GRPO_TOK_LOSSY). Ids in range but unused decode to nothing; ids < 0 or >= vocab_size fail with
+ * GRPO_TOK_LOSSY). Ids the tokenizer does not know (>= vocab_size, or unused) decode to nothing,
+ * as in HF (the model's embedding may have more rows than the tokenizer has ids); ids < 0 fail with
  * GRPO_EINVAL. *text is NUL-terminated, *len excludes the NUL; the caller frees it with free(). */
 grpo_err grpo_tokenizer_decode(const grpo_tokenizer *tok, const int32_t *ids, size_t n,
                                unsigned flags, char **text, size_t *len);
@@ -113,7 +114,7 @@ typedef struct grpo_detok {
 } grpo_detok;
 void grpo_detok_init(grpo_detok *d, const grpo_tokenizer *tok, unsigned flags);
 /* Appends token id. *text and *len receive the newly completed text (possibly empty), valid until
- * the next call on d. Fails with GRPO_EINVAL for an id outside [0, vocab_size). */
+ * the next call on d. Unknown ids yield nothing; a negative id fails with GRPO_EINVAL. */
 grpo_err grpo_detok_feed(grpo_detok *d, int32_t id, const char **text, size_t *len);
 /* Flushes a held-back incomplete tail (as U+FFFD) into *text and *len and frees d's buffer; d may
  * be reused after grpo_detok_init. text/len may be NULL to discard. Accepts NULL d. */

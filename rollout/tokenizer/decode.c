@@ -8,9 +8,18 @@
 static const char REPL[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
 
 static grpo_err
-bad_id(const grpo_tokenizer *tok, int32_t id)
+bad_id(int32_t id)
 {
-    return grpo__fail(GRPO_EINVAL, "tokenizer: id %d is outside [0, %d)", id, tok->n_ids);
+    return grpo__fail(GRPO_EINVAL, "tokenizer: id %d is negative", id);
+}
+
+/* Ids the tokenizer does not know (the model's embedding may be larger) decode to nothing, as in
+ * HF decode; unused ids inside the range have length 0 already. */
+static inline bool
+skipped(const grpo_tokenizer *tok, int32_t id, unsigned flags)
+{
+    return id >= tok->n_ids ||
+           ((flags & GRPO_TOK_SKIP_SPECIAL) && (tok->idflags[id] & IDF_SPECIAL) != 0);
 }
 
 /* Length of the valid UTF-8 character at s[0..n): > 0 complete, 0 incomplete but could still be
@@ -89,9 +98,9 @@ decode_raw(const grpo_tokenizer *tok, const int32_t *ids, size_t n, unsigned fla
 {
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
-        if (id < 0 || id >= tok->n_ids)
-            return bad_id(tok, id);
-        if ((flags & GRPO_TOK_SKIP_SPECIAL) && (tok->idflags[id] & IDF_SPECIAL))
+        if (id < 0)
+            return bad_id(id);
+        if (skipped(tok, id, flags))
             continue;
         grpo_err err = grpo__buf_append(b, tok->blob + tok->bytes_off[id], tok->bytes_len[id]);
         if (err != GRPO_OK)
@@ -145,9 +154,9 @@ grpo_detok_feed(grpo_detok *d, int32_t id, const char **text, size_t *len)
     const grpo_tokenizer *tok = d->tok;
     *text = "";
     *len = 0;
-    if (id < 0 || id >= tok->n_ids)
-        return bad_id(tok, id);
-    if ((d->flags & GRPO_TOK_SKIP_SPECIAL) && (tok->idflags[id] & IDF_SPECIAL))
+    if (id < 0)
+        return bad_id(id);
+    if (skipped(tok, id, d->flags))
         return GRPO_OK;
     size_t tl = tok->bytes_len[id], n = d->npend + tl;
     unsigned char stackbuf[256];

@@ -1,0 +1,111 @@
+/* kernels/cuda/cuda_backend.h: the CUDA backend's C interface (no CUDA types), used by the model
+ * (through the op table), the GPU tests and the GPU benchmarks.
+ *
+ * The op table has two modes:
+ *   GRPO_CUDA_DEVICE  every pointer an op receives is a device pointer (weights, activations,
+ *                     positions, tokens, router bias and outputs), except the page-pointer arrays
+ *                     of the MLA ops and `len`, which are host arrays holding device page pointers;
+ *   GRPO_CUDA_STAGED  every pointer is a host pointer: each op copies its inputs to the device,
+ *                     runs the same kernels and copies its outputs back (weights are uploaded once
+ *                     and cached by host address). This lets the unchanged CPU-side model forward
+ *                     run on the GPU kernels, for checking them against the CPU backend.
+ * Ops return nothing (the table's signature); the first CUDA/cuBLASLt error is kept and reported
+ * by grpo_kernels_cuda_status(). */
+#ifndef GRPO_KERNELS_CUDA_BACKEND_H
+#define GRPO_KERNELS_CUDA_BACKEND_H
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { GRPO_CUDA_DEVICE = 0, GRPO_CUDA_STAGED = 1 };
+
+/* GEMM policy: EXACT keeps activations in fp32 and dequantizes weights on the fly (the CPU
+ * backend's numerics, fp32 accumulation); FAST quantizes activations to FP8 (1x128 blocks) and
+ * uses cuBLASLt block-scaled FP8 for FP8 weights, BF16 tensor cores for BF16 weights. */
+enum { GRPO_CUDA_GEMM_EXACT = 0, GRPO_CUDA_GEMM_FAST = 1 };
+
+/* Number of CUDA devices; 0 when there is no driver, no device or any error. */
+int grpo_cuda_device_count(void);
+/* A one-line description of device `dev` into buf (name, SMs, memory). */
+grpo_err grpo_cuda_device_name(int dev, char *buf, size_t n);
+
+grpo_err grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int gemm_policy);
+void grpo_kernels_cuda_destroy(grpo_kernels *k);
+/* GRPO_OK, or the first error any op hit (with its message in grpo_error_last()). Synchronizes. */
+grpo_err grpo_kernels_cuda_status(grpo_kernels *k);
+/* Opaque CUDA stream of the table (cudaStream_t), for graph capture by the caller. */
+void *grpo_kernels_cuda_stream(grpo_kernels *k);
+
+/* ---- Device memory helpers (tests and benchmarks) ---- */
+grpo_err grpo_cuda_malloc(void **d, size_t n);
+void grpo_cuda_free(void *d);
+grpo_err grpo_cuda_h2d(void *d, const void *h, size_t n);
+grpo_err grpo_cuda_d2h(void *h, const void *d, size_t n);
+grpo_err grpo_cuda_sync(void);
+
+/* ---- Direct device APIs (device pointers), on the table's stream ---- */
+
+/* x (M, K) fp32 (row stride ldx) -> q (M, K) E4M3 and scales (K-block-major, see plan.h):
+ * per 1x128 block, scale = amax / 448 (1 for an all-zero block), q = round(x / scale). */
+grpo_err grpo_cuda_quant_fp8(grpo_kernels *k, int M, int K, const float *d_x, int ldx, void *d_q,
+                             float *d_scale);
+/* y (M, N) fp32 = dequant(q, xs) . dequant(w, ws)^T through cuBLASLt (VEC128_32F x
+ * BLK128x128_32F scales); w (N, K) E4M3 row-major with scale grid (ceil(N/128), ceil(K/128)). */
+grpo_err grpo_cuda_gemm_fp8(grpo_kernels *k, int M, int N, int K, const void *d_q,
+                            const float *d_xs, const void *d_w, const float *d_ws, float *d_y,
+                            int ldy);
+/* y (M, N) fp32 = x . w^T with x (M, K) and w (N, K) BF16 row-major, through cuBLASLt. */
+grpo_err grpo_cuda_gemm_bf16(grpo_kernels *k, int M, int N, int K, const void *d_x,
+                             const void *d_w, float *d_y, int ldy);
+
+/* Sampling on the device, one row of logits per sequence: the same design as the CPU sampler
+ * (grpo_sample_ex): Philox4x32-10 keyed by (seed, prompt key, sample index, position), candidate
+ * order (probability desc, id asc), top-k then top-p (nucleus over the top-k mass) then min-p, the
+ * draw walking the kept set in ascending id order. Temperature 0 = greedy.
+ * logits (B, vocab) device; keys, params host arrays (B); tok, lp_raw, lp_proc device (B). */
+typedef struct grpo_cuda_sample_key {
+    uint64_t seed, prompt_key;
+    uint32_t sample, pos;
+    float temperature, top_p, min_p;
+    int32_t top_k;
+} grpo_cuda_sample_key;
+grpo_err grpo_cuda_sample(grpo_kernels *k, int B, int vocab, const float *d_logits,
+                          const grpo_cuda_sample_key *keys, int32_t *d_tok, float *d_lp_raw,
+                          float *d_lp_proc);
+
+/* MoE on the device. idx (M, top_k) device. The plan (offs (E+1), src, dst (M*top_k), as
+ * grpo_moe_plan in plan.h) is built on the device, stably, without a host round trip. */
+grpo_err grpo_cuda_moe_plan(grpo_kernels *k, int M, int top_k, int E, const int32_t *d_idx,
+                            int32_t *d_offs, int32_t *d_src, int32_t *d_dst);
+/* xp[r] = x[src[r] / top_k] for r < M*top_k (rows of n floats). */
+grpo_err grpo_cuda_moe_permute(grpo_kernels *k, int M, int top_k, int n, const float *d_x,
+                               int ldx, const int32_t *d_src, float *d_xp);
+/* Grouped expert GEMM: for each expert e, rows [offs[e], offs[e+1]) of x (ld ldx) times expert
+ * e's weight (w_of[e] a weight of (N, K) in device memory; w_of is a host array of E views) into
+ * the same rows of y (ld ldy). */
+grpo_err grpo_cuda_moe_gemm(grpo_kernels *k, int E, int rows_max, const int32_t *d_offs,
+                            const float *d_x, int ldx, const grpo_kw *w_of, float *d_y, int ldy);
+/* y[t] (+)= sum over slots s in order of wts[t, s] * yp[dst[t * top_k + s]] (n floats);
+ * accumulate != 0 adds to y (the shared expert's output and the residual already there). */
+grpo_err grpo_cuda_moe_combine(grpo_kernels *k, int M, int top_k, int n, const float *d_yp,
+                               const int32_t *d_dst, const float *d_wts, float *d_y, int ldy,
+                               int accumulate);
+/* y[m] += x[m] then x_norm[m] = rmsnorm(y[m]) * w: the residual add fused with the next norm. */
+grpo_err grpo_cuda_add_rmsnorm(grpo_kernels *k, int M, int n, float *d_y, int ldy,
+                               const float *d_x, int ldx, const float *d_w, float eps,
+                               float *d_out, int ldo);
+/* Absorbed MLA decode over a device page table: ptab (B, max_pages) device array of device page
+ * pointers; len host (B). Same semantics as the op table's mla_absorbed. */
+grpo_err grpo_cuda_mla_decode(grpo_kernels *k, int B, int H, int dc, int dr, const float *d_ql,
+                              const float *d_qr, const float *const *d_ptab, int max_pages,
+                              const int32_t *len, int page_len, int row_stride, float scale,
+                              float *d_ol);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

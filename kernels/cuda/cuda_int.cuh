@@ -1,0 +1,136 @@
+/* kernels/cuda/cuda_int.cuh: private declarations shared by the CUDA backend's files: the backend
+ * state, the one place CUDA and cuBLASLt errors become grpo_err, and the device helpers. */
+#ifndef GRPO_KERNELS_CUDA_INT_CUH
+#define GRPO_KERNELS_CUDA_INT_CUH
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/plan.h"
+#include "common/common_int.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* A device buffer that only grows. */
+typedef struct cu_buf {
+    void *d;
+    size_t n;
+} cu_buf;
+
+/* One weight (or other host range) uploaded by the staged mode, keyed by host address. */
+typedef struct cu_cached {
+    const void *h;
+    size_t n;
+    void *d;
+} cu_cached;
+
+typedef struct cu_state {
+    int device, mode, policy;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    cu_buf lt_ws;             /* cuBLASLt workspace */
+    cu_buf ws[6];             /* per-op scratch (quantized activations, attention partials, ...) */
+    cu_buf stage[8];          /* staged-mode copies of one op's arguments */
+    cu_cached *cache;         /* staged-mode weights */
+    int n_cache, cap_cache;
+    grpo_err first_err;
+} cu_state;
+
+static inline cu_state *
+cu_of(grpo_kernels *k)
+{
+    return (cu_state *)k->impl;
+}
+
+/* CUDA / cuBLASLt status -> grpo_err with a message naming the call (the one translation place). */
+grpo_err grpo_cu__err(cudaError_t e, const char *what);
+grpo_err grpo_cu__lt_err(cublasStatus_t s, const char *what);
+/* Records the first failure of an op (the op table returns void). */
+void grpo_cu__note(cu_state *s, grpo_err err);
+/* Makes b at least n bytes. */
+grpo_err grpo_cu__reserve(cu_buf *b, size_t n);
+
+#define CU_TRY(call)                                                                               \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return grpo_cu__err(e_, #call);                                                        \
+    } while (0)
+#define CU_LAUNCHED() CU_TRY(cudaGetLastError())
+
+static inline unsigned
+cu_blocks(size_t n, unsigned t)
+{
+    return (unsigned)((n + t - 1) / t);
+}
+
+/* Device-side weight element (row r of the view, column c), dequantized: the same values as
+ * grpo_kw_dequant_row on the CPU (E4M3 times its 128x128 block's scale; BF16/F16 exact). */
+struct cu_kw {
+    const void *data;
+    const float *scale;
+    int dt, rows, cols, br, bc, scale_cols, row0;
+};
+cu_kw grpo_cu__kw(const grpo_kw *w);
+
+__device__ __forceinline__ float
+cu_e4m3(uint8_t b)
+{
+    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7)
+        v = __int_as_float(0x7fc00000);
+    else if (e == 0)
+        v = ldexpf((float)m, -9);
+    else
+        v = ldexpf((float)(8 + m), e - 10);
+    return s ? -v : v;
+}
+
+__device__ __forceinline__ float
+cu_half(uint16_t h)
+{
+    return __half2float(__ushort_as_half(h));
+}
+
+__device__ __forceinline__ float
+cu_w(const cu_kw &w, int r, int c)
+{
+    switch (w.dt) {
+    case GRPO_DT_F32: return ((const float *)w.data)[(size_t)r * w.cols + c];
+    case GRPO_DT_BF16:
+        return __uint_as_float((uint32_t)((const uint16_t *)w.data)[(size_t)r * w.cols + c] << 16);
+    case GRPO_DT_F16: return cu_half(((const uint16_t *)w.data)[(size_t)r * w.cols + c]);
+    default: {
+        float s = w.scale[(size_t)((r + w.row0) / w.br) * w.scale_cols + c / w.bc];
+        return cu_e4m3(((const uint8_t *)w.data)[(size_t)r * w.cols + c]) * s;
+    }
+    }
+}
+
+/* Launchers shared between files (device pointers, the table's stream). */
+grpo_err grpo_cu__gemm_generic(cu_state *s, int M, int H, const float *x, int ldx, int xhs,
+                               const grpo_kw *w, int wrs, int N, int K, int trans, float *y,
+                               int ldy, int yhs);
+grpo_err grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y,
+                       int ldy);
+grpo_err grpo_cu__rmsnorm(cu_state *s, int M, const float *x, int ldx, const float *w, int n,
+                          float eps, float *y, int ldy);
+grpo_err grpo_cu__rope(cu_state *s, int M, float *x, int ld, int nh, int hs, int dim,
+                       const int32_t *pos, const float *inv_freq, float mscale, int interleave);
+grpo_err grpo_cu__silu_mul(cu_state *s, int M, int n, const float *g, int ldg, const float *u,
+                           int ldu, float *y, int ldy);
+grpo_err grpo_cu__embed(cu_state *s, int M, const int32_t *tok, const grpo_kw *w, float *y,
+                        int ldy);
+grpo_err grpo_cu__router(cu_state *s, int M, const float *logits, int E, const float *bias,
+                         int n_group, int topk_group, int top_k, int norm, float scale,
+                         int32_t *idx, float *wts);
+grpo_err grpo_cu__mla_naive(cu_state *s, int n, int pos0, int H, int dn, int dr, int dv,
+                            const float *q, const float *kvb, const float *const *d_pages,
+                            int page_len, int kr_stride, int kr_off, float scale, float *out);
+grpo_err grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const float *ql,
+                             const float *qr, const float *const *d_ptab, int max_pages,
+                             const int32_t *len, int page_len, int row_stride, float scale,
+                             float *ol);
+
+#endif

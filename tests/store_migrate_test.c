@@ -244,7 +244,7 @@ test_read_only_file(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
-            _exit(10);
+            _exit(77); /* root that cannot drop privileges: file modes cannot be tested */
         grpo_store *s = NULL;
         grpo_err e = grpo_store_open(&s, dbpath, NULL);
         if (e != GRPO_EPERM || strstr(grpo_error_last(), "read-only") == NULL) {
@@ -268,6 +268,10 @@ test_read_only_file(void **state)
     assert_int_equal(waitpid(pid, &st, 0), pid);
     chmod(dir, 0700);
     assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77) {
+        print_message("running as root without CAP_SETUID: cannot test file modes\n");
+        skip();
+    }
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 

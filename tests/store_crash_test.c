@@ -16,7 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { REPS = 20, GROUPS = 10000, G = 4, N_REW = 2 };
+/* The child writes rounds of 10k groups, up to MAX_ROUNDS, so that on a fast machine it is still
+ * writing when the kill comes. */
+enum { REPS = 20, GROUPS = 10000, MAX_ROUNDS = 50, G = 4, N_REW = 2 };
 
 static int64_t
 q_int(sqlite3 *db, const char *sql)
@@ -43,7 +45,7 @@ child(const char *path, int async, int ready_fd)
         grpo_store_put_prompt(&prompt, s, &p) != GRPO_OK)
         _exit(3);
     uint64_t rng = (uint64_t)getpid() * 2654435761u + 1;
-    for (int i = 0; i < GROUPS; i++) {
+    for (int i = 0; i < GROUPS * MAX_ROUNDS; i++) {
         tu_group g;
         tu_group_make(&g, &rng, run, i / 8, prompt, (uint64_t)i, G, 24, N_REW);
         if (grpo_store_put_group(s, &g.g) != GRPO_OK)
@@ -116,7 +118,7 @@ test_sigkill_while_writing(void **state)
                     (WIFEXITED(st) && WEXITSTATUS(st) == 0));
         int64_t n = 0;
         check_db(path, &n);
-        mid += n < GROUPS;
+        mid += n < GROUPS * MAX_ROUNDS;
         /* The store opens the crashed file and keeps writing. */
         grpo_store *s = NULL;
         assert_int_equal(grpo_store_open(&s, path, NULL), GRPO_OK);

@@ -26,8 +26,16 @@ grpo_store__check_group(const grpo_group_rec *g)
         (g->n_completions > 0 && g->completions == NULL))
         return grpo__fail(GRPO_EINVAL, "store: put_group: bad n_completions %d",
                           (int)g->n_completions);
+    uint64_t seen[MAX_G / 64] = {0}; /* sample indexes: a duplicate would fail the whole batch */
     for (int32_t i = 0; i < g->n_completions; i++) {
         const grpo_completion_rec *c = &g->completions[i];
+        int32_t si = c->sample_index;
+        if (si < 0 || si >= MAX_G || (seen[si / 64] >> (si % 64) & 1))
+            return grpo__fail(GRPO_EINVAL,
+                              "store: put_group: completion %d: sample_index %d is out of "
+                              "range or repeated",
+                              (int)i, (int)si);
+        seen[si / 64] |= 1ull << (si % 64);
         if (c->n_tokens < 0 || c->finish_reason < 0 || c->finish_reason > GRPO_FINISH_ABORT ||
             c->n_rewards < 0 || c->n_rewards > MAX_REWARDS ||
             (c->n_rewards > 0 && c->rewards == NULL))

@@ -381,8 +381,17 @@ groups_roundtrip(int async)
     bad.prompt_id = 0;
     assert_int_equal(grpo_store_put_group(s, &bad), GRPO_EINVAL);
     bad = t[0].g;
+    bad.seed = 5555;
+    t[0].c[1].sample_index = 0; /* repeated */
+    assert_int_equal(grpo_store_put_group(s, &bad), GRPO_EINVAL);
+    assert_non_null(strstr(grpo_error_last(), "sample_index 0"));
+    t[0].c[1].sample_index = 1;
     t[0].c[0].finish_reason = 9;
     assert_int_equal(grpo_store_put_group(s, &bad), GRPO_EINVAL);
+    t[0].c[0].finish_reason = 0;
+    /* Nothing invalid reached the writer: the store still works. */
+    assert_int_equal(grpo_store_put_group(s, &bad), GRPO_OK);
+    assert_int_equal(grpo_store_flush(s), GRPO_OK);
     assert_int_equal(grpo_store_close(s), GRPO_OK);
     for (int i = 0; i < N; i++)
         tu_group_free(&t[i]);

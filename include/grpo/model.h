@@ -87,7 +87,10 @@ size_t grpo_kv_page_bytes(const grpo_kv *kv);
 /* One forward over a ragged batch: item i appends n tokens to sequence seq at positions
  * pos0..pos0+n-1 (a prefill chunk or a single decode token; pos0 must equal the sequence's current
  * length) and gets the logits of its last token. Per-row results do not depend on the batch or the
- * thread count. */
+ * thread count (they do depend on how a sequence's own tokens were split into items: a single-token
+ * item takes the absorbed attention path, a chunk the naive one; equal to ~1e-6, not bit for bit).
+ * Items must extend distinct sequences. A batch needing more KV pages than are free fails with
+ * GRPO_EFULL before anything changes. One forward at a time per model. */
 typedef struct grpo_fwd_item {
     int32_t seq, pos0, n;
     const int32_t *tokens;

@@ -34,7 +34,7 @@ typedef struct grpo_tokenizer_opts {
     const char *config_path;
     /* Nonzero: do not read any tokenizer_config.json. */
     int no_config;
-    /* Entries in the cache of BPE results per pre-token; 0 = default (65536), -1 = no cache. */
+    /* Entries in the cache of BPE results per pre-token; 0 = default (16384), -1 = no cache. */
     int cache_entries;
 } grpo_tokenizer_opts;
 

@@ -716,7 +716,7 @@ tok_new(grpo_tokenizer **out, const grpo_tokenizer_opts *opts)
         return err;
     }
     tok->bos = tok->eos = -1;
-    tok->cache_slots = 65536;
+    tok->cache_slots = 16384;
     if (opts != NULL && opts->cache_entries != 0)
         tok->cache_slots = opts->cache_entries < 0 ? 0 : opts->cache_entries;
     for (int i = 0; i < TOK_POOL; i++)

@@ -43,6 +43,8 @@ setup(void **state, const char *name, int threads)
 
 static int setup_bf16(void **s) { return setup(s, "bf16", 2); }
 static int setup_fp8(void **s) { return setup(s, "fp8", 2); }
+/* dense only, F16 weights, tied lm_head, plain rope (no YaRN) in halves (rope_interleave false) */
+static int setup_small(void **s) { return setup(s, "small", 2); }
 
 static int
 teardown(void **state)
@@ -355,6 +357,9 @@ main(void)
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_bf16, teardown),
         cmocka_unit_test_setup_teardown(prefill_matches_transformers, setup_fp8, teardown),
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_fp8, teardown),
+        cmocka_unit_test_setup_teardown(prefill_matches_transformers, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(hidden_states_match, setup_small, teardown),
         cmocka_unit_test_setup_teardown(fork_equals_private_copies, setup_bf16, teardown),
         cmocka_unit_test_setup_teardown(fork_equals_private_copies, setup_fp8, teardown),
         cmocka_unit_test_setup_teardown(batch_and_threads_invariant, setup_bf16, teardown),

@@ -63,6 +63,17 @@ EXTRA = dict(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"], 
              moe_layer_freq=1, scoring_func="sigmoid", topk_method="noaux_tc", ep_size=1,
              attention_bias=False, torch_dtype="bfloat16")
 
+# Dense-only, no YaRN, non-interleaved rope, tied embeddings, F16 weights (F32 norms).
+SMALL_CFG = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, n_shared_experts=1,
+    n_routed_experts=4, routed_scaling_factor=1.0, kv_lora_rank=32, q_lora_rank=None,
+    qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, n_group=1, topk_group=1,
+    num_experts_per_tok=2, first_k_dense_replace=2, norm_topk_prob=False,
+    max_position_embeddings=512, rms_norm_eps=1e-5, rope_theta=500.0, rope_scaling=None,
+    rope_interleave=False, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1,
+)
+
 FP8_MAX = 448.0
 BLOCK = 128
 
@@ -181,7 +192,7 @@ def check_routing(model, cfg, ids):
     return stats
 
 
-def build(out_dir, name, cfg_kw, fp8, seed, seq_len, mtp, shards):
+def build(out_dir, name, cfg_kw, fp8, seed, seq_len, mtp, shards, f16=False):
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     cfg = DeepseekV3Config(**cfg_kw)
@@ -199,15 +210,26 @@ def build(out_dir, name, cfg_kw, fp8, seed, seq_len, mtp, shards):
             files[k] = q.contiguous()
             files[k + "_scale_inv"] = s.contiguous()
             oracle[k] = deq
+        elif f16:
+            if "norm" in k:
+                files[k] = v.float().contiguous()
+                oracle[k] = v.float()
+            else:
+                files[k] = v.to(torch.float16).contiguous()
+                oracle[k] = v.to(torch.float16).float()
         else:
             files[k] = v.to(torch.bfloat16).contiguous()
             oracle[k] = bf16(v)
+    if cfg.tie_word_embeddings:  # one tensor, as tied checkpoints store it
+        oracle["lm_head.weight"] = oracle["model.embed_tokens.weight"]
+        files.pop("lm_head.weight", None)
     model.load_state_dict(oracle, strict=True)
     if mtp:
         files.update({k: v.to(torch.bfloat16).contiguous()
                       for k, v in mtp_tensors(cfg, gen, sd).items()})
     ids = torch.randint(2, cfg.vocab_size, (1, seq_len), generator=gen)
-    stats = check_routing(model, cfg, ids)
+    stats = check_routing(model, cfg, ids) if cfg.first_k_dense_replace < cfg.num_hidden_layers \
+        else {}
     with torch.no_grad():
         out = model(ids, output_hidden_states=True)
     logits = out.logits[0].float().numpy()
@@ -400,6 +422,8 @@ def main():
     torch.set_num_threads(1)
     build(a.out, "bf16", BF16_CFG, fp8=False, seed=1234, seq_len=80, mtp=True, shards=1)
     build(a.out, "fp8", FP8_CFG, fp8=True, seed=4321, seq_len=72, mtp=False, shards=2)
+    build(a.out, "small", SMALL_CFG, fp8=False, seed=555, seq_len=70, mtp=False, shards=1,
+          f16=True)
     build_router(a.out, seed=99)
 
 

@@ -93,8 +93,15 @@ create(grpo_sandbox **out, const grpo_sandbox_opts *opts, uint32_t require)
 grpo_err
 grpo_sandbox_create(grpo_sandbox **out, const grpo_sandbox_opts *opts)
 {
+    static int reported;
     uint32_t require = opts && opts->require ? opts->require : GRPO_SANDBOX_ISO_ALL;
-    return create(out, opts, require);
+    grpo_err err = create(out, opts, require);
+    if (err == GRPO_OK && !__atomic_exchange_n(&reported, 1, __ATOMIC_RELAXED)) {
+        char have[128];
+        grpo_log(GRPO_LOG_INFO, "sandbox: isolation in force: %s",
+                 grpo_sandbox_iso_str((*out)->iso, have, sizeof have));
+    }
+    return err;
 }
 
 void

@@ -153,9 +153,15 @@ apply_file(grpo_store *s, const grpo_schema_file *f, int32_t v)
 {
     char what[160], stamp[64];
     grpo_err err;
+    int32_t now = 0;
     snprintf(what, sizeof what, "applying schema file %s", f->name);
     if ((err = grpo_store__exec(s, "BEGIN IMMEDIATE", what)) != GRPO_OK)
         return err;
+    /* Another process may have migrated while we waited for the write lock. */
+    if ((err = read_user_version(s, &now)) != GRPO_OK || now >= v) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return err;
+    }
     snprintf(stamp, sizeof stamp, "PRAGMA user_version = %d", (int)v);
     if ((err = grpo_store__exec(s, f->text, what)) != GRPO_OK ||
         (err = grpo_store__exec(s, stamp, what)) != GRPO_OK) {
@@ -165,10 +171,40 @@ apply_file(grpo_store *s, const grpo_schema_file *f, int32_t v)
     return grpo_store__exec(s, "COMMIT", what);
 }
 
+/* A file at version 0 must be empty: anything else is some other application's database. Reads
+ * the version again in the same statement, since another process may be creating the store. */
+static grpo_err
+check_empty(grpo_store *s)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t n = 0;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT count(*), (SELECT user_version FROM pragma_user_version)"
+                                " FROM sqlite_master",
+                                -1, &st, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        n = sqlite3_column_int64(st, 0);
+        s->version = sqlite3_column_int(st, 1);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK)
+        return grpo_store__db_fail(s, rc, "reading the schema");
+    if (s->version == 0 && n > 0)
+        return grpo__fail(GRPO_EFORMAT,
+                          "store: %s: an SQLite database but not a grpo store (schema version 0 "
+                          "with %lld objects in it)",
+                          s->path, (long long)n);
+    return GRPO_OK;
+}
+
 static grpo_err
 migrate(grpo_store *s)
 {
+    grpo_err err;
     int32_t latest = grpo_store_schema_latest();
+    if (s->version == 0 && (err = check_empty(s)) != GRPO_OK)
+        return err;
     if (s->version > latest)
         return grpo__fail(GRPO_EVERSION,
                           "store: %s: schema version %d is newer than this grpo %s knows (%d); "
@@ -190,8 +226,7 @@ migrate(grpo_store *s)
                               f->name, (int)i + 1);
         if (v <= s->version)
             continue;
-        grpo_err err = apply_file(s, f, v);
-        if (err != GRPO_OK)
+        if ((err = apply_file(s, f, v)) != GRPO_OK)
             return err;
         s->version = v;
     }

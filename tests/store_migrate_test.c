@@ -187,6 +187,51 @@ test_not_a_database(void **state)
     assert_non_null(strstr(grpo_error_last(), "No such file"));
 }
 
+static void
+test_foreign_database(void **state)
+{
+    (void)state;
+    raw_exec(dbpath, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT);");
+    grpo_store *s = NULL;
+    assert_int_equal(grpo_store_open(&s, dbpath, NULL), GRPO_EFORMAT);
+    assert_non_null(strstr(grpo_error_last(), "not a grpo store"));
+    /* Untouched. */
+    assert_int_equal(raw_int(dbpath, "SELECT count(*) FROM sqlite_master"), 1);
+}
+
+/* Several processes creating the same new store at once: one migrates, the others wait for it
+ * and find the schema in place. */
+static void
+test_concurrent_create(void **state)
+{
+    (void)state;
+    enum { N = 4 };
+    pid_t pids[N];
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            grpo_store *s = NULL;
+            int64_t run = 0;
+            grpo_err e = grpo_store_open(&s, dbpath, NULL);
+            if (e == GRPO_OK)
+                e = grpo_store_run_begin(&run, s, NULL);
+            if (e != GRPO_OK)
+                fprintf(stderr, "child %d: %s\n", i, grpo_error_last());
+            grpo_store_close(s);
+            _exit(e == GRPO_OK ? 0 : 1);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        int st = 0;
+        assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+    assert_int_equal(raw_int(dbpath, "SELECT count(*) FROM runs"), N);
+    assert_int_equal(raw_int(dbpath, "PRAGMA user_version"), grpo_store_schema_latest());
+}
+
 /* Writes one small run and returns its run id. */
 static int64_t
 make_db(void)
@@ -347,6 +392,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refuse_newer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_a_database, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_database, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_create, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_only_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_only_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_page_limit, setup, teardown),

@@ -13,6 +13,8 @@
 #include "grpo/verify.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -29,7 +31,7 @@
 typedef struct args {
     const char *model, *prompts, *db, *out, *publish, *tokenizer, *template_name;
     const char *ref_model, *reward_config, *kv_budget;
-    int skip_bad, G, max_new, threads, verify_threads, rescore, logprobs;
+    int skip_bad, G, max_new, threads, verify_threads, rescore, logprobs, max_pending, window;
     uint64_t kv_bytes, kv_tokens;
     grpo_sampling s;
     uint64_t seed;
@@ -61,7 +63,8 @@ typedef struct run_ctx {
     pthread_mutex_t mu; /* guards out and the totals below */
     grpo_err first_err;
     char first_msg[512];
-    size_t groups_done, zero_std_groups, samples;
+    size_t groups_done, groups_handled, zero_std_groups, samples;
+    int opens_think;
     double reward_sum;
     uint64_t tokens;
 } run_ctx;
@@ -97,6 +100,13 @@ usage(FILE *f)
         "  --publish URL        publish one batch per group to a trainer (tcp://, ipc://);\n"
         "                       batches wait in the store until acknowledged, and the run\n"
         "                       ends when the trainer has acknowledged all of them\n"
+        "  --publish-window K   unacknowledged batches before publishing blocks (default 4)\n"
+        "                       New weights a trainer sends (bridge) are applied between\n"
+        "                       groups: admission pauses, groups in flight finish, the\n"
+        "                       weights are swapped and the next groups carry the new\n"
+        "                       policy version\n"
+        "  --max-pending-groups N  pause admitting prompts while N finished groups wait for\n"
+        "                       verification or publishing (backpressure; default 8)\n"
         "  --threads N          forward threads (default: all CPUs)\n"
         "  --verify-threads N   verifier threads (default 2)\n"
         "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
@@ -201,7 +211,9 @@ enum {
     O_TEMPLATE,
     O_TOKENIZER,
     O_MODEL,
-    O_PROMPTS
+    O_PROMPTS,
+    O_PENDING,
+    O_WINDOW
 };
 
 static const struct option long_opts[] = {
@@ -229,6 +241,8 @@ static const struct option long_opts[] = {
     {"stop-id", required_argument, 0, O_STOPID},
     {"template", required_argument, 0, O_TEMPLATE},
     {"tokenizer", required_argument, 0, O_TOKENIZER},
+    {"max-pending-groups", required_argument, 0, O_PENDING},
+    {"publish-window", required_argument, 0, O_WINDOW},
     {0, 0, 0, 0},
 };
 
@@ -305,6 +319,13 @@ parse_opt(args *a, int c, const char *v)
         a->seed = s;
         return 0;
     }
+    case O_PENDING:
+    case O_WINDOW:
+        if (parse_int(v, 1, 1 << 20, &n) != 0)
+            return cli_usage(CMD, "--%s %s: expected a positive integer",
+                             c == O_PENDING ? "max-pending-groups" : "publish-window", v);
+        *(c == O_PENDING ? &a->max_pending : &a->window) = (int)n;
+        return 0;
     case O_THREADS:
     case O_VTHREADS:
         if (parse_int(v, 1, 1024, &n) != 0)
@@ -360,7 +381,7 @@ parse_args(args *a, int argc, char **argv)
 {
     memset(a, 0, sizeof *a);
     a->db = "grpo.db", a->G = 64, a->max_new = 1024, a->verify_threads = 2;
-    a->kv_budget = "1G", a->logprobs = GRPO_LOGPROBS_RAW;
+    a->kv_budget = "1G", a->logprobs = GRPO_LOGPROBS_RAW, a->max_pending = 8, a->window = 4;
     grpo_sampling_default(&a->s);
     optind = 1;
     opterr = 0;
@@ -446,7 +467,7 @@ verify_group(run_ctx *c, grpo_rollout_group *g, scored *sc)
         vs.tests_json = pc->p->tests_json;
         vs.language = pc->p->language;
         vs.extra_json = pc->p->record_json;
-        vs.prompt_opens_think = grpo_policy_opens_think(c->pol);
+        vs.prompt_opens_think = c->opens_think;
         vs.n_tokens = s->n_tokens;
         vs.max_tokens = c->a->max_new;
         vs.truncated = s->finish == GRPO_ROLLOUT_FINISH_LENGTH;
@@ -524,7 +545,7 @@ store_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
     }
     grpo_group_rec gr = {0};
     gr.run_id = c->run_id, gr.step = 0, gr.prompt_id = pc->store_prompt_id;
-    gr.policy_version = 0, gr.seed = c->a->seed;
+    gr.policy_version = g->policy_version, gr.seed = c->a->seed;
     gr.sampling_json = pc->sampling_json, gr.max_tokens = c->a->max_new;
     gr.started_at = (double)time(NULL) - (g->t_done - g->t_submit);
     gr.finished_at = (double)time(NULL);
@@ -637,7 +658,7 @@ publish_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
     if (err != GRPO_OK)
         return err;
     b->batch_id = c->run_id << 32 | (int64_t)g->id; /* unique per store */
-    b->step = 0, b->policy_version = 0;
+    b->step = 0, b->policy_version = g->policy_version;
     if ((err = grpo_batch_set_str(b, &b->sampling_json, pc->sampling_json)) != GRPO_OK)
         goto done;
     size_t at = 0;
@@ -710,9 +731,108 @@ verify_worker(void *arg)
             note_error(c, err);
             grpo_rollout_cancel(c->r);
         }
+        pthread_mutex_lock(&c->mu);
+        c->groups_handled++;
+        pthread_mutex_unlock(&c->mu);
         grpo_rollout_group_free(g);
     }
     return NULL;
+}
+
+/* ---- new weights from the trainer ---- */
+
+/* The scheduler's token text comes through the run, so the policy behind it can be swapped. */
+static const char *
+run_token_bytes(const void *ctx, int32_t id, size_t *len)
+{
+    return grpo_policy_token_bytes(((const run_ctx *)ctx)->pol, id, len);
+}
+
+/* A model directory for weights version v: links to every file of the running model's directory
+ * except its weights, and model.safetensors -> the new file. It stays beside the store so `grpo
+ * replay` can load that version later. */
+static grpo_err
+weights_dir(const run_ctx *c, const grpo_weights_update *u, char *out, size_t cap)
+{
+    char src[PATH_MAX], link[PATH_MAX + 300], target[PATH_MAX + 300];
+    if (realpath(c->a->model, src) == NULL)
+        return grpo__fail_errno(GRPO_EIO, errno, "%s", c->a->model);
+    snprintf(out, cap, "%s.weights", c->a->db);
+    mkdir(out, 0755);
+    snprintf(out, cap, "%s.weights/run%lld-v%lld", c->a->db, (long long)c->run_id,
+             (long long)u->version);
+    if (mkdir(out, 0755) != 0 && errno != EEXIST)
+        return grpo__fail_errno(GRPO_EIO, errno, "%s", out);
+    DIR *d = opendir(src);
+    if (d == NULL)
+        return grpo__fail_errno(GRPO_EIO, errno, "%s", src);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (e->d_name[0] == '.' || (n > 12 && strcmp(e->d_name + n - 12, ".safetensors") == 0) ||
+            strstr(e->d_name, ".safetensors.index") != NULL)
+            continue;
+        snprintf(link, sizeof link, "%s/%s", out, e->d_name);
+        snprintf(target, sizeof target, "%s/%s", src, e->d_name);
+        unlink(link);
+        if (symlink(target, link) != 0) {
+            closedir(d);
+            return grpo__fail_errno(GRPO_EIO, errno, "%s", link);
+        }
+    }
+    closedir(d);
+    snprintf(link, sizeof link, "%s/model.safetensors", out);
+    unlink(link);
+    if (symlink(u->path, link) != 0)
+        return grpo__fail_errno(GRPO_EIO, errno, "%s", link);
+    return GRPO_OK;
+}
+
+/* With no group in flight: load the new weights, swap them into the scheduler (and the rescoring
+ * pool), record the version. A bad update is logged and the old weights stay. */
+static grpo_err
+swap_weights(run_ctx *c, const grpo_weights_update *u, grpo_kv **rescore_kv,
+             grpo_rollout_backend *rescore_be)
+{
+    char dir[PATH_MAX];
+    grpo_policy *np = NULL;
+    grpo_kv *nkv = NULL;
+    grpo_rollout_backend nbe = {0};
+    const args *a = c->a;
+    grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads,
+                           (size_t)(a->kv_tokens ? 0 : a->kv_bytes)};
+    grpo_err err = weights_dir(c, u, dir, sizeof dir);
+    if (err == GRPO_OK)
+        err = grpo_policy_open(&np, dir, &po);
+    if (err == GRPO_OK && *rescore_kv != NULL &&
+        ((err = grpo_kv_create(&nkv, grpo_model_get_config(grpo_policy_model(np)),
+                               (size_t)256 << 20)) != GRPO_OK ||
+         (err = grpo_rollout_backend_model(&nbe, grpo_policy_model(np), nkv)) != GRPO_OK))
+        goto fail;
+    if (err == GRPO_OK &&
+        (err = grpo_rollout_set_policy(c->r, grpo_policy_backend(np), u->version)) != GRPO_OK)
+        goto fail;
+    if (err != GRPO_OK)
+        goto fail;
+    if (*rescore_kv != NULL) {
+        grpo_rollout_backend_fini(rescore_be);
+        grpo_kv_destroy(*rescore_kv);
+        *rescore_be = nbe, *rescore_kv = nkv; /* the engine holds rescore_be by address */
+    }
+    grpo_policy *old = c->pol;
+    c->pol = np; /* the scheduler thread is the only reader of c->pol from here */
+    grpo_policy_close(old);
+    grpo_bridge_set_policy_version(c->pub, u->version);
+    fprintf(stderr, "\ngrpo rollout: policy version %lld from %s\n", (long long)u->version,
+            u->path);
+    return grpo_store_put_policy_version(c->store, c->run_id, u->version, dir, u->sha256);
+fail:
+    grpo_log(GRPO_LOG_ERROR, "weights version %lld from %s not applied: %s", (long long)u->version,
+             u->path, grpo_error_last());
+    grpo_rollout_backend_fini(&nbe);
+    grpo_kv_destroy(nkv);
+    grpo_policy_close(np);
+    return GRPO_OK;
 }
 
 /* ---- the store as the publisher's persistence: batches survive a crash until acknowledged ---- */
@@ -941,6 +1061,7 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
         grpo_bridge_opts bo;
         grpo_bridge_opts_default(&bo);
         bo.run_id = c->run_id_str;
+        bo.window = a->window;
         c->persist =
             (grpo_bridge_persist){c, persist_put, persist_ack, persist_list, NULL, persist_sent};
         bo.persist = &c->persist;
@@ -991,8 +1112,9 @@ grpo_cmd_rollout(int argc, char **argv)
         grpo_rollout_opts ro = {0};
         ro.kv_budget_pages = budget_pages;
         ro.sample_threads = a.threads > 0 ? a.threads : grpo_cpu_count();
-        ro.token_bytes = grpo_policy_token_bytes;
-        ro.token_bytes_ctx = c.pol;
+        ro.token_bytes = run_token_bytes;
+        ro.token_bytes_ctx = &c;
+        c.opens_think = grpo_policy_opens_think(c.pol);
         ro.ref = su.ref ? grpo_policy_backend(su.ref) : NULL;
         ro.rescore = su.rescore_kv ? &su.rescore_be : NULL;
         err = grpo_rollout_create(&c.r, grpo_policy_backend(c.pol), &ro);
@@ -1006,10 +1128,28 @@ grpo_cmd_rollout(int argc, char **argv)
     for (int i = 0; err == GRPO_OK && i < a.verify_threads; i++, n_th++)
         if (pthread_create(&th[i], NULL, verify_worker, &c) != 0)
             err = grpo__fail(GRPO_ESYS, "cannot start a verifier thread");
-    int tty = isatty(2), busy = 1;
+    int tty = isatty(2), busy = 1, swapping = 0;
+    grpo_weights_update wu;
     t0 = grpo_now();
     while (err == GRPO_OK && busy) {
-        err = grpo_rollout_step(c.r, &busy);
+        grpo_rollout_stats st;
+        grpo_rollout_get_stats(c.r, &st);
+        if (c.pub && !swapping && grpo_bridge_poll_weights(c.pub, &wu))
+            swapping = 1; /* drain: groups are sampled from one policy */
+        if (swapping && st.groups_in_flight == 0) {
+            err = swap_weights(&c, &wu, &su.rescore_kv, &su.rescore_be);
+            swapping = 0;
+        }
+        pthread_mutex_lock(&c.mu);
+        size_t pending = (size_t)st.groups_done - c.groups_handled;
+        pthread_mutex_unlock(&c.mu);
+        grpo_rollout_pause(c.r, swapping || pending >= (size_t)a.max_pending);
+        if (err == GRPO_OK)
+            err = grpo_rollout_step(c.r, &busy);
+        grpo_rollout_stats st2;
+        grpo_rollout_get_stats(c.r, &st2);
+        if (st2.forward_calls == st.forward_calls && busy)
+            usleep(1000); /* paused with nothing to decode: wait for the verifiers */
         if (tty)
             progress(&c, submitted, t0, 0);
     }

@@ -437,6 +437,69 @@ test_bad_requests(void **state)
     rig_close(&g);
 }
 
+/* New weights between groups: pause admission, drain, set_policy, resume. Groups admitted before
+ * come from the first model, after from the second, each equal to a run on that model alone. */
+static void
+test_policy_swap(void **state)
+{
+    (void)state;
+    grpo_rollout_group *alone1[1] = {0}, *alone2[1] = {0}, *res[3] = {0};
+    rig g;
+    rig_open(&g, 4096, NULL);
+    grpo_rollout_request q0 = req(prompt_a, 7, 3, "g0");
+    assert_int_equal(grpo_rollout_submit(g.r, &q0, NULL), GRPO_OK);
+    assert_int_equal(run_all(&g, alone1, 1), 1);
+    rig_close(&g);
+    rig g2;
+    assert_int_equal(grpo_engine__fake_create(&g2.fake, VOCAB, 4, 4096, 23), GRPO_OK);
+    grpo_engine__fake_backend(g2.fake, &g2.be);
+    grpo_rollout_opts o = {0};
+    o.token_bytes = tok_bytes;
+    assert_int_equal(grpo_rollout_create(&g2.r, &g2.be, &o), GRPO_OK);
+    grpo_rollout_request q2 = req(prompt_c, 3, 2, "g2");
+    assert_int_equal(grpo_rollout_submit(g2.r, &q2, NULL), GRPO_OK);
+    assert_int_equal(run_all(&g2, alone2, 1), 1);
+    rig_close(&g2);
+
+    /* budget for one group at a time: g0 (18 pages) runs first */
+    grpo_rollout_opts ob = {.kv_budget_pages = 20};
+    rig_open(&g, 4096, &ob);
+    assert_int_equal(grpo_engine__fake_create(&g2.fake, VOCAB, 4, 4096, 23), GRPO_OK);
+    grpo_engine__fake_backend(g2.fake, &g2.be);
+    grpo_rollout_request q1 = req(prompt_b, 8, 2, "g1");
+    assert_int_equal(grpo_rollout_submit(g.r, &q0, NULL), GRPO_OK);
+    assert_int_equal(grpo_rollout_submit(g.r, &q1, NULL), GRPO_OK);
+    assert_int_equal(grpo_rollout_submit(g.r, &q2, NULL), GRPO_OK);
+    assert_int_equal(grpo_rollout_step(g.r, NULL), GRPO_OK); /* g0 admitted and prefilled */
+    grpo_rollout_pause(g.r, 1);
+    assert_int_equal(grpo_rollout_set_policy(g.r, &g2.be, 1), GRPO_ESTATE); /* g0 in flight */
+    grpo_rollout_stats st;
+    do {
+        assert_int_equal(grpo_rollout_step(g.r, NULL), GRPO_OK);
+        grpo_rollout_get_stats(g.r, &st);
+    } while (st.groups_in_flight > 0);
+    assert_int_equal(st.groups_done, 1); /* paused: g1 was not admitted */
+    assert_int_equal(g.be.pages_used(g.be.ctx), 0);
+    assert_int_equal(grpo_rollout_set_policy(g.r, &g2.be, 1), GRPO_OK);
+    grpo_rollout_pause(g.r, 0);
+    assert_int_equal(run_all(&g, res, 3), 3);
+    assert_int_equal(res[0]->policy_version, 0);
+    assert_int_equal(res[1]->policy_version, 1);
+    assert_int_equal(res[2]->policy_version, 1);
+    for (int i = 0; i < 3; i++)
+        assert_same_sample(&alone1[0]->samples[i], &res[0]->samples[i]);
+    for (int i = 0; i < 2; i++)
+        assert_same_sample(&alone2[0]->samples[i], &res[2]->samples[i]);
+    assert_int_equal(g2.be.pages_used(g2.be.ctx), 0);
+    for (int i = 0; i < 3; i++)
+        grpo_rollout_group_free(res[i]);
+    grpo_rollout_group_free(alone1[0]);
+    grpo_rollout_group_free(alone2[0]);
+    grpo_rollout_destroy(g.r);
+    grpo_engine__fake_destroy(g.fake);
+    grpo_engine__fake_destroy(g2.fake);
+}
+
 int
 main(void)
 {
@@ -444,7 +507,7 @@ main(void)
         cmocka_unit_test(test_invariance),   cmocka_unit_test(test_budget),
         cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_stop_find),
         cmocka_unit_test(test_scoring),      cmocka_unit_test(test_queue_and_cancel),
-        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_bad_requests), cmocka_unit_test(test_policy_swap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

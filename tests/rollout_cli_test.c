@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "grpo/bridge.h"
+#include "grpo/common.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -314,6 +315,77 @@ test_publish(void **state)
     sqlite3_close(h);
 }
 
+/* New weights from the trainer mid-run (by path, the same tensors as version 1): admission pauses,
+ * the group in flight finishes on version 0, later groups are sampled from version 1 and say so in
+ * their batches and in the store, and a version-1 completion replays bit for bit. With one group
+ * in flight at a time (--kv-budget), a publish window of 1 and one pending group, the order is
+ * fixed: batches 0 and 1 from version 0, 2 and 3 from version 1. */
+static void
+test_weights_update(void **state)
+{
+    (void)state;
+    char url[600], db[512], cmd[4096], wpath[1024], sha[65];
+    snprintf(url, sizeof url, "ipc://%s/weights.ipc", tmpdir);
+    snprintf(db, sizeof db, "%s/w.db", tmpdir);
+    snprintf(wpath, sizeof wpath, "%s/tests/data/tiny_models/bf16/model.safetensors", src);
+    assert_int_equal(grpo_sha256_file(wpath, sha), GRPO_OK);
+    snprintf(cmd, sizeof cmd,
+             ROLL " --group 2 --max-new-tokens 6 --db %s --publish %s --kv-budget 192t "
+                  "--publish-window 1 --max-pending-groups 1 > %s/w.txt 2>&1",
+             bin, src, src, db, url, tmpdir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    grpo_bridge_consumer *cons = NULL;
+    assert_int_equal(grpo_bridge_consumer_create(&cons, url, NULL, 60000), GRPO_OK);
+    int64_t versions[4];
+    for (int got = 0; got < 4; got++) {
+        const void *bytes = NULL;
+        size_t len = 0;
+        int64_t id = 0;
+        if (grpo_bridge_consumer_next(cons, &bytes, &len, &id, 60000) != GRPO_OK)
+            fail_msg("consumer: %s", grpo_error_last());
+        grpo_batch *b = NULL;
+        assert_int_equal(grpo_batch_decode(&b, bytes, len), GRPO_OK);
+        versions[got] = b->policy_version;
+        grpo_batch_destroy(b);
+        if (got == 0)
+            assert_int_equal(grpo_bridge_consumer_send_weights_path(cons, 1, wpath, sha), GRPO_OK);
+        assert_int_equal(grpo_bridge_consumer_ack(cons, id, 1), GRPO_OK);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    grpo_bridge_consumer_destroy(cons);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0)
+        fail_msg("rollout failed: %s", slurp("w.txt"));
+    assert_int_equal(versions[0], 0);
+    assert_int_equal(versions[1], 0);
+    assert_int_equal(versions[2], 1);
+    assert_int_equal(versions[3], 1);
+    assert_non_null(strstr(slurp("w.txt"), "policy version 1"));
+    /* the store: groups by version, and a version-1 completion replays from its recorded dir */
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_prepare_v2(h,
+                           "SELECT max(c.id), count(*) FROM completions c JOIN groups g "
+                           "ON g.id = c.group_id WHERE g.policy_version = 1",
+                           -1, &st, NULL),
+        SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int last = sqlite3_column_int(st, 0);
+    assert_int_equal(sqlite3_column_int(st, 1), 4);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    assert_int_equal(run("%s replay --db %s --completion %d", bin, db, last), 0);
+    assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
+}
+
 int
 main(void)
 {
@@ -321,6 +393,7 @@ main(void)
         cmocka_unit_test(test_rollout_replay),
         cmocka_unit_test(test_budget_and_bad_lines),
         cmocka_unit_test(test_publish),
+        cmocka_unit_test(test_weights_update),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -201,6 +201,7 @@ typedef struct grpo_rollout_group {
     int32_t n_samples;
     grpo_rollout_sample *samples;
     double t_submit, t_admit, t_done; /* grpo_now() */
+    int64_t policy_version;           /* the policy it was sampled from (set_policy; 0 first) */
     double max_abs_logprob_diff;      /* max |raw - recomputed policy| over tokens, with rescore */
 } grpo_rollout_group;
 void grpo_rollout_group_free(grpo_rollout_group *g);
@@ -239,6 +240,13 @@ void grpo_rollout_close(grpo_rollout *r);
  * come out with every sample aborted and empty. Thread-safe. */
 void grpo_rollout_cancel(grpo_rollout *r);
 void grpo_rollout_get_stats(grpo_rollout *r, grpo_rollout_stats *out);
+/* Stops (1) or resumes (0) admitting queued groups; groups in flight keep decoding. Thread-safe. */
+void grpo_rollout_pause(grpo_rollout *r, int pause);
+/* Replaces the policy backend (new weights, same vocabulary and page size, a KV pool at least the
+ * budget) and the version stamped on groups admitted from now on. Only with no group in flight
+ * (pause, then step until groups_in_flight is 0): a group is sampled from one policy.
+ * b is borrowed like the first one. Call from the thread that steps. */
+grpo_err grpo_rollout_set_policy(grpo_rollout *r, const grpo_rollout_backend *b, int64_t version);
 
 /* ---- Prompts (JSONL) ---- */
 

@@ -58,8 +58,9 @@ struct grpo_rollout {
     group_state *queue_head, *queue_tail; /* submitted, not admitted (mu) */
     group_state *active;                  /* admitted (scheduler thread only) */
     done_node *done_head, *done_tail;     /* completed, not popped (mu) */
-    uint64_t next_id, queued, popped; /* ids handed out; groups queued; groups popped */
-    int closed, cancel;
+    uint64_t next_id, queued, popped;     /* ids handed out; groups queued; groups popped */
+    int closed, cancel, paused;
+    int64_t policy_version;
     size_t budget, reserved;
     grpo_rollout_stats st;
     /* per-step buffers */
@@ -449,7 +450,7 @@ static void
 admit(grpo_rollout *r)
 {
     pthread_mutex_lock(&r->mu);
-    while (r->queue_head) {
+    while (r->queue_head && !r->paused) {
         group_state *gs = r->queue_head;
         size_t need = gs->pages_shared + gs->pages_per_sample * (size_t)gs->g->n_samples;
         if (r->reserved + need > r->budget)
@@ -461,6 +462,7 @@ admit(grpo_rollout *r)
         gs->next = NULL;
         gs->n_active = gs->g->n_samples;
         gs->g->t_admit = grpo_now();
+        gs->g->policy_version = r->policy_version;
         for (int32_t i = 0; i < gs->g->n_samples; i++)
             gs->s[i].phase = r->opts.no_share_prefix ? PH_PREFILL : PH_WAIT;
         group_state **pp = &r->active; /* append: admission order is prefill order */
@@ -802,6 +804,34 @@ grpo_rollout_cancel(grpo_rollout *r)
     pthread_mutex_lock(&r->mu);
     r->cancel = 1;
     pthread_mutex_unlock(&r->mu);
+}
+
+void
+grpo_rollout_pause(grpo_rollout *r, int pause)
+{
+    pthread_mutex_lock(&r->mu);
+    r->paused = pause != 0;
+    pthread_mutex_unlock(&r->mu);
+}
+
+grpo_err
+grpo_rollout_set_policy(grpo_rollout *r, const grpo_rollout_backend *b, int64_t version)
+{
+    if (r->active != NULL)
+        return grpo__fail(GRPO_ESTATE, "rollout: the policy changes only with no group in flight");
+    if (b->vocab != r->be.vocab || b->page_tokens != r->be.page_tokens)
+        return grpo__fail(GRPO_EINVAL,
+                          "rollout: new policy has vocabulary %d and pages of %d "
+                          "tokens; the old one %d and %d",
+                          b->vocab, b->page_tokens, r->be.vocab, r->be.page_tokens);
+    if (b->pages_total < r->budget)
+        return grpo__fail(GRPO_EINVAL,
+                          "rollout: new policy's KV pool of %zu pages is below the "
+                          "budget of %zu",
+                          b->pages_total, r->budget);
+    r->be = *b;
+    r->policy_version = version;
+    return GRPO_OK;
 }
 
 void

@@ -261,10 +261,10 @@ def main():
     _send({"ready": True})
     while True:
         hlen, blen = struct.unpack("<II", _read_exact(8))
-        hdr = json.loads(_read_exact(hlen))
+        raw = _read_exact(hlen)
         body = _read_exact(blen)
         try:
-            _call(hdr, body, ns)
+            _call(json.loads(raw), body, ns)
         except BaseException:
             _send({"error": traceback.format_exc()})
 

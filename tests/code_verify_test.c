@@ -109,6 +109,7 @@ t_python(void **s)
            ADD_CALL, "correct", 1.0, NULL);
     expect("python", "```python\nprint(1/0)\n```", ADD_STDIO, "failed-tests", 0, "runtime-error");
     expect("python", "no code at all", ADD_STDIO, "no-code", 0, NULL);
+    expect("python", "```python\nprint('\xff\xfe')\n```", ADD_STDIO, "invalid-source", 0, NULL);
     got g = score("python", "```python\nprint(1)\n```", NULL);
     assert_int_equal(g.v.kind, GRPO_VERDICT_SKIP);
     assert_string_equal(g.v.label, "no-tests");

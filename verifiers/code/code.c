@@ -505,6 +505,11 @@ code_score(void *state, const grpo_verifier_sample *smp, grpo_verdict *v)
         v->details_json = details(NULL, (code_lang)lang, 0, NULL, NULL);
         goto done;
     }
+    if (!grpo__utf8_valid(code, strlen(code))) { /* no compiler or interpreter takes it */
+        set_label(v, "invalid-source");
+        v->details_json = details(NULL, (code_lang)lang, 0, "error", "source is not valid UTF-8");
+        goto done;
+    }
     int n = (s->max_tests > 0 && t.n > s->max_tests) ? (int)s->max_tests : t.n;
     o.total = n;
     o.t0 = grpo_now();

@@ -285,6 +285,28 @@ t_fork_bomb(void **s)
     expect("forkbomb", "", GRPO_SANDBOX_TIMEOUT);
 }
 
+/* RLIMIT_NPROC holds for the sandbox although we may be root: our init and the program count,
+ * and the limit is per (user namespace, uid), so other sandboxes do not eat into it. */
+static void
+t_nproc(void **s)
+{
+    (void)s;
+    grpo_sandbox_result r;
+    int n = -1, e = -1;
+    need_dangerous();
+    run("forkcount", "", &r);
+    assert_int_equal(r.status, GRPO_SANDBOX_EXITED);
+    assert_int_equal(sscanf(r.out, "forked=%d errno=%d", &n, &e), 2);
+    assert_int_equal(e, EAGAIN);
+    assert_int_equal(n, NPROC - 1); /* the program itself is one of the NPROC */
+    grpo_sandbox_result_fini(&r);
+    run("threadcount", "", &r);
+    assert_int_equal(r.status, GRPO_SANDBOX_EXITED);
+    assert_int_equal(sscanf(r.out, "threads=%d", &n), 1);
+    assert_int_equal(n, NPROC - 1);
+    grpo_sandbox_result_fini(&r);
+}
+
 static void
 t_thread_bomb(void **s)
 {
@@ -505,8 +527,8 @@ main(int argc, char **argv)
         cmocka_unit_test(t_links),       cmocka_unit_test(t_core_and_signals),
         cmocka_unit_test(t_big_argv),    cmocka_unit_test(t_big_file),
         cmocka_unit_test(t_daemon),      cmocka_unit_test(t_fork_bomb),
-        cmocka_unit_test(t_thread_bomb), cmocka_unit_test(t_memory_bomb),
-        cmocka_unit_test(t_kill_all),
+        cmocka_unit_test(t_nproc),       cmocka_unit_test(t_thread_bomb),
+        cmocka_unit_test(t_memory_bomb), cmocka_unit_test(t_kill_all),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

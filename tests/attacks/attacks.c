@@ -95,6 +95,29 @@ main(int argc, char **argv)
         for (;;)
             fork();
     }
+    if (!strcmp(a, "forkcount")) { /* how many processes RLIMIT_NPROC lets us have */
+        int n = 0;
+        for (;;) {
+            pid_t p = fork();
+            if (p == 0) {
+                pause();
+                _exit(0);
+            }
+            if (p < 0)
+                break;
+            n++;
+        }
+        printf("forked=%d errno=%d\n", n, errno);
+        return 0;
+    }
+    if (!strcmp(a, "threadcount")) {
+        int n = 0;
+        pthread_t t;
+        while (pthread_create(&t, NULL, sleeper, NULL) == 0)
+            n++;
+        printf("threads=%d\n", n);
+        return 0;
+    }
     if (!strcmp(a, "threadbomb")) {
         for (;;) {
             pthread_t t;

@@ -410,10 +410,11 @@ finish_group(grpo_rollout *r, group_state *gs)
         r->be.seq_free(r->be.ctx, gs->parent_kv);
     gs->parent_kv = -1;
     r->reserved -= gs->pages_shared;
-    if (r->opts.ref && (err = score_group(r->opts.ref, gs->g, 0)) != GRPO_OK)
+    if ((r->opts.ref && (err = score_group(r->opts.ref, gs->g, 0)) != GRPO_OK) ||
+        (r->opts.rescore && (err = score_group(r->opts.rescore, gs->g, 1)) != GRPO_OK)) {
+        gs_free(r, gs); /* already unlinked by reap */
         return err;
-    if (r->opts.rescore && (err = score_group(r->opts.rescore, gs->g, 1)) != GRPO_OK)
-        return err;
+    }
     grpo_rollout_group *g = gs->g;
     gs->g = NULL;
     for (int32_t i = 0; i < g->n_samples; i++)

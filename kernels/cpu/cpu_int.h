@@ -14,6 +14,12 @@
 #else
 #define GRPO_CPU_CLONES
 #endif
+/* FMA contraction for one function (GCC; other compilers keep the file's setting). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define GRPO_CPU_CONTRACT __attribute__((optimize("fp-contract=fast")))
+#else
+#define GRPO_CPU_CONTRACT
+#endif
 
 /* 8-lane float vectors (GCC/clang vector extensions): one AVX register on the v3 clone, two SSE
  * registers on the baseline one; the arithmetic is lane-wise, so results do not depend on which. */

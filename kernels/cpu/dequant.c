@@ -4,7 +4,7 @@
 
 #include <math.h>
 #include <string.h>
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 #define GRPO_HAVE_F16C_PATH 1
 #endif

@@ -23,7 +23,7 @@ tail_add(float *acc, const float *x, const float *w, int k, int kb)
 }
 
 /* y[m][0..nn) (+)= x[m][0..kb) . wt[j][0..kb) for every m. */
-GRPO_CPU_CLONES __attribute__((optimize("fp-contract=fast"))) static void
+GRPO_CPU_CLONES GRPO_CPU_CONTRACT static void
 tile_dot(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
          int first)
 {

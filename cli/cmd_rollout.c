@@ -799,8 +799,8 @@ swap_weights(run_ctx *c, const grpo_weights_update *u, grpo_kv **rescore_kv,
     grpo_kv *nkv = NULL;
     grpo_rollout_backend nbe = {0};
     const args *a = c->a;
-    grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads,
-                           (size_t)(a->kv_tokens ? 0 : a->kv_bytes)};
+    grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads, (size_t)a->kv_bytes,
+                           (size_t)a->kv_tokens};
     grpo_err err = weights_dir(c, u, dir, sizeof dir);
     if (err == GRPO_OK)
         err = grpo_policy_open(&np, dir, &po);
@@ -1001,18 +1001,17 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
     grpo_err err;
     if ((err = grpo_prompts_load(&su->ps, a->prompts, a->skip_bad)) != GRPO_OK)
         return err;
-    grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads, (size_t)bytes};
-    if (tokens)
-        po.kv_budget_bytes = 0;
+    grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads, (size_t)bytes,
+                           (size_t)tokens};
     if ((err = grpo_policy_open(&c->pol, a->model, &po)) != GRPO_OK)
         return err;
     const grpo_rollout_backend *be = grpo_policy_backend(c->pol);
     *budget_pages = tokens ? (size_t)((tokens + GRPO_KV_PAGE - 1) / GRPO_KV_PAGE) : 0;
     if (*budget_pages > be->pages_total)
         return grpo__fail(GRPO_EINVAL, "--kv-budget %s: more than the KV pool of %zu tokens",
-                          a->kv_budget, be->pages_total * GRPO_KV_PAGE);
+                          a->kv_budget, be->pages_total * (size_t)GRPO_KV_PAGE);
     if (a->ref_model) {
-        grpo_policy_opts ro = {a->tokenizer, a->template_name, a->threads, 0};
+        grpo_policy_opts ro = {a->tokenizer, a->template_name, a->threads, 0, 0};
         if ((err = grpo_policy_open(&su->ref, a->ref_model, &ro)) != GRPO_OK)
             return err;
         if (grpo_policy_backend(su->ref)->vocab != be->vocab)

@@ -54,6 +54,25 @@ open_tokenizer(grpo_policy *p, const char *model_dir, const grpo_policy_opts *o)
     return GRPO_OK;
 }
 
+/* The KV pool: kv_budget_tokens (whole pages) when given, else kv_budget_bytes, else 1 GiB. */
+static grpo_err
+kv_open(grpo_policy *p, const grpo_model_config *cfg, const grpo_policy_opts *o)
+{
+    size_t bytes = o->kv_budget_bytes ? o->kv_budget_bytes : (size_t)1 << 30;
+    if (o->kv_budget_tokens > 0) {
+        grpo_kv *probe = NULL;
+        size_t page = (size_t)GRPO_KV_PAGE * (size_t)cfg->num_hidden_layers *
+                      (size_t)(cfg->kv_lora_rank + cfg->qk_rope_head_dim) * 8; /* fp64 bound */
+        grpo_err err = grpo_kv_create(&probe, cfg, page);
+        if (err != GRPO_OK)
+            return err;
+        page = grpo_kv_page_bytes(probe);
+        grpo_kv_destroy(probe);
+        bytes = (o->kv_budget_tokens + GRPO_KV_PAGE - 1) / GRPO_KV_PAGE * page;
+    }
+    return grpo_kv_create(&p->kv, cfg, bytes);
+}
+
 grpo_err
 grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opts *opts)
 {
@@ -73,8 +92,7 @@ grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opt
         goto done;
     const grpo_model_config *cfg = grpo_model_get_config(p->model);
     p->eos = cfg->eos_token_id, p->bos = cfg->bos_token_id;
-    if ((err = grpo_kv_create(
-             &p->kv, cfg, o.kv_budget_bytes ? o.kv_budget_bytes : (size_t)1 << 30)) != GRPO_OK ||
+    if ((err = kv_open(p, cfg, &o)) != GRPO_OK ||
         (err = open_tokenizer(p, model_dir, &o)) != GRPO_OK ||
         (err = grpo_rollout_backend_model(&p->be, p->model, p->kv)) != GRPO_OK)
         goto done;

@@ -63,14 +63,15 @@ EXTRA = dict(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"], 
              moe_layer_freq=1, scoring_func="sigmoid", topk_method="noaux_tc", ep_size=1,
              attention_bias=False, torch_dtype="bfloat16")
 
-# Dense-only, no YaRN, non-interleaved rope, tied embeddings, F16 weights (F32 norms).
+# Dense-only, no YaRN, non-interleaved rope, tied embeddings, F16 weights (F32 norms); a large
+# rms_norm_eps so that using it where the oracle uses RMSNorm's default 1e-6 (the MLA norms) shows.
 SMALL_CFG = dict(
     vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
     num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, n_shared_experts=1,
     n_routed_experts=4, routed_scaling_factor=1.0, kv_lora_rank=32, q_lora_rank=None,
     qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, n_group=1, topk_group=1,
     num_experts_per_tok=2, first_k_dense_replace=2, norm_topk_prob=False,
-    max_position_embeddings=512, rms_norm_eps=1e-5, rope_theta=500.0, rope_scaling=None,
+    max_position_embeddings=512, rms_norm_eps=0.05, rope_theta=500.0, rope_scaling=None,
     rope_interleave=False, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1,
 )
 

@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* q_a_layernorm and kv_a_layernorm use RMSNorm's default eps, not config.rms_norm_eps, in both
+ * DeepSeek's reference and transformers. */
+#define MLA_NORM_EPS 1e-6f
+
 typedef struct {
     int T, B;          /* tokens in the batch; decode items */
     int32_t *pos, *tok;
@@ -226,14 +230,14 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
     k->rmsnorm(k, T, s->h, H, l->attn_norm, H, c->rms_norm_eps, s->x, H);
     if (c->q_lora_rank > 0) {
         k->gemm(k, T, s->x, H, &l->q_a, s->qa, c->q_lora_rank);
-        k->rmsnorm(k, T, s->qa, c->q_lora_rank, l->q_a_norm, c->q_lora_rank, c->rms_norm_eps,
+        k->rmsnorm(k, T, s->qa, c->q_lora_rank, l->q_a_norm, c->q_lora_rank, MLA_NORM_EPS,
                    s->qa, c->q_lora_rank);
         k->gemm(k, T, s->qa, c->q_lora_rank, &l->q_b, s->q, nh * qk);
     } else {
         k->gemm(k, T, s->x, H, &l->q_proj, s->q, nh * qk);
     }
     k->gemm(k, T, s->x, H, &l->kv_a, s->kva, row);
-    k->rmsnorm(k, T, s->kva, row, l->kv_a_norm, dc, c->rms_norm_eps, s->kva, row);
+    k->rmsnorm(k, T, s->kva, row, l->kv_a_norm, dc, MLA_NORM_EPS, s->kva, row);
     k->rope(k, T, s->kva + dc, row, 1, 0, dr, s->pos, m->inv_freq, c->rope_attn_factor,
             c->rope_interleave);
     k->rope(k, T, s->q + dn, nh * qk, nh, qk, dr, s->pos, m->inv_freq, c->rope_attn_factor,

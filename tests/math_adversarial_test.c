@@ -72,6 +72,11 @@ test_hostile(void **state)
     big[n] = 0;
     mverdict v = grade("42", big, n, 0);
     assert_true(v == MV_NO_ANSWER || v == MV_BAD_ANSWER || v == MV_TIMEOUT);
+    /* 1 MB of unclosed "\frac{" and "$$" with the answer at the end: still found */
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        memcpy(big + i, i % 16 ? "\\frac{12" : "$$ \\( xy", 8);
+    strcpy(big + n, "</think> \\boxed{7}");
+    assert_int_equal(grade("7", big, strlen(big), 0), MV_CORRECT);
     /* 10,000 nested braces inside a box */
     size_t k = 0;
     memcpy(big, "\\boxed{", 7);

@@ -557,10 +557,13 @@ last_bare_frac(const char *s, size_t n, mspan *sp, mbudget *bud)
             return 0;
         if (s[i] != '\\' || !starts_with(s, n, i, "\\frac{"))
             continue;
-        long e1 = match_brace(s, n, i + 5, bud);
-        if (e1 < 0 || (size_t)e1 + 1 >= n || s[e1 + 1] != '{')
+        /* a bare fraction is short: look at most 80 bytes ahead (many unclosed "\frac{" in a
+         * hostile text would otherwise cost a full scan each) */
+        size_t lim = i + 86 < n ? i + 86 : n;
+        long e1 = match_brace(s, lim, i + 5, bud);
+        if (e1 < 0 || (size_t)e1 + 1 >= lim || s[e1 + 1] != '{')
             continue;
-        long e2 = match_brace(s, n, (size_t)e1 + 1, bud);
+        long e2 = match_brace(s, lim, (size_t)e1 + 1, bud);
         if (e2 < 0 || e2 - (long)i > 80)
             continue;
         memset(sp, 0, sizeof *sp);

@@ -87,6 +87,8 @@ typedef struct sbx_filter {
     unsigned short len;
 } sbx_filter;
 grpo_err sbx_seccomp_build(sbx_filter *out);
+/* The process-wide filter, built once (inherited by forked workers). */
+grpo_err sbx_seccomp_shared(const sbx_filter **out);
 void sbx_filter_fini(sbx_filter *f);
 /* Installs f with prctl (no allocation: safe after rlimits are lowered). Returns -errno. */
 int sbx_seccomp_install(const sbx_filter *f);
@@ -139,7 +141,7 @@ void sbx_classify(grpo_sandbox_result *res, int wstatus, const grpo_sandbox_limi
 struct sbx_worker {
     int sock;
     uint32_t iso;
-    sbx_filter base;
+    const sbx_filter *base; /* the process-wide filter (sbx_seccomp_shared) */
     char **ro_paths;
     int n_procs;
     sbx_child procs[16];

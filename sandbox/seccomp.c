@@ -7,6 +7,7 @@
 #include "sandbox/sandbox_int.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>
@@ -154,6 +155,23 @@ sbx_seccomp_build(sbx_filter *out)
     err = export(ctx, out);
 done:
     seccomp_release(ctx);
+    return err;
+}
+
+/* One filter per process, built on first use. The service (and a client forking workers itself)
+ * builds it before forking, so workers inherit it instead of building their own. */
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static sbx_filter shared;
+
+grpo_err
+sbx_seccomp_shared(const sbx_filter **out)
+{
+    grpo_err err = GRPO_OK;
+    pthread_mutex_lock(&shared_mu);
+    if (shared.insns == NULL)
+        err = sbx_seccomp_build(&shared);
+    pthread_mutex_unlock(&shared_mu);
+    *out = err == GRPO_OK ? &shared : NULL;
     return err;
 }
 

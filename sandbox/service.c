@@ -121,7 +121,9 @@ sbx_service_new_worker(int *sock_out, pid_t *pid_out)
         pthread_mutex_unlock(&svc_mu);
     } else {
         pthread_mutex_unlock(&svc_mu);
-        sbx_probe_here(); /* cached here, so each worker need not probe again */
+        const sbx_filter *f;
+        sbx_probe_here(); /* cached here, so each worker need not probe or build again */
+        sbx_seccomp_shared(&f);
         pid_t pid = fork();
         if (pid == 0)
             worker_entry(sp[1]);

@@ -91,7 +91,7 @@ become_program(sbx_worker *w, const sbx_spec *s, int errfd, bool as_init)
         _exit(127);
     }
     if (w->iso & GRPO_SANDBOX_ISO_SECCOMP) {
-        if ((rc = sbx_seccomp_install(&w->base)) != 0) {
+        if ((rc = sbx_seccomp_install(w->base)) != 0) {
             if (errfd >= 0)
                 child_die_errno(errfd, "seccomp", -rc);
             _exit(127);

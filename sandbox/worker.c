@@ -52,7 +52,7 @@ op_init(sbx_worker *w, sbx_rd *r)
                                              "%s: refusing to run untrusted code",
                                              have, need));
     }
-    if ((w->iso & GRPO_SANDBOX_ISO_SECCOMP) && (err = sbx_seccomp_build(&w->base)) != GRPO_OK)
+    if ((w->iso & GRPO_SANDBOX_ISO_SECCOMP) && (err = sbx_seccomp_shared(&w->base)) != GRPO_OK)
         return reply_err(w->sock, err);
     sbx_put_u32(&out, w->iso);
     err = reply(w->sock, &out, -1);

@@ -26,28 +26,75 @@ typedef struct {
     const float ***pages_of;
     const float **page_ptrs;       /* B * max pages */
     int32_t *lens;
-    int max_pages;
+    int max_pages, max_len;        /* max_len: longest prefill item's pos0 + n */
+    float *lat, *kvb;              /* naive attention: (max_len, dc), (max_len, H, dn + dv) */
+    const float **chunk_pages;
 } scratch;
 
-static void
-scratch_free(scratch *s)
+/* Scratch lives in one grow-only block kept by the model: a forward allocates nothing once the
+ * block has grown to the largest batch seen (large per-call allocations were mmap'd and
+ * page-faulted afresh on every decode step). */
+typedef struct {
+    char *base;
+    size_t off, size;
+} carver;
+
+static void *
+carve(carver *cv, size_t bytes)
 {
-    void *v[] = {s->pos, s->tok, s->dec, s->h, s->x, s->q, s->qa, s->kva, s->ao, s->tmp, s->acc,
-                 s->g, s->u, s->rl, s->rw, s->ri, s->etok, s->ew, s->qd, s->ql, s->qr, s->ol,
-                 s->od, (void *)s->pages_of, (void *)s->page_ptrs, s->lens};
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
-        free(v[i]);
+    size_t at = (cv->off + 63) & ~(size_t)63;
+    cv->off = at + (bytes > 0 ? bytes : 1);
+    return cv->base != NULL && cv->off <= cv->size ? cv->base + at : NULL;
 }
 
-static float *
-fl(size_t n)
+/* Lays out every buffer; with cv->base NULL it only measures. */
+static void
+layout(scratch *s, const grpo_model_config *c, carver *cv)
 {
-    return malloc((n > 0 ? n : 1) * sizeof(float));
+    size_t T = (size_t)s->T, B = (size_t)s->B, L = (size_t)s->max_len;
+    size_t H = (size_t)c->hidden_size, nh = (size_t)c->num_attention_heads;
+    size_t qk = (size_t)(c->qk_nope_head_dim + c->qk_rope_head_dim), dc = (size_t)c->kv_lora_rank;
+    size_t dr = (size_t)c->qk_rope_head_dim, dv = (size_t)c->v_head_dim;
+    size_t dn = (size_t)c->qk_nope_head_dim, I = (size_t)c->intermediate_size;
+    size_t mi = (size_t)c->moe_intermediate_size *
+                (size_t)(c->n_shared_experts > 1 ? c->n_shared_experts : 1);
+    I = mi > I ? mi : I;
+    size_t E = (size_t)(c->n_routed_experts > 0 ? c->n_routed_experts : 1);
+    size_t K = (size_t)(c->num_experts_per_tok > 0 ? c->num_experts_per_tok : 1);
+    size_t f = sizeof(float), i4 = sizeof(int32_t), pp = sizeof(void *);
+    s->pos = carve(cv, T * i4);
+    s->tok = carve(cv, T * i4);
+    s->dec = carve(cv, (B + 1) * i4);
+    s->h = carve(cv, T * H * f);
+    s->x = carve(cv, T * H * f);
+    s->q = carve(cv, T * nh * qk * f);
+    s->qa = carve(cv, T * (size_t)(c->q_lora_rank > 0 ? c->q_lora_rank : 1) * f);
+    s->kva = carve(cv, T * (dc + dr) * f);
+    s->ao = carve(cv, T * nh * dv * f);
+    s->tmp = carve(cv, T * H * f);
+    s->acc = carve(cv, T * H * f);
+    s->g = carve(cv, T * I * f);
+    s->u = carve(cv, T * I * f);
+    s->rl = carve(cv, T * E * f);
+    s->rw = carve(cv, T * K * f);
+    s->ri = carve(cv, T * K * i4);
+    s->etok = carve(cv, T * i4);
+    s->ew = carve(cv, T * f);
+    s->qd = carve(cv, B * nh * qk * f);
+    s->ql = carve(cv, B * nh * dc * f);
+    s->qr = carve(cv, B * nh * dr * f);
+    s->ol = carve(cv, B * nh * dc * f);
+    s->od = carve(cv, B * nh * dv * f);
+    s->pages_of = carve(cv, (B + 1) * pp);
+    s->page_ptrs = carve(cv, ((B > 0 ? B : 1) * (size_t)s->max_pages + 1) * pp);
+    s->lens = carve(cv, (B + 1) * i4);
+    s->lat = carve(cv, L * dc * f);
+    s->kvb = carve(cv, L * nh * (dn + dv) * f);
+    s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
 }
 
 static grpo_err
-scratch_init(scratch *s, const grpo_model_config *c, const grpo_kv *kv,
-             const grpo_fwd_item *items, int n_items)
+scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items)
 {
     memset(s, 0, sizeof *s);
     size_t T = 0;
@@ -55,53 +102,24 @@ scratch_init(scratch *s, const grpo_model_config *c, const grpo_kv *kv,
         T += (size_t)items[i].n;
         if (items[i].n == 1)
             s->B++;
+        else if (items[i].pos0 + items[i].n > s->max_len)
+            s->max_len = items[i].pos0 + items[i].n;
         int32_t np = (items[i].pos0 + items[i].n + GRPO_KV_PAGE - 1) / GRPO_KV_PAGE;
         s->max_pages = np > s->max_pages ? np : s->max_pages;
     }
     s->T = (int)T;
-    size_t H = (size_t)c->hidden_size, nh = (size_t)c->num_attention_heads;
-    size_t qk = (size_t)(c->qk_nope_head_dim + c->qk_rope_head_dim), dc = (size_t)c->kv_lora_rank;
-    size_t dr = (size_t)c->qk_rope_head_dim, dv = (size_t)c->v_head_dim;
-    size_t I = (size_t)c->intermediate_size;
-    size_t mi = (size_t)c->moe_intermediate_size * (size_t)(c->n_shared_experts > 1 ? c->n_shared_experts : 1);
-    I = mi > I ? mi : I;
-    size_t E = (size_t)(c->n_routed_experts > 0 ? c->n_routed_experts : 1);
-    size_t K = (size_t)(c->num_experts_per_tok > 0 ? c->num_experts_per_tok : 1);
-    size_t B = (size_t)s->B;
-    s->pos = malloc(T * sizeof *s->pos);
-    s->tok = malloc(T * sizeof *s->tok);
-    s->dec = malloc((B + 1) * sizeof *s->dec);
-    s->h = fl(T * H);
-    s->x = fl(T * H);
-    s->q = fl(T * nh * qk);
-    s->qa = fl(T * (size_t)(c->q_lora_rank > 0 ? c->q_lora_rank : 1));
-    s->kva = fl(T * (dc + dr));
-    s->ao = fl(T * nh * dv);
-    s->tmp = fl(T * H);
-    s->acc = fl(T * H);
-    s->g = fl(T * I);
-    s->u = fl(T * I);
-    s->rl = fl(T * E);
-    s->rw = fl(T * K);
-    s->ri = malloc(T * K * sizeof *s->ri);
-    s->etok = malloc(T * sizeof *s->etok);
-    s->ew = fl(T);
-    s->qd = fl(B * nh * qk);
-    s->ql = fl(B * nh * dc);
-    s->qr = fl(B * nh * dr);
-    s->ol = fl(B * nh * dc);
-    s->od = fl(B * nh * dv);
-    s->pages_of = malloc((B + 1) * sizeof *s->pages_of);
-    s->page_ptrs = malloc(((B > 0 ? B : 1) * (size_t)s->max_pages + 1) * sizeof *s->page_ptrs);
-    s->lens = malloc((B + 1) * sizeof *s->lens);
-    (void)kv;
-    if (!s->pos || !s->tok || !s->dec || !s->h || !s->x || !s->q || !s->qa || !s->kva || !s->ao ||
-        !s->tmp || !s->acc || !s->g || !s->u || !s->rl || !s->rw || !s->ri || !s->etok ||
-        !s->ew || !s->qd || !s->ql || !s->qr || !s->ol || !s->od || !s->pages_of ||
-        !s->page_ptrs || !s->lens) {
-        scratch_free(s);
-        return grpo__fail(GRPO_ENOMEM, "model: out of memory for a batch of %zu tokens", T);
+    carver cv = {NULL, 0, 0};
+    layout(s, &m->cfg, &cv);
+    if (cv.off > m->scratch_size) {
+        size_t want = cv.off + cv.off / 4;
+        free(m->scratch);
+        m->scratch_size = 0;
+        if ((m->scratch = malloc(want)) == NULL)
+            return grpo__fail(GRPO_ENOMEM, "model: out of memory for a batch of %zu tokens", T);
+        m->scratch_size = want;
     }
+    cv = (carver){m->scratch, 0, m->scratch_size};
+    layout(s, &m->cfg, &cv);
     return GRPO_OK;
 }
 
@@ -164,14 +182,8 @@ attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
     const grpo_model_config *c = &m->cfg;
     int nh = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
     int dv = c->v_head_dim, dc = c->kv_lora_rank, qk = dn + dr, L = it->pos0 + it->n;
-    float *lat = fl((size_t)L * dc), *kvb = fl((size_t)L * nh * (dn + dv));
-    const float **pp = malloc((size_t)(L / GRPO_KV_PAGE + 1) * sizeof *pp);
-    if (lat == NULL || kvb == NULL || pp == NULL) {
-        free(lat);
-        free(kvb);
-        free(pp);
-        return grpo__fail(GRPO_ENOMEM, "model: out of memory for a %d-token chunk", L);
-    }
+    float *lat = s->lat, *kvb = s->kvb;
+    const float **pp = s->chunk_pages;
     seq_pages(kv, it->seq, layer, pp);
     for (int j = 0; j < L; j++)
         memcpy(lat + (size_t)j * dc, pp[j / GRPO_KV_PAGE] + (size_t)(j % GRPO_KV_PAGE) * kv->row,
@@ -180,9 +192,6 @@ attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
     m->k->mla_naive(m->k, it->n, it->pos0, nh, dn, dr, dv, s->q + (size_t)t0 * nh * qk, kvb,
                     (const float *const *)pp, GRPO_KV_PAGE, kv->row, dc, c->softmax_scale,
                     s->ao + (size_t)t0 * nh * dv);
-    free(pp);
-    free(kvb);
-    free(lat);
     return GRPO_OK;
 }
 
@@ -326,13 +335,11 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
         return err;
     const grpo_model_config *c = &m->cfg;
     scratch s;
-    if ((err = scratch_init(&s, c, kv, items, n_items)) != GRPO_OK)
+    if ((err = scratch_init(&s, m, items, n_items)) != GRPO_OK)
         return err;
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
-    if (t0_of == NULL) {
-        scratch_free(&s);
+    if (t0_of == NULL)
         return grpo__fail(GRPO_ENOMEM, "model: out of memory");
-    }
     for (int i = 0, t = 0; i < n_items; i++) {
         if ((err = grpo_kv__reserve(kv, items[i].seq, items[i].pos0, items[i].n)) != GRPO_OK)
             goto done; /* cannot happen after check_items; kept for safety */
@@ -376,7 +383,6 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
 done:
     free(t0_of);
-    scratch_free(&s);
     return err;
 }
 

@@ -240,6 +240,7 @@ grpo_model_destroy(grpo_model *m)
     if (m == NULL)
         return;
     grpo_kernels_destroy(m->k);
+    free(m->scratch);
     for (int i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);

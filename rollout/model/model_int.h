@@ -95,6 +95,8 @@ struct grpo_model {
      * (stage num_hidden_layers + 1). */
     void (*debug_hidden)(void *ctx, int stage, int rows, int hidden, const float *h);
     void *debug_ctx;
+    void *scratch; /* the forward's grow-only scratch block (forward.c) */
+    size_t scratch_size;
 };
 
 grpo_err grpo_model__bind_weights(grpo_model *m, int load_mtp);

@@ -1,0 +1,7 @@
+# The rollout engine's input parsers under libFuzzer with ASan + UBSan: prompts JSONL, stop strings.
+#   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DGRPO_FUZZ=ON -DGRPO_CUDA=OFF
+#   ninja -C build-fuzz engine_prompts_fuzz && ./build-fuzz/fuzz/engine_prompts_fuzz -max_total_time=300
+if(TARGET grpo_engine)
+  grpo_add_fuzzer(engine_prompts_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/engine_prompts_fuzz.c
+                  LIBS grpo_engine grpo_common)
+endif()

@@ -11,7 +11,7 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: grpo stats --db FILE [--by step|verifier|prompt|worker] [--format table|csv|json]\n"
+    "usage: grpo stats --db FILE [--by step|verifier|prompt|worker|run] [--format table|csv|json]\n"
     "                  [--step-range A:B] [--run ID] [--k K] [--report FILE.html]\n"
     "\n"
     "Reads a provenance database (opened read-only) and prints one row per group of --by:\n"
@@ -23,12 +23,15 @@ static const char usage_text[] =
     "  prompt    per prompt: groups, n judged samples, c correct, solve rate, mean reward and\n"
     "            pass@k = 1 - C(n-c,k)/C(n,k) (unbiased estimator)\n"
     "  worker    per worker: groups, completions, tokens, tokens/s, re-issued leases\n"
+    "  run       per run: status, times, command line, host, version, git commit/branch/dirty\n"
+    "            of the working and dataset repositories, groups, completions, tokens, steps,\n"
+    "            mean reward\n"
     "Percentiles are nearest-rank; standard deviations divide by n; skipped verdicts are not\n"
     "scored. The definitions are the views in schemas/003_stats.sql.\n"
     "\n"
     "options:\n"
     "  --db FILE          the database written by grpo rollout (required)\n"
-    "  --by KEY           step (default), verifier, prompt or worker\n"
+    "  --by KEY           step (default), verifier, prompt, worker or run\n"
     "  --format F         table (default, aligned text), csv (header + rows) or json (an array\n"
     "                     with one object per row; numbers are JSON numbers, missing values null)\n"
     "  --step-range A:B   only steps A..B inclusive; either end may be left out (\"10:\", \":5\")\n"
@@ -36,7 +39,8 @@ static const char usage_text[] =
     "  --k K              the k of pass@k for --by prompt (default 8)\n"
     "  --report FILE      write one self-contained HTML file with SVG charts of reward mean\n"
     "                     (+/- std), completion length (mean/p50/p95) and pass/zero-std/truncated\n"
-    "                     fractions against step, plus the per-step table; prints nothing else\n"
+    "                     fractions against step, the runs' provenance and the per-step table;\n"
+    "                     prints nothing else\n"
     "  -h, --help         this help\n";
 
 static int
@@ -349,9 +353,45 @@ html_escape(const char *s, FILE *f)
     }
 }
 
-static int
-write_report(const char *path, const char *db, const grpo_stats_table *t)
+/* Writes table t as an HTML table, with only the columns named in cols (NULL: all). */
+static void
+html_table(FILE *f, const grpo_stats_table *t, const char *const *cols)
 {
+    char buf[256];
+    int idx[64], n = 0;
+    for (int32_t j = 0; j < t->n_cols && n < 64; j++) {
+        int keep = cols == NULL;
+        for (int k = 0; cols && cols[k]; k++)
+            keep |= strcmp(cols[k], t->cols[j]) == 0;
+        if (keep)
+            idx[n++] = j;
+    }
+    fputs("<table><tr>", f);
+    for (int k = 0; k < n; k++)
+        fprintf(f, "<th>%s</th>", t->cols[idx[k]]);
+    fputs("</tr>\n", f);
+    for (int32_t i = 0; i < t->n_rows; i++) {
+        fputs("<tr>", f);
+        for (int k = 0; k < n; k++) {
+            cell_text(&t->cells[(size_t)i * t->n_cols + idx[k]], buf, sizeof buf, 0);
+            fputs("<td>", f);
+            html_escape(buf, f);
+            fputs("</td>", f);
+        }
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
+static int
+write_report(const char *path, const char *db, const grpo_stats_table *t,
+             const grpo_stats_table *runs)
+{
+    static const char *const run_cols[] = {
+        "run_id",      "status",       "started_at",     "command_line",
+        "host",        "grpo_version", "repo_commit",    "repo_branch",
+        "repo_dirty",  "dataset_path", "dataset_commit", "groups",
+        "completions", "first_step",   "last_step",      NULL};
     static const series reward[] = {
         {"reward_mean", "mean (band: +/- std)", "#1f77b4", "reward_std"}};
     static const series length[] = {{"len_mean", "mean", "#2ca02c", NULL},
@@ -360,7 +400,6 @@ write_report(const char *path, const char *db, const grpo_stats_table *t)
     static const series frac[] = {{"pass_rate", "pass rate", "#9467bd", NULL},
                                   {"frac_reward_zero_std", "zero-std groups", "#8c564b", NULL},
                                   {"frac_truncated", "cut at max length", "#e377c2", NULL}};
-    char buf[256];
     FILE *f = fopen(path, "w");
     if (f == NULL) {
         fprintf(stderr, "grpo stats: %s: cannot write the report: %s\n", path, strerror(errno));
@@ -375,24 +414,14 @@ write_report(const char *path, const char *db, const grpo_stats_table *t)
           f);
     html_escape(db, f);
     fprintf(f, "</code>; %d step rows; made by grpo %s</p>\n", (int)t->n_rows, grpo_version());
+    fputs("<h2>Runs</h2>\n", f);
+    html_table(f, runs, run_cols);
     chart(f, t, "Reward mean against step", reward, 1);
     chart(f, t, "Completion length (tokens) against step", length, 3);
     chart(f, t, "Fractions against step", frac, 3);
-    fputs("<h2>Per step</h2>\n<table><tr>", f);
-    for (int32_t j = 0; j < t->n_cols; j++)
-        fprintf(f, "<th>%s</th>", t->cols[j]);
-    fputs("</tr>\n", f);
-    for (int32_t i = 0; i < t->n_rows; i++) {
-        fputs("<tr>", f);
-        for (int32_t j = 0; j < t->n_cols; j++) {
-            cell_text(&t->cells[(size_t)i * t->n_cols + j], buf, sizeof buf, 0);
-            fputs("<td>", f);
-            html_escape(buf, f);
-            fputs("</td>", f);
-        }
-        fputs("</tr>\n", f);
-    }
-    fputs("</table>\n</body></html>\n", f);
+    fputs("<h2>Per step</h2>\n", f);
+    html_table(f, t, NULL);
+    fputs("</body></html>\n", f);
     if (fclose(f) != 0) {
         fprintf(stderr, "grpo stats: %s: writing the report failed: %s\n", path, strerror(errno));
         return CLI_FAIL;
@@ -400,7 +429,8 @@ write_report(const char *path, const char *db, const grpo_stats_table *t)
     return CLI_OK;
 }
 
-/* ---- the command --------------------------------------------------------------------------------
+/* ---- the command
+ * --------------------------------------------------------------------------------
  */
 
 int
@@ -415,7 +445,7 @@ grpo_cmd_stats(int argc, char **argv)
                                              {"report", required_argument, NULL, 'o'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    static const char *const bys[] = {"step", "verifier", "prompt", "worker"};
+    static const char *const bys[] = {"step", "verifier", "prompt", "worker", "run"};
     const char *db = NULL, *format = "table", *report = NULL;
     grpo_stats_opts o = {0};
     int c, found;
@@ -432,7 +462,7 @@ grpo_cmd_stats(int argc, char **argv)
             break;
         case 'b':
             found = 0;
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < 5; i++)
                 if (strcmp(optarg, bys[i]) == 0)
                     o.by = (grpo_stats_by)i, found = 1;
             if (!found)
@@ -475,15 +505,20 @@ grpo_cmd_stats(int argc, char **argv)
     grpo_stats_table *t = NULL;
     grpo_store_opts so = {0};
     so.read_only = 1;
-    if (grpo_store_open(&s, db, &so) != GRPO_OK || grpo_store_stats(&t, s, &o) != GRPO_OK) {
+    grpo_stats_table *runs = NULL;
+    grpo_stats_opts ro = o;
+    ro.by = GRPO_STATS_BY_RUN;
+    if (grpo_store_open(&s, db, &so) != GRPO_OK || grpo_store_stats(&t, s, &o) != GRPO_OK ||
+        (report && grpo_store_stats(&runs, s, &ro) != GRPO_OK)) {
         int rc = cli_fail("stats");
         grpo_store_close(s);
+        grpo_stats_table_free(t);
         return rc;
     }
     grpo_store_close(s);
     int rc = CLI_OK;
     if (report)
-        rc = write_report(report, db, t);
+        rc = write_report(report, db, t, runs);
     else if (strcmp(format, "csv") == 0)
         print_csv(t, stdout);
     else if (strcmp(format, "json") == 0)
@@ -491,6 +526,7 @@ grpo_cmd_stats(int argc, char **argv)
     else
         print_table(t, stdout);
     grpo_stats_table_free(t);
+    grpo_stats_table_free(runs);
     if (rc == CLI_OK && fflush(stdout) != 0)
         rc = CLI_FAIL;
     return rc;

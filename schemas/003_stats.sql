@@ -1,6 +1,6 @@
 -- Schema version 3: indexes and views for `grpo stats`.
 --
--- Every *_stats view reads only the stats_* base views below, never the tables directly: `grpo
+-- Every *_stats view reads only the stats_* base views below (and prompts), never the tables: `grpo
 -- stats --step-range A:B` (and --run) re-runs a view's own text with stats_groups/completions/
 -- rewards bound to filtered rows, so the numbers come from one definition. Percentiles are
 -- nearest-rank: the value at rank ceil(p * n) in ascending order. Standard deviations are
@@ -14,6 +14,7 @@ CREATE VIEW stats_groups AS SELECT * FROM groups;
 CREATE VIEW stats_completions AS SELECT * FROM completions;
 CREATE VIEW stats_rewards AS SELECT * FROM rewards;
 CREATE VIEW stats_group_verifiers AS SELECT * FROM group_verifiers;
+CREATE VIEW stats_runs AS SELECT * FROM runs;
 
 -- Per step: rewards, pass rate, zero-variance groups, completion lengths, generated tokens/s.
 -- Sums come from the groups' summaries; length percentiles from a histogram of n_tokens.
@@ -116,3 +117,22 @@ SELECT run_id, coalesce(worker_id, '(local)') AS worker, count(*) AS groups,
 FROM stats_groups
 GROUP BY run_id, coalesce(worker_id, '(local)')
 ORDER BY run_id, worker;
+
+-- Per run: its provenance and how much it recorded (times as UTC ISO 8601 text).
+CREATE VIEW run_stats AS
+WITH gs AS (
+    SELECT run_id, count(*) AS groups, sum(g) AS completions, sum(tokens) AS tokens,
+           min(step) AS first_step, max(step) AS last_step,
+           sum(reward_mean * n_rewarded) / nullif(sum(n_rewarded), 0) AS reward_mean
+    FROM stats_groups GROUP BY run_id)
+SELECT r.id AS run_id, r.status AS status,
+       strftime('%Y-%m-%dT%H:%M:%SZ', r.started_at, 'unixepoch') AS started_at,
+       strftime('%Y-%m-%dT%H:%M:%SZ', r.ended_at, 'unixepoch') AS ended_at,
+       r.command_line AS command_line, r.host AS host, r.grpo_version AS grpo_version,
+       r.repo_commit AS repo_commit, r.repo_branch AS repo_branch, r.repo_dirty AS repo_dirty,
+       r.dataset_path AS dataset_path, r.dataset_commit AS dataset_commit,
+       coalesce(gs.groups, 0) AS groups, coalesce(gs.completions, 0) AS completions,
+       coalesce(gs.tokens, 0) AS tokens, gs.first_step AS first_step, gs.last_step AS last_step,
+       gs.reward_mean AS reward_mean
+FROM stats_runs AS r LEFT JOIN gs ON gs.run_id = r.id
+ORDER BY r.id;

@@ -66,7 +66,7 @@ grpo_store__register_functions(grpo_store *s)
 }
 
 static const char *const view_names[] = {"step_stats", "verifier_stats", "prompt_stats",
-                                         "worker_stats"};
+                                         "worker_stats", "run_stats"};
 
 static const char *const filtered_inputs =
     "stats_groups AS (SELECT * FROM groups WHERE (?1 <= 0 OR run_id = ?1)"
@@ -76,7 +76,8 @@ static const char *const filtered_inputs =
     " stats_rewards AS (SELECT * FROM rewards WHERE (?1 <= 0 OR run_id = ?1)"
     " AND step BETWEEN ?2 AND ?3),"
     " stats_group_verifiers AS (SELECT * FROM group_verifiers WHERE (?1 <= 0 OR run_id = ?1)"
-    " AND step BETWEEN ?2 AND ?3)";
+    " AND step BETWEEN ?2 AND ?3),"
+    " stats_runs AS (SELECT * FROM runs WHERE ?1 <= 0 OR id = ?1)";
 
 static const char *
 skip_space(const char *p)
@@ -229,7 +230,7 @@ grpo_store_stats(grpo_stats_table **out, grpo_store *s, const grpo_stats_opts *o
     *out = NULL;
     if (opts == NULL)
         opts = &defaults;
-    if (s == NULL || opts->by < GRPO_STATS_BY_STEP || opts->by > GRPO_STATS_BY_WORKER)
+    if (s == NULL || opts->by < GRPO_STATS_BY_STEP || opts->by > GRPO_STATS_BY_RUN)
         return grpo__fail(GRPO_EINVAL, "store: stats: NULL store or unknown grouping");
     if ((err = grpo_store_flush(s)) != GRPO_OK)
         return err;

@@ -82,6 +82,7 @@ grpo_store__db_fail(grpo_store *s, int rc, const char *what)
     const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
     int xrc = s->db ? sqlite3_extended_errcode(s->db) : rc;
     int sys = s->db ? sqlite3_system_errno(s->db) : 0;
+    s->last_rc = rc, s->last_errno = sys;
     if ((rc & 0xff) == SQLITE_FULL)
         return grpo__fail(GRPO_EFULL, "store: %s: %s: database or disk is full (%s)", s->path, what,
                           msg);
@@ -324,6 +325,31 @@ sqlite_global_config(void)
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
+/* Opens, configures and migrates once. */
+static grpo_err
+open_once(grpo_store *s)
+{
+    grpo_err err;
+    s->last_rc = 0, s->last_errno = 0;
+    if ((err = open_db(s, 0)) != GRPO_OK && s->opts.read_only && needs_immutable(s)) {
+        /* A WAL database in a folder we cannot write: no -shm can be made, so no writer can be
+         * running either; read the file as immutable. */
+        sqlite3_close(s->db);
+        s->db = NULL;
+        err = open_db(s, 1);
+    }
+    return err != GRPO_OK ? err : migrate(s);
+}
+
+/* Failures seen while another process creates the file or switches it to WAL. */
+static int
+transient(const grpo_store *s)
+{
+    int rc = s->last_rc & 0xff;
+    return rc == SQLITE_BUSY || rc == SQLITE_LOCKED ||
+           (rc == SQLITE_IOERR && s->last_errno == ENOENT);
+}
+
 grpo_err
 grpo_store_open(grpo_store **out, const char *path, const grpo_store_opts *opts)
 {
@@ -348,15 +374,18 @@ grpo_store_open(grpo_store **out, const char *path, const grpo_store_opts *opts)
         err = grpo__fail_errno(grpo__err_from_errno(errno), errno, "store: %s", path);
         goto done;
     }
-    if ((err = open_db(s, 0)) != GRPO_OK && s->opts.read_only && needs_immutable(s)) {
-        /* A WAL database in a folder we cannot write: no -shm can be made, so no writer can be
-         * running either; read the file as immutable. */
+    double deadline =
+        grpo_now() + (s->opts.busy_timeout_ms > 0 ? s->opts.busy_timeout_ms : 5000) * 1e-3;
+    for (unsigned attempt = 0;; attempt++) {
+        if ((err = open_once(s)) == GRPO_OK || !transient(s) || grpo_now() > deadline)
+            break;
+        /* Another process is creating or converting the file: start again shortly. */
         sqlite3_close(s->db);
         s->db = NULL;
-        err = open_db(s, 1);
+        s->version = 0;
+        usleep(2000 + ((unsigned)getpid() * 7919u + attempt * 104729u) % 20000);
     }
-    if (err != GRPO_OK || (err = migrate(s)) != GRPO_OK ||
-        (err = grpo_store__register_functions(s)) != GRPO_OK)
+    if (err != GRPO_OK || (err = grpo_store__register_functions(s)) != GRPO_OK)
         goto done;
     if (s->opts.async && !s->opts.read_only)
         err = grpo_store__writer_start(s);

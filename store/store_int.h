@@ -37,7 +37,8 @@ struct grpo_store {
     char *path;
     grpo_store_opts opts;
     int32_t version;
-    pthread_mutex_t mu; /* guards db and st[] */
+    int last_rc, last_errno; /* of the last SQLite failure, to tell transient ones at open */
+    pthread_mutex_t mu;      /* guards db and st[] */
     sqlite3_stmt *st[ST_COUNT];
 
     /* async writer */

@@ -241,7 +241,7 @@ run_grpo(char **out, const char *args)
 static void
 query(result *out, grpo_stats_by by, int64_t run, int range, int64_t lo, int64_t hi, int k)
 {
-    static const char *const bys[] = {"step", "verifier", "prompt", "worker"};
+    static const char *const bys[] = {"step", "verifier", "prompt", "worker", "run"};
     char args[1024], *text = NULL;
     int n = snprintf(args, sizeof args, "stats --db '%s' --by %s --format json --k %d", dbpath,
                      bys[by], k ? k : 8);
@@ -469,6 +469,56 @@ check_workers(void)
 }
 
 static void
+check_runs(int64_t run, int range, int64_t lo, int64_t hi)
+{
+    result r;
+    query(&r, GRPO_STATS_BY_RUN, run, range, lo, hi, 0);
+    if (!range)
+        lo = INT64_MIN, hi = INT64_MAX;
+    int row = 0;
+    for (int64_t rn = run1; rn <= run2; rn++) {
+        if (run > 0 && rn != run)
+            continue;
+        int ng = 0, nc = 0;
+        double tok = 0, rsum = 0, rn_n = 0;
+        int64_t first = INT64_MAX, last = INT64_MIN;
+        for (int g = 0; g < n_groups; g++) {
+            rawgroup *x = &groups[g];
+            if (x->run != rn || !in_range(x, run, lo, hi))
+                continue;
+            ng++, nc += x->g;
+            first = x->step < first ? x->step : first;
+            last = x->step > last ? x->step : last;
+            for (int i = 0; i < x->g; i++)
+                tok += x->tokens[i], rsum += x->reward[i], rn_n++;
+        }
+        assert_int_equal((int64_t)get(&r, row, "run_id"), rn);
+        assert_string_equal(get_s(&r, row, "status"), "running");
+        assert_string_equal(get_s(&r, row, "grpo_version"), grpo_version());
+        assert_int_equal((int)get(&r, row, "groups"), ng);
+        assert_int_equal((int)get(&r, row, "completions"), nc);
+        NEAR(get(&r, row, "tokens"), tok);
+        if (ng > 0) {
+            assert_int_equal((int64_t)get(&r, row, "first_step"), first);
+            assert_int_equal((int64_t)get(&r, row, "last_step"), last);
+            NEAR(get(&r, row, "reward_mean"), rsum / rn_n);
+        }
+        row++;
+    }
+    assert_int_equal(r.n, row);
+    result_free(&r);
+}
+
+static void
+test_by_run(void **state)
+{
+    (void)state;
+    check_runs(0, 0, 0, 0);
+    check_runs(run2, 0, 0, 0);
+    check_runs(0, 1, 1, 2);
+}
+
+static void
 test_by_step(void **state)
 {
     (void)state;
@@ -592,8 +642,9 @@ test_cli_report(void **state)
     assert_int_equal(count(html, "<polyline"), 7 * 2);
     assert_non_null(strstr(html, "Reward mean against step"));
     assert_non_null(strstr(html, "Completion length"));
-    /* The per-step table has a row per (run, step). */
-    assert_int_equal(count(html, "<tr>"), 1 + STEPS + 3);
+    /* The runs table (header + 2 runs), then the per-step table with a row per (run, step). */
+    assert_int_equal(count(html, "<tr>"), 1 + 2 + 1 + STEPS + 3);
+    assert_non_null(strstr(html, "<th>repo_commit</th>"));
     free(html);
 }
 #endif
@@ -606,6 +657,7 @@ main(void)
         cmocka_unit_test(test_by_verifier),
         cmocka_unit_test(test_by_prompt),
         cmocka_unit_test(test_by_worker),
+        cmocka_unit_test(test_by_run),
         cmocka_unit_test(test_pass_at_k_function),
 #ifdef STORE_TEST_CLI
         cmocka_unit_test(test_cli_formats_and_errors),

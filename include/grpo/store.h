@@ -248,7 +248,8 @@ typedef enum grpo_stats_by {
     GRPO_STATS_BY_STEP = 0,      /* one row per step */
     GRPO_STATS_BY_VERIFIER = 1,  /* one row per verifier name + version */
     GRPO_STATS_BY_PROMPT = 2,    /* one row per prompt */
-    GRPO_STATS_BY_WORKER = 3     /* one row per worker id */
+    GRPO_STATS_BY_WORKER = 3,    /* one row per worker id */
+    GRPO_STATS_BY_RUN = 4        /* one row per run: provenance and totals */
 } grpo_stats_by;
 
 typedef struct grpo_stats_opts {

@@ -3,11 +3,19 @@
 #ifndef GRPO_KERNELS_CUDA_INT_CUH
 #define GRPO_KERNELS_CUDA_INT_CUH
 
+#include <stdbool.h>
+#include <stdio.h>
+extern "C" { /* the C headers of the project carry no C++ guards */
+#include "common/common_int.h"
+#include "kernels/kernels.h"
+}
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/plan.h"
-#include "common/common_int.h"
 
 #include <cublasLt.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 

@@ -1,0 +1,252 @@
+/* CUDA MLA attention, the twins of kernels/cpu/attn.c.
+ *   Decode (absorbed form): grid (sequence, group of HG heads, split of the positions); each block
+ *   streams its chunk of cache rows through shared memory a tile of TJ positions at a time, with an
+ *   online softmax per head; a combine kernel merges the splits in split order. The split depends
+ *   only on the sequence length (plan.c), so results do not depend on the batch. The G samples of
+ *   a group point at the same prompt pages, which the blocks then read through L2.
+ *   Prefill (naive form): one block per (query, head), tiles of 256 keys, online softmax. */
+#include "kernels/cuda/cuda_int.cuh"
+
+#define HG 16
+#define TJ 32
+
+__device__ __forceinline__ float
+warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float
+warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* part (B, H, nsplit_max, 2 + dc): m, l, unnormalized o. dc <= 512. */
+__global__ void __launch_bounds__(256)
+mla_decode_k(int H, int dc, int dr, const float *ql, const float *qr, const float *const *ptab,
+             int max_pages, const int32_t *len, int page_len, int row_stride, float scale,
+             int chunk, int nsm, float *part)
+{
+    extern __shared__ float sm[];
+    int D = dc + dr, DP = D + 1; /* padded rows: conflict-free column reads */
+    float *q = sm, *kt = q + HG * DP, *p = kt + TJ * DP, *mh = p + HG * TJ, *lh = mh + HG,
+          *al = lh + HG;
+    int b = blockIdx.x, h0 = blockIdx.y * HG, sp = blockIdx.z, L = len[b];
+    int j0 = sp * chunk, j1 = min(L, j0 + chunk), t = threadIdx.x, lane = t % 32, w = t / 32;
+    if (j0 >= j1 && !(sp == 0 && L <= 0))
+        return;
+    int nh = min(HG, H - h0);
+    for (int i = t; i < HG * D; i += 256) {
+        int h = i / D, d = i % D;
+        float v = 0.0f;
+        if (h < nh)
+            v = d < dc ? ql[((size_t)b * H + h0 + h) * dc + d]
+                       : qr[((size_t)b * H + h0 + h) * dr + d - dc];
+        q[h * DP + d] = v;
+    }
+    if (t < HG) {
+        mh[t] = -INFINITY;
+        lh[t] = 0.0f;
+    }
+    float o[HG][2];
+    for (int h = 0; h < HG; h++)
+        o[h][0] = o[h][1] = 0.0f;
+    const float *const *pages = ptab + (size_t)b * max_pages;
+    __syncthreads();
+    for (int jt = j0; jt < j1; jt += TJ) {
+        int nj = min(TJ, j1 - jt);
+        for (int i = t; i < TJ * D; i += 256) {
+            int jj = i / D, d = i % D, j = jt + jj;
+            kt[jj * DP + d] = jj < nj ? pages[j / page_len][(size_t)(j % page_len) * row_stride + d]
+                                      : 0.0f;
+        }
+        __syncthreads();
+        for (int r = 0; r < HG * TJ / 256; r++) { /* scores: warp w -> heads 2w, 2w+1 */
+            int h = 2 * w + r, jj = lane;
+            const float *qh = q + h * DP, *kj = kt + jj * DP;
+            float a = 0.0f, c = 0.0f;
+            for (int d = 0; d < dc; d++)
+                a = fmaf(qh[d], kj[d], a);
+            for (int d = dc; d < D; d++)
+                c = fmaf(qh[d], kj[d], c);
+            float sc = jj < nj ? (a + c) * scale : -INFINITY;
+            float mx = fmaxf(mh[h], warp_max(sc));
+            float pe = jj < nj ? expf(sc - mx) : 0.0f;
+            float ps = warp_sum(pe);
+            p[h * TJ + jj] = pe;
+            __syncwarp();
+            if (lane == 0) {
+                float a0 = expf(mh[h] - mx); /* exp(-inf) = 0 on the first tile */
+                al[h] = a0;
+                lh[h] = lh[h] * a0 + ps;
+                mh[h] = mx;
+            }
+        }
+        __syncthreads();
+        for (int h = 0; h < HG; h++)
+            for (int c = 0; c < 2; c++) {
+                int d = t + 256 * c;
+                if (d >= dc)
+                    continue;
+                float acc = o[h][c] * al[h];
+                for (int jj = 0; jj < nj; jj++)
+                    acc = fmaf(p[h * TJ + jj], kt[jj * DP + d], acc);
+                o[h][c] = acc;
+            }
+        __syncthreads();
+    }
+    for (int h = 0; h < nh; h++) {
+        float *pp = part + (((size_t)b * H + h0 + h) * nsm + sp) * (2 + dc);
+        if (t == 0) {
+            pp[0] = mh[h];
+            pp[1] = lh[h];
+        }
+        for (int c = 0; c < 2; c++)
+            if (t + 256 * c < dc)
+                pp[2 + t + 256 * c] = o[h][c];
+    }
+}
+
+__global__ void
+mla_combine_k(int H, int dc, const int32_t *len, int chunk, int nsm, const float *part, float *ol)
+{
+    int b = blockIdx.x / H, h = blockIdx.x % H, L = len[b];
+    int ns = L <= 0 ? 1 : (L + chunk - 1) / chunk;
+    const float *pp = part + ((size_t)b * H + h) * nsm * (2 + dc);
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++)
+        M = fmaxf(M, pp[(size_t)s * (2 + dc)]);
+    float l = 0.0f;
+    for (int s = 0; s < ns; s++)
+        l += L > 0 ? pp[(size_t)s * (2 + dc) + 1] * expf(pp[(size_t)s * (2 + dc)] - M) : 0.0f;
+    for (int d = threadIdx.x; d < dc; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < ns && L > 0; s++)
+            acc += pp[(size_t)s * (2 + dc) + 2 + d] * expf(pp[(size_t)s * (2 + dc)] - M);
+        ol[((size_t)b * H + h) * dc + d] = l > 0.0f ? acc / l : 0.0f;
+    }
+}
+
+grpo_err
+grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
+                    const float *const *d_ptab, int max_pages, const int32_t *len, int page_len,
+                    int row_stride, float scale, float *ol)
+{
+    if (dc > 512)
+        return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla decode: latent width %d > 512", dc);
+    if (B <= 0 || H <= 0)
+        return GRPO_OK;
+    int nsm = 1, chunk = grpo_cuda_mla_chunk(0);
+    for (int b = 0; b < B; b++)
+        nsm = max(nsm, grpo_cuda_mla_nsplit(len[b]));
+    size_t part = (size_t)B * H * nsm * (2 + dc) * sizeof(float);
+    grpo_err err;
+    if ((err = grpo_cu__reserve(&s->ws[1], part)) != GRPO_OK ||
+        (err = grpo_cu__reserve(&s->ws[2], (size_t)B * sizeof(int32_t))) != GRPO_OK)
+        return err;
+    CU_TRY(cudaMemcpyAsync(s->ws[2].d, len, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
+                           s->stream));
+    int DP = dc + dr + 1;
+    size_t smem = ((size_t)(HG + TJ) * DP + HG * TJ + 3 * HG) * sizeof(float);
+    CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)smem));
+    dim3 grid((unsigned)B, cu_blocks((size_t)H, HG), (unsigned)nsm);
+    mla_decode_k<<<grid, 256, smem, s->stream>>>(H, dc, dr, ql, qr, d_ptab, max_pages,
+                                                 (const int32_t *)s->ws[2].d, page_len, row_stride,
+                                                 scale, chunk, nsm, (float *)s->ws[1].d);
+    CU_LAUNCHED();
+    mla_combine_k<<<B * H, 128, 0, s->stream>>>(H, dc, (const int32_t *)s->ws[2].d, chunk, nsm,
+                                                (const float *)s->ws[1].d, ol);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
+extern "C" grpo_err
+grpo_cuda_mla_decode(grpo_kernels *k, int B, int H, int dc, int dr, const float *d_ql,
+                     const float *d_qr, const float *const *d_ptab, int max_pages,
+                     const int32_t *len, int page_len, int row_stride, float scale, float *d_ol)
+{
+    return grpo_cu__mla_decode(cu_of(k), B, H, dc, dr, d_ql, d_qr, d_ptab, max_pages, len,
+                               page_len, row_stride, scale, d_ol);
+}
+
+/* Naive prefill attention: block (query i, head h); dv <= 256; dn + dr <= 512. */
+__global__ void __launch_bounds__(256)
+mla_naive_k(int pos0, int H, int dn, int dr, int dv, const float *q, const float *kvb,
+            const float *const *pages, int page_len, int kr_stride, int kr_off, float scale,
+            float *out)
+{
+    __shared__ float qs[512], ps[256], red[256];
+    int i = blockIdx.x, h = blockIdx.y, t = threadIdx.x, dq = dn + dr, dkv = dn + dv;
+    int P = pos0 + i; /* attends to 0 .. P */
+    for (int d = t; d < dq; d += 256)
+        qs[d] = q[((size_t)i * H + h) * dq + d];
+    __syncthreads();
+    float m = -INFINITY, l = 0.0f, o = 0.0f;
+    for (int j0 = 0; j0 <= P; j0 += 256) {
+        int j = j0 + t;
+        float sc = -INFINITY;
+        if (j <= P) {
+            const float *kj = kvb + ((size_t)j * H + h) * dkv;
+            const float *kr = pages[j / page_len] + (size_t)(j % page_len) * kr_stride + kr_off;
+            float a = 0.0f, c = 0.0f;
+            for (int d = 0; d < dn; d++)
+                a = fmaf(qs[d], kj[d], a);
+            for (int d = 0; d < dr; d++)
+                c = fmaf(qs[dn + d], kr[d], c);
+            sc = (a + c) * scale;
+        }
+        red[t] = sc;
+        __syncthreads();
+        for (int st = 128; st > 0; st >>= 1) {
+            if (t < st)
+                red[t] = fmaxf(red[t], red[t + st]);
+            __syncthreads();
+        }
+        float mx = fmaxf(m, red[0]);
+        __syncthreads();
+        float pe = j <= P ? expf(sc - mx) : 0.0f;
+        ps[t] = pe;
+        red[t] = pe;
+        __syncthreads();
+        for (int st = 128; st > 0; st >>= 1) {
+            if (t < st)
+                red[t] += red[t + st];
+            __syncthreads();
+        }
+        float a0 = expf(m - mx);
+        l = l * a0 + red[0];
+        m = mx;
+        if (t < dv) {
+            float acc = o * a0;
+            int nj = min(256, P + 1 - j0);
+            for (int jj = 0; jj < nj; jj++)
+                acc = fmaf(ps[jj], kvb[((size_t)(j0 + jj) * H + h) * dkv + dn + t], acc);
+            o = acc;
+        }
+        __syncthreads();
+    }
+    if (t < dv)
+        out[((size_t)i * H + h) * dv + t] = o / l;
+}
+
+grpo_err
+grpo_cu__mla_naive(cu_state *s, int n, int pos0, int H, int dn, int dr, int dv, const float *q,
+                   const float *kvb, const float *const *d_pages, int page_len, int kr_stride,
+                   int kr_off, float scale, float *out)
+{
+    if (dv > 256 || dn + dr > 512)
+        return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla prefill: head dims %d+%d / %d too large",
+                          dn, dr, dv);
+    if (n <= 0 || H <= 0)
+        return GRPO_OK;
+    mla_naive_k<<<dim3((unsigned)n, (unsigned)H), 256, 0, s->stream>>>(
+        pos0, H, dn, dr, dv, q, kvb, d_pages, page_len, kr_stride, kr_off, scale, out);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}

@@ -1,0 +1,562 @@
+/* The CUDA op table (kernels.h) in its two modes (cuda_backend.h): device pointers, or host
+ * pointers staged through the device per op. Also the backend state, the translation of CUDA and
+ * cuBLASLt errors, and the memory helpers the tests and benchmarks use. */
+#include "kernels/cuda/cuda_int.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+grpo_err
+grpo_cu__err(cudaError_t e, const char *what)
+{
+    return grpo__fail(e == cudaErrorMemoryAllocation ? GRPO_ENOMEM : GRPO_EIO, "cuda: %s: %s (%s)",
+                      what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+grpo_err
+grpo_cu__lt_err(cublasStatus_t st, const char *what)
+{
+    return grpo__fail(st == CUBLAS_STATUS_NOT_SUPPORTED ? GRPO_EUNSUPPORTED : GRPO_EIO,
+                      "cuBLASLt: %s: status %d", what, (int)st);
+}
+
+void
+grpo_cu__note(cu_state *s, grpo_err err)
+{
+    if (err != GRPO_OK && s->first_err == GRPO_OK)
+        s->first_err = err;
+}
+
+grpo_err
+grpo_cu__reserve(cu_buf *b, size_t n)
+{
+    if (b->n >= n && b->d != NULL)
+        return GRPO_OK;
+    if (b->d != NULL)
+        cudaFree(b->d); /* callers reserve between ops, never while a kernel uses b */
+    b->d = NULL, b->n = 0;
+    size_t want = n < 256 ? 256 : n + n / 4;
+    CU_TRY(cudaMalloc(&b->d, want));
+    b->n = want;
+    return GRPO_OK;
+}
+
+extern "C" int
+grpo_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess)
+        return 0;
+    return n;
+}
+
+extern "C" grpo_err
+grpo_cuda_device_name(int dev, char *buf, size_t n)
+{
+    cudaDeviceProp p;
+    CU_TRY(cudaGetDeviceProperties(&p, dev));
+    snprintf(buf, n, "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major, p.minor,
+             p.multiProcessorCount, (double)p.totalGlobalMem / (1 << 30));
+    return GRPO_OK;
+}
+
+extern "C" grpo_err
+grpo_cuda_malloc(void **d, size_t n)
+{
+    *d = NULL;
+    CU_TRY(cudaMalloc(d, n ? n : 1));
+    return GRPO_OK;
+}
+
+extern "C" void
+grpo_cuda_free(void *d)
+{
+    if (d != NULL)
+        cudaFree(d);
+}
+
+extern "C" grpo_err
+grpo_cuda_h2d(void *d, const void *h, size_t n)
+{
+    CU_TRY(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return GRPO_OK;
+}
+
+extern "C" grpo_err
+grpo_cuda_d2h(void *h, const void *d, size_t n)
+{
+    CU_TRY(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+    return GRPO_OK;
+}
+
+extern "C" grpo_err
+grpo_cuda_sync(void)
+{
+    CU_TRY(cudaDeviceSynchronize());
+    return GRPO_OK;
+}
+
+/* ---- staging (GRPO_CUDA_STAGED) ---- */
+
+static size_t
+span(int rows, size_t ld, size_t last)
+{
+    return rows > 0 ? ((size_t)(rows - 1) * ld + last) * sizeof(float) : 0;
+}
+
+/* Copies n bytes at h into staging slot `slot`; returns the device copy (NULL on error). */
+static void *
+stage_in(cu_state *s, int slot, const void *h, size_t n, grpo_err *err)
+{
+    if (*err != GRPO_OK)
+        return NULL;
+    if ((*err = grpo_cu__reserve(&s->stage[slot], n)) != GRPO_OK)
+        return NULL;
+    cudaError_t e = cudaMemcpyAsync(s->stage[slot].d, h, n, cudaMemcpyHostToDevice, s->stream);
+    if (e != cudaSuccess) {
+        *err = grpo_cu__err(e, "stage in");
+        return NULL;
+    }
+    return s->stage[slot].d;
+}
+
+static void
+stage_out(cu_state *s, int slot, void *h, size_t n, grpo_err *err)
+{
+    if (*err != GRPO_OK)
+        return;
+    cudaError_t e = cudaMemcpyAsync(h, s->stage[slot].d, n, cudaMemcpyDeviceToHost, s->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess)
+        *err = grpo_cu__err(e, "stage out");
+}
+
+/* The device copy of a long-lived host range (weights, norms, biases), uploaded once. */
+static const void *
+cached(cu_state *s, const void *h, size_t n, grpo_err *err)
+{
+    if (*err != GRPO_OK || h == NULL)
+        return NULL;
+    for (int i = 0; i < s->n_cache; i++)
+        if (s->cache[i].h == h && s->cache[i].n >= n)
+            return s->cache[i].d;
+    if (s->n_cache == s->cap_cache) {
+        int cap = s->cap_cache ? 2 * s->cap_cache : 64;
+        cu_cached *c = (cu_cached *)realloc(s->cache, (size_t)cap * sizeof *c);
+        if (c == NULL) {
+            *err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+            return NULL;
+        }
+        s->cache = c, s->cap_cache = cap;
+    }
+    void *d = NULL;
+    cudaError_t e = cudaMalloc(&d, n ? n : 1);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudaFree(d);
+        *err = grpo_cu__err(e, "upload weights");
+        return NULL;
+    }
+    s->cache[s->n_cache++] = (cu_cached){h, n, d};
+    return d;
+}
+
+static grpo_kw
+stage_kw(cu_state *s, const grpo_kw *w, grpo_err *err)
+{
+    grpo_kw d = *w;
+    d.data = cached(s, w->data, (size_t)w->rows * w->cols * grpo_dtype_size(w->dt), err);
+    if (w->dt == GRPO_DT_F8E4M3) {
+        size_t grows = (size_t)(w->row0 + w->rows + w->br - 1) / (size_t)w->br;
+        d.scale = (const float *)cached(s, w->scale, grows * w->scale_cols * sizeof(float), err);
+    }
+    return d;
+}
+
+static int
+staged(grpo_kernels *k)
+{
+    return cu_of(k)->mode == GRPO_CUDA_STAGED;
+}
+
+/* ---- the op table ---- */
+
+static void
+t_gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
+{
+    cu_state *s = cu_of(k);
+    grpo_err err = GRPO_OK;
+    if (!staged(k)) {
+        grpo_cu__note(s, grpo_cu__gemm(s, M, x, ldx, w, y, ldy));
+        return;
+    }
+    grpo_kw dw = stage_kw(s, w, &err);
+    size_t ny = span(M, ldy, w->rows);
+    float *dx = (float *)stage_in(s, 0, x, span(M, ldx, w->cols), &err);
+    float *dy = (float *)stage_in(s, 1, y, ny, &err);
+    if (err == GRPO_OK)
+        err = grpo_cu__gemm(s, M, dx, ldx, &dw, dy, ldy);
+    stage_out(s, 1, y, ny, &err);
+    grpo_cu__note(s, err);
+}
+
+static void
+heads(grpo_kernels *k, int trans, int M, int H, const float *x, int ldx, int xhs,
+      const grpo_kw *w, int wrs, int NK, float *y, int ldy, int yhs)
+{
+    cu_state *s = cu_of(k);
+    int N = trans ? w->cols : NK, K = trans ? NK : w->cols;
+    grpo_err err = GRPO_OK;
+    if (!staged(k)) {
+        grpo_cu__note(s, grpo_cu__gemm_generic(s, M, H, x, ldx, xhs, w, wrs, N, K, trans, y, ldy,
+                                               yhs));
+        return;
+    }
+    grpo_kw dw = stage_kw(s, w, &err);
+    size_t nx = span(M, ldx, (size_t)(H - 1) * xhs + K), ny = span(M, ldy, (size_t)(H - 1) * yhs + N);
+    float *dx = (float *)stage_in(s, 0, x, nx, &err);
+    float *dy = (float *)stage_in(s, 1, y, ny, &err);
+    if (err == GRPO_OK)
+        err = grpo_cu__gemm_generic(s, M, H, dx, ldx, xhs, &dw, wrs, N, K, trans, dy, ldy, yhs);
+    stage_out(s, 1, y, ny, &err);
+    grpo_cu__note(s, err);
+}
+
+static void
+t_gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs, const grpo_kw *w,
+             int wrs, int N, float *y, int ldy, int yhs)
+{
+    heads(k, 0, M, H, x, ldx, xhs, w, wrs, N, y, ldy, yhs);
+}
+
+static void
+t_gemm_t_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs, const grpo_kw *w,
+               int wrs, int K, float *y, int ldy, int yhs)
+{
+    heads(k, 1, M, H, x, ldx, xhs, w, wrs, K, y, ldy, yhs);
+}
+
+static void
+t_rmsnorm(grpo_kernels *k, int M, const float *x, int ldx, const float *wt, int n, float eps,
+          float *y, int ldy)
+{
+    cu_state *s = cu_of(k);
+    grpo_err err = GRPO_OK;
+    if (!staged(k)) {
+        grpo_cu__note(s, grpo_cu__rmsnorm(s, M, x, ldx, wt, n, eps, y, ldy));
+        return;
+    }
+    const float *dw = (const float *)cached(s, wt, (size_t)n * sizeof(float), &err);
+    size_t ny = span(M, ldy, n);
+    float *dx = (float *)stage_in(s, 0, x, span(M, ldx, n), &err);
+    float *dy = y == x && ldy == ldx ? dx : (float *)stage_in(s, 1, y, ny, &err);
+    if (err == GRPO_OK)
+        err = grpo_cu__rmsnorm(s, M, dx, ldx, dw, n, eps, dy, ldy);
+    stage_out(s, dy == dx ? 0 : 1, y, ny, &err);
+    grpo_cu__note(s, err);
+}
+
+static void
+t_rope(grpo_kernels *k, int M, float *x, int ld, int nh, int hs, int dim, const int32_t *pos,
+       const float *inv_freq, float mscale, int interleave)
+{
+    cu_state *s = cu_of(k);
+    grpo_err err = GRPO_OK;
+    if (!staged(k)) {
+        grpo_cu__note(s, grpo_cu__rope(s, M, x, ld, nh, hs, dim, pos, inv_freq, mscale, interleave));
+        return;
+    }
+    size_t nx = span(M, ld, (size_t)(nh - 1) * hs + dim);
+    const float *df = (const float *)cached(s, inv_freq, (size_t)(dim / 2) * sizeof(float), &err);
+    float *dx = (float *)stage_in(s, 0, x, nx, &err);
+    int32_t *dp = (int32_t *)stage_in(s, 1, pos, (size_t)M * sizeof *pos, &err);
+    if (err == GRPO_OK)
+        err = grpo_cu__rope(s, M, dx, ld, nh, hs, dim, dp, df, mscale, interleave);
+    stage_out(s, 0, x, nx, &err);
+    grpo_cu__note(s, err);
+}
+
+static void
+t_silu_mul(grpo_kernels *k, int M, int n, const float *g, int ldg, const float *u, int ldu,
+           float *y, int ldy)
+{
+    cu_state *s = cu_of(k);
+    grpo_err err = GRPO_OK;
+    if (!staged(k)) {
+        grpo_cu__note(s, grpo_cu__silu_mul(s, M, n, g, ldg, u, ldu, y, ldy));
+        return;
+    }
+    size_t ny = span(M, ldy, n);
+    float *dg = (float *)stage_in(s, 0, g, span(M, ldg, n), &err);
+    float *du = (float *)stage_in(s, 1, u, span(M, ldu, n), &err);
+    float *dy = y == g && ldy == ldg ? dg : y == u && ldy == ldu ? du
+                                                                 : (float *)stage_in(s, 2, y, ny, &err);
+    if (err == GRPO_OK)
+        err = grpo_cu__silu_mul(s, M, n, dg, ldg, du, ldu, dy, ldy);
+    stage_out(s, dy == dg ? 0 : dy == du ? 1 : 2, y, ny, &err);
+    grpo_cu__note(s, err);
+}
+
+static void
+t_embed(grpo_kernels *k, int M, const int32_t *tokens, const grpo_kw *w, float *y, int ldy)
+{
+    cu_state *s = cu_of(k);
+    grpo_err err = GRPO_OK;
+    if (!staged(k)) {
+        grpo_cu__note(s, grpo_cu__embed(s, M, tokens, w, y, ldy));
+        return;
+    }
+    grpo_kw dw = stage_kw(s, w, &err);
+    size_t ny = span(M, ldy, w->cols);
+    int32_t *dt = (int32_t *)stage_in(s, 0, tokens, (size_t)M * sizeof *tokens, &err);
+    float *dy = (float *)stage_in(s, 1, y, ny, &err);
+    if (err == GRPO_OK)
+        err = grpo_cu__embed(s, M, dt, &dw, dy, ldy);
+    stage_out(s, 1, y, ny, &err);
+    grpo_cu__note(s, err);
+}
+
+static void
+t_router(grpo_kernels *k, int M, const float *logits, int E, const float *bias, int n_group,
+         int topk_group, int top_k, int norm, float scale, int32_t *idx, float *wts)
+{
+    cu_state *s = cu_of(k);
+    grpo_err err = GRPO_OK;
+    if (!staged(k)) {
+        grpo_cu__note(s, grpo_cu__router(s, M, logits, E, bias, n_group, topk_group, top_k, norm,
+                                         scale, idx, wts));
+        return;
+    }
+    size_t no = (size_t)M * top_k * 4;
+    const float *db = (const float *)cached(s, bias, (size_t)E * sizeof(float), &err);
+    float *dl = (float *)stage_in(s, 0, logits, (size_t)M * E * sizeof(float), &err);
+    int32_t *di = (int32_t *)stage_in(s, 1, idx, no, &err);
+    float *dw = (float *)stage_in(s, 2, wts, no, &err);
+    if (err == GRPO_OK)
+        err = grpo_cu__router(s, M, dl, E, db, n_group, topk_group, top_k, norm, scale, di, dw);
+    stage_out(s, 1, idx, no, &err);
+    stage_out(s, 2, wts, no, &err);
+    grpo_cu__note(s, err);
+}
+
+/* Device array of `n` page pointers in slot `slot`. In staged mode each distinct host page is
+ * first copied (its first `rows[i]` rows of `stride` floats, `tail` floats in the last row). */
+static const float *const *
+page_ptrs(cu_state *s, int slot, const float *const *pages, const int *rows, int n, int stride,
+          int tail, grpo_err *err)
+{
+    const float **dp = (const float **)malloc((size_t)(n ? n : 1) * sizeof *dp);
+    if (dp == NULL) {
+        *err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+        return NULL;
+    }
+    if (s->mode == GRPO_CUDA_STAGED) {
+        size_t tot = 0, *off = (size_t *)malloc((size_t)(n ? n : 1) * sizeof *off);
+        if (off == NULL) {
+            free(dp);
+            *err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+            return NULL;
+        }
+        for (int i = 0; i < n; i++) {
+            off[i] = tot;
+            tot += span(rows[i], (size_t)stride, (size_t)tail) / sizeof(float);
+        }
+        if ((*err = grpo_cu__reserve(&s->stage[6], tot * sizeof(float))) == GRPO_OK)
+            for (int i = 0; i < n && *err == GRPO_OK; i++) {
+                float *d = (float *)s->stage[6].d + off[i];
+                cudaError_t e = cudaMemcpyAsync(d, pages[i], span(rows[i], (size_t)stride,
+                                                                  (size_t)tail),
+                                                cudaMemcpyHostToDevice, s->stream);
+                if (e != cudaSuccess)
+                    *err = grpo_cu__err(e, "stage pages");
+                dp[i] = d;
+            }
+        free(off);
+    } else {
+        memcpy(dp, pages, (size_t)n * sizeof *dp);
+    }
+    const float *const *out = NULL;
+    if (*err == GRPO_OK && (*err = grpo_cu__reserve(&s->stage[slot], (size_t)(n ? n : 1) *
+                                                                        sizeof *dp)) == GRPO_OK) {
+        cudaError_t e = cudaMemcpyAsync(s->stage[slot].d, dp, (size_t)n * sizeof *dp,
+                                        cudaMemcpyHostToDevice, s->stream);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(s->stream); /* dp is freed below */
+        if (e != cudaSuccess)
+            *err = grpo_cu__err(e, "page table");
+        else
+            out = (const float *const *)s->stage[slot].d;
+    }
+    free(dp);
+    return out;
+}
+
+static void
+t_mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv, const float *q,
+            const float *kvb, const float *const *pages, int page_len, int kr_stride, int kr_off,
+            float scale, float *out)
+{
+    cu_state *s = cu_of(k);
+    grpo_err err = GRPO_OK;
+    int L = pos0 + n, np = (L + page_len - 1) / page_len;
+    int *rows = (int *)malloc((size_t)(np ? np : 1) * sizeof *rows);
+    if (rows == NULL) {
+        grpo_cu__note(s, grpo__fail(GRPO_ENOMEM, "cuda: out of memory"));
+        return;
+    }
+    for (int i = 0; i < np; i++)
+        rows[i] = L - i * page_len < page_len ? L - i * page_len : page_len;
+    const float *const *dp = page_ptrs(s, 7, pages, rows, np, kr_stride, kr_off + dr, &err);
+    free(rows);
+    if (!staged(k)) {
+        if (err == GRPO_OK)
+            err = grpo_cu__mla_naive(s, n, pos0, H, dn, dr, dv, q, kvb, dp, page_len, kr_stride,
+                                     kr_off, scale, out);
+        grpo_cu__note(s, err);
+        return;
+    }
+    size_t no = (size_t)n * H * dv * sizeof(float);
+    float *dq = (float *)stage_in(s, 0, q, (size_t)n * H * (dn + dr) * sizeof(float), &err);
+    float *dk = (float *)stage_in(s, 1, kvb, (size_t)L * H * (dn + dv) * sizeof(float), &err);
+    float *dout = (float *)stage_in(s, 2, out, no, &err);
+    if (err == GRPO_OK)
+        err = grpo_cu__mla_naive(s, n, pos0, H, dn, dr, dv, dq, dk, dp, page_len, kr_stride,
+                                 kr_off, scale, dout);
+    stage_out(s, 2, out, no, &err);
+    grpo_cu__note(s, err);
+}
+
+static void
+t_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, const float *qr,
+               const float *const *const *pages_of, const int32_t *len, int page_len,
+               int row_stride, float scale, float *ol)
+{
+    cu_state *s = cu_of(k);
+    grpo_err err = GRPO_OK;
+    int maxp = 1;
+    for (int b = 0; b < B; b++)
+        maxp = len[b] > maxp * page_len ? (len[b] + page_len - 1) / page_len : maxp;
+    size_t n = (size_t)B * maxp;
+    const float **flat = (const float **)calloc(n ? n : 1, sizeof *flat);
+    int *rows = (int *)calloc(n ? n : 1, sizeof *rows);
+    if (flat == NULL || rows == NULL) {
+        free(flat), free(rows);
+        grpo_cu__note(s, grpo__fail(GRPO_ENOMEM, "cuda: out of memory"));
+        return;
+    }
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < maxp && i * page_len < len[b]; i++) {
+            flat[(size_t)b * maxp + i] = pages_of[b][i];
+            rows[(size_t)b * maxp + i] =
+                len[b] - i * page_len < page_len ? len[b] - i * page_len : page_len;
+        }
+    if (staged(k)) /* absent entries stay NULL with 0 rows */
+        for (size_t i = 0; i < n; i++)
+            if (flat[i] == NULL)
+                flat[i] = ql;
+    const float *const *dp = page_ptrs(s, 7, flat, rows, (int)n, row_stride, dc + dr, &err);
+    free(flat), free(rows);
+    if (!staged(k)) {
+        if (err == GRPO_OK)
+            err = grpo_cu__mla_decode(s, B, H, dc, dr, ql, qr, dp, maxp, len, page_len,
+                                      row_stride, scale, ol);
+        grpo_cu__note(s, err);
+        return;
+    }
+    size_t nq = (size_t)B * H * dc * sizeof(float);
+    float *dql = (float *)stage_in(s, 0, ql, nq, &err);
+    float *dqr = (float *)stage_in(s, 1, qr, (size_t)B * H * dr * sizeof(float), &err);
+    float *dol = (float *)stage_in(s, 2, ol, nq, &err);
+    if (err == GRPO_OK)
+        err = grpo_cu__mla_decode(s, B, H, dc, dr, dql, dqr, dp, maxp, len, page_len, row_stride,
+                                  scale, dol);
+    stage_out(s, 2, ol, nq, &err);
+    grpo_cu__note(s, err);
+}
+
+extern "C" grpo_err
+grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
+{
+    *out = NULL;
+    grpo_kernels *k = (grpo_kernels *)calloc(1, sizeof *k);
+    cu_state *s = (cu_state *)calloc(1, sizeof *s);
+    if (k == NULL || s == NULL) {
+        free(k), free(s);
+        return grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+    }
+    s->device = device, s->mode = mode, s->policy = policy;
+    k->name = "cuda";
+    k->impl = s;
+    k->n_threads = 1;
+    k->gemm = t_gemm;
+    k->gemm_heads = t_gemm_heads;
+    k->gemm_t_heads = t_gemm_t_heads;
+    k->rmsnorm = t_rmsnorm;
+    k->rope = t_rope;
+    k->silu_mul = t_silu_mul;
+    k->embed = t_embed;
+    k->router = t_router;
+    k->mla_naive = t_mla_naive;
+    k->mla_absorbed = t_mla_absorbed;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    grpo_err err = e == cudaSuccess ? GRPO_OK : grpo_cu__err(e, "device set-up");
+    if (err == GRPO_OK) {
+        cublasStatus_t st = cublasLtCreate(&s->lt);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            err = grpo_cu__lt_err(st, "cublasLtCreate");
+    }
+    if (err != GRPO_OK) {
+        grpo_kernels_cuda_destroy(k);
+        return err;
+    }
+    *out = k;
+    return GRPO_OK;
+}
+
+extern "C" void
+grpo_kernels_cuda_destroy(grpo_kernels *k)
+{
+    if (k == NULL)
+        return;
+    cu_state *s = cu_of(k);
+    if (s != NULL) {
+        if (s->stream)
+            cudaStreamSynchronize(s->stream);
+        for (int i = 0; i < s->n_cache; i++)
+            cudaFree(s->cache[i].d);
+        free(s->cache);
+        for (int i = 0; i < 6; i++)
+            cudaFree(s->ws[i].d);
+        for (int i = 0; i < 8; i++)
+            cudaFree(s->stage[i].d);
+        cudaFree(s->lt_ws.d);
+        if (s->lt)
+            cublasLtDestroy(s->lt);
+        if (s->stream)
+            cudaStreamDestroy(s->stream);
+        free(s);
+    }
+    free(k);
+}
+
+extern "C" grpo_err
+grpo_kernels_cuda_status(grpo_kernels *k)
+{
+    cu_state *s = cu_of(k);
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (s->first_err != GRPO_OK)
+        return s->first_err;
+    if (e != cudaSuccess)
+        return s->first_err = grpo_cu__err(e, "stream");
+    return GRPO_OK;
+}
+
+extern "C" void *
+grpo_kernels_cuda_stream(grpo_kernels *k)
+{
+    return (void *)cu_of(k)->stream;
+}

@@ -1,0 +1,25 @@
+# kernels/cuda (issue 10). Host-side planning tests run everywhere (label cpu; the planning library
+# is plain C, so it is built here too when the CUDA backend is off). GPU tests (label gpu) compare
+# every CUDA op, the GPU sampler and the tiny models with the CPU backend; they exit 77 without a
+# device. They are plain C (no cmocka) so GRPO_GPU_ONLY hosts can build them. See tests/gpu/run.sh.
+if(NOT TARGET grpo_cuda_plan)
+  add_library(grpo_cuda_plan STATIC ${PROJECT_SOURCE_DIR}/kernels/cuda/plan.c)
+  target_link_libraries(grpo_cuda_plan PUBLIC grpo_common)
+endif()
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(cuda_host_plan_test SOURCES cuda_host_plan_test.c LIBS grpo_cuda_plan grpo_common
+                TIMEOUT 60)
+endif()
+
+if(TARGET grpo_cuda)
+  grpo_add_test(cuda_ops_test SOURCES gpu/cuda_ops_test.c LIBS grpo_cuda grpo_kernels grpo_common m
+                LABELS gpu TIMEOUT 300)
+  # The CPU sampler is compiled in (GPU-only hosts do not build the engine library).
+  grpo_add_test(cuda_sample_test SOURCES gpu/cuda_sample_test.c
+                ${PROJECT_SOURCE_DIR}/rollout/engine/sampler.c ${PROJECT_SOURCE_DIR}/rollout/engine/rng.c
+                LIBS grpo_cuda grpo_common m LABELS gpu TIMEOUT 300)
+  if(TARGET grpo_model)
+    grpo_add_test(cuda_model_test SOURCES gpu/cuda_model_test.c LIBS grpo_cuda grpo_model grpo_common m
+                  LABELS gpu TIMEOUT 300)
+  endif()
+endif()

@@ -1,0 +1,524 @@
+/* Every CUDA op against its CPU twin (kernels/cpu) on fresh random inputs of several shapes, in
+ * the op table's device mode, plus the direct APIs (FP8 quantization, cuBLASLt FP8/BF16 GEMMs,
+ * fused add+RMSNorm, MoE plan/permute/grouped GEMM/combine). Tolerances by dtype: fp32 paths
+ * 1e-5 relative (of sum |x w| per GEMM element, of max |ref| elsewhere); BF16 tensor cores 1e-2;
+ * FP8 GEMMs 1 - 2 sum xy / sum (x^2 + y^2) < 1e-3. Exit 77 without a device. */
+#include "tests/gpu/gpu_test.h"
+#include "kernels/cuda/plan.h"
+
+static grpo_kernels *cpu, *gpu, *gpu_fast;
+
+/* ---- weights ---- */
+
+typedef struct {
+    grpo_kw h, d; /* host and device views of the same weight */
+    void *hd, *dd;
+    float *hs, *ds;
+} wt;
+
+static void
+wt_make(wt *w, grpo_dtype dt, int rows, int cols)
+{
+    memset(w, 0, sizeof *w);
+    size_t n = (size_t)rows * cols, es = grpo_dtype_size(dt);
+    w->hd = malloc(n * es);
+    for (size_t i = 0; i < n; i++) {
+        float v = gt_frand();
+        if (dt == GRPO_DT_F32)
+            ((float *)w->hd)[i] = v * 0.1f;
+        else if (dt == GRPO_DT_BF16 || dt == GRPO_DT_F16)
+            ((uint16_t *)w->hd)[i] = dt == GRPO_DT_BF16 ? grpo_f32_to_bf16(v * 0.1f)
+                                                        : (uint16_t)(0x2c00 + (gt_rng >> 50) % 0x800 +
+                                                                     (v < 0) * 0x8000);
+        else { /* random E4M3 codes, NaN codes excluded */
+            uint8_t c = (uint8_t)(gt_rng >> 33);
+            ((uint8_t *)w->hd)[i] = (c & 0x7f) == 0x7f ? 0x3e : c;
+        }
+    }
+    w->h = (grpo_kw){.data = w->hd, .dt = dt, .rows = rows, .cols = cols};
+    if (dt == GRPO_DT_F8E4M3) {
+        int sr = (rows + 127) / 128, sc = (cols + 127) / 128;
+        w->hs = malloc((size_t)sr * sc * sizeof(float));
+        for (int i = 0; i < sr * sc; i++)
+            w->hs[i] = (1.5f + gt_frand()) * 1e-3f;
+        w->h.scale = w->hs, w->h.br = 128, w->h.bc = 128, w->h.scale_cols = sc;
+        w->ds = gt_up(w->hs, (size_t)sr * sc * sizeof(float));
+    }
+    w->dd = gt_up(w->hd, n * es);
+    w->d = w->h;
+    w->d.data = w->dd, w->d.scale = w->ds;
+}
+
+static void
+wt_free(wt *w)
+{
+    free(w->hd), free(w->hs);
+    grpo_cuda_free(w->dd), grpo_cuda_free(w->ds);
+}
+
+static grpo_kw
+view(const grpo_kw *w, int r0, int n)
+{
+    return grpo_kw_rows(w, r0, n);
+}
+
+/* per element |y - ref| <= tol * sum_k |x w| (the scale of the rounding error of a dot product) */
+static void
+check_gemm(const char *what, int M, int N, int K, const float *x, int ldx, const grpo_kw *w,
+           const float *y, const float *ref, int ldy, double tol)
+{
+    float *row = malloc((size_t)K * sizeof *row);
+    double worst = 0;
+    for (int n = 0; n < N; n++) {
+        grpo_kw_dequant_row(w, n, 0, K, row);
+        for (int m = 0; m < M; m++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += fabs((double)x[(size_t)m * ldx + k] * row[k]);
+            double d = fabs((double)y[(size_t)m * ldy + n] - ref[(size_t)m * ldy + n]) / (s + 1e-30);
+            worst = isnan(d) ? INFINITY : d > worst ? d : worst;
+        }
+    }
+    printf("  %-40s M=%-4d N=%-5d K=%-5d worst %.3g (tol %.0e)\n", what, M, N, K, worst, tol);
+    GT_CHECK(worst <= tol, "%s: error %.3g > %.0e", what, worst, tol);
+    free(row);
+}
+
+/* ---- GEMMs ---- */
+
+static void
+gemm_case(grpo_kernels *g, const char *what, grpo_dtype dt, int M, int N, int K, int r0,
+          double tol, int similarity)
+{
+    wt w;
+    wt_make(&w, dt, N + r0, K);
+    grpo_kw hv = view(&w.h, r0, N), dv = view(&w.d, r0, N);
+    int ldx = K + 3, ldy = N + 4;
+    float *x = gt_rand((size_t)M * ldx, 1.0f), *y = gt_rand((size_t)M * ldy, 1.0f);
+    float *ref = malloc((size_t)M * ldy * sizeof *ref);
+    memcpy(ref, y, (size_t)M * ldy * sizeof *ref);
+    cpu->gemm(cpu, M, x, ldx, &hv, ref, ldy);
+    float *dx = gt_up(x, (size_t)M * ldx * 4), *dy = gt_up(y, (size_t)M * ldy * 4);
+    g->gemm(g, M, dx, ldx, &dv, dy, ldy);
+    GT_OK(grpo_kernels_cuda_status(g));
+    gt_down(y, dy, (size_t)M * ldy * 4);
+    char name[96];
+    snprintf(name, sizeof name, "%s %s r0=%d", what, grpo_dtype_name(dt), r0);
+    if (similarity) {
+        double worst = 0;
+        for (int m = 0; m < M; m++) {
+            double d = gt_diff(y + (size_t)m * ldy, ref + (size_t)m * ldy, (size_t)N);
+            worst = d > worst || isnan(d) ? d : worst;
+        }
+        printf("  %-40s M=%-4d N=%-5d K=%-5d diff %.3g (tol %.0e)\n", name, M, N, K, worst, tol);
+        GT_CHECK(worst < tol, "%s: diff %.3g", name, worst);
+    } else {
+        check_gemm(name, M, N, K, x, ldx, &hv, y, ref, ldy, tol);
+    }
+    /* the padding between rows is untouched */
+    for (int m = 0; m < M; m++)
+        for (int n = N; n < ldy; n++)
+            GT_CHECK(y[(size_t)m * ldy + n] == ref[(size_t)m * ldy + n], "%s: padding written", name);
+    free(x), free(y), free(ref);
+    grpo_cuda_free(dx), grpo_cuda_free(dy);
+    wt_free(&w);
+}
+
+static void
+test_gemm(void)
+{
+    printf("gemm (exact policy: generic kernel)\n");
+    const int sh[][3] = {{1, 160, 256}, {7, 300, 200}, {64, 512, 384}, {130, 96, 1000}};
+    grpo_dtype dts[] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F16, GRPO_DT_F8E4M3};
+    for (int d = 0; d < 4; d++)
+        for (int s = 0; s < 4; s++)
+            gemm_case(gpu, "gemm", dts[d], sh[s][0], sh[s][1], sh[s][2], 0, 1e-5, 0);
+    gemm_case(gpu, "gemm view", GRPO_DT_F8E4M3, 5, 200, 256, 64, 1e-5, 0);
+    printf("gemm (fast policy: cuBLASLt FP8 block-scaled, BF16)\n");
+    const int fs[][3] = {{1, 512, 1024}, {4, 2112, 7168}, {64, 1536, 512}, {200, 160, 256},
+                         {33, 256, 384}};
+    for (int s = 0; s < 5; s++)
+        gemm_case(gpu_fast, "gemm fast", GRPO_DT_F8E4M3, fs[s][0], fs[s][1], fs[s][2], 0, 1e-3, 1);
+    gemm_case(gpu_fast, "gemm fast view", GRPO_DT_F8E4M3, 16, 256, 512, 128, 1e-3, 1);
+    for (int s = 0; s < 5; s++)
+        gemm_case(gpu_fast, "gemm fast", GRPO_DT_BF16, fs[s][0], fs[s][1], fs[s][2], 0, 1e-2, 0);
+}
+
+static void
+heads_case(int trans, int M, int H, int X, int Y)
+{
+    /* trans = 0 (W_UV): W rows h*wrs + n (n < Y), cols X; trans = 1 (W_UK): rows h*wrs + d
+     * (d < X), cols Y. */
+    int wrs = trans ? X + 8 : Y + 8;
+    wt w;
+    wt_make(&w, GRPO_DT_BF16, H * wrs, trans ? Y : X);
+    int xhs = X + 2, yhs = Y + 1, ldx = H * xhs + 3, ldy = H * yhs + 5;
+    float *x = gt_rand((size_t)M * ldx, 1.0f), *y = gt_rand((size_t)M * ldy, 1.0f);
+    float *ref = malloc((size_t)M * ldy * 4);
+    memcpy(ref, y, (size_t)M * ldy * 4);
+    float *dx = gt_up(x, (size_t)M * ldx * 4), *dy = gt_up(y, (size_t)M * ldy * 4);
+    if (trans) {
+        cpu->gemm_t_heads(cpu, M, H, x, ldx, xhs, &w.h, wrs, X, ref, ldy, yhs);
+        gpu->gemm_t_heads(gpu, M, H, dx, ldx, xhs, &w.d, wrs, X, dy, ldy, yhs);
+    } else {
+        cpu->gemm_heads(cpu, M, H, x, ldx, xhs, &w.h, wrs, Y, ref, ldy, yhs);
+        gpu->gemm_heads(gpu, M, H, dx, ldx, xhs, &w.d, wrs, Y, dy, ldy, yhs);
+    }
+    GT_OK(grpo_kernels_cuda_status(gpu));
+    gt_down(y, dy, (size_t)M * ldy * 4);
+    double r = gt_rel(y, ref, (size_t)M * ldy);
+    printf("  %-40s M=%d H=%d in=%d out=%d rel %.3g\n", trans ? "gemm_t_heads" : "gemm_heads", M,
+           H, X, Y, r);
+    GT_CHECK(r <= 1e-5, "heads trans=%d rel %.3g", trans, r);
+    free(x), free(y), free(ref);
+    grpo_cuda_free(dx), grpo_cuda_free(dy);
+    wt_free(&w);
+}
+
+/* ---- row ops ---- */
+
+static void
+compare(const char *what, const float *dev, const float *ref, size_t n, double tol)
+{
+    double r = gt_rel(dev, ref, n);
+    printf("  %-40s rel %.3g (tol %.0e)\n", what, r, tol);
+    GT_CHECK(r <= tol, "%s: rel %.3g", what, r);
+}
+
+static void
+test_rows(void)
+{
+    printf("row ops\n");
+    for (int c = 0; c < 2; c++) { /* rmsnorm, and the fused residual add + rmsnorm */
+        int M = c ? 64 : 7, n = c ? 7168 : 100, ld = n + 3;
+        float *x = gt_rand((size_t)M * ld, 3.0f), *w = gt_rand((size_t)n, 1.0f);
+        float *res = gt_rand((size_t)M * ld, 1.0f), *y = malloc((size_t)M * ld * 4);
+        float *ref = malloc((size_t)M * ld * 4), *sum = malloc((size_t)M * ld * 4);
+        float *dx = gt_up(x, (size_t)M * ld * 4), *dw = gt_up(w, (size_t)n * 4);
+        float *dres = gt_up(res, (size_t)M * ld * 4), *dy = gt_up(x, (size_t)M * ld * 4);
+        cpu->rmsnorm(cpu, M, x, ld, w, n, 1e-6f, ref, ld);
+        gpu->rmsnorm(gpu, M, dx, ld, dw, n, 1e-6f, dy, ld);
+        GT_OK(grpo_kernels_cuda_status(gpu));
+        gt_down(y, dy, (size_t)M * ld * 4);
+        for (int m = 0; m < M; m++)
+            memset(y + (size_t)m * ld + n, 0, 12), memset(ref + (size_t)m * ld + n, 0, 12);
+        compare("rmsnorm", y, ref, (size_t)M * ld, 1e-5);
+        /* fused: x += res; y = rmsnorm(x) */
+        for (size_t i = 0; i < (size_t)M * ld; i++)
+            sum[i] = x[i] + res[i];
+        cpu->rmsnorm(cpu, M, sum, ld, w, n, 1e-6f, ref, ld);
+        GT_OK(grpo_cuda_add_rmsnorm(gpu, M, n, dx, ld, dres, ld, dw, 1e-6f, dy, ld));
+        GT_OK(grpo_kernels_cuda_status(gpu));
+        gt_down(y, dy, (size_t)M * ld * 4);
+        for (int m = 0; m < M; m++)
+            memset(y + (size_t)m * ld + n, 0, 12), memset(ref + (size_t)m * ld + n, 0, 12);
+        compare("add + rmsnorm (fused)", y, ref, (size_t)M * ld, 1e-5);
+        gt_down(y, dx, (size_t)M * ld * 4);
+        for (int m = 0; m < M; m++)
+            memset(y + (size_t)m * ld + n, 0, 12), memset(sum + (size_t)m * ld + n, 0, 12);
+        compare("add + rmsnorm: residual stream", y, sum, (size_t)M * ld, 1e-7);
+        free(x), free(w), free(res), free(y), free(ref), free(sum);
+        grpo_cuda_free(dx), grpo_cuda_free(dw), grpo_cuda_free(dres), grpo_cuda_free(dy);
+    }
+    for (int il = 0; il < 2; il++) { /* rope on the rope part of 128 heads of 192 */
+        int M = 9, H = 128, hs = 192, dim = 64, ld = H * hs;
+        float *x = gt_rand((size_t)M * ld, 1.0f), *ref = malloc((size_t)M * ld * 4);
+        float inv[32];
+        int32_t pos[9];
+        for (int i = 0; i < 32; i++)
+            inv[i] = powf(10000.0f, -2.0f * i / 64) * (i < 8 ? 0.025f : 1.0f);
+        for (int m = 0; m < M; m++)
+            pos[m] = (int32_t)(gt_rng % 100000) + m;
+        memcpy(ref, x, (size_t)M * ld * 4);
+        float *dx = gt_up(x, (size_t)M * ld * 4), *dinv = gt_up(inv, sizeof inv);
+        int32_t *dpos = gt_up(pos, sizeof pos);
+        cpu->rope(cpu, M, ref + 128, ld, H, hs, dim, pos, inv, 1.2f, il);
+        gpu->rope(gpu, M, dx + 128, ld, H, hs, dim, dpos, dinv, 1.2f, il);
+        GT_OK(grpo_kernels_cuda_status(gpu));
+        gt_down(x, dx, (size_t)M * ld * 4);
+        compare(il ? "rope (interleaved pairs)" : "rope (half split)", x, ref, (size_t)M * ld, 1e-5);
+        free(x), free(ref);
+        grpo_cuda_free(dx), grpo_cuda_free(dinv), grpo_cuda_free(dpos);
+    }
+    { /* silu_mul */
+        int M = 5, n = 2048, ld = 2 * n;
+        float *gu = gt_rand((size_t)M * ld, 4.0f), *y = malloc((size_t)M * n * 4);
+        float *ref = malloc((size_t)M * n * 4), *dgu = gt_up(gu, (size_t)M * ld * 4), *dy;
+        GT_OK(grpo_cuda_malloc((void **)&dy, (size_t)M * n * 4));
+        cpu->silu_mul(cpu, M, n, gu, ld, gu + n, ld, ref, n);
+        gpu->silu_mul(gpu, M, n, dgu, ld, dgu + n, ld, dy, n);
+        GT_OK(grpo_kernels_cuda_status(gpu));
+        gt_down(y, dy, (size_t)M * n * 4);
+        compare("silu_mul", y, ref, (size_t)M * n, 1e-5);
+        free(gu), free(y), free(ref);
+        grpo_cuda_free(dgu), grpo_cuda_free(dy);
+    }
+    for (int d = 0; d < 2; d++) { /* embed, BF16 and FP8 tables */
+        wt w;
+        wt_make(&w, d ? GRPO_DT_F8E4M3 : GRPO_DT_BF16, 1000, 300);
+        int M = 17, ld = 310;
+        int32_t tok[17];
+        for (int m = 0; m < M; m++)
+            tok[m] = (int32_t)(gt_rng % 1000), gt_frand();
+        float *y = gt_rand((size_t)M * ld, 1.0f), *ref = malloc((size_t)M * ld * 4);
+        memcpy(ref, y, (size_t)M * ld * 4);
+        float *dy = gt_up(y, (size_t)M * ld * 4);
+        int32_t *dt = gt_up(tok, sizeof tok);
+        cpu->embed(cpu, M, tok, &w.h, ref, ld);
+        gpu->embed(gpu, M, dt, &w.d, dy, ld);
+        GT_OK(grpo_kernels_cuda_status(gpu));
+        gt_down(y, dy, (size_t)M * ld * 4);
+        compare(d ? "embed FP8" : "embed BF16", y, ref, (size_t)M * ld, 0.0);
+        free(y), free(ref);
+        grpo_cuda_free(dy), grpo_cuda_free(dt);
+        wt_free(&w);
+    }
+}
+
+static void
+test_router(void)
+{
+    printf("router\n");
+    const int cs[][4] = {{256, 8, 4, 8}, {16, 4, 2, 4}, {64, 1, 1, 6}};
+    for (int c = 0; c < 3; c++) {
+        int E = cs[c][0], G = cs[c][1], KG = cs[c][2], K = cs[c][3], M = 64;
+        float *lg = gt_rand((size_t)M * E, 4.0f), *bias = gt_rand((size_t)E, 0.1f);
+        int32_t *idx = malloc((size_t)M * K * 4), *ridx = malloc((size_t)M * K * 4);
+        float *w = malloc((size_t)M * K * 4), *rw = malloc((size_t)M * K * 4);
+        float *dlg = gt_up(lg, (size_t)M * E * 4), *db = gt_up(bias, (size_t)E * 4), *dw;
+        int32_t *di;
+        GT_OK(grpo_cuda_malloc((void **)&di, (size_t)M * K * 4));
+        GT_OK(grpo_cuda_malloc((void **)&dw, (size_t)M * K * 4));
+        cpu->router(cpu, M, lg, E, bias, G, KG, K, 1, 2.5f, ridx, rw);
+        gpu->router(gpu, M, dlg, E, db, G, KG, K, 1, 2.5f, di, dw);
+        GT_OK(grpo_kernels_cuda_status(gpu));
+        gt_down(idx, di, (size_t)M * K * 4);
+        gt_down(w, dw, (size_t)M * K * 4);
+        int same = memcmp(idx, ridx, (size_t)M * K * 4) == 0;
+        printf("  router E=%d groups=%d keep=%d top=%d: experts %s\n", E, G, KG, K,
+               same ? "identical" : "DIFFER");
+        GT_CHECK(same, "router experts differ");
+        compare("router weights", w, rw, (size_t)M * K, 1e-5);
+        free(lg), free(bias), free(idx), free(ridx), free(w), free(rw);
+        grpo_cuda_free(dlg), grpo_cuda_free(db), grpo_cuda_free(di), grpo_cuda_free(dw);
+    }
+}
+
+static void
+test_quant(void)
+{
+    printf("fp8 activation quantization\n");
+    int M = 5, K = 300, ld = 310;
+    float *x = gt_rand((size_t)M * ld, 10.0f);
+    int64_t sld = grpo_cuda_ascale_ld(M);
+    int kb = (K + 127) / 128;
+    float *dx = gt_up(x, (size_t)M * ld * 4), *ds, *sc = malloc((size_t)kb * sld * 4);
+    uint8_t *dq, *q = malloc((size_t)M * K);
+    GT_OK(grpo_cuda_malloc((void **)&dq, (size_t)M * K));
+    GT_OK(grpo_cuda_malloc((void **)&ds, (size_t)kb * sld * 4));
+    GT_OK(grpo_cuda_quant_fp8(gpu, M, K, dx, ld, dq, ds));
+    GT_OK(grpo_kernels_cuda_status(gpu));
+    gt_down(q, dq, (size_t)M * K);
+    gt_down(sc, ds, (size_t)kb * sld * 4);
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int b = 0; b < kb; b++) {
+            float amax = 0;
+            for (int k = b * 128; k < K && k < b * 128 + 128; k++)
+                amax = fmaxf(amax, fabsf(x[(size_t)m * ld + k]));
+            float s = sc[(size_t)b * sld + m];
+            GT_CHECK(fabsf(s - amax / 448.0f) <= 1e-7f * s, "scale (%d, %d) %g vs %g", m, b, s,
+                     amax / 448.0f);
+            for (int k = b * 128; k < K && k < b * 128 + 128; k++) {
+                float v = x[(size_t)m * ld + k], d = grpo_e4m3_to_f32(q[(size_t)m * K + k]) * s;
+                double e = fabs((double)d - v) / (fabs((double)v) / 16.0 + s * 0x1p-10);
+                worst = e > worst ? e : worst;
+            }
+        }
+    printf("  quant M=%d K=%d: worst error / (|x|/16 + subnormal step) %.3g\n", M, K, worst);
+    GT_CHECK(worst <= 1.0, "fp8 rounding error beyond half an ulp: %.3g", worst);
+    free(x), free(sc), free(q);
+    grpo_cuda_free(dx), grpo_cuda_free(ds), grpo_cuda_free(dq);
+}
+
+/* ---- attention ---- */
+
+static void
+test_mla_naive(void)
+{
+    printf("mla naive (prefill)\n");
+    const int cs[][6] = {{37, 70, 4, 32, 16, 32}, {130, 0, 16, 128, 64, 128}, {1, 200, 3, 16, 8, 24}};
+    for (int c = 0; c < 3; c++) {
+        int n = cs[c][0], pos0 = cs[c][1], H = cs[c][2], dn = cs[c][3], dr = cs[c][4],
+            dv = cs[c][5];
+        int L = pos0 + n, stride = 2 * (dr + 40), off = dr + 40 + 40, np = (L + 63) / 64;
+        float *q = gt_rand((size_t)n * H * (dn + dr), 1.0f);
+        float *kvb = gt_rand((size_t)L * H * (dn + dv), 1.0f);
+        const float **pages = malloc((size_t)np * sizeof *pages);
+        const float **dpages = malloc((size_t)np * sizeof *dpages);
+        for (int i = 0; i < np; i++) {
+            float *pg = gt_rand((size_t)64 * stride, 1.0f);
+            pages[i] = pg;
+            dpages[i] = gt_up(pg, (size_t)64 * stride * 4);
+        }
+        size_t no = (size_t)n * H * dv;
+        float *ref = malloc(no * 4), *out = malloc(no * 4), *dout;
+        float *dq = gt_up(q, (size_t)n * H * (dn + dr) * 4);
+        float *dk = gt_up(kvb, (size_t)L * H * (dn + dv) * 4);
+        GT_OK(grpo_cuda_malloc((void **)&dout, no * 4));
+        float scale = 1.0f / sqrtf((float)(dn + dr));
+        cpu->mla_naive(cpu, n, pos0, H, dn, dr, dv, q, kvb, pages, 64, stride, off, scale, ref);
+        gpu->mla_naive(gpu, n, pos0, H, dn, dr, dv, dq, dk, dpages, 64, stride, off, scale, dout);
+        GT_OK(grpo_kernels_cuda_status(gpu));
+        gt_down(out, dout, no * 4);
+        char name[64];
+        snprintf(name, sizeof name, "mla_naive n=%d pos0=%d H=%d", n, pos0, H);
+        compare(name, out, ref, no, 1e-5);
+        for (int i = 0; i < np; i++)
+            free((void *)pages[i]), grpo_cuda_free((void *)dpages[i]);
+        free(pages), free(dpages), free(q), free(kvb), free(ref), free(out);
+        grpo_cuda_free(dq), grpo_cuda_free(dk), grpo_cuda_free(dout);
+    }
+}
+
+static void
+test_mla_absorbed(void)
+{
+    printf("mla absorbed (decode over shared pages)\n");
+    const int cs[][3] = {{16, 512, 64}, {20, 64, 16}, {128, 512, 64}};
+    for (int c = 0; c < 3; c++) {
+        int H = cs[c][0], dc = cs[c][1], dr = cs[c][2], B = c == 2 ? 3 : 6;
+        int32_t lens[6] = {1, 63, 130, 65, 700, 1300};
+        if (c == 2)
+            lens[0] = 900, lens[1] = 1000, lens[2] = 129;
+        /* a pool of pages; layer 1 of 2 (row stride 2 x 576-like rows); sequences 1.. share the
+         * first two pages of sequence 0's prompt (the G samples of a group) */
+        int row = dc + dr, stride = 2 * row, maxp = 0;
+        for (int b = 0; b < B; b++)
+            maxp = (lens[b] + 63) / 64 > maxp ? (lens[b] + 63) / 64 : maxp;
+        int npool = B * maxp;
+        float **pool = malloc((size_t)npool * sizeof *pool), **dpool = malloc((size_t)npool * sizeof *dpool);
+        for (int i = 0; i < npool; i++) {
+            pool[i] = gt_rand((size_t)64 * stride, 1.0f);
+            dpool[i] = gt_up(pool[i], (size_t)64 * stride * 4);
+        }
+        const float ***hp = malloc((size_t)B * sizeof *hp), ***dp = malloc((size_t)B * sizeof *dp);
+        for (int b = 0; b < B; b++) {
+            hp[b] = malloc((size_t)maxp * sizeof **hp), dp[b] = malloc((size_t)maxp * sizeof **dp);
+            for (int i = 0; i < maxp; i++) {
+                int pg = i < 2 ? i : b * maxp + i; /* shared prompt pages 0, 1 */
+                hp[b][i] = pool[pg] + row, dp[b][i] = dpool[pg] + row;
+            }
+        }
+        float *ql = gt_rand((size_t)B * H * dc, 1.0f), *qr = gt_rand((size_t)B * H * dr, 1.0f);
+        size_t no = (size_t)B * H * dc;
+        float *ref = malloc(no * 4), *out = malloc(no * 4), *dout;
+        float *dql = gt_up(ql, no * 4), *dqr = gt_up(qr, (size_t)B * H * dr * 4);
+        GT_OK(grpo_cuda_malloc((void **)&dout, no * 4));
+        float scale = 0.1352338f;
+        cpu->mla_absorbed(cpu, B, H, dc, dr, ql, qr, (const float *const *const *)hp, lens, 64,
+                          stride, scale, ref);
+        gpu->mla_absorbed(gpu, B, H, dc, dr, dql, dqr, (const float *const *const *)dp, lens, 64,
+                          stride, scale, dout);
+        GT_OK(grpo_kernels_cuda_status(gpu));
+        gt_down(out, dout, no * 4);
+        char name[64];
+        snprintf(name, sizeof name, "mla_absorbed B=%d H=%d dc=%d dr=%d", B, H, dc, dr);
+        compare(name, out, ref, no, 2e-5);
+        for (int i = 0; i < npool; i++)
+            free(pool[i]), grpo_cuda_free(dpool[i]);
+        for (int b = 0; b < B; b++)
+            free(hp[b]), free(dp[b]);
+        free(pool), free(dpool), free(hp), free(dp), free(ql), free(qr), free(ref), free(out);
+        grpo_cuda_free(dql), grpo_cuda_free(dqr), grpo_cuda_free(dout);
+    }
+}
+
+/* ---- MoE ---- */
+
+static void
+test_moe(void)
+{
+    printf("moe: plan, permute, grouped expert GEMM, combine\n");
+    int M = 40, E = 16, K = 4, hid = 256, N = 160;
+    float *lg = gt_rand((size_t)M * E, 4.0f), *x = gt_rand((size_t)M * hid, 1.0f);
+    int32_t *idx = malloc((size_t)M * K * 4);
+    float *wts = malloc((size_t)M * K * 4);
+    cpu->router(cpu, M, lg, E, NULL, 4, 2, K, 1, 1.0f, idx, wts);
+    grpo_moe_plan p;
+    GT_OK(grpo_moe_plan_init(&p, M, K, E, idx));
+    int32_t *didx = gt_up(idx, (size_t)M * K * 4), *doffs, *dsrc, *ddst;
+    GT_OK(grpo_cuda_malloc((void **)&doffs, (size_t)(E + 1) * 4));
+    GT_OK(grpo_cuda_malloc((void **)&dsrc, (size_t)M * K * 4));
+    GT_OK(grpo_cuda_malloc((void **)&ddst, (size_t)M * K * 4));
+    GT_OK(grpo_cuda_moe_plan(gpu, M, K, E, didx, doffs, dsrc, ddst));
+    int32_t *offs = malloc((size_t)(E + 1) * 4), *src = malloc((size_t)M * K * 4),
+            *dst = malloc((size_t)M * K * 4);
+    GT_OK(grpo_kernels_cuda_status(gpu));
+    gt_down(offs, doffs, (size_t)(E + 1) * 4);
+    gt_down(src, dsrc, (size_t)M * K * 4);
+    gt_down(dst, ddst, (size_t)M * K * 4);
+    int same = !memcmp(offs, p.offs, (size_t)(E + 1) * 4) && !memcmp(src, p.src, (size_t)M * K * 4) &&
+               !memcmp(dst, p.dst, (size_t)M * K * 4);
+    printf("  device plan vs host plan: %s\n", same ? "identical" : "DIFFER");
+    GT_CHECK(same, "device MoE plan differs from the host plan");
+    /* permute + per-expert FP8 GEMM + combine against the CPU twins */
+    wt *w = malloc((size_t)E * sizeof *w);
+    grpo_kw *dkw = malloc((size_t)E * sizeof *dkw);
+    for (int e = 0; e < E; e++)
+        wt_make(&w[e], GRPO_DT_F8E4M3, N, hid), dkw[e] = w[e].d;
+    float *dx = gt_up(x, (size_t)M * hid * 4), *dxp, *dyp, *dy;
+    GT_OK(grpo_cuda_malloc((void **)&dxp, (size_t)M * K * hid * 4));
+    GT_OK(grpo_cuda_malloc((void **)&dyp, (size_t)M * K * N * 4));
+    float *y0 = gt_rand((size_t)M * N, 1.0f);
+    dy = gt_up(y0, (size_t)M * N * 4);
+    float *dw = gt_up(wts, (size_t)M * K * 4);
+    int rows_max = 0;
+    for (int e = 0; e < E; e++)
+        rows_max = p.offs[e + 1] - p.offs[e] > rows_max ? p.offs[e + 1] - p.offs[e] : rows_max;
+    GT_OK(grpo_cuda_moe_permute(gpu, M, K, hid, dx, hid, dsrc, dxp));
+    GT_OK(grpo_cuda_moe_gemm(gpu, E, rows_max, doffs, dxp, hid, dkw, dyp, N));
+    GT_OK(grpo_cuda_moe_combine(gpu, M, K, N, dyp, ddst, dw, dy, N, 1));
+    GT_OK(grpo_kernels_cuda_status(gpu));
+    float *y = malloc((size_t)M * N * 4), *ref = malloc((size_t)M * N * 4), *o = malloc((size_t)N * 4);
+    gt_down(y, dy, (size_t)M * N * 4);
+    memcpy(ref, y0, (size_t)M * N * 4);
+    for (int m = 0; m < M; m++)
+        for (int s = 0; s < K; s++) {
+            cpu->gemm(cpu, 1, x + (size_t)m * hid, hid, &w[idx[m * K + s]].h, o, N);
+            for (int n = 0; n < N; n++)
+                ref[(size_t)m * N + n] += wts[m * K + s] * o[n];
+        }
+    compare("moe permute + grouped gemm + combine", y, ref, (size_t)M * N, 1e-5);
+    for (int e = 0; e < E; e++)
+        wt_free(&w[e]);
+    free(w), free(dkw), free(lg), free(x), free(idx), free(wts), free(offs), free(src), free(dst);
+    free(y0), free(y), free(ref), free(o);
+    grpo_moe_plan_fini(&p);
+    grpo_cuda_free(didx), grpo_cuda_free(doffs), grpo_cuda_free(dsrc), grpo_cuda_free(ddst);
+    grpo_cuda_free(dx), grpo_cuda_free(dxp), grpo_cuda_free(dyp), grpo_cuda_free(dy);
+    grpo_cuda_free(dw);
+}
+
+int
+main(void)
+{
+    gt_init("cuda_ops_test");
+    GT_OK(grpo_kernels_cpu_create(&cpu, 0));
+    GT_OK(grpo_kernels_cuda_create(&gpu, 0, GRPO_CUDA_DEVICE, GRPO_CUDA_GEMM_EXACT));
+    GT_OK(grpo_kernels_cuda_create(&gpu_fast, 0, GRPO_CUDA_DEVICE, GRPO_CUDA_GEMM_FAST));
+    test_gemm();
+    heads_case(0, 5, 4, 128, 128);
+    heads_case(1, 5, 4, 128, 512);
+    heads_case(1, 3, 128, 128, 512);
+    test_rows();
+    test_router();
+    test_quant();
+    test_mla_naive();
+    test_mla_absorbed();
+    test_moe();
+    grpo_kernels_cuda_destroy(gpu);
+    grpo_kernels_cuda_destroy(gpu_fast);
+    grpo_kernels_destroy(cpu);
+    return gt_finish("cuda_ops_test");
+}

@@ -268,8 +268,8 @@ grpo_cmd_generate(int argc, char **argv)
             grpo_model_destroy(m);
             grpo_tokenizer_destroy(tk);
             free(ids);
-            return cli_usage("generate", "prompt id %d is outside the model's vocabulary (%d)",
-                             bad, vocab);
+            return cli_usage("generate", "prompt id %d is outside the model's vocabulary (%d)", bad,
+                             vocab);
         }
     rc = run(&o, m, tk, ids, n);
     grpo_model_destroy(m);

@@ -9,10 +9,13 @@ size_t
 grpo_dtype_size(grpo_dtype dt)
 {
     switch (dt) {
-    case GRPO_DT_F32: return 4;
+    case GRPO_DT_F32:
+        return 4;
     case GRPO_DT_BF16:
-    case GRPO_DT_F16: return 2;
-    case GRPO_DT_F8E4M3: return 1;
+    case GRPO_DT_F16:
+        return 2;
+    case GRPO_DT_F8E4M3:
+        return 1;
     }
     return 0;
 }
@@ -21,10 +24,14 @@ const char *
 grpo_dtype_name(grpo_dtype dt)
 {
     switch (dt) {
-    case GRPO_DT_F32: return "F32";
-    case GRPO_DT_BF16: return "BF16";
-    case GRPO_DT_F16: return "F16";
-    case GRPO_DT_F8E4M3: return "F8_E4M3";
+    case GRPO_DT_F32:
+        return "F32";
+    case GRPO_DT_BF16:
+        return "BF16";
+    case GRPO_DT_F16:
+        return "F16";
+    case GRPO_DT_F8E4M3:
+        return "F8_E4M3";
     }
     return "?";
 }

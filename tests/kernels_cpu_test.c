@@ -72,8 +72,14 @@ fp8_paths_agree(void **state)
     float scale[3 * 1] = {0.0123f, 3.5e-5f, 7.0f}, a[C], b[C];
     for (int i = 0; i < R * C; i++)
         w[i] = (uint8_t)(i * 37 + 11);
-    grpo_kw k = {.data = w, .dt = GRPO_DT_F8E4M3, .rows = R, .cols = C, .scale = scale,
-                 .br = 128, .bc = 128, .scale_cols = 3};
+    grpo_kw k = {.data = w,
+                 .dt = GRPO_DT_F8E4M3,
+                 .rows = R,
+                 .cols = C,
+                 .scale = scale,
+                 .br = 128,
+                 .bc = 128,
+                 .scale_cols = 3};
     for (int r = 0; r < R; r++) {
         for (int c0 = 0; c0 < C; c0 += 150) {
             grpo_kernels_cpu_set_portable(0);
@@ -202,12 +208,14 @@ gemm_all_dtypes(void **state)
                 for (int c = 0; c < K; c++) {
                     double want = 0, mag = 0;
                     for (int dd = 0; dd < 65; dd++) {
-                        double t = (double)x[r * K + h * 65 + dd] * m.ref[(size_t)(h * 65 + dd) * K + c];
+                        double t =
+                            (double)x[r * K + h * 65 + dd] * m.ref[(size_t)(h * 65 + dd) * K + c];
                         want += t;
                         mag += fabs(t);
                     }
                     (void)mag;
-                    assert_true(fabs(yt[(size_t)r * 2 * K + h * K + c] - want) <= 1e-6 * (mag + 1e-30));
+                    assert_true(fabs(yt[(size_t)r * 2 * K + h * K + c] - want) <=
+                                1e-6 * (mag + 1e-30));
                 }
         free_mat(&m);
     }
@@ -268,7 +276,8 @@ check_router(grpo_kernels *k, const cJSON *j, const char *xk, const char *bk, co
         int differs = 0;
         for (int i = 0; i < top; i++) {
             assert_int_equal(idx[r * top + i], (int)ri[r * top + i]);
-            assert_true(fabs(wts[r * top + i] - rw[r * top + i]) <= 2e-5 * fabs(rw[r * top + i]) + 1e-7);
+            assert_true(fabs(wts[r * top + i] - rw[r * top + i]) <=
+                        2e-5 * fabs(rw[r * top + i]) + 1e-7);
             if ((int)ti[r * top + i] != idx[r * top + i])
                 differs = 1;
             else if (tw[r * top + i] > 0)

@@ -34,12 +34,15 @@ greedy_matches(const char *name)
     snprintf(p, sizeof p, "%s/expected.json", dir);
     cJSON *j = NULL;
     assert_int_equal(grpo__json_parse_file(p, 1 << 20, &j), GRPO_OK);
-    const cJSON *pr = cJSON_GetObjectItem(j, "greedy_prompt"), *gt = cJSON_GetObjectItem(j, "greedy_tokens");
+    const cJSON *pr = cJSON_GetObjectItem(j, "greedy_prompt"),
+                *gt = cJSON_GetObjectItem(j, "greedy_tokens");
     for (int i = 0; i < cJSON_GetArraySize(pr); i++)
         snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? " " : "",
                  cJSON_GetArrayItem(pr, i)->valueint);
-    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt-ids \"%s\" --max-new-tokens %d "
-             "--no-eos-stop --threads 2 2>/dev/null", bin, dir, ids, cJSON_GetArraySize(gt));
+    snprintf(cmd, sizeof cmd,
+             "%s generate --model %s --prompt-ids \"%s\" --max-new-tokens %d "
+             "--no-eos-stop --threads 2 2>/dev/null",
+             bin, dir, ids, cJSON_GetArraySize(gt));
     assert_int_equal(run(cmd, out, sizeof out), 0);
     char want[1024] = "";
     for (int i = 0; i < cJSON_GetArraySize(gt); i++)
@@ -51,8 +54,18 @@ greedy_matches(const char *name)
     cJSON_Delete(j);
 }
 
-static void generate_bf16(void **s) { (void)s; greedy_matches("bf16"); }
-static void generate_fp8(void **s) { (void)s; greedy_matches("fp8"); }
+static void
+generate_bf16(void **s)
+{
+    (void)s;
+    greedy_matches("bf16");
+}
+static void
+generate_fp8(void **s)
+{
+    (void)s;
+    greedy_matches("fp8");
+}
 
 static void
 generate_errors(void **state)

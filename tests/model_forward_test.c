@@ -41,10 +41,22 @@ setup(void **state, const char *name, int threads)
     return 0;
 }
 
-static int setup_bf16(void **s) { return setup(s, "bf16", 2); }
-static int setup_fp8(void **s) { return setup(s, "fp8", 2); }
+static int
+setup_bf16(void **s)
+{
+    return setup(s, "bf16", 2);
+}
+static int
+setup_fp8(void **s)
+{
+    return setup(s, "fp8", 2);
+}
 /* dense only, F16 weights, tied lm_head, plain rope (no YaRN) in halves (rope_interleave false) */
-static int setup_small(void **s) { return setup(s, "small", 2); }
+static int
+setup_small(void **s)
+{
+    return setup(s, "small", 2);
+}
 
 static int
 teardown(void **state)
@@ -148,9 +160,9 @@ cmp_hidden(void *ctx, int stage, int rows, int hidden, const float *h)
         return;
     double w = 0;
     for (int t = 0; t < rows; t++) {
-        double r = tm_rel_err(h + (size_t)t * hidden,
-                              c->e->hidden_states + ((size_t)idx * rows + t) * hidden,
-                              (size_t)hidden);
+        double r =
+            tm_rel_err(h + (size_t)t * hidden,
+                       c->e->hidden_states + ((size_t)idx * rows + t) * hidden, (size_t)hidden);
         w = r > w ? r : w;
     }
     c->worst[idx] = w;
@@ -330,8 +342,8 @@ forward_refuses_bad_items(void **state)
     /* a pool of one page: 64 tokens fit, 65 do not, and the sequence is unchanged */
     grpo_kv *small = NULL;
     const grpo_model_config *c = grpo_model_get_config(f->m);
-    size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
-                  (c->kv_lora_rank + c->qk_rope_head_dim) * 4;
+    size_t page =
+        (size_t)GRPO_KV_PAGE * c->num_hidden_layers * (c->kv_lora_rank + c->qk_rope_head_dim) * 4;
     assert_int_equal(grpo_kv_create(&small, c, page), GRPO_OK);
     assert_int_equal(grpo_kv_page_bytes(small), page);
     int32_t t;

@@ -172,7 +172,8 @@ missing_tensor_refused(void **state)
     const char *d = copy_fixture("bf16");
     char p[1024];
     snprintf(p, sizeof p, "%s/model.safetensors", d);
-    patch_file(p, "model.layers.2.self_attn.o_proj.weight", "model.layers.2.self_attn.o_proj.weighX");
+    patch_file(p, "model.layers.2.self_attn.o_proj.weight",
+               "model.layers.2.self_attn.o_proj.weighX");
     assert_int_equal(load(d), GRPO_ENOTFOUND);
     printf("    %s\n", grpo_error_last());
     assert_non_null(strstr(grpo_error_last(), "\"model.layers.2.self_attn.o_proj.weight\""));
@@ -198,7 +199,8 @@ missing_tensor_refused(void **state)
         size_t n;
         char *buf = slurp(q, &n);
         char *hit = memmem(buf, n, "o_proj.weight_scale_inv", 23);
-        while (hit != NULL && (hit - buf < 25 || memcmp(hit - 25, "model.layers.0.self_attn.", 25) != 0))
+        while (hit != NULL &&
+               (hit - buf < 25 || memcmp(hit - 25, "model.layers.0.self_attn.", 25) != 0))
             hit = memmem(hit + 1, n - (size_t)(hit + 1 - buf), "o_proj.weight_scale_inv", 23);
         if (hit != NULL) {
             hit[22] = 'X';
@@ -273,11 +275,15 @@ bad_config_refused(void **state)
         {"\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1", "rms_norm_eps"},
         {"\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 9", "num_experts_per_tok"},
         {"\"qk_rope_head_dim\": 16", "\"qk_rope_head_dim\": 15", "qk_rope_head_dim"},
-        {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": \"no\"", "tie_word_embeddings"},
-        {"\"architectures\"", "\"quantization_config\": {\"quant_method\": \"bitsandbytes\"}, "
-                              "\"architectures\"", "quant_method"},
-        {"\"architectures\"", "\"quantization_config\": {\"quant_method\": \"fp8\", "
-                              "\"weight_block_size\": null}, \"architectures\"",
+        {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": \"no\"",
+         "tie_word_embeddings"},
+        {"\"architectures\"",
+         "\"quantization_config\": {\"quant_method\": \"bitsandbytes\"}, "
+         "\"architectures\"",
+         "quant_method"},
+        {"\"architectures\"",
+         "\"quantization_config\": {\"quant_method\": \"fp8\", "
+         "\"weight_block_size\": null}, \"architectures\"",
          "weight_block_size"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -323,7 +329,8 @@ header_parser(void **state)
 {
     (void)state;
     assert_int_equal(parse_st("{\"a\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
-                              "\"__metadata__\":{\"format\":\"pt\"}}", 12),
+                              "\"__metadata__\":{\"format\":\"pt\"}}",
+                              12),
                      GRPO_OK);
     assert_int_equal(parse_st("{}", 0), GRPO_OK);
     static const struct {
@@ -335,12 +342,14 @@ header_parser(void **state)
         {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,10]}}", 12, "need 12"},
         {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2, "unknown dtype"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlap"},
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+         12, "overlap"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "shape"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "data_offsets"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "data_offsets"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
-         "\"data_offsets\":[0,8]}}", 8, "overflow"},
+         "\"data_offsets\":[0,8]}}",
+         8, "overflow"},
         {"[1,2]", 0, "object"},
         {"{\"a\":", 0, "JSON"},
     };

@@ -41,7 +41,7 @@ tm_read_f32(const char *path, size_t count)
 typedef struct {
     int32_t *tokens;
     int n, vocab, hidden, n_hidden;
-    float *logits; /* (n, vocab) */
+    float *logits;        /* (n, vocab) */
     float *hidden_states; /* (n_hidden, n, hidden) */
 } tm_expected;
 

@@ -1,6 +1,6 @@
-/* grpo/model.h: DeepSeek-V3/R1 model loading (config.json + safetensors), the paged latent KV cache,
- * and one batched forward over sequences at different positions (prefill chunks and decode steps
- * mixed), on the CPU backend or, when built, the CUDA backend.
+/* grpo/model.h: DeepSeek-V3/R1 model loading (config.json + safetensors), the paged latent KV
+ * cache, and one batched forward over sequences at different positions (prefill chunks and decode
+ * steps mixed), on the CPU backend or, when built, the CUDA backend.
  *
  * Contract owned by the inference-core issue; the rollout engine builds on exactly this. */
 #ifndef GRPO_MODEL_H
@@ -22,31 +22,31 @@ typedef struct grpo_model_config {
     int32_t n_routed_experts, n_shared_experts, num_experts_per_tok;
     int32_t n_group, topk_group, first_k_dense_replace, moe_layer_freq;
     float routed_scaling_factor;
-    int32_t norm_topk_prob;  /* bool */
+    int32_t norm_topk_prob; /* bool */
     float rms_norm_eps;
     double rope_theta;
-    int32_t rope_yarn;       /* bool: rope_scaling.type == "yarn" */
+    int32_t rope_yarn; /* bool: rope_scaling.type == "yarn" */
     double yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
     int32_t yarn_original_max_position;
     int32_t max_position_embeddings;
     int32_t tie_word_embeddings; /* bool */
     int32_t num_nextn_predict_layers;
-    int32_t fp8;             /* bool: quantization_config fp8 e4m3 with block scales */
-    int32_t fp8_block[2];    /* weight_block_size, e.g. {128, 128} */
+    int32_t fp8;          /* bool: quantization_config fp8 e4m3 with block scales */
+    int32_t fp8_block[2]; /* weight_block_size, e.g. {128, 128} */
     int32_t bos_token_id, eos_token_id;
     /* Added by the inference core (issue 3): */
-    int32_t rope_interleave;   /* bool: adjacent-pair rotation (transformers' default for V3) */
-    float softmax_scale;       /* qk_head_dim^-0.5 * yarn mscale(mscale_all_dim)^2 when YaRN */
-    float rope_attn_factor;    /* transformers' YaRN attention_factor multiplying cos and sin */
-    int32_t n_moe_layers;      /* layers with a routed MoE (the rest are dense MLP) */
+    int32_t rope_interleave; /* bool: adjacent-pair rotation (transformers' default for V3) */
+    float softmax_scale;     /* qk_head_dim^-0.5 * yarn mscale(mscale_all_dim)^2 when YaRN */
+    float rope_attn_factor;  /* transformers' YaRN attention_factor multiplying cos and sin */
+    int32_t n_moe_layers;    /* layers with a routed MoE (the rest are dense MLP) */
 } grpo_model_config;
 
 typedef struct grpo_model grpo_model;
 
 typedef struct grpo_model_opts {
-    int n_threads;      /* CPU threads for the forward; <= 0: all CPUs */
-    int backend;        /* 0 = CPU, 1 = CUDA (when built) */
-    int load_mtp;       /* keep the MTP module (layer num_hidden_layers) when present */
+    int n_threads; /* CPU threads for the forward; <= 0: all CPUs */
+    int backend;   /* 0 = CPU, 1 = CUDA (when built) */
+    int load_mtp;  /* keep the MTP module (layer num_hidden_layers) when present */
 } grpo_model_opts;
 
 /* Loads dir/config.json and its safetensors (single file or sharded with an index), memory-mapped.
@@ -98,8 +98,8 @@ typedef struct grpo_fwd_item {
 grpo_err grpo_model_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                             float *logits /* (n_items, vocab) */);
 /* Teacher-forced scoring: logits for every position of every item (sum of n rows, vocab). */
-grpo_err grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
-                                int n_items, float *logits);
+grpo_err grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                                float *logits);
 
 #ifdef __cplusplus
 }

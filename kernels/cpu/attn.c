@@ -54,10 +54,9 @@ naive_range(void *vctx, size_t b, size_t e, int worker)
         const float *qi = c->q + ((size_t)i * c->H + h) * dq;
         for (int j = 0; j <= p; j++) {
             const float *kj = c->kvb + ((size_t)j * c->H + h) * dkv;
-            const float *kr = c->pages[j / c->page_len] +
-                              (size_t)(j % c->page_len) * c->kr_stride + c->kr_off;
-            s[j] = (grpo_cpu__dot(qi, kj, c->dn) + grpo_cpu__dot(qi + c->dn, kr, c->dr)) *
-                   c->scale;
+            const float *kr =
+                c->pages[j / c->page_len] + (size_t)(j % c->page_len) * c->kr_stride + c->kr_off;
+            s[j] = (grpo_cpu__dot(qi, kj, c->dn) + grpo_cpu__dot(qi + c->dn, kr, c->dr)) * c->scale;
         }
         softmax_inplace(s, p + 1);
         float *o = c->out + ((size_t)i * c->H + h) * c->dv;
@@ -69,13 +68,24 @@ naive_range(void *vctx, size_t b, size_t e, int worker)
 }
 
 void
-grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv,
-                    const float *q, const float *kvb, const float *const *pages, int page_len,
-                    int kr_stride, int kr_off, float scale, float *out)
+grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv, const float *q,
+                    const float *kvb, const float *const *pages, int page_len, int kr_stride,
+                    int kr_off, float scale, float *out)
 {
-    naive_ctx c = {.n = n, .pos0 = pos0, .H = H, .dn = dn, .dr = dr, .dv = dv,
-                   .page_len = page_len, .kr_stride = kr_stride, .kr_off = kr_off, .q = q,
-                   .kvb = kvb, .pages = pages, .scale = scale, .out = out};
+    naive_ctx c = {.n = n,
+                   .pos0 = pos0,
+                   .H = H,
+                   .dn = dn,
+                   .dr = dr,
+                   .dv = dv,
+                   .page_len = page_len,
+                   .kr_stride = kr_stride,
+                   .kr_off = kr_off,
+                   .q = q,
+                   .kvb = kvb,
+                   .pages = pages,
+                   .scale = scale,
+                   .out = out};
     grpo_cpu__run(k, (double)n * H * (pos0 + n) * (dn + dr + dv), (size_t)n * (size_t)H,
                   naive_range, &c);
 }
@@ -104,8 +114,8 @@ absorbed_range(void *vctx, size_t b, size_t e, int worker)
         const float *qr = c->qr + ((size_t)bi * c->H + h) * c->dr;
         for (int j = 0; j < L; j++) {
             const float *row = pages[j / c->page_len] + (size_t)(j % c->page_len) * c->row_stride;
-            s[j] = (grpo_cpu__dot(ql, row, c->dc) + grpo_cpu__dot(qr, row + c->dc, c->dr)) *
-                   c->scale;
+            s[j] =
+                (grpo_cpu__dot(ql, row, c->dc) + grpo_cpu__dot(qr, row + c->dc, c->dr)) * c->scale;
         }
         softmax_inplace(s, L);
         float *o = c->ol + ((size_t)bi * c->H + h) * c->dc;
@@ -125,9 +135,19 @@ grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const floa
     int maxlen = 0;
     for (int b = 0; b < B; b++)
         maxlen = len[b] > maxlen ? len[b] : maxlen;
-    absorbed_ctx c = {.B = B, .H = H, .dc = dc, .dr = dr, .page_len = page_len,
-                      .row_stride = row_stride, .maxlen = maxlen, .ql = ql, .qr = qr,
-                      .pages_of = pages_of, .len = len, .scale = scale, .ol = ol};
-    grpo_cpu__run(k, (double)B * H * maxlen * (2 * dc + dr), (size_t)B * (size_t)H,
-                  absorbed_range, &c);
+    absorbed_ctx c = {.B = B,
+                      .H = H,
+                      .dc = dc,
+                      .dr = dr,
+                      .page_len = page_len,
+                      .row_stride = row_stride,
+                      .maxlen = maxlen,
+                      .ql = ql,
+                      .qr = qr,
+                      .pages_of = pages_of,
+                      .len = len,
+                      .scale = scale,
+                      .ol = ol};
+    grpo_cpu__run(k, (double)B * H * maxlen * (2 * dc + dr), (size_t)B * (size_t)H, absorbed_range,
+                  &c);
 }

@@ -31,8 +31,8 @@ e4m3_exact(uint32_t b)
 {
     uint32_t sign = (b & 0x80) << 24;
     uint32_t un = (((b & 0x7f) + (120u << 3)) << 20) | sign; /* normal: exponent + 120 */
-    uint32_t um = 0x3f800000u | ((b & 7) << 20);               /* 1 + m/8 */
-    uint32_t us = 0x3c800000u | sign;                          /* +-2^-6 */
+    uint32_t um = 0x3f800000u | ((b & 7) << 20);             /* 1 + m/8 */
+    uint32_t us = 0x3c800000u | sign;                        /* +-2^-6 */
     float fn, fm, fs;
     memcpy(&fn, &un, 4);
     memcpy(&fm, &um, 4);

@@ -69,8 +69,8 @@ tile_dot(int M, const float *x, int ldx, const float *wt, int kb, int nn, float 
             float acc[8];
             grpo_v8_store(acc, a[j]);
             tail_add(acc, x0, wt + j * KB, kv, kb);
-            float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
-                      ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            float s =
+                ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
             yr[j] = first ? s : yr[j] + s;
         }
     }
@@ -134,8 +134,18 @@ grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int
 {
     if (M <= 0 || N <= 0)
         return;
-    gemm_ctx c = {.M = M, .H = H, .ldx = ldx, .xhs = xhs, .wrs = wrs, .N = N, .ldy = ldy,
-                  .yhs = yhs, .tiles = (N + NB - 1) / NB, .x = x, .w = w, .y = y};
+    gemm_ctx c = {.M = M,
+                  .H = H,
+                  .ldx = ldx,
+                  .xhs = xhs,
+                  .wrs = wrs,
+                  .N = N,
+                  .ldy = ldy,
+                  .yhs = yhs,
+                  .tiles = (N + NB - 1) / NB,
+                  .x = x,
+                  .w = w,
+                  .y = y};
     if (w->cols == 0) {
         for (int m = 0; m < M; m++)
             for (int h = 0; h < H; h++)
@@ -208,7 +218,16 @@ grpo_cpu__gemm_t_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, i
 {
     if (M <= 0 || w->cols <= 0)
         return;
-    gemmt_ctx c = {.M = M, .ldx = ldx, .xhs = xhs, .wrs = wrs, .K = K, .ldy = ldy, .yhs = yhs,
-                   .tiles = (w->cols + CB - 1) / CB, .x = x, .w = w, .y = y};
+    gemmt_ctx c = {.M = M,
+                   .ldx = ldx,
+                   .xhs = xhs,
+                   .wrs = wrs,
+                   .K = K,
+                   .ldy = ldy,
+                   .yhs = yhs,
+                   .tiles = (w->cols + CB - 1) / CB,
+                   .x = x,
+                   .w = w,
+                   .y = y};
     grpo_cpu__run(k, (double)M * H * K * w->cols, (size_t)H * (size_t)c.tiles, gemmt_range, &c);
 }

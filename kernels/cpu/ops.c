@@ -77,8 +77,8 @@ cpu_rmsnorm(grpo_kernels *k, int M, const float *x, int ldx, const float *weight
 }
 
 static void
-cpu_rope(grpo_kernels *k, int M, float *x, int ld, int n_heads, int hs, int dim,
-         const int32_t *pos, const float *inv_freq, float mscale, int interleave)
+cpu_rope(grpo_kernels *k, int M, float *x, int ld, int n_heads, int hs, int dim, const int32_t *pos,
+         const float *inv_freq, float mscale, int interleave)
 {
     (void)k;
     int half = dim / 2;

@@ -10,23 +10,85 @@
 
 /* Keys that do not change the computation (or are checked elsewhere); anything else is logged. */
 static const char *const known_keys[] = {
-    "architectures", "auto_map", "model_type", "torch_dtype", "dtype", "transformers_version",
-    "initializer_range", "use_cache", "attention_dropout", "ep_size", "pad_token_id",
-    "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
-    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "q_lora_rank",
-    "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "head_dim",
-    "qk_head_dim", "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "n_group",
-    "topk_group", "first_k_dense_replace", "moe_layer_freq", "routed_scaling_factor",
-    "norm_topk_prob", "scoring_func", "topk_method", "hidden_act", "rms_norm_eps", "rope_theta",
-    "rope_scaling", "rope_parameters", "rope_interleave", "max_position_embeddings",
-    "tie_word_embeddings", "num_nextn_predict_layers", "quantization_config", "attention_bias",
-    "bos_token_id", "eos_token_id", "pretraining_tp", "aux_loss_alpha", "seq_aux",
-    "output_router_logits", "router_aux_loss_coef", "id2label", "label2id", "return_dict",
-    "output_hidden_states", "output_attentions", "torchscript", "chunk_size_feed_forward",
-    "is_encoder_decoder", "is_decoder", "tie_encoder_decoder", "_name_or_path", "problem_type",
-    "tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
-    "finetuning_task", "cross_attention_hidden_size", "add_cross_attention", "pruned_heads",
-    "tf_legacy_loss", "use_bfloat16", "bad_words_ids", "num_labels",
+    "architectures",
+    "auto_map",
+    "model_type",
+    "torch_dtype",
+    "dtype",
+    "transformers_version",
+    "initializer_range",
+    "use_cache",
+    "attention_dropout",
+    "ep_size",
+    "pad_token_id",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "head_dim",
+    "qk_head_dim",
+    "n_routed_experts",
+    "n_shared_experts",
+    "num_experts_per_tok",
+    "n_group",
+    "topk_group",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "routed_scaling_factor",
+    "norm_topk_prob",
+    "scoring_func",
+    "topk_method",
+    "hidden_act",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "rope_interleave",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "num_nextn_predict_layers",
+    "quantization_config",
+    "attention_bias",
+    "bos_token_id",
+    "eos_token_id",
+    "pretraining_tp",
+    "aux_loss_alpha",
+    "seq_aux",
+    "output_router_logits",
+    "router_aux_loss_coef",
+    "id2label",
+    "label2id",
+    "return_dict",
+    "output_hidden_states",
+    "output_attentions",
+    "torchscript",
+    "chunk_size_feed_forward",
+    "is_encoder_decoder",
+    "is_decoder",
+    "tie_encoder_decoder",
+    "_name_or_path",
+    "problem_type",
+    "tokenizer_class",
+    "prefix",
+    "sep_token_id",
+    "decoder_start_token_id",
+    "task_specific_params",
+    "finetuning_task",
+    "cross_attention_hidden_size",
+    "add_cross_attention",
+    "pruned_heads",
+    "tf_legacy_loss",
+    "use_bfloat16",
+    "bad_words_ids",
+    "num_labels",
 };
 
 static grpo_err
@@ -103,16 +165,15 @@ parse_rope(grpo_model_config *c, const cJSON *rs, const char *w)
     const cJSON *it;
     cJSON_ArrayForEach(it, rs)
     {
-        static const char *const ok[] = {"type", "rope_type", "factor",
-                                         "original_max_position_embeddings", "beta_fast",
-                                         "beta_slow", "mscale", "mscale_all_dim", "rope_theta",
-                                         "truncate"};
+        static const char *const ok[] = {
+            "type",       "rope_type", "factor", "original_max_position_embeddings",
+            "beta_fast",  "beta_slow", "mscale", "mscale_all_dim",
+            "rope_theta", "truncate"};
         size_t i = 0;
         while (i < sizeof ok / sizeof ok[0] && strcmp(ok[i], it->string) != 0)
             i++;
         if (i == sizeof ok / sizeof ok[0])
-            return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"%s\" is not supported", where,
-                              it->string);
+            return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"%s\" is not supported", where, it->string);
     }
     bool truncate = true;
     c->rope_yarn = 1;
@@ -165,8 +226,10 @@ parse_quant(grpo_model_config *c, const cJSON *q, const char *w)
         const cJSON *v = cJSON_GetArrayItem(bs, i);
         if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 65536 ||
             v->valuedouble != floor(v->valuedouble))
-            return grpo__fail(GRPO_EFORMAT, "%s: \"weight_block_size\"[%d] is not a positive "
-                              "integer", where, i);
+            return grpo__fail(GRPO_EFORMAT,
+                              "%s: \"weight_block_size\"[%d] is not a positive "
+                              "integer",
+                              where, i);
         c->fp8_block[i] = (int32_t)v->valuedouble;
     }
     c->fp8 = 1;
@@ -201,18 +264,21 @@ parse_dims(grpo_model_config *c, const cJSON *j, const char *w)
         (err = req_int(j, "qk_rope_head_dim", w, 2, &c->qk_rope_head_dim)) != GRPO_OK ||
         (err = req_int(j, "v_head_dim", w, 1, &c->v_head_dim)) != GRPO_OK ||
         (err = opt_int(j, "q_lora_rank", w, 1, &c->q_lora_rank)) != GRPO_OK ||
-        (err = req_int(j, "max_position_embeddings", w, 1, &c->max_position_embeddings)) !=
-            GRPO_OK)
+        (err = req_int(j, "max_position_embeddings", w, 1, &c->max_position_embeddings)) != GRPO_OK)
         return err;
     int32_t kvh = c->num_attention_heads;
     if ((err = opt_int(j, "num_key_value_heads", w, 1, &kvh)) != GRPO_OK)
         return err;
     if (kvh != c->num_attention_heads)
-        return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"num_key_value_heads\" is %d; MLA needs it "
-                          "equal to num_attention_heads (%d)", w, kvh, c->num_attention_heads);
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: \"num_key_value_heads\" is %d; MLA needs it "
+                          "equal to num_attention_heads (%d)",
+                          w, kvh, c->num_attention_heads);
     if (c->qk_rope_head_dim % 2 != 0 || c->qk_rope_head_dim > 512)
-        return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"qk_rope_head_dim\" is %d; expected an even "
-                          "number <= 512", w, c->qk_rope_head_dim);
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: \"qk_rope_head_dim\" is %d; expected an even "
+                          "number <= 512",
+                          w, c->qk_rope_head_dim);
     return GRPO_OK;
 }
 
@@ -240,22 +306,28 @@ parse_moe(grpo_model_config *c, const cJSON *j, const char *w)
         return err;
     c->routed_scaling_factor = (float)rsf;
     if (c->moe_layer_freq != 1)
-        return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"moe_layer_freq\" is %d; only 1 is supported "
-                          "(as in DeepSeek-V3 and transformers)", w, c->moe_layer_freq);
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: \"moe_layer_freq\" is %d; only 1 is supported "
+                          "(as in DeepSeek-V3 and transformers)",
+                          w, c->moe_layer_freq);
     if (c->n_routed_experts == 0)
         return GRPO_OK;
     if (c->moe_intermediate_size <= 0 || c->num_experts_per_tok <= 0)
-        return grpo__fail(GRPO_EFORMAT, "%s: \"moe_intermediate_size\" and \"num_experts_per_tok\""
-                          " must be positive with n_routed_experts %d", w, c->n_routed_experts);
-    if (c->n_group > 256 || c->n_routed_experts % c->n_group != 0 ||
-        c->topk_group > c->n_group)
-        return grpo__fail(GRPO_EFORMAT, "%s: \"n_group\" %d / \"topk_group\" %d do not divide "
-                          "n_routed_experts %d", w, c->n_group, c->topk_group,
-                          c->n_routed_experts);
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: \"moe_intermediate_size\" and \"num_experts_per_tok\""
+                          " must be positive with n_routed_experts %d",
+                          w, c->n_routed_experts);
+    if (c->n_group > 256 || c->n_routed_experts % c->n_group != 0 || c->topk_group > c->n_group)
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: \"n_group\" %d / \"topk_group\" %d do not divide "
+                          "n_routed_experts %d",
+                          w, c->n_group, c->topk_group, c->n_routed_experts);
     int per = c->n_routed_experts / c->n_group;
     if (c->num_experts_per_tok > 256 || c->num_experts_per_tok > c->topk_group * per)
-        return grpo__fail(GRPO_EFORMAT, "%s: \"num_experts_per_tok\" %d exceeds the %d experts "
-                          "of the kept groups", w, c->num_experts_per_tok, c->topk_group * per);
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: \"num_experts_per_tok\" %d exceeds the %d experts "
+                          "of the kept groups",
+                          w, c->num_experts_per_tok, c->topk_group * per);
     return GRPO_OK;
 }
 
@@ -300,8 +372,10 @@ grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *w
     if ((err = grpo__json_str(j, "model_type", w, &mt)) != GRPO_OK)
         return err;
     if (strcmp(mt, "deepseek_v3") != 0)
-        return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"model_type\" is \"%s\"; only \"deepseek_v3\" "
-                          "is supported", w, mt);
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: \"model_type\" is \"%s\"; only \"deepseek_v3\" "
+                          "is supported",
+                          w, mt);
     if ((err = parse_dims(c, j, w)) != GRPO_OK || (err = parse_moe(c, j, w)) != GRPO_OK)
         return err;
     double eps = c->rms_norm_eps;

@@ -13,21 +13,21 @@
 #define MLA_NORM_EPS 1e-6f
 
 typedef struct {
-    int T, B;          /* tokens in the batch; decode items */
+    int T, B; /* tokens in the batch; decode items */
     int32_t *pos, *tok;
-    int32_t *dec;      /* items with n == 1, in item order */
+    int32_t *dec; /* items with n == 1, in item order */
     float *h, *x, *q, *qa, *kva, *ao, *tmp, *acc;
-    float *g, *u;      /* (T, max intermediate) */
-    float *rl, *rw;    /* router logits (T, E), weights (T, k) */
-    int32_t *ri;       /* router expert ids (T, k) */
-    int32_t *etok;     /* token list of one expert */
-    float *ew;         /* and their weights */
+    float *g, *u;                  /* (T, max intermediate) */
+    float *rl, *rw;                /* router logits (T, E), weights (T, k) */
+    int32_t *ri;                   /* router expert ids (T, k) */
+    int32_t *etok;                 /* token list of one expert */
+    float *ew;                     /* and their weights */
     float *qd, *ql, *qr, *ol, *od; /* decode batch */
     const float ***pages_of;
-    const float **page_ptrs;       /* B * max pages */
+    const float **page_ptrs; /* B * max pages */
     int32_t *lens;
-    int max_pages, max_len;        /* max_len: longest prefill item's pos0 + n */
-    float *lat, *kvb;              /* naive attention: (max_len, dc), (max_len, H, dn + dv) */
+    int max_pages, max_len; /* max_len: longest prefill item's pos0 + n */
+    float *lat, *kvb;       /* naive attention: (max_len, dc), (max_len, H, dn + dv) */
     const float **chunk_pages;
 } scratch;
 
@@ -138,18 +138,20 @@ check_items(const grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_
         if (it->n < 1 || it->tokens == NULL)
             return grpo__fail(GRPO_EINVAL, "model: item %d: needs n >= 1 tokens", i);
         if (it->pos0 != len)
-            return grpo__fail(GRPO_EINVAL, "model: item %d: pos0 %d but sequence %d holds %d "
-                              "tokens", i, it->pos0, it->seq, len);
+            return grpo__fail(GRPO_EINVAL,
+                              "model: item %d: pos0 %d but sequence %d holds %d "
+                              "tokens",
+                              i, it->pos0, it->seq, len);
         if ((int64_t)it->pos0 + it->n > INT32_MAX / 2)
             return grpo__fail(GRPO_EINVAL, "model: item %d: position overflow", i);
         for (int j = 0; j < i; j++)
             if (items[j].seq == it->seq)
-                return grpo__fail(GRPO_EINVAL, "model: items %d and %d both extend sequence %d",
-                                  j, i, it->seq);
+                return grpo__fail(GRPO_EINVAL, "model: items %d and %d both extend sequence %d", j,
+                                  i, it->seq);
         for (int32_t t = 0; t < it->n; t++)
             if (it->tokens[t] < 0 || it->tokens[t] >= c->vocab_size)
-                return grpo__fail(GRPO_EINVAL, "model: item %d: token %d is %d; vocab is %d", i,
-                                  t, it->tokens[t], c->vocab_size);
+                return grpo__fail(GRPO_EINVAL, "model: item %d: token %d is %d; vocab is %d", i, t,
+                                  it->tokens[t], c->vocab_size);
         need += grpo_kv__pages_needed(kv, it->seq, it->pos0, it->n);
     }
     if (need > kv->n_free)
@@ -176,8 +178,8 @@ seq_pages(const grpo_kv *kv, int32_t seq, int layer, const float **out)
 
 /* Naive MLA for one prefill chunk: expands the cached latents to per-head keys and values. */
 static grpo_err
-attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
-           const grpo_fwd_item *it, int t0, scratch *s)
+attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const grpo_fwd_item *it,
+           int t0, scratch *s)
 {
     const grpo_model_config *c = &m->cfg;
     int nh = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
@@ -228,8 +230,8 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
 }
 
 static grpo_err
-attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
-          const grpo_fwd_item *items, int n_items, const int32_t *t0_of, scratch *s)
+attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const grpo_fwd_item *items,
+          int n_items, const int32_t *t0_of, scratch *s)
 {
     const grpo_model_config *c = &m->cfg;
     grpo_kernels *k = m->k;
@@ -239,8 +241,8 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
     k->rmsnorm(k, T, s->h, H, l->attn_norm, H, c->rms_norm_eps, s->x, H);
     if (c->q_lora_rank > 0) {
         k->gemm(k, T, s->x, H, &l->q_a, s->qa, c->q_lora_rank);
-        k->rmsnorm(k, T, s->qa, c->q_lora_rank, l->q_a_norm, c->q_lora_rank, MLA_NORM_EPS,
-                   s->qa, c->q_lora_rank);
+        k->rmsnorm(k, T, s->qa, c->q_lora_rank, l->q_a_norm, c->q_lora_rank, MLA_NORM_EPS, s->qa,
+                   c->q_lora_rank);
         k->gemm(k, T, s->qa, c->q_lora_rank, &l->q_b, s->q, nh * qk);
     } else {
         k->gemm(k, T, s->x, H, &l->q_proj, s->q, nh * qk);
@@ -325,8 +327,7 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
 }
 
 static grpo_err
-forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, float *logits,
-        int all)
+forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, float *logits, int all)
 {
     if (m == NULL || kv == NULL || items == NULL || logits == NULL || n_items <= 0)
         return grpo__fail(GRPO_EINVAL, "model: forward needs a model, a KV pool and items");

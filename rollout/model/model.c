@@ -54,11 +54,13 @@ index_files(const cJSON *idx, const char *where, char ***out, int *n_out)
     int k = 0;
     cJSON_ArrayForEach(e, wm)
     {
-        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') != NULL ||
-            e->valuestring[0] == '.' || e->valuestring[0] == 0) {
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') != NULL || e->valuestring[0] == '.' ||
+            e->valuestring[0] == 0) {
             free(v);
-            return grpo__fail(GRPO_EFORMAT, "%s: weight_map[\"%s\"] is not a file name in the "
-                              "model directory", where, e->string);
+            return grpo__fail(GRPO_EFORMAT,
+                              "%s: weight_map[\"%s\"] is not a file name in the "
+                              "model directory",
+                              where, e->string);
         }
         v[k++] = e->valuestring;
     }
@@ -122,12 +124,12 @@ check_index(grpo_model *m, const cJSON *idx, const char *where)
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(idx, "weight_map"))
     {
         grpo_st_tensor key = {.name = e->string}, *kp = &key;
-        grpo_st_tensor **hit = bsearch(&kp, m->by_name, (size_t)m->n_tensors, sizeof kp,
-                                       cmp_tensor);
-        if (hit == NULL || strcmp(strrchr(m->files[(*hit)->file].path, '/') + 1,
-                                  e->valuestring) != 0)
-            return grpo__fail(GRPO_ENOTFOUND, "%s: tensor \"%s\" is not in %s/%s", where,
-                              e->string, m->dir, e->valuestring);
+        grpo_st_tensor **hit =
+            bsearch(&kp, m->by_name, (size_t)m->n_tensors, sizeof kp, cmp_tensor);
+        if (hit == NULL ||
+            strcmp(strrchr(m->files[(*hit)->file].path, '/') + 1, e->valuestring) != 0)
+            return grpo__fail(GRPO_ENOTFOUND, "%s: tensor \"%s\" is not in %s/%s", where, e->string,
+                              m->dir, e->valuestring);
     }
     return GRPO_OK;
 }
@@ -219,7 +221,8 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
     }
     if ((err = grpo__json_parse_file(cpath, 4u << 20, &cj)) != GRPO_OK ||
         (err = grpo_model__config_from_json(&m->cfg, cj, cpath)) != GRPO_OK ||
-        (err = load_files(m)) != GRPO_OK || (err = grpo_model__bind_weights(m, opts->load_mtp)) != GRPO_OK ||
+        (err = load_files(m)) != GRPO_OK ||
+        (err = grpo_model__bind_weights(m, opts->load_mtp)) != GRPO_OK ||
         (err = rope_init(m)) != GRPO_OK ||
         (err = grpo_kernels_cpu_create(&m->k, opts->n_threads)) != GRPO_OK)
         goto done;

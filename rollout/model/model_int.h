@@ -15,7 +15,7 @@
 
 typedef struct grpo_st_tensor {
     char *name;
-    int dtype;       /* grpo_dtype, or -1 for a valid safetensors dtype we do not compute in */
+    int dtype; /* grpo_dtype, or -1 for a valid safetensors dtype we do not compute in */
     char dtype_name[12];
     int ndim;
     int64_t shape[GRPO_ST_MAX_DIMS];

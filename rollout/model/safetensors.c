@@ -18,11 +18,14 @@ typedef struct {
 } dtype_info;
 
 static const dtype_info dtypes[] = {
-    {"F32", GRPO_DT_F32, 4},      {"BF16", GRPO_DT_BF16, 2}, {"F16", GRPO_DT_F16, 2},
-    {"F8_E4M3", GRPO_DT_F8E4M3, 1}, {"F64", -1, 8},          {"F8_E5M2", -1, 1},
-    {"I64", -1, 8},               {"I32", -1, 4},            {"I16", -1, 2},
-    {"I8", -1, 1},                {"U64", -1, 8},            {"U32", -1, 4},
-    {"U16", -1, 2},               {"U8", -1, 1},             {"BOOL", -1, 1},
+    {"F32", GRPO_DT_F32, 4}, {"BF16", GRPO_DT_BF16, 2},
+    {"F16", GRPO_DT_F16, 2}, {"F8_E4M3", GRPO_DT_F8E4M3, 1},
+    {"F64", -1, 8},          {"F8_E5M2", -1, 1},
+    {"I64", -1, 8},          {"I32", -1, 4},
+    {"I16", -1, 2},          {"I8", -1, 1},
+    {"U64", -1, 8},          {"U32", -1, 4},
+    {"U16", -1, 2},          {"U8", -1, 1},
+    {"BOOL", -1, 1},
 };
 
 void
@@ -54,8 +57,10 @@ parse_entry(const cJSON *e, const char *where, uint64_t data_len, grpo_st_tensor
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off) ||
         cJSON_GetArraySize(off) != 2)
-        return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\": needs \"dtype\" (string), \"shape\" "
-                          "(list) and \"data_offsets\" ([begin, end])", where, t->name);
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: tensor \"%s\": needs \"dtype\" (string), \"shape\" "
+                          "(list) and \"data_offsets\" ([begin, end])",
+                          where, t->name);
     size_t di = 0, nd = sizeof dtypes / sizeof dtypes[0];
     while (di < nd && strcmp(dtypes[di].name, dt->valuestring) != 0)
         di++;
@@ -81,22 +86,26 @@ parse_entry(const cJSON *e, const char *where, uint64_t data_len, grpo_st_tensor
             return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\": shape overflows", where, t->name);
         count *= (uint64_t)t->shape[i];
     }
-    double ob = cJSON_GetArrayItem(off, 0)->valuedouble, oe = cJSON_GetArrayItem(off, 1)->valuedouble;
-    if (!cJSON_IsNumber(cJSON_GetArrayItem(off, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(off, 1)) ||
-        ob < 0 || oe < ob || oe > 9.0e15 || ob != (double)(uint64_t)ob ||
-        oe != (double)(uint64_t)oe)
+    double ob = cJSON_GetArrayItem(off, 0)->valuedouble,
+           oe = cJSON_GetArrayItem(off, 1)->valuedouble;
+    if (!cJSON_IsNumber(cJSON_GetArrayItem(off, 0)) ||
+        !cJSON_IsNumber(cJSON_GetArrayItem(off, 1)) || ob < 0 || oe < ob || oe > 9.0e15 ||
+        ob != (double)(uint64_t)ob || oe != (double)(uint64_t)oe)
         return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\": bad data_offsets", where, t->name);
     t->begin = (uint64_t)ob;
     t->end = (uint64_t)oe;
     uint64_t want = count * (uint64_t)dtypes[di].size;
     if (t->end - t->begin != want)
-        return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\": data_offsets span %llu bytes; dtype "
-                          "and shape need %llu", where, t->name,
-                          (unsigned long long)(t->end - t->begin), (unsigned long long)want);
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: tensor \"%s\": data_offsets span %llu bytes; dtype "
+                          "and shape need %llu",
+                          where, t->name, (unsigned long long)(t->end - t->begin),
+                          (unsigned long long)want);
     if (t->end > data_len)
-        return grpo__fail(GRPO_EFORMAT, "%s: tensor \"%s\": data [%llu, %llu) runs past the end "
-                          "of the file (%llu data bytes): truncated file?", where, t->name,
-                          (unsigned long long)t->begin, (unsigned long long)t->end,
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: tensor \"%s\": data [%llu, %llu) runs past the end "
+                          "of the file (%llu data bytes): truncated file?",
+                          where, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
                           (unsigned long long)data_len);
     return GRPO_OK;
 }
@@ -132,9 +141,10 @@ grpo_model__st_parse(const uint8_t *buf, size_t len, const char *where, grpo_st_
     for (int i = 7; i >= 0; i--)
         hl = hl << 8 | buf[i];
     if (hl < 2 || hl > GRPO_ST_MAX_HEADER || hl > len - 8)
-        return grpo__fail(GRPO_EFORMAT, "%s: header length %llu is not in [2, min(%u, file size "
-                          "- 8 = %zu)]: not safetensors or truncated", where,
-                          (unsigned long long)hl, GRPO_ST_MAX_HEADER, len - 8);
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: header length %llu is not in [2, min(%u, file size "
+                          "- 8 = %zu)]: not safetensors or truncated",
+                          where, (unsigned long long)hl, GRPO_ST_MAX_HEADER, len - 8);
     cJSON *j = NULL;
     grpo_err err = grpo__json_parse((const char *)buf + 8, (size_t)hl, where, &j);
     if (err != GRPO_OK)
@@ -188,9 +198,9 @@ grpo_model__st_open(grpo_st_file *f, const char *path)
         return grpo__fail(GRPO_ENOMEM, "%s: out of memory", path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return grpo__fail_errno(grpo__err_from_errno(errno) == GRPO_EIO ? GRPO_ENOTFOUND
-                                                                        : grpo__err_from_errno(errno),
-                                errno, "%s: cannot open", path);
+        return grpo__fail_errno(
+            grpo__err_from_errno(errno) == GRPO_EIO ? GRPO_ENOTFOUND : grpo__err_from_errno(errno),
+            errno, "%s: cannot open", path);
     struct stat st;
     grpo_err err = GRPO_OK;
     if (fstat(fd, &st) != 0) {
@@ -199,8 +209,9 @@ grpo_model__st_open(grpo_st_file *f, const char *path)
     }
     f->size = (size_t)st.st_size;
     if (f->size < 8) {
-        err = grpo__fail(GRPO_EFORMAT, "%s: %zu bytes; too short for a safetensors file (truncated?)",
-                         path, f->size);
+        err =
+            grpo__fail(GRPO_EFORMAT, "%s: %zu bytes; too short for a safetensors file (truncated?)",
+                       path, f->size);
         goto done;
     }
     f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -49,8 +49,8 @@ file_of(const grpo_model *m, const grpo_st_tensor *t)
 static grpo_err
 missing(const grpo_model *m, const char *name)
 {
-    return grpo__fail(GRPO_ENOTFOUND, "%s: tensor \"%s\" is missing (config.json needs it)",
-                      m->dir, name);
+    return grpo__fail(GRPO_ENOTFOUND, "%s: tensor \"%s\" is missing (config.json needs it)", m->dir,
+                      name);
 }
 
 static grpo_err
@@ -151,9 +151,17 @@ bind_vec(grpo_model *m, const char *name, int n, float **out)
         const uint8_t *p = (const uint8_t *)t->data + (size_t)i * sz;
         uint16_t h;
         switch (t->dtype) {
-        case GRPO_DT_F32: memcpy(&v[i], p, 4); break;
-        case GRPO_DT_BF16: memcpy(&h, p, 2); v[i] = grpo_bf16_to_f32(h); break;
-        default: memcpy(&h, p, 2); v[i] = grpo_f16_to_f32(h); break;
+        case GRPO_DT_F32:
+            memcpy(&v[i], p, 4);
+            break;
+        case GRPO_DT_BF16:
+            memcpy(&h, p, 2);
+            v[i] = grpo_bf16_to_f32(h);
+            break;
+        default:
+            memcpy(&h, p, 2);
+            v[i] = grpo_f16_to_f32(h);
+            break;
         }
     }
     *out = v;
@@ -188,8 +196,8 @@ bind_attn(grpo_model *m, const char *pre, grpo_layer_w *l)
                             &l->q_a)) != GRPO_OK ||
             (err = bind_vec(m, NAME(n, "%sself_attn.q_a_layernorm.weight", pre), c->q_lora_rank,
                             &l->q_a_norm)) != GRPO_OK ||
-            (err = bind_mat(m, NAME(n, "%sself_attn.q_b_proj.weight", pre), nh * qk,
-                            c->q_lora_rank, &l->q_b)) != GRPO_OK)
+            (err = bind_mat(m, NAME(n, "%sself_attn.q_b_proj.weight", pre), nh * qk, c->q_lora_rank,
+                            &l->q_b)) != GRPO_OK)
             return err;
     } else if ((err = bind_mat(m, NAME(n, "%sself_attn.q_proj.weight", pre), nh * qk, H,
                                &l->q_proj)) != GRPO_OK) {
@@ -200,8 +208,8 @@ bind_attn(grpo_model *m, const char *pre, grpo_layer_w *l)
         (err = bind_vec(m, NAME(n, "%sself_attn.kv_a_layernorm.weight", pre), c->kv_lora_rank,
                         &l->kv_a_norm)) != GRPO_OK ||
         (err = bind_mat(m, NAME(n, "%sself_attn.kv_b_proj.weight", pre),
-                        nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank,
-                        &l->kv_b)) != GRPO_OK ||
+                        nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank, &l->kv_b)) !=
+            GRPO_OK ||
         (err = bind_mat(m, NAME(n, "%sself_attn.o_proj.weight", pre), H, nh * c->v_head_dim,
                         &l->o)) != GRPO_OK)
         return err;
@@ -275,8 +283,8 @@ bind_mtp(grpo_model *m)
             GRPO_OK ||
         (err = bind_vec(m, NAME(n, "model.layers.%d.shared_head.norm.weight", L), H,
                         &t->head_norm)) != GRPO_OK ||
-        (err = bind_mat(m, NAME(n, "model.layers.%d.shared_head.head.weight", L), c->vocab_size,
-                        H, &t->head)) != GRPO_OK)
+        (err = bind_mat(m, NAME(n, "model.layers.%d.shared_head.head.weight", L), c->vocab_size, H,
+                        &t->head)) != GRPO_OK)
         return err;
     NAME(n, "model.layers.%d.embed_tokens.weight", L);
     if (find(m, n) != NULL)

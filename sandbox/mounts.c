@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -80,6 +81,48 @@ locked_flags(const char *path)
     return f;
 }
 
+/* Host paths opened (O_PATH) while the child still had its host identity, so a path under a
+ * directory only root may enter (e.g. a plugin under /root) can be bound after we became uid 1000:
+ * mounting from /proc/self/fd/N does not walk the original path again. */
+#define MAX_PRE 80
+static struct {
+    const char *path;
+    int fd;
+} pre[MAX_PRE];
+static int n_pre;
+
+static void
+pre_open(const char *path, int flags)
+{
+    if (path == NULL || n_pre == MAX_PRE)
+        return;
+    int fd = open(path, O_PATH | O_CLOEXEC | flags);
+    if (fd >= 0)
+        pre[n_pre++] = (typeof(pre[0])){path, fd};
+}
+
+void
+sbx_mounts_prepare(const sbx_spec *s, char *const *ro_paths)
+{
+    for (int i = 0; ro_paths && ro_paths[i]; i++)
+        pre_open(ro_paths[i], O_NOFOLLOW);
+    for (int i = 0; i < s->n_binds; i++)
+        pre_open(s->bind_src[i], 0);
+}
+
+/* The path to mount from and its stat (no symlink following), by the prepared fd if any. */
+static int
+source(const char *src, char *from, size_t n, struct stat *st)
+{
+    for (int i = 0; i < n_pre; i++)
+        if (strcmp(pre[i].path, src) == 0) {
+            snprintf(from, n, OLD "/proc/self/fd/%d", pre[i].fd);
+            return fstat(pre[i].fd, st) == 0 ? 0 : -errno;
+        }
+    snprintf(from, n, OLD "%s", src);
+    return lstat(from, st) == 0 ? 0 : -errno;
+}
+
 /* Binds OLD/src onto dst (made to exist as the same kind), read-only unless rw. */
 static int
 bind(const char *src, const char *dst, bool rw, char *msg, size_t n)
@@ -87,8 +130,9 @@ bind(const char *src, const char *dst, bool rw, char *msg, size_t n)
     char from[PATH_MAX];
     struct stat st;
     int rc;
-    snprintf(from, sizeof from, OLD "%s", src);
-    if (stat(from, &st) != 0)
+    if ((rc = source(src, from, sizeof from, &st)) != 0)
+        return fail(msg, n, -rc, "sandbox: bind source %s", src);
+    if (S_ISLNK(st.st_mode) && stat(from, &st) != 0)
         return fail(msg, n, errno, "sandbox: bind source %s", src);
     if (S_ISDIR(st.st_mode)) {
         if ((rc = mkdirs(dst, 0755)) != 0)
@@ -122,11 +166,14 @@ show_path(const char *path, char *msg, size_t n)
 {
     char from[PATH_MAX], target[PATH_MAX];
     struct stat st;
-    snprintf(from, sizeof from, OLD "%s", path);
-    if (lstat(from, &st) != 0)
+    if (source(path, from, sizeof from, &st) != 0)
         return 0; /* absent on this host: fine */
     if (S_ISLNK(st.st_mode)) {
-        ssize_t k = readlink(from, target, sizeof target - 1);
+        /* from is the link itself, or /proc/self/fd/N of an O_PATH|O_NOFOLLOW fd of it */
+        ssize_t k = strncmp(from, OLD "/proc/self/fd/", strlen(OLD "/proc/self/fd/")) == 0
+                        ? readlinkat(atoi(from + strlen(OLD "/proc/self/fd/")), "", target,
+                                     sizeof target - 1)
+                        : readlink(from, target, sizeof target - 1);
         if (k < 0)
             return fail(msg, n, errno, "sandbox: readlink %s", path);
         target[k] = '\0';

@@ -109,6 +109,8 @@ pid_t sbx_clone(unsigned long flags);
 /* ---- mounts.c: builds the read-only tree and pivots into it. Returns 0 or -errno with
  * a message in msg. ro_paths: NULL-terminated extra read-only host paths. */
 int sbx_mounts_setup(const sbx_spec *s, char *const *ro_paths, char *msg, size_t msg_n);
+/* Opens (O_PATH) the host paths to be bound, before the child gives up its host identity. */
+void sbx_mounts_prepare(const sbx_spec *s, char *const *ro_paths);
 
 /* ---- spawn.c: the child side and the parent's start-up handshake. */
 #include <sys/resource.h>

@@ -178,6 +178,8 @@ static void __attribute__((noreturn)) child_main(sbx_worker *w, const sbx_spec *
     if (read(f.sync_rd, &c, 1) != 1)
         _exit(127); /* the parent gave up on us */
     close(f.sync_rd);
+    if (iso & GRPO_SANDBOX_ISO_MOUNT)
+        sbx_mounts_prepare(s, w->ro_paths);
     if (iso & GRPO_SANDBOX_ISO_USER) {
         setgroups(0, NULL); /* fails where setgroups is denied (unprivileged): harmless */
         if (setresgid(SBX_UID_INSIDE, SBX_UID_INSIDE, SBX_UID_INSIDE) != 0)

@@ -185,6 +185,39 @@ t_files_binds_env(void **s)
     assert_non_null(strstr(grpo_error_last(), "does-not-exist"));
 }
 
+/* A host path under a directory only root may enter (like a plugin or an interpreter under
+ * /root) can still be shown read-only: the sandbox opens it before giving up its host identity. */
+static void
+t_bind_under_private_dir(void **s)
+{
+    (void)s;
+    grpo_sandbox_cmd cmd;
+    grpo_sandbox_result r;
+    char dir[] = "/tmp/grpo-sbx-priv-XXXXXX", pub[64], file[80];
+    if (geteuid() != 0)
+        skip(); /* only root has such a directory to offer */
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chmod(dir, 0700), 0);
+    snprintf(pub, sizeof pub, "%s/pub", dir);
+    snprintf(file, sizeof file, "%s/f", pub);
+    assert_int_equal(mkdir(pub, 0755), 0);
+    FILE *f = fopen(file, "w");
+    fputs("inside", f);
+    fclose(f);
+    chmod(file, 0644);
+    grpo_sandbox_bind b = {pub, "/pub", 0};
+    cmd_init(&cmd);
+    cmd.binds = &b;
+    cmd.n_binds = 1;
+    sh("cat /pub/f; echo; ls /tmp/grpo-sbx-priv-* 2>&1 | wc -l", NULL, &cmd, &r);
+    assert_int_equal(r.status, GRPO_SANDBOX_EXITED);
+    assert_string_equal(r.out, "inside\n1\n"); /* and the private dir itself is not there */
+    grpo_sandbox_result_fini(&r);
+    unlink(file);
+    rmdir(pub);
+    rmdir(dir);
+}
+
 static int
 echo_fn(const void *arg, size_t n, int ctl)
 {
@@ -314,10 +347,15 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_isolation),   cmocka_unit_test(t_refuses_less),
-        cmocka_unit_test(t_exit_and_io), cmocka_unit_test(t_output_caps),
-        cmocka_unit_test(t_deadline),    cmocka_unit_test(t_files_binds_env),
-        cmocka_unit_test(t_spawn),       cmocka_unit_test(t_service),
+        cmocka_unit_test(t_isolation),
+        cmocka_unit_test(t_refuses_less),
+        cmocka_unit_test(t_exit_and_io),
+        cmocka_unit_test(t_output_caps),
+        cmocka_unit_test(t_deadline),
+        cmocka_unit_test(t_files_binds_env),
+        cmocka_unit_test(t_bind_under_private_dir),
+        cmocka_unit_test(t_spawn),
+        cmocka_unit_test(t_service),
         cmocka_unit_test(t_pool),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

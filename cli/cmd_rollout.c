@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -701,7 +702,10 @@ handle_group(run_ctx *c, grpo_rollout_group *g)
         err = store_group(c, g, &sc);
     if (err == GRPO_OK && c->out)
         err = write_jsonl(c, g, &sc);
-    if (err == GRPO_OK && c->pub)
+    int aborted = 0; /* a cancelled group is recorded, never sent to a trainer */
+    for (int32_t i = 0; i < G; i++)
+        aborted |= g->samples[i].finish == GRPO_ROLLOUT_FINISH_ABORT;
+    if (err == GRPO_OK && c->pub && !aborted)
         err = publish_group(c, g, &sc);
     if (err == GRPO_OK) {
         pthread_mutex_lock(&c->mu);
@@ -1085,6 +1089,17 @@ summary(run_ctx *c, double secs)
            st.peak_groups_in_flight, st.peak_pages_used, st.budget_pages);
 }
 
+static volatile sig_atomic_t interrupted;
+
+static void
+on_signal(int sig)
+{
+    (void)sig;
+    if (interrupted)
+        _exit(130); /* a second signal: stop now (the store stays consistent: WAL) */
+    interrupted = 1;
+}
+
 int
 grpo_cmd_rollout(int argc, char **argv)
 {
@@ -1130,7 +1145,15 @@ grpo_cmd_rollout(int argc, char **argv)
     int tty = isatty(2), busy = 1, swapping = 0;
     grpo_weights_update wu;
     t0 = grpo_now();
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     while (err == GRPO_OK && busy) {
+        if (interrupted == 1) {
+            fprintf(stderr, "\ngrpo rollout: interrupted; finishing the groups in flight as "
+                            "aborted\n");
+            grpo_rollout_cancel(c.r);
+            interrupted = 2;
+        }
         grpo_rollout_stats st;
         grpo_rollout_get_stats(c.r, &st);
         if (c.pub && !swapping && grpo_bridge_poll_weights(c.pub, &wu))
@@ -1167,6 +1190,8 @@ grpo_cmd_rollout(int argc, char **argv)
         progress(&c, submitted, t0, 1);
     if (c.first_err != GRPO_OK && err == GRPO_OK)
         err = c.first_err;
+    if (interrupted && err == GRPO_OK)
+        err = grpo__fail(GRPO_ECANCELED, "interrupted; the groups finished so far are recorded");
     if (err == GRPO_OK && c.pub) {
         fprintf(stderr, "grpo rollout: waiting for the trainer to acknowledge every batch\n");
         if ((err = grpo_bridge_flush(c.pub, -1)) == GRPO_OK)
@@ -1175,7 +1200,10 @@ grpo_cmd_rollout(int argc, char **argv)
     if (err == GRPO_OK)
         summary(&c, grpo_now() - t0);
     if (c.store && c.run_id > 0)
-        grpo_store_run_end(c.store, c.run_id, err == GRPO_OK ? "ok" : "failed");
+        grpo_store_run_end(c.store, c.run_id,
+                           interrupted      ? "interrupted"
+                           : err == GRPO_OK ? "ok"
+                                            : "failed");
     if (err != GRPO_OK)
         fprintf(stderr, "grpo rollout: %s\n",
                 c.first_msg[0]         ? c.first_msg

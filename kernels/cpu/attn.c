@@ -1,7 +1,7 @@
 /* CPU MLA attention: the naive per-head form for prefill chunks (keys and values expanded from the
  * latent by kv_b_proj) and the absorbed form for decode (queries and outputs in the 512-d latent
- * space, reading the paged latent cache directly). One task per (query, head): each output is
- * reduced over positions in ascending order, so it does not depend on the batch or the threads. */
+ * space, reading the paged latent cache directly). Each output is reduced over positions in
+ * ascending order, so it does not depend on the batch or the threads. */
 #include "kernels/cpu/cpu_int.h"
 
 #include <math.h>
@@ -32,8 +32,15 @@ axpy(float *y, float a, const float *x, int n)
         y[i] += a * x[i];
 }
 
+/* Work is cut into tasks of up to QT queries x HG heads (a function of the shapes only). Within a
+ * task positions are the outer loop, so a key/value row (or cache row) is read once per task
+ * instead of once per (query, head); each score and each output element is still computed by the
+ * same expression and summed over positions in ascending order. */
+#define QT 16
+#define HG 8
+
 typedef struct {
-    int n, pos0, H, dn, dr, dv, page_len, kr_stride, kr_off;
+    int n, pos0, H, dn, dr, dv, page_len, kr_stride, kr_off, qtiles, hgroups;
     const float *q, *kvb;
     const float *const *pages;
     float scale;
@@ -46,31 +53,54 @@ naive_range(void *vctx, size_t b, size_t e, int worker)
     (void)worker;
     naive_ctx *c = vctx;
     int L = c->pos0 + c->n, dq = c->dn + c->dr, dkv = c->dn + c->dv;
-    float *s = malloc((size_t)L * sizeof *s);
+    float *s = malloc((size_t)QT * HG * (size_t)L * sizeof *s);
     if (s == NULL)
         abort();
     for (size_t t = b; t < e; t++) {
-        int i = (int)(t / (size_t)c->H), h = (int)(t % (size_t)c->H), p = c->pos0 + i;
-        const float *qi = c->q + ((size_t)i * c->H + h) * dq;
-        for (int j = 0; j <= p; j++) {
-            const float *kj = c->kvb + ((size_t)j * c->H + h) * dkv;
+        int i0 = (int)(t / (size_t)c->hgroups) * QT, h0 = (int)(t % (size_t)c->hgroups) * HG;
+        int ni = c->n - i0 < QT ? c->n - i0 : QT, nh = c->H - h0 < HG ? c->H - h0 : HG;
+        int last = c->pos0 + i0 + ni - 1; /* the tile's last position */
+        for (int j = 0; j <= last; j++) {
             const float *kr =
                 c->pages[j / c->page_len] + (size_t)(j % c->page_len) * c->kr_stride + c->kr_off;
-            s[j] = (grpo_cpu__dot(qi, kj, c->dn) + grpo_cpu__dot(qi + c->dn, kr, c->dr)) * c->scale;
+            for (int ii = 0; ii < ni; ii++) {
+                if (j > c->pos0 + i0 + ii)
+                    continue;
+                for (int hh = 0; hh < nh; hh++) {
+                    int h = h0 + hh;
+                    const float *qi = c->q + ((size_t)(i0 + ii) * c->H + h) * dq;
+                    const float *kj = c->kvb + ((size_t)j * c->H + h) * dkv;
+                    s[((size_t)ii * HG + hh) * L + j] =
+                        (grpo_cpu__dot(qi, kj, c->dn) + grpo_cpu__dot(qi + c->dn, kr, c->dr)) *
+                        c->scale;
+                }
+            }
         }
-        softmax_inplace(s, p + 1);
-        float *o = c->out + ((size_t)i * c->H + h) * c->dv;
-        memset(o, 0, (size_t)c->dv * sizeof *o);
-        for (int j = 0; j <= p; j++)
-            axpy(o, s[j], c->kvb + ((size_t)j * c->H + h) * dkv + c->dn, c->dv);
+        for (int ii = 0; ii < ni; ii++)
+            for (int hh = 0; hh < nh; hh++) {
+                softmax_inplace(s + ((size_t)ii * HG + hh) * L, c->pos0 + i0 + ii + 1);
+                memset(c->out + ((size_t)(i0 + ii) * c->H + h0 + hh) * c->dv, 0,
+                       (size_t)c->dv * sizeof(float));
+            }
+        for (int j = 0; j <= last; j++)
+            for (int ii = 0; ii < ni; ii++) {
+                if (j > c->pos0 + i0 + ii)
+                    continue;
+                for (int hh = 0; hh < nh; hh++) {
+                    int h = h0 + hh;
+                    axpy(c->out + ((size_t)(i0 + ii) * c->H + h) * c->dv,
+                         s[((size_t)ii * HG + hh) * L + j],
+                         c->kvb + ((size_t)j * c->H + h) * dkv + c->dn, c->dv);
+                }
+            }
     }
     free(s);
 }
 
 void
-grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv, const float *q,
-                    const float *kvb, const float *const *pages, int page_len, int kr_stride,
-                    int kr_off, float scale, float *out)
+grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv,
+                    const float *q, const float *kvb, const float *const *pages, int page_len,
+                    int kr_stride, int kr_off, float scale, float *out)
 {
     naive_ctx c = {.n = n,
                    .pos0 = pos0,
@@ -81,17 +111,19 @@ grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int
                    .page_len = page_len,
                    .kr_stride = kr_stride,
                    .kr_off = kr_off,
+                   .qtiles = (n + QT - 1) / QT,
+                   .hgroups = (H + HG - 1) / HG,
                    .q = q,
                    .kvb = kvb,
                    .pages = pages,
                    .scale = scale,
                    .out = out};
-    grpo_cpu__run(k, (double)n * H * (pos0 + n) * (dn + dr + dv), (size_t)n * (size_t)H,
-                  naive_range, &c);
+    grpo_cpu__run(k, (double)n * H * (pos0 + n) * (dn + dr + dv),
+                  (size_t)c.qtiles * (size_t)c.hgroups, naive_range, &c);
 }
 
 typedef struct {
-    int B, H, dc, dr, page_len, row_stride, maxlen;
+    int B, H, dc, dr, page_len, row_stride, maxlen, hgroups;
     const float *ql, *qr;
     const float *const *const *pages_of;
     const int32_t *len;
@@ -104,25 +136,33 @@ absorbed_range(void *vctx, size_t b, size_t e, int worker)
 {
     (void)worker;
     absorbed_ctx *c = vctx;
-    float *s = malloc((size_t)(c->maxlen > 0 ? c->maxlen : 1) * sizeof *s);
+    float *s = malloc((size_t)HG * (size_t)(c->maxlen > 0 ? c->maxlen : 1) * sizeof *s);
     if (s == NULL)
         abort();
     for (size_t t = b; t < e; t++) {
-        int bi = (int)(t / (size_t)c->H), h = (int)(t % (size_t)c->H), L = c->len[bi];
+        int bi = (int)(t / (size_t)c->hgroups), h0 = (int)(t % (size_t)c->hgroups) * HG;
+        int nh = c->H - h0 < HG ? c->H - h0 : HG, L = c->len[bi];
         const float *const *pages = c->pages_of[bi];
-        const float *ql = c->ql + ((size_t)bi * c->H + h) * c->dc;
-        const float *qr = c->qr + ((size_t)bi * c->H + h) * c->dr;
         for (int j = 0; j < L; j++) {
             const float *row = pages[j / c->page_len] + (size_t)(j % c->page_len) * c->row_stride;
-            s[j] =
-                (grpo_cpu__dot(ql, row, c->dc) + grpo_cpu__dot(qr, row + c->dc, c->dr)) * c->scale;
+            for (int hh = 0; hh < nh; hh++) {
+                const float *ql = c->ql + ((size_t)bi * c->H + h0 + hh) * c->dc;
+                const float *qr = c->qr + ((size_t)bi * c->H + h0 + hh) * c->dr;
+                s[(size_t)hh * L + j] =
+                    (grpo_cpu__dot(ql, row, c->dc) + grpo_cpu__dot(qr, row + c->dc, c->dr)) *
+                    c->scale;
+            }
         }
-        softmax_inplace(s, L);
-        float *o = c->ol + ((size_t)bi * c->H + h) * c->dc;
-        memset(o, 0, (size_t)c->dc * sizeof *o);
-        for (int j = 0; j < L; j++)
-            axpy(o, s[j], pages[j / c->page_len] + (size_t)(j % c->page_len) * c->row_stride,
-                 c->dc);
+        for (int hh = 0; hh < nh; hh++) {
+            softmax_inplace(s + (size_t)hh * L, L);
+            memset(c->ol + ((size_t)bi * c->H + h0 + hh) * c->dc, 0, (size_t)c->dc * sizeof(float));
+        }
+        for (int j = 0; j < L; j++) {
+            const float *row = pages[j / c->page_len] + (size_t)(j % c->page_len) * c->row_stride;
+            for (int hh = 0; hh < nh; hh++)
+                axpy(c->ol + ((size_t)bi * c->H + h0 + hh) * c->dc, s[(size_t)hh * L + j], row,
+                     c->dc);
+        }
     }
     free(s);
 }
@@ -142,12 +182,13 @@ grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const floa
                       .page_len = page_len,
                       .row_stride = row_stride,
                       .maxlen = maxlen,
+                      .hgroups = (H + HG - 1) / HG,
                       .ql = ql,
                       .qr = qr,
                       .pages_of = pages_of,
                       .len = len,
                       .scale = scale,
                       .ol = ol};
-    grpo_cpu__run(k, (double)B * H * maxlen * (2 * dc + dr), (size_t)B * (size_t)H, absorbed_range,
-                  &c);
+    grpo_cpu__run(k, (double)B * H * maxlen * (2 * dc + dr), (size_t)B * (size_t)c.hgroups,
+                  absorbed_range, &c);
 }

@@ -228,7 +228,8 @@ grpo_err grpo_rollout_submit(grpo_rollout *r, const grpo_rollout_request *req, u
 /* One scheduler iteration: admit, one forward over prefill chunks and decode rows, sample, finish.
  * *busy (may be NULL) is 0 when nothing was queued or running. Call from one thread. */
 grpo_err grpo_rollout_step(grpo_rollout *r, int *busy);
-/* Steps until every submitted group is done. */
+/* Steps until every submitted group is done (GRPO_ESTATE when admission is paused and only queued
+ * groups are left). */
 grpo_err grpo_rollout_run(grpo_rollout *r);
 /* Next completed group, in completion order; the caller frees it. wait = 0: NULL when none is
  * ready. wait = 1: blocks until one is ready, or returns NULL once grpo_rollout_close() was called

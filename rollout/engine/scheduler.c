@@ -760,7 +760,10 @@ grpo_rollout_run(grpo_rollout *r)
         grpo_err err = grpo_rollout_step(r, &busy);
         if (err != GRPO_OK)
             return err;
-        if (busy && r->active == NULL && r->paused) /* nothing can move: do not spin */
+        pthread_mutex_lock(&r->mu);
+        int stuck = busy && r->active == NULL && r->paused; /* nothing can move: do not spin */
+        pthread_mutex_unlock(&r->mu);
+        if (stuck)
             return grpo__fail(GRPO_ESTATE, "rollout: admission is paused with groups queued");
     }
     return GRPO_OK;

@@ -663,7 +663,7 @@ process_rows(grpo_rollout *r, int32_t n)
     grpo_err err = GRPO_OK;
     size_t V = (size_t)r->be.vocab;
     r->n_draws = 0;
-    for (int32_t k = 0; k < n && err == GRPO_OK && !r->cancel; k++) {
+    for (int32_t k = 0; k < n && err == GRPO_OK; k++) {
         row_ref *w = &r->rows[k];
         const float *row = r->logits + (size_t)k * V;
         if (!w->last_chunk)
@@ -726,7 +726,10 @@ grpo_rollout_step(grpo_rollout *r, int *busy)
 {
     grpo_err err;
     int32_t n = 0;
-    if (r->cancel && (err = abort_all(r)) != GRPO_OK)
+    pthread_mutex_lock(&r->mu);
+    int cancel = r->cancel;
+    pthread_mutex_unlock(&r->mu);
+    if (cancel && (err = abort_all(r)) != GRPO_OK)
         return err;
     admit(r);
     if ((err = build_prefill(r, &n)) != GRPO_OK || (err = build_decode(r, &n)) != GRPO_OK)

@@ -20,8 +20,6 @@ typedef struct {
     float *g, *u;                  /* (T, max intermediate) */
     float *rl, *rw;                /* router logits (T, E), weights (T, k) */
     int32_t *ri;                   /* router expert ids (T, k) */
-    int32_t *etok;                 /* token list of one expert */
-    float *ew;                     /* and their weights */
     float *qd, *ql, *qr, *ol, *od; /* decode batch */
     const float ***pages_of;
     const float **page_ptrs; /* B * max pages */
@@ -29,7 +27,17 @@ typedef struct {
     int max_pages, max_len; /* max_len: longest prefill item's pos0 + n */
     float *lat, *kvb;       /* naive attention: (max_len, dc), (max_len, H, dn + dv) */
     const float **chunk_pages;
+    /* MoE: the T x k assignments sorted by (expert, token) */
+    int32_t *ecnt, *eoff, *slot_tok;
+    float *slot_w;
+    float *xs, *ys; /* (T*k, H) inputs and outputs per assignment (T <= MOE_PAR_MAX_T) */
+    float *wg, *wu; /* per worker (MOE_PAR_MAX_T, moe_intermediate_size) */
+    int n_workers;
 } scratch;
+
+/* Up to this many tokens, a MoE layer with many active experts runs whole experts in parallel
+ * (one per worker) instead of threading each small expert GEMM: far fewer pool wake-ups. */
+#define MOE_PAR_MAX_T 256
 
 /* Scratch lives in one grow-only block kept by the model: a forward allocates nothing once the
  * block has grown to the largest batch seen (large per-call allocations were mmap'd and
@@ -78,8 +86,6 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->rl = carve(cv, T * E * f);
     s->rw = carve(cv, T * K * f);
     s->ri = carve(cv, T * K * i4);
-    s->etok = carve(cv, T * i4);
-    s->ew = carve(cv, T * f);
     s->qd = carve(cv, B * nh * qk * f);
     s->ql = carve(cv, B * nh * dc * f);
     s->qr = carve(cv, B * nh * dr * f);
@@ -88,6 +94,15 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->pages_of = carve(cv, (B + 1) * pp);
     s->page_ptrs = carve(cv, ((B > 0 ? B : 1) * (size_t)s->max_pages + 1) * pp);
     s->lens = carve(cv, (B + 1) * i4);
+    size_t Tp = T <= MOE_PAR_MAX_T ? T : 0, Im = (size_t)c->moe_intermediate_size;
+    s->ecnt = carve(cv, E * i4);
+    s->eoff = carve(cv, (E + 1) * i4);
+    s->slot_tok = carve(cv, T * K * i4);
+    s->slot_w = carve(cv, T * K * f);
+    s->xs = carve(cv, Tp * K * H * f);
+    s->ys = carve(cv, Tp * K * H * f);
+    s->wg = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
+    s->wu = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
     s->lat = carve(cv, L * dc * f);
     s->kvb = carve(cv, L * nh * (dn + dv) * f);
     s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
@@ -108,6 +123,7 @@ scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items)
         s->max_pages = np > s->max_pages ? np : s->max_pages;
     }
     s->T = (int)T;
+    s->n_workers = m->k->n_threads > 0 ? m->k->n_threads : 1;
     carver cv = {NULL, 0, 0};
     layout(s, &m->cfg, &cv);
     if (cv.off > m->scratch_size) {
@@ -288,6 +304,59 @@ mlp(grpo_model *m, const grpo_mlp_w *w, int M, const float *x, float *out, scrat
     k->gemm(k, M, s->g, I, &w->down, out, H);
 }
 
+/* Sorts the T x k assignments by (expert, token): ecnt, eoff, slot_tok, slot_w. */
+static void
+route_sort(const grpo_model_config *c, scratch *s)
+{
+    int T = s->T, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    memset(s->ecnt, 0, (size_t)E * sizeof *s->ecnt);
+    for (int i = 0; i < T * K; i++)
+        s->ecnt[s->ri[i]]++;
+    s->eoff[0] = 0;
+    for (int e = 0; e < E; e++)
+        s->eoff[e + 1] = s->eoff[e] + s->ecnt[e];
+    memset(s->ecnt, 0, (size_t)E * sizeof *s->ecnt);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) {
+            int e = s->ri[(size_t)t * K + j], at = s->eoff[e] + s->ecnt[e]++;
+            s->slot_tok[at] = t;
+            s->slot_w[at] = s->rw[(size_t)t * K + j];
+        }
+}
+
+typedef struct {
+    grpo_model *m;
+    const grpo_layer_w *l;
+    scratch *s;
+    grpo_kernels serial; /* the backend's ops without its pool: runs on the calling worker */
+} moe_par_ctx;
+
+static void
+moe_par_range(void *vctx, size_t b, size_t e, int worker)
+{
+    moe_par_ctx *c = vctx;
+    scratch *s = c->s;
+    int H = c->m->cfg.hidden_size, I = c->m->cfg.moe_intermediate_size;
+    float *g = s->wg + (size_t)worker * MOE_PAR_MAX_T * I,
+          *u = s->wu + (size_t)worker * MOE_PAR_MAX_T * I;
+    grpo_kernels *k = &c->serial;
+    for (size_t x = b; x < e; x++) {
+        int n = s->eoff[x + 1] - s->eoff[x];
+        if (n == 0)
+            continue;
+        const grpo_mlp_w *w = &c->l->experts[x];
+        const float *in = s->xs + (size_t)s->eoff[x] * H;
+        float *out = s->ys + (size_t)s->eoff[x] * H;
+        k->gemm(k, n, in, H, &w->gate, g, I);
+        k->gemm(k, n, in, H, &w->up, u, I);
+        k->silu_mul(k, n, I, g, I, u, I, g, I);
+        k->gemm(k, n, g, I, &w->down, out, H);
+    }
+}
+
+/* Routed experts: whole experts in parallel when the batch is small and many are active, else one
+ * expert at a time with threaded GEMMs. Either way each expert's rows get the same (row- and
+ * thread-invariant) GEMMs and every token adds its experts' outputs in ascending expert order. */
 static void
 moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
 {
@@ -297,26 +366,40 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
     k->gemm(k, T, s->x, H, &l->router, s->rl, E);
     k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
               c->routed_scaling_factor, s->ri, s->rw);
+    route_sort(c, s);
     memset(s->acc, 0, (size_t)T * H * sizeof(float));
-    float *xe = s->tmp; /* (count, H) gathered inputs; reused as the output below */
-    for (int e = 0; e < E; e++) {
-        int cnt = 0;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < K; j++)
-                if (s->ri[(size_t)t * K + j] == e) {
-                    s->etok[cnt] = t;
-                    s->ew[cnt++] = s->rw[(size_t)t * K + j];
-                }
-        if (cnt == 0)
-            continue;
-        for (int i = 0; i < cnt; i++)
-            memcpy(xe + (size_t)i * H, s->x + (size_t)s->etok[i] * H, (size_t)H * sizeof(float));
-        mlp(m, &l->experts[e], cnt, xe, xe, s); /* down writes after gate/up consumed xe */
-        for (int i = 0; i < cnt; i++) {
-            float *a = s->acc + (size_t)s->etok[i] * H, w = s->ew[i];
-            const float *y = xe + (size_t)i * H;
+    int active = 0;
+    for (int e = 0; e < E; e++)
+        active += s->eoff[e + 1] > s->eoff[e];
+    if (T <= MOE_PAR_MAX_T && active >= 4 * s->n_workers && s->n_workers > 1) {
+        for (int i = 0; i < T * K; i++)
+            memcpy(s->xs + (size_t)i * H, s->x + (size_t)s->slot_tok[i] * H,
+                   (size_t)H * sizeof(float));
+        moe_par_ctx pc = {m, l, s, *k};
+        pc.serial.impl = NULL;
+        grpo_kernels_parallel_for(k, (size_t)E, moe_par_range, &pc);
+        for (int i = 0; i < T * K; i++) {
+            float *a = s->acc + (size_t)s->slot_tok[i] * H, w = s->slot_w[i];
+            const float *y = s->ys + (size_t)i * H;
             for (int d = 0; d < H; d++)
                 a[d] += w * y[d];
+        }
+    } else {
+        float *xe = s->tmp; /* (count, H) gathered inputs; reused as the output below */
+        for (int e = 0; e < E; e++) {
+            int n = s->eoff[e + 1] - s->eoff[e];
+            if (n == 0)
+                continue;
+            const int32_t *tok = s->slot_tok + s->eoff[e];
+            for (int i = 0; i < n; i++)
+                memcpy(xe + (size_t)i * H, s->x + (size_t)tok[i] * H, (size_t)H * sizeof(float));
+            mlp(m, &l->experts[e], n, xe, xe, s); /* down writes after gate/up consumed xe */
+            for (int i = 0; i < n; i++) {
+                float *a = s->acc + (size_t)tok[i] * H, w = s->slot_w[s->eoff[e] + i];
+                const float *y = xe + (size_t)i * H;
+                for (int d = 0; d < H; d++)
+                    a[d] += w * y[d];
+            }
         }
     }
     if (c->n_shared_experts > 0) {

@@ -523,7 +523,8 @@ store_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
         r->finish_reason = store_finish(s->finish);
         for (int32_t k = 0; k < s->n_tokens; k++)
             r->logprob_sum += s->logprob_raw[k];
-        r->gen_ms = (g->t_done - g->t_admit) * 1e3;
+        r->gen_ms = (s->t_done - g->t_admit) * 1e3;
+        r->first_token_ms = g->t_first_token > 0 ? (g->t_first_token - g->t_admit) * 1e3 : 0;
         r->has_reward = 1, r->reward = res->reward, r->correct = -1;
         r->n_rewards = res->n_terms;
         r->rewards = rr + (size_t)i * GRPO_REWARD_MAX_TERMS;
@@ -551,6 +552,7 @@ store_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
     gr.started_at = (double)time(NULL) - (g->t_done - g->t_submit);
     gr.finished_at = (double)time(NULL);
     gr.gen_ms = (g->t_done - g->t_admit) * 1e3;
+    gr.prefill_ms = g->t_first_token > 0 ? (g->t_first_token - g->t_admit) * 1e3 : 0;
     gr.n_completions = G, gr.completions = cr;
     err = grpo_store_put_group(c->store, &gr);
 done:

@@ -190,6 +190,7 @@ typedef struct grpo_rollout_sample {
     float *policy_logprob;    /* n_tokens, recomputed by teacher forcing, or NULL */
     char *text;               /* decoded completion (NUL-terminated; may hold NUL), or NULL */
     size_t text_len;
+    double t_done; /* grpo_now() when it finished */
 } grpo_rollout_sample;
 
 typedef struct grpo_rollout_group {
@@ -201,6 +202,7 @@ typedef struct grpo_rollout_group {
     int32_t n_samples;
     grpo_rollout_sample *samples;
     double t_submit, t_admit, t_done; /* grpo_now() */
+    double t_first_token;             /* when the prompt was in the cache and first tokens drawn */
     int64_t policy_version;           /* the policy it was sampled from (set_policy; 0 first) */
     double max_abs_logprob_diff;      /* max |raw - recomputed policy| over tokens, with rescore */
 } grpo_rollout_group;

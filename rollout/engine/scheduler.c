@@ -390,6 +390,7 @@ finish_sample(grpo_rollout *r, group_state *gs, int32_t i)
         r->be.seq_free(r->be.ctx, s->kv);
     s->kv = -1;
     s->phase = PH_DONE;
+    o->t_done = grpo_now();
     gs->n_active--;
     r->reserved -= gs->pages_per_sample;
     if (r->opts.token_bytes) {
@@ -648,6 +649,8 @@ apply_draw(grpo_rollout *r, const draw *d)
         return grpo__fail(GRPO_EINVAL, "rollout: group %llu sample %d: %s",
                           (unsigned long long)g->id, d->sample, grpo_error_last());
     }
+    if (d->gs->g->t_first_token == 0.0)
+        d->gs->g->t_first_token = grpo_now();
     grpo_err err = emit(r, d->gs, d->sample, d->tok, d->lr, d->lp);
     if (err != GRPO_OK)
         return err;

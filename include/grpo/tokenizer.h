@@ -26,8 +26,10 @@ typedef enum grpo_chat_family {
 #define GRPO_TOKENIZER_R1_THINK_END_ID 128799
 
 typedef struct grpo_tokenizer_opts {
-    /* Nonzero: load as DeepSeek-R1 — the added tokens 128798/128799 become "<think>"/"</think>"
-     * (as R1 checkpoints ship them) and the default chat family is GRPO_CHAT_R1. */
+    /* Nonzero: load as DeepSeek-R1 — the placeholder added tokens 128798/128799 become
+     * "<think>"/"</think>" (non-special, as R1 checkpoints ship them; a file that already has a
+     * "<think>" token is left as is; any other file fails with GRPO_EINVAL) and the default chat
+     * family is GRPO_CHAT_R1. */
     int r1;
     /* tokenizer_config.json to read bos/eos tokens and the chat family from. NULL: the file of that
      * name beside the tokenizer.json, when it exists. */
@@ -56,7 +58,7 @@ grpo_err grpo_tokenizer_load_json(grpo_tokenizer **out, const char *json, size_t
 void grpo_tokenizer_destroy(grpo_tokenizer *tok);
 
 /* One past the largest id the tokenizer knows (vocab and added tokens). The model's embedding may
- * be larger (DeepSeek-V3: 128815 here vs 129280 rows); ids in between decode to nothing. */
+ * be larger (DeepSeek-V3: 128815 here vs 129280 rows); ids from here on decode to nothing. */
 int32_t grpo_tokenizer_vocab_size(const grpo_tokenizer *tok);
 /* Begin/end-of-sentence ids: from tokenizer_config.json when read, else the added tokens
  * "<｜begin▁of▁sentence｜>"/"<｜end▁of▁sentence｜>" when present, else -1. */

@@ -4,6 +4,7 @@
  * might fake a pass (exiting early, printing a summary, writing to the result channel, an object
  * equal to everything, patching builtins, leaving files or processes for the next sample). */
 #include "grpo/verify.h"
+#include "common/common_int.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -116,6 +117,27 @@ t_python(void **s)
     g = score("python", "```python\nprint(1)\n```", "{\"inputs\": 3}");
     assert_int_equal(g.v.kind, GRPO_VERDICT_SKIP);
     assert_string_equal(g.v.label, "bad-tests");
+}
+
+/* A correct answer of 3 MB (past the default 1 MiB stdout cap) still passes. */
+static void
+t_big_output(void **s)
+{
+    (void)s;
+    grpo_buf t = {0};
+    grpo__buf_printf(&t, "{\"inputs\": [\"300000\"], \"outputs\": [\"");
+    for (int i = 0; i < 300000; i++)
+        grpo__buf_printf(&t, "%d\\n", 1000000 + i);
+    grpo__buf_printf(&t, "\"]}");
+    expect(
+        "python",
+        "```python\nn = int(input())\nprint('\\n'.join(str(1000000 + i) for i in range(n)))\n```",
+        t.data, "correct", 1.0, NULL);
+    expect("c",
+           "```c\n#include <stdio.h>\nint main(void){int n;scanf(\"%d\",&n);for(int i=0;i<n;i++)"
+           "printf(\"%d\\n\",1000000+i);return 0;}\n```",
+           t.data, "correct", 1.0, NULL);
+    grpo__buf_fini(&t);
 }
 
 static void
@@ -293,9 +315,10 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_python),    cmocka_unit_test(t_limits), cmocka_unit_test(t_native),
-        cmocka_unit_test(t_fake_pass), cmocka_unit_test(t_budget), cmocka_unit_test(t_cross_sample),
-        cmocka_unit_test(t_threads),
+        cmocka_unit_test(t_python),       cmocka_unit_test(t_limits),
+        cmocka_unit_test(t_native),       cmocka_unit_test(t_fake_pass),
+        cmocka_unit_test(t_budget),       cmocka_unit_test(t_big_output),
+        cmocka_unit_test(t_cross_sample), cmocka_unit_test(t_threads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

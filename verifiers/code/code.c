@@ -249,6 +249,17 @@ over_budget(const code_state *s, outcome *o, int next, int n)
     return true;
 }
 
+/* Room for the expected output: a correct answer of several MB must not hit the stdout cap. */
+static void
+fit_output(grpo_sandbox_limits *l, const char *expected)
+{
+    uint64_t want = expected ? 2 * (uint64_t)strlen(expected) + 65536 : 0;
+    if (want > l->stdout_max)
+        l->stdout_max = want;
+    if (l->output_kill < 4 * l->stdout_max)
+        l->output_kill = 4 * l->stdout_max;
+}
+
 static void
 limits_for(const code_state *s, grpo_sandbox_limits *l)
 {
@@ -285,6 +296,9 @@ run_python(code_state *s, runner *rn, const char *code, const code_tests *t, int
         if ((args_json = cJSON_PrintUnformatted(args)) == NULL)
             goto oom;
         const char *in = t->call_based ? "" : t->inputs[i];
+        limits_for(s, &l);
+        if (!t->call_based)
+            fit_output(&l, t->outputs[i]);
         err = grpo_sandbox_pool_call(rn->py, t->call_based ? "call" : "stdio", args_json, in,
                                      strlen(in), &l, &r, &ret);
         if (err != GRPO_OK)
@@ -420,6 +434,7 @@ run_native(code_state *s, runner *rn, code_lang lang, const char *code, const co
         cmd.stdin_data = t->inputs[i];
         cmd.stdin_len = strlen(t->inputs[i]);
         limits_for(s, &cmd.limits);
+        fit_output(&cmd.limits, t->outputs[i]);
         if ((err = grpo_sandbox_run(rn->sb, &cmd, &r)) != GRPO_OK)
             goto done;
         const char *st = fail_status_of(&r);

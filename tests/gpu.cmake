@@ -23,3 +23,11 @@ if(TARGET grpo_cuda)
                   LABELS gpu TIMEOUT 300)
   endif()
 endif()
+
+# GPU benchmarks (bench/gpu): built with the CUDA backend, run by tests/gpu/run.sh, never by ctest.
+if(TARGET grpo_cuda)
+  foreach(b bench_gemm bench_mla bench_decode)
+    add_executable(${b} ${PROJECT_SOURCE_DIR}/bench/gpu/${b}.c)
+    target_link_libraries(${b} PRIVATE grpo_cuda grpo_kernels grpo_common CUDA::cudart m)
+  endforeach()
+endif()

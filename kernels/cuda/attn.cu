@@ -68,6 +68,8 @@ mla_decode_k(int H, int dc, int dr, const float *ql, const float *qr, const floa
         __syncthreads();
         for (int r = 0; r < HG * TJ / 256; r++) { /* scores: warp w -> heads 2w, 2w+1 */
             int h = 2 * w + r, jj = lane;
+            if (h >= nh) /* whole warp: heads past H */
+                continue;
             const float *qh = q + h * DP, *kj = kt + jj * DP;
             float a = 0.0f, c = 0.0f;
             for (int d = 0; d < dc; d++)
@@ -88,10 +90,12 @@ mla_decode_k(int H, int dc, int dr, const float *ql, const float *qr, const floa
             }
         }
         __syncthreads();
+#pragma unroll
         for (int h = 0; h < HG; h++)
+#pragma unroll
             for (int c = 0; c < 2; c++) {
                 int d = t + 256 * c;
-                if (d >= dc)
+                if (h >= nh || d >= dc)
                     continue;
                 float acc = o[h][c] * al[h];
                 for (int jj = 0; jj < nj; jj++)
@@ -100,12 +104,16 @@ mla_decode_k(int H, int dc, int dr, const float *ql, const float *qr, const floa
             }
         __syncthreads();
     }
-    for (int h = 0; h < nh; h++) {
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+        if (h >= nh)
+            continue;
         float *pp = part + (((size_t)b * H + h0 + h) * nsm + sp) * (2 + dc);
         if (t == 0) {
             pp[0] = mh[h];
             pp[1] = lh[h];
         }
+#pragma unroll
         for (int c = 0; c < 2; c++)
             if (t + 256 * c < dc)
                 pp[2 + t + 256 * c] = o[h][c];
@@ -132,6 +140,30 @@ mla_combine_k(int H, int dc, const int32_t *len, int chunk, int nsm, const float
     }
 }
 
+static grpo_err
+decode_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
+              const float *const *d_ptab, int max_pages, const int32_t *d_len, int nsm,
+              int page_len, int row_stride, float scale, float *ol)
+{
+    int chunk = grpo_cuda_mla_chunk(0);
+    grpo_err err = grpo_cu__reserve(&s->ws[1], (size_t)B * H * nsm * (2 + dc) * sizeof(float));
+    if (err != GRPO_OK)
+        return err;
+    int DP = dc + dr + 1;
+    size_t smem = ((size_t)(HG + TJ) * DP + HG * TJ + 3 * HG) * sizeof(float);
+    CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)smem));
+    dim3 grid((unsigned)B, cu_blocks((size_t)H, HG), (unsigned)nsm);
+    mla_decode_k<<<grid, 256, smem, s->stream>>>(H, dc, dr, ql, qr, d_ptab, max_pages, d_len,
+                                                 page_len, row_stride, scale, chunk, nsm,
+                                                 (float *)s->ws[1].d);
+    CU_LAUNCHED();
+    mla_combine_k<<<B * H, 128, 0, s->stream>>>(H, dc, d_len, chunk, nsm,
+                                                (const float *)s->ws[1].d, ol);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
 grpo_err
 grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
                     const float *const *d_ptab, int max_pages, const int32_t *len, int page_len,
@@ -141,29 +173,30 @@ grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const float *ql, 
         return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla decode: latent width %d > 512", dc);
     if (B <= 0 || H <= 0)
         return GRPO_OK;
-    int nsm = 1, chunk = grpo_cuda_mla_chunk(0);
+    int nsm = 1;
     for (int b = 0; b < B; b++)
         nsm = max(nsm, grpo_cuda_mla_nsplit(len[b]));
-    size_t part = (size_t)B * H * nsm * (2 + dc) * sizeof(float);
-    grpo_err err;
-    if ((err = grpo_cu__reserve(&s->ws[1], part)) != GRPO_OK ||
-        (err = grpo_cu__reserve(&s->ws[2], (size_t)B * sizeof(int32_t))) != GRPO_OK)
+    grpo_err err = grpo_cu__reserve(&s->ws[2], (size_t)B * sizeof(int32_t));
+    if (err != GRPO_OK)
         return err;
     CU_TRY(cudaMemcpyAsync(s->ws[2].d, len, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
                            s->stream));
-    int DP = dc + dr + 1;
-    size_t smem = ((size_t)(HG + TJ) * DP + HG * TJ + 3 * HG) * sizeof(float);
-    CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)smem));
-    dim3 grid((unsigned)B, cu_blocks((size_t)H, HG), (unsigned)nsm);
-    mla_decode_k<<<grid, 256, smem, s->stream>>>(H, dc, dr, ql, qr, d_ptab, max_pages,
-                                                 (const int32_t *)s->ws[2].d, page_len, row_stride,
-                                                 scale, chunk, nsm, (float *)s->ws[1].d);
-    CU_LAUNCHED();
-    mla_combine_k<<<B * H, 128, 0, s->stream>>>(H, dc, (const int32_t *)s->ws[2].d, chunk, nsm,
-                                                (const float *)s->ws[1].d, ol);
-    CU_LAUNCHED();
-    return GRPO_OK;
+    return decode_launch(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, (const int32_t *)s->ws[2].d,
+                         nsm, page_len, row_stride, scale, ol);
+}
+
+extern "C" grpo_err
+grpo_cuda_mla_decode_dev(grpo_kernels *k, int B, int H, int dc, int dr, const float *d_ql,
+                         const float *d_qr, const float *const *d_ptab, int max_pages,
+                         const int32_t *d_len, int max_len, int page_len, int row_stride,
+                         float scale, float *d_ol)
+{
+    if (dc > 512)
+        return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla decode: latent width %d > 512", dc);
+    if (B <= 0 || H <= 0)
+        return GRPO_OK;
+    return decode_launch(cu_of(k), B, H, dc, dr, d_ql, d_qr, d_ptab, max_pages, d_len,
+                         grpo_cuda_mla_nsplit(max_len), page_len, row_stride, scale, d_ol);
 }
 
 extern "C" grpo_err

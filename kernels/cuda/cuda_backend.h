@@ -104,6 +104,28 @@ grpo_err grpo_cuda_mla_decode(grpo_kernels *k, int B, int H, int dc, int dr, con
                               const int32_t *len, int page_len, int row_stride, float scale,
                               float *d_ol);
 
+/* ---- Capture-safe variants (no host round trip, no allocation once warm): for CUDA graphs ----
+ * The decode attention with lengths already on the device (max_len bounds every length), and the
+ * grouped expert GEMM reading a device table of E weights made once by grpo_cuda_moe_table
+ * (free it with grpo_cuda_free). */
+grpo_err grpo_cuda_mla_decode_dev(grpo_kernels *k, int B, int H, int dc, int dr, const float *d_ql,
+                                  const float *d_qr, const float *const *d_ptab, int max_pages,
+                                  const int32_t *d_len, int max_len, int page_len, int row_stride,
+                                  float scale, float *d_ol);
+grpo_err grpo_cuda_moe_table(void **d_table, int E, const grpo_kw *w_of);
+grpo_err grpo_cuda_moe_gemm_dev(grpo_kernels *k, int E, int rows_max, const int32_t *d_offs,
+                                const float *d_x, int ldx, const void *d_table, int N, int K,
+                                float *d_y, int ldy);
+/* grpo_cuda_sample with the B keys already in device memory (capturable). */
+grpo_err grpo_cuda_sample_dev(grpo_kernels *k, int B, int vocab, const float *d_logits,
+                              const void *d_keys, int32_t *d_tok, float *d_lp_raw,
+                              float *d_lp_proc);
+/* Fills n elements at d with reproducible pseudo-random values: kind 0 = fp32 uniform in
+ * [-scale, scale) (never 0), 1 = E4M3 of magnitude <= scale (scale <= 448), 2 = BF16 like 0,
+ * 3 = fp32 in [scale / 2, scale] (block scales). */
+grpo_err grpo_cuda_fill_random(grpo_kernels *k, void *d, size_t n, int kind, float scale,
+                               uint64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,29 +28,15 @@ grpo_cu__kw(const grpo_kw *w)
 
 /* y[z](m, n) = sum_k x[z](m, k) W(z)(n, k)   (trans = 0; W(z) row n = wr0 + n)
  *            = sum_k x[z](m, k) W(z)(k, n)   (trans = 1; W(z) row k = wr0 + k)
- * z = head (x, y offset by xhs, yhs; wr0 = z * wrs) or, GROUPED, expert (rows offs[z] ..). */
-template <bool GROUPED>
+ * z = head: x, y offset by z * xhs, z * yhs; wr0 = z * wrs. */
 __global__ void __launch_bounds__(256)
-gemm_k(int M, int N, int K, const float *x, int ldx, int xhs, cu_kw w1, const cu_kw *wg,
-       const int32_t *offs, int wrs, int trans, float *y, int ldy, int yhs)
+gemm_k(int M, int N, int K, const float *x, int ldx, int xhs, cu_kw w, int wrs, int trans,
+       float *y, int ldy, int yhs)
 {
     __shared__ float xs[BK][BM + 1], ws[BK][BN + 1];
-    int z = blockIdx.z, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, wr0 = 0;
-    cu_kw w;
-    if (GROUPED) {
-        w = wg[z];
-        int r0 = offs[z];
-        M = offs[z + 1] - r0;
-        if (m0 >= M)
-            return;
-        x += (size_t)r0 * ldx;
-        y += (size_t)r0 * ldy;
-    } else {
-        w = w1;
-        x += (size_t)z * xhs;
-        y += (size_t)z * yhs;
-        wr0 = z * wrs;
-    }
+    int z = blockIdx.z, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, wr0 = z * wrs;
+    x += (size_t)z * xhs;
+    y += (size_t)z * yhs;
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     float acc[4][4] = {};
     for (int k0 = 0; k0 < K; k0 += BK) {
@@ -94,10 +80,62 @@ grpo_cu__gemm_generic(cu_state *s, int M, int H, const float *x, int ldx, int xh
     if (M <= 0 || N <= 0 || H <= 0)
         return GRPO_OK;
     dim3 grid(cu_blocks((size_t)N, BN), cu_blocks((size_t)M, BM), (unsigned)H);
-    gemm_k<false><<<grid, 256, 0, s->stream>>>(M, N, K, x, ldx, xhs, grpo_cu__kw(w), NULL, NULL,
-                                               wrs, trans, y, ldy, yhs);
+    gemm_k<<<grid, 256, 0, s->stream>>>(M, N, K, x, ldx, xhs, grpo_cu__kw(w), wrs, trans, y, ldy,
+                                        yhs);
     CU_LAUNCHED();
     return GRPO_OK;
+}
+
+/* Grouped expert GEMM, one warp per (expert, output column): the weight row is read once per 8
+ * token rows (16 E4M3 bytes per lane per step, one 128-block scale per step), the lanes' partial
+ * sums are reduced by a fixed shuffle tree. The order of every output's reduction depends only
+ * on K, never on how many rows an expert got (batch invariance). Memory-bound decode shape:
+ * a few rows per expert, every expert weight byte read about once. */
+#define GR 8
+__global__ void __launch_bounds__(256)
+moe_gemv_k(int N, int K, const float *x, int ldx, const cu_kw *wg, const int32_t *offs, float *y,
+           int ldy)
+{
+    int e = blockIdx.y, lane = threadIdx.x % 32, n = blockIdx.x * 8 + threadIdx.x / 32;
+    int r0 = offs[e], rows = offs[e + 1] - r0;
+    if (n >= N || rows <= 0)
+        return;
+    cu_kw w = wg[e];
+    int vec = w.dt == GRPO_DT_F8E4M3 && K % 16 == 0 && w.bc % 16 == 0 &&
+              ((uintptr_t)w.data & 15) == 0;
+    for (int rb = 0; rb < rows; rb += GR) {
+        int nr = min(GR, rows - rb);
+        float acc[GR];
+        for (int r = 0; r < GR; r++)
+            acc[r] = 0.0f;
+        for (int k0 = lane * 16; k0 < K; k0 += 512) {
+            float wv[16];
+            if (vec) {
+                uint4 q = *(const uint4 *)((const uint8_t *)w.data + (size_t)n * K + k0);
+                const uint8_t *b = (const uint8_t *)&q;
+                float sc = w.scale[(size_t)((n + w.row0) / w.br) * w.scale_cols + k0 / w.bc];
+                for (int i = 0; i < 16; i++)
+                    wv[i] = cu_e4m3(b[i]) * sc;
+            } else {
+                for (int i = 0; i < 16; i++)
+                    wv[i] = k0 + i < K ? cu_w(w, n, k0 + i) : 0.0f;
+            }
+            for (int r = 0; r < GR; r++) {
+                if (r >= nr)
+                    break;
+                const float *xr = x + (size_t)(r0 + rb + r) * ldx + k0;
+                for (int i = 0; i < 16 && k0 + i < K; i++)
+                    acc[r] = fmaf(xr[i], wv[i], acc[r]);
+            }
+        }
+        for (int r = 0; r < GR; r++) {
+            float v = acc[r];
+            for (int o = 16; o > 0; o >>= 1)
+                v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0 && r < nr)
+                y[(size_t)(r0 + rb + r) * ldy + n] = v;
+        }
+    }
 }
 
 extern "C" grpo_err
@@ -123,11 +161,36 @@ grpo_cuda_moe_gemm(grpo_kernels *k, int E, int rows_max, const int32_t *d_offs, 
     free(h);
     if (err != GRPO_OK)
         return err;
-    int N = w_of[0].rows, K = w_of[0].cols;
-    dim3 grid(cu_blocks((size_t)N, BN), cu_blocks((size_t)rows_max, BM), (unsigned)E);
-    gemm_k<true><<<grid, 256, 0, s->stream>>>(rows_max, N, K, d_x, ldx, 0, cu_kw(),
-                                              (const cu_kw *)s->ws[5].d, d_offs, 0, 0, d_y, ldy,
-                                              0);
+    return grpo_cuda_moe_gemm_dev(k, E, rows_max, d_offs, d_x, ldx, s->ws[5].d, w_of[0].rows,
+                                  w_of[0].cols, d_y, ldy);
+}
+
+extern "C" grpo_err
+grpo_cuda_moe_table(void **d_table, int E, const grpo_kw *w_of)
+{
+    *d_table = NULL;
+    cu_kw *h = (cu_kw *)malloc((size_t)(E > 0 ? E : 1) * sizeof *h);
+    if (h == NULL)
+        return grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+    for (int e = 0; e < E; e++)
+        h[e] = grpo_cu__kw(&w_of[e]);
+    cudaError_t ce = cudaMalloc(d_table, (size_t)(E > 0 ? E : 1) * sizeof *h);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpy(*d_table, h, (size_t)E * sizeof *h, cudaMemcpyHostToDevice);
+    free(h);
+    return ce == cudaSuccess ? GRPO_OK : grpo_cu__err(ce, "moe weight table");
+}
+
+extern "C" grpo_err
+grpo_cuda_moe_gemm_dev(grpo_kernels *k, int E, int rows_max, const int32_t *d_offs,
+                       const float *d_x, int ldx, const void *d_table, int N, int K, float *d_y,
+                       int ldy)
+{
+    if (E <= 0 || rows_max <= 0)
+        return GRPO_OK;
+    dim3 grid(cu_blocks((size_t)N, 8), (unsigned)E);
+    moe_gemv_k<<<grid, 256, 0, cu_of(k)->stream>>>(N, K, d_x, ldx, (const cu_kw *)d_table, d_offs,
+                                                   d_y, ldy);
     CU_LAUNCHED();
     return GRPO_OK;
 }

@@ -266,3 +266,37 @@ grpo_cuda_quant_fp8(grpo_kernels *k, int M, int K, const float *d_x, int ldx, vo
     CU_LAUNCHED();
     return GRPO_OK;
 }
+
+__global__ void
+fill_k(void *d, size_t n, int kind, float scale, uint64_t seed)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (seed + i) * 0x9E3779B97F4A7C15ull; /* splitmix64 */
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+        u = u == 0.0f ? 0.5f : u;
+        if (kind == 0) {
+            ((float *)d)[i] = u * scale;
+        } else if (kind == 2) {
+            ((__nv_bfloat16 *)d)[i] = __float2bfloat16_rn(u * scale);
+        } else if (kind == 3) {
+            ((float *)d)[i] = (0.5f + 0.5f * fabsf(u)) * scale;
+        } else {
+            __nv_fp8_e4m3 f(u * scale);
+            ((uint8_t *)d)[i] = f.__x;
+        }
+    }
+}
+
+extern "C" grpo_err
+grpo_cuda_fill_random(grpo_kernels *k, void *d, size_t n, int kind, float scale, uint64_t seed)
+{
+    if (n == 0)
+        return GRPO_OK;
+    fill_k<<<1024, 256, 0, cu_of(k)->stream>>>(d, n, kind, scale, seed);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}

@@ -230,3 +230,19 @@ grpo_cuda_sample(grpo_kernels *kt, int B, int vocab, const float *d_logits,
     CU_LAUNCHED();
     return GRPO_OK;
 }
+
+extern "C" grpo_err
+grpo_cuda_sample_dev(grpo_kernels *kt, int B, int vocab, const float *d_logits,
+                     const void *d_keys, int32_t *d_tok, float *d_lp_raw, float *d_lp_proc)
+{
+    cu_state *s = cu_of(kt);
+    if (B <= 0)
+        return GRPO_OK;
+    grpo_err err = grpo_cu__reserve(&s->ws[3], (size_t)B * vocab * sizeof(double));
+    if (err != GRPO_OK)
+        return err;
+    sample_k<<<B, ST, 0, s->stream>>>(vocab, d_logits, (const grpo_cuda_sample_key *)d_keys,
+                                      (double *)s->ws[3].d, d_tok, d_lp_raw, d_lp_proc);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}

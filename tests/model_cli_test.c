@@ -99,6 +99,26 @@ generate_errors(void **state)
     assert_non_null(strstr(out, "--temperature"));
 }
 
+/* `grpo bench forward` runs and prints its table (timings are not checked). */
+static void
+bench_smoke(void **state)
+{
+    (void)state;
+    const char *bin = getenv("GRPO_BIN");
+    if (bin == NULL || *bin == 0)
+        skip();
+    char dir[1024], cmd[4096], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s bench forward --model %s --batches 1,3 --prompt-len 5 --steps 2 "
+             "--memcpy-mb 1 --threads 2 2>&1",
+             bin, tm_dir("fp8", dir, sizeof dir));
+    assert_int_equal(run(cmd, out, sizeof out), 0);
+    assert_non_null(strstr(out, "decode tok/s"));
+    assert_non_null(strstr(out, "memcpy"));
+    snprintf(cmd, sizeof cmd, "%s bench forward --model %s --batches x 2>&1", bin, dir);
+    assert_int_equal(run(cmd, out, sizeof out), 2);
+}
+
 int
 main(void)
 {
@@ -106,6 +126,7 @@ main(void)
         cmocka_unit_test(generate_bf16),
         cmocka_unit_test(generate_fp8),
         cmocka_unit_test(generate_errors),
+        cmocka_unit_test(bench_smoke),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

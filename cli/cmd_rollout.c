@@ -33,6 +33,7 @@ typedef struct args {
     const char *model, *prompts, *db, *out, *publish, *tokenizer, *template_name;
     const char *ref_model, *reward_config, *kv_budget;
     int skip_bad, G, max_new, threads, verify_threads, rescore, logprobs, max_pending, window;
+    int max_batch;
     uint64_t kv_bytes, kv_tokens;
     grpo_sampling s;
     uint64_t seed;
@@ -108,6 +109,8 @@ usage(FILE *f)
         "                       policy version\n"
         "  --max-pending-groups N  pause admitting prompts while N finished groups wait for\n"
         "                       verification or publishing (backpressure; default 8)\n"
+        "  --max-batch N        decode rows per forward (default 256; bounds the logits\n"
+        "                       buffer: N x vocab floats)\n"
         "  --threads N          forward threads (default: all CPUs)\n"
         "  --verify-threads N   verifier threads (default 2)\n"
         "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
@@ -214,7 +217,8 @@ enum {
     O_MODEL,
     O_PROMPTS,
     O_PENDING,
-    O_WINDOW
+    O_WINDOW,
+    O_MAXBATCH
 };
 
 static const struct option long_opts[] = {
@@ -244,6 +248,7 @@ static const struct option long_opts[] = {
     {"tokenizer", required_argument, 0, O_TOKENIZER},
     {"max-pending-groups", required_argument, 0, O_PENDING},
     {"publish-window", required_argument, 0, O_WINDOW},
+    {"max-batch", required_argument, 0, O_MAXBATCH},
     {0, 0, 0, 0},
 };
 
@@ -322,10 +327,14 @@ parse_opt(args *a, int c, const char *v)
     }
     case O_PENDING:
     case O_WINDOW:
+    case O_MAXBATCH:
         if (parse_int(v, 1, 1 << 20, &n) != 0)
             return cli_usage(CMD, "--%s %s: expected a positive integer",
-                             c == O_PENDING ? "max-pending-groups" : "publish-window", v);
-        *(c == O_PENDING ? &a->max_pending : &a->window) = (int)n;
+                             c == O_PENDING  ? "max-pending-groups"
+                             : c == O_WINDOW ? "publish-window"
+                                             : "max-batch",
+                             v);
+        *(c == O_PENDING ? &a->max_pending : c == O_WINDOW ? &a->window : &a->max_batch) = (int)n;
         return 0;
     case O_THREADS:
     case O_VTHREADS:
@@ -383,6 +392,7 @@ parse_args(args *a, int argc, char **argv)
     memset(a, 0, sizeof *a);
     a->db = "grpo.db", a->G = 64, a->max_new = 1024, a->verify_threads = 2;
     a->kv_budget = "1G", a->logprobs = GRPO_LOGPROBS_RAW, a->max_pending = 8, a->window = 4;
+    a->max_batch = 256;
     grpo_sampling_default(&a->s);
     optind = 1;
     opterr = 0;
@@ -1127,6 +1137,7 @@ grpo_cmd_rollout(int argc, char **argv)
     if (err == GRPO_OK) {
         grpo_rollout_opts ro = {0};
         ro.kv_budget_pages = budget_pages;
+        ro.max_batch_seqs = a.max_batch;
         ro.sample_threads = a.threads > 0 ? a.threads : grpo_cpu_count();
         ro.token_bytes = run_token_bytes;
         ro.token_bytes_ctx = &c;

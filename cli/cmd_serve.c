@@ -1,10 +1,999 @@
-/* `grpo serve`: placeholder until issue 11 lands. */
+/* `grpo serve`: the coordinator of rollout workers (issue 11). It owns the prompt stream, the store
+ * (the single writer), the advantages and the trainer bridge; workers (`grpo worker`) pull prompt
+ * groups as leases, generate and verify them, and send the groups back.
+ *
+ * One thread: receive a request, answer it, expire lapsed leases, poll the bridge for weights.
+ * No request waits on a worker, so one slow or dead worker never holds the others up. */
 #include "cli/cli.h"
+#include "common/common_int.h"
+#include "grpo/bridge.h"
+#include "grpo/rollout.h"
+#include "grpo/store.h"
+#include "grpo/workers.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CMD "serve"
+#define MAX_WORKERS 4096 /* distinct worker ids remembered for the progress line */
+
+typedef struct args {
+    const char *prompts, *db, *listen, *publish, *template_name;
+    int skip_bad, G, max_new, logprobs, new_run, window, max_staleness, max_leases;
+    double lease_timeout, linger;
+    grpo_sampling s;
+    uint64_t seed;
+    int n_stop, n_stop_ids;
+    const char *stop[GRPO_ROLLOUT_MAX_STOP];
+    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
+} args;
+
+typedef struct worker_info {
+    char id[GRPO_WORKERS_MAX_ID + 1];
+    double last_seen, tokens_per_s;
+    uint64_t groups;
+} worker_info;
+
+typedef struct serve {
+    const args *a;
+    grpo_prompt_set ps;
+    int64_t *prompt_ids; /* store ids, per item */
+    int64_t *lease_rows; /* the current lease's row in the store, per item */
+    double *issued_at;   /* wall clock of the current lease, per item */
+    grpo_store *store;
+    int64_t run_id;
+    char run_id_str[32];
+    grpo_lease_table *leases;
+    grpo_wserver *srv;
+    grpo_bridge_publisher *pub;
+    grpo_bridge_persist persist;
+    grpo_wpolicy policy;
+    char weights_path[4096], weights_sha[65];
+    grpo_wparams params;
+    worker_info *workers;
+    size_t n_workers;
+    uint64_t recorded, duplicates, stale, refused, requests;
+} serve;
+
+static void
+usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: grpo serve --prompts FILE --db FILE --listen URL [options]\n\n"
+        "Coordinates rollout workers (grpo worker): hands out prompt groups as leases with\n"
+        "deadlines, records the groups the workers return (once each) with their advantages,\n"
+        "re-issues the lease of a worker that died or went silent, and optionally publishes\n"
+        "batches to a trainer. Restarted with the same options it resumes the run from the store:\n"
+        "groups already recorded are not redone.\n\n"
+        "  --prompts FILE       prompts JSONL, or git:REPO_PATH@REV:path/in/repo.jsonl\n"
+        "  --db FILE            SQLite store (default grpo.db); the coordinator is its only writer\n"
+        "  --listen URL         where workers connect: tcp://0.0.0.0:PORT between hosts,\n"
+        "                       ipc:///path on one host (default $GRPO_LISTEN_URL, else\n"
+        "                       tcp://0.0.0.0:5555)\n"
+        "  --publish URL        publish one batch per group to a trainer (as grpo rollout does);\n"
+        "                       new weights the trainer announces go to the workers\n"
+        "  --publish-window K   unacknowledged batches before publishing blocks (default 4)\n"
+        "  --max-staleness K    refuse groups sampled from a policy more than K versions behind\n"
+        "                       (they are re-issued); -1 = any (default 1). Workers drop their\n"
+        "                       in-flight groups on a new version when K is 0, else finish them\n"
+        "  --lease-timeout S    a lease lapses S seconds after its last heartbeat (default 30)\n"
+        "  --max-leases N       leases one worker may hold at once (default 8)\n"
+        "  --linger S           after the last group, answer \"stop\" for S seconds so workers\n"
+        "                       exit cleanly (default 2)\n"
+        "  --new-run            start a new run even if the store holds an unfinished run with\n"
+        "                       the same options\n"
+        "Generation (sent to the workers; as in grpo rollout):\n"
+        "  --group G            samples per prompt (default 64)\n"
+        "  --max-new-tokens N   generation limit per sample (default 1024)\n"
+        "  --temperature T      sampling temperature; 0 = greedy (default 0.6)\n"
+        "  --top-p P            nucleus mass (default 0.95)\n"
+        "  --top-k K            keep the K most likely tokens (default 0 = off)\n"
+        "  --min-p P            min-p truncation (default 0 = off)\n"
+        "  --seed S             run seed (default 0); completions depend on it, the prompt id and\n"
+        "                       the sample index only, never on which worker made them\n"
+        "  --stop STR           stop string (repeatable, up to 16)\n"
+        "  --stop-id ID         stop token id (repeatable, up to 16)\n"
+        "  --template NAME      chat template: r1, v3, none (default: the worker's, r1)\n"
+        "  --logprobs WHICH     raw (default), processed or both\n"
+        "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
+        "  --help               this text\n\n"
+        "exit codes: 0 success, 1 runtime failure, 2 usage error\n");
+}
+
+static int
+num(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+enum {
+    O_PROMPTS = 256,
+    O_DB,
+    O_LISTEN,
+    O_PUBLISH,
+    O_WINDOW,
+    O_STALE,
+    O_LEASE,
+    O_MAXLEASES,
+    O_LINGER,
+    O_NEWRUN,
+    O_GROUP,
+    O_MAXNEW,
+    O_TEMP,
+    O_TOPP,
+    O_TOPK,
+    O_MINP,
+    O_SEED,
+    O_STOP,
+    O_STOPID,
+    O_TEMPLATE,
+    O_LOGPROBS,
+    O_BADLINE
+};
+
+static const struct option long_opts[] = {
+    {"prompts", required_argument, 0, O_PROMPTS},
+    {"db", required_argument, 0, O_DB},
+    {"listen", required_argument, 0, O_LISTEN},
+    {"publish", required_argument, 0, O_PUBLISH},
+    {"publish-window", required_argument, 0, O_WINDOW},
+    {"max-staleness", required_argument, 0, O_STALE},
+    {"lease-timeout", required_argument, 0, O_LEASE},
+    {"max-leases", required_argument, 0, O_MAXLEASES},
+    {"linger", required_argument, 0, O_LINGER},
+    {"new-run", no_argument, 0, O_NEWRUN},
+    {"group", required_argument, 0, O_GROUP},
+    {"max-new-tokens", required_argument, 0, O_MAXNEW},
+    {"temperature", required_argument, 0, O_TEMP},
+    {"top-p", required_argument, 0, O_TOPP},
+    {"top-k", required_argument, 0, O_TOPK},
+    {"min-p", required_argument, 0, O_MINP},
+    {"seed", required_argument, 0, O_SEED},
+    {"stop", required_argument, 0, O_STOP},
+    {"stop-id", required_argument, 0, O_STOPID},
+    {"template", required_argument, 0, O_TEMPLATE},
+    {"logprobs", required_argument, 0, O_LOGPROBS},
+    {"on-bad-line", required_argument, 0, O_BADLINE},
+    {0, 0, 0, 0},
+};
+
+static int
+parse_opt(args *a, int c, const char *v)
+{
+    double d;
+    switch (c) {
+    case O_PROMPTS:
+        a->prompts = v;
+        return 0;
+    case O_DB:
+        a->db = v;
+        return 0;
+    case O_LISTEN:
+        a->listen = v;
+        return 0;
+    case O_PUBLISH:
+        a->publish = v;
+        return 0;
+    case O_TEMPLATE:
+        a->template_name = v;
+        return 0;
+    case O_NEWRUN:
+        a->new_run = 1;
+        return 0;
+    case O_WINDOW:
+    case O_MAXLEASES:
+        if (num(v, 1, c == O_WINDOW ? 1 << 20 : GRPO_WORKERS_MAX_LEASES, &d) || d != (int)d)
+            return cli_usage(CMD, "--%s %s: expected a positive integer",
+                             c == O_WINDOW ? "publish-window" : "max-leases (at most 64)", v);
+        *(c == O_WINDOW ? &a->window : &a->max_leases) = (int)d;
+        return 0;
+    case O_STALE:
+        if (num(v, -1, 1 << 20, &d) || d != (int)d)
+            return cli_usage(CMD, "--max-staleness %s: expected an integer >= -1", v);
+        a->max_staleness = (int)d;
+        return 0;
+    case O_LEASE:
+    case O_LINGER:
+        if (num(v, c == O_LEASE ? 0.1 : 0, 86400, &d))
+            return cli_usage(CMD, "--%s %s: expected seconds", c == O_LEASE ? "lease-timeout" : "linger",
+                             v);
+        *(c == O_LEASE ? &a->lease_timeout : &a->linger) = d;
+        return 0;
+    case O_GROUP:
+        if (num(v, 1, GRPO_WORKERS_MAX_GROUP, &d) || d != (int)d)
+            return cli_usage(CMD, "--group %s: expected an integer in [1, 65536]", v);
+        a->G = (int)d;
+        return 0;
+    case O_MAXNEW:
+        if (num(v, 1, GRPO_WORKERS_MAX_TOKENS, &d) || d != (int)d)
+            return cli_usage(CMD, "--max-new-tokens %s: expected a positive integer", v);
+        a->max_new = (int)d;
+        return 0;
+    case O_TEMP:
+        if (num(v, 0, 100, &d))
+            return cli_usage(CMD, "--temperature %s: expected a number in [0, 100]", v);
+        a->s.temperature = (float)d;
+        return 0;
+    case O_TOPP:
+        if (num(v, 1e-6, 1, &d))
+            return cli_usage(CMD, "--top-p %s: expected a number in (0, 1]", v);
+        a->s.top_p = (float)d;
+        return 0;
+    case O_MINP:
+        if (num(v, 0, 0.999999, &d))
+            return cli_usage(CMD, "--min-p %s: expected a number in [0, 1)", v);
+        a->s.min_p = (float)d;
+        return 0;
+    case O_TOPK:
+        if (num(v, 0, INT32_MAX, &d) || d != (int32_t)d)
+            return cli_usage(CMD, "--top-k %s: expected an integer >= 0", v);
+        a->s.top_k = (int32_t)d;
+        return 0;
+    case O_SEED: {
+        char *end;
+        unsigned long long s = strtoull(v, &end, 0);
+        if (end == v || *end != '\0' || v[0] == '-')
+            return cli_usage(CMD, "--seed %s: expected a non-negative integer", v);
+        a->seed = s;
+        return 0;
+    }
+    case O_STOP:
+        if (a->n_stop == GRPO_ROLLOUT_MAX_STOP || v[0] == '\0' ||
+            strlen(v) > GRPO_ROLLOUT_MAX_STOP_LEN)
+            return cli_usage(CMD, "--stop: at most %d non-empty strings of at most %d bytes",
+                             GRPO_ROLLOUT_MAX_STOP, GRPO_ROLLOUT_MAX_STOP_LEN);
+        a->stop[a->n_stop++] = v;
+        return 0;
+    case O_STOPID:
+        if (a->n_stop_ids == GRPO_ROLLOUT_MAX_STOP || num(v, 0, INT32_MAX, &d) || d != (int32_t)d)
+            return cli_usage(CMD, "--stop-id %s: at most %d non-negative ids", v,
+                             GRPO_ROLLOUT_MAX_STOP);
+        a->stop_ids[a->n_stop_ids++] = (int32_t)d;
+        return 0;
+    case O_LOGPROBS:
+        if ((a->logprobs = grpo_logprobs_parse(v)) < 0)
+            return cli_usage(CMD, "--logprobs %s: expected raw, processed or both", v);
+        a->logprobs |= GRPO_LOGPROBS_RAW;
+        return 0;
+    case O_BADLINE:
+        if (strcmp(v, "skip") != 0 && strcmp(v, "fail") != 0)
+            return cli_usage(CMD, "--on-bad-line %s: expected skip or fail", v);
+        a->skip_bad = strcmp(v, "skip") == 0;
+        return 0;
+    default:
+        return cli_usage(CMD, "unknown option");
+    }
+}
+
+static int
+parse_args(args *a, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    a->db = "grpo.db", a->G = 64, a->max_new = 1024, a->logprobs = GRPO_LOGPROBS_RAW;
+    a->window = 4, a->max_staleness = 1, a->max_leases = 8, a->lease_timeout = 30, a->linger = 2;
+    a->listen = getenv("GRPO_LISTEN_URL");
+    if (a->listen == NULL || a->listen[0] == '\0')
+        a->listen = "tcp://0.0.0.0:5555";
+    grpo_sampling_default(&a->s);
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+        if (c == '?')
+            return cli_usage(CMD, "unknown option or missing value: %s", argv[optind - 1]);
+        int rc = parse_opt(a, c, optarg);
+        if (rc != 0)
+            return rc;
+    }
+    if (optind < argc)
+        return cli_usage(CMD, "unexpected argument \"%s\"", argv[optind]);
+    if (a->prompts == NULL)
+        return cli_usage(CMD, "--prompts is required");
+    return 0;
+}
+
+/* What identifies a run: a restarted coordinator with the same options resumes it. */
+static char *
+config_json(const args *a)
+{
+    cJSON *o = cJSON_CreateObject();
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
+    cJSON_AddStringToObject(o, "command", "serve");
+    cJSON_AddStringToObject(o, "prompts", a->prompts);
+    cJSON_AddNumberToObject(o, "group", a->G);
+    cJSON_AddNumberToObject(o, "max_new_tokens", a->max_new);
+    cJSON_AddNumberToObject(o, "temperature", a->s.temperature);
+    cJSON_AddNumberToObject(o, "top_p", a->s.top_p);
+    cJSON_AddNumberToObject(o, "top_k", a->s.top_k);
+    cJSON_AddNumberToObject(o, "min_p", a->s.min_p);
+    cJSON_AddStringToObject(o, "seed", seed);
+    cJSON_AddStringToObject(o, "template", a->template_name ? a->template_name : "");
+    cJSON_AddNumberToObject(o, "logprobs", a->logprobs);
+    cJSON *st = cJSON_AddArrayToObject(o, "stop");
+    for (int i = 0; i < a->n_stop; i++)
+        cJSON_AddItemToArray(st, cJSON_CreateString(a->stop[i]));
+    cJSON *si = cJSON_AddArrayToObject(o, "stop_ids");
+    for (int i = 0; i < a->n_stop_ids; i++)
+        cJSON_AddItemToArray(si, cJSON_CreateNumber(a->stop_ids[i]));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static char *
+sampling_json(const args *a, const grpo_prompt *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
+    cJSON_AddNumberToObject(o, "temperature", a->s.temperature);
+    cJSON_AddNumberToObject(o, "top_p", a->s.top_p);
+    cJSON_AddNumberToObject(o, "top_k", a->s.top_k);
+    cJSON_AddNumberToObject(o, "min_p", a->s.min_p);
+    cJSON_AddNumberToObject(o, "max_new_tokens", a->max_new);
+    cJSON_AddStringToObject(o, "seed", seed);
+    cJSON_AddStringToObject(o, "prompt_id", p->id);
+    if (a->template_name)
+        cJSON_AddStringToObject(o, "template", a->template_name);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static double
+wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char *
+join_argv(int argc, char **argv)
+{
+    size_t n = 8;
+    for (int i = 0; i < argc; i++)
+        n += strlen(argv[i]) + 1;
+    char *s = calloc(1, n);
+    if (s == NULL)
+        return NULL;
+    strcat(s, "grpo");
+    for (int i = 0; i < argc; i++)
+        strcat(s, " "), strcat(s, argv[i]);
+    return s;
+}
+
+/* ---- the store as the publisher's persistence (batches survive a crash until acked) ---- */
+
+static grpo_err
+persist_put(void *ctx, int64_t id, const void *bytes, size_t len)
+{
+    serve *c = ctx;
+    return grpo_store_put_batch(c->store, id, c->run_id, 0, 1, bytes, len);
+}
+
+static grpo_err
+persist_ack(void *ctx, int64_t id)
+{
+    return grpo_store_ack_batch(((serve *)ctx)->store, id);
+}
+
+static grpo_err
+persist_sent(void *ctx, int64_t id)
+{
+    return grpo_store_mark_published(((serve *)ctx)->store, id);
+}
+
+typedef struct {
+    grpo_bridge_unacked_fn fn;
+    void *arg;
+    grpo_err err;
+} unacked_adapter;
+
+static int
+unacked_one(void *ctx, int64_t id, int64_t step, int32_t n_groups, int32_t published,
+            const void *bytes, size_t len)
+{
+    unacked_adapter *u = ctx;
+    (void)step, (void)n_groups, (void)published;
+    u->err = u->fn(u->arg, id, bytes, len);
+    return u->err != GRPO_OK;
+}
+
+static grpo_err
+persist_list(void *ctx, grpo_bridge_unacked_fn fn, void *arg)
+{
+    serve *c = ctx;
+    unacked_adapter u = {fn, arg, GRPO_OK};
+    grpo_err err = grpo_store_unacked_batches(c->store, c->run_id, unacked_one, &u);
+    return err != GRPO_OK ? err : u.err;
+}
+
+/* ---- setup ---- */
+
+static grpo_err
+open_run(serve *c, int argc, char **argv)
+{
+    const args *a = c->a;
+    grpo_err err;
+    char *cfg = config_json(a);
+    if (cfg == NULL)
+        return grpo__fail(GRPO_ENOMEM, "serve: out of memory");
+    if ((err = grpo_store_open(&c->store, a->db, NULL)) != GRPO_OK)
+        goto done;
+    if (!a->new_run && (err = grpo_store_run_find(&c->run_id, c->store, cfg)) != GRPO_OK)
+        goto done;
+    if (c->run_id > 0) {
+        fprintf(stderr, "grpo serve: resuming run %lld from %s\n", (long long)c->run_id, a->db);
+        err = grpo_store_run_reopen(c->store, c->run_id);
+        goto done;
+    }
+    char *cmdline = join_argv(argc, argv);
+    grpo_run_info ri = {0};
+    ri.command_line = cmdline ? cmdline : "grpo serve";
+    ri.config_json = cfg;
+    ri.dataset_path = c->ps.git_repo ? c->ps.git_repo : a->prompts;
+    ri.dataset_rev = c->ps.git_repo ? c->ps.git_commit : NULL;
+    err = grpo_store_run_begin(&c->run_id, c->store, &ri);
+    free(cmdline);
+    if (err == GRPO_OK) /* version 0 is whatever --model the workers were started with */
+        err = grpo_store_put_policy_version(c->store, c->run_id, 0, "worker --model", NULL);
+done:
+    free(cfg);
+    snprintf(c->run_id_str, sizeof c->run_id_str, "%lld", (long long)c->run_id);
+    return err;
+}
+
+/* Records the prompts and marks the groups already recorded (a resumed run) as done. */
+static grpo_err
+load_items(serve *c, size_t *already)
+{
+    size_t n = c->ps.n;
+    grpo_err err;
+    c->prompt_ids = calloc(n ? n : 1, sizeof *c->prompt_ids);
+    c->lease_rows = calloc(n ? n : 1, sizeof *c->lease_rows);
+    c->issued_at = calloc(n ? n : 1, sizeof *c->issued_at);
+    c->workers = calloc(MAX_WORKERS, sizeof *c->workers);
+    if (!c->prompt_ids || !c->lease_rows || !c->issued_at || !c->workers)
+        return grpo__fail(GRPO_ENOMEM, "serve: out of memory for %zu prompts", n);
+    if ((err = grpo_lease_table_create(&c->leases, n, c->a->lease_timeout)) != GRPO_OK)
+        return err;
+    *already = 0;
+    for (size_t i = 0; i < n; i++) {
+        const grpo_prompt *p = &c->ps.items[i];
+        grpo_prompt_rec pr = {c->ps.source,  (int64_t)i,     p->prompt,
+                              p->messages_json, p->answer_json, p->tests_json};
+        int32_t exists = 0;
+        if ((err = grpo_store_put_prompt(&c->prompt_ids[i], c->store, &pr)) != GRPO_OK ||
+            (err = grpo_store_group_exists(&exists, c->store, c->run_id, 0, c->prompt_ids[i],
+                                           c->a->seed)) != GRPO_OK)
+            return err;
+        if (exists) {
+            grpo_lease_table_mark_done(c->leases, i);
+            (*already)++;
+        }
+    }
+    return GRPO_OK;
+}
+
+static void
+fill_params(serve *c)
+{
+    const args *a = c->a;
+    grpo_wparams *p = &c->params;
+    p->group_size = a->G, p->seed = a->seed, p->sampling = a->s;
+    p->max_new_tokens = a->max_new, p->logprobs = a->logprobs;
+    p->template_name = (char *)a->template_name;
+    p->n_stop = a->n_stop;
+    for (int i = 0; i < a->n_stop; i++)
+        p->stop[i] = (char *)a->stop[i];
+    p->n_stop_ids = a->n_stop_ids;
+    memcpy(p->stop_ids, a->stop_ids, sizeof p->stop_ids);
+    c->policy.version = 0, c->policy.max_staleness = a->max_staleness;
+}
+
+/* ---- requests ---- */
+
+static void
+note_worker(serve *c, const char *id, double tok_s, int result)
+{
+    double now = grpo_now();
+    worker_info *w = NULL;
+    for (size_t i = 0; i < c->n_workers && w == NULL; i++)
+        if (strcmp(c->workers[i].id, id) == 0)
+            w = &c->workers[i];
+    if (w == NULL && c->n_workers < MAX_WORKERS) {
+        w = &c->workers[c->n_workers++];
+        snprintf(w->id, sizeof w->id, "%s", id);
+        fprintf(stderr, "\ngrpo serve: worker %s joined\n", id);
+    }
+    if (w == NULL)
+        return;
+    w->last_seen = now;
+    if (tok_s >= 0)
+        w->tokens_per_s = tok_s;
+    w->groups += (uint64_t)result;
+}
+
+static grpo_err
+on_pull(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
+{
+    grpo_lease_counts lc;
+    grpo_lease_table_counts(c->leases, &lc);
+    note_worker(c, req->worker_id, req->tokens_per_s, 0);
+    if (lc.done == lc.items) {
+        rep->type = GRPO_WMSG_STOP;
+        return GRPO_OK;
+    }
+    static grpo_wlease ls[GRPO_WORKERS_MAX_LEASES];
+    int want = req->want < c->a->max_leases ? req->want : c->a->max_leases;
+    int n = 0;
+    double now = grpo_now();
+    size_t item;
+    while (n < want && grpo_lease_table_issue(c->leases, req->worker_id, now, &item,
+                                              &ls[n].lease_id, &ls[n].attempt)) {
+        const grpo_prompt *p = &c->ps.items[item];
+        ls[n].timeout_s = c->a->lease_timeout;
+        ls[n].prompt_id = p->id, ls[n].record_json = p->record_json;
+        c->issued_at[item] = wall_now();
+        grpo_lease_rec lr = {c->run_id,  0,
+                             c->prompt_ids[item], c->a->seed,
+                             ls[n].attempt,       req->worker_id,
+                             c->issued_at[item],  c->issued_at[item] + c->a->lease_timeout};
+        grpo_err err = grpo_store_lease_begin(&c->lease_rows[item], c->store, &lr);
+        if (err != GRPO_OK)
+            return err;
+        n++;
+    }
+    rep->policy = c->policy;
+    if (n == 0) {
+        rep->type = GRPO_WMSG_WAIT;
+        rep->retry_ms = (uint32_t)(c->a->lease_timeout * 1000 / 10 > 500 ? 500
+                                                                           : c->a->lease_timeout * 100);
+        return GRPO_OK;
+    }
+    rep->type = GRPO_WMSG_WORK;
+    rep->params = c->params;
+    rep->n_leases = n, rep->leases = ls;
+    return GRPO_OK;
+}
+
+static void
+on_heartbeat(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
+{
+    double now = grpo_now();
+    note_worker(c, req->worker_id, req->tokens_per_s, 0);
+    for (int32_t i = 0; i < req->n_ids; i++)
+        grpo_lease_table_heartbeat(c->leases, req->ids[i], req->worker_id, now);
+    rep->type = GRPO_WMSG_ACK;
+    rep->status = GRPO_WACK_OK;
+    rep->policy = c->policy;
+}
+
+static int
+store_finish(int32_t f)
+{
+    switch (f) {
+    case GRPO_ROLLOUT_FINISH_EOS:
+        return GRPO_FINISH_EOS;
+    case GRPO_ROLLOUT_FINISH_STOP:
+        return GRPO_FINISH_STOP;
+    case GRPO_ROLLOUT_FINISH_LENGTH:
+        return GRPO_FINISH_LENGTH;
+    default:
+        return GRPO_FINISH_ABORT;
+    }
+}
+
+/* A result that does not fit its prompt or the run's params is refused (not recorded). */
+static const char *
+check_result(const serve *c, const grpo_wresult *r, size_t item)
+{
+    if (strcmp(r->prompt_id, c->ps.items[item].id) != 0)
+        return "its prompt id is not the leased prompt's";
+    if (r->n_samples != c->a->G)
+        return "its group size differs from --group";
+    uint8_t *seen = calloc((size_t)r->n_samples, 1);
+    const char *why = seen ? NULL : "out of memory";
+    for (int32_t i = 0; seen && i < r->n_samples && why == NULL; i++) {
+        int32_t k = r->samples[i].index;
+        if (k < 0 || k >= r->n_samples || seen[k])
+            why = "its sample indices are not 0..G-1 once each";
+        else
+            seen[k] = 1;
+        if (r->samples[i].n_tokens > c->a->max_new)
+            why = "a completion is longer than --max-new-tokens";
+    }
+    free(seen);
+    return why;
+}
+
+static grpo_err
+publish_group(serve *c, const grpo_wresult *r, size_t item, const double *rewards,
+              const double *adv)
+{
+    int32_t G = r->n_samples, P = r->n_prompt;
+    size_t T = 0;
+    for (int32_t i = 0; i < G; i++)
+        T += (size_t)P + (size_t)r->samples[i].n_tokens;
+    grpo_batch *b = NULL;
+    grpo_err err = grpo_batch_create(&b, c->run_id_str, (size_t)G, T, 0);
+    if (err != GRPO_OK)
+        return err;
+    b->batch_id = c->run_id << 32 | (int64_t)item; /* unique per store, stable across restarts */
+    b->step = 0, b->policy_version = r->policy_version;
+    size_t at = 0;
+    for (int32_t i = 0; i < G; i++) {
+        const grpo_wsample *s = &r->samples[i];
+        memcpy(b->tokens + at, r->prompt, (size_t)P * sizeof *b->tokens);
+        memcpy(b->tokens + at + P, s->tokens, (size_t)s->n_tokens * sizeof *b->tokens);
+        for (int32_t k = 0; k < s->n_tokens; k++) {
+            b->loss_mask[at + P + k] = 1;
+            b->logprobs[at + P + k] = s->logprobs[k];
+        }
+        at += (size_t)P + (size_t)s->n_tokens;
+        b->seq_offsets[i + 1] = (int64_t)at;
+        b->prompt_lens[i] = P;
+        b->advantages[i] = (float)adv[i];
+        b->rewards[i] = (float)rewards[i];
+        b->group_ids[i] = (int64_t)item;
+        b->sample_idx[i] = s->index;
+    }
+    err = grpo_bridge_publish(c->pub, b, -1);
+    grpo_batch_destroy(b);
+    return err;
+}
+
+static grpo_err
+record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
+{
+    const grpo_wresult *r = &req->result;
+    int32_t G = r->n_samples;
+    grpo_completion_rec *cr = calloc((size_t)G, sizeof *cr);
+    grpo_reward_rec *rr = calloc((size_t)G * GRPO_WORKERS_MAX_TERMS, sizeof *rr);
+    double *rewards = calloc((size_t)G, sizeof *rewards), *adv = calloc((size_t)G, sizeof *adv);
+    char *sj = sampling_json(c->a, &c->ps.items[item]);
+    grpo_err err = GRPO_OK;
+    if (!cr || !rr || !rewards || !adv || !sj) {
+        err = grpo__fail(GRPO_ENOMEM, "serve: out of memory");
+        goto done;
+    }
+    for (int32_t i = 0; i < G; i++)
+        rewards[i] = r->samples[i].reward;
+    grpo_adv_opts ao;
+    grpo_adv_opts_default(&ao);
+    int64_t offs[2] = {0, G};
+    if ((err = grpo_advantages(&ao, rewards, (size_t)G, offs, 1, NULL, adv, NULL)) != GRPO_OK)
+        goto done;
+    int aborted = 0;
+    for (int32_t i = 0; i < G; i++) {
+        const grpo_wsample *s = &r->samples[i];
+        grpo_completion_rec *x = &cr[i];
+        x->sample_index = s->index, x->n_tokens = s->n_tokens;
+        x->token_ids = s->tokens, x->token_logprobs = s->logprobs;
+        x->text = s->text, x->text_len = s->text_len;
+        x->finish_reason = store_finish(s->finish);
+        aborted |= s->finish == GRPO_ROLLOUT_FINISH_ABORT;
+        for (int32_t k = 0; k < s->n_tokens; k++)
+            x->logprob_sum += s->logprobs[k];
+        x->gen_ms = r->gen_ms;
+        x->has_reward = 1, x->reward = s->reward, x->correct = -1;
+        x->n_rewards = s->n_terms;
+        x->rewards = rr + (size_t)i * GRPO_WORKERS_MAX_TERMS;
+        for (int32_t t = 0; t < s->n_terms; t++) {
+            const grpo_wterm *tm = &s->terms[t];
+            rr[(size_t)i * GRPO_WORKERS_MAX_TERMS + t] = (grpo_reward_rec){
+                tm->verifier, tm->version, tm->kind, tm->label, tm->score, tm->details_json, tm->ms};
+        }
+        x->has_advantage = 1, x->advantage = adv[i];
+    }
+    grpo_group_rec g = {0};
+    g.run_id = c->run_id, g.step = 0, g.prompt_id = c->prompt_ids[item];
+    g.policy_version = r->policy_version, g.seed = c->a->seed;
+    g.sampling_json = sj, g.max_tokens = c->a->max_new;
+    g.finished_at = wall_now();
+    g.started_at = c->issued_at[item] > 0 ? c->issued_at[item] : g.finished_at;
+    g.gen_ms = r->gen_ms, g.verify_ms = r->verify_ms;
+    g.worker_id = req->worker_id, g.lease_attempt = attempt;
+    g.n_completions = G, g.completions = cr;
+    if ((err = grpo_store_put_group(c->store, &g)) != GRPO_OK)
+        goto done;
+    if (c->lease_rows[item] > 0 &&
+        (err = grpo_store_lease_end(c->store, c->lease_rows[item], "done")) != GRPO_OK)
+        goto done;
+    if (c->pub && !aborted)
+        err = publish_group(c, r, item, rewards, adv);
+done:
+    free(cr), free(rr), free(rewards), free(adv), free(sj);
+    return err;
+}
+
+static grpo_err
+on_result(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
+{
+    const grpo_wresult *r = &req->result;
+    size_t item;
+    int32_t attempt;
+    rep->type = GRPO_WMSG_ACK;
+    rep->policy = c->policy;
+    note_worker(c, req->worker_id, -1, 0);
+    grpo_lease_outcome o = grpo_lease_table_lookup(c->leases, r->lease_id, &item, &attempt);
+    if (o == GRPO_LEASE_DUPLICATE) {
+        c->duplicates++;
+        rep->status = GRPO_WACK_DUPLICATE;
+        return GRPO_OK;
+    }
+    const char *why = o == GRPO_LEASE_UNKNOWN ? "its lease id names no prompt of this run"
+                                              : check_result(c, r, item);
+    if (why != NULL) {
+        grpo_log(GRPO_LOG_WARN, "serve: refused a result from worker %s: %s", req->worker_id, why);
+        c->refused++;
+        rep->status = GRPO_WACK_REFUSED;
+        return GRPO_OK;
+    }
+    if (c->a->max_staleness >= 0 && c->policy.version - r->policy_version > c->a->max_staleness) {
+        c->stale++;
+        rep->status = GRPO_WACK_STALE;
+        if (grpo_lease_table_attempt(c->leases, item) == attempt)
+            grpo_lease_table_release(c->leases, item); /* re-issued at once */
+        return GRPO_OK;
+    }
+    grpo_err err = record_group(c, req, item, attempt);
+    if (err != GRPO_OK)
+        return err;
+    grpo_lease_table_complete(c->leases, item);
+    note_worker(c, req->worker_id, -1, 1);
+    c->recorded++;
+    rep->status = GRPO_WACK_OK;
+    return GRPO_OK;
+}
+
+static void
+on_expired(void *ctx, size_t item, int32_t attempt, const char *worker)
+{
+    serve *c = ctx;
+    fprintf(stderr, "\ngrpo serve: lease of prompt %s (attempt %d) held by %s lapsed; re-issuing\n",
+            c->ps.items[item].id, attempt, worker);
+    if (c->lease_rows[item] > 0)
+        grpo_store_lease_end(c->store, c->lease_rows[item], "expired");
+}
+
+/* New weights from the trainer: recorded, then announced to the workers in every reply. */
+static grpo_err
+poll_weights(serve *c)
+{
+    grpo_weights_update wu;
+    if (c->pub == NULL || !grpo_bridge_poll_weights(c->pub, &wu))
+        return GRPO_OK;
+    snprintf(c->weights_path, sizeof c->weights_path, "%s", wu.path);
+    snprintf(c->weights_sha, sizeof c->weights_sha, "%s", wu.sha256);
+    c->policy.version = wu.version;
+    c->policy.weights_path = c->weights_path, c->policy.sha256 = c->weights_sha;
+    grpo_bridge_set_policy_version(c->pub, wu.version);
+    fprintf(stderr, "\ngrpo serve: policy version %lld from %s\n", (long long)wu.version, wu.path);
+    return grpo_store_put_policy_version(c->store, c->run_id, wu.version, wu.path, wu.sha256);
+}
+
+static void
+progress(serve *c, int final)
+{
+    static double last;
+    double now = grpo_now();
+    if (!final && now - last < 2.0)
+        return;
+    last = now;
+    grpo_lease_counts lc;
+    grpo_lease_table_counts(c->leases, &lc);
+    int alive = 0;
+    for (size_t i = 0; i < c->n_workers; i++)
+        alive += now - c->workers[i].last_seen < c->a->lease_timeout;
+    fprintf(stderr,
+            "\rgroups %zu/%zu  leased %zu  workers %d  reissued %llu  expired %llu  "
+            "duplicates %llu%s",
+            lc.done, lc.items, lc.leased, alive, (unsigned long long)lc.reissued,
+            (unsigned long long)lc.expired, (unsigned long long)c->duplicates, final ? "\n" : "");
+    fflush(stderr);
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void
+on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static grpo_err
+handle(serve *c, const grpo_wmsg *req)
+{
+    grpo_wmsg rep = {0};
+    grpo_err err = GRPO_OK;
+    c->requests++;
+    switch (req->type) {
+    case GRPO_WMSG_PULL:
+        err = on_pull(c, req, &rep);
+        break;
+    case GRPO_WMSG_HEARTBEAT:
+        on_heartbeat(c, req, &rep);
+        break;
+    case GRPO_WMSG_RESULT:
+        err = on_result(c, req, &rep);
+        break;
+    default:
+        rep.type = GRPO_WMSG_ERROR, rep.message = "not a request";
+    }
+    if (err != GRPO_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "coordinator failed: %s", grpo_error_last());
+        grpo_wmsg e = {0};
+        e.type = GRPO_WMSG_ERROR, e.message = msg;
+        grpo_wserver_reply(c->srv, &e);
+        return err;
+    }
+    grpo_err rerr = grpo_wserver_reply(c->srv, &rep);
+    if (rerr != GRPO_OK) /* the worker went away: its leases lapse */
+        grpo_log(GRPO_LOG_WARN, "serve: %s", grpo_error_last());
+    return GRPO_OK;
+}
+
+static grpo_err
+serve_loop(serve *c)
+{
+    grpo_err err = GRPO_OK;
+    double done_at = 0;
+    while (err == GRPO_OK && !interrupted) {
+        grpo_lease_counts lc;
+        grpo_lease_table_counts(c->leases, &lc);
+        if (lc.done == lc.items) {
+            if (done_at == 0)
+                done_at = grpo_now();
+            if (grpo_now() - done_at >= c->a->linger)
+                break;
+        }
+        grpo_wmsg req;
+        grpo_err rerr = grpo_wserver_recv(c->srv, &req, 100);
+        if (rerr == GRPO_OK) {
+            err = handle(c, &req);
+            grpo_wmsg_fini(&req);
+        } else if (rerr != GRPO_ETIMEOUT && rerr != GRPO_EFORMAT) {
+            err = rerr;
+        }
+        if (err == GRPO_OK)
+            grpo_lease_table_expire(c->leases, grpo_now(), on_expired, c);
+        if (err == GRPO_OK)
+            err = poll_weights(c);
+        if (isatty(2))
+            progress(c, 0);
+    }
+    return err;
+}
+
+static grpo_err
+open_publisher(serve *c)
+{
+    grpo_bridge_opts bo;
+    char wdir[PATH_MAX];
+    grpo_bridge_opts_default(&bo);
+    bo.run_id = c->run_id_str;
+    bo.window = c->a->window;
+    bo.max_staleness = c->a->max_staleness;
+    snprintf(wdir, sizeof wdir, "%s.weights", c->a->db);
+    bo.weights_dir = wdir;
+    c->persist = (grpo_bridge_persist){c, persist_put, persist_ack, persist_list, NULL, persist_sent};
+    bo.persist = &c->persist;
+    return grpo_bridge_publisher_create(&c->pub, c->a->publish, &bo);
+}
+
+static void
+summary(serve *c, double secs)
+{
+    grpo_lease_counts lc;
+    struct rusage ru;
+    grpo_lease_table_counts(c->leases, &lc);
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+    printf("run %lld: %zu/%zu groups recorded (%llu now) in %.1f s (%.2f groups/s); leases "
+           "issued %llu, re-issued %llu, expired %llu; duplicates %llu, stale %llu, refused %llu; "
+           "workers %zu; coordinator CPU %.1f s (%.1f%%), max RSS %ld KiB\n",
+           (long long)c->run_id, lc.done, lc.items, (unsigned long long)c->recorded, secs,
+           secs > 0 ? (double)c->recorded / secs : 0.0, (unsigned long long)lc.issued,
+           (unsigned long long)lc.reissued, (unsigned long long)lc.expired,
+           (unsigned long long)c->duplicates, (unsigned long long)c->stale,
+           (unsigned long long)c->refused, c->n_workers, cpu, secs > 0 ? 100 * cpu / secs : 0.0,
+           ru.ru_maxrss);
+}
+
+static void
+serve_fini(serve *c)
+{
+    grpo_bridge_publisher_destroy(c->pub);
+    grpo_wserver_destroy(c->srv);
+    grpo_lease_table_destroy(c->leases);
+    free(c->prompt_ids), free(c->lease_rows), free(c->issued_at), free(c->workers);
+    grpo_prompts_fini(&c->ps);
+}
 
 int
 grpo_cmd_serve(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_not_built("serve", "issue 11");
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    args a;
+    int rc = parse_args(&a, argc, argv);
+    if (rc != 0)
+        return rc;
+    serve c;
+    memset(&c, 0, sizeof c);
+    c.a = &a;
+    fill_params(&c);
+    size_t already = 0;
+    double t0 = grpo_now();
+    grpo_err err = grpo_prompts_load(&c.ps, a.prompts, a.skip_bad);
+    if (err == GRPO_OK)
+        err = open_run(&c, argc, argv);
+    if (err == GRPO_OK)
+        err = load_items(&c, &already);
+    if (err == GRPO_OK && already > 0)
+        fprintf(stderr, "grpo serve: %zu of %zu groups already recorded\n", already, c.ps.n);
+    if (err == GRPO_OK && a.publish)
+        err = open_publisher(&c);
+    if (err == GRPO_OK)
+        err = grpo_wserver_create(&c.srv, a.listen);
+    if (err == GRPO_OK) {
+        fprintf(stderr, "grpo serve: run %lld, %zu prompts x %d samples, listening on %s\n",
+                (long long)c.run_id, c.ps.n, a.G, a.listen);
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        signal(SIGPIPE, SIG_IGN);
+        err = serve_loop(&c);
+    }
+    if (err == GRPO_OK && interrupted)
+        err = grpo__fail(GRPO_ECANCELED, "interrupted; the groups recorded so far are kept and a "
+                                         "restart resumes the run");
+    if (err == GRPO_OK && c.pub) {
+        fprintf(stderr, "grpo serve: waiting for the trainer to acknowledge every batch\n");
+        if ((err = grpo_bridge_flush(c.pub, -1)) == GRPO_OK)
+            err = grpo_bridge_finish(c.pub);
+    }
+    if (c.leases) {
+        if (isatty(2))
+            progress(&c, 1);
+        summary(&c, grpo_now() - t0);
+    }
+    if (c.store && c.run_id > 0)
+        grpo_store_run_end(c.store, c.run_id,
+                           interrupted      ? "interrupted"
+                           : err == GRPO_OK ? "ok"
+                                            : "failed");
+    char msg[600] = "";
+    if (err != GRPO_OK)
+        snprintf(msg, sizeof msg, "%s", grpo_error_last()[0] ? grpo_error_last() : grpo_err_name(err));
+    grpo_err cerr = grpo_store_close(c.store);
+    if (err == GRPO_OK && cerr != GRPO_OK) {
+        err = cerr;
+        snprintf(msg, sizeof msg, "%s", grpo_error_last());
+    }
+    serve_fini(&c);
+    if (err != GRPO_OK)
+        fprintf(stderr, "grpo serve: %s\n", msg);
+    return err == GRPO_OK ? CLI_OK : CLI_FAIL;
 }

@@ -11,5 +11,6 @@
 #include "grpo/verify.h"
 #include "grpo/bridge.h"
 #include "grpo/store.h"
+#include "grpo/workers.h"
 
 #endif

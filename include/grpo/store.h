@@ -284,6 +284,26 @@ void grpo_stats_table_free(grpo_stats_table *t);
  * k > n or n <= 0. */
 double grpo_pass_at_k(int64_t n, int64_t c, int64_t k);
 
+/* ---- leases of distributed workers (issue 11, `grpo serve`) ------------------------------- */
+
+typedef struct grpo_lease_rec {
+    int64_t run_id, step, prompt_id;
+    uint64_t seed;              /* with run, step and prompt: the group the lease is for */
+    int32_t attempt;            /* 0 first issue, n after n re-issues */
+    const char *worker_id;      /* or NULL */
+    double issued_at, deadline; /* Unix seconds */
+} grpo_lease_rec;
+
+/* Records a lease handed out (state 'issued'); *lease_row receives its row id. */
+grpo_err grpo_store_lease_begin(int64_t *lease_row, grpo_store *s, const grpo_lease_rec *l);
+/* Ends a lease: state is "done", "expired" or "failed"; finished_at is now. */
+grpo_err grpo_store_lease_end(grpo_store *s, int64_t lease_row, const char *state);
+/* The newest run whose config_json is exactly config_json and whose status is not "ok" (a run a
+ * restarted coordinator resumes); *run_id = 0 when there is none. */
+grpo_err grpo_store_run_find(int64_t *run_id, grpo_store *s, const char *config_json);
+/* Marks a resumed run as running again (status "running", no end time). */
+grpo_err grpo_store_run_reopen(grpo_store *s, int64_t run_id);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,650 @@
+/* The worker protocol's codec: little-endian fields behind a magic and a version. The decoder is
+ * the network boundary: every count is checked against the bytes left and the limits in
+ * grpo/workers.h before anything is allocated, and strings must be UTF-8 without NUL. */
+#include "common/common_int.h"
+#include "grpo/workers.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_STR 0xFFFFFFFFu
+
+/* ---- encoding ---- */
+
+typedef struct wr {
+    grpo_buf b;
+    grpo_err err;
+} wr;
+
+static void
+put(wr *w, const void *p, size_t n)
+{
+    if (w->err == GRPO_OK)
+        w->err = grpo__buf_append(&w->b, p, n);
+}
+
+static void
+put_u32(wr *w, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 24)};
+    put(w, b, 4);
+}
+
+static void
+put_u64(wr *w, uint64_t v)
+{
+    put_u32(w, (uint32_t)v);
+    put_u32(w, (uint32_t)(v >> 32));
+}
+
+static void
+put_i32(wr *w, int32_t v)
+{
+    put_u32(w, (uint32_t)v);
+}
+
+static void
+put_f64(wr *w, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    put_u64(w, u);
+}
+
+static void
+put_f32(wr *w, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    put_u32(w, u);
+}
+
+static void
+put_bytes(wr *w, const char *s, size_t n)
+{
+    if (s == NULL) {
+        put_u32(w, NO_STR);
+        return;
+    }
+    if (n > GRPO_WORKERS_MAX_STR && w->err == GRPO_OK)
+        w->err = grpo__fail(GRPO_EINVAL, "workers: a string of %zu bytes is over the limit", n);
+    put_u32(w, (uint32_t)n);
+    put(w, s, n);
+}
+
+static void
+put_str(wr *w, const char *s)
+{
+    put_bytes(w, s, s ? strlen(s) : 0);
+}
+
+static void
+put_policy(wr *w, const grpo_wpolicy *p)
+{
+    put_u64(w, (uint64_t)p->version);
+    put_str(w, p->weights_path);
+    put_str(w, p->sha256);
+    put_i32(w, p->max_staleness);
+}
+
+static void
+put_params(wr *w, const grpo_wparams *p)
+{
+    put_i32(w, p->group_size);
+    put_u64(w, p->seed);
+    put_f32(w, p->sampling.temperature);
+    put_f32(w, p->sampling.top_p);
+    put_i32(w, p->sampling.top_k);
+    put_f32(w, p->sampling.min_p);
+    put_i32(w, p->max_new_tokens);
+    put_i32(w, p->logprobs);
+    put_str(w, p->template_name);
+    put_i32(w, p->n_stop);
+    for (int32_t i = 0; i < p->n_stop && i < GRPO_ROLLOUT_MAX_STOP; i++)
+        put_str(w, p->stop[i]);
+    put_i32(w, p->n_stop_ids);
+    for (int32_t i = 0; i < p->n_stop_ids && i < GRPO_ROLLOUT_MAX_STOP; i++)
+        put_i32(w, p->stop_ids[i]);
+}
+
+static void
+put_sample(wr *w, const grpo_wsample *s)
+{
+    put_i32(w, s->index);
+    put_i32(w, s->finish);
+    put_i32(w, s->n_tokens);
+    for (int32_t k = 0; k < s->n_tokens; k++)
+        put_i32(w, s->tokens[k]);
+    for (int32_t k = 0; k < s->n_tokens; k++)
+        put_f32(w, s->logprobs ? s->logprobs[k] : 0.0f);
+    put_bytes(w, s->text ? s->text : "", s->text ? s->text_len : 0);
+    put_f64(w, s->reward);
+    put_i32(w, s->skipped);
+    put_i32(w, s->n_terms);
+    for (int32_t t = 0; t < s->n_terms; t++) {
+        const grpo_wterm *tm = &s->terms[t];
+        put_str(w, tm->verifier);
+        put_str(w, tm->version);
+        put_str(w, tm->label);
+        put_str(w, tm->details_json);
+        put_i32(w, tm->kind);
+        put_f64(w, tm->score);
+        put_f64(w, tm->ms);
+    }
+}
+
+static void
+put_result(wr *w, const grpo_wresult *r)
+{
+    put_u64(w, r->lease_id);
+    put_i32(w, r->attempt);
+    put_u64(w, (uint64_t)r->policy_version);
+    put_str(w, r->prompt_id);
+    put_i32(w, r->n_prompt);
+    for (int32_t k = 0; k < r->n_prompt; k++)
+        put_i32(w, r->prompt[k]);
+    put_f64(w, r->gen_ms);
+    put_f64(w, r->verify_ms);
+    put_i32(w, r->n_samples);
+    for (int32_t i = 0; i < r->n_samples; i++)
+        put_sample(w, &r->samples[i]);
+}
+
+static grpo_err
+check_encodable(const grpo_wmsg *m)
+{
+    if (m->type == GRPO_WMSG_WORK && (m->n_leases < 0 || m->n_leases > GRPO_WORKERS_MAX_LEASES))
+        return grpo__fail(GRPO_EINVAL, "workers: %d leases in one message", m->n_leases);
+    if (m->type == GRPO_WMSG_HEARTBEAT && (m->n_ids < 0 || m->n_ids > GRPO_WORKERS_MAX_LEASES))
+        return grpo__fail(GRPO_EINVAL, "workers: %d lease ids in one heartbeat", m->n_ids);
+    if (m->type == GRPO_WMSG_WORK &&
+        (m->params.n_stop < 0 || m->params.n_stop > GRPO_ROLLOUT_MAX_STOP ||
+         m->params.n_stop_ids < 0 || m->params.n_stop_ids > GRPO_ROLLOUT_MAX_STOP))
+        return grpo__fail(GRPO_EINVAL, "workers: too many stop strings or ids");
+    if (m->type == GRPO_WMSG_RESULT) {
+        const grpo_wresult *r = &m->result;
+        if (r->n_samples < 0 || r->n_samples > GRPO_WORKERS_MAX_GROUP || r->n_prompt < 0)
+            return grpo__fail(GRPO_EINVAL, "workers: result sizes out of range");
+        for (int32_t i = 0; i < r->n_samples; i++)
+            if (r->samples[i].n_terms < 0 || r->samples[i].n_terms > GRPO_WORKERS_MAX_TERMS ||
+                r->samples[i].n_tokens < 0)
+                return grpo__fail(GRPO_EINVAL, "workers: sample %d sizes out of range", i);
+    }
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_wmsg_encode(const grpo_wmsg *m, void **bytes, size_t *len)
+{
+    wr w = {{0}, GRPO_OK};
+    *bytes = NULL, *len = 0;
+    if ((w.err = check_encodable(m)) != GRPO_OK)
+        return w.err;
+    put_u32(&w, GRPO_WORKERS_MAGIC);
+    unsigned char hv[4] = {GRPO_WORKERS_PROTOCOL & 0xFF, GRPO_WORKERS_PROTOCOL >> 8,
+                           (unsigned char)m->type, (unsigned char)(m->type >> 8)};
+    put(&w, hv, 4);
+    switch (m->type) {
+    case GRPO_WMSG_PULL:
+    case GRPO_WMSG_HEARTBEAT:
+        put_str(&w, m->worker_id);
+        put_u64(&w, (uint64_t)m->worker_version);
+        put_f64(&w, m->tokens_per_s);
+        put_u64(&w, m->groups_done);
+        put_i32(&w, m->want);
+        put_i32(&w, m->type == GRPO_WMSG_HEARTBEAT ? m->n_ids : 0);
+        for (int32_t i = 0; m->type == GRPO_WMSG_HEARTBEAT && i < m->n_ids; i++)
+            put_u64(&w, m->ids[i]);
+        break;
+    case GRPO_WMSG_RESULT:
+        put_str(&w, m->worker_id);
+        put_result(&w, &m->result);
+        break;
+    case GRPO_WMSG_WORK:
+        put_policy(&w, &m->policy);
+        put_params(&w, &m->params);
+        put_i32(&w, m->n_leases);
+        for (int32_t i = 0; i < m->n_leases; i++) {
+            put_u64(&w, m->leases[i].lease_id);
+            put_i32(&w, m->leases[i].attempt);
+            put_f64(&w, m->leases[i].timeout_s);
+            put_str(&w, m->leases[i].prompt_id);
+            put_str(&w, m->leases[i].record_json);
+        }
+        break;
+    case GRPO_WMSG_WAIT:
+        put_policy(&w, &m->policy);
+        put_u32(&w, m->retry_ms);
+        break;
+    case GRPO_WMSG_STOP:
+        break;
+    case GRPO_WMSG_ACK:
+        put_policy(&w, &m->policy);
+        put_i32(&w, m->status);
+        break;
+    case GRPO_WMSG_ERROR:
+        put_str(&w, m->message ? m->message : "");
+        break;
+    default:
+        grpo__buf_fini(&w.b);
+        return grpo__fail(GRPO_EINVAL, "workers: cannot encode message type %d", m->type);
+    }
+    if (w.err == GRPO_OK && w.b.len > GRPO_WORKERS_MAX_MSG)
+        w.err = grpo__fail(GRPO_EINVAL, "workers: a %s message of %zu bytes is over the limit",
+                           grpo_wmsg_type_name(m->type), w.b.len);
+    if (w.err != GRPO_OK) {
+        grpo__buf_fini(&w.b);
+        return w.err;
+    }
+    *bytes = w.b.data, *len = w.b.len;
+    return GRPO_OK;
+}
+
+/* ---- decoding ---- */
+
+typedef struct rd {
+    const unsigned char *p;
+    size_t left;
+    const char *msg; /* message type name for errors */
+    grpo_err err;
+} rd;
+
+static int
+bad(rd *r, const char *field, const char *why)
+{
+    if (r->err == GRPO_OK)
+        r->err = grpo__fail(GRPO_EFORMAT, "workers: %s message: %s: %s", r->msg, field, why);
+    return -1;
+}
+
+static int
+take(rd *r, void *out, size_t n, const char *field)
+{
+    if (r->err != GRPO_OK)
+        return -1;
+    if (n > r->left)
+        return bad(r, field, "truncated");
+    memcpy(out, r->p, n);
+    r->p += n, r->left -= n;
+    return 0;
+}
+
+static uint32_t
+get_u32(rd *r, const char *field)
+{
+    unsigned char b[4] = {0};
+    take(r, b, 4, field);
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static uint64_t
+get_u64(rd *r, const char *field)
+{
+    uint64_t lo = get_u32(r, field);
+    return lo | (uint64_t)get_u32(r, field) << 32;
+}
+
+static int32_t
+get_i32(rd *r, const char *field)
+{
+    return (int32_t)get_u32(r, field);
+}
+
+static double
+get_f64(rd *r, const char *field, int finite)
+{
+    uint64_t u = get_u64(r, field);
+    double v;
+    memcpy(&v, &u, 8);
+    if (finite && !(v == v && v - v == 0))
+        bad(r, field, "not a finite number");
+    return v;
+}
+
+static float
+get_f32(rd *r, const char *field)
+{
+    uint32_t u = get_u32(r, field);
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* A count in [lo, hi] whose elements (elem bytes each at least) fit in what is left. */
+static int32_t
+get_count(rd *r, const char *field, int32_t lo, int32_t hi, size_t elem)
+{
+    int32_t n = get_i32(r, field);
+    if (r->err != GRPO_OK)
+        return 0;
+    if (n < lo || n > hi) {
+        bad(r, field, "count out of range");
+        return 0;
+    }
+    if (elem > 0 && (size_t)n > r->left / elem) {
+        bad(r, field, "count larger than the message");
+        return 0;
+    }
+    return n;
+}
+
+/* A length-prefixed field as a new NUL-terminated string. text = 1: UTF-8 without NUL. */
+static char *
+get_bytes(rd *r, const char *field, uint32_t max, int text, int optional, uint32_t *len_out)
+{
+    uint32_t n = get_u32(r, field);
+    if (r->err != GRPO_OK)
+        return NULL;
+    if (n == NO_STR) {
+        if (!optional)
+            bad(r, field, "missing");
+        return NULL;
+    }
+    if (n > max || n > r->left) {
+        bad(r, field, n > max ? "longer than the limit" : "truncated");
+        return NULL;
+    }
+    if (text && (memchr(r->p, 0, n) != NULL || !grpo__utf8_valid((const char *)r->p, n))) {
+        bad(r, field, "not UTF-8 text");
+        return NULL;
+    }
+    char *s = malloc((size_t)n + 1);
+    if (s == NULL) {
+        if (r->err == GRPO_OK)
+            r->err = grpo__fail(GRPO_ENOMEM, "workers: out of memory");
+        return NULL;
+    }
+    memcpy(s, r->p, n);
+    s[n] = '\0';
+    r->p += n, r->left -= n;
+    if (len_out)
+        *len_out = n;
+    return s;
+}
+
+static char *
+get_str(rd *r, const char *field, uint32_t max, int optional)
+{
+    return get_bytes(r, field, max, 1, optional, NULL);
+}
+
+static void *
+get_array(rd *r, size_t n, size_t elem)
+{
+    if (r->err != GRPO_OK)
+        return NULL;
+    void *p = calloc(n ? n : 1, elem);
+    if (p == NULL)
+        r->err = grpo__fail(GRPO_ENOMEM, "workers: out of memory");
+    return p;
+}
+
+static void
+get_policy(rd *r, grpo_wpolicy *p)
+{
+    p->version = (int64_t)get_u64(r, "policy.version");
+    p->weights_path = get_str(r, "policy.weights_path", 4096, 1);
+    p->sha256 = get_str(r, "policy.sha256", 64, 1);
+    p->max_staleness = get_i32(r, "policy.max_staleness");
+    if (r->err == GRPO_OK && (p->version < 0 || p->max_staleness < -1))
+        bad(r, "policy", "negative version or staleness");
+}
+
+static void
+get_params(rd *r, grpo_wparams *p)
+{
+    p->group_size = get_i32(r, "params.group_size");
+    p->seed = get_u64(r, "params.seed");
+    p->sampling.temperature = get_f32(r, "params.temperature");
+    p->sampling.top_p = get_f32(r, "params.top_p");
+    p->sampling.top_k = get_i32(r, "params.top_k");
+    p->sampling.min_p = get_f32(r, "params.min_p");
+    p->max_new_tokens = get_i32(r, "params.max_new_tokens");
+    p->logprobs = get_i32(r, "params.logprobs");
+    p->template_name = get_str(r, "params.template", 64, 1);
+    if (r->err != GRPO_OK)
+        return;
+    if (p->group_size < 1 || p->group_size > GRPO_WORKERS_MAX_GROUP)
+        bad(r, "params.group_size", "out of range");
+    else if (p->max_new_tokens < 1 || p->max_new_tokens > GRPO_WORKERS_MAX_TOKENS)
+        bad(r, "params.max_new_tokens", "out of range");
+    else if (p->logprobs < 0 || p->logprobs > GRPO_LOGPROBS_BOTH)
+        bad(r, "params.logprobs", "out of range");
+    else if (grpo_sampling_check(&p->sampling) != GRPO_OK)
+        bad(r, "params.sampling", "out of range");
+    p->n_stop = get_count(r, "params.n_stop", 0, GRPO_ROLLOUT_MAX_STOP, 4);
+    for (int32_t i = 0; i < p->n_stop && r->err == GRPO_OK; i++) {
+        p->stop[i] = get_str(r, "params.stop", GRPO_ROLLOUT_MAX_STOP_LEN, 0);
+        if (p->stop[i] != NULL && p->stop[i][0] == '\0')
+            bad(r, "params.stop", "empty");
+    }
+    p->n_stop_ids = get_count(r, "params.n_stop_ids", 0, GRPO_ROLLOUT_MAX_STOP, 4);
+    for (int32_t i = 0; i < p->n_stop_ids && r->err == GRPO_OK; i++)
+        if ((p->stop_ids[i] = get_i32(r, "params.stop_ids")) < 0)
+            bad(r, "params.stop_ids", "negative");
+}
+
+static void
+get_term(rd *r, grpo_wterm *t)
+{
+    t->verifier = get_str(r, "term.verifier", 64, 0);
+    t->version = get_str(r, "term.version", 64, 0);
+    t->label = get_str(r, "term.label", 64, 1);
+    t->details_json = get_str(r, "term.details", GRPO_WORKERS_MAX_STR, 1);
+    t->kind = get_i32(r, "term.kind");
+    t->score = get_f64(r, "term.score", 1);
+    t->ms = get_f64(r, "term.ms", 1);
+    if (r->err == GRPO_OK && (t->kind < 0 || t->kind > 4))
+        bad(r, "term.kind", "not a verdict kind");
+}
+
+static void
+get_sample(rd *r, grpo_wsample *s)
+{
+    s->index = get_i32(r, "sample.index");
+    s->finish = get_i32(r, "sample.finish");
+    if (r->err == GRPO_OK && (s->index < 0 || s->index >= GRPO_WORKERS_MAX_GROUP))
+        bad(r, "sample.index", "out of range");
+    if (r->err == GRPO_OK && (s->finish < GRPO_ROLLOUT_FINISH_EOS ||
+                              s->finish > GRPO_ROLLOUT_FINISH_ABORT))
+        bad(r, "sample.finish", "not a finish reason");
+    s->n_tokens = get_count(r, "sample.n_tokens", 0, GRPO_WORKERS_MAX_TOKENS, 8);
+    s->tokens = get_array(r, (size_t)s->n_tokens, sizeof *s->tokens);
+    s->logprobs = get_array(r, (size_t)s->n_tokens, sizeof *s->logprobs);
+    for (int32_t k = 0; k < s->n_tokens && r->err == GRPO_OK; k++)
+        if ((s->tokens[k] = get_i32(r, "sample.tokens")) < 0)
+            bad(r, "sample.tokens", "negative token id");
+    for (int32_t k = 0; k < s->n_tokens && r->err == GRPO_OK; k++) {
+        s->logprobs[k] = get_f32(r, "sample.logprobs");
+        if (!(s->logprobs[k] <= 0.0f) && r->err == GRPO_OK) /* also catches NaN */
+            bad(r, "sample.logprobs", "not a log probability");
+    }
+    s->text = get_bytes(r, "sample.text", GRPO_WORKERS_MAX_STR, 0, 0, &s->text_len);
+    s->reward = get_f64(r, "sample.reward", 1);
+    s->skipped = get_i32(r, "sample.skipped");
+    s->n_terms = get_count(r, "sample.n_terms", 0, GRPO_WORKERS_MAX_TERMS, 36);
+    s->terms = get_array(r, (size_t)s->n_terms, sizeof *s->terms);
+    for (int32_t t = 0; t < s->n_terms && r->err == GRPO_OK; t++)
+        get_term(r, &s->terms[t]);
+}
+
+static void
+get_result(rd *r, grpo_wresult *res)
+{
+    res->lease_id = get_u64(r, "result.lease_id");
+    res->attempt = get_i32(r, "result.attempt");
+    res->policy_version = (int64_t)get_u64(r, "result.policy_version");
+    if (r->err == GRPO_OK && (res->attempt < 0 || res->policy_version < 0))
+        bad(r, "result", "negative attempt or policy version");
+    res->prompt_id = get_str(r, "result.prompt_id", 4096, 0);
+    res->n_prompt = get_count(r, "result.n_prompt", 1, GRPO_WORKERS_MAX_TOKENS, 4);
+    res->prompt = get_array(r, (size_t)res->n_prompt, sizeof *res->prompt);
+    for (int32_t k = 0; k < res->n_prompt && r->err == GRPO_OK; k++)
+        if ((res->prompt[k] = get_i32(r, "result.prompt")) < 0)
+            bad(r, "result.prompt", "negative token id");
+    res->gen_ms = get_f64(r, "result.gen_ms", 1);
+    res->verify_ms = get_f64(r, "result.verify_ms", 1);
+    /* a sample is at least 44 bytes on the wire */
+    res->n_samples = get_count(r, "result.n_samples", 1, GRPO_WORKERS_MAX_GROUP, 44);
+    res->samples = get_array(r, (size_t)res->n_samples, sizeof *res->samples);
+    for (int32_t i = 0; i < res->n_samples && r->err == GRPO_OK; i++)
+        get_sample(r, &res->samples[i]);
+}
+
+static void
+get_worker(rd *r, grpo_wmsg *m)
+{
+    m->worker_id = get_str(r, "worker_id", GRPO_WORKERS_MAX_ID, 0);
+    if (m->worker_id != NULL && m->worker_id[0] == '\0')
+        bad(r, "worker_id", "empty");
+}
+
+static void
+get_body(rd *r, grpo_wmsg *m)
+{
+    switch (m->type) {
+    case GRPO_WMSG_PULL:
+    case GRPO_WMSG_HEARTBEAT:
+        get_worker(r, m);
+        m->worker_version = (int64_t)get_u64(r, "worker_version");
+        m->tokens_per_s = get_f64(r, "tokens_per_s", 1);
+        m->groups_done = get_u64(r, "groups_done");
+        m->want = get_i32(r, "want");
+        if (r->err == GRPO_OK && (m->want < 0 || m->want > GRPO_WORKERS_MAX_LEASES))
+            bad(r, "want", "out of range");
+        m->n_ids = get_count(r, "n_ids", 0, GRPO_WORKERS_MAX_LEASES, 8);
+        m->ids = get_array(r, (size_t)m->n_ids, sizeof *m->ids);
+        for (int32_t i = 0; i < m->n_ids && r->err == GRPO_OK; i++)
+            m->ids[i] = get_u64(r, "ids");
+        break;
+    case GRPO_WMSG_RESULT:
+        get_worker(r, m);
+        get_result(r, &m->result);
+        break;
+    case GRPO_WMSG_WORK:
+        get_policy(r, &m->policy);
+        get_params(r, &m->params);
+        m->n_leases = get_count(r, "n_leases", 0, GRPO_WORKERS_MAX_LEASES, 24);
+        m->leases = get_array(r, (size_t)m->n_leases, sizeof *m->leases);
+        for (int32_t i = 0; i < m->n_leases && r->err == GRPO_OK; i++) {
+            grpo_wlease *l = &m->leases[i];
+            l->lease_id = get_u64(r, "lease.id");
+            l->attempt = get_i32(r, "lease.attempt");
+            l->timeout_s = get_f64(r, "lease.timeout_s", 1);
+            l->prompt_id = get_str(r, "lease.prompt_id", 4096, 0);
+            l->record_json = get_str(r, "lease.record", GRPO_PROMPTS_MAX_LINE, 0);
+            if (r->err == GRPO_OK && (l->attempt < 0 || !(l->timeout_s > 0)))
+                bad(r, "lease", "negative attempt or timeout");
+        }
+        break;
+    case GRPO_WMSG_WAIT:
+        get_policy(r, &m->policy);
+        m->retry_ms = get_u32(r, "retry_ms");
+        if (r->err == GRPO_OK && m->retry_ms > 600000)
+            bad(r, "retry_ms", "over 10 minutes");
+        break;
+    case GRPO_WMSG_STOP:
+        break;
+    case GRPO_WMSG_ACK:
+        get_policy(r, &m->policy);
+        m->status = get_i32(r, "status");
+        if (r->err == GRPO_OK && (m->status < GRPO_WACK_OK || m->status > GRPO_WACK_REFUSED))
+            bad(r, "status", "unknown");
+        break;
+    case GRPO_WMSG_ERROR:
+        m->message = get_str(r, "message", 4096, 0);
+        break;
+    default:
+        bad(r, "type", "unknown message type");
+    }
+}
+
+grpo_err
+grpo_wmsg_decode(grpo_wmsg *out, const void *bytes, size_t len)
+{
+    memset(out, 0, sizeof *out);
+    rd r = {bytes, len, "?", GRPO_OK};
+    if (len > GRPO_WORKERS_MAX_MSG)
+        return grpo__fail(GRPO_EFORMAT, "workers: a message of %zu bytes is over the limit", len);
+    uint32_t magic = get_u32(&r, "magic");
+    unsigned char hv[4] = {0};
+    take(&r, hv, 4, "header");
+    if (r.err != GRPO_OK)
+        return r.err;
+    if (magic != GRPO_WORKERS_MAGIC)
+        return grpo__fail(GRPO_EFORMAT, "workers: not a grpo worker message (bad magic)");
+    unsigned version = (unsigned)hv[0] | (unsigned)hv[1] << 8;
+    if (version != GRPO_WORKERS_PROTOCOL)
+        return grpo__fail(GRPO_EVERSION, "workers: protocol version %u; this grpo speaks %d",
+                          version, GRPO_WORKERS_PROTOCOL);
+    out->type = (int32_t)((unsigned)hv[2] | (unsigned)hv[3] << 8);
+    r.msg = grpo_wmsg_type_name(out->type);
+    get_body(&r, out);
+    if (r.err == GRPO_OK && r.left != 0)
+        bad(&r, "end", "trailing bytes");
+    return r.err;
+}
+
+static void
+params_fini(grpo_wparams *p)
+{
+    free(p->template_name);
+    for (int32_t i = 0; i < GRPO_ROLLOUT_MAX_STOP; i++)
+        free(p->stop[i]);
+}
+
+static void
+result_fini(grpo_wresult *r)
+{
+    for (int32_t i = 0; r->samples && i < r->n_samples; i++) {
+        grpo_wsample *s = &r->samples[i];
+        free(s->tokens), free(s->logprobs), free(s->text);
+        for (int32_t t = 0; s->terms && t < s->n_terms; t++) {
+            grpo_wterm *tm = &s->terms[t];
+            free(tm->verifier), free(tm->version), free(tm->label), free(tm->details_json);
+        }
+        free(s->terms);
+    }
+    free(r->samples), free(r->prompt), free(r->prompt_id);
+}
+
+void
+grpo_wmsg_fini(grpo_wmsg *m)
+{
+    if (m == NULL)
+        return;
+    free(m->worker_id), free(m->ids), free(m->message);
+    free(m->policy.weights_path), free(m->policy.sha256);
+    params_fini(&m->params);
+    for (int32_t i = 0; m->leases && i < m->n_leases; i++)
+        free(m->leases[i].prompt_id), free(m->leases[i].record_json);
+    free(m->leases);
+    result_fini(&m->result);
+    memset(m, 0, sizeof *m);
+}
+
+const char *
+grpo_wmsg_type_name(int32_t type)
+{
+    switch (type) {
+    case GRPO_WMSG_PULL:
+        return "pull";
+    case GRPO_WMSG_HEARTBEAT:
+        return "heartbeat";
+    case GRPO_WMSG_RESULT:
+        return "result";
+    case GRPO_WMSG_WORK:
+        return "work";
+    case GRPO_WMSG_WAIT:
+        return "wait";
+    case GRPO_WMSG_STOP:
+        return "stop";
+    case GRPO_WMSG_ACK:
+        return "ack";
+    case GRPO_WMSG_ERROR:
+        return "error";
+    default:
+        return "?";
+    }
+}

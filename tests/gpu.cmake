@@ -31,3 +31,10 @@ if(TARGET grpo_cuda)
     target_link_libraries(${b} PRIVATE grpo_cuda grpo_kernels grpo_common CUDA::cudart m)
   endforeach()
 endif()
+
+# NCCL expert parallelism, one process per GPU (one rank on a single-GPU machine).
+if(TARGET grpo_cuda AND GRPO_NCCL_LIB AND GRPO_NCCL_INCLUDE)
+  grpo_add_test(cuda_nccl_test SOURCES gpu/cuda_nccl_test.c LIBS grpo_cuda grpo_cuda_plan grpo_common m
+                LABELS gpu TIMEOUT 300)
+  target_include_directories(cuda_nccl_test PRIVATE ${GRPO_NCCL_INCLUDE})
+endif()

@@ -320,6 +320,30 @@ batch_and_threads_invariant(void **state)
     grpo_kernels_cpu_set_min_parallel(262144);
 }
 
+/* The naive form expands keys/values a few heads at a time; any group size gives the same bits. */
+static void
+head_groups_same_bits(void **state)
+{
+    fx *f = *state;
+    int n = f->e.n, V = f->e.vocab;
+    float *a = malloc((size_t)n * V * 4), *b = malloc((size_t)n * V * 4);
+    for (int g = 0; g < 2; g++) {
+        f->m->naive_heads = g == 0 ? 0 : 3; /* 4 heads: one group, or groups of 3 and 1 */
+        grpo_kv *kv = new_kv(f->m);
+        int32_t seq;
+        grpo_kv_seq_new(kv, &seq);
+        grpo_fwd_item c1 = {seq, 0, 40, f->e.tokens}, c2 = {seq, 40, n - 40, f->e.tokens + 40};
+        float *o = g == 0 ? a : b;
+        assert_int_equal(grpo_model_forward_all(f->m, kv, &c1, 1, o), GRPO_OK);
+        assert_int_equal(grpo_model_forward_all(f->m, kv, &c2, 1, o + (size_t)40 * V), GRPO_OK);
+        grpo_kv_destroy(kv);
+    }
+    f->m->naive_heads = 0;
+    assert_memory_equal(a, b, (size_t)n * V * 4);
+    free(a);
+    free(b);
+}
+
 /* Bad calls are refused without touching the cache. */
 static void
 forward_refuses_bad_items(void **state)
@@ -377,6 +401,7 @@ main(void)
         cmocka_unit_test_setup_teardown(batch_and_threads_invariant, setup_bf16, teardown),
         cmocka_unit_test_setup_teardown(batch_and_threads_invariant, setup_fp8, teardown),
         cmocka_unit_test_setup_teardown(forward_refuses_bad_items, setup_bf16, teardown),
+        cmocka_unit_test_setup_teardown(head_groups_same_bits, setup_fp8, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

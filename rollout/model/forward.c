@@ -33,7 +33,20 @@ typedef struct {
     float *xs, *ys; /* (T*k, H) inputs and outputs per assignment (T <= MOE_PAR_MAX_T) */
     float *wg, *wu; /* per worker (MOE_PAR_MAX_T, moe_intermediate_size) */
     int n_workers;
+    /* naive attention of one head group: (n, hg, dn + dr) queries, (n, hg, dv) outputs */
+    float *qg, *og;
+    int hg; /* heads per group */
 } scratch;
+
+/* Heads whose keys/values the naive form expands at once (memory: (pos0 + n) x this x 256 floats
+ * for V3, 32 MB at 2048 positions instead of 268 MB for all 128 heads). */
+#define NAIVE_HG 16
+
+static int
+naive_hg(const grpo_model *m)
+{
+    return m->naive_heads > 0 ? m->naive_heads : NAIVE_HG;
+}
 
 /* Up to this many tokens, a MoE layer with many active experts runs whole experts in parallel
  * (one per worker) instead of threading each small expert GEMM: far fewer pool wake-ups. */
@@ -104,7 +117,10 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->wg = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
     s->wu = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
     s->lat = carve(cv, L * dc * f);
-    s->kvb = carve(cv, L * nh * (dn + dv) * f);
+    size_t hg = (size_t)s->hg;
+    s->kvb = carve(cv, L * hg * (dn + dv) * f);
+    s->qg = carve(cv, (L > 0 ? T : 0) * hg * qk * f);
+    s->og = carve(cv, (L > 0 ? T : 0) * hg * dv * f);
     s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
 }
 
@@ -124,6 +140,7 @@ scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items)
     }
     s->T = (int)T;
     s->n_workers = m->k->n_threads > 0 ? m->k->n_threads : 1;
+    s->hg = m->cfg.num_attention_heads < naive_hg(m) ? m->cfg.num_attention_heads : naive_hg(m);
     carver cv = {NULL, 0, 0};
     layout(s, &m->cfg, &cv);
     if (cv.off > m->scratch_size) {
@@ -200,16 +217,36 @@ attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const g
     const grpo_model_config *c = &m->cfg;
     int nh = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
     int dv = c->v_head_dim, dc = c->kv_lora_rank, qk = dn + dr, L = it->pos0 + it->n;
+    int n = it->n, hg = s->hg;
     float *lat = s->lat, *kvb = s->kvb;
     const float **pp = s->chunk_pages;
     seq_pages(kv, it->seq, layer, pp);
     for (int j = 0; j < L; j++)
         memcpy(lat + (size_t)j * dc, pp[j / GRPO_KV_PAGE] + (size_t)(j % GRPO_KV_PAGE) * kv->row,
                (size_t)dc * sizeof(float));
-    m->k->gemm(m->k, L, lat, dc, &l->kv_b, kvb, nh * (dn + dv));
-    m->k->mla_naive(m->k, it->n, it->pos0, nh, dn, dr, dv, s->q + (size_t)t0 * nh * qk, kvb,
-                    (const float *const *)pp, GRPO_KV_PAGE, kv->row, dc, c->softmax_scale,
-                    s->ao + (size_t)t0 * nh * dv);
+    const float *q = s->q + (size_t)t0 * nh * qk;
+    float *out = s->ao + (size_t)t0 * nh * dv;
+    /* keys/values are expanded for hg heads at a time: (L, hg, dn + dv) instead of all heads */
+    for (int h0 = 0; h0 < nh; h0 += hg) {
+        int g = nh - h0 < hg ? nh - h0 : hg;
+        grpo_kw wg = grpo_kw_rows(&l->kv_b, h0 * (dn + dv), g * (dn + dv));
+        m->k->gemm(m->k, L, lat, dc, &wg, kvb, g * (dn + dv));
+        const float *qg = q;
+        float *og = out;
+        if (g != nh) { /* gather this group's queries; scatter its outputs below */
+            for (int i = 0; i < n; i++)
+                memcpy(s->qg + (size_t)i * g * qk, q + ((size_t)i * nh + h0) * qk,
+                       (size_t)g * qk * sizeof(float));
+            qg = s->qg;
+            og = s->og;
+        }
+        m->k->mla_naive(m->k, n, it->pos0, g, dn, dr, dv, qg, kvb, (const float *const *)pp,
+                        GRPO_KV_PAGE, kv->row, dc, c->softmax_scale, og);
+        if (g != nh)
+            for (int i = 0; i < n; i++)
+                memcpy(out + ((size_t)i * nh + h0) * dv, s->og + (size_t)i * g * dv,
+                       (size_t)g * dv * sizeof(float));
+    }
     return GRPO_OK;
 }
 

@@ -96,6 +96,7 @@ struct grpo_model {
     void (*debug_hidden)(void *ctx, int stage, int rows, int hidden, const float *h);
     void *debug_ctx;
     void *scratch; /* the forward's grow-only scratch block (forward.c) */
+    int naive_heads; /* tests: heads per naive-attention group (0 = default) */
     size_t scratch_size;
 };
 

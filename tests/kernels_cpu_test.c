@@ -81,12 +81,12 @@ fp8_paths_agree(void **state)
                  .bc = 128,
                  .scale_cols = 3};
     for (int r = 0; r < R; r++) {
-        for (int c0 = 0; c0 < C; c0 += 150) {
+        for (int c0 = 0; c0 < C; c0 += 144) {
             grpo_kernels_cpu_set_portable(0);
-            grpo_kw_dequant_row(&k, r, c0, C - c0 < 150 ? C - c0 : 150, a);
+            grpo_kw_dequant_row(&k, r, c0, C - c0 < 144 ? C - c0 : 144, a);
             grpo_kernels_cpu_set_portable(1);
-            grpo_kw_dequant_row(&k, r, c0, C - c0 < 150 ? C - c0 : 150, b);
-            for (int c = 0; c < (C - c0 < 150 ? C - c0 : 150); c++) {
+            grpo_kw_dequant_row(&k, r, c0, C - c0 < 144 ? C - c0 : 144, b);
+            for (int c = 0; c < (C - c0 < 144 ? C - c0 : 144); c++) {
                 uint8_t code = w[r * C + c0 + c];
                 if ((code & 0x7f) == 0x7f)
                     continue;

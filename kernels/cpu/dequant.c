@@ -87,11 +87,11 @@ grpo_kernels_cpu_set_portable(int on)
  * subnormals included; F16C converts 8 at a time to fp32 (exactly, no denormal penalty); one
  * multiply by scale * 256 then rounds once, as table value times scale. */
 __attribute__((target("avx2,f16c"))) static void
-fp8_block128_f16c(const uint8_t *s, float sc256, float *out)
+fp8_f16c(const uint8_t *s, int n, float sc256, float *out)
 {
     __m256 vs = _mm256_set1_ps(sc256);
     __m256i m7f = _mm256_set1_epi16(0x7f), m80 = _mm256_set1_epi16(0x80);
-    for (int i = 0; i < 128; i += 16) {
+    for (int i = 0; i < n; i += 16) {
         __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(s + i)));
         __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, m7f), 7),
                                     _mm256_slli_epi16(_mm256_and_si256(w, m80), 8));
@@ -116,18 +116,22 @@ have_f16c(void)
 }
 #endif
 
-/* One 128-wide block with its scale. */
+/* n values of one block with its scale. */
 static void
-fp8_block(const uint8_t *s, float sc, float *out)
+fp8_block(const uint8_t *s, int n, float sc, float *out)
 {
 #ifdef GRPO_HAVE_F16C_PATH
     float sc256 = sc * 256.0f;
-    if (!__atomic_load_n(&portable, __ATOMIC_RELAXED) && have_f16c() && isfinite(sc256)) {
-        fp8_block128_f16c(s, sc256, out);
+    if (n % 16 == 0 && !__atomic_load_n(&portable, __ATOMIC_RELAXED) && have_f16c() &&
+        isfinite(sc256)) {
+        fp8_f16c(s, n, sc256, out);
         return;
     }
 #endif
-    fp8_block128(s, sc, out);
+    if (n == 128)
+        fp8_block128(s, sc, out);
+    else
+        fp8_row(s, n, sc, out);
 }
 
 GRPO_CPU_CLONES static void
@@ -166,10 +170,7 @@ grpo_kw_dequant_row(const grpo_kw *w, int32_t r, int32_t c0, int32_t n, float *o
             int32_t c = c0 + i, blk = c / w->bc, end = (blk + 1) * w->bc - c0;
             if (end > n)
                 end = n;
-            if (end - i == 128)
-                fp8_block(s + i, srow[blk], out + i);
-            else
-                fp8_row(s + i, end - i, srow[blk], out + i);
+            fp8_block(s + i, end - i, srow[blk], out + i);
             i = end;
         }
         break;

@@ -25,7 +25,7 @@
 
 typedef struct args {
     const char *connect, *model, *tokenizer, *template_name, *reward_config, *id_arg, *kv_budget;
-    int threads, gpu, inflight;
+    int threads, gpu, inflight, step_delay_ms;
     double give_up_s;
     uint64_t kv_bytes;
     char id[GRPO_WORKERS_MAX_ID + 1];
@@ -93,6 +93,8 @@ usage(FILE *f)
             "  --reward-config FILE reward composition (default as grpo rollout)\n"
             "  --give-up S          exit when the coordinator has not answered for S seconds\n"
             "                       (default 0 = keep trying)\n"
+            "  --step-delay MS      sleep MS after every scheduler step: a slow device, for\n"
+            "                       fault-injection tests (default 0)\n"
             "  --help               this text\n\n"
             "exit codes: 0 success (the coordinator said stop), 1 runtime failure, 2 usage error\n");
 }
@@ -122,7 +124,7 @@ default_model(void)
 }
 
 enum { O_CONNECT = 256, O_MODEL, O_THREADS, O_GPU, O_ID, O_INFLIGHT, O_KV, O_TOK, O_TEMPLATE,
-       O_REWARD, O_GIVEUP };
+       O_REWARD, O_GIVEUP, O_DELAY };
 
 static const struct option long_opts[] = {
     {"connect", required_argument, 0, O_CONNECT},   {"model", required_argument, 0, O_MODEL},
@@ -130,7 +132,8 @@ static const struct option long_opts[] = {
     {"id", required_argument, 0, O_ID},             {"inflight", required_argument, 0, O_INFLIGHT},
     {"kv-budget", required_argument, 0, O_KV},      {"tokenizer", required_argument, 0, O_TOK},
     {"template", required_argument, 0, O_TEMPLATE}, {"reward-config", required_argument, 0, O_REWARD},
-    {"give-up", required_argument, 0, O_GIVEUP},    {0, 0, 0, 0},
+    {"give-up", required_argument, 0, O_GIVEUP},    {"step-delay", required_argument, 0, O_DELAY},
+    {0, 0, 0, 0},
 };
 
 static int
@@ -180,6 +183,9 @@ parse_opt(args *a, int c, const char *v)
         return int_arg(v, 1, GRPO_WORKERS_MAX_LEASES, &a->inflight)
                    ? cli_usage(CMD, "--inflight %s: 1..64", v)
                    : 0;
+    case O_DELAY:
+        return int_arg(v, 0, 60000, &a->step_delay_ms) ? cli_usage(CMD, "--step-delay %s: 0..60000", v)
+                                                       : 0;
     case O_GIVEUP:
         a->give_up_s = strtod(v, &end);
         if (end == v || *end != '\0' || !(a->give_up_s >= 0))
@@ -681,6 +687,8 @@ worker_loop(worker *w)
         int busy = 0;
         if (w->r && in_flight > 0 && (err = grpo_rollout_step(w->r, &busy)) != GRPO_OK)
             break;
+        if (busy && w->a->step_delay_ms > 0)
+            usleep((useconds_t)w->a->step_delay_ms * 1000);
         grpo_rollout_group *g;
         while (err == GRPO_OK && w->r && (g = grpo_rollout_pop(w->r, 0)) != NULL) {
             err = return_group(w, g);

@@ -1,0 +1,17 @@
+# rollout/workers/ + grpo serve / grpo worker (issue 11): the wire codec and the lease table
+# (cmocka), and real processes on loopback driven by tests/workers/workers_integration.py:
+# failover (SIGKILL + SIGSTOP of workers), coordinator restart, and a short load test.
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_workers)
+  grpo_add_test(workers_wire_test SOURCES workers_wire_test.c LIBS grpo_workers grpo_common
+                TIMEOUT 60)
+endif()
+find_package(Python3 COMPONENTS Interpreter)
+if(TARGET grpo AND Python3_Interpreter_FOUND)
+  foreach(scenario failover restart load)
+    add_test(NAME workers_${scenario}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
+                     ${scenario} --grpo $<TARGET_FILE:grpo>
+             WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+    set_tests_properties(workers_${scenario} PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77)
+  endforeach()
+endif()

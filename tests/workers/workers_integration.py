@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Real processes on loopback: `grpo serve` and `grpo worker` (issue 11).
+
+  failover  a coordinator and four workers; worker A is SIGKILLed while it holds a lease and
+            worker B is SIGSTOPped past its lease deadline. Every group is recorded exactly once,
+            the lapsed leases were re-issued, and the completions (tokens, rewards, advantages)
+            equal those of a single-process `grpo rollout` with the same seed.
+  restart   the coordinator is SIGKILLed mid-run and started again with the same options: it
+            resumes the run, the groups recorded before the kill are untouched and never leased
+            again, and the final set of completions equals `grpo rollout`'s.
+  load      16 workers (tiny model, CPU) against one coordinator for --seconds (default 20);
+            then the coordinator is stopped. No group is lost (every lease the coordinator
+            recorded as done has its group, and nothing is recorded twice), and the coordinator's
+            peak RSS stays bounded. Prints groups/s and the coordinator's CPU share.
+
+The reference for "equal" is an independent run of `grpo rollout` (one process, no workers).
+Usage: workers_integration.py SCENARIO --grpo PATH [--seconds S] [--keep DIR]
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(os.path.dirname(HERE))
+MODEL = os.path.join(SRC, "tests", "data", "tiny_models", "bf16")
+
+GEN = ["--group", "4", "--max-new-tokens", "12", "--seed", "1234", "--temperature", "0.9"]
+
+
+def fail(msg):
+    print("FAIL: " + msg, flush=True)
+    sys.exit(1)
+
+
+def write_prompts(path, n):
+    with open(path, "w") as f:
+        for i in range(n):
+            a, b = i, (i * 13) % 40  # content differs for every i
+            if i % 5 == 4:  # a chat-style record, without an id (keyed by its line number)
+                f.write('{"messages": [{"role": "user", "content": "Add %d and %d."}], '
+                        '"task": "math", "answer": "%d"}\n' % (a, b, a + b))
+            else:
+                f.write('{"id": "q%d", "prompt": "What is %d + %d? Answer in \\\\boxed{}.", '
+                        '"task": "math", "answer": "%d"}\n' % (i, a, b, a + b))
+
+
+def db_rows(db, sql, args=()):
+    last = None
+    for _ in range(50):
+        try:
+            con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=5)
+            try:
+                return con.execute(sql, args).fetchall()
+            finally:
+                con.close()
+        except sqlite3.OperationalError as e:  # not created yet, or busy
+            last = e
+            time.sleep(0.1)
+    fail("cannot read %s: %s" % (db, last))
+
+
+def completions(db):
+    """Every completion keyed by (prompt index, sample), with what must match."""
+    return db_rows(db, "SELECT p.idx, c.sample_index, hex(c.token_ids), hex(c.token_logprobs), "
+                       "hex(c.text), c.finish_reason, c.reward, c.advantage "
+                       "FROM completions c JOIN groups g ON g.id = c.group_id "
+                       "JOIN prompts p ON p.id = g.prompt_id ORDER BY p.idx, c.sample_index")
+
+
+class Procs:
+    def __init__(self, grpo, tmp):
+        self.grpo, self.tmp, self.all = grpo, tmp, []
+
+    def start(self, name, args, extra_env=None):
+        env = dict(os.environ)
+        env.update(extra_env or {})
+        out = open(os.path.join(self.tmp, name + ".log"), "w")
+        p = subprocess.Popen([self.grpo] + args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                             cwd=self.tmp)
+        p.name = name
+        self.all.append(p)
+        return p
+
+    def log(self, name):
+        with open(os.path.join(self.tmp, name + ".log")) as f:
+            return f.read()
+
+    def cleanup(self):
+        for p in self.all:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                except OSError:
+                    pass
+                p.wait()
+
+
+def serve_args(prompts, db, url, *extra):
+    return ["serve", "--prompts", prompts, "--db", db, "--listen", url, "--lease-timeout", "3",
+            "--linger", "1"] + GEN + list(extra)
+
+
+def worker_args(url, wid, *extra):
+    return ["worker", "--connect", url, "--model", MODEL, "--threads", "1", "--id", wid,
+            "--give-up", "10"] + list(extra)
+
+
+def reference(grpo, tmp, prompts):
+    ref = os.path.join(tmp, "ref.db")
+    r = subprocess.run([grpo, "rollout", "--model", MODEL, "--prompts", prompts, "--db", ref,
+                        "--threads", "1"] + GEN, capture_output=True, text=True, cwd=tmp)
+    if r.returncode != 0:
+        fail("grpo rollout: " + r.stderr)
+    return completions(ref)
+
+
+def wait_until(cond, timeout, what):
+    t = time.time()
+    while time.time() - t < timeout:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    fail("timed out waiting for " + what)
+
+
+def held_leases(db, wid):
+    return db_rows(db, "SELECT id FROM leases WHERE worker_id = ? AND state = 'issued'", (wid,))
+
+
+def check_exactly_once(db, n):
+    rows = db_rows(db, "SELECT prompt_id, count(*) FROM groups GROUP BY prompt_id")
+    if len(rows) != n or any(c != 1 for _, c in rows):
+        fail("expected %d prompts with one group each, got %r" % (n, rows))
+
+
+def scenario_failover(grpo, tmp):
+    n = 24
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    write_prompts(prompts, n)
+    want = reference(grpo, tmp, prompts)
+    url = "ipc://" + os.path.join(tmp, "coord.ipc")
+    P = Procs(grpo, tmp)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url))
+        # A and B are slow (40 ms per step: a group takes ~0.5 s), so they are caught holding a lease
+        a = P.start("A", worker_args(url, "A", "--step-delay", "40", "--inflight", "1"))
+        b = P.start("B", worker_args(url, "B", "--step-delay", "40", "--inflight", "1"))
+        wait_until(lambda: held_leases(db, "A") and held_leases(db, "B"), 60, "A and B to hold leases")
+        a.kill()
+        a.wait()
+        b.send_signal(signal.SIGSTOP)
+        killed = [r[0] for r in held_leases(db, "A")]
+        stopped = [r[0] for r in held_leases(db, "B")]
+        if not killed or not stopped:
+            fail("A or B finished its lease before the signal (killed %r, stopped %r)" % (killed, stopped))
+        for w in ("C", "D"):
+            P.start(w, worker_args(url, w, "--inflight", "2"))
+        # B stays stopped until its lease lapsed and was handed to another worker
+        wait_until(lambda: db_rows(db, "SELECT count(*) FROM leases WHERE id IN (%s) AND state = 'expired'"
+                                   % ",".join(map(str, stopped)))[0][0] == len(stopped), 60,
+                   "B's lease to lapse")
+        b.send_signal(signal.SIGCONT)  # its late result is a duplicate, or the first and kept
+        rc = serve.wait(timeout=120)
+        if rc != 0:
+            fail("serve exited %d:\n%s" % (rc, P.log("serve")))
+        check_exactly_once(db, n)
+        exp = db_rows(db, "SELECT worker_id, count(*) FROM leases WHERE state = 'expired' GROUP BY worker_id")
+        exp = dict(exp)
+        if exp.get("A", 0) < len(killed) or exp.get("B", 0) < len(stopped):
+            fail("expected the leases of A and B to lapse, got %r" % exp)
+        reissued = db_rows(db, "SELECT count(*) FROM groups WHERE lease_attempt > 0")[0][0]
+        if reissued < 1:
+            fail("no group was recorded from a re-issued lease")
+        if db_rows(db, "SELECT count(*) FROM groups WHERE worker_id = 'A'")[0][0] != 0:
+            pass  # A may have returned groups before its last lease: fine
+        got = completions(db)
+        if got != want:
+            diff = [(x, y) for x, y in zip(got, want) if x != y][:2]
+            fail("completions differ from grpo rollout's (%d vs %d rows), e.g. %r" % (len(got), len(want), diff))
+        st = subprocess.run([grpo, "stats", "--db", db, "--by", "worker", "--format", "csv"],
+                            capture_output=True, text=True)
+        if st.returncode != 0 or "reissue" not in st.stdout:
+            fail("grpo stats --by worker: %s %s" % (st.stdout, st.stderr))
+        total_reissues = sum(int(r[0]) for r in db_rows(db, "SELECT lease_attempt FROM groups"))
+        print(st.stdout)
+        print("ok: %d groups once each; expired leases %r; %d groups from re-issued leases "
+              "(sum of attempts %d); completions equal grpo rollout's" % (n, exp, reissued, total_reissues))
+    finally:
+        P.cleanup()
+
+
+def scenario_restart(grpo, tmp):
+    n = 30
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    write_prompts(prompts, n)
+    want = reference(grpo, tmp, prompts)
+    url = "ipc://" + os.path.join(tmp, "coord.ipc")
+    P = Procs(grpo, tmp)
+    try:
+        s1 = P.start("serve1", serve_args(prompts, db, url))
+        for w in ("A", "B"):
+            P.start(w, worker_args(url, w, "--step-delay", "10", "--give-up", "60"))
+        wait_until(lambda: db_rows(db, "SELECT count(*) FROM groups")[0][0] >= n // 3, 60,
+                   "a third of the groups")
+        s1.kill()
+        s1.wait()
+        before = db_rows(db, "SELECT id, prompt_id, finished_at, worker_id FROM groups ORDER BY id")
+        if len(before) >= n:
+            fail("the run finished before the coordinator was killed")
+        t_restart = time.time()
+        time.sleep(0.5)
+        s2 = P.start("serve2", serve_args(prompts, db, url))
+        rc = s2.wait(timeout=120)
+        log = P.log("serve2")
+        if rc != 0:
+            fail("restarted serve exited %d:\n%s" % (rc, log))
+        if not re.search(r"resuming run 1", log) or "%d of %d groups already recorded" % (len(before), n) not in log:
+            fail("the restarted coordinator did not resume run 1 with %d groups:\n%s" % (len(before), log))
+        check_exactly_once(db, n)
+        after = db_rows(db, "SELECT id, prompt_id, finished_at, worker_id FROM groups ORDER BY id")
+        if after[:len(before)] != before:
+            fail("groups recorded before the kill changed")
+        redone = db_rows(db, "SELECT count(*) FROM leases WHERE issued_at > ? AND prompt_id IN (%s)"
+                         % ",".join(str(r[1]) for r in before), (t_restart,))[0][0]
+        if redone:
+            fail("%d recorded groups were leased again after the restart" % redone)
+        if db_rows(db, "SELECT count(*) FROM runs")[0][0] != 1:
+            fail("the restart started a new run")
+        if completions(db) != want:
+            fail("completions differ from grpo rollout's")
+        print("ok: killed after %d/%d groups; the restart resumed run 1, leased none of them again, "
+              "recorded the other %d once each; completions equal grpo rollout's"
+              % (len(before), n, n - len(before)))
+    finally:
+        P.cleanup()
+
+
+def scenario_load(grpo, tmp, seconds, workers):
+    n = 20000  # more than can finish: the run is cut by time
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    write_prompts(prompts, n)
+    url = "tcp://127.0.0.1:%d" % (20000 + os.getpid() % 20000)
+    P = Procs(grpo, tmp)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url, "--lease-timeout", "10"))
+        time.sleep(0.3)
+        for i in range(workers):
+            P.start("w%02d" % i, worker_args(url, "w%02d" % i, "--give-up", "3"))
+        t0 = time.time()
+        peak = 0
+        while time.time() - t0 < seconds:
+            time.sleep(0.5)
+            try:
+                with open("/proc/%d/status" % serve.pid) as f:
+                    m = re.search(r"VmRSS:\s+(\d+)", f.read())
+                    peak = max(peak, int(m.group(1)))
+            except OSError:
+                fail("the coordinator died:\n" + P.log("serve"))
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=60)
+        for p in P.all:
+            if p is not serve:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+        log = P.log("serve")
+        m = re.search(r"(\d+)/(\d+) prompts done; (\d+) groups recorded in ([\d.]+) s \(([\d.]+) groups/s\).*"
+                      r"coordinator CPU ([\d.]+) s \(([\d.]+)%\), max RSS (\d+) KiB", log)
+        if not m:
+            fail("no summary from the coordinator:\n" + log)
+        recorded, secs, rate, cpu_pct, maxrss = int(m.group(3)), float(m.group(4)), float(m.group(5)), \
+            float(m.group(7)), int(m.group(8))
+        groups = db_rows(db, "SELECT count(*), count(DISTINCT prompt_id) FROM groups")[0]
+        done = db_rows(db, "SELECT count(DISTINCT prompt_id) FROM leases WHERE state = 'done'")[0][0]
+        if groups[0] != groups[1]:
+            fail("a group was recorded twice")
+        if groups[0] != recorded or done != recorded:
+            fail("lost groups: coordinator counted %d, store holds %d, leases done %d"
+                 % (recorded, groups[0], done))
+        if recorded == 0:
+            fail("no group recorded")
+        # Bound: the prompt set and lease table are O(prompts); everything per request is freed.
+        if maxrss > 256 * 1024:
+            fail("coordinator peak RSS %d KiB" % maxrss)
+        wk = db_rows(db, "SELECT count(DISTINCT worker_id) FROM groups")[0][0]
+        print("ok: %d workers (%d returned groups), %d groups in %.1f s = %.1f groups/s, "
+              "coordinator CPU %.1f%%, peak RSS %d KiB (sampled %d KiB), none lost or doubled"
+              % (workers, wk, recorded, secs, rate, cpu_pct, maxrss, peak))
+    finally:
+        P.cleanup()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario", choices=["failover", "restart", "load"])
+    ap.add_argument("--grpo", required=True)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--keep", help="work in this folder and keep it")
+    a = ap.parse_args()
+    a.grpo = os.path.abspath(a.grpo)
+    if not os.path.exists(os.path.join(MODEL, "config.json")):
+        print("no tiny model at " + MODEL)
+        sys.exit(77)
+    tmp = a.keep or tempfile.mkdtemp(prefix="grpo-workers-")
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        if a.scenario == "failover":
+            scenario_failover(a.grpo, tmp)
+        elif a.scenario == "restart":
+            scenario_restart(a.grpo, tmp)
+        else:
+            scenario_load(a.grpo, tmp, a.seconds, a.workers)
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

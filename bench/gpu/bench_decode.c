@@ -290,6 +290,9 @@ main(int argc, char **argv)
                "assumed 450 GB/s NVLink plus 20 us latency each (%.3f ms per layer, not measured); "
                "routing balanced; no MTP, no overlap of communication with compute; the KV-cache "
                "append and the host's scheduling are not included.\n", G, a2a);
+    long lt, fb;
+    grpo_kernels_cuda_counts(K, &lt, &fb);
+    B_ROW(out, "GEMM calls through cuBLASLt: %ld; fallen back to the generic kernel: %ld.\n", lt, fb);
     if (out)
         fclose(out);
     grpo_kernels_cuda_destroy(K);

@@ -560,3 +560,10 @@ grpo_kernels_cuda_stream(grpo_kernels *k)
 {
     return (void *)cu_of(k)->stream;
 }
+
+extern "C" void
+grpo_kernels_cuda_counts(grpo_kernels *k, long *n_cublaslt, long *n_fallback)
+{
+    *n_cublaslt = cu_of(k)->n_lt;
+    *n_fallback = cu_of(k)->n_fallback;
+}

@@ -36,6 +36,9 @@ grpo_err grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int 
 void grpo_kernels_cuda_destroy(grpo_kernels *k);
 /* GRPO_OK, or the first error any op hit (with its message in grpo_error_last()). Synchronizes. */
 grpo_err grpo_kernels_cuda_status(grpo_kernels *k);
+/* GEMMs the FAST policy ran through cuBLASLt, and those it sent to the generic kernel because
+ * cuBLASLt had no algorithm for the shape (the shape rules then fell back silently). */
+void grpo_kernels_cuda_counts(grpo_kernels *k, long *n_cublaslt, long *n_fallback);
 /* Opaque CUDA stream of the table (cudaStream_t), for graph capture by the caller. */
 void *grpo_kernels_cuda_stream(grpo_kernels *k);
 

@@ -42,6 +42,7 @@ typedef struct cu_state {
     cu_cached *cache;         /* staged-mode weights */
     int n_cache, cap_cache;
     grpo_err first_err;
+    long n_lt, n_fallback; /* FAST-policy GEMMs run by cuBLASLt / fallen back to generic */
 } cu_state;
 
 static inline cu_state *

@@ -308,7 +308,13 @@ grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, flo
         if ((err = grpo_cuda_quant_fp8(&kk, M, K, x, ldx, q, xs)) != GRPO_OK)
             return err;
         const float *wsc = w->scale + (size_t)(w->row0 / 128) * w->scale_cols;
-        return lt_run(s, CUDA_R_8F_E4M3, M, N, K, q, xs, w->data, wsc, y, ldy);
+        err = lt_run(s, CUDA_R_8F_E4M3, M, N, K, q, xs, w->data, wsc, y, ldy);
+        if (err != GRPO_EUNSUPPORTED) {
+            s->n_lt += err == GRPO_OK;
+            return err;
+        }
+        s->n_fallback++; /* no cuBLASLt algorithm for this shape: the generic kernel */
+        return grpo_cu__gemm_generic(s, M, 1, x, ldx, 0, w, 0, N, K, 0, y, ldy, 0);
     }
     if (s->policy == GRPO_CUDA_GEMM_FAST && aligned && w->dt == GRPO_DT_BF16) {
         grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * 2);
@@ -317,7 +323,12 @@ grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, flo
         to_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(
             M, K, x, ldx, (__nv_bfloat16 *)s->ws[0].d);
         CU_LAUNCHED();
-        return lt_run(s, CUDA_R_16BF, M, N, K, s->ws[0].d, NULL, w->data, NULL, y, ldy);
+        err = lt_run(s, CUDA_R_16BF, M, N, K, s->ws[0].d, NULL, w->data, NULL, y, ldy);
+        if (err != GRPO_EUNSUPPORTED) {
+            s->n_lt += err == GRPO_OK;
+            return err;
+        }
+        s->n_fallback++;
     }
     return grpo_cu__gemm_generic(s, M, 1, x, ldx, 0, w, 0, N, K, 0, y, ldy, 0);
 }

@@ -140,8 +140,15 @@ test_gemm(void)
     for (int s = 0; s < 5; s++)
         gemm_case(gpu_fast, "gemm fast", GRPO_DT_F8E4M3, fs[s][0], fs[s][1], fs[s][2], 0, 1e-3, 1);
     gemm_case(gpu_fast, "gemm fast view", GRPO_DT_F8E4M3, 16, 256, 512, 128, 1e-3, 1);
+    long lt0, fb0, lt1, fb1;
+    grpo_kernels_cuda_counts(gpu_fast, &lt0, &fb0);
     for (int s = 0; s < 5; s++)
         gemm_case(gpu_fast, "gemm fast", GRPO_DT_BF16, fs[s][0], fs[s][1], fs[s][2], 0, 1e-2, 0);
+    grpo_kernels_cuda_counts(gpu_fast, &lt1, &fb1);
+    printf("  cuBLASLt ran %ld FP8 and %ld BF16 GEMMs; %ld FP8 and %ld BF16 fell back to the "
+           "generic kernel (no algorithm)\n", lt0, lt1 - lt0, fb0, fb1 - fb0);
+    GT_CHECK(lt0 > 0, "cuBLASLt never ran an FP8 block-scaled GEMM");
+    GT_CHECK(lt1 - lt0 > 0, "cuBLASLt never ran a BF16 GEMM");
 }
 
 static void

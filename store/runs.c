@@ -162,15 +162,18 @@ grpo_store_put_policy_version(grpo_store *s, int64_t run_id, int64_t version, co
     return err;
 }
 
-/* sha256 over the fields, each preceded by a presence byte and its length so that no two
- * different prompts share an input. */
+/* sha256 over the index and the fields, each field preceded by a presence byte and its length so
+ * that no two different prompts share an input. The index is part of the identity: a dataset that
+ * holds the same question twice has two prompts, and both of their groups are recorded. */
 static void
 prompt_hash(const grpo_prompt_rec *p, char out[65])
 {
     const char *f[5] = {p->dataset, p->text, p->messages_json, p->gold_json, p->tests_json};
     grpo_sha256 h;
     uint8_t d[32];
+    int64_t index = p->index;
     grpo_sha256_init(&h);
+    grpo_sha256_update(&h, &index, sizeof index);
     for (int i = 0; i < 5; i++) {
         uint64_t n = f[i] ? strlen(f[i]) : 0;
         uint8_t present = f[i] != NULL;

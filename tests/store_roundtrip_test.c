@@ -154,14 +154,17 @@ test_runs_policy_prompts(void **state)
     assert_int_equal(grpo_store_put_policy_version(s, run, 2, "/w", "abc"), GRPO_EINVAL);
 
     grpo_prompt_rec p = {"gsm8k", 7, "What is 6*7?", NULL, "\"42\"", NULL};
-    int64_t p1 = 0, p2 = 0, p3 = 0;
+    int64_t p1 = 0, p2 = 0, p3 = 0, p5 = 0;
     assert_int_equal(grpo_store_put_prompt(&p1, s, &p), GRPO_OK);
-    p.index = 99; /* same content: same row, first index kept */
-    assert_int_equal(grpo_store_put_prompt(&p2, s, &p), GRPO_OK);
+    assert_int_equal(grpo_store_put_prompt(&p2, s, &p), GRPO_OK); /* same prompt: same row */
     assert_int_equal(p1, p2);
+    p.index = 99; /* same content elsewhere in the dataset: another prompt */
+    assert_int_equal(grpo_store_put_prompt(&p5, s, &p), GRPO_OK);
+    assert_true(p5 != p1);
+    p.index = 7;
     p.gold_json = "\"43\"";
     assert_int_equal(grpo_store_put_prompt(&p3, s, &p), GRPO_OK);
-    assert_true(p3 != p1);
+    assert_true(p3 != p1 && p3 != p5);
     grpo_prompt_rec m = {"chat", 0,
                          NULL,   "[{\"role\":\"user\",\"content\":\"hi\"}]",
                          NULL,   "{\"inputs\":[\"1\"],\"outputs\":[\"1\"]}"};
@@ -206,7 +209,7 @@ test_runs_policy_prompts(void **state)
     q_text(db, q, text, sizeof text);
     assert_string_equal(text, "[{\"role\":\"user\",\"content\":\"hi\"}]"
                               "{\"inputs\":[\"1\"],\"outputs\":[\"1\"]}");
-    assert_int_equal(q_int(db, "SELECT count(*) FROM prompts"), 3);
+    assert_int_equal(q_int(db, "SELECT count(*) FROM prompts"), 4);
     sqlite3_close(db);
 }
 

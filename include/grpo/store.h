@@ -99,8 +99,10 @@ typedef struct grpo_prompt_rec {
     const char *tests_json;     /* code tests as JSON, or NULL */
 } grpo_prompt_rec;
 
-/* Inserts a prompt, deduplicated by a sha256 of (dataset, text, messages, gold, tests): putting the
- * same content again returns the existing id (the index of the first insert is kept). */
+/* Inserts a prompt, deduplicated by a sha256 of (dataset, index, text, messages, gold, tests):
+ * putting the same prompt again (a rerun, a restarted coordinator) returns the existing id; the
+ * same content at another index of the dataset is another prompt, so its groups are not mistaken
+ * for resends. */
 grpo_err grpo_store_put_prompt(int64_t *prompt_id, grpo_store *s, const grpo_prompt_rec *p);
 
 /* ---- groups: completions, rewards, advantages ---------------------------------------------- */

@@ -82,8 +82,8 @@ usage(FILE *f)
             "  --model DIR          model directory (default $GRPO_MODEL, else the bundled demo\n"
             "                       model, else the tiny test model)\n"
             "  --threads N          forward threads (default: all CPUs)\n"
-            "  --gpu N              use GPU N (sets CUDA_VISIBLE_DEVICES=N for a CUDA build; a\n"
-            "                       CPU-only build refuses it)\n"
+            "  --gpu N              pin GPU N (CUDA_VISIBLE_DEVICES=N) in a CUDA build; a\n"
+            "                       CPU-only build refuses it\n"
             "  --id NAME            worker id in the store and stats (default $GRPO_WORKER_ID,\n"
             "                       else HOST-$SLURM_PROCID under Slurm, else HOST-PID)\n"
             "  --inflight N         groups generated at once (default 2; at most 64)\n"
@@ -218,13 +218,12 @@ parse_args(args *a, int argc, char **argv)
     if (a->threads > 0 && a->gpu >= 0)
         return cli_usage(CMD, "give --threads or --gpu, not both");
     if (a->gpu >= 0) {
-#ifdef GRPO_HAVE_CUDA
+        if (strstr(grpo_build_features(), "cuda=yes") == NULL)
+            return cli_usage(CMD, "--gpu %d: this grpo was built without the CUDA backend",
+                             a->gpu);
         char d[16];
         snprintf(d, sizeof d, "%d", a->gpu);
-        setenv("CUDA_VISIBLE_DEVICES", d, 1);
-#else
-        return cli_usage(CMD, "--gpu %d: this grpo was built without the CUDA backend", a->gpu);
-#endif
+        setenv("CUDA_VISIBLE_DEVICES", d, 1); /* before anything touches CUDA */
     }
     if (cli_parse_size(a->kv_budget, &a->kv_bytes) != 0 || a->kv_bytes == 0)
         return cli_usage(CMD, "--kv-budget %s: expected bytes (512M, 2G)", a->kv_budget);

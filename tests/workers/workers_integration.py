@@ -245,16 +245,17 @@ def scenario_restart(grpo, tmp):
 
 
 def scenario_load(grpo, tmp, seconds, workers):
-    n = 20000  # more than can finish: the run is cut by time
+    n = 10000  # more than can finish: the run is cut by time
     prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
     write_prompts(prompts, n)
     url = "tcp://127.0.0.1:%d" % (20000 + os.getpid() % 20000)
     P = Procs(grpo, tmp)
     try:
         serve = P.start("serve", serve_args(prompts, db, url, "--lease-timeout", "10"))
-        time.sleep(0.3)
+        wait_until(lambda: "listening on" in P.log("serve") or serve.poll() is not None, 120,
+                   "the coordinator to listen")
         for i in range(workers):
-            P.start("w%02d" % i, worker_args(url, "w%02d" % i, "--give-up", "3"))
+            P.start("w%02d" % i, worker_args(url, "w%02d" % i, "--give-up", "5"))
         t0 = time.time()
         peak = 0
         while time.time() - t0 < seconds:

@@ -38,3 +38,20 @@ if(TARGET grpo_cuda AND GRPO_NCCL_LIB AND GRPO_NCCL_INCLUDE)
                 LABELS gpu TIMEOUT 300)
   target_include_directories(cuda_nccl_test PRIVATE ${GRPO_NCCL_INCLUDE})
 endif()
+
+# tests/gpu/cjson_min (what GRPO_GPU_ONLY hosts without libcjson parse JSON with) against the real
+# libcjson, where both exist. cjson_min is compiled in with its names prefixed mini_.
+if(TARGET PkgConfig::CMOCKA AND CJSON_FOUND)
+  set(mini_defs)
+  foreach(f ParseWithLengthOpts Parse Delete PrintUnformatted GetArraySize GetArrayItem GetObjectItem
+            GetObjectItemCaseSensitive IsInvalid IsFalse IsTrue IsBool IsNull IsNumber IsString IsArray
+            IsObject)
+    list(APPEND mini_defs cJSON_${f}=mini_cJSON_${f})
+  endforeach()
+  add_library(cjson_min_prefixed OBJECT gpu/cjson_min/cjson_min.c)
+  target_include_directories(cjson_min_prefixed PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/gpu/cjson_min)
+  target_compile_definitions(cjson_min_prefixed PRIVATE ${mini_defs} cJSON=mini_cJSON
+                             cJSON_bool=mini_cJSON_bool)
+  grpo_add_test(cuda_host_cjson_min_test SOURCES cuda_host_cjson_min_test.c
+                $<TARGET_OBJECTS:cjson_min_prefixed> LIBS PkgConfig::CJSON TIMEOUT 60)
+endif()

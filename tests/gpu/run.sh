@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh RESULTS_DIR: the whole GPU check of the CUDA backend on one machine, sized for a
 # few minutes on one H200. Needs only the CUDA toolkit, CMake, ninja (or make) and a C compiler:
-# it configures with -DGRPO_GPU_ONLY=ON (no Debian -dev libraries, no network; the tiny-model test
-# is built only when libcjson is present), builds, runs `ctest -L gpu` (every CUDA op against its
+# it configures with -DGRPO_GPU_ONLY=ON (no Debian -dev libraries, no network; without libcjson the
+# JSON reader comes from tests/gpu/cjson_min), builds, runs `ctest -L gpu` (every CUDA op against its
 # CPU twin, the GPU sampler against the CPU sampler, the tiny models' logits, decode vs prefill),
 # then the benchmarks (bench/gpu: MLA decode bandwidth / TFLOP/s, FP8 vs BF16 GEMM TFLOP/s,
 # decode tokens/s for G = 64 on a V3-width slice with the 61-layer, 8-GPU projection).
@@ -42,7 +42,7 @@ if ! timeout 1200 cmake --build "$BUILD" -j "$JOBS" > "$RES/build.log" 2>&1; the
   log "build FAILED (see build.log)"; echo "- build: FAILED" >> "$OUT"; exit 1
 fi
 grep -q "cuda_model_test" "$BUILD/tests/CTestTestfile.cmake" 2>/dev/null ||
-  echo "- note: cuda_model_test not built (no libcjson on this host: the model loader needs it)" >> "$OUT"
+  echo "- note: cuda_model_test was not built" >> "$OUT"
 
 log "ctest -L gpu"
 ctest --test-dir "$BUILD" -L gpu -V --timeout 300 > "$RES/ctest.log" 2>&1

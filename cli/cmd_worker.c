@@ -372,6 +372,10 @@ weights_dir(const worker *w, const char *weights, int64_t version, char *out, si
     return err;
 }
 
+static grpo_err create_engine(worker *w, int64_t version);
+
+/* With no group in flight: a new engine over the new weights (the old engine may be cancelled,
+ * which is final, when in-flight groups were dropped). */
 static grpo_err
 swap_policy(worker *w)
 {
@@ -380,15 +384,14 @@ swap_policy(worker *w)
     grpo_err err = weights_dir(w, w->want_path, w->want.version, dir, sizeof dir);
     if (err == GRPO_OK)
         err = open_policy(w, dir, &np);
-    if (err == GRPO_OK)
-        err = grpo_rollout_set_policy(w->r, grpo_policy_backend(np), w->want.version);
-    if (err != GRPO_OK) {
-        grpo_policy_close(np);
+    if (err != GRPO_OK)
         return err;
-    }
-    grpo_policy *old = w->pol;
+    grpo_rollout_destroy(w->r);
+    w->r = NULL;
+    grpo_policy_close(w->pol);
     w->pol = np;
-    grpo_policy_close(old);
+    if ((err = create_engine(w, w->want.version)) != GRPO_OK)
+        return err;
     pthread_mutex_lock(&w->mu);
     w->version = w->want.version;
     pthread_mutex_unlock(&w->mu);
@@ -405,7 +408,7 @@ note_policy(worker *w, const grpo_wpolicy *p)
     w->want.version = p->version, w->want.max_staleness = p->max_staleness;
     snprintf(w->want_path, sizeof w->want_path, "%s", p->weights_path);
     snprintf(w->want_sha, sizeof w->want_sha, "%s", p->sha256 ? p->sha256 : "");
-    if (p->max_staleness == 0 && !w->dropping) {
+    if (p->max_staleness == 0 && !w->dropping && w->r != NULL) {
         w->dropping = 1; /* groups of the old version would be refused: stop them now */
         grpo_rollout_cancel(w->r);
     }
@@ -481,18 +484,25 @@ submit_lease(worker *w, const grpo_wlease *l)
 }
 
 static grpo_err
+create_engine(worker *w, int64_t version)
+{
+    grpo_rollout_opts ro = {0};
+    ro.sample_threads = w->a->threads > 0 ? w->a->threads : grpo_cpu_count();
+    ro.token_bytes = token_bytes;
+    ro.token_bytes_ctx = w;
+    grpo_err err = grpo_rollout_create(&w->r, grpo_policy_backend(w->pol), &ro);
+    if (err == GRPO_OK && version != 0) /* stamps the groups with the version */
+        err = grpo_rollout_set_policy(w->r, grpo_policy_backend(w->pol), version);
+    return err;
+}
+
+static grpo_err
 ensure_engine(worker *w)
 {
     if (w->r != NULL)
         return GRPO_OK;
     grpo_err err = open_policy(w, w->a->model, &w->pol);
-    if (err != GRPO_OK)
-        return err;
-    grpo_rollout_opts ro = {0};
-    ro.sample_threads = w->a->threads > 0 ? w->a->threads : grpo_cpu_count();
-    ro.token_bytes = token_bytes;
-    ro.token_bytes_ctx = w;
-    return grpo_rollout_create(&w->r, grpo_policy_backend(w->pol), &ro);
+    return err == GRPO_OK ? create_engine(w, 0) : err;
 }
 
 static grpo_err
@@ -629,6 +639,8 @@ pull(worker *w, int want, double *retry_at)
         note_policy(w, &rep.policy);
         if ((err = copy_params(w, &rep.params)) == GRPO_OK)
             err = ensure_engine(w);
+        if (err == GRPO_OK && w->want.version > w->version) /* joined after a weight update */
+            err = swap_policy(w);
         for (int32_t i = 0; err == GRPO_OK && i < rep.n_leases; i++)
             err = submit_lease(w, &rep.leases[i]);
         break;
@@ -671,7 +683,7 @@ worker_loop(worker *w)
                 w->dropping = 0;
             continue;
         }
-        if (!w->stopping && !swap_pending && in_flight < w->a->inflight &&
+        if (!w->stopping && (!swap_pending || w->r == NULL) && in_flight < w->a->inflight &&
             grpo_now() >= retry_at) {
             grpo_err perr = pull(w, w->a->inflight - in_flight, &retry_at);
             if (perr == GRPO_OK)

@@ -1,13 +1,14 @@
 # rollout/workers/ + grpo serve / grpo worker (issue 11): the wire codec and the lease table
 # (cmocka), and real processes on loopback driven by tests/workers/workers_integration.py:
-# failover (SIGKILL + SIGSTOP of workers), coordinator restart, and a short load test.
+# failover (SIGKILL + SIGSTOP of workers), coordinator restart, a short load test, and new weights
+# from a Python trainer on the bridge mid-run (tests/workers/workers_trainer.py).
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo_workers)
   grpo_add_test(workers_wire_test SOURCES workers_wire_test.c LIBS grpo_workers grpo_common
                 TIMEOUT 60)
 endif()
 find_package(Python3 COMPONENTS Interpreter)
 if(TARGET grpo AND Python3_Interpreter_FOUND)
-  foreach(scenario failover restart load)
+  foreach(scenario failover restart load weights)
     add_test(NAME workers_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
                      ${scenario} --grpo $<TARGET_FILE:grpo>

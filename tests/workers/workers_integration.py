@@ -301,9 +301,88 @@ def scenario_load(grpo, tmp, seconds, workers):
         P.cleanup()
 
 
+def scenario_weights(grpo, tmp):
+    """A trainer on the bridge sends new weights (version 1) mid-run; --max-staleness 0."""
+    try:
+        import torch  # noqa: F401  (the trainer needs it)
+        import safetensors  # noqa: F401
+    except ImportError:
+        print("torch/safetensors missing")
+        sys.exit(77)
+    n = 16
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    shared = os.path.join(tmp, "shared")
+    os.makedirs(shared)
+    write_prompts(prompts, n)
+    url = "ipc://" + os.path.join(tmp, "coord.ipc")
+    pub = "ipc://" + os.path.join(tmp, "trainer.ipc")
+    env = {"PYTHONPATH": os.path.join(SRC, "trainer_bridge", "python") + os.pathsep
+           + os.environ.get("PYTHONPATH", "")}
+    P = Procs(grpo, tmp)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url, "--publish", pub, "--max-staleness", "0"))
+        wait_until(lambda: "listening on" in P.log("serve") or serve.poll() is not None, 60,
+                   "the coordinator to listen")
+        tlog = os.path.join(tmp, "batches.log")
+        trainer = subprocess.Popen([sys.executable, os.path.join(HERE, "workers_trainer.py"), pub, MODEL,
+                                    shared, tlog, "3"], env=dict(os.environ, **env),
+                                   stdout=open(os.path.join(tmp, "trainer.log"), "w"), stderr=subprocess.STDOUT)
+        P.all.append(trainer)
+        for w in ("A", "B"):
+            P.start(w, worker_args(url, w, "--step-delay", "30", "--inflight", "1"))
+        rc = serve.wait(timeout=120)
+        if rc != 0:
+            fail("serve exited %d:\n%s\n%s" % (rc, P.log("serve"), P.log("trainer")))
+        trainer.wait(timeout=30)
+        check_exactly_once(db, n)
+        pv = db_rows(db, "SELECT version, location, sha256 FROM policy_versions ORDER BY version")
+        if len(pv) != 2 or pv[1][0] != 1 or not pv[1][2]:
+            fail("policy_versions: %r" % pv)
+        by_v = dict(db_rows(db, "SELECT policy_version, count(*) FROM groups GROUP BY policy_version"))
+        if by_v.get(0, 0) < 3 or by_v.get(1, 0) < 1:
+            fail("expected groups of versions 0 and 1, got %r" % by_v)
+        for w in ("A", "B"):
+            if "policy version 1" not in P.log(w) and db_rows(db, "SELECT count(*) FROM groups WHERE "
+                                                              "worker_id = ? AND policy_version = 1", (w,))[0][0]:
+                fail("worker %s recorded v1 groups without loading v1" % w)
+        batches = [tuple(map(int, l.split())) for l in open(tlog)]
+        ids = [b[0] for b in batches]
+        if len(ids) != n or len(set(ids)) != n:
+            fail("the trainer got %d batches (%d distinct), expected %d" % (len(ids), len(set(ids)), n))
+        bv = {b[0] & 0xFFFFFFFF: b[1] for b in batches}
+        gv = dict(db_rows(db, "SELECT p.idx, g.policy_version FROM groups g JOIN prompts p ON p.id = g.prompt_id"))
+        if bv != gv:
+            fail("batch policy versions %r differ from the groups' %r" % (bv, gv))
+        # Determinism across versions: each group equals grpo rollout with the weights it names.
+        v1dir = os.path.join(tmp, "v1model")
+        os.makedirs(v1dir)
+        os.symlink(os.path.join(MODEL, "config.json"), os.path.join(v1dir, "config.json"))
+        os.symlink(pv[1][1], os.path.join(v1dir, "model.safetensors"))
+        got = {(r[0], r[1]): r for r in completions(db)}
+        for v, mdir in ((0, MODEL), (1, v1dir)):
+            ref = os.path.join(tmp, "ref%d.db" % v)
+            r = subprocess.run([grpo, "rollout", "--model", mdir, "--prompts", prompts, "--db", ref,
+                                "--threads", "1"] + GEN, capture_output=True, text=True, cwd=tmp)
+            if r.returncode != 0:
+                fail("grpo rollout v%d: %s" % (v, r.stderr))
+            want = {(x[0], x[1]): x for x in completions(ref)}
+            keys = [k for k in got if gv[k[0]] == v]
+            bad = [k for k in keys if got[k][2:6] != want[k][2:6]]  # tokens, logprobs, text, finish
+            if bad:
+                fail("v%d completions differ from grpo rollout with those weights at %r" % (v, bad[:3]))
+            if v == 1 and all(got[k][2] == dict(((x[0], x[1]), x[2]) for x in completions(
+                    os.path.join(tmp, "ref0.db")))[k] for k in keys):
+                fail("the v1 completions equal v0's: the new weights changed nothing")
+        print("ok: groups by version %r; every group's completions equal grpo rollout with its "
+              "version's weights; the trainer got each of the %d batches once with the right version"
+              % (by_v, n))
+    finally:
+        P.cleanup()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["failover", "restart", "load"])
+    ap.add_argument("scenario", choices=["failover", "restart", "load", "weights"])
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
@@ -320,6 +399,8 @@ def main():
             scenario_failover(a.grpo, tmp)
         elif a.scenario == "restart":
             scenario_restart(a.grpo, tmp)
+        elif a.scenario == "weights":
+            scenario_weights(a.grpo, tmp)
         else:
             scenario_load(a.grpo, tmp, a.seconds, a.workers)
     finally:

@@ -8,7 +8,8 @@
 # decode tokens/s for G = 64 on a V3-width slice with the 61-layer, 8-GPU projection).
 # Writes RESULTS_DIR/results.md (the table), and one log per step. Exit status: 0 when every step
 # ran and every GPU test passed; 77 when there is no device (tests skipped); 1 otherwise.
-# Environment: GRPO_GPU_BUILD (build dir, default <repo>/build-gpu), GRPO_GPU_JOBS (default nproc).
+# Environment: GRPO_GPU_BUILD (build dir, default <repo>/build-gpu), GRPO_GPU_JOBS (default nproc),
+# GRPO_GPU_MEMCHECK=1 (also run the op and sampler tests under compute-sanitizer; slow).
 set -u
 RES=${1:?usage: tests/gpu/run.sh RESULTS_DIR}
 mkdir -p "$RES" && RES=$(cd "$RES" && pwd)
@@ -61,6 +62,18 @@ if [ "$skipped" -gt 0 ] && grep -q "no CUDA device" "$RES/ctest.log"; then
   log "no CUDA device: GPU tests skipped (exit 77)"
   echo "- GPU tests skipped: no CUDA device" >> "$OUT"
   [ "$status" -eq 0 ] && status=77
+fi
+
+# Optional (GRPO_GPU_MEMCHECK=1): the op and sampler tests again under compute-sanitizer memcheck,
+# to locate an out-of-bounds access if a kernel misbehaves (slow: minutes).
+if [ "${GRPO_GPU_MEMCHECK:-0}" = 1 ] && [ "$status" -ne 77 ]; then
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for t in cuda_ops_test cuda_sample_test; do
+    log "memcheck $t"
+    (cd "$ROOT/tests" && GRPO_SOURCE_DIR="$ROOT" timeout 600 "$san" --tool memcheck --error-exitcode 9 \
+       "$BUILD/tests/$t") > "$RES/memcheck_$t.log" 2>&1
+    echo "- memcheck $t: exit $? ($(grep -c "Invalid\|out of bounds" "$RES/memcheck_$t.log") access errors reported)" >> "$OUT"
+  done
 fi
 
 for b in bench_mla bench_gemm bench_decode; do

@@ -86,6 +86,8 @@ parse(int argc, char **argv, opts *o)
         return cli_usage("tokenize", "--chat needs --messages FILE.json");
     if (o->chat != NULL && grpo_chat_family_parse(o->chat) <= 0)
         return cli_usage("tokenize", "--chat must be r1 or v3, not \"%s\"", o->chat);
+    if (o->messages != NULL && o->chat == NULL)
+        return cli_usage("tokenize", "--messages needs --chat r1|v3");
     if (o->decode && o->chat != NULL)
         return cli_usage("tokenize", "--decode and --chat cannot be combined");
     return CLI_OK;
@@ -125,6 +127,11 @@ do_encode(grpo_tokenizer *tok, const opts *o)
     int32_t *ids = NULL;
     size_t n = 0;
     unsigned flags = (o->no_special ? 0 : GRPO_TOK_PARSE_SPECIAL) | (o->bos ? GRPO_TOK_ADD_BOS : 0);
+    size_t ok = rc == CLI_OK ? grpo__utf8_valid_len(in.data, in.len) : 0;
+    if (rc == CLI_OK && ok != in.len) {
+        fprintf(stderr, "grpo tokenize: stdin: invalid UTF-8 at byte %zu\n", ok);
+        rc = CLI_FAIL;
+    }
     if (rc == CLI_OK && grpo_tokenizer_encode(tok, in.data, in.len, flags, &ids, &n) != GRPO_OK)
         rc = cli_fail("tokenize");
     if (rc == CLI_OK)

@@ -30,6 +30,9 @@ grpo_err grpo__write_file_atomic(const char *path, const void *buf, size_t len);
 
 /* True if s[0..n) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
 bool grpo__utf8_valid(const char *s, size_t n);
+/* Length of the longest valid UTF-8 prefix of s[0..n) (n when all of it is valid): the byte
+ * offset to name in an "invalid UTF-8" message. */
+size_t grpo__utf8_valid_len(const char *s, size_t n);
 
 /* Growable byte buffer. */
 typedef struct grpo_buf {

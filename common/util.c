@@ -95,8 +95,8 @@ done:
     return err;
 }
 
-bool
-grpo__utf8_valid(const char *str, size_t n)
+size_t
+grpo__utf8_valid_len(const char *str, size_t n)
 {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
@@ -115,20 +115,26 @@ grpo__utf8_valid(const char *str, size_t n)
         } else if ((c & 0xF8) == 0xF0) {
             k = 3, cp = c & 0x07, min = 0x10000;
         } else {
-            return false;
+            return i;
         }
         if (n - i <= k)
-            return false;
+            return i;
         for (size_t j = 1; j <= k; j++) {
             if ((s[i + j] & 0xC0) != 0x80)
-                return false;
+                return i;
             cp = (cp << 6) | (s[i + j] & 0x3F);
         }
         if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
+            return i;
         i += k + 1;
     }
-    return true;
+    return n;
+}
+
+bool
+grpo__utf8_valid(const char *str, size_t n)
+{
+    return grpo__utf8_valid_len(str, n) == n;
 }
 
 grpo_err

@@ -164,12 +164,19 @@ test_utf8(void **state)
     (void)state;
     assert_true(grpo__utf8_valid("", 0));
     assert_true(grpo__utf8_valid("h\xc3\xa9llo \xe4\xb8\xad \xf0\x9f\x98\x80", 16));
-    assert_false(grpo__utf8_valid("\xc3", 1));            /* truncated */
-    assert_false(grpo__utf8_valid("\xc0\xaf", 2));        /* overlong */
-    assert_false(grpo__utf8_valid("\xed\xa0\x80", 3));    /* surrogate */
+    assert_false(grpo__utf8_valid("\xc3", 1));             /* truncated */
+    assert_false(grpo__utf8_valid("\xc0\xaf", 2));         /* overlong */
+    assert_false(grpo__utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
     assert_false(grpo__utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
     assert_false(grpo__utf8_valid("\x80", 1));
     assert_false(grpo__utf8_valid("\xe4\xb8", 2));
+    /* the valid prefix: where an error message points */
+    assert_int_equal(grpo__utf8_valid_len("", 0), 0);
+    assert_int_equal(grpo__utf8_valid_len("h\xc3\xa9llo", 6), 6);
+    assert_int_equal(grpo__utf8_valid_len("ab\xff", 3), 2);
+    assert_int_equal(grpo__utf8_valid_len("\xc3\xa9\xc3", 3), 2);           /* truncated tail */
+    assert_int_equal(grpo__utf8_valid_len("a\xed\xa0\x80\x62", 5), 1);      /* surrogate, b */
+    assert_int_equal(grpo__utf8_valid_len("xy\xe4\xb8\xad\xc0\xaf", 7), 5); /* overlong */
 }
 
 static void

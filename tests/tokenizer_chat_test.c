@@ -126,12 +126,14 @@ test_errors(void **state)
                          "[1]",
                          "[{\"role\": \"user\", \"content\": 5}]",
                          "[{\"role\": \"user\"",
-                         "[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{}]}]"};
+                         "[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{}]}]",
+                         "[{\"role\": \"user\", \"content\": \"caf\xc3\"}]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(grpo_chat_parse_json(&chat, bad[i], strlen(bad[i]), "m.json"),
                          GRPO_EFORMAT);
         assert_non_null(strstr(grpo_error_last(), "m.json"));
     }
+    assert_non_null(strstr(grpo_error_last(), "invalid UTF-8 at byte 33"));
     const char *ok = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
     assert_int_equal(grpo_chat_parse_json(&chat, ok, strlen(ok), "m.json"), GRPO_OK);
     assert_int_equal(chat.n, 1);

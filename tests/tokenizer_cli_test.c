@@ -128,6 +128,17 @@ test_bos_and_errors(void **state)
     out = run(args, "5 banana", 8, &n, &rc);
     assert_int_equal(rc, 1);
     free(out);
+    /* stdin that is not UTF-8 is refused (HF takes only str), and nothing goes to stdout */
+    snprintf(args, sizeof args, "--tokenizer '%s'", fx_v3_path());
+    out = run(args, "ab\xff", 3, &n, &rc);
+    assert_int_equal(rc, 1);
+    assert_int_equal(n, 0);
+    free(out);
+    /* --messages without --chat is a usage error, not silently ignored */
+    snprintf(args, sizeof args, "--tokenizer '%s' --messages /nonexistent.json", fx_v3_path());
+    out = run(args, "x", 1, &n, &rc);
+    assert_int_equal(rc, 2);
+    free(out);
 }
 
 static void

@@ -13,20 +13,27 @@
 static void
 usage(FILE *f)
 {
-    fprintf(f,
-            "usage: grpo generate --model DIR --prompt-ids \"1 2 3\" [options]\n\n"
-            "Continues a prompt with a DeepSeek-V3 architecture model on the CPU and prints the\n"
-            "new token ids (one line) on stdout and timings on stderr.\n\n"
-            "  --model DIR          directory with config.json and *.safetensors (required)\n"
-            "  --prompt-ids IDS     prompt token ids separated by spaces or commas (required;\n"
-            "                       --prompt TEXT needs the tokenizer, not wired in yet)\n"
-            "  --max-new-tokens N   tokens to generate (default 32)\n"
-            "  --temperature T      0 = greedy (default 0)\n"
-            "  --top-p P            nucleus sampling mass in (0, 1] (default 1)\n"
-            "  --seed S             RNG seed for sampling (default 0)\n"
-            "  --threads N          CPU threads (default: all)\n"
-            "  --no-eos-stop        keep going after the model's EOS token\n"
-            "  --logits-out FILE    also write every step's logits (float32, steps x vocab)\n");
+    fprintf(
+        f, "usage: grpo generate --model DIR (--prompt-ids \"1 2 3\" | --prompt TEXT) [options]\n\n"
+           "Continues a prompt with a DeepSeek-V3 architecture model on the CPU and prints the\n"
+           "new token ids (one line; the text with --prompt) on stdout and timings on stderr.\n\n"
+           "  --model DIR          directory with config.json and *.safetensors (required)\n"
+           "  --prompt-ids IDS     prompt token ids separated by spaces or commas\n"
+           "  --prompt TEXT        prompt text, encoded with the tokenizer (BOS prepended);\n"
+           "                       give exactly one of --prompt and --prompt-ids\n"
+           "  --tokenizer PATH     tokenizer.json or its directory for --prompt (default: DIR)\n"
+           "  --chat r1|v3         with --prompt: render it as one user turn of that chat\n"
+           "                       template, generation prompt included\n"
+           "  --max-new-tokens N   tokens to generate (default 32; prompt + N must fit the\n"
+           "                       model's max_position_embeddings)\n"
+           "  --temperature T      0 = greedy (default 0)\n"
+           "  --top-p P            nucleus sampling mass in (0, 1] (default 1)\n"
+           "  --seed S             RNG seed for sampling (default 0)\n"
+           "  --threads N          CPU threads, 1..1024 (default: all)\n"
+           "  --no-eos-stop        keep going after the model's EOS token\n"
+           "  --logits-out FILE    also write every step's logits (float32, steps x vocab)\n"
+           "  --help               this text\n\n"
+           "exit codes: 0 success, 1 runtime failure, 2 usage error\n");
 }
 
 static int
@@ -79,6 +86,10 @@ parse_args(int argc, char **argv, opts *o)
     o->max_new = 32;
     o->top_p = 1.0;
     o->eos_stop = 1;
+    static const char *const known[] = {"--model",          "--prompt-ids", "--prompt",
+                                        "--tokenizer",      "--chat",       "--logits-out",
+                                        "--max-new-tokens", "--threads",    "--temperature",
+                                        "--top-p",          "--seed"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -87,9 +98,15 @@ parse_args(int argc, char **argv, opts *o)
             o->eos_stop = 0;
             continue;
         }
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] && strcmp(a, known[k]) != 0)
+            k++;
+        if (k == sizeof known / sizeof known[0])
+            return cli_usage("generate", "unknown option \"%s\"", a);
         if (v == NULL)
             return cli_usage("generate", "%s needs a value", a);
         i++;
+        errno = 0;
         if (strcmp(a, "--model") == 0)
             o->model = v;
         else if (strcmp(a, "--prompt-ids") == 0)
@@ -103,18 +120,19 @@ parse_args(int argc, char **argv, opts *o)
         else if (strcmp(a, "--logits-out") == 0)
             o->logits_out = v;
         else if (strcmp(a, "--max-new-tokens") == 0 && (o->max_new = strtol(v, &end, 10)) >= 0 &&
-                 *end == 0)
+                 o->max_new <= INT32_MAX && end != v && *end == 0 && errno == 0)
             continue;
         else if (strcmp(a, "--threads") == 0 && (o->threads = strtol(v, &end, 10)) >= 0 &&
-                 *end == 0)
+                 o->threads <= 1024 && end != v && *end == 0)
             continue;
         else if (strcmp(a, "--temperature") == 0 && (o->temperature = strtod(v, &end)) >= 0 &&
-                 *end == 0)
+                 o->temperature <= 100 && end != v && *end == 0)
             continue;
         else if (strcmp(a, "--top-p") == 0 && (o->top_p = strtod(v, &end)) > 0 && o->top_p <= 1 &&
-                 *end == 0)
+                 end != v && *end == 0)
             continue;
-        else if (strcmp(a, "--seed") == 0 && (o->seed = strtoull(v, &end, 10), *end == 0))
+        else if (strcmp(a, "--seed") == 0 && v[0] != '-' &&
+                 (o->seed = strtoull(v, &end, 10), end != v && *end == 0 && errno == 0))
             continue;
         else
             return cli_usage("generate", "bad option or value: %s %s", a, v);
@@ -132,7 +150,13 @@ static int
 run(const opts *o, grpo_model *m, const grpo_tokenizer *tk, const int32_t *prompt, int np)
 {
     const grpo_model_config *c = grpo_model_get_config(m);
-    int V = c->vocab_size, total = np + (int)o->max_new;
+    int V = c->vocab_size;
+    if ((long)np + o->max_new > (long)c->max_position_embeddings)
+        return cli_usage("generate",
+                         "%d prompt tokens + --max-new-tokens %ld exceed the model's "
+                         "max_position_embeddings (%d)",
+                         np, o->max_new, (int)c->max_position_embeddings);
+    int total = np + (int)o->max_new;
     grpo_kv *kv = NULL;
     size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
                   (c->kv_lora_rank + c->qk_rope_head_dim) * sizeof(float);
@@ -147,9 +171,14 @@ run(const opts *o, grpo_model *m, const grpo_tokenizer *tk, const int32_t *promp
     grpo_detok dt;
     if (tk != NULL)
         grpo_detok_init(&dt, tk, 0);
-    if (lg == NULL || (o->logits_out && lf == NULL) || grpo_kv_seq_new(kv, &seq) != GRPO_OK) {
-        fprintf(stderr, "grpo generate: cannot set up (%s)\n",
-                lf == NULL && o->logits_out ? o->logits_out : "out of memory");
+    if (o->logits_out && lf == NULL) {
+        fprintf(stderr, "grpo generate: %s: cannot open for writing: %s\n", o->logits_out,
+                strerror(errno));
+        rc = CLI_FAIL;
+        goto done;
+    }
+    if (lg == NULL || grpo_kv_seq_new(kv, &seq) != GRPO_OK) {
+        fprintf(stderr, "grpo generate: cannot set up (out of memory)\n");
         rc = CLI_FAIL;
         goto done;
     }
@@ -163,8 +192,12 @@ run(const opts *o, grpo_model *m, const grpo_tokenizer *tk, const int32_t *promp
         }
         if (i == 0)
             t1 = grpo_now();
-        if (lf != NULL)
-            fwrite(lg, sizeof *lg, (size_t)V, lf);
+        if (lf != NULL && fwrite(lg, sizeof *lg, (size_t)V, lf) != (size_t)V) {
+            fprintf(stderr, "grpo generate: %s: write failed after %ld steps: %s\n", o->logits_out,
+                    i, strerror(errno));
+            rc = CLI_FAIL;
+            goto done;
+        }
         grpo_rng_key key = {o->seed, 0, 0, (uint32_t)i};
         tok = grpo_sample(lg, V, &sp, key, NULL, NULL);
         if (tok < 0) {
@@ -200,8 +233,10 @@ run(const opts *o, grpo_model *m, const grpo_tokenizer *tk, const int32_t *promp
 done:
     if (tk != NULL && rc != CLI_OK)
         grpo_detok_fini(&dt, NULL, NULL);
-    if (lf != NULL)
-        fclose(lf);
+    if (lf != NULL && fclose(lf) != 0 && rc == CLI_OK) {
+        fprintf(stderr, "grpo generate: %s: write failed: %s\n", o->logits_out, strerror(errno));
+        rc = CLI_FAIL;
+    }
     free(lg);
     grpo_kv_destroy(kv);
     return rc;

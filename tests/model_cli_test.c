@@ -94,9 +94,31 @@ generate_errors(void **state)
     assert_non_null(strstr(out, "tokenizer.json"));
     snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt hi --prompt-ids 1 2>&1", bin, dir);
     assert_int_equal(run(cmd, out, sizeof out), 2);
+    /* unknown flags and out-of-range numbers are usage errors naming the flag */
+    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt-ids 1 --frob 2>&1", bin, dir);
+    assert_int_equal(run(cmd, out, sizeof out), 2);
+    assert_non_null(strstr(out, "unknown option \"--frob\""));
+    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt-ids 1 --threads 100000 2>&1", bin,
+             dir);
+    assert_int_equal(run(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt-ids 1 --max-new-tokens \"\" 2>&1",
+             bin, dir);
+    assert_int_equal(run(cmd, out, sizeof out), 2);
+    /* 1 + 1280 tokens do not fit max_position_embeddings = 1280 (config.json) */
+    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt-ids 1 --max-new-tokens 1280 2>&1",
+             bin, dir);
+    assert_int_equal(run(cmd, out, sizeof out), 2);
+    assert_non_null(strstr(out, "max_position_embeddings"));
+    /* an unwritable --logits-out names the file and the reason */
+    snprintf(cmd, sizeof cmd,
+             "%s generate --model %s --prompt-ids 1 --logits-out /nonexistent/l.bin 2>&1", bin,
+             dir);
+    assert_int_equal(run(cmd, out, sizeof out), 1);
+    assert_non_null(strstr(out, "/nonexistent/l.bin: cannot open for writing"));
     snprintf(cmd, sizeof cmd, "%s generate --help", bin);
     assert_int_equal(run(cmd, out, sizeof out), 0);
     assert_non_null(strstr(out, "--temperature"));
+    assert_non_null(strstr(out, "--chat"));
 }
 
 /* `grpo bench forward` runs and prints its table (timings are not checked). */

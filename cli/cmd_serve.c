@@ -746,8 +746,8 @@ record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
     g.n_completions = G, g.completions = cr;
     if ((err = grpo_store_put_group(c->store, &g)) != GRPO_OK)
         goto done;
-    if (c->lease_rows[item] > 0 &&
-        (err = grpo_store_lease_end(c->store, c->lease_rows[item], "done")) != GRPO_OK)
+    if ((err = grpo_store_lease_group_done(c->store, c->run_id, 0, c->prompt_ids[item],
+                                           c->a->seed, attempt)) != GRPO_OK)
         goto done;
     if (c->pub && !aborted)
         err = publish_group(c, r, item, rewards, adv);

@@ -107,8 +107,8 @@ grpo_store_lease_end(grpo_store *s, int64_t lease_row, const char *state)
     clock_gettime(CLOCK_REALTIME, &ts);
     end_args a = {lease_row, state, (double)ts.tv_sec + ts.tv_nsec * 1e-9};
     pthread_mutex_lock(&s->mu);
-    err = run_stmt(s, "UPDATE leases SET state = ?, finished_at = ? WHERE id = ?", "ending a lease",
-                   bind_end, &a, NULL);
+    err = run_stmt(s, "UPDATE leases SET state = ?, finished_at = ? WHERE id = ? AND state = 'issued'",
+                   "ending a lease", bind_end, &a, NULL);
     pthread_mutex_unlock(&s->mu);
     return err;
 }
@@ -155,6 +155,45 @@ grpo_store_run_reopen(grpo_store *s, int64_t run_id)
     if (err == GRPO_OK && sqlite3_changes(s->db) == 0)
         err = grpo__fail(GRPO_ENOTFOUND, "store: %s: run_reopen: no run with id %lld", s->path,
                          (long long)run_id);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+typedef struct group_args {
+    int64_t run_id, step, prompt_id;
+    uint64_t seed;
+    int32_t attempt;
+    double at;
+} group_args;
+
+static void
+bind_group_lease(sqlite3_stmt *st, const void *arg)
+{
+    const group_args *a = arg;
+    sqlite3_bind_double(st, 1, a->at);
+    sqlite3_bind_int64(st, 2, a->run_id);
+    sqlite3_bind_int64(st, 3, a->step);
+    sqlite3_bind_int64(st, 4, a->prompt_id);
+    sqlite3_bind_int64(st, 5, (int64_t)a->seed);
+    sqlite3_bind_int(st, 6, a->attempt);
+}
+
+grpo_err
+grpo_store_lease_group_done(grpo_store *s, int64_t run_id, int64_t step, int64_t prompt_id,
+                            uint64_t seed, int32_t attempt)
+{
+    grpo_err err;
+    if ((err = lease_writable(s, "lease_group_done")) != GRPO_OK)
+        return err;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    group_args a = {run_id, step, prompt_id, seed, attempt, (double)ts.tv_sec + ts.tv_nsec * 1e-9};
+    pthread_mutex_lock(&s->mu);
+    err = run_stmt(s,
+                   "UPDATE leases SET state = CASE WHEN attempt = ?6 THEN 'done' ELSE 'failed' END,"
+                   " finished_at = ?1 WHERE run_id = ?2 AND step = ?3 AND prompt_id = ?4"
+                   " AND seed = ?5 AND state = 'issued'",
+                   "ending the leases of a group", bind_group_lease, &a, NULL);
     pthread_mutex_unlock(&s->mu);
     return err;
 }

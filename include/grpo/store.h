@@ -298,8 +298,14 @@ typedef struct grpo_lease_rec {
 
 /* Records a lease handed out (state 'issued'); *lease_row receives its row id. */
 grpo_err grpo_store_lease_begin(int64_t *lease_row, grpo_store *s, const grpo_lease_rec *l);
-/* Ends a lease: state is "done", "expired" or "failed"; finished_at is now. */
+/* Ends a lease still 'issued': state is "done", "expired" or "failed"; finished_at is now. A lease
+ * that already ended keeps its state. */
 grpo_err grpo_store_lease_end(grpo_store *s, int64_t lease_row, const char *state);
+/* The group (run, step, prompt, seed) was recorded from the lease with `attempt`: that lease, if
+ * still issued, becomes 'done'; the group's other issued leases (superseded by it) become
+ * 'failed'. A lapsed lease whose late result was used stays 'expired'. */
+grpo_err grpo_store_lease_group_done(grpo_store *s, int64_t run_id, int64_t step,
+                                     int64_t prompt_id, uint64_t seed, int32_t attempt);
 /* The newest run whose config_json is exactly config_json and whose status is not "ok" (a run a
  * restarted coordinator resumes); *run_id = 0 when there is none. */
 grpo_err grpo_store_run_find(int64_t *run_id, grpo_store *s, const char *config_json);

@@ -237,6 +237,12 @@ grpo_bench_bridge(int argc, char **argv)
     }
     if (seconds <= 0 || window < 1)
         return cli_usage("bench bridge", "--seconds must be > 0 and --window >= 1");
+    char trs[256];
+    snprintf(trs, sizeof trs, "%s", transports);
+    for (char *save = NULL, *t = strtok_r(trs, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        if (strcmp(t, "ipc") != 0 && strcmp(t, "tcp") != 0)
+            return cli_usage("bench bridge", "--transports: unknown transport \"%s\" (ipc, tcp)",
+                             t);
     char check[256];
     snprintf(check, sizeof check, "%s", sizes);
     for (char *save = NULL, *s = strtok_r(check, ",", &save); s; s = strtok_r(NULL, ",", &save)) {

@@ -141,7 +141,14 @@ grpo_bench_forward(int argc, char **argv)
     }
     const char *model = NULL, *batches = "1,8,64";
     long P = 64, S = 8, threads = 0, mb = 256;
+    static const char *const known[] = {"--model", "--batches", "--prompt-len",
+                                        "--steps", "--threads", "--memcpy-mb"};
     for (int i = 1; i < argc; i++) {
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] && strcmp(argv[i], known[k]) != 0)
+            k++;
+        if (k == sizeof known / sizeof known[0])
+            return cli_usage("bench forward", "unknown option \"%s\"", argv[i]);
         if (i + 1 >= argc)
             return cli_usage("bench forward", "%s needs a value", argv[i]);
         const char *a = argv[i], *v = argv[++i];
@@ -154,7 +161,8 @@ grpo_bench_forward(int argc, char **argv)
             continue;
         else if (strcmp(a, "--steps") == 0 && (S = strtol(v, &end, 10)) > 0 && !*end)
             continue;
-        else if (strcmp(a, "--threads") == 0 && (threads = strtol(v, &end, 10)) >= 0 && !*end)
+        else if (strcmp(a, "--threads") == 0 && (threads = strtol(v, &end, 10)) >= 0 &&
+                 threads <= 1024 && end != v && !*end)
             continue;
         else if (strcmp(a, "--memcpy-mb") == 0 && (mb = strtol(v, &end, 10)) > 0 && !*end)
             continue;

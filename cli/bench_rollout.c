@@ -161,7 +161,9 @@ grpo_bench_rollout(int argc, char **argv)
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        int v = optarg ? atoi(optarg) : 0;
+        char *end = NULL;
+        long lv = optarg ? strtol(optarg, &end, 10) : 0;
+        int v = optarg && end != optarg && *end == 0 && lv > 0 && lv <= 1 << 20 ? (int)lv : 0;
         switch (c) {
         case 'm':
             a.model = optarg;
@@ -184,8 +186,14 @@ grpo_bench_rollout(int argc, char **argv)
         default:
             return cli_usage(CMD, "unknown option or missing value: %s", argv[optind - 1]);
         }
-        if (c != 'm' && c != 'k' && (v <= 0 || v > 1 << 20))
-            return cli_usage(CMD, "%s: expected a positive integer", optarg);
+        if (c != 'm' && c != 'k' && (v <= 0 || (c == 't' && v > 1024))) {
+            const char *name = "?";
+            for (size_t k = 0; opts[k].name != NULL; k++)
+                if (opts[k].val == c)
+                    name = opts[k].name;
+            return cli_usage(CMD, "--%s %s: expected an integer in [1, %d]", name, optarg,
+                             c == 't' ? 1024 : 1 << 20);
+        }
     }
     uint64_t tmp;
     if (cli_parse_size(a.kv_budget, &tmp) != 0 || tmp == 0)

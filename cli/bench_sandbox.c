@@ -169,7 +169,7 @@ grpo_bench_sandbox(int argc, char **argv)
             if (runs < 1 || runs > 100000)
                 return cli_usage("bench sandbox", "--runs: expected 1..100000, got %s", argv[i]);
         } else {
-            return cli_usage("bench sandbox", "unknown argument %s (see --help)", argv[i]);
+            return cli_usage("bench sandbox", "unknown argument %s", argv[i]);
         }
     }
     grpo_sandbox_service_start();

@@ -55,3 +55,11 @@ if(TARGET PkgConfig::CMOCKA AND CJSON_FOUND)
   grpo_add_test(cuda_host_cjson_min_test SOURCES cuda_host_cjson_min_test.c
                 $<TARGET_OBJECTS:cjson_min_prefixed> LIBS PkgConfig::CJSON TIMEOUT 60)
 endif()
+
+# The GPU sampler's row body (kernels/cuda/sample_row.h) run by host threads against the CPU
+# sampler: the sampler's logic checked in CI without a device.
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(cuda_host_sample_test SOURCES cuda_host_sample_test.cpp
+                ${PROJECT_SOURCE_DIR}/rollout/engine/sampler.c ${PROJECT_SOURCE_DIR}/rollout/engine/rng.c
+                LIBS grpo_common Threads::Threads m TIMEOUT 120)
+endif()

@@ -63,3 +63,10 @@ if(TARGET PkgConfig::CMOCKA)
                 ${PROJECT_SOURCE_DIR}/rollout/engine/sampler.c ${PROJECT_SOURCE_DIR}/rollout/engine/rng.c
                 LIBS grpo_common Threads::Threads m TIMEOUT 120)
 endif()
+
+# The MLA decode block and combine (kernels/cuda/mla_body.h) run by host threads against the CPU
+# attention: the kernel's indexing and online softmax checked in CI without a device.
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(cuda_host_mla_test SOURCES cuda_host_mla_test.cpp
+                LIBS grpo_cuda_plan grpo_kernels grpo_common Threads::Threads m TIMEOUT 120)
+endif()

@@ -6,9 +6,8 @@
  *   a group point at the same prompt pages, which the blocks then read through L2.
  *   Prefill (naive form): one block per (query, head), tiles of 256 keys, online softmax. */
 #include "kernels/cuda/cuda_int.cuh"
+#include "kernels/cuda/mla_body.h"
 
-#define HG 16
-#define TJ 32
 
 __device__ __forceinline__ float
 warp_max(float v)
@@ -26,118 +25,31 @@ warp_sum(float v)
     return v;
 }
 
-/* part (B, H, nsplit_max, 2 + dc): m, l, unnormalized o. dc <= 512. */
-__global__ void __launch_bounds__(256)
+struct block_ctx {
+    float *smem;
+    __device__ int tid() const { return threadIdx.x; }
+    __device__ void sync() { __syncthreads(); }
+    __device__ void syncwarp() { __syncwarp(); }
+    __device__ float warp_max(float v) { return ::warp_max(v); }
+    __device__ float warp_sum(float v) { return ::warp_sum(v); }
+};
+
+__global__ void __launch_bounds__(MLA_NT)
 mla_decode_k(int H, int dc, int dr, const float *ql, const float *qr, const float *const *ptab,
              int max_pages, const int32_t *len, int page_len, int row_stride, float scale,
              int chunk, int nsm, float *part)
 {
     extern __shared__ float sm[];
-    int D = dc + dr, DP = D + 1; /* padded rows: conflict-free column reads */
-    float *q = sm, *kt = q + HG * DP, *p = kt + TJ * DP, *mh = p + HG * TJ, *lh = mh + HG,
-          *al = lh + HG;
-    int b = blockIdx.x, h0 = blockIdx.y * HG, sp = blockIdx.z, L = len[b];
-    int j0 = sp * chunk, j1 = min(L, j0 + chunk), t = threadIdx.x, lane = t % 32, w = t / 32;
-    if (j0 >= j1 && !(sp == 0 && L <= 0))
-        return;
-    int nh = min(HG, H - h0);
-    for (int i = t; i < HG * D; i += 256) {
-        int h = i / D, d = i % D;
-        float v = 0.0f;
-        if (h < nh)
-            v = d < dc ? ql[((size_t)b * H + h0 + h) * dc + d]
-                       : qr[((size_t)b * H + h0 + h) * dr + d - dc];
-        q[h * DP + d] = v;
-    }
-    if (t < HG) {
-        mh[t] = -INFINITY;
-        lh[t] = 0.0f;
-    }
-    float o[HG][2];
-    for (int h = 0; h < HG; h++)
-        o[h][0] = o[h][1] = 0.0f;
-    const float *const *pages = ptab + (size_t)b * max_pages;
-    __syncthreads();
-    for (int jt = j0; jt < j1; jt += TJ) {
-        int nj = min(TJ, j1 - jt);
-        for (int i = t; i < TJ * D; i += 256) {
-            int jj = i / D, d = i % D, j = jt + jj;
-            kt[jj * DP + d] = jj < nj ? pages[j / page_len][(size_t)(j % page_len) * row_stride + d]
-                                      : 0.0f;
-        }
-        __syncthreads();
-        for (int r = 0; r < HG * TJ / 256; r++) { /* scores: warp w -> heads 2w, 2w+1 */
-            int h = 2 * w + r, jj = lane;
-            if (h >= nh) /* whole warp: heads past H */
-                continue;
-            const float *qh = q + h * DP, *kj = kt + jj * DP;
-            float a = 0.0f, c = 0.0f;
-            for (int d = 0; d < dc; d++)
-                a = fmaf(qh[d], kj[d], a);
-            for (int d = dc; d < D; d++)
-                c = fmaf(qh[d], kj[d], c);
-            float sc = jj < nj ? (a + c) * scale : -INFINITY;
-            float mx = fmaxf(mh[h], warp_max(sc));
-            float pe = jj < nj ? expf(sc - mx) : 0.0f;
-            float ps = warp_sum(pe);
-            p[h * TJ + jj] = pe;
-            __syncwarp();
-            if (lane == 0) {
-                float a0 = expf(mh[h] - mx); /* exp(-inf) = 0 on the first tile */
-                al[h] = a0;
-                lh[h] = lh[h] * a0 + ps;
-                mh[h] = mx;
-            }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int h = 0; h < HG; h++)
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                int d = t + 256 * c;
-                if (h >= nh || d >= dc)
-                    continue;
-                float acc = o[h][c] * al[h];
-                for (int jj = 0; jj < nj; jj++)
-                    acc = fmaf(p[h * TJ + jj], kt[jj * DP + d], acc);
-                o[h][c] = acc;
-            }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int h = 0; h < HG; h++) {
-        if (h >= nh)
-            continue;
-        float *pp = part + (((size_t)b * H + h0 + h) * nsm + sp) * (2 + dc);
-        if (t == 0) {
-            pp[0] = mh[h];
-            pp[1] = lh[h];
-        }
-#pragma unroll
-        for (int c = 0; c < 2; c++)
-            if (t + 256 * c < dc)
-                pp[2 + t + 256 * c] = o[h][c];
-    }
+    block_ctx cx = {sm};
+    mla_decode_block(cx, blockIdx.x, blockIdx.y, blockIdx.z, H, dc, dr, ql, qr, ptab, max_pages,
+                     len, page_len, row_stride, scale, chunk, nsm, part);
 }
 
 __global__ void
 mla_combine_k(int H, int dc, const int32_t *len, int chunk, int nsm, const float *part, float *ol)
 {
-    int b = blockIdx.x / H, h = blockIdx.x % H, L = len[b];
-    int ns = L <= 0 ? 1 : (L + chunk - 1) / chunk;
-    const float *pp = part + ((size_t)b * H + h) * nsm * (2 + dc);
-    float M = -INFINITY;
-    for (int s = 0; s < ns; s++)
-        M = fmaxf(M, pp[(size_t)s * (2 + dc)]);
-    float l = 0.0f;
-    for (int s = 0; s < ns; s++)
-        l += L > 0 ? pp[(size_t)s * (2 + dc) + 1] * expf(pp[(size_t)s * (2 + dc)] - M) : 0.0f;
-    for (int d = threadIdx.x; d < dc; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int s = 0; s < ns && L > 0; s++)
-            acc += pp[(size_t)s * (2 + dc) + 2 + d] * expf(pp[(size_t)s * (2 + dc)] - M);
-        ol[((size_t)b * H + h) * dc + d] = l > 0.0f ? acc / l : 0.0f;
-    }
+    mla_combine_one(threadIdx.x, blockDim.x, blockIdx.x / H, blockIdx.x % H, H, dc, len, chunk,
+                    nsm, part, ol);
 }
 
 static grpo_err
@@ -149,12 +61,11 @@ decode_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const 
     grpo_err err = grpo_cu__reserve(&s->ws[1], (size_t)B * H * nsm * (2 + dc) * sizeof(float));
     if (err != GRPO_OK)
         return err;
-    int DP = dc + dr + 1;
-    size_t smem = ((size_t)(HG + TJ) * DP + HG * TJ + 3 * HG) * sizeof(float);
+    size_t smem = (size_t)mla_decode_smem_floats(dc, dr) * sizeof(float);
     CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)smem));
-    dim3 grid((unsigned)B, cu_blocks((size_t)H, HG), (unsigned)nsm);
-    mla_decode_k<<<grid, 256, smem, s->stream>>>(H, dc, dr, ql, qr, d_ptab, max_pages, d_len,
+    dim3 grid((unsigned)B, cu_blocks((size_t)H, MLA_HG), (unsigned)nsm);
+    mla_decode_k<<<grid, MLA_NT, smem, s->stream>>>(H, dc, dr, ql, qr, d_ptab, max_pages, d_len,
                                                  page_len, row_stride, scale, chunk, nsm,
                                                  (float *)s->ws[1].d);
     CU_LAUNCHED();

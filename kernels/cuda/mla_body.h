@@ -1,0 +1,163 @@
+/* kernels/cuda/mla_body.h: the absorbed-MLA decode block and the split combine, written once for
+ * two executors: the CUDA kernels (attn.cu) and a host simulation with one POSIX thread per CUDA
+ * thread, barriers for __syncthreads/__syncwarp and the shuffle butterflies replayed through shared
+ * arrays in the same order (tests/cuda_host_mla_test.cpp), which checks this code against the CPU
+ * attention in CI without a device. Ctx provides tid(), sync(), syncwarp(), warp_max(v),
+ * warp_sum(v) (xor butterflies, offsets 16 .. 1) and float *smem (the dynamic shared memory).
+ *
+ * Decode: block (sequence b, group of MLA_HG heads, split sp of the positions); the block holds its
+ * heads' queries in shared memory and streams cache rows through shared memory MLA_TJ positions at
+ * a time (rows padded by one float: conflict-free per-lane dot products), with an online softmax
+ * per head; outputs (dc <= 512) live in registers, 2 x MLA_HG per thread of 256.
+ * part (B, H, nsm, 2 + dc) = per split: max, sum, unnormalized output. */
+#ifndef GRPO_KERNELS_CUDA_MLA_BODY_H
+#define GRPO_KERNELS_CUDA_MLA_BODY_H
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define MB_FN __host__ __device__ inline
+#else
+#define MB_FN inline
+#endif
+
+#define MLA_HG 16
+#define MLA_TJ 32
+#define MLA_NT 256
+
+MB_FN int
+mb_min(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+/* Floats of dynamic shared memory the decode block needs. */
+MB_FN int
+mla_decode_smem_floats(int dc, int dr)
+{
+    return (MLA_HG + MLA_TJ) * (dc + dr + 1) + MLA_HG * MLA_TJ + 3 * MLA_HG;
+}
+
+template <class Ctx>
+MB_FN void
+mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const float *ql,
+                 const float *qr, const float *const *ptab, int max_pages, const int32_t *len,
+                 int page_len, int row_stride, float scale, int chunk, int nsm, float *part)
+{
+    float *sm = cx.smem;
+    int D = dc + dr, DP = D + 1;
+    float *q = sm, *kt = q + MLA_HG * DP, *p = kt + MLA_TJ * DP, *mh = p + MLA_HG * MLA_TJ,
+          *lh = mh + MLA_HG, *al = lh + MLA_HG;
+    int h0 = hgrp * MLA_HG, L = len[b];
+    int j0 = sp * chunk, j1 = mb_min(L, j0 + chunk), t = cx.tid(), lane = t % 32, w = t / 32;
+    if (j0 >= j1 && !(sp == 0 && L <= 0))
+        return;
+    int nh = mb_min(MLA_HG, H - h0);
+    for (int i = t; i < MLA_HG * D; i += MLA_NT) {
+        int h = i / D, d = i % D;
+        float v = 0.0f;
+        if (h < nh)
+            v = d < dc ? ql[((size_t)b * H + h0 + h) * dc + d]
+                       : qr[((size_t)b * H + h0 + h) * dr + d - dc];
+        q[h * DP + d] = v;
+    }
+    if (t < MLA_HG) {
+        mh[t] = -INFINITY;
+        lh[t] = 0.0f;
+    }
+    float o[MLA_HG][2];
+    for (int h = 0; h < MLA_HG; h++)
+        o[h][0] = o[h][1] = 0.0f;
+    const float *const *pages = ptab + (size_t)b * max_pages;
+    cx.sync();
+    for (int jt = j0; jt < j1; jt += MLA_TJ) {
+        int nj = mb_min(MLA_TJ, j1 - jt);
+        for (int i = t; i < MLA_TJ * D; i += MLA_NT) {
+            int jj = i / D, d = i % D, j = jt + jj;
+            kt[jj * DP + d] = jj < nj ? pages[j / page_len][(size_t)(j % page_len) * row_stride + d]
+                                      : 0.0f;
+        }
+        cx.sync();
+        for (int r = 0; r < MLA_HG * MLA_TJ / MLA_NT; r++) { /* warp w -> heads 2w, 2w+1 */
+            int h = 2 * w + r, jj = lane;
+            if (h >= nh) /* whole warp: heads past H */
+                continue;
+            const float *qh = q + h * DP, *kj = kt + jj * DP;
+            float a = 0.0f, c = 0.0f;
+            for (int d = 0; d < dc; d++)
+                a = fmaf(qh[d], kj[d], a);
+            for (int d = dc; d < D; d++)
+                c = fmaf(qh[d], kj[d], c);
+            float sc = jj < nj ? (a + c) * scale : -INFINITY;
+            float mx = fmaxf(mh[h], cx.warp_max(sc));
+            float pe = jj < nj ? expf(sc - mx) : 0.0f;
+            float ps = cx.warp_sum(pe);
+            p[h * MLA_TJ + jj] = pe;
+            cx.syncwarp();
+            if (lane == 0) {
+                float a0 = expf(mh[h] - mx); /* exp(-inf) = 0 on the first tile */
+                al[h] = a0;
+                lh[h] = lh[h] * a0 + ps;
+                mh[h] = mx;
+            }
+        }
+        cx.sync();
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+        for (int h = 0; h < MLA_HG; h++)
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+            for (int c = 0; c < 2; c++) {
+                int d = t + MLA_NT * c;
+                if (h >= nh || d >= dc)
+                    continue;
+                float acc = o[h][c] * al[h];
+                for (int jj = 0; jj < nj; jj++)
+                    acc = fmaf(p[h * MLA_TJ + jj], kt[jj * DP + d], acc);
+                o[h][c] = acc;
+            }
+        cx.sync();
+    }
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int h = 0; h < MLA_HG; h++) {
+        if (h >= nh)
+            continue;
+        float *pp = part + (((size_t)b * H + h0 + h) * nsm + sp) * (2 + dc);
+        if (t == 0) {
+            pp[0] = mh[h];
+            pp[1] = lh[h];
+        }
+        for (int c = 0; c < 2; c++)
+            if (t + MLA_NT * c < dc)
+                pp[2 + t + MLA_NT * c] = o[h][c];
+    }
+}
+
+/* Output of (b, h): the splits merged in split order; threads stride over the dc outputs. */
+MB_FN void
+mla_combine_one(int t, int nt, int b, int h, int H, int dc, const int32_t *len, int chunk, int nsm,
+                const float *part, float *ol)
+{
+    int L = len[b];
+    int ns = L <= 0 ? 1 : (L + chunk - 1) / chunk;
+    const float *pp = part + ((size_t)b * H + h) * nsm * (2 + dc);
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++)
+        M = fmaxf(M, pp[(size_t)s * (2 + dc)]);
+    float l = 0.0f;
+    for (int s = 0; s < ns; s++)
+        l += L > 0 ? pp[(size_t)s * (2 + dc) + 1] * expf(pp[(size_t)s * (2 + dc)] - M) : 0.0f;
+    for (int d = t; d < dc; d += nt) {
+        float acc = 0.0f;
+        for (int s = 0; s < ns && L > 0; s++)
+            acc += pp[(size_t)s * (2 + dc) + 2 + d] * expf(pp[(size_t)s * (2 + dc)] - M);
+        ol[((size_t)b * H + h) * dc + d] = l > 0.0f ? acc / l : 0.0f;
+    }
+}
+
+#endif

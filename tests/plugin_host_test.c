@@ -123,6 +123,7 @@ t_crash_loop_exit(void **state)
     contained(p, "segv", "plugin-crashed");
     contained(p, "loop", "plugin-timeout");
     contained(p, "exit", "plugin-crashed");
+    contained(p, "badkind", "plugin-bad-reply");
     grpo_plugin_destroy(p);
     unsetenv("GRPO_PLUGIN_TIMEOUT_MS");
 }

@@ -76,6 +76,8 @@ evil_score(void *state, const grpo_verifier_sample *s, grpo_verdict *out)
         out->details_json = strdup(details);
     }
     out->kind = GRPO_VERDICT_PASS;
+    if (strcmp(mode, "badkind") == 0)
+        out->kind = (grpo_verdict_kind)99; /* a kind the host does not know */
     out->score = (double)(s->completion_len % 7) / 7.0; /* something that depends on the input */
     snprintf(out->label, sizeof out->label, "evil-%s", mode);
     return 0;

@@ -11,6 +11,7 @@
  * Per-call deadline: $GRPO_PLUGIN_TIMEOUT_MS (default 10000); worker address-space limit:
  * $GRPO_PLUGIN_MEMORY_MB (default 1024; not applied in ASan builds, see sandbox/rlimits.c). */
 #include "verifiers/code/code_int.h"
+#include "sandbox/sandbox_int.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -55,72 +56,60 @@ typedef struct pstate {
 
 /* ---------------------------------------------------------------- framing (both sides) */
 
-typedef struct msg {
-    grpo_buf b;
-    bool oom;
-} msg;
-
-static void
-put(msg *m, const void *p, size_t n)
-{
-    if (grpo__buf_append(&m->b, p, n) != GRPO_OK)
-        m->oom = true;
-}
+/* The sandbox worker protocol's bounded little-endian encoder/decoder and blocking I/O
+ * (sandbox/proto.c) serve the plugin messages too; these wrappers keep the plugin's shapes. */
+typedef sbx_wr msg;
+typedef sbx_rd rd;
 
 static void
 put_u32(msg *m, uint32_t v)
 {
-    put(m, &v, 4);
+    sbx_put_u32(m, v);
 }
 
 static void
-put_str(msg *m, const char *s, size_t n)
+put_f64(msg *m, double v)
 {
-    put_u32(m, s ? (uint32_t)n : NULL_LEN);
-    if (s && n)
-        put(m, s, n);
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    sbx_put_u64(m, bits);
 }
 
-typedef struct rd {
-    const char *p;
-    size_t n, off;
-    bool bad;
-} rd;
+/* n bytes of s (which may hold NULs), or the NULL marker */
+static void
+put_str(msg *m, const char *s, size_t n)
+{
+    if (s == NULL)
+        sbx_put_u32(m, NULL_LEN);
+    else
+        sbx_put_bytes(m, s, n);
+}
 
 static uint32_t
 get_u32(rd *r)
 {
-    uint32_t v = 0;
-    if (r->bad || r->n - r->off < 4) {
-        r->bad = true;
-        return 0;
-    }
-    memcpy(&v, r->p + r->off, 4);
-    r->off += 4;
-    return v;
+    return sbx_get_u32(r);
 }
 
 /* malloc'd NUL-terminated copy (NULL stays NULL); *len gets the byte count. */
 static char *
 get_str(rd *r, size_t *len)
 {
-    uint32_t n = get_u32(r);
-    char *s;
+    size_t save = r->off, n = 0;
     if (len)
         *len = 0;
-    if (r->bad || n == NULL_LEN)
+    if (get_u32(r) == NULL_LEN || r->bad)
         return NULL;
-    if (r->n - r->off < n) {
+    r->off = save;
+    const char *p = sbx_get_bytes(r, &n);
+    char *s = r->bad ? NULL : malloc(n + 1);
+    if (s == NULL) {
         r->bad = true;
         return NULL;
     }
-    if ((s = malloc((size_t)n + 1)) == NULL) {
-        r->bad = true;
-        return NULL;
-    }
-    memcpy(s, r->p + r->off, n);
+    if (n > 0)
+        memcpy(s, p, n);
     s[n] = '\0';
-    r->off += n;
     if (len)
         *len = n;
     return s;
@@ -129,33 +118,13 @@ get_str(rd *r, size_t *len)
 static int
 write_all(int fd, const void *p, size_t n)
 {
-    const char *c = p;
-    while (n > 0) {
-        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
+    return sbx_write_all(fd, p, n) == GRPO_OK ? 0 : -1;
 }
 
 static int
 read_all(int fd, void *p, size_t n)
 {
-    char *c = p;
-    while (n > 0) {
-        ssize_t k = read(fd, c, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
+    return sbx_read_all(fd, p, n) == GRPO_OK ? 0 : -1;
 }
 
 static int
@@ -286,7 +255,7 @@ serve_score(const grpo_verifier_api *a, rd *r, msg *out, void **states, uint32_t
     int rc = (r->bad || id >= n_states) ? -1 : a->score(states[id], &s, &v);
     put_u32(out, (uint32_t)rc);
     put_u32(out, (uint32_t)v.kind);
-    put(out, &v.score, sizeof v.score);
+    put_f64(out, v.score);
     v.label[sizeof v.label - 1] = '\0';
     put_str(out, v.label, strlen(v.label));
     put_str(out, v.details_json, v.details_json ? strlen(v.details_json) : 0);
@@ -587,13 +556,13 @@ proxy_score(void *state, const grpo_verifier_sample *s, grpo_verdict *v)
         goto verdict;
     rd r = {out, n, 0, false};
     rc = (int32_t)get_u32(&r);
-    v->kind = (grpo_verdict_kind)get_u32(&r);
-    if (!r.bad && r.n - r.off >= sizeof v->score) {
-        memcpy(&v->score, r.p + r.off, sizeof v->score);
-        r.off += sizeof v->score;
-    } else {
+    uint32_t kind = get_u32(&r);
+    uint64_t score = sbx_get_u64(&r);
+    /* a verdict kind the host does not know (the store refuses it) is a bad reply */
+    if (kind > GRPO_VERDICT_ERROR)
         r.bad = true;
-    }
+    v->kind = r.bad ? GRPO_VERDICT_ERROR : (grpo_verdict_kind)kind;
+    memcpy(&v->score, &score, sizeof v->score);
     label = get_str(&r, NULL);
     v->details_json = get_str(&r, NULL);
     if (label)

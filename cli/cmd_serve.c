@@ -75,7 +75,8 @@ usage(FILE *f)
         "batches to a trainer. Restarted with the same options it resumes the run from the store:\n"
         "groups already recorded are not redone.\n\n"
         "  --prompts FILE       prompts JSONL, or git:REPO_PATH@REV:path/in/repo.jsonl\n"
-        "  --db FILE            SQLite store (default grpo.db); the coordinator is its only writer\n"
+        "  --db FILE            SQLite store (default grpo.db); the coordinator is its only "
+        "writer\n"
         "  --listen URL         where workers connect: tcp://0.0.0.0:PORT between hosts,\n"
         "                       ipc:///path on one host (default $GRPO_LISTEN_URL, else\n"
         "                       tcp://0.0.0.0:5555)\n"
@@ -209,8 +210,8 @@ parse_opt(args *a, int c, const char *v)
     case O_LEASE:
     case O_LINGER:
         if (num(v, c == O_LEASE ? 0.1 : 0, 86400, &d))
-            return cli_usage(CMD, "--%s %s: expected seconds", c == O_LEASE ? "lease-timeout" : "linger",
-                             v);
+            return cli_usage(CMD, "--%s %s: expected seconds",
+                             c == O_LEASE ? "lease-timeout" : "linger", v);
         *(c == O_LEASE ? &a->lease_timeout : &a->linger) = d;
         return 0;
     case O_GROUP:
@@ -468,7 +469,8 @@ static int
 cmp_pid_item(const void *x, const void *y)
 {
     const pid_item *a = x, *b = y;
-    return a->pid != b->pid ? (a->pid < b->pid ? -1 : 1) : (a->item < b->item ? -1 : a->item > b->item);
+    return a->pid != b->pid ? (a->pid < b->pid ? -1 : 1)
+                            : (a->item < b->item ? -1 : a->item > b->item);
 }
 
 /* Records the prompts and marks the groups already recorded (a resumed run) as done. */
@@ -489,7 +491,7 @@ load_items(serve *c, size_t *already)
     size_t dups = 0;
     for (size_t i = 0; i < n; i++) {
         const grpo_prompt *p = &c->ps.items[i];
-        grpo_prompt_rec pr = {c->ps.source,  (int64_t)i,     p->prompt,
+        grpo_prompt_rec pr = {c->ps.source,     (int64_t)i,     p->prompt,
                               p->messages_json, p->answer_json, p->tests_json};
         int32_t exists = 0;
         if ((err = grpo_store_put_prompt(&c->prompt_ids[i], c->store, &pr)) != GRPO_OK ||
@@ -512,8 +514,9 @@ load_items(serve *c, size_t *already)
     for (size_t k = 1; k < n; k++)
         if (order[k].pid == order[k - 1].pid) {
             if (dups++ < 5)
-                fprintf(stderr, "grpo serve: prompt %s (line %lld) repeats the content of an "
-                                "earlier prompt; skipped\n",
+                fprintf(stderr,
+                        "grpo serve: prompt %s (line %lld) repeats the content of an "
+                        "earlier prompt; skipped\n",
                         c->ps.items[order[k].item].id, (long long)c->ps.items[order[k].item].line);
             grpo_lease_table_mark_done(c->leases, order[k].item);
         }
@@ -584,7 +587,7 @@ on_pull(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
         ls[n].timeout_s = c->a->lease_timeout;
         ls[n].prompt_id = p->id, ls[n].record_json = p->record_json;
         c->issued_at[item] = wall_now();
-        grpo_lease_rec lr = {c->run_id,  0,
+        grpo_lease_rec lr = {c->run_id,           0,
                              c->prompt_ids[item], c->a->seed,
                              ls[n].attempt,       req->worker_id,
                              c->issued_at[item],  c->issued_at[item] + c->a->lease_timeout};
@@ -596,8 +599,8 @@ on_pull(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
     rep->policy = c->policy;
     if (n == 0) {
         rep->type = GRPO_WMSG_WAIT;
-        rep->retry_ms = (uint32_t)(c->a->lease_timeout * 1000 / 10 > 500 ? 500
-                                                                           : c->a->lease_timeout * 100);
+        rep->retry_ms =
+            (uint32_t)(c->a->lease_timeout * 1000 / 10 > 500 ? 500 : c->a->lease_timeout * 100);
         return GRPO_OK;
     }
     rep->type = GRPO_WMSG_WORK;
@@ -730,8 +733,9 @@ record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
         x->rewards = rr + (size_t)i * GRPO_WORKERS_MAX_TERMS;
         for (int32_t t = 0; t < s->n_terms; t++) {
             const grpo_wterm *tm = &s->terms[t];
-            rr[(size_t)i * GRPO_WORKERS_MAX_TERMS + t] = (grpo_reward_rec){
-                tm->verifier, tm->version, tm->kind, tm->label, tm->score, tm->details_json, tm->ms};
+            rr[(size_t)i * GRPO_WORKERS_MAX_TERMS + t] =
+                (grpo_reward_rec){tm->verifier, tm->version,      tm->kind, tm->label,
+                                  tm->score,    tm->details_json, tm->ms};
         }
         x->has_advantage = 1, x->advantage = adv[i];
     }
@@ -746,8 +750,8 @@ record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
     g.n_completions = G, g.completions = cr;
     if ((err = grpo_store_put_group(c->store, &g)) != GRPO_OK)
         goto done;
-    if ((err = grpo_store_lease_group_done(c->store, c->run_id, 0, c->prompt_ids[item],
-                                           c->a->seed, attempt)) != GRPO_OK)
+    if ((err = grpo_store_lease_group_done(c->store, c->run_id, 0, c->prompt_ids[item], c->a->seed,
+                                           attempt)) != GRPO_OK)
         goto done;
     if (c->pub && !aborted)
         err = publish_group(c, r, item, rewards, adv);
@@ -928,7 +932,8 @@ open_publisher(serve *c)
     bo.max_staleness = c->a->max_staleness;
     snprintf(wdir, sizeof wdir, "%s.weights", c->a->db);
     bo.weights_dir = wdir;
-    c->persist = (grpo_bridge_persist){c, persist_put, persist_ack, persist_list, NULL, persist_sent};
+    c->persist =
+        (grpo_bridge_persist){c, persist_put, persist_ack, persist_list, NULL, persist_sent};
     bo.persist = &c->persist;
     return grpo_bridge_publisher_create(&c->pub, c->a->publish, &bo);
 }
@@ -1019,7 +1024,8 @@ grpo_cmd_serve(int argc, char **argv)
                                             : "failed");
     char msg[600] = "";
     if (err != GRPO_OK)
-        snprintf(msg, sizeof msg, "%s", grpo_error_last()[0] ? grpo_error_last() : grpo_err_name(err));
+        snprintf(msg, sizeof msg, "%s",
+                 grpo_error_last()[0] ? grpo_error_last() : grpo_err_name(err));
     grpo_err cerr = grpo_store_close(c.store);
     if (err == GRPO_OK && cerr != GRPO_OK) {
         err = cerr;

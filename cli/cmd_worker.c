@@ -52,8 +52,8 @@ typedef struct worker {
     grpo_reward_config *rcfg;
     grpo_wparams params; /* a copy of the first WORK's */
     int have_params;
-    int64_t version;         /* loaded policy version */
-    grpo_wpolicy want;       /* newest the coordinator announced */
+    int64_t version;   /* loaded policy version */
+    grpo_wpolicy want; /* newest the coordinator announced */
     char want_path[4096], want_sha[65];
     int stopping, dropping;
     uint64_t groups_done, tokens;
@@ -72,31 +72,31 @@ typedef struct worker {
 static void
 usage(FILE *f)
 {
-    fprintf(f,
-            "usage: grpo worker --connect URL [--model DIR] [--threads N | --gpu N] [options]\n\n"
-            "A rollout worker: pulls prompt groups from a coordinator (grpo serve), generates\n"
-            "and verifies them, and returns them. Workers may join and leave at any time; a\n"
-            "group is the same whichever worker generates it.\n\n"
-            "  --connect URL        the coordinator (tcp://host:port or ipc:///path; default\n"
-            "                       $GRPO_COORDINATOR_URL)\n"
-            "  --model DIR          model directory (default $GRPO_MODEL, else the bundled demo\n"
-            "                       model, else the tiny test model)\n"
-            "  --threads N          forward threads (default: all CPUs)\n"
-            "  --gpu N              pin GPU N (CUDA_VISIBLE_DEVICES=N) in a CUDA build; a\n"
-            "                       CPU-only build refuses it\n"
-            "  --id NAME            worker id in the store and stats (default $GRPO_WORKER_ID,\n"
-            "                       else HOST-$SLURM_PROCID under Slurm, else HOST-PID)\n"
-            "  --inflight N         groups generated at once (default 2; at most 64)\n"
-            "  --kv-budget B        KV cache bytes (default 1G)\n"
-            "  --tokenizer PATH     tokenizer.json (default: the model directory's)\n"
-            "  --template NAME      chat template when the coordinator names none (default r1)\n"
-            "  --reward-config FILE reward composition (default as grpo rollout)\n"
-            "  --give-up S          exit when the coordinator has not answered for S seconds\n"
-            "                       (default 0 = keep trying)\n"
-            "  --step-delay MS      sleep MS after every scheduler step: a slow device, for\n"
-            "                       fault-injection tests (default 0)\n"
-            "  --help               this text\n\n"
-            "exit codes: 0 success (the coordinator said stop), 1 runtime failure, 2 usage error\n");
+    fprintf(
+        f, "usage: grpo worker --connect URL [--model DIR] [--threads N | --gpu N] [options]\n\n"
+           "A rollout worker: pulls prompt groups from a coordinator (grpo serve), generates\n"
+           "and verifies them, and returns them. Workers may join and leave at any time; a\n"
+           "group is the same whichever worker generates it.\n\n"
+           "  --connect URL        the coordinator (tcp://host:port or ipc:///path; default\n"
+           "                       $GRPO_COORDINATOR_URL)\n"
+           "  --model DIR          model directory (default $GRPO_MODEL, else the bundled demo\n"
+           "                       model, else the tiny test model)\n"
+           "  --threads N          forward threads (default: all CPUs)\n"
+           "  --gpu N              pin GPU N (CUDA_VISIBLE_DEVICES=N) in a CUDA build; a\n"
+           "                       CPU-only build refuses it\n"
+           "  --id NAME            worker id in the store and stats (default $GRPO_WORKER_ID,\n"
+           "                       else HOST-$SLURM_PROCID under Slurm, else HOST-PID)\n"
+           "  --inflight N         groups generated at once (default 2; at most 64)\n"
+           "  --kv-budget B        KV cache bytes (default 1G)\n"
+           "  --tokenizer PATH     tokenizer.json (default: the model directory's)\n"
+           "  --template NAME      chat template when the coordinator names none (default r1)\n"
+           "  --reward-config FILE reward composition (default as grpo rollout)\n"
+           "  --give-up S          exit when the coordinator has not answered for S seconds\n"
+           "                       (default 0 = keep trying)\n"
+           "  --step-delay MS      sleep MS after every scheduler step: a slow device, for\n"
+           "                       fault-injection tests (default 0)\n"
+           "  --help               this text\n\n"
+           "exit codes: 0 success (the coordinator said stop), 1 runtime failure, 2 usage error\n");
 }
 
 static int
@@ -123,16 +123,34 @@ default_model(void)
     return NULL;
 }
 
-enum { O_CONNECT = 256, O_MODEL, O_THREADS, O_GPU, O_ID, O_INFLIGHT, O_KV, O_TOK, O_TEMPLATE,
-       O_REWARD, O_GIVEUP, O_DELAY };
+enum {
+    O_CONNECT = 256,
+    O_MODEL,
+    O_THREADS,
+    O_GPU,
+    O_ID,
+    O_INFLIGHT,
+    O_KV,
+    O_TOK,
+    O_TEMPLATE,
+    O_REWARD,
+    O_GIVEUP,
+    O_DELAY
+};
 
 static const struct option long_opts[] = {
-    {"connect", required_argument, 0, O_CONNECT},   {"model", required_argument, 0, O_MODEL},
-    {"threads", required_argument, 0, O_THREADS},   {"gpu", required_argument, 0, O_GPU},
-    {"id", required_argument, 0, O_ID},             {"inflight", required_argument, 0, O_INFLIGHT},
-    {"kv-budget", required_argument, 0, O_KV},      {"tokenizer", required_argument, 0, O_TOK},
-    {"template", required_argument, 0, O_TEMPLATE}, {"reward-config", required_argument, 0, O_REWARD},
-    {"give-up", required_argument, 0, O_GIVEUP},    {"step-delay", required_argument, 0, O_DELAY},
+    {"connect", required_argument, 0, O_CONNECT},
+    {"model", required_argument, 0, O_MODEL},
+    {"threads", required_argument, 0, O_THREADS},
+    {"gpu", required_argument, 0, O_GPU},
+    {"id", required_argument, 0, O_ID},
+    {"inflight", required_argument, 0, O_INFLIGHT},
+    {"kv-budget", required_argument, 0, O_KV},
+    {"tokenizer", required_argument, 0, O_TOK},
+    {"template", required_argument, 0, O_TEMPLATE},
+    {"reward-config", required_argument, 0, O_REWARD},
+    {"give-up", required_argument, 0, O_GIVEUP},
+    {"step-delay", required_argument, 0, O_DELAY},
     {0, 0, 0, 0},
 };
 
@@ -184,8 +202,9 @@ parse_opt(args *a, int c, const char *v)
                    ? cli_usage(CMD, "--inflight %s: 1..64", v)
                    : 0;
     case O_DELAY:
-        return int_arg(v, 0, 60000, &a->step_delay_ms) ? cli_usage(CMD, "--step-delay %s: 0..60000", v)
-                                                       : 0;
+        return int_arg(v, 0, 60000, &a->step_delay_ms)
+                   ? cli_usage(CMD, "--step-delay %s: 0..60000", v)
+                   : 0;
     case O_GIVEUP:
         a->give_up_s = strtod(v, &end);
         if (end == v || *end != '\0' || !(a->give_up_s >= 0))
@@ -219,8 +238,7 @@ parse_args(args *a, int argc, char **argv)
         return cli_usage(CMD, "give --threads or --gpu, not both");
     if (a->gpu >= 0) {
         if (strstr(grpo_build_features(), "cuda=yes") == NULL)
-            return cli_usage(CMD, "--gpu %d: this grpo was built without the CUDA backend",
-                             a->gpu);
+            return cli_usage(CMD, "--gpu %d: this grpo was built without the CUDA backend", a->gpu);
         char d[16];
         snprintf(d, sizeof d, "%d", a->gpu);
         setenv("CUDA_VISIBLE_DEVICES", d, 1); /* before anything touches CUDA */
@@ -235,7 +253,8 @@ parse_args(args *a, int argc, char **argv)
     const char *env = getenv("GRPO_WORKER_ID"), *rank = getenv("SLURM_PROCID");
     if (a->id_arg)
         snprintf(a->id, sizeof a->id, "%s", a->id_arg);
-    else if (env && env[0] && strlen(env) <= GRPO_WORKERS_MAX_ID && grpo__utf8_valid(env, strlen(env)))
+    else if (env && env[0] && strlen(env) <= GRPO_WORKERS_MAX_ID &&
+             grpo__utf8_valid(env, strlen(env)))
         snprintf(a->id, sizeof a->id, "%s", env);
     else if (rank && rank[0])
         snprintf(a->id, sizeof a->id, "%.120s-%.16s", host, rank);
@@ -586,8 +605,13 @@ return_group(worker *w, grpo_rollout_group *g)
             x->terms = terms + (size_t)i * GRPO_REWARD_MAX_TERMS;
             for (int32_t t = 0; t < res[i].n_terms; t++) {
                 grpo_reward_term *tm = &res[i].terms[t];
-                x->terms[t] = (grpo_wterm){tm->verifier, tm->version, tm->label[0] ? tm->label : NULL,
-                                           tm->details_json, (int32_t)tm->kind, tm->score, tm->ms};
+                x->terms[t] = (grpo_wterm){tm->verifier,
+                                           tm->version,
+                                           tm->label[0] ? tm->label : NULL,
+                                           tm->details_json,
+                                           (int32_t)tm->kind,
+                                           tm->score,
+                                           tm->ms};
             }
             w->tokens += (uint64_t)s->n_tokens;
         }
@@ -648,8 +672,10 @@ pull(worker *w, int want, double *retry_at)
         note_policy(w, &rep.policy);
         *retry_at = grpo_now() + rep.retry_ms / 1000.0;
         break;
-    case GRPO_WMSG_STOP:
+    case GRPO_WMSG_STOP: /* every group is recorded: what is still in flight is a duplicate */
         w->stopping = 1;
+        if (w->r)
+            grpo_rollout_cancel(w->r);
         break;
     case GRPO_WMSG_ERROR:
         err = grpo__fail(GRPO_ESTATE, "worker: the coordinator says: %s", rep.message);
@@ -762,7 +788,9 @@ grpo_cmd_worker(int argc, char **argv)
         fprintf(stderr, "grpo worker %s: %llu groups, %llu tokens in %.1f s\n", a.id,
                 (unsigned long long)w.groups_done, (unsigned long long)w.tokens,
                 grpo_now() - w.t_start);
-    if (w.r) {
+    if (w.r) { /* finish what is in flight as aborted, so every job is handed back and freed */
+        grpo_rollout_cancel(w.r);
+        grpo_rollout_run(w.r);
         grpo_rollout_close(w.r);
         grpo_rollout_group *g;
         while ((g = grpo_rollout_pop(w.r, 0)) != NULL) {
@@ -770,7 +798,7 @@ grpo_cmd_worker(int argc, char **argv)
             grpo_rollout_group_free(g);
         }
     }
-    grpo_rollout_destroy(w.r); /* queued groups' jobs leak only on this exit path */
+    grpo_rollout_destroy(w.r);
     grpo_policy_close(w.pol);
     grpo_wclient_destroy(w.cli);
     grpo_rewarder_destroy(w.rewarder);

@@ -18,8 +18,8 @@ lease_writable(grpo_store *s, const char *what)
 
 /* Prepares sql, lets bind() fill it, steps it once (s->mu held by the caller). */
 static grpo_err
-run_stmt(grpo_store *s, const char *sql, const char *what, void (*bind)(sqlite3_stmt *, const void *),
-         const void *arg, int64_t *row_out)
+run_stmt(grpo_store *s, const char *sql, const char *what,
+         void (*bind)(sqlite3_stmt *, const void *), const void *arg, int64_t *row_out)
 {
     sqlite3_stmt *st = NULL;
     grpo_err err = GRPO_OK;
@@ -99,15 +99,18 @@ grpo_store_lease_end(grpo_store *s, int64_t lease_row, const char *state)
     grpo_err err;
     if (state == NULL || (strcmp(state, "done") != 0 && strcmp(state, "expired") != 0 &&
                           strcmp(state, "failed") != 0))
-        return grpo__fail(GRPO_EINVAL, "store: lease_end: state \"%s\" is not done, expired or "
-                                       "failed", state ? state : "(null)");
+        return grpo__fail(GRPO_EINVAL,
+                          "store: lease_end: state \"%s\" is not done, expired or "
+                          "failed",
+                          state ? state : "(null)");
     if ((err = lease_writable(s, "lease_end")) != GRPO_OK)
         return err;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     end_args a = {lease_row, state, (double)ts.tv_sec + ts.tv_nsec * 1e-9};
     pthread_mutex_lock(&s->mu);
-    err = run_stmt(s, "UPDATE leases SET state = ?, finished_at = ? WHERE id = ? AND state = 'issued'",
+    err = run_stmt(s,
+                   "UPDATE leases SET state = ?, finished_at = ? WHERE id = ? AND state = 'issued'",
                    "ending a lease", bind_end, &a, NULL);
     pthread_mutex_unlock(&s->mu);
     return err;

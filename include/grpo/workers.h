@@ -28,14 +28,14 @@ extern "C" {
 #endif
 
 #define GRPO_WORKERS_PROTOCOL 1
-#define GRPO_WORKERS_MAGIC 0x57505247u          /* "GRPW" as little-endian bytes */
-#define GRPO_WORKERS_MAX_MSG (256u << 20)        /* bytes per message */
-#define GRPO_WORKERS_MAX_STR (16u << 20)         /* bytes per string field */
-#define GRPO_WORKERS_MAX_ID 256                  /* bytes of a worker id */
-#define GRPO_WORKERS_MAX_LEASES 64               /* leases per WORK message / ids per heartbeat */
-#define GRPO_WORKERS_MAX_GROUP 65536             /* samples per group */
-#define GRPO_WORKERS_MAX_TOKENS (1 << 24)        /* tokens per prompt or completion */
-#define GRPO_WORKERS_MAX_TERMS 8                 /* reward terms per sample */
+#define GRPO_WORKERS_MAGIC 0x57505247u    /* "GRPW" as little-endian bytes */
+#define GRPO_WORKERS_MAX_MSG (256u << 20) /* bytes per message */
+#define GRPO_WORKERS_MAX_STR (16u << 20)  /* bytes per string field */
+#define GRPO_WORKERS_MAX_ID 256           /* bytes of a worker id */
+#define GRPO_WORKERS_MAX_LEASES 64        /* leases per WORK message / ids per heartbeat */
+#define GRPO_WORKERS_MAX_GROUP 65536      /* samples per group */
+#define GRPO_WORKERS_MAX_TOKENS (1 << 24) /* tokens per prompt or completion */
+#define GRPO_WORKERS_MAX_TERMS 8          /* reward terms per sample */
 
 typedef enum grpo_wmsg_type {
     /* worker -> coordinator (requests) */
@@ -43,19 +43,19 @@ typedef enum grpo_wmsg_type {
     GRPO_WMSG_HEARTBEAT = 2, /* "I am alive and hold these leases" */
     GRPO_WMSG_RESULT = 3,    /* one finished group */
     /* coordinator -> worker (replies) */
-    GRPO_WMSG_WORK = 16,  /* leases + the generation params */
-    GRPO_WMSG_WAIT = 17,  /* nothing to hand out now; ask again after retry_ms */
-    GRPO_WMSG_STOP = 18,  /* the run is over: finish and exit */
-    GRPO_WMSG_ACK = 19,   /* a heartbeat or result was received (status says how it was taken) */
-    GRPO_WMSG_ERROR = 20  /* the request was malformed (message says why) */
+    GRPO_WMSG_WORK = 16, /* leases + the generation params */
+    GRPO_WMSG_WAIT = 17, /* nothing to hand out now; ask again after retry_ms */
+    GRPO_WMSG_STOP = 18, /* the run is over: finish and exit */
+    GRPO_WMSG_ACK = 19,  /* a heartbeat or result was received (status says how it was taken) */
+    GRPO_WMSG_ERROR = 20 /* the request was malformed (message says why) */
 } grpo_wmsg_type;
 
 /* The policy the coordinator wants groups sampled from. Sent in every reply, so a worker learns of
  * a new version at its next request. */
 typedef struct grpo_wpolicy {
-    int64_t version;      /* 0 = the weights the worker started with */
-    char *weights_path;   /* safetensors file of `version` (shared filesystem), or NULL for 0 */
-    char *sha256;         /* 64 hex chars, or NULL */
+    int64_t version;       /* 0 = the weights the worker started with */
+    char *weights_path;    /* safetensors file of `version` (shared filesystem), or NULL for 0 */
+    char *sha256;          /* 64 hex chars, or NULL */
     int32_t max_staleness; /* groups of a version more than this behind are refused (-1 = any) */
 } grpo_wpolicy;
 
@@ -65,7 +65,7 @@ typedef struct grpo_wparams {
     uint64_t seed;
     grpo_sampling sampling;
     int32_t max_new_tokens;
-    int32_t logprobs; /* GRPO_LOGPROBS_* */
+    int32_t logprobs;    /* GRPO_LOGPROBS_* */
     char *template_name; /* chat template, or NULL for the worker's default */
     int32_t n_stop;
     char *stop[GRPO_ROLLOUT_MAX_STOP];
@@ -91,9 +91,9 @@ typedef struct grpo_wsample {
     int32_t index;  /* sample index in the group */
     int32_t finish; /* grpo_rollout_finish */
     int32_t n_tokens;
-    int32_t *tokens;  /* n_tokens */
-    float *logprobs;  /* n_tokens (raw) */
-    char *text;       /* text_len bytes + a NUL the decoder adds; may hold NUL */
+    int32_t *tokens; /* n_tokens */
+    float *logprobs; /* n_tokens (raw) */
+    char *text;      /* text_len bytes + a NUL the decoder adds; may hold NUL */
     uint32_t text_len;
     double reward;
     int32_t skipped; /* the rewarder said skip: excluded from the advantages */
@@ -122,22 +122,22 @@ typedef struct grpo_wresult {
 /* One message. Which fields a type uses is written beside them. A decoded message owns every
  * pointer in it (grpo_wmsg_fini frees them); for encoding the pointers are only read. */
 typedef struct grpo_wmsg {
-    int32_t type;               /* grpo_wmsg_type */
-    char *worker_id;            /* PULL, HEARTBEAT, RESULT */
-    int64_t worker_version;     /* PULL, HEARTBEAT: policy version the worker has loaded */
-    double tokens_per_s;        /* PULL, HEARTBEAT: the worker's recent throughput */
-    uint64_t groups_done;       /* PULL, HEARTBEAT: groups it returned so far */
-    int32_t want;               /* PULL: groups it can take now (1..GRPO_WORKERS_MAX_LEASES) */
-    int32_t n_ids;              /* HEARTBEAT: leases held */
+    int32_t type;           /* grpo_wmsg_type */
+    char *worker_id;        /* PULL, HEARTBEAT, RESULT */
+    int64_t worker_version; /* PULL, HEARTBEAT: policy version the worker has loaded */
+    double tokens_per_s;    /* PULL, HEARTBEAT: the worker's recent throughput */
+    uint64_t groups_done;   /* PULL, HEARTBEAT: groups it returned so far */
+    int32_t want;           /* PULL: groups it can take now (1..GRPO_WORKERS_MAX_LEASES) */
+    int32_t n_ids;          /* HEARTBEAT: leases held */
     uint64_t *ids;
-    grpo_wpolicy policy;        /* WORK, WAIT, ACK */
-    grpo_wparams params;        /* WORK */
-    int32_t n_leases;           /* WORK */
+    grpo_wpolicy policy; /* WORK, WAIT, ACK */
+    grpo_wparams params; /* WORK */
+    int32_t n_leases;    /* WORK */
     grpo_wlease *leases;
-    uint32_t retry_ms;          /* WAIT */
-    int32_t status;             /* ACK: GRPO_WACK_* */
-    char *message;              /* ERROR */
-    grpo_wresult result;        /* RESULT */
+    uint32_t retry_ms;   /* WAIT */
+    int32_t status;      /* ACK: GRPO_WACK_* */
+    char *message;       /* ERROR */
+    grpo_wresult result; /* RESULT */
 } grpo_wmsg;
 
 /* Encodes m into a new buffer (*bytes, free()). GRPO_EINVAL when a field breaks a limit. */
@@ -168,9 +168,9 @@ typedef struct grpo_lease_counts {
 } grpo_lease_counts;
 
 typedef enum grpo_lease_outcome {
-    GRPO_LEASE_NEW = 0,      /* first result for the item: record it */
+    GRPO_LEASE_NEW = 0,       /* first result for the item: record it */
     GRPO_LEASE_DUPLICATE = 1, /* the item is done already */
-    GRPO_LEASE_UNKNOWN = 2   /* the id names no item */
+    GRPO_LEASE_UNKNOWN = 2    /* the id names no item */
 } grpo_lease_outcome;
 
 grpo_err grpo_lease_table_create(grpo_lease_table **out, size_t n_items, double timeout_s);

@@ -14,7 +14,7 @@ enum { ST_PENDING = 0, ST_LEASED = 1, ST_DONE = 2 };
 
 typedef struct item {
     uint8_t state;
-    uint8_t queued; /* in the re-issue queue */
+    uint8_t queued;  /* in the re-issue queue */
     int32_t attempt; /* of the current (or last) lease; -1 before the first */
     double deadline;
     char worker[GRPO_WORKERS_MAX_ID + 1];
@@ -135,8 +135,7 @@ decode_id(const grpo_lease_table *t, uint64_t lease_id, size_t *i, int32_t *atte
 }
 
 int
-grpo_lease_table_heartbeat(grpo_lease_table *t, uint64_t lease_id, const char *worker,
-                           double now)
+grpo_lease_table_heartbeat(grpo_lease_table *t, uint64_t lease_id, const char *worker, double now)
 {
     size_t i;
     int32_t a;

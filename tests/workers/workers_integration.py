@@ -254,7 +254,7 @@ def scenario_restart(grpo, tmp):
 
 
 def scenario_load(grpo, tmp, seconds, workers):
-    n = 10000  # more than can finish: the run is cut by time
+    n = int(max(10000, 300 * seconds))  # more than can finish: the run is cut by time
     prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
     write_prompts(prompts, n)
     url = "tcp://127.0.0.1:%d" % (20000 + os.getpid() % 20000)
@@ -266,15 +266,18 @@ def scenario_load(grpo, tmp, seconds, workers):
         for i in range(workers):
             P.start("w%02d" % i, worker_args(url, "w%02d" % i, "--give-up", "5"))
         t0 = time.time()
-        peak = 0
-        while time.time() - t0 < seconds:
+        peak, samples = 0, []
+        while time.time() - t0 < seconds and serve.poll() is None:
             time.sleep(0.5)
             try:
                 with open("/proc/%d/status" % serve.pid) as f:
                     m = re.search(r"VmRSS:\s+(\d+)", f.read())
-                    peak = max(peak, int(m.group(1)))
+                    peak = max(peak, int(m.group(1)) if m else 0)
+                    samples.append(int(m.group(1)) if m else 0)
             except OSError:
-                fail("the coordinator died:\n" + P.log("serve"))
+                pass
+        if serve.poll() is not None and "prompts done" not in P.log("serve"):
+            fail("the coordinator died:\n" + P.log("serve"))
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=60)
         for p in P.all:
@@ -304,9 +307,13 @@ def scenario_load(grpo, tmp, seconds, workers):
         if maxrss > 256 * 1024:
             fail("coordinator peak RSS %d KiB" % maxrss)
         wk = db_rows(db, "SELECT count(DISTINCT worker_id) FROM groups")[0][0]
-        print("ok: %d workers (%d returned groups), %d groups in %.1f s = %.1f groups/s, "
-              "coordinator CPU %.1f%%, peak RSS %d KiB (sampled %d KiB), none lost or doubled"
-              % (workers, wk, recorded, secs, rate, cpu_pct, maxrss, peak))
+        span = db_rows(db, "SELECT max(finished_at) - min(started_at) FROM groups")[0][0] or 0
+        quart = [samples[min(len(samples) - 1, len(samples) * q // 4)] for q in (1, 2, 3, 4)] if samples else []
+        print("ok: %d workers (%d returned groups), %d groups in %.1f s = %.1f groups/s (%.1f groups/s "
+              "while workers ran), coordinator CPU %.1f%%, peak RSS %d KiB, RSS at 1/4, 1/2, 3/4, end "
+              "of the window %r KiB; none lost or doubled"
+              % (workers, wk, recorded, secs, rate, recorded / span if span > 0 else 0, cpu_pct, maxrss,
+                 quart))
     finally:
         P.cleanup()
 

@@ -556,7 +556,9 @@ store_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
         }
     }
     grpo_group_rec gr = {0};
-    gr.run_id = c->run_id, gr.step = 0, gr.prompt_id = pc->store_prompt_id;
+    /* step = the policy version that sampled the group: 0 without a trainer; with --publish each
+     * new weights version is a training step, so `grpo stats --by step` is the reward curve */
+    gr.run_id = c->run_id, gr.step = g->policy_version, gr.prompt_id = pc->store_prompt_id;
     gr.policy_version = g->policy_version, gr.seed = c->a->seed;
     gr.sampling_json = pc->sampling_json, gr.max_tokens = c->a->max_new;
     gr.started_at = (double)time(NULL) - (g->t_done - g->t_submit);
@@ -671,7 +673,7 @@ publish_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
     if (err != GRPO_OK)
         return err;
     b->batch_id = c->run_id << 32 | (int64_t)g->id; /* unique per store */
-    b->step = 0, b->policy_version = g->policy_version;
+    b->step = g->policy_version, b->policy_version = g->policy_version;
     if ((err = grpo_batch_set_str(b, &b->sampling_json, pc->sampling_json)) != GRPO_OK)
         goto done;
     size_t at = 0;
@@ -857,7 +859,11 @@ static grpo_err
 persist_put(void *ctx, int64_t id, const void *bytes, size_t len)
 {
     run_ctx *c = ctx;
-    return grpo_store_put_batch(c->store, id, c->run_id, 0, 1, bytes, len);
+    grpo_batch_info in;
+    grpo_err err = grpo_batch_peek_info(bytes, len, &in);
+    if (err != GRPO_OK)
+        return err;
+    return grpo_store_put_batch(c->store, id, c->run_id, in.step, 1, bytes, len);
 }
 
 static grpo_err

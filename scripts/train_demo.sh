@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# The whole GRPO loop on the bundled demo policy, in one command (issue 12; docs/loop.md):
+#
+#   scripts/train_demo.sh            # about 10-15 minutes on a loaded 2-core machine
+#
+# 1. builds `grpo` if needed (build-loop/), snapshots models/demo into the work folder;
+# 2. writes a training prompt file with tools/demo_model's task generator (fixed seed; the
+#    held-out data/demo_prompts.jsonl and the demo's evaluation set are excluded);
+# 3. measures held-out accuracy: `grpo rollout` on data/demo_prompts.jsonl, fixed seed;
+# 4. starts `grpo rollout --publish ipc://...` on the training prompts and
+#    examples/train_grpo.py together: batches flow to the trainer, new weights flow back;
+# 5. measures held-out accuracy again with the trainer's final weights (same seed);
+# 6. checks every policy version in the store against the sha256 the trainer published, writes
+#    `grpo stats --by step` and `grpo stats --report`, and prints a summary (also summary.md).
+#
+# Settings (environment): WORK (default build-loop/train_demo), N_PROMPTS (480), GROUP (16),
+# MAX_NEW (160), GROUPS_PER_STEP (4), PUBLISH_EVERY (1), LR (5e-5), BETA (0), LOSS_AGG
+# (token-mean), ADVANTAGE (engine), EVAL_GROUP (64), EVAL_SEED (12345), TRAIN_SEED (1),
+# PROMPT_SEED (4242), ENGINE_THREADS (1), TRAINER_THREADS (1), EXTRA_TRAIN_ARGS.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build-loop}
+WORK=${WORK:-$BUILD/train_demo}
+N_PROMPTS=${N_PROMPTS:-480}
+GROUP=${GROUP:-16}
+MAX_NEW=${MAX_NEW:-160}
+GROUPS_PER_STEP=${GROUPS_PER_STEP:-4}
+PUBLISH_EVERY=${PUBLISH_EVERY:-1}
+LR=${LR:-5e-5}
+BETA=${BETA:-0}
+LOSS_AGG=${LOSS_AGG:-token-mean}
+ADVANTAGE=${ADVANTAGE:-engine}
+EVAL_GROUP=${EVAL_GROUP:-64}
+EVAL_SEED=${EVAL_SEED:-12345}
+TRAIN_SEED=${TRAIN_SEED:-1}
+PROMPT_SEED=${PROMPT_SEED:-4242}
+ENGINE_THREADS=${ENGINE_THREADS:-1}
+TRAINER_THREADS=${TRAINER_THREADS:-1}
+EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:-}
+
+say() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+
+python3 -c 'import torch, transformers, pynng, safetensors' 2>/dev/null || {
+    echo "train_demo.sh: needs python3 with torch, transformers, pynng and safetensors" >&2
+    exit 1
+}
+[ -f "$ROOT/models/demo/model.safetensors" ] || {
+    echo "train_demo.sh: models/demo/model.safetensors is missing (tools/demo_model/train.py makes it)" >&2
+    exit 1
+}
+GRPO=$BUILD/cli/grpo
+if [ ! -x "$GRPO" ]; then
+    say "building grpo in $BUILD"
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DGRPO_WERROR=ON -DGRPO_CUDA=OFF >/dev/null
+    ninja -C "$BUILD" -j2 grpo >/dev/null
+fi
+
+rm -rf "$WORK"
+mkdir -p "$WORK"
+T_START=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+# The run works on its own copy of the demo model (a re-export of models/demo during the run
+# cannot change the starting point).
+cp -r "$ROOT/models/demo" "$WORK/model0"
+MODEL=$WORK/model0
+
+say "training prompts: $N_PROMPTS from tools/demo_model/tasks.py, seed $PROMPT_SEED"
+python3 - "$ROOT" "$WORK/train_prompts.jsonl" "$N_PROMPTS" "$PROMPT_SEED" <<'EOF'
+import json, random, sys
+root, out_path, n, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+sys.path.insert(0, root + "/tools/demo_model")
+import train  # the demo's own task sets: held-out (data/demo_prompts.jsonl) + evaluation set
+_, _, seen = train.make_heldout(1234)       # every held-out and evaluation question, excluded
+held = {json.loads(l)["prompt"] for l in open(root + "/data/demo_prompts.jsonl")}
+seen |= held
+# Levels weighted towards where the demo policy has some but not all answers right (GRPO learns
+# only from groups with mixed rewards): L1 5%, L2 30%, L3 25%, L4 20%, L5 5%, code 15%.
+weights = {1: 5, 2: 30, 3: 25, 4: 20, 5: 5, 6: 15}
+levels = [lv for lv, w in weights.items() for _ in range(w)]
+r = random.Random(seed)
+with open(out_path, "w") as f:
+    k = 0
+    while k < n:
+        lv = r.choice(levels)
+        t = train.draw_level(r, lv)
+        if t["question"] in seen:
+            continue
+        seen.add(t["question"])
+        t["id"] = "train-l%d-%04d" % (lv, k)
+        f.write(json.dumps(train.prompt_record(t)) + "\n")
+        k += 1
+EOF
+
+evaluate() { # $1 = model dir, $2 = name
+    "$GRPO" rollout --model "$1" --prompts "$ROOT/data/demo_prompts.jsonl" --group "$EVAL_GROUP" \
+        --max-new-tokens "$MAX_NEW" --seed "$EVAL_SEED" --threads 2 --db "$WORK/$2.db" \
+        --out "$WORK/$2.jsonl" >"$WORK/$2.log" 2>&1
+}
+
+say "held-out accuracy before training (data/demo_prompts.jsonl, G=$EVAL_GROUP, seed $EVAL_SEED)"
+evaluate "$MODEL" eval_before
+
+say "training: grpo rollout --publish + examples/train_grpo.py"
+URL="ipc://$WORK/bridge.sock"
+T_TRAIN=$(date +%s)
+"$GRPO" rollout --model "$MODEL" --prompts "$WORK/train_prompts.jsonl" --group "$GROUP" \
+    --max-new-tokens "$MAX_NEW" --seed "$TRAIN_SEED" --db "$WORK/train.db" --publish "$URL" \
+    --publish-window $((2 * GROUPS_PER_STEP)) --max-pending-groups "$GROUPS_PER_STEP" \
+    --kv-budget "$((GROUP * 64 * 4 * 3))t" --threads "$ENGINE_THREADS" >"$WORK/rollout.log" 2>&1 &
+ENGINE=$!
+trap 'kill $ENGINE 2>/dev/null || true' EXIT
+# shellcheck disable=SC2086
+python3 "$ROOT/examples/train_grpo.py" --model "$MODEL" --url "$URL" --out-dir "$WORK/trainer" \
+    --groups-per-step "$GROUPS_PER_STEP" --publish-every "$PUBLISH_EVERY" --lr "$LR" \
+    --beta "$BETA" --loss-agg "$LOSS_AGG" --advantage "$ADVANTAGE" --threads "$TRAINER_THREADS" \
+    --mismatch-every 2 $EXTRA_TRAIN_ARGS 2>&1 | tee "$WORK/trainer.log" | grep --line-buffered '^step\|^train_grpo'
+wait $ENGINE || { echo "train_demo.sh: grpo rollout failed; see $WORK/rollout.log" >&2; exit 1; }
+trap - EXIT
+T_TRAIN_END=$(date +%s)
+
+say "held-out accuracy after training (the trainer's final weights, same seed)"
+evaluate "$WORK/trainer/final" eval_after
+
+"$GRPO" stats --db "$WORK/train.db" --by step > "$WORK/stats_by_step.txt"
+"$GRPO" stats --db "$WORK/train.db" --by step --format json > "$WORK/stats_by_step.json"
+"$GRPO" stats --db "$WORK/train.db" --report "$WORK/report.html"
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+
+python3 - "$WORK" "$ROOT" "$T_START" "$T_TRAIN" "$T_TRAIN_END" "$LOAD_START" "$LOAD_END" <<'EOF'
+import hashlib, json, os, sqlite3, sys, time
+work, root = sys.argv[1], sys.argv[2]
+t_start, t_train, t_train_end = (int(x) for x in sys.argv[3:6])
+load_start, load_end = sys.argv[6], sys.argv[7]
+out = []
+def p(s=""):
+    out.append(s)
+    print(s)
+
+def accuracy(db):
+    con = sqlite3.connect(db)
+    per = {}
+    for sj, correct, reward in con.execute(
+            "SELECT g.sampling_json, c.correct, c.reward FROM completions c "
+            "JOIN groups g ON c.group_id = g.id"):
+        pid = json.loads(sj)["prompt_id"]
+        per.setdefault(pid, []).append((correct or 0, reward or 0.0))
+    return per
+
+before, after = accuracy(work + "/eval_before.db"), accuracy(work + "/eval_after.db")
+def mean(v): return sum(v) / len(v) if v else float("nan")
+p("## Held-out accuracy (data/demo_prompts.jsonl, grpo rollout, same seed before and after)")
+p()
+p("| prompt | before: correct | after: correct | before: reward | after: reward |")
+p("|---|---|---|---|---|")
+for pid in sorted(before):
+    b, a = before[pid], after.get(pid, [])
+    p("| %s | %.0f%% | %.0f%% | %.3f | %.3f |" % (pid, 100 * mean([x[0] for x in b]),
+      100 * mean([x[0] for x in a]), mean([x[1] for x in b]), mean([x[1] for x in a])))
+ab = mean([x[0] for v in before.values() for x in v])
+aa = mean([x[0] for v in after.values() for x in v])
+n_b = sum(len(v) for v in before.values())
+p("| **all** | **%.1f%%** | **%.1f%%** | %.3f | %.3f |" % (
+    100 * ab, 100 * aa, mean([x[1] for v in before.values() for x in v]),
+    mean([x[1] for v in after.values() for x in v])))
+se = ((ab * (1 - ab) + aa * (1 - aa)) / n_b) ** 0.5
+p()
+p("accuracy %.1f%% -> %.1f%% (%+.1f points; 2 sigma of the difference %.1f points, %d samples each)"
+  % (100 * ab, 100 * aa, 100 * (aa - ab), 200 * se, n_b))
+
+log = [json.loads(l) for l in open(work + "/trainer/train_log.jsonl")]
+pub = [json.loads(l) for l in open(work + "/trainer/published.jsonl")]
+mm = [r["mismatch_kl"] for r in log if r.get("mismatch_kl") is not None]
+mx = [r["mismatch_max_abs"] for r in log if r.get("mismatch_max_abs") is not None]
+p()
+p("## Training")
+p()
+p("- steps: %d (%d groups, %d completions), policy versions published: %d" % (
+    len(log), sum(r["groups"] for r in log), sum(r["completions"] for r in log), len(pub)))
+p("- wall time: training loop %d s, whole script %d s" % (t_train_end - t_train, time.time() - t_start))
+p("- load average (1/5/15 min) at start %s, at end %s, on %d CPUs" % (load_start, load_end, os.cpu_count()))
+if mm:
+    p("- mismatch_kl (KL(engine || trainer) per token, same weights): mean %.2e, max %.2e over %d steps;"
+      " largest |logprob difference| %.2e" % (mean(mm), max(mm), len(mm), max(mx)))
+first, last = log[: max(1, len(log) // 5)], log[-max(1, len(log) // 5):]
+p("- training reward mean: first fifth of the steps %.3f, last fifth %.3f; frac_reward_zero_std %.2f -> %.2f"
+  % (mean([r["reward_mean"] for r in first]), mean([r["reward_mean"] for r in last]),
+     mean([r["frac_reward_zero_std"] for r in first]), mean([r["frac_reward_zero_std"] for r in last])))
+p("- pg_clipfrac mean %.4f, staleness mean %.2f versions" % (
+    mean([r["pg_clipfrac"] for r in log]), mean([r["staleness_mean"] for r in log])))
+
+# Every policy version the engine recorded must be exactly what the trainer published.
+con = sqlite3.connect(work + "/train.db")
+rows = con.execute("SELECT version, location, sha256 FROM policy_versions ORDER BY version").fetchall()
+published = {r["version"]: r["sha256"] for r in pub}
+model0 = hashlib.sha256(open(work + "/model0/model.safetensors", "rb").read()).hexdigest()
+bad = []
+for v, loc, sha in rows:
+    want = model0 if v == 0 else published.get(v)
+    f = os.path.join(loc, "model.safetensors")
+    disk = hashlib.sha256(open(f, "rb").read()).hexdigest() if os.path.exists(f) else None
+    if sha != want or disk != want:
+        bad.append((v, sha, want, disk))
+used = con.execute("SELECT policy_version, count(*) FROM groups GROUP BY policy_version").fetchall()
+p("- policy versions in the store: %d (0..%d); every one's sha256 equals the trainer's published "
+  "sha256 (version 0: the starting model) and the file it points to: %s" % (
+      len(rows), rows[-1][0], "yes" if not bad else "NO: %s" % bad))
+p("- groups per policy version: %d versions sampled groups; the engine skips a version when a "
+  "newer one arrives before it could swap" % len(used))
+p()
+p("Files: %s/{summary.md, stats_by_step.txt, report.html, trainer/train_log.jsonl, train.db}" % work)
+open(work + "/summary.md", "w").write("\n".join(out) + "\n")
+if bad:
+    sys.exit(1)
+EOF

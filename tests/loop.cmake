@@ -1,0 +1,13 @@
+# The whole GRPO loop, short (issue 12): grpo rollout --publish on the demo policy with
+# examples/train_grpo.py (PyTorch + transformers) pulling batches and publishing weights back.
+# Checks that batches flow, weights come back, the policy version advances and the store records
+# each version's sha256 (not that reward rises: scripts/train_demo.sh shows that). Exits 77
+# (skipped) when python3 lacks torch/transformers/pynng/safetensors or models/demo is absent.
+find_package(Python3 COMPONENTS Interpreter)
+if(TARGET grpo AND Python3_Interpreter_FOUND)
+  add_test(NAME loop_test
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/loop_test.py --grpo $<TARGET_FILE:grpo>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(loop_test PROPERTIES TIMEOUT 300 LABELS cpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "GRPO_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endif()

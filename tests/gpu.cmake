@@ -70,3 +70,9 @@ if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(cuda_host_mla_test SOURCES cuda_host_mla_test.cpp
                 LIBS grpo_cuda_plan grpo_kernels grpo_common Threads::Threads m TIMEOUT 120)
 endif()
+
+# The GEMM bodies (kernels/cuda/gemm_body.h) run by host threads against the CPU GEMMs.
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(cuda_host_gemm_test SOURCES cuda_host_gemm_test.cpp
+                LIBS grpo_kernels grpo_common Threads::Threads m TIMEOUT 120)
+endif()

@@ -73,49 +73,9 @@ cu_blocks(size_t n, unsigned t)
     return (unsigned)((n + t - 1) / t);
 }
 
-/* Device-side weight element (row r of the view, column c), dequantized: the same values as
- * grpo_kw_dequant_row on the CPU (E4M3 times its 128x128 block's scale; BF16/F16 exact). */
-struct cu_kw {
-    const void *data;
-    const float *scale;
-    int dt, rows, cols, br, bc, scale_cols, row0;
-};
+/* The weight view as the kernels see it (cu_kw, cu_w, cu_e4m3): kernels/cuda/gemm_body.h. */
+#include "kernels/cuda/gemm_body.h"
 cu_kw grpo_cu__kw(const grpo_kw *w);
-
-__device__ __forceinline__ float
-cu_e4m3(uint8_t b)
-{
-    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-    float v;
-    if (e == 15 && m == 7)
-        v = __int_as_float(0x7fc00000);
-    else if (e == 0)
-        v = ldexpf((float)m, -9);
-    else
-        v = ldexpf((float)(8 + m), e - 10);
-    return s ? -v : v;
-}
-
-__device__ __forceinline__ float
-cu_half(uint16_t h)
-{
-    return __half2float(__ushort_as_half(h));
-}
-
-__device__ __forceinline__ float
-cu_w(const cu_kw &w, int r, int c)
-{
-    switch (w.dt) {
-    case GRPO_DT_F32: return ((const float *)w.data)[(size_t)r * w.cols + c];
-    case GRPO_DT_BF16:
-        return __uint_as_float((uint32_t)((const uint16_t *)w.data)[(size_t)r * w.cols + c] << 16);
-    case GRPO_DT_F16: return cu_half(((const uint16_t *)w.data)[(size_t)r * w.cols + c]);
-    default: {
-        float s = w.scale[(size_t)((r + w.row0) / w.br) * w.scale_cols + c / w.bc];
-        return cu_e4m3(((const uint8_t *)w.data)[(size_t)r * w.cols + c]) * s;
-    }
-    }
-}
 
 /* Launchers shared between files (device pointers, the table's stream). */
 grpo_err grpo_cu__gemm_generic(cu_state *s, int M, int H, const float *x, int ldx, int xhs,

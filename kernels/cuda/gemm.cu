@@ -6,70 +6,27 @@
 
 #include <string.h>
 
-#define BM 64
-#define BN 64
-#define BK 16
 
 cu_kw
 grpo_cu__kw(const grpo_kw *w)
 {
-    cu_kw k;
-    k.data = w->data;
-    k.scale = w->scale;
-    k.dt = (int)w->dt;
-    k.rows = w->rows;
-    k.cols = w->cols;
-    k.br = w->br > 0 ? w->br : 128;
-    k.bc = w->bc > 0 ? w->bc : 128;
-    k.scale_cols = w->scale_cols;
-    k.row0 = w->row0;
-    return k;
+    return cu_kw_of(w);
 }
 
-/* y[z](m, n) = sum_k x[z](m, k) W(z)(n, k)   (trans = 0; W(z) row n = wr0 + n)
- *            = sum_k x[z](m, k) W(z)(k, n)   (trans = 1; W(z) row k = wr0 + k)
- * z = head: x, y offset by z * xhs, z * yhs; wr0 = z * wrs. */
+struct tile_ctx {
+    float *xs, *ws;
+    __device__ int tid() const { return threadIdx.x; }
+    __device__ void sync() { __syncthreads(); }
+};
+
 __global__ void __launch_bounds__(256)
 gemm_k(int M, int N, int K, const float *x, int ldx, int xhs, cu_kw w, int wrs, int trans,
        float *y, int ldy, int yhs)
 {
-    __shared__ float xs[BK][BM + 1], ws[BK][BN + 1];
-    int z = blockIdx.z, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, wr0 = z * wrs;
-    x += (size_t)z * xhs;
-    y += (size_t)z * yhs;
-    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    float acc[4][4] = {};
-    for (int k0 = 0; k0 < K; k0 += BK) {
-        for (int i = threadIdx.x; i < BK * BM; i += 256) {
-            int kk = i % BK, mm = i / BK, m = m0 + mm, k = k0 + kk;
-            xs[kk][mm] = m < M && k < K ? x[(size_t)m * ldx + k] : 0.0f;
-        }
-        for (int i = threadIdx.x; i < BK * BN; i += 256) {
-            int kk, nn;
-            if (trans)
-                nn = i % BN, kk = i / BN;
-            else
-                kk = i % BK, nn = i / BK;
-            int n = n0 + nn, k = k0 + kk;
-            float v = 0.0f;
-            if (n < N && k < K)
-                v = trans ? cu_w(w, wr0 + k, n) : cu_w(w, wr0 + n, k);
-            ws[kk][nn] = v;
-        }
-        __syncthreads();
-        int kn = K - k0 < BK ? K - k0 : BK;
-        for (int kk = 0; kk < kn; kk++)
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++)
-                    acc[i][j] = fmaf(xs[kk][ty + 16 * i], ws[kk][tx + 16 * j], acc[i][j]);
-        __syncthreads();
-    }
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) {
-            int m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
-            if (m < M && n < N)
-                y[(size_t)m * ldy + n] = acc[i][j];
-        }
+    __shared__ float xs[GB_BK * (GB_BM + 1)], ws[GB_BK * (GB_BN + 1)];
+    tile_ctx cx = {xs, ws};
+    gemm_tile(cx, blockIdx.z, blockIdx.y, blockIdx.x, M, N, K, x, ldx, xhs, w, wrs, trans, y, ldy,
+              yhs);
 }
 
 grpo_err
@@ -79,63 +36,30 @@ grpo_cu__gemm_generic(cu_state *s, int M, int H, const float *x, int ldx, int xh
 {
     if (M <= 0 || N <= 0 || H <= 0)
         return GRPO_OK;
-    dim3 grid(cu_blocks((size_t)N, BN), cu_blocks((size_t)M, BM), (unsigned)H);
+    dim3 grid(cu_blocks((size_t)N, GB_BN), cu_blocks((size_t)M, GB_BM), (unsigned)H);
     gemm_k<<<grid, 256, 0, s->stream>>>(M, N, K, x, ldx, xhs, grpo_cu__kw(w), wrs, trans, y, ldy,
                                         yhs);
     CU_LAUNCHED();
     return GRPO_OK;
 }
 
-/* Grouped expert GEMM, one warp per (expert, output column): the weight row is read once per 8
- * token rows (16 E4M3 bytes per lane per step, one 128-block scale per step), the lanes' partial
- * sums are reduced by a fixed shuffle tree. The order of every output's reduction depends only
- * on K, never on how many rows an expert got (batch invariance). Memory-bound decode shape:
- * a few rows per expert, every expert weight byte read about once. */
-#define GR 8
+struct warp_ctx {
+    __device__ int lane() const { return threadIdx.x % 32; }
+    __device__ float warp_sum(float v)
+    {
+        for (int o = 16; o > 0; o >>= 1)
+            v += __shfl_xor_sync(0xffffffffu, v, o);
+        return v;
+    }
+};
+
+/* Grouped expert GEMM: block (8 output columns, expert); gemv_column per warp. */
 __global__ void __launch_bounds__(256)
 moe_gemv_k(int N, int K, const float *x, int ldx, const cu_kw *wg, const int32_t *offs, float *y,
            int ldy)
 {
-    int e = blockIdx.y, lane = threadIdx.x % 32, n = blockIdx.x * 8 + threadIdx.x / 32;
-    int r0 = offs[e], rows = offs[e + 1] - r0;
-    if (n >= N || rows <= 0)
-        return;
-    cu_kw w = wg[e];
-    int vec = w.dt == GRPO_DT_F8E4M3 && K % 16 == 0 && w.bc % 16 == 0 &&
-              ((uintptr_t)w.data & 15) == 0;
-    for (int rb = 0; rb < rows; rb += GR) {
-        int nr = min(GR, rows - rb);
-        float acc[GR];
-        for (int r = 0; r < GR; r++)
-            acc[r] = 0.0f;
-        for (int k0 = lane * 16; k0 < K; k0 += 512) {
-            float wv[16];
-            if (vec) {
-                uint4 q = *(const uint4 *)((const uint8_t *)w.data + (size_t)n * K + k0);
-                const uint8_t *b = (const uint8_t *)&q;
-                float sc = w.scale[(size_t)((n + w.row0) / w.br) * w.scale_cols + k0 / w.bc];
-                for (int i = 0; i < 16; i++)
-                    wv[i] = cu_e4m3(b[i]) * sc;
-            } else {
-                for (int i = 0; i < 16; i++)
-                    wv[i] = k0 + i < K ? cu_w(w, n, k0 + i) : 0.0f;
-            }
-            for (int r = 0; r < GR; r++) {
-                if (r >= nr)
-                    break;
-                const float *xr = x + (size_t)(r0 + rb + r) * ldx + k0;
-                for (int i = 0; i < 16 && k0 + i < K; i++)
-                    acc[r] = fmaf(xr[i], wv[i], acc[r]);
-            }
-        }
-        for (int r = 0; r < GR; r++) {
-            float v = acc[r];
-            for (int o = 16; o > 0; o >>= 1)
-                v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0 && r < nr)
-                y[(size_t)(r0 + rb + r) * ldy + n] = v;
-        }
-    }
+    warp_ctx cx;
+    gemv_column(cx, blockIdx.y, blockIdx.x * 8 + threadIdx.x / 32, N, K, x, ldx, wg, offs, y, ldy);
 }
 
 extern "C" grpo_err

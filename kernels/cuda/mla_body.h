@@ -103,11 +103,11 @@ mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const 
             }
         }
         cx.sync();
-#ifdef __CUDACC__
+#ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
         for (int h = 0; h < MLA_HG; h++)
-#ifdef __CUDACC__
+#ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
             for (int c = 0; c < 2; c++) {
@@ -121,7 +121,7 @@ mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const 
             }
         cx.sync();
     }
-#ifdef __CUDACC__
+#ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
     for (int h = 0; h < MLA_HG; h++) {

@@ -42,6 +42,13 @@ typedef struct worker_info {
     uint64_t groups;
 } worker_info;
 
+typedef struct conn {
+    uint32_t pipe;
+    uint32_t worker; /* index in workers[] */
+} conn;
+
+#define MAX_CONNS 65536
+
 typedef struct serve {
     const args *a;
     grpo_prompt_set ps;
@@ -60,6 +67,8 @@ typedef struct serve {
     grpo_wparams params;
     worker_info *workers;
     size_t n_workers;
+    conn *conns; /* open connections and the worker on each */
+    size_t n_conns;
     uint64_t recorded, duplicates, stale, refused, requests;
 } serve;
 
@@ -483,7 +492,8 @@ load_items(serve *c, size_t *already)
     c->lease_rows = calloc(n ? n : 1, sizeof *c->lease_rows);
     c->issued_at = calloc(n ? n : 1, sizeof *c->issued_at);
     c->workers = calloc(MAX_WORKERS, sizeof *c->workers);
-    if (!c->prompt_ids || !c->lease_rows || !c->issued_at || !c->workers)
+    c->conns = calloc(MAX_CONNS, sizeof *c->conns);
+    if (!c->prompt_ids || !c->lease_rows || !c->issued_at || !c->workers || !c->conns)
         return grpo__fail(GRPO_ENOMEM, "serve: out of memory for %zu prompts", n);
     if ((err = grpo_lease_table_create(&c->leases, n, c->a->lease_timeout)) != GRPO_OK)
         return err;
@@ -856,6 +866,58 @@ on_signal(int sig)
     interrupted = 1;
 }
 
+static void
+note_conn(serve *c, const char *worker_id, uint32_t pipe)
+{
+    size_t w = 0;
+    while (w < c->n_workers && strcmp(c->workers[w].id, worker_id) != 0)
+        w++;
+    if (w == c->n_workers || pipe == 0)
+        return;
+    for (size_t i = 0; i < c->n_conns; i++)
+        if (c->conns[i].pipe == pipe) {
+            c->conns[i].worker = (uint32_t)w;
+            return;
+        }
+    if (c->n_conns < MAX_CONNS)
+        c->conns[c->n_conns++] = (conn){pipe, (uint32_t)w};
+}
+
+static void
+on_disconnected(void *ctx, size_t item, int32_t attempt, const char *worker)
+{
+    serve *c = ctx;
+    fprintf(stderr,
+            "\ngrpo serve: worker %s disconnected holding prompt %s (attempt %d); "
+            "re-issuing\n",
+            worker, c->ps.items[item].id, attempt);
+    if (c->lease_rows[item] > 0)
+        grpo_store_lease_end(c->store, c->lease_rows[item], "expired");
+}
+
+/* A worker whose every connection closed (killed, crashed, cut off) loses its leases now rather
+ * than at their deadline. A worker merely reconnecting loses them too; its results still count. */
+static void
+reap_connections(serve *c)
+{
+    uint32_t ids[256];
+    int n = grpo_wserver_closed_pipes(c->srv, ids, 256);
+    for (int k = 0; k < n; k++) {
+        size_t i = 0;
+        while (i < c->n_conns && c->conns[i].pipe != ids[k])
+            i++;
+        if (i == c->n_conns)
+            continue;
+        uint32_t w = c->conns[i].worker;
+        c->conns[i] = c->conns[--c->n_conns];
+        int still = 0;
+        for (size_t j = 0; j < c->n_conns && !still; j++)
+            still = c->conns[j].worker == w;
+        if (!still)
+            grpo_lease_table_expire_worker(c->leases, c->workers[w].id, on_disconnected, c);
+    }
+}
+
 static grpo_err
 handle(serve *c, const grpo_wmsg *req)
 {
@@ -883,6 +945,8 @@ handle(serve *c, const grpo_wmsg *req)
         grpo_wserver_reply(c->srv, &e);
         return err;
     }
+    if (req->worker_id)
+        note_conn(c, req->worker_id, grpo_wserver_last_pipe(c->srv));
     grpo_err rerr = grpo_wserver_reply(c->srv, &rep);
     if (rerr != GRPO_OK) /* the worker went away: its leases lapse */
         grpo_log(GRPO_LOG_WARN, "serve: %s", grpo_error_last());
@@ -911,8 +975,10 @@ serve_loop(serve *c)
         } else if (rerr != GRPO_ETIMEOUT && rerr != GRPO_EFORMAT) {
             err = rerr;
         }
-        if (err == GRPO_OK)
+        if (err == GRPO_OK) {
+            reap_connections(c);
             grpo_lease_table_expire(c->leases, grpo_now(), on_expired, c);
+        }
         if (err == GRPO_OK)
             err = poll_weights(c);
         if (isatty(2))
@@ -964,7 +1030,7 @@ serve_fini(serve *c)
     grpo_bridge_publisher_destroy(c->pub);
     grpo_wserver_destroy(c->srv);
     grpo_lease_table_destroy(c->leases);
-    free(c->prompt_ids), free(c->lease_rows), free(c->issued_at), free(c->workers);
+    free(c->prompt_ids), free(c->lease_rows), free(c->issued_at), free(c->workers), free(c->conns);
     grpo_prompts_fini(&c->ps);
 }
 

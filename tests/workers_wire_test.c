@@ -412,7 +412,7 @@ test_lease_table_model(void **state)
         grpo_lease_table *t;
         assert_int_equal(grpo_lease_table_create(&t, n, timeout), GRPO_OK);
         ref_item *ref = calloc(n, sizeof *ref);
-        size_t *queue = calloc(n * 64, sizeof *queue), qh = 0, qt = 0, fresh = 0;
+        size_t *queue = calloc(n * 64 + 1024, sizeof *queue), qh = 0, qt = 0, fresh = 0;
         uint64_t reissued = 0, expired = 0, issued = 0;
         for (size_t i = 0; i < n; i++)
             ref[i].attempt = -1;
@@ -423,7 +423,7 @@ test_lease_table_model(void **state)
             }
         for (int step = 0; step < 400; step++) {
             now += rndi(0, 30) / 10.0;
-            int op = rndi(0, 3);
+            int op = rndi(0, 4);
             char w[8];
             snprintf(w, sizeof w, "w%d", rndi(0, 3));
             if (op == 0) { /* issue: requeued first (FIFO), then the lowest fresh pending */
@@ -479,6 +479,18 @@ test_lease_table_model(void **state)
                     }
                 expired += e;
                 assert_int_equal(grpo_lease_table_expire(t, now, NULL, NULL), e);
+            } else if (op == 4) { /* worker w disconnected: its leases return at once */
+                if (rnd() % 4)
+                    continue; /* rarer than the rest */
+                size_t e = 0;
+                for (size_t i = 0; i < fresh; i++)
+                    if (ref[i].state == R_LEASED && strcmp(ref[i].worker, w) == 0) {
+                        ref[i].state = R_PENDING, e++;
+                        if (!ref[i].requeued)
+                            queue[qt++] = i, ref[i].requeued = 1;
+                    }
+                expired += e;
+                assert_int_equal(grpo_lease_table_expire_worker(t, w, NULL, NULL), e);
             } else { /* a result for some issued item: recorded, or a refused one released */
                 size_t i = (size_t)rndi(0, (int)n - 1);
                 if (ref[i].attempt < 0)

@@ -184,6 +184,12 @@ int grpo_lease_table_issue(grpo_lease_table *t, const char *worker, double now, 
 /* Pushes the deadline of a lease `worker` still holds; 0 when it holds it no longer. */
 int grpo_lease_table_heartbeat(grpo_lease_table *t, uint64_t lease_id, const char *worker,
                                double now);
+/* Returns every lease `worker` holds to the queue at once (its connection closed); calls fn like
+ * expire(). Returns how many. */
+size_t grpo_lease_table_expire_worker(grpo_lease_table *t, const char *worker,
+                                      void (*fn)(void *ctx, size_t item, int32_t attempt,
+                                                 const char *worker),
+                                      void *ctx);
 /* Returns the leases whose deadline is before now to the queue; calls fn (may be NULL) for each
  * with the item and the lapsed attempt. Returns how many lapsed. */
 size_t grpo_lease_table_expire(grpo_lease_table *t, double now,
@@ -213,6 +219,13 @@ void grpo_wserver_destroy(grpo_wserver *s);
  * A malformed request is answered with an ERROR message here, logged, and GRPO_EFORMAT returned;
  * the caller just receives again. */
 grpo_err grpo_wserver_recv(grpo_wserver *s, grpo_wmsg *req, int timeout_ms);
+/* The connection (NNG pipe id, > 0) the request last received came on. */
+uint32_t grpo_wserver_last_pipe(const grpo_wserver *s);
+/* Moves up to max ids of connections that closed since the last call into ids; returns how many.
+ * A worker whose every connection closed has died or been cut off: its leases need not wait for
+ * their deadline. (At most 4096 closures are remembered between calls; older ones are dropped and
+ * their leases lapse by deadline as usual.) */
+int grpo_wserver_closed_pipes(grpo_wserver *s, uint32_t *ids, int max);
 /* Answers the request last received. */
 grpo_err grpo_wserver_reply(grpo_wserver *s, const grpo_wmsg *rep);
 /* Bytes received and sent so far. */

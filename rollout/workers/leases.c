@@ -169,6 +169,26 @@ grpo_lease_table_expire(grpo_lease_table *t, double now,
     return n;
 }
 
+size_t
+grpo_lease_table_expire_worker(grpo_lease_table *t, const char *worker,
+                               void (*fn)(void *ctx, size_t item, int32_t attempt,
+                                          const char *worker),
+                               void *ctx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < t->next_fresh && t->c.leased > 0; i++) {
+        item *x = &t->it[i];
+        if (x->state != ST_LEASED || strcmp(x->worker, worker) != 0)
+            continue;
+        set_state(t, i, ST_PENDING);
+        requeue(t, i);
+        t->c.expired++, n++;
+        if (fn)
+            fn(ctx, i, x->attempt, x->worker);
+    }
+    return n;
+}
+
 grpo_lease_outcome
 grpo_lease_table_lookup(const grpo_lease_table *t, uint64_t lease_id, size_t *item_out,
                         int32_t *attempt)

@@ -7,6 +7,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,12 +46,32 @@ send_msg(nng_socket s, const grpo_wmsg *m, const char *url, uint64_t *counter)
 
 /* ---- coordinator: REP ---- */
 
+#define MAX_CLOSED 4096
+
 struct grpo_wserver {
     nng_socket sock;
     int open;
     char *url;
     uint64_t bytes_in, bytes_out;
+    uint32_t last_pipe;
+    pthread_mutex_t mu; /* guards closed[], filled by NNG's pipe callback thread */
+    uint32_t closed[MAX_CLOSED];
+    int n_closed;
 };
+
+static void
+on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    grpo_wserver *s = arg;
+    (void)ev;
+    pthread_mutex_lock(&s->mu);
+    if (s->n_closed == MAX_CLOSED) { /* drop the oldest */
+        memmove(s->closed, s->closed + 1, (MAX_CLOSED - 1) * sizeof *s->closed);
+        s->n_closed--;
+    }
+    s->closed[s->n_closed++] = (uint32_t)nng_pipe_id(p);
+    pthread_mutex_unlock(&s->mu);
+}
 
 grpo_err
 grpo_wserver_create(grpo_wserver **out, const char *url)
@@ -62,6 +83,7 @@ grpo_wserver_create(grpo_wserver **out, const char *url)
         free(s);
         return grpo__fail(GRPO_ENOMEM, "workers: out of memory");
     }
+    pthread_mutex_init(&s->mu, NULL);
     if ((rv = nng_rep0_open(&s->sock)) != 0) {
         grpo_err err = nng_fail(rv, "opening a REP socket", url);
         grpo_wserver_destroy(s);
@@ -70,6 +92,7 @@ grpo_wserver_create(grpo_wserver **out, const char *url)
     s->open = 1;
     nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, GRPO_WORKERS_MAX_MSG);
     nng_socket_set_ms(s->sock, NNG_OPT_SENDTIMEO, 1000);
+    nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, s);
     if ((rv = nng_listen(s->sock, url, NULL, 0)) != 0) {
         grpo_err err = nng_fail(rv, "listen", url);
         grpo_wserver_destroy(s);
@@ -85,7 +108,8 @@ grpo_wserver_destroy(grpo_wserver *s)
     if (s == NULL)
         return;
     if (s->open)
-        nng_close(s->sock);
+        nng_close(s->sock); /* no pipe callback runs after this returns */
+    pthread_mutex_destroy(&s->mu);
     free(s->url), free(s);
 }
 
@@ -99,6 +123,7 @@ grpo_wserver_recv(grpo_wserver *s, grpo_wmsg *req, int timeout_ms)
     if (rv != 0)
         return nng_fail(rv, "receive", s->url);
     s->bytes_in += nng_msg_len(msg);
+    s->last_pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
     grpo_err err = grpo_wmsg_decode(req, nng_msg_body(msg), nng_msg_len(msg));
     nng_msg_free(msg);
     if (err == GRPO_OK && req->type >= GRPO_WMSG_WORK)
@@ -121,6 +146,24 @@ grpo_err
 grpo_wserver_reply(grpo_wserver *s, const grpo_wmsg *rep)
 {
     return send_msg(s->sock, rep, s->url, &s->bytes_out);
+}
+
+uint32_t
+grpo_wserver_last_pipe(const grpo_wserver *s)
+{
+    return s->last_pipe;
+}
+
+int
+grpo_wserver_closed_pipes(grpo_wserver *s, uint32_t *ids, int max)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_closed < max ? s->n_closed : max;
+    memcpy(ids, s->closed, (size_t)n * sizeof *ids);
+    memmove(s->closed, s->closed + n, (size_t)(s->n_closed - n) * sizeof *s->closed);
+    s->n_closed -= n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void

@@ -2,6 +2,7 @@
  * verifier, prompt or worker) as a table, CSV or JSON, or as one self-contained HTML report with
  * SVG charts of reward and completion length against step. */
 #include "cli/cli.h"
+#include "common/common_int.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -167,16 +168,12 @@ print_csv(const grpo_stats_table *t, FILE *f)
 static void
 print_json_string(const char *s, FILE *f)
 {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
+    grpo_buf b = {0};
+    if (grpo__buf_json_str(&b, s) == GRPO_OK)
+        fwrite(b.data, 1, b.len, f);
+    else
+        fputs("null", f); /* out of memory */
+    grpo__buf_fini(&b);
 }
 
 static void

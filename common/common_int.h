@@ -47,5 +47,8 @@ grpo_err grpo__buf_printf(grpo_buf *b, const char *fmt, ...)
 #endif
     ;
 void grpo__buf_fini(grpo_buf *b);
+/* Appends s as a JSON string literal: quotes, \" and \\ escaped, control bytes as \u00XX, every
+ * other byte as it is (the caller keeps s UTF-8). */
+grpo_err grpo__buf_json_str(grpo_buf *b, const char *s);
 
 #endif

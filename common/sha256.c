@@ -115,6 +115,14 @@ to_hex(const uint8_t d[32], char out[65])
 }
 
 void
+grpo_sha256_final_hex(grpo_sha256 *s, char out[65])
+{
+    uint8_t d[32];
+    grpo_sha256_final(s, d);
+    to_hex(d, out);
+}
+
+void
 grpo_sha256_hex(const void *data, size_t n, char out[65])
 {
     grpo_sha256 s;

@@ -194,3 +194,18 @@ grpo__buf_fini(grpo_buf *b)
     b->data = NULL;
     b->len = b->cap = 0;
 }
+
+grpo_err
+grpo__buf_json_str(grpo_buf *b, const char *s)
+{
+    grpo_err err = grpo__buf_append(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p && err == GRPO_OK; p++) {
+        if (*p == '"' || *p == '\\')
+            err = grpo__buf_printf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            err = grpo__buf_printf(b, "\\u%04x", *p);
+        else
+            err = grpo__buf_append(b, p, 1);
+    }
+    return err == GRPO_OK ? grpo__buf_append(b, "\"", 1) : err;
+}

@@ -170,7 +170,6 @@ prompt_hash(const grpo_prompt_rec *p, char out[65])
 {
     const char *f[5] = {p->dataset, p->text, p->messages_json, p->gold_json, p->tests_json};
     grpo_sha256 h;
-    uint8_t d[32];
     int64_t index = p->index;
     grpo_sha256_init(&h);
     grpo_sha256_update(&h, &index, sizeof index);
@@ -182,9 +181,7 @@ prompt_hash(const grpo_prompt_rec *p, char out[65])
         if (f[i])
             grpo_sha256_update(&h, f[i], n);
     }
-    grpo_sha256_final(&h, d);
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", d[i]);
+    grpo_sha256_final_hex(&h, out);
 }
 
 grpo_err

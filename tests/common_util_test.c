@@ -61,6 +61,40 @@ test_sha256_vectors(void **state)
     free(a);
     static const uint8_t want[4] = {0xcd, 0xc7, 0x6e, 0x5c};
     assert_memory_equal(d, want, 4);
+    /* the streamed digest as hex (FIPS 180-2 "abc" vector) */
+    char hx[65];
+    grpo_sha256_init(&s);
+    grpo_sha256_update(&s, "a", 1);
+    grpo_sha256_update(&s, "bc", 2);
+    grpo_sha256_final_hex(&s, hx);
+    assert_string_equal(hx, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+/* JSON string literals: cJSON (an independent parser) reads back exactly the bytes written. */
+static void
+test_json_str(void **state)
+{
+    (void)state;
+    const char *cases[] = {"",
+                           "plain",
+                           "q\"uote \\ back/slash",
+                           "\x01\x1f\t\n\r ctl",
+                           "h\xc3\xa9llo \xf0\x9f\x98\x80",
+                           "\x7f del"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        grpo_buf b = {0};
+        assert_int_equal(grpo__buf_json_str(&b, cases[i]), GRPO_OK);
+        cJSON *j = cJSON_ParseWithLength(b.data, b.len);
+        assert_non_null(j);
+        assert_true(cJSON_IsString(j));
+        assert_string_equal(j->valuestring, cases[i]);
+        cJSON_Delete(j);
+        grpo__buf_fini(&b);
+    }
+    grpo_buf b = {0};
+    assert_int_equal(grpo__buf_json_str(&b, "a\"\x01"), GRPO_OK);
+    assert_string_equal(b.data, "\"a\\\"\\u0001\"");
+    grpo__buf_fini(&b);
 }
 
 static void
@@ -210,7 +244,7 @@ main(void)
         cmocka_unit_test(test_error_message), cmocka_unit_test(test_sha256_vectors),
         cmocka_unit_test(test_arena),         cmocka_unit_test(test_pool_deterministic),
         cmocka_unit_test(test_json_helpers),  cmocka_unit_test(test_utf8),
-        cmocka_unit_test(test_files),
+        cmocka_unit_test(test_files),         cmocka_unit_test(test_json_str),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

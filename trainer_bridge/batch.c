@@ -240,26 +240,12 @@ grpo_batch_validate(const grpo_batch *b)
 /* ---- encode ---------------------------------------------------------------------------------- */
 
 static grpo_err
-json_str(grpo_buf *o, const char *s)
-{
-    grpo_err err = grpo__buf_append(o, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p && err == GRPO_OK; p++) {
-        if (*p == '"' || *p == '\\')
-            err = grpo__buf_printf(o, "\\%c", *p);
-        else if (*p < 0x20)
-            err = grpo__buf_printf(o, "\\u%04x", *p);
-        else
-            err = grpo__buf_append(o, p, 1);
-    }
-    return err == GRPO_OK ? grpo__buf_append(o, "\"", 1) : err;
-}
-
-static grpo_err
 meta_kv(grpo_buf *o, const char *k, const char *v, bool last)
 {
     grpo_err err;
-    if ((err = json_str(o, k)) != GRPO_OK || (err = grpo__buf_append(o, ":", 1)) != GRPO_OK ||
-        (err = json_str(o, v)) != GRPO_OK)
+    if ((err = grpo__buf_json_str(o, k)) != GRPO_OK ||
+        (err = grpo__buf_append(o, ":", 1)) != GRPO_OK ||
+        (err = grpo__buf_json_str(o, v)) != GRPO_OK)
         return err;
     return last ? GRPO_OK : grpo__buf_append(o, ",", 1);
 }

@@ -74,6 +74,8 @@ typedef struct grpo_sha256 {
 void grpo_sha256_init(grpo_sha256 *s);
 void grpo_sha256_update(grpo_sha256 *s, const void *data, size_t n);
 void grpo_sha256_final(grpo_sha256 *s, uint8_t out[32]);
+/* grpo_sha256_final as 64 lowercase hex characters plus NUL. */
+void grpo_sha256_final_hex(grpo_sha256 *s, char out[65]);
 /* One-shot digest as 64 lowercase hex characters plus NUL. */
 void grpo_sha256_hex(const void *data, size_t n, char out[65]);
 /* Digest of a whole file, streamed. */

@@ -279,10 +279,7 @@ grpo_model_weights_sha256(const grpo_model *cm)
     grpo_sha256_init(&s);
     for (int i = 0; i < m->n_files; i++) /* files are opened in name order */
         grpo_sha256_update(&s, m->files[i].map, m->files[i].size);
-    uint8_t d[32];
-    grpo_sha256_final(&s, d);
-    for (int i = 0; i < 32; i++)
-        snprintf(m->sha + 2 * i, 3, "%02x", d[i]);
+    grpo_sha256_final_hex(&s, m->sha);
     m->sha_done = 1;
     return m->sha;
 }

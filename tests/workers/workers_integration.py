@@ -142,6 +142,25 @@ def check_exactly_once(db, n):
         fail("expected %d prompts with one group each, got %r" % (n, rows))
 
 
+def hostile_requests(url):
+    """Malformed requests get an ERROR reply naming the problem; the coordinator carries on."""
+    try:
+        import pynng
+    except ImportError:
+        return
+    import struct
+    magic = struct.pack("<IHH", 0x57505247, 1, 1)
+    cases = [b"", b"GET / HTTP/1.1\r\n\r\n", magic, magic + struct.pack("<I", 0x7FFFFFF0) + b"x",
+             magic + struct.pack("<I", 2) + b"\xc3\x28", struct.pack("<IHH", 0x57505247, 1, 16)]
+    with pynng.Req0(dial=url, recv_timeout=10000, send_timeout=10000) as s:
+        for c in cases:
+            s.send(c)
+            rep = s.recv()
+            mg, ver, typ = struct.unpack("<IHH", rep[:8])
+            if mg != 0x57505247 or typ != 20:
+                fail("malformed request %r got reply type %d" % (c[:20], typ))
+
+
 def scenario_failover(grpo, tmp):
     n = 24
     prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
@@ -151,6 +170,7 @@ def scenario_failover(grpo, tmp):
     P = Procs(grpo, tmp)
     try:
         serve = P.start("serve", serve_args(prompts, db, url))
+        hostile_requests(url)
         # A and B are slow (40 ms per step: a group takes ~0.5 s), so they are caught holding a lease
         a = P.start("A", worker_args(url, "A", "--step-delay", "40", "--inflight", "1"))
         b = P.start("B", worker_args(url, "B", "--step-delay", "40", "--inflight", "1"))

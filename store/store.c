@@ -214,6 +214,10 @@ migrate(grpo_store *s)
     if (s->version == latest)
         return GRPO_OK;
     int32_t from = s->version;
+    if (s->opts.read_only && from == 0) /* check_empty passed: nothing in it */
+        return grpo__fail(GRPO_EFORMAT,
+                          "store: %s: an empty database: nothing has been recorded in it yet",
+                          s->path);
     if (s->opts.read_only)
         return grpo__fail(GRPO_EVERSION,
                           "store: %s: schema version %d is older than this grpo's %d and the "

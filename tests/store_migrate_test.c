@@ -255,6 +255,17 @@ static void
 test_read_only_open(void **state)
 {
     (void)state;
+    /* an empty file (or one SQLite made empty) is refused read-only, saying it is empty */
+    FILE *f = fopen(dbpath, "wb");
+    assert_non_null(f);
+    fclose(f);
+    grpo_store *e = NULL;
+    grpo_store_opts ero = {0};
+    ero.read_only = 1;
+    assert_int_equal(grpo_store_open(&e, dbpath, &ero), GRPO_EFORMAT);
+    assert_non_null(strstr(grpo_error_last(), "an empty database"));
+    assert_null(e);
+    unlink(dbpath);
     int64_t run = make_db();
     grpo_store *s = NULL;
     grpo_store_opts ro = {0};

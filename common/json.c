@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 grpo_err
 grpo__json_parse(const char *text, size_t n, const char *where, cJSON **out)
@@ -16,6 +17,29 @@ grpo__json_parse(const char *text, size_t n, const char *where, cJSON **out)
     }
     *out = j;
     return GRPO_OK;
+}
+
+grpo_err
+grpo__json_parse_text(const char *text, size_t n, const char *where, cJSON **out)
+{
+    *out = NULL;
+    size_t ok = grpo__utf8_valid_len(text, n);
+    if (ok != n)
+        return grpo__fail(GRPO_EFORMAT, "%s: invalid UTF-8 at byte %zu", where, ok);
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '"') {
+            in_str = !in_str;
+        } else if (in_str && text[i] == '\\') {
+            if (n - i >= 6 && memcmp(text + i + 1, "u0000", 5) == 0)
+                return grpo__fail(GRPO_EFORMAT,
+                                  "%s: a NUL character (\\u0000) in a string at byte %zu is not "
+                                  "supported",
+                                  where, i);
+            i++; /* the escaped character */
+        }
+    }
+    return grpo__json_parse(text, n, where, out);
 }
 
 grpo_err

@@ -10,6 +10,10 @@
 grpo_err grpo__json_parse_file(const char *path, size_t max_bytes, cJSON **out);
 /* Parses n bytes of text; `where` names the source in messages. */
 grpo_err grpo__json_parse(const char *text, size_t n, const char *where, cJSON **out);
+/* grpo__json_parse for text that becomes model input or records (prompts, chat messages): also
+ * refuses invalid UTF-8 and the \u0000 escape (cJSON would cut the string there), naming the byte
+ * offset. */
+grpo_err grpo__json_parse_text(const char *text, size_t n, const char *where, cJSON **out);
 
 /* Required fields: fail with GRPO_EFORMAT naming where and key when missing or mistyped.
  * Integers must be integral and within [lo, hi]. */

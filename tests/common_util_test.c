@@ -91,6 +91,20 @@ test_json_str(void **state)
         cJSON_Delete(j);
         grpo__buf_fini(&b);
     }
+    /* the strict text parse: UTF-8 and no \u0000 (an escaped backslash before "u0000" is fine) */
+    cJSON *t = NULL;
+    const char ok[] = "{\"k\": \"a\\\\u0000 \\\"\"}";
+    assert_int_equal(grpo__json_parse_text(ok, strlen(ok), "t.json", &t), GRPO_OK);
+    assert_string_equal(cJSON_GetObjectItem(t, "k")->valuestring, "a\\u0000 \"");
+    cJSON_Delete(t);
+    const char nul[] = "{\"k\": \"a\\u0000b\"}";
+    assert_int_equal(grpo__json_parse_text(nul, strlen(nul), "t.json", &t), GRPO_EFORMAT);
+    assert_non_null(strstr(grpo_error_last(), "t.json"));
+    assert_non_null(strstr(grpo_error_last(), "at byte 8"));
+    assert_null(t);
+    const char bad[] = "{\"k\": \"\xc3(\"}";
+    assert_int_equal(grpo__json_parse_text(bad, strlen(bad), "t.json", &t), GRPO_EFORMAT);
+    assert_non_null(strstr(grpo_error_last(), "invalid UTF-8 at byte 7"));
     grpo_buf b = {0};
     assert_int_equal(grpo__buf_json_str(&b, "a\"\x01"), GRPO_OK);
     assert_string_equal(b.data, "\"a\\\"\\u0001\"");

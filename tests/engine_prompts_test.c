@@ -65,6 +65,8 @@ test_fail_mode(void **state)
     expect_fail("{\"id\":\"\",\"prompt\":\"a\"}", "\"id\" is empty");
     expect_fail("{\"id\":1,\"messages\":[{\"content\":\"x\"}]}", "role");
     expect_fail("{\"id\":1,\"prompt\":\"\xff\xfe\"}", "UTF-8");
+    /* cJSON would cut the prompt at an escaped NUL: refused, not silently truncated */
+    expect_fail("{\"id\":1,\"prompt\":\"a\\u0000b\"}", "\\u0000");
     expect_fail("\n\n", "no prompts");
     char *big = malloc(GRPO_PROMPTS_MAX_LINE + 64);
     strcpy(big, "{\"id\":1,\"prompt\":\"");

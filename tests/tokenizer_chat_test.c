@@ -127,6 +127,7 @@ test_errors(void **state)
                          "[{\"role\": \"user\", \"content\": 5}]",
                          "[{\"role\": \"user\"",
                          "[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{}]}]",
+                         "[{\"role\": \"user\", \"content\": \"a\\u0000b\"}]",
                          "[{\"role\": \"user\", \"content\": \"caf\xc3\"}]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(grpo_chat_parse_json(&chat, bad[i], strlen(bad[i]), "m.json"),

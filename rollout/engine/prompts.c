@@ -121,9 +121,7 @@ parse_line(const char *s, size_t n, const char *where, int64_t line, grpo_prompt
     if (n > GRPO_PROMPTS_MAX_LINE)
         return grpo__fail(GRPO_EFORMAT, "%s: line is %zu bytes; the limit is %u", where, n,
                           GRPO_PROMPTS_MAX_LINE);
-    if (!grpo__utf8_valid(s, n))
-        return grpo__fail(GRPO_EFORMAT, "%s: not valid UTF-8", where);
-    if ((err = grpo__json_parse(s, n, where, &o)) != GRPO_OK)
+    if ((err = grpo__json_parse_text(s, n, where, &o)) != GRPO_OK)
         return err;
     if (!cJSON_IsObject(o)) {
         err = grpo__fail(GRPO_EFORMAT, "%s: expected a JSON object", where);

@@ -357,14 +357,9 @@ grpo_chat_parse_json(grpo_chat *out, const char *json, size_t len, const char *w
     if (p == NULL)
         return grpo__fail(GRPO_ENOMEM, "chat: out of memory");
     out->priv_ = p;
-    grpo_err err;
-    /* cJSON copies string bytes as they are: invalid UTF-8 would reach the template unnoticed */
-    size_t ok = grpo__utf8_valid_len(json, len);
-    if (ok != len) {
-        err = grpo__fail(GRPO_EFORMAT, "%s: invalid UTF-8 at byte %zu", where, ok);
-        goto done;
-    }
-    if ((err = grpo__json_parse(json, len, where, &p->root)) != GRPO_OK)
+    /* invalid UTF-8 or a \u0000 would reach the template unnoticed (or cut a message short) */
+    grpo_err err = grpo__json_parse_text(json, len, where, &p->root);
+    if (err != GRPO_OK)
         goto done;
     cJSON *list = p->root;
     if (cJSON_IsObject(list))

@@ -285,6 +285,8 @@ parse_opt(args *a, int c, const char *v)
         a->reward_config = v;
         return 0;
     case O_TEMPLATE:
+        if (strcmp(v, "r1") != 0 && strcmp(v, "v3") != 0 && strcmp(v, "none") != 0)
+            return cli_usage(CMD, "--template %s: expected r1, v3 or none", v);
         a->template_name = v;
         return 0;
     case O_TOKENIZER:
@@ -1002,8 +1004,11 @@ progress(run_ctx *c, size_t total, double t0, int final)
     double el = now - t0, rate = el > 0 ? (double)st.tokens_generated / el : 0;
     size_t done = (size_t)st.groups_done;
     double eta = done ? el / (double)done * (double)(total - done) : 0;
-    fprintf(stderr, "\rgroups %zu/%zu  in flight %d  %.0f tok/s  ETA %02d:%02d   %s", done, total,
-            st.groups_in_flight, rate, (int)eta / 60, (int)eta % 60, final ? "\n" : "");
+    char eta_s[32] = "--:--"; /* unknown until a group has finished */
+    if (done)
+        snprintf(eta_s, sizeof eta_s, "%02d:%02d", (int)eta / 60, (int)eta % 60);
+    fprintf(stderr, "\rgroups %zu/%zu  in flight %d  %.0f tok/s  ETA %s   %s", done, total,
+            st.groups_in_flight, rate, eta_s, final ? "\n" : "");
     fflush(stderr);
 }
 
@@ -1077,7 +1082,7 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
     if ((err = grpo_store_put_policy_version(c->store, c->run_id, 0, loc, sha)) != GRPO_OK)
         return err;
     if (a->out && (c->out = fopen(a->out, "w")) == NULL)
-        return grpo__fail(GRPO_EIO, "%s: cannot open for writing", a->out);
+        return grpo__fail_errno(GRPO_EIO, errno, "%s: cannot open for writing", a->out);
     if (a->publish) {
         grpo_bridge_opts bo;
         grpo_bridge_opts_default(&bo);

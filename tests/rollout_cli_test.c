@@ -228,6 +228,8 @@ test_budget_and_bad_lines(void **state)
     assert_non_null(strstr(slurp("out.txt"), "default 64"));
     assert_int_equal(run("%s rollout --top-p 2", bin), 2);
     assert_int_equal(run("%s rollout --bogus", bin), 2);
+    assert_int_equal(run("%s rollout --template chatml", bin), 2); /* usage, before any work */
+    assert_non_null(strstr(slurp("out.txt"), "expected r1, v3 or none"));
 }
 
 /* --publish: a trainer (the bridge's C consumer, here in the test process) receives one batch per

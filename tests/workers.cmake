@@ -15,4 +15,10 @@ if(TARGET grpo AND Python3_Interpreter_FOUND)
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
     set_tests_properties(workers_${scenario} PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77)
   endforeach()
+  # the same weight update with --max-staleness 1: workers finish their old-version groups
+  add_test(NAME workers_weights_finish
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
+                   weights --staleness 1 --grpo $<TARGET_FILE:grpo>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(workers_weights_finish PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77)
 endif()

@@ -338,8 +338,9 @@ def scenario_load(grpo, tmp, seconds, workers):
         P.cleanup()
 
 
-def scenario_weights(grpo, tmp):
-    """A trainer on the bridge sends new weights (version 1) mid-run; --max-staleness 0."""
+def scenario_weights(grpo, tmp, staleness=0):
+    """A trainer on the bridge sends new weights (version 1) mid-run; --max-staleness 0 (workers
+    drop their in-flight groups) or 1 (they finish them, and v0 groups are still recorded)."""
     try:
         import torch  # noqa: F401  (the trainer needs it)
         import safetensors  # noqa: F401
@@ -357,19 +358,25 @@ def scenario_weights(grpo, tmp):
            + os.environ.get("PYTHONPATH", "")}
     P = Procs(grpo, tmp)
     try:
-        serve = P.start("serve", serve_args(prompts, db, url, "--publish", pub, "--max-staleness", "0"))
+        serve = P.start("serve", serve_args(prompts, db, url, "--publish", pub, "--max-staleness", str(staleness)))
         wait_until(lambda: "listening on" in P.log("serve") or serve.poll() is not None, 60,
                    "the coordinator to listen")
         tlog = os.path.join(tmp, "batches.log")
         trainer = subprocess.Popen([sys.executable, os.path.join(HERE, "workers_trainer.py"), pub, MODEL,
                                     shared, tlog, "3"], env=dict(os.environ, **env),
                                    stdout=open(os.path.join(tmp, "trainer.log"), "w"), stderr=subprocess.STDOUT)
+        trainer.name = "trainer"
         P.all.append(trainer)
         for w in ("A", "B"):
             P.start(w, worker_args(url, w, "--step-delay", "30", "--inflight", "1"))
-        rc = serve.wait(timeout=120)
-        if rc != 0:
-            fail("serve exited %d:\n%s\n%s" % (rc, P.log("serve"), P.log("trainer")))
+        t0 = time.time()
+        while serve.poll() is None and time.time() - t0 < 120:
+            time.sleep(0.2)
+        if serve.poll() is None or serve.returncode != 0:
+            tails = "\n".join("--- %s:\n%s" % (k, P.log(k)[-3000:].replace("\r", "\n"))
+                              for k in ("serve", "trainer", "A", "B"))
+            fail("serve %s:\n%s" % ("hung" if serve.poll() is None else "exited %d" % serve.returncode,
+                                     tails))
         trainer.wait(timeout=30)
         check_exactly_once(db, n)
         pv = db_rows(db, "SELECT version, location, sha256 FROM policy_versions ORDER BY version")
@@ -424,6 +431,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--keep", help="work in this folder and keep it")
+    ap.add_argument("--staleness", type=int, default=0, help="weights: --max-staleness")
     a = ap.parse_args()
     a.grpo = os.path.abspath(a.grpo)
     if not os.path.exists(os.path.join(MODEL, "config.json")):
@@ -437,7 +445,7 @@ def main():
         elif a.scenario == "restart":
             scenario_restart(a.grpo, tmp)
         elif a.scenario == "weights":
-            scenario_weights(a.grpo, tmp)
+            scenario_weights(a.grpo, tmp, a.staleness)
         else:
             scenario_load(a.grpo, tmp, a.seconds, a.workers)
     finally:

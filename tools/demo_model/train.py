@@ -94,8 +94,13 @@ MODEL_CONFIG = {
 FP8_SUFFIXES = ("q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight", "kv_b_proj.weight",
                 "o_proj.weight", "gate_proj.weight", "up_proj.weight", "down_proj.weight")
 
-HELDOUT_PER_LEVEL = {1: 2, 2: 2, 3: 2, 4: 2, 5: 2, 6: 2}   # data/demo_prompts.jsonl: 12 prompts
+HELDOUT_PER_LEVEL = {1: 2, 2: 2, 3: 2, 4: 2, 5: 2, 6: 2}   # drawn first, excluded from training
 EVAL_PER_LEVEL = 20                                         # larger set for per-level accuracy
+# data/demo_prompts.jsonl: 12 prompts weighted toward the levels the model solves sometimes (GRPO
+# learns from groups whose rewards differ), still spanning every level; taken in order from the
+# held-out draws of each level, then from the eval draws of that level (all excluded from training).
+SHIP_PER_LEVEL = {1: 1, 2: 2, 3: 4, 4: 3, 5: 1, 6: 1}
+FILTER_POOL = 12   # prompts per level considered for shipping
 
 
 def log(msg):
@@ -118,10 +123,40 @@ def make_heldout(seed):
             (heldout if k < n else evalset).append(t)
             k += 1
     for i, t in enumerate(heldout):
-        t["id"] = f"demo-l{t['level']}-{i:02d}"
+        t["id"] = f"held-l{t['level']}-{i:02d}"
     for i, t in enumerate(evalset):
         t["id"] = f"eval-l{t['level']}-{i:03d}"
     return heldout, evalset, seen
+
+
+def choose_shipped(qmodel, tok, heldout, evalset, args, cache):
+    """data/demo_prompts.jsonl, difficulty-filtered as DAPO's dynamic sampling filters groups: per
+    level (quota SHIP_PER_LEVEL), the first prompts in draw order (held-out draws, then eval draws)
+    whose pass rate over 16 samples (T=0.6, top-p 0.95, FP8 weights) is strictly between 0 and 1;
+    L1 and code, which the model solves, keep one prompt each to span the range. Rates are cached
+    in WORK/results.json."""
+    shipped = []
+    for level, n in SHIP_PER_LEVEL.items():
+        pool = [t for t in heldout + evalset if t["level"] == level][:FILTER_POOL]
+        picked = []
+        for t in pool:
+            if len(picked) == n:
+                break
+            if level in (1, 6):
+                picked.append(t)
+                continue
+            if t["id"] not in cache:
+                cache[t["id"]] = sample_accuracy(qmodel, tok, [t], 16, args.seed + 1000)[level]
+            if 0 < cache[t["id"]] < 1:
+                picked.append(t)
+        for t in picked:
+            t = dict(t)
+            t["pool_id"] = t["id"]
+            t["id"] = f"demo-l{level}-{len(shipped):02d}"
+            shipped.append(t)
+    log("shipped: " + ", ".join(f"{t['id']} (from {t['pool_id']}, rate16 {cache.get(t['pool_id'], '-')})"
+                                for t in shipped))
+    return shipped
 
 
 def draw_level(r, level):
@@ -348,11 +383,11 @@ def encode_example(tok, t):
     return p, c
 
 
-def make_batch(tok, r, bs, exclude, code_share):
+def make_batch(tok, r, bs, exclude, code_share, levels=(1, 2, 3, 4, 5)):
     """Two micro-batches of similar lengths (sorted), to waste less compute on padding."""
     seqs = []
     while len(seqs) < bs:
-        t = tasks.sample_task(r, code_share=code_share)
+        t = tasks.sample_task(r, code_share=code_share, levels=levels)
         if t["question"] in exclude:
             continue
         seqs.append(encode_example(tok, t))
@@ -378,6 +413,9 @@ def lr_at(step, args, warmup=100):
     """Linear warmup, cosine over --schedule-steps to 10%, and a linear anneal to 0 over the last
     --anneal steps before --steps. Stopping earlier than the cosine plan changes nothing before the
     anneal, so a run resumed with a smaller --steps follows the same trajectory as a fresh one."""
+    if step >= args.steps:   # phase 2: short warmup, constant, linear anneal
+        end = args.steps + args.extra_steps
+        return args.lr2 * min(1.0, (step - args.steps + 1) / 20) * min(1.0, (end - step) / args.anneal)
     peak = args.lr
     if step < warmup:
         lr = peak * (step + 1) / warmup
@@ -401,7 +439,8 @@ def train(args, tok, exclude):
     model.train()
     qat_from = args.qat_from
     t0 = time.time()
-    while step < args.steps:
+    total = args.steps + args.extra_steps
+    while step < total:
         if step >= qat_from:
             set_qat(model, True)
         # The batch is a pure function of (seed, step): resuming reproduces the same stream.
@@ -410,7 +449,11 @@ def train(args, tok, exclude):
             g["lr"] = lr_at(step, args)
         opt.zero_grad(set_to_none=True)
         loss = 0.0
-        for ids, mask, labels in make_batch(tok, r, args.batch, exclude, args.code_share):
+        if step < args.steps:
+            mix = dict(code_share=args.code_share)
+        else:   # phase 2: more of the levels not yet learned (a fixed curriculum)
+            mix = dict(code_share=args.code_share2, levels=(1, 2, 3, 3, 4, 4, 5, 5))
+        for ids, mask, labels in make_batch(tok, r, args.batch, exclude, **mix):
             part = model(input_ids=ids, attention_mask=mask, labels=labels).loss / 2
             part.backward()
             loss += part.detach()
@@ -420,9 +463,9 @@ def train(args, tok, exclude):
         hist.append(loss.item())
         if step % 25 == 0:
             el = time.time() - t0
-            log(f"step {step}/{args.steps} loss {sum(hist[-25:]) / 25:.4f} lr {lr_at(step, args):.2e}"
+            log(f"step {step}/{total} loss {sum(hist[-25:]) / 25:.4f} lr {lr_at(step, args):.2e}"
                 f" {'qat ' if step > qat_from else ''}{el:.0f}s")
-        if step % args.ckpt_every == 0 or step == args.steps:
+        if step % args.ckpt_every == 0 or step == total:
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
                         "hist": hist}, ckpt + ".tmp")
             os.replace(ckpt + ".tmp", ckpt)
@@ -583,12 +626,13 @@ def write_readme(path, args, results, tensors, heldout, grpo=None):
         "```",
         "",
         f"from the repository root, CPU only ({args.threads} threads), seed {args.seed}, nothing "
-        f"downloaded: training took {results['train_seconds']} s ({args.steps} steps of {args.batch} "
-        f"examples, from step {args.qat_from} with FP8 fake quantization), the whole "
+        f"downloaded: training took {results['train_seconds']} s ({args.steps} + {args.extra_steps} "
+        f"steps of {args.batch} examples, from step {args.qat_from} with FP8 fake quantization), the whole "
         f"script {results['total_seconds']} s (accuracy measurement included). Final training loss "
         f"{results['final_loss']:.3f}. torch {torch.__version__}, transformers "
         f"{__import__('transformers').__version__}, tokenizers {__import__('tokenizers').__version__}. "
-        "The script resumes from its checkpoint in build-demo/demo_work/ when interrupted.",
+        "The script resumes from its checkpoint in build-demo/demo_work/ when interrupted."
+        + (" " + results["train_note"] if results.get("train_note") else ""),
         "",
         "## Model",
         "",
@@ -627,31 +671,49 @@ def write_readme(path, args, results, tensors, heldout, grpo=None):
         "Math completions look like `units 7+5=12, carry 1. tens 2+1+1=4. 27+15=42.\\n</think>\\n\\n"
         "\\boxed{42}`; code completions like `Use max.\\n</think>\\n\\n```python\\ndef f(a, b):\\n    "
         "return max(a, b)\\n```` and are graded with APPS call-based tests. "
-        f"`data/demo_prompts.jsonl` holds {len(heldout)} held-out prompts, 2 per level; the larger "
-        f"evaluation set ({EVAL_PER_LEVEL} per level) is drawn the same way, and neither appears in "
-        "training.",
+        f"`data/demo_prompts.jsonl` holds {len(heldout)} held-out prompts ("
+        + ", ".join(f"{n} of L{lv}" for lv, n in SHIP_PER_LEVEL.items()) + "), difficulty-filtered "
+        "the way DAPO's dynamic sampling filters groups: for L2-L5, the first prompts in draw order "
+        "whose pass rate over 16 samples lies strictly between 0 and 1 (GRPO learns only from groups "
+        "whose rewards differ); one L1 and one code prompt, which the model solves, span the range. "
+        "They come from the held-out draws and the evaluation draws (20 per level, drawn the same "
+        "way); none of them appears in training.",
         "",
         "## Accuracy under transformers (T=0.6, top-p 0.95)",
         "",
         "Mean reward (math: exact boxed answer after `</think>`; code: fraction of tests passed).",
         "",
     ]
-    if "eval_fp32" in results:
-        lines += [head + f"| eval set, fp32 weights ({args.eval_samples} samples/prompt) | "
-                  + fmt_acc(results["eval_fp32"]) + " |",
-                  f"| eval set, FP8 weights as shipped ({args.eval_samples} samples/prompt) | "
+    if "eval_fp8" in results:
+        lines += [head + (f"| eval set, fp32 weights ({args.eval_samples} samples/prompt) | "
+                          + fmt_acc(results["eval_fp32"]) + " |\n" if "eval_fp32" in results else "")
+                  + f"| eval set, FP8 weights as shipped ({args.eval_samples} samples/prompt) | "
                   + fmt_acc(results["eval_fp8"]) + " |",
                   f"| data/demo_prompts.jsonl, FP8 ({args.heldout_samples} samples/prompt) | "
                   + fmt_acc(results["heldout_fp8_level"]) + " |", ""]
         lines.append("Per shipped prompt (FP8, transformers): " + ", ".join(
             f"{k} {100 * v:.0f}%" for k, v in results["heldout_fp8"].items()) + ".")
         lines.append(f"Overall on the shipped prompts: {100 * results['heldout_fp8_overall']:.0f}%.")
+        if results.get("quant_note"):
+            lines += ["", results["quant_note"]]
     if grpo:
         lines += ["", "## Accuracy under grpo", "", grpo]
     else:
         lines += ["", "## Accuracy under grpo", "", "Not measured yet (see docs/demo.md)."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def measure_shipped(results, qmodel, tok, heldout, args):
+    acc_h = per_prompt_accuracy(qmodel, tok, heldout, args.heldout_samples, args.seed)
+    results["heldout_fp8"] = {t["id"]: a for t, a in zip(heldout, acc_h)}
+    results["shipped"] = [t["question"] for t in heldout]
+    per = {}
+    for t, a in zip(heldout, acc_h):
+        per.setdefault(t["level"], []).append(a)
+    results["heldout_fp8_level"] = {lv: sum(v) / len(v) for lv, v in per.items()}
+    results["heldout_fp8_overall"] = sum(acc_h) / len(acc_h)
+    log(f"fp8 held-out accuracy per prompt: {results['heldout_fp8']}")
 
 
 # ----------------------------------------------------------------------------- main
@@ -667,6 +729,10 @@ def main():
     ap.add_argument("--steps", type=int, default=480, help="training steps")
     ap.add_argument("--schedule-steps", type=int, default=900, help="length of the cosine plan")
     ap.add_argument("--anneal", type=int, default=100, help="final linear lr anneal, steps")
+    ap.add_argument("--extra-steps", type=int, default=300, help="phase 2: steps after --steps "
+                    "with more hard levels and code, lr --lr2 (warmup 20, anneal --anneal)")
+    ap.add_argument("--lr2", type=float, default=1e-3)
+    ap.add_argument("--code-share2", type=float, default=0.2)
     ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--qat-from", type=int, default=400, help="step from which the forward uses "
@@ -675,6 +741,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--ckpt-every", type=int, default=50)
     ap.add_argument("--eval-samples", type=int, default=8, help="samples per eval-set prompt")
+    ap.add_argument("--fp32-eval", action="store_true", help="also measure the unquantized weights")
     ap.add_argument("--heldout-samples", type=int, default=64, help="samples per shipped prompt")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-eval", action="store_true")
@@ -683,7 +750,15 @@ def main():
     ap.add_argument("--grpo-results", default=None, help="markdown with the accuracy measured under "
                     "grpo, put into models/demo/README.md")
     args = ap.parse_args()
-    args.cmdline = sys.argv[1:]
+    # The command shown in the README: the options that change the result (not re-export flags).
+    args.cmdline, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a == "--grpo-results":
+            skip = True
+        elif a not in ("--reuse-results",) and not a.startswith("--grpo-results="):
+            args.cmdline.append(a)
     torch.set_num_threads(args.threads)
     t_start = time.time()
     root = args.root
@@ -697,8 +772,8 @@ def main():
     random.seed(args.seed)
     torch.manual_seed(args.seed)
 
-    heldout, evalset, exclude = make_heldout(args.seed + 7)
-    log(f"held-out {len(heldout)} prompts, eval set {len(evalset)}")
+    pool_held, evalset, exclude = make_heldout(args.seed + 7)
+    log(f"held-out {len(pool_held)} prompts, eval set {len(evalset)}")
 
     tj = train_tokenizer(build_corpus(args.seed), args.vocab)
     with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
@@ -721,35 +796,33 @@ def main():
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(MODEL_CONFIG, f, indent=2)
+    qmodel = dequantized_model(tensors)
+    res_path = os.path.join(args.work, "results.json")
+    old = json.load(open(res_path)) if os.path.exists(res_path) else {}
+    cache = old.get("pool_rates16", {}) if args.reuse_results else {}
+    heldout = choose_shipped(qmodel, tok, pool_held, evalset, args, cache)
     with open(os.path.join(root, "data", "demo_prompts.jsonl"), "w") as f:
         for t in heldout:
             f.write(json.dumps(prompt_record(t)) + "\n")
-
-    qmodel = dequantized_model(tensors)
     write_fixture(dequantized_model(tensors, attn="eager"), tok, heldout, fix_dir)
 
     results = {"train_seconds": round(t_train), "final_loss": sum(hist[-50:]) / 50}
-    res_path = os.path.join(args.work, "results.json")
     if args.reuse_results and os.path.exists(res_path):
         # Re-export only: keep the measured numbers (and the training time) of the earlier run.
         results = json.load(open(res_path))
         for k, v in results.items():
-            if isinstance(v, dict) and k != "heldout_fp8":
+            if isinstance(v, dict) and k not in ("heldout_fp8", "pool_rates16", "shipped"):
                 results[k] = {int(lv): a for lv, a in v.items()}
         results["total_seconds"] = results.get("total_seconds", 0)
+        if results.get("shipped") != [t["question"] for t in heldout]:
+            measure_shipped(results, qmodel, tok, heldout, args)
     elif not args.skip_eval:
-        for label, m in (("fp32", model), ("fp8", qmodel)):
+        for label, m in ((("fp32", model),) if args.fp32_eval else ()) + (("fp8", qmodel),):
             acc_eval = sample_accuracy(m, tok, evalset, args.eval_samples, args.seed)
             log(f"{label} eval-set accuracy per level: {acc_eval}")
             results[f"eval_{label}"] = acc_eval
-        acc_h = per_prompt_accuracy(qmodel, tok, heldout, args.heldout_samples, args.seed)
-        results["heldout_fp8"] = {t["id"]: a for t, a in zip(heldout, acc_h)}
-        per = {}
-        for t, a in zip(heldout, acc_h):
-            per.setdefault(t["level"], []).append(a)
-        results["heldout_fp8_level"] = {lv: sum(v) / len(v) for lv, v in per.items()}
-        results["heldout_fp8_overall"] = sum(acc_h) / len(acc_h)
-        log(f"fp8 held-out accuracy per prompt: {results['heldout_fp8']}")
+        measure_shipped(results, qmodel, tok, heldout, args)
+    results["pool_rates16"] = cache
     if not args.reuse_results:
         results["total_seconds"] = round(time.time() - t_start)
     with open(res_path, "w") as f:

@@ -1052,6 +1052,8 @@ grpo_cmd_serve(int argc, char **argv)
     size_t already = 0;
     double t0 = grpo_now();
     grpo_err err = grpo_prompts_load(&c.ps, a.prompts, a.skip_bad);
+    if (err == GRPO_OK) /* a bad URL fails before the store is touched */
+        err = grpo_wserver_create(&c.srv, a.listen);
     if (err == GRPO_OK)
         err = open_run(&c, argc, argv);
     if (err == GRPO_OK)
@@ -1060,8 +1062,7 @@ grpo_cmd_serve(int argc, char **argv)
         fprintf(stderr, "grpo serve: %zu of %zu groups already recorded\n", already, c.ps.n);
     if (err == GRPO_OK && a.publish)
         err = open_publisher(&c);
-    if (err == GRPO_OK)
-        err = grpo_wserver_create(&c.srv, a.listen);
+    int ran = err == GRPO_OK;
     if (err == GRPO_OK) {
         fprintf(stderr, "grpo serve: run %lld, %zu prompts x %d samples, listening on %s\n",
                 (long long)c.run_id, c.ps.n, a.G, a.listen);
@@ -1078,7 +1079,7 @@ grpo_cmd_serve(int argc, char **argv)
         if ((err = grpo_bridge_flush(c.pub, -1)) == GRPO_OK)
             err = grpo_bridge_finish(c.pub);
     }
-    if (c.leases) {
+    if (ran) {
         if (isatty(2))
             progress(&c, 1);
         summary(&c, grpo_now() - t0);

@@ -4,25 +4,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
-
-static double
-wall_now(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
-}
-
-static grpo_err
-writable(grpo_store *s, const char *what)
-{
-    if (s == NULL)
-        return grpo__fail(GRPO_EINVAL, "store: %s: NULL store", what);
-    if (s->opts.read_only)
-        return grpo__fail(GRPO_EPERM, "store: %s: %s: the store is open read-only", s->path, what);
-    return grpo_store_flush(s);
-}
 
 grpo_err
 grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t step,
@@ -30,7 +11,7 @@ grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t st
 {
     grpo_err err;
     sqlite3_stmt *st;
-    if ((err = writable(s, "put_batch")) != GRPO_OK)
+    if ((err = grpo_store__writable(s, "put_batch")) != GRPO_OK)
         return err;
     if (bytes == NULL && len > 0)
         return grpo__fail(GRPO_EINVAL, "store: put_batch: NULL bytes with length %zu", len);
@@ -43,7 +24,7 @@ grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t st
         sqlite3_bind_int(st, 4, n_groups);
         sqlite3_bind_int64(st, 5, (int64_t)len);
         sqlite3_bind_blob64(st, 6, bytes ? bytes : "", len, SQLITE_STATIC);
-        sqlite3_bind_double(st, 7, wall_now());
+        sqlite3_bind_double(st, 7, grpo_store__wall_now());
         int rc = sqlite3_step(st);
         if ((rc & 0xff) == SQLITE_CONSTRAINT)
             err = grpo__fail(GRPO_EINVAL,
@@ -63,11 +44,11 @@ stamp(grpo_store *s, store_stmt which, int64_t batch_id, const char *what)
 {
     grpo_err err;
     sqlite3_stmt *st;
-    if ((err = writable(s, what)) != GRPO_OK)
+    if ((err = grpo_store__writable(s, what)) != GRPO_OK)
         return err;
     pthread_mutex_lock(&s->mu);
     if ((err = grpo_store__stmt(s, which, &st)) == GRPO_OK) {
-        sqlite3_bind_double(st, 1, wall_now());
+        sqlite3_bind_double(st, 1, grpo_store__wall_now());
         sqlite3_bind_int64(st, 2, batch_id);
         int rc = sqlite3_step(st);
         if (rc != SQLITE_DONE)

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 static const char *const finish_names[] = {"eos", "stop", "length", "abort"};
 static const char *const kind_names[] = {"pass", "fail", "skip", "timeout", "error"};
@@ -547,6 +548,24 @@ grpo_store_put_groups(grpo_store *s, const grpo_group_rec *groups, int32_t n)
         if ((err = grpo_store__check_group(&groups[i])) != GRPO_OK)
             return err;
     return n > 0 ? write_groups(s, NULL, groups, n) : GRPO_OK;
+}
+
+grpo_err
+grpo_store__writable(grpo_store *s, const char *what)
+{
+    if (s == NULL)
+        return grpo__fail(GRPO_EINVAL, "store: %s: NULL store", what);
+    if (s->opts.read_only)
+        return grpo__fail(GRPO_EPERM, "store: %s: %s: the store is open read-only", s->path, what);
+    return grpo_store_flush(s);
+}
+
+double
+grpo_store__wall_now(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
 }
 
 grpo_err

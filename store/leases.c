@@ -6,16 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-static grpo_err
-lease_writable(grpo_store *s, const char *what)
-{
-    if (s == NULL)
-        return grpo__fail(GRPO_EINVAL, "store: %s: NULL store", what);
-    if (s->opts.read_only)
-        return grpo__fail(GRPO_EPERM, "store: %s: %s: the store is open read-only", s->path, what);
-    return grpo_store_flush(s);
-}
-
 /* Prepares sql, lets bind() fill it, steps it once (s->mu held by the caller). */
 static grpo_err
 run_stmt(grpo_store *s, const char *sql, const char *what,
@@ -66,7 +56,7 @@ grpo_store_lease_begin(int64_t *lease_row, grpo_store *s, const grpo_lease_rec *
 {
     grpo_err err;
     *lease_row = 0;
-    if ((err = lease_writable(s, "lease_begin")) != GRPO_OK)
+    if ((err = grpo_store__writable(s, "lease_begin")) != GRPO_OK)
         return err;
     lease_args a = {l};
     pthread_mutex_lock(&s->mu);
@@ -103,7 +93,7 @@ grpo_store_lease_end(grpo_store *s, int64_t lease_row, const char *state)
                           "store: lease_end: state \"%s\" is not done, expired or "
                           "failed",
                           state ? state : "(null)");
-    if ((err = lease_writable(s, "lease_end")) != GRPO_OK)
+    if ((err = grpo_store__writable(s, "lease_end")) != GRPO_OK)
         return err;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -150,7 +140,7 @@ grpo_err
 grpo_store_run_reopen(grpo_store *s, int64_t run_id)
 {
     grpo_err err;
-    if ((err = lease_writable(s, "run_reopen")) != GRPO_OK)
+    if ((err = grpo_store__writable(s, "run_reopen")) != GRPO_OK)
         return err;
     pthread_mutex_lock(&s->mu);
     err = run_stmt(s, "UPDATE runs SET status = 'running', ended_at = NULL WHERE id = ?",
@@ -186,7 +176,7 @@ grpo_store_lease_group_done(grpo_store *s, int64_t run_id, int64_t step, int64_t
                             uint64_t seed, int32_t attempt)
 {
     grpo_err err;
-    if ((err = lease_writable(s, "lease_group_done")) != GRPO_OK)
+    if ((err = grpo_store__writable(s, "lease_group_done")) != GRPO_OK)
         return err;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

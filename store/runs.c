@@ -4,26 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
-
-static double
-wall_now(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + tv.tv_usec * 1e-6;
-}
-
-static grpo_err
-writable(grpo_store *s, const char *what)
-{
-    if (s == NULL)
-        return grpo__fail(GRPO_EINVAL, "store: %s: NULL store", what);
-    if (s->opts.read_only)
-        return grpo__fail(GRPO_EPERM, "store: %s: %s: the store is open read-only", s->path, what);
-    return grpo_store_flush(s);
-}
 
 static void
 bind_opt_text(sqlite3_stmt *st, int i, const char *v)
@@ -54,7 +35,7 @@ grpo_store_run_begin(int64_t *run_id, grpo_store *s, const grpo_run_info *info)
     grpo_git_info repo, data;
     char host[256] = "", cwd[4096] = ".";
     *run_id = 0;
-    if ((err = writable(s, "run_begin")) != GRPO_OK)
+    if ((err = grpo_store__writable(s, "run_begin")) != GRPO_OK)
         return err;
     if (info == NULL)
         info = &none;
@@ -79,7 +60,7 @@ grpo_store_run_begin(int64_t *run_id, grpo_store *s, const grpo_run_info *info)
         " VALUES (?, 'running', ?,?,?,?, ?,?,?,?,?, ?,?,?,?,?, ?)",
         -1, &st, NULL);
     if (rc == SQLITE_OK) {
-        sqlite3_bind_double(st, 1, wall_now());
+        sqlite3_bind_double(st, 1, grpo_store__wall_now());
         bind_opt_text(st, 2, info->command_line);
         bind_opt_text(st, 3, info->config_json ? info->config_json : "{}");
         bind_opt_text(st, 4, info->host ? info->host : host);
@@ -118,7 +99,7 @@ grpo_store_run_end(grpo_store *s, int64_t run_id, const char *status)
 {
     grpo_err err;
     sqlite3_stmt *st = NULL;
-    if ((err = writable(s, "run_end")) != GRPO_OK)
+    if ((err = grpo_store__writable(s, "run_end")) != GRPO_OK)
         return err;
     pthread_mutex_lock(&s->mu);
     int rc = sqlite3_prepare_v2(s->db, "UPDATE runs SET ended_at = ?, status = ? WHERE id = ?", -1,
@@ -126,7 +107,7 @@ grpo_store_run_end(grpo_store *s, int64_t run_id, const char *status)
     if (rc != SQLITE_OK) {
         err = grpo_store__db_fail(s, rc, "ending a run");
     } else {
-        sqlite3_bind_double(st, 1, wall_now());
+        sqlite3_bind_double(st, 1, grpo_store__wall_now());
         bind_opt_text(st, 2, status ? status : "ok");
         sqlite3_bind_int64(st, 3, run_id);
         err = exec_one(s, st, "ending a run", 1, run_id);
@@ -142,7 +123,7 @@ grpo_store_put_policy_version(grpo_store *s, int64_t run_id, int64_t version, co
 {
     grpo_err err;
     sqlite3_stmt *st;
-    if ((err = writable(s, "put_policy_version")) != GRPO_OK)
+    if ((err = grpo_store__writable(s, "put_policy_version")) != GRPO_OK)
         return err;
     if (sha256_hex && strlen(sha256_hex) != 64)
         return grpo__fail(GRPO_EINVAL,
@@ -155,7 +136,7 @@ grpo_store_put_policy_version(grpo_store *s, int64_t run_id, int64_t version, co
         sqlite3_bind_int64(st, 2, version);
         bind_opt_text(st, 3, location);
         bind_opt_text(st, 4, sha256_hex);
-        sqlite3_bind_double(st, 5, wall_now());
+        sqlite3_bind_double(st, 5, grpo_store__wall_now());
         err = exec_one(s, st, "recording a policy version", 0, 0);
     }
     pthread_mutex_unlock(&s->mu);
@@ -191,7 +172,7 @@ grpo_store_put_prompt(int64_t *prompt_id, grpo_store *s, const grpo_prompt_rec *
     sqlite3_stmt *st;
     char hash[65];
     *prompt_id = 0;
-    if ((err = writable(s, "put_prompt")) != GRPO_OK)
+    if ((err = grpo_store__writable(s, "put_prompt")) != GRPO_OK)
         return err;
     if (p == NULL || p->dataset == NULL)
         return grpo__fail(GRPO_EINVAL, "store: put_prompt: a prompt needs a dataset name");

@@ -56,6 +56,10 @@ struct grpo_store {
 /* Translates a SQLite failure into a grpo_err with a message "store: PATH: WHAT: sqlite message".
  * Call with s->mu held (the message is read from the connection). */
 grpo_err grpo_store__db_fail(grpo_store *s, int rc, const char *what);
+/* GRPO_OK (after flushing queued groups) when s may be written; else a message naming what. */
+grpo_err grpo_store__writable(grpo_store *s, const char *what);
+/* Wall-clock seconds since the epoch, as the store records times. */
+double grpo_store__wall_now(void);
 /* Runs SQL text with no results. */
 grpo_err grpo_store__exec(grpo_store *s, const char *sql, const char *what);
 /* Returns the prepared statement `which`, reset and with bindings cleared (s->mu held). */

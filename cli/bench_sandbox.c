@@ -225,65 +225,40 @@ grpo_bench_sandbox(int argc, char **argv)
     /* bubblewrap: new user/pid/net/ipc/uts/cgroup namespaces, read-only /usr, tmpfs /tmp */
     int have_bwrap = access("/usr/bin/bwrap", X_OK) == 0;
     if (have_bwrap) {
-        char *bw_py[] = {"/usr/bin/bwrap",
-                         "--unshare-all",
-                         "--die-with-parent",
-                         "--new-session",
-                         "--ro-bind",
-                         "/usr",
-                         "/usr",
-                         "--symlink",
-                         "usr/lib",
-                         "/lib",
-                         "--symlink",
-                         "usr/lib64",
-                         "/lib64",
-                         "--symlink",
-                         "usr/bin",
-                         "/bin",
-                         "--dev",
-                         "/dev",
-                         "--tmpfs",
-                         "/tmp",
-                         "--ro-bind",
-                         dir,
-                         "/work",
-                         "--chdir",
-                         "/tmp",
-                         (char *)py,
-                         "-I",
-                         "-S",
-                         "-c",
-                         "print(41 + 1)",
-                         NULL};
+        char *bw[] = {"/usr/bin/bwrap",
+                      "--unshare-all",
+                      "--die-with-parent",
+                      "--new-session",
+                      "--ro-bind",
+                      "/usr",
+                      "/usr",
+                      "--symlink",
+                      "usr/lib",
+                      "/lib",
+                      "--symlink",
+                      "usr/lib64",
+                      "/lib64",
+                      "--symlink",
+                      "usr/bin",
+                      "/bin",
+                      "--dev",
+                      "/dev",
+                      "--tmpfs",
+                      "/tmp",
+                      "--ro-bind",
+                      dir,
+                      "/work",
+                      "--chdir",
+                      "/tmp"};
+        enum { NB = sizeof bw / sizeof bw[0] };
+        char *bw_py[NB + 6], *bw_c[NB + 2];
+        char *py_tail[] = {(char *)py, "-I", "-S", "-c", "print(41 + 1)", NULL};
+        char *c_tail[] = {"/work/prog", NULL};
+        memcpy(bw_py, bw, sizeof bw);
+        memcpy(bw_py + NB, py_tail, sizeof py_tail);
+        memcpy(bw_c, bw, sizeof bw);
+        memcpy(bw_c + NB, c_tail, sizeof c_tail);
         bench_spawn(&rows[2], bw_py, runs);
-        char *bw_c[] = {"/usr/bin/bwrap",
-                        "--unshare-all",
-                        "--die-with-parent",
-                        "--new-session",
-                        "--ro-bind",
-                        "/usr",
-                        "/usr",
-                        "--symlink",
-                        "usr/lib",
-                        "/lib",
-                        "--symlink",
-                        "usr/lib64",
-                        "/lib64",
-                        "--symlink",
-                        "usr/bin",
-                        "/bin",
-                        "--dev",
-                        "/dev",
-                        "--tmpfs",
-                        "/tmp",
-                        "--ro-bind",
-                        dir,
-                        "/work",
-                        "--chdir",
-                        "/tmp",
-                        "/work/prog",
-                        NULL};
         bench_spawn(&rows[5], bw_c, runs);
     }
     char *plain_py[] = {(char *)py, "-I", "-S", "-c", "print(41 + 1)", NULL};

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything grpo needs on Debian 12, idempotently:
-#   scripts/setup.sh            build + test dependencies (apt) and the Python client's packages (pip)
+#   scripts/setup.sh            build + test dependencies (apt) and the Python packages the tests,
+#                               the client and the example trainer use (pip, pinned)
 #   scripts/setup.sh --oracles  also the oracle packages tools/ uses to regenerate fixtures
-#                               (torch, transformers, tokenizers, math-verify, trl, ...)
+#                               (math-verify, trl, ...)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 

@@ -13,31 +13,32 @@
 # 6. checks every policy version in the store against the sha256 the trainer published, writes
 #    `grpo stats --by step` and `grpo stats --report`, and prints a summary (also summary.md).
 #
-# Settings (environment): WORK (default build-loop/train_demo), N_PROMPTS (480), GROUP (16),
-# MAX_NEW (160), GROUPS_PER_STEP (4), PUBLISH_EVERY (1), LR (5e-5), BETA (0), LOSS_AGG
-# (token-mean), ADVANTAGE (engine), EVAL_GROUP (64), EVAL_SEED (12345), TRAIN_SEED (1),
-# PROMPT_SEED (4242), ENGINE_THREADS (1), TRAINER_THREADS (1), EXTRA_TRAIN_ARGS.
+# Settings (environment): WORK (default build-loop/train_demo), N_PROMPTS (400), GROUP (16),
+# MAX_NEW (160), GROUPS_PER_STEP (4), PUBLISH_EVERY (2), LR (2e-5), BETA (0), LOSS_AGG
+# (token-mean), ADVANTAGE (engine), EVAL_GROUP (128), EVAL_SEED (12345), TRAIN_SEED (1),
+# PROMPT_SEED (4242), ENGINE_THREADS (1), TRAINER_THREADS (1: torch threads spin badly on a
+# loaded machine), EXTRA_TRAIN_ARGS (--log-kl).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-loop}
 WORK=${WORK:-$BUILD/train_demo}
-N_PROMPTS=${N_PROMPTS:-480}
+N_PROMPTS=${N_PROMPTS:-400}
 GROUP=${GROUP:-16}
 MAX_NEW=${MAX_NEW:-160}
 GROUPS_PER_STEP=${GROUPS_PER_STEP:-4}
-PUBLISH_EVERY=${PUBLISH_EVERY:-1}
-LR=${LR:-5e-5}
+PUBLISH_EVERY=${PUBLISH_EVERY:-2}
+LR=${LR:-2e-5}
 BETA=${BETA:-0}
 LOSS_AGG=${LOSS_AGG:-token-mean}
 ADVANTAGE=${ADVANTAGE:-engine}
-EVAL_GROUP=${EVAL_GROUP:-64}
+EVAL_GROUP=${EVAL_GROUP:-128}
 EVAL_SEED=${EVAL_SEED:-12345}
 TRAIN_SEED=${TRAIN_SEED:-1}
 PROMPT_SEED=${PROMPT_SEED:-4242}
 ENGINE_THREADS=${ENGINE_THREADS:-1}
 TRAINER_THREADS=${TRAINER_THREADS:-1}
-EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:-}
+EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:---log-kl}
 
 say() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -63,20 +64,22 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 # The run works on its own copy of the demo model (a re-export of models/demo during the run
 # cannot change the starting point).
 cp -r "$ROOT/models/demo" "$WORK/model0"
+cp "$ROOT/data/demo_prompts.jsonl" "$WORK/heldout.jsonl"
 MODEL=$WORK/model0
+HELDOUT=$WORK/heldout.jsonl
 
 say "training prompts: $N_PROMPTS from tools/demo_model/tasks.py, seed $PROMPT_SEED"
-python3 - "$ROOT" "$WORK/train_prompts.jsonl" "$N_PROMPTS" "$PROMPT_SEED" <<'EOF'
+python3 - "$ROOT" "$WORK/train_prompts.jsonl" "$N_PROMPTS" "$PROMPT_SEED" "$HELDOUT" <<'EOF'
 import json, random, sys
 root, out_path, n, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 sys.path.insert(0, root + "/tools/demo_model")
 import train  # the demo's own task sets: held-out (data/demo_prompts.jsonl) + evaluation set
 _, _, seen = train.make_heldout(1234)       # every held-out and evaluation question, excluded
-held = {json.loads(l)["prompt"] for l in open(root + "/data/demo_prompts.jsonl")}
+held = {json.loads(l)["prompt"] for l in open(sys.argv[5])}
 seen |= held
 # Levels weighted towards where the demo policy has some but not all answers right (GRPO learns
-# only from groups with mixed rewards): L1 5%, L2 30%, L3 25%, L4 20%, L5 5%, code 15%.
-weights = {1: 5, 2: 30, 3: 25, 4: 20, 5: 5, 6: 15}
+# only from groups with mixed rewards): L1 2%, L2 15%, L3 35%, L4 30%, L5 13%, code 5%.
+weights = {1: 2, 2: 15, 3: 35, 4: 30, 5: 13, 6: 5}
 levels = [lv for lv, w in weights.items() for _ in range(w)]
 r = random.Random(seed)
 with open(out_path, "w") as f:
@@ -93,7 +96,7 @@ with open(out_path, "w") as f:
 EOF
 
 evaluate() { # $1 = model dir, $2 = name
-    "$GRPO" rollout --model "$1" --prompts "$ROOT/data/demo_prompts.jsonl" --group "$EVAL_GROUP" \
+    "$GRPO" rollout --model "$1" --prompts "$HELDOUT" --group "$EVAL_GROUP" \
         --max-new-tokens "$MAX_NEW" --seed "$EVAL_SEED" --threads 2 --db "$WORK/$2.db" \
         --out "$WORK/$2.jsonl" >"$WORK/$2.log" 2>&1
 }

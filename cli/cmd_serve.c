@@ -469,19 +469,6 @@ done:
     return err;
 }
 
-typedef struct pid_item {
-    int64_t pid;
-    size_t item;
-} pid_item;
-
-static int
-cmp_pid_item(const void *x, const void *y)
-{
-    const pid_item *a = x, *b = y;
-    return a->pid != b->pid ? (a->pid < b->pid ? -1 : 1)
-                            : (a->item < b->item ? -1 : a->item > b->item);
-}
-
 /* Records the prompts and marks the groups already recorded (a resumed run) as done. */
 static grpo_err
 load_items(serve *c, size_t *already)
@@ -498,7 +485,6 @@ load_items(serve *c, size_t *already)
     if ((err = grpo_lease_table_create(&c->leases, n, c->a->lease_timeout)) != GRPO_OK)
         return err;
     *already = 0;
-    size_t dups = 0;
     for (size_t i = 0; i < n; i++) {
         const grpo_prompt *p = &c->ps.items[i];
         grpo_prompt_rec pr = {c->ps.source,     (int64_t)i,     p->prompt,
@@ -513,27 +499,6 @@ load_items(serve *c, size_t *already)
             (*already)++;
         }
     }
-    /* The store keys a group by (run, step, prompt content, seed): a record repeating an earlier
-     * one's content could never be recorded, so it is not handed out. */
-    pid_item *order = calloc(n ? n : 1, sizeof *order);
-    if (order == NULL)
-        return grpo__fail(GRPO_ENOMEM, "serve: out of memory for %zu prompts", n);
-    for (size_t i = 0; i < n; i++)
-        order[i] = (pid_item){c->prompt_ids[i], i};
-    qsort(order, n, sizeof *order, cmp_pid_item);
-    for (size_t k = 1; k < n; k++)
-        if (order[k].pid == order[k - 1].pid) {
-            if (dups++ < 5)
-                fprintf(stderr,
-                        "grpo serve: prompt %s (line %lld) repeats the content of an "
-                        "earlier prompt; skipped\n",
-                        c->ps.items[order[k].item].id, (long long)c->ps.items[order[k].item].line);
-            grpo_lease_table_mark_done(c->leases, order[k].item);
-        }
-    free(order);
-    if (dups > 0)
-        fprintf(stderr, "grpo serve: %zu prompts repeat earlier ones' content and are skipped\n",
-                dups);
     return GRPO_OK;
 }
 

@@ -12,6 +12,9 @@
             then the coordinator is stopped. No group is lost (every lease the coordinator
             recorded as done has its group, and nothing is recorded twice), and the coordinator's
             peak RSS stays bounded. Prints groups/s and the coordinator's CPU share.
+  repeats   a prompts file in which some records repeat an earlier record's content (with
+            another id, and without an id): every record is served and its group recorded, as
+            `grpo rollout` records them, and the completions equal grpo rollout's.
 
 The reference for "equal" is an independent run of `grpo rollout` (one process, no workers).
 Usage: workers_integration.py SCENARIO --grpo PATH [--seconds S] [--keep DIR]
@@ -424,9 +427,52 @@ def scenario_weights(grpo, tmp, staleness=0):
         P.cleanup()
 
 
+def scenario_repeats(grpo, tmp):
+    """Records with the same content at other lines are other prompts: each gets its group."""
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    write_prompts(prompts, 6)
+    with open(prompts) as f:
+        lines = f.read().splitlines()
+    rep = [lines[0].replace('"id": "q0"', '"id": "q0again"'),  # same content, another id
+           lines[4],  # a record without an id, repeated verbatim (keyed by its line number)
+           lines[1].replace('"id": "q1"', '"id": "q1again"')]
+    with open(prompts, "w") as f:
+        f.write("\n".join(lines + rep) + "\n")
+    n = len(lines) + len(rep)
+    want = reference(grpo, tmp, prompts)
+    if len({r[0] for r in want}) != n:
+        fail("the reference grpo rollout recorded %d prompts, expected %d"
+             % (len({r[0] for r in want}), n))
+    url = "ipc://" + os.path.join(tmp, "coord.ipc")
+    P = Procs(grpo, tmp)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url))
+        for w in ("A", "B"):
+            P.start(w, worker_args(url, w))
+        rc = serve.wait(timeout=120)
+        log = P.log("serve")
+        if rc != 0:
+            fail("serve exited %d:\n%s" % (rc, log))
+        if "skipped" in log:
+            fail("serve skipped a repeated prompt:\n%s" % log)
+        check_exactly_once(db, n)
+        texts = db_rows(db, "SELECT coalesce(p.text, p.messages_json), count(*) FROM groups g "
+                            "JOIN prompts p ON p.id = g.prompt_id GROUP BY 1 "
+                            "HAVING count(*) > 1")
+        if len(texts) != len(rep):
+            fail("expected %d prompt texts with two groups each, got %r" % (len(rep), texts))
+        got = completions(db)
+        if got != want:
+            fail("completions differ from grpo rollout's (%d vs %d rows)" % (len(got), len(want)))
+        print("ok: %d records (%d repeating an earlier one's content) -> %d groups, once each; "
+              "completions equal grpo rollout's" % (n, len(rep), n))
+    finally:
+        P.cleanup()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["failover", "restart", "load", "weights"])
+    ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats"])
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
@@ -444,6 +490,8 @@ def main():
             scenario_failover(a.grpo, tmp)
         elif a.scenario == "restart":
             scenario_restart(a.grpo, tmp)
+        elif a.scenario == "repeats":
+            scenario_repeats(a.grpo, tmp)
         elif a.scenario == "weights":
             scenario_weights(a.grpo, tmp, a.staleness)
         else:

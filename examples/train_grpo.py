@@ -240,16 +240,15 @@ class Trainer:
             adv = (inp["advantages"] if a.advantage == "engine"
                    else group_advantages(rewards, a.advantage)).float()
             old = inp["old_per_token_logps"]
-            # mismatch: the engine's logprobs vs ours on the weights that sampled this batch
-            # (measured before the forward with gradients, which needs the current weights)
+            # mismatch: the engine's logprobs vs ours on the weights that sampled this batch; an
+            # older version is swapped in before the forward with gradients (which needs ours)
+            measure = a.mismatch_every and len(stats["stale"]) % a.mismatch_every == 0
+            same = b.policy_version == self.version and not self.stepped_since_publish
             mine = None
-            if a.mismatch_every and len(stats["stale"]) % a.mismatch_every == 0:
-                if b.policy_version != self.version or self.stepped_since_publish:
-                    if b.policy_version in self.snapshots:
-                        mine = self._logprobs_at(b.policy_version, inp, T)
+            if measure and not same and b.policy_version in self.snapshots:
+                mine = self._logprobs_at(b.policy_version, inp, T)
             logp = token_logprobs(self.model, inp, T)
-            if (mine is None and a.mismatch_every and len(stats["stale"]) % a.mismatch_every == 0
-                    and b.policy_version == self.version and not self.stepped_since_publish):
+            if measure and same:
                 mine = logp.detach()
             if mine is not None:
                 stats["mm_kl"] += float(k3(old, mine)[mask].sum())   # KL(engine || trainer)

@@ -410,6 +410,18 @@ build_config(grpo_reward_config **out, const char *path, const plugin_arg *pl, i
     return err;
 }
 
+/* True for the options grpo verify knows (all of them take a value). */
+static bool
+is_flag(const char *a)
+{
+    static const char *const flags[] = {"--input", "--output", "--config", "--plugin",
+                                        "--plugin-config", "--jobs", "--deadline-ms"};
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+        if (strcmp(a, flags[k]) == 0)
+            return true;
+    return false;
+}
+
 int
 grpo_cmd_verify(int argc, char **argv)
 {
@@ -424,8 +436,12 @@ grpo_cmd_verify(int argc, char **argv)
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (a[0] != '-' || a[1] == 0)
+            return cli_usage("verify", "unexpected argument %s", a);
+        if (!is_flag(a))
+            return cli_usage("verify", "unknown option %s", a);
         if (i + 1 >= argc)
-            return cli_usage("verify", "%s needs a value or is unknown", a);
+            return cli_usage("verify", "%s needs a value", a);
         const char *v = argv[++i];
         char *end;
         if (strcmp(a, "--input") == 0)

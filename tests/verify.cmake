@@ -24,3 +24,10 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND TARGET grpo_example_verifier)
     add_dependencies(verify_cli_test test_plugin_evil)
   endif()
 endif()
+# An in-process plugin's out-of-range verdict kind becomes an ERROR term (the hostile test plugin of
+# tests/sandbox.cmake, "badkind" mode).
+if(TARGET PkgConfig::CMOCKA AND TARGET test_plugin_evil)
+  grpo_add_test(reward_plugin_kind_test SOURCES reward_plugin_kind_test.c
+                LIBS grpo_verifiers grpo_common ARGS $<TARGET_FILE:test_plugin_evil>)
+  add_dependencies(reward_plugin_kind_test test_plugin_evil)
+endif()

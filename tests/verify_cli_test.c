@@ -160,6 +160,51 @@ test_cli(void **state)
     assert_int_equal(sh(cmd), 0);
 }
 
+/* Runs `grpo verify ARGS`; returns its exit status and checks that stderr holds exactly one line
+ * containing want. */
+static int
+usage_case(const char *bin, const char *args, const char *want)
+{
+    char cmd[2048], err[300];
+    snprintf(err, sizeof err, "%s/usage_err.txt", tmpdir);
+    snprintf(cmd, sizeof cmd, "%s verify %s 2>%s", bin, args, err);
+    int rc = sh(cmd);
+    char *text = NULL;
+    size_t n = 0;
+    assert_int_equal(grpo__read_file(err, 0, &text, &n), GRPO_OK);
+    if (strstr(text, want) == NULL)
+        fail_msg("`grpo verify %s`: stderr \"%s\" lacks \"%s\"", args, text, want);
+    assert_true(n > 0 && text[n - 1] == '\n' && memchr(text, '\n', n) == text + n - 1);
+    free(text);
+    return rc;
+}
+
+/* Usage errors name the real problem and exit 2: a positional argument is unexpected (not "needs
+ * a value"), an unknown option is unknown, a known option at the end needs a value. */
+static void
+test_usage(void **state)
+{
+    (void)state;
+    const char *bin = getenv("GRPO_BIN");
+    if (bin == NULL || bin[0] == 0)
+        skip();
+    assert_int_equal(usage_case(bin, "foo", "unexpected argument foo"), 2);
+    assert_int_equal(usage_case(bin, "--input x.jsonl foo", "unexpected argument foo"), 2);
+    assert_int_equal(usage_case(bin, "foo --input x.jsonl", "unexpected argument foo"), 2);
+    assert_int_equal(usage_case(bin, "- --input x.jsonl", "unexpected argument -"), 2);
+    assert_int_equal(usage_case(bin, "--bogus", "unknown option --bogus"), 2);
+    assert_int_equal(usage_case(bin, "--bogus 1 --input x.jsonl", "unknown option --bogus"), 2);
+    assert_int_equal(usage_case(bin, "--input", "--input needs a value"), 2);
+    assert_int_equal(usage_case(bin, "--input x.jsonl --jobs", "--jobs needs a value"), 2);
+    assert_int_equal(usage_case(bin, "--jobs 2", "--input is required"), 2);
+    assert_int_equal(usage_case(bin, "--input x.jsonl --plugin-config {}",
+                                "--plugin-config must follow a --plugin"), 2);
+    assert_int_equal(usage_case(bin, "--input x.jsonl --plugin nope",
+                                "--plugin wants NAME=PATH, not \"nope\""), 2);
+    assert_int_equal(usage_case(bin, "--input x.jsonl --deadline-ms -1",
+                                "--deadline-ms must be in (0, 3600000], not \"-1\""), 2);
+}
+
 static const char *plugin_path;
 
 /* A plugin named on the command line and one described in the config (in process), composed with
@@ -249,7 +294,8 @@ main(int argc, char **argv)
 {
     plugin_path = argc > 1 ? argv[1] : NULL;
     evil_path = argc > 2 ? argv[2] : NULL;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli), cmocka_unit_test(test_plugin),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli), cmocka_unit_test(test_usage),
+                                       cmocka_unit_test(test_plugin),
                                        cmocka_unit_test(test_deadline)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -536,6 +536,22 @@ run_term(rinst *in, const rterm *t, const grpo_verifier_sample *s, grpo_reward_t
             memset(&v, 0, sizeof v);
             v.kind = GRPO_VERDICT_ERROR;
             snprintf(v.label, sizeof v.label, "verifier-failed");
+        } else if ((unsigned)v.kind > (unsigned)GRPO_VERDICT_ERROR) {
+            /* an in-process plugin's kind outside pass..error: the store would refuse the whole
+             * group, so it becomes an error verdict (as the sandboxed path's bad reply does) */
+            long bad = (long)v.kind;
+            free(v.details_json);
+            memset(&v, 0, sizeof v);
+            v.kind = GRPO_VERDICT_ERROR;
+            snprintf(v.label, sizeof v.label, "bad-verdict-kind");
+            cJSON *d = cJSON_CreateObject();
+            if (d) {
+                char msg[96];
+                snprintf(msg, sizeof msg, "verdict kind %ld is not one of pass..error (0..4)", bad);
+                cJSON_AddStringToObject(d, "error", msg);
+                v.details_json = cJSON_PrintUnformatted(d);
+                cJSON_Delete(d);
+            }
         }
     }
     out->ms = (grpo_now() - t0) * 1000.0;

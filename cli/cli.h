@@ -41,5 +41,8 @@ int cli_not_built(const char *cmd, const char *issue);
 int cli_wants_help(int argc, char **argv);
 /* Parses a size like "4096", "64K", "2G" (bytes, powers of 1024). Returns 0 on success. */
 int cli_parse_size(const char *s, uint64_t *out);
+/* The store's finish reason (GRPO_FINISH_*) for the engine's (GRPO_ROLLOUT_FINISH_*); anything
+ * but EOS, STOP and LENGTH is ABORT. (cli/finish.c) */
+int cli_store_finish(int32_t rollout_finish);
 
 #endif

@@ -104,21 +104,6 @@ done:
     return err;
 }
 
-static int
-finish_code(grpo_rollout_finish f)
-{
-    switch (f) {
-    case GRPO_ROLLOUT_FINISH_EOS:
-        return GRPO_FINISH_EOS;
-    case GRPO_ROLLOUT_FINISH_STOP:
-        return GRPO_FINISH_STOP;
-    case GRPO_ROLLOUT_FINISH_LENGTH:
-        return GRPO_FINISH_LENGTH;
-    default:
-        return GRPO_FINISH_ABORT;
-    }
-}
-
 /* Prints the verdict; returns 1 when identical. */
 static int
 compare(const grpo_stored_completion *c, const grpo_rollout_sample *s)
@@ -143,7 +128,7 @@ compare(const grpo_stored_completion *c, const grpo_rollout_sample *s)
             return 0;
         }
     }
-    if (c->n_tokens != s->n_tokens || c->finish_reason != finish_code(s->finish)) {
+    if (c->n_tokens != s->n_tokens || c->finish_reason != cli_store_finish(s->finish)) {
         printf("completion %lld: DIFFERENT length or finish: recorded %d tokens, regenerated %d "
                "(%s)\n",
                (long long)c->completion_id, c->n_tokens, s->n_tokens,

@@ -596,21 +596,6 @@ on_heartbeat(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
     rep->policy = c->policy;
 }
 
-static int
-store_finish(int32_t f)
-{
-    switch (f) {
-    case GRPO_ROLLOUT_FINISH_EOS:
-        return GRPO_FINISH_EOS;
-    case GRPO_ROLLOUT_FINISH_STOP:
-        return GRPO_FINISH_STOP;
-    case GRPO_ROLLOUT_FINISH_LENGTH:
-        return GRPO_FINISH_LENGTH;
-    default:
-        return GRPO_FINISH_ABORT;
-    }
-}
-
 /* A result that does not fit its prompt or the run's params is refused (not recorded). */
 static const char *
 check_result(const serve *c, const grpo_wresult *r, size_t item)
@@ -698,7 +683,7 @@ record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
         x->sample_index = s->index, x->n_tokens = s->n_tokens;
         x->token_ids = s->tokens, x->token_logprobs = s->logprobs;
         x->text = s->text, x->text_len = s->text_len;
-        x->finish_reason = store_finish(s->finish);
+        x->finish_reason = cli_store_finish(s->finish);
         aborted |= s->finish == GRPO_ROLLOUT_FINISH_ABORT;
         for (int32_t k = 0; k < s->n_tokens; k++)
             x->logprob_sum += s->logprobs[k];

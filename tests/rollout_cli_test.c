@@ -230,6 +230,17 @@ test_budget_and_bad_lines(void **state)
     assert_int_equal(run("%s rollout --bogus", bin), 2);
     assert_int_equal(run("%s rollout --template chatml", bin), 2); /* usage, before any work */
     assert_non_null(strstr(slurp("out.txt"), "expected r1, v3 or none"));
+    /* a --publish URL the bridge cannot listen on is a usage error, on one line, before any work
+     * (the store is not even created) */
+    assert_int_equal(run(ROLL " --group 2 --max-new-tokens 4 --db %s/pub.db --publish foo://x",
+                         bin, src, src, tmpdir),
+                     2);
+    const char *o = slurp("out.txt");
+    assert_non_null(strstr(o, "--publish foo://x: expected a tcp://, ipc:// or inproc:// URL"));
+    assert_true(strchr(o, '\n') == o + strlen(o) - 1);
+    char pubdb[600];
+    snprintf(pubdb, sizeof pubdb, "%s/pub.db", tmpdir);
+    assert_int_not_equal(access(pubdb, F_OK), 0);
 }
 
 /* --publish: a trainer (the bridge's C consumer, here in the test process) receives one batch per

@@ -6,7 +6,8 @@
 # 1. builds `grpo` if needed (build-loop/), snapshots models/demo into the work folder;
 # 2. writes a training prompt file with tools/demo_model's task generator (fixed seed; the
 #    held-out data/demo_prompts.jsonl and the demo's evaluation set are excluded);
-# 3. measures held-out accuracy: `grpo rollout` on data/demo_prompts.jsonl, fixed seed;
+# 3. measures held-out accuracy: `grpo rollout` on data/demo_prompts.jsonl (and on the demo's
+#    120-prompt evaluation set), fixed seed;
 # 4. starts `grpo rollout --publish ipc://...` on the training prompts and
 #    examples/train_grpo.py together: batches flow to the trainer, new weights flow back;
 # 5. measures held-out accuracy again with the trainer's final weights (same seed);
@@ -15,12 +16,13 @@
 #
 # Settings (environment): WORK (default build-loop/train_demo), N_PROMPTS (400), GROUP (16),
 # MAX_NEW (160), GROUPS_PER_STEP (4), PUBLISH_EVERY (2), LR (2e-5), BETA (0), LOSS_AGG
-# (token-mean), ADVANTAGE (engine), EVAL_GROUP (128), EVAL_SEED (12345), TRAIN_SEED (1),
+# (token-mean), ADVANTAGE (engine), EVAL_GROUP (128: samples per held-out prompt), EVALSET_GROUP
+# (16: samples per prompt of the demo's 120-prompt evaluation set; 0 = skip), EVAL_SEED (12345), TRAIN_SEED (1),
 # PROMPT_SEED (4242), ENGINE_THREADS (1), TRAINER_THREADS (1: torch threads spin badly on a
 # loaded machine), EXTRA_TRAIN_ARGS (--log-kl).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 BUILD=${BUILD:-$ROOT/build-loop}
 WORK=${WORK:-$BUILD/train_demo}
 N_PROMPTS=${N_PROMPTS:-400}
@@ -34,6 +36,7 @@ LOSS_AGG=${LOSS_AGG:-token-mean}
 ADVANTAGE=${ADVANTAGE:-engine}
 EVAL_GROUP=${EVAL_GROUP:-128}
 EVAL_SEED=${EVAL_SEED:-12345}
+EVALSET_GROUP=${EVALSET_GROUP:-16}
 TRAIN_SEED=${TRAIN_SEED:-1}
 PROMPT_SEED=${PROMPT_SEED:-4242}
 ENGINE_THREADS=${ENGINE_THREADS:-1}
@@ -69,12 +72,15 @@ MODEL=$WORK/model0
 HELDOUT=$WORK/heldout.jsonl
 
 say "training prompts: $N_PROMPTS from tools/demo_model/tasks.py, seed $PROMPT_SEED"
-python3 - "$ROOT" "$WORK/train_prompts.jsonl" "$N_PROMPTS" "$PROMPT_SEED" "$HELDOUT" <<'EOF'
+python3 - "$ROOT" "$WORK/train_prompts.jsonl" "$N_PROMPTS" "$PROMPT_SEED" "$HELDOUT" "$WORK/evalset.jsonl" <<'EOF'
 import json, random, sys
 root, out_path, n, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 sys.path.insert(0, root + "/tools/demo_model")
 import train  # the demo's own task sets: held-out (data/demo_prompts.jsonl) + evaluation set
-_, _, seen = train.make_heldout(1234)       # every held-out and evaluation question, excluded
+_, evalset, seen = train.make_heldout(1234)  # every held-out and evaluation question, excluded
+with open(sys.argv[6], "w") as f:            # the demo's larger evaluation set (20 per level)
+    for t in evalset:
+        f.write(json.dumps(train.prompt_record(t)) + "\n")
 held = {json.loads(l)["prompt"] for l in open(sys.argv[5])}
 seen |= held
 # Levels weighted towards where the demo policy has some but not all answers right (GRPO learns
@@ -95,10 +101,14 @@ with open(out_path, "w") as f:
         k += 1
 EOF
 
-evaluate() { # $1 = model dir, $2 = name
+evaluate() { # $1 = model dir, $2 = name: the held-out prompts, and the demo's evaluation set
     "$GRPO" rollout --model "$1" --prompts "$HELDOUT" --group "$EVAL_GROUP" \
         --max-new-tokens "$MAX_NEW" --seed "$EVAL_SEED" --threads 2 --db "$WORK/$2.db" \
         --out "$WORK/$2.jsonl" >"$WORK/$2.log" 2>&1
+    [ "$EVALSET_GROUP" -gt 0 ] || return 0
+    "$GRPO" rollout --model "$1" --prompts "$WORK/evalset.jsonl" --group "$EVALSET_GROUP" \
+        --max-new-tokens "$MAX_NEW" --seed "$EVAL_SEED" --threads 2 --db "$WORK/${2}_set.db" \
+        >"$WORK/${2}_set.log" 2>&1
 }
 
 say "held-out accuracy before training (data/demo_prompts.jsonl, G=$EVAL_GROUP, seed $EVAL_SEED)"
@@ -170,6 +180,26 @@ se = ((ab * (1 - ab) + aa * (1 - aa)) / n_b) ** 0.5
 p()
 p("accuracy %.1f%% -> %.1f%% (%+.1f points; 2 sigma of the difference %.1f points, %d samples each)"
   % (100 * ab, 100 * aa, 100 * (aa - ab), 200 * se, n_b))
+
+if os.path.exists(work + "/eval_before_set.db"):
+    sb, sa = accuracy(work + "/eval_before_set.db"), accuracy(work + "/eval_after_set.db")
+    p()
+    p("## The demo's evaluation set (20 prompts per level, not trained on; same seed)")
+    p()
+    p("| level | before | after |")
+    p("|---|---|---|")
+    lv = lambda pid: pid.split("-")[1]
+    for L in sorted({lv(k) for k in sb}):
+        xb = [x[0] for k, v in sb.items() if lv(k) == L for x in v]
+        xa = [x[0] for k, v in sa.items() if lv(k) == L for x in v]
+        p("| %s | %.1f%% | %.1f%% |" % (L, 100 * mean(xb), 100 * mean(xa)))
+    eb = mean([x[0] for v in sb.values() for x in v])
+    ea = mean([x[0] for v in sa.values() for x in v])
+    ne = sum(len(v) for v in sb.values())
+    p("| **all** | **%.1f%%** | **%.1f%%** |" % (100 * eb, 100 * ea))
+    p()
+    p("evaluation set %.1f%% -> %.1f%% (%+.1f points; 2 sigma %.1f points, %d samples each)" % (
+        100 * eb, 100 * ea, 100 * (ea - eb), 200 * ((eb * (1 - eb) + ea * (1 - ea)) / ne) ** 0.5, ne))
 
 log = [json.loads(l) for l in open(work + "/trainer/train_log.jsonl")]
 pub = [json.loads(l) for l in open(work + "/trainer/published.jsonl")]

@@ -6,6 +6,7 @@
  * Threads: the main thread drives the scheduler (one forward per step, itself multi-threaded);
  * --verify-threads workers pop completed groups, verify, write and publish them. */
 #include "cli/cli.h"
+#include "cli/run_common.h"
 #include "common/common_int.h"
 #include "grpo/bridge.h"
 #include "grpo/rollout.h"
@@ -32,14 +33,9 @@
 typedef struct args {
     const char *model, *prompts, *db, *out, *publish, *tokenizer, *template_name;
     const char *ref_model, *reward_config, *kv_budget;
-    int skip_bad, G, max_new, threads, verify_threads, rescore, logprobs, max_pending, window;
-    int max_batch;
+    int threads, verify_threads, rescore, max_pending, window, max_batch;
     uint64_t kv_bytes, kv_tokens;
-    grpo_sampling s;
-    uint64_t seed;
-    int n_stop, n_stop_ids;
-    const char *stop[GRPO_ROLLOUT_MAX_STOP];
-    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
+    cli_gen_args gen; /* --group, sampling, --seed, stops, --logprobs, --on-bad-line */
     char model_buf[PATH_MAX], prompts_buf[PATH_MAX];
 } args;
 
@@ -60,7 +56,7 @@ typedef struct run_ctx {
     char run_id_str[32];
     grpo_rewarder *rewarder;
     grpo_bridge_publisher *pub;
-    grpo_bridge_persist persist;
+    cli_store_persist persist;
     FILE *out;
     pthread_mutex_t mu; /* guards out and the totals below */
     grpo_err first_err;
@@ -83,92 +79,43 @@ usage(FILE *f)
         "data/demo_prompts.jsonl) when present, else the tiny test model with\n"
         "data/tiny_prompts.jsonl.\n\n"
         "  --model DIR          model directory (config.json, safetensors, tokenizer.json)\n"
-        "  --prompts FILE       prompts JSONL, or git:REPO_PATH@REV:path/in/repo.jsonl\n"
-        "  --group G            samples per prompt (default 64)\n"
-        "  --max-new-tokens N   generation limit per sample (default 1024)\n"
-        "  --temperature T      sampling temperature; 0 = greedy (default 0.6)\n"
-        "  --top-p P            nucleus mass (default 0.95; 1 = off)\n"
-        "  --top-k K            keep the K most likely tokens (default 0 = off)\n"
-        "  --min-p P            drop tokens below P x the top probability (default 0 = off)\n"
-        "  --seed S             run seed; a completion is a pure function of the weights, the\n"
-        "                       prompt, the params, S, the prompt id and the sample index\n"
-        "                       (default 0)\n"
-        "  --stop STR           stop string (repeatable, up to 16), matched across tokens\n"
-        "  --stop-id ID         stop token id (repeatable, up to 16); EOS always stops\n"
-        "  --template NAME      chat template: r1 (default), v3, none\n"
-        "  --tokenizer PATH     tokenizer.json (default: the model directory's)\n"
-        "  --db FILE            SQLite store (default grpo.db)\n"
-        "  --out FILE.jsonl     also write one JSON line per completion\n"
-        "  --publish URL        publish one batch per group to a trainer (tcp://, ipc://);\n"
-        "                       batches wait in the store until acknowledged, and the run\n"
-        "                       ends when the trainer has acknowledged all of them\n"
-        "  --publish-window K   unacknowledged batches before publishing blocks (default 4)\n"
-        "                       New weights a trainer sends (bridge) are applied between\n"
-        "                       groups: admission pauses, groups in flight finish, the\n"
-        "                       weights are swapped and the next groups carry the new\n"
-        "                       policy version\n"
-        "  --max-pending-groups N  pause admitting prompts while N finished groups wait for\n"
-        "                       verification or publishing (backpressure; default 8)\n"
-        "  --max-batch N        decode rows per forward (default 256; bounds the logits\n"
-        "                       buffer: N x vocab floats)\n"
-        "  --threads N          forward threads (default: all CPUs)\n"
-        "  --verify-threads N   verifier threads (default 2)\n"
-        "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
-        "                       groups are admitted while their worst case fits (default 1G)\n"
-        "  --logprobs WHICH     raw (default), processed or both: raw is log p under\n"
-        "                       softmax(logits/T) before top-p/top-k/min-p (what trainers\n"
-        "                       recompute); processed is under the truncated distribution\n"
-        "  --ref-model DIR      reference model: per-token ref logprobs and KL summaries\n"
-        "  --rescore            recompute policy logprobs by teacher forcing and report the\n"
-        "                       largest sampling/scoring mismatch\n"
-        "  --reward-config FILE reward composition (default: math = math + 0.2 format, ...)\n"
-        "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
-        "  --help               this text\n\n"
-        "exit codes: 0 success, 1 runtime failure, 2 usage error\n");
-}
-
-static int
-parse_float(const char *s, float lo, float hi, float *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end != '\0' || !(v >= lo && v <= hi))
-        return -1;
-    *out = (float)v;
-    return 0;
-}
-
-static int
-parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int
-is_file(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* Finds a bundled path relative to the working directory or the source tree. */
-static int
-bundled(const char *rel, char *out, size_t cap, int want_dir)
-{
-    const char *roots[2] = {".", GRPO_SOURCE_DIR};
-    for (int i = 0; i < 2; i++) {
-        snprintf(out, cap, "%s/%s%s", roots[i], rel, want_dir ? "/config.json" : "");
-        if (is_file(out)) {
-            snprintf(out, cap, "%s/%s", roots[i], rel);
-            return 1;
-        }
-    }
-    return 0;
+        "  --prompts FILE       prompts JSONL, or git:REPO_PATH@REV:path/in/repo.jsonl\n");
+    cli_gen_help_sampling(f);
+    fputs("  --seed S             run seed; a completion is a pure function of the weights, the\n"
+          "                       prompt, the params, S, the prompt id and the sample index\n"
+          "                       (default 0)\n",
+          f);
+    cli_gen_help_stops(f);
+    fputs("  --template NAME      chat template: r1 (default), v3, none\n"
+          "  --tokenizer PATH     tokenizer.json (default: the model directory's)\n"
+          "  --db FILE            SQLite store (default grpo.db)\n"
+          "  --out FILE.jsonl     also write one JSON line per completion\n"
+          "  --publish URL        publish one batch per group to a trainer (tcp://, ipc://);\n"
+          "                       batches wait in the store until acknowledged, and the run\n"
+          "                       ends when the trainer has acknowledged all of them\n"
+          "  --publish-window K   unacknowledged batches before publishing blocks (default 4)\n"
+          "                       New weights a trainer sends (bridge) are applied between\n"
+          "                       groups: admission pauses, groups in flight finish, the\n"
+          "                       weights are swapped and the next groups carry the new\n"
+          "                       policy version\n"
+          "  --max-pending-groups N  pause admitting prompts while N finished groups wait for\n"
+          "                       verification or publishing (backpressure; default 8)\n"
+          "  --max-batch N        decode rows per forward (default 256; bounds the logits\n"
+          "                       buffer: N x vocab floats)\n"
+          "  --threads N          forward threads (default: all CPUs)\n"
+          "  --verify-threads N   verifier threads (default 2)\n"
+          "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
+          "                       groups are admitted while their worst case fits (default 1G)\n",
+          f);
+    cli_gen_help_logprobs(f);
+    fputs("  --ref-model DIR      reference model: per-token ref logprobs and KL summaries\n"
+          "  --rescore            recompute policy logprobs by teacher forcing and report the\n"
+          "                       largest sampling/scoring mismatch\n"
+          "  --reward-config FILE reward composition (default: math = math + 0.2 format, ...)\n"
+          "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
+          "  --help               this text\n\n"
+          "exit codes: 0 success, 1 runtime failure, 2 usage error\n",
+          f);
 }
 
 static int
@@ -179,10 +126,10 @@ resolve_defaults(args *a)
             return cli_usage(CMD, "give both --model and --prompts, or neither for the demo");
         return 0;
     }
-    if (bundled("models/demo", a->model_buf, sizeof a->model_buf, 1) &&
-        bundled("data/demo_prompts.jsonl", a->prompts_buf, sizeof a->prompts_buf, 0)) {
-    } else if (bundled("tests/data/tiny_models/bf16", a->model_buf, sizeof a->model_buf, 1) &&
-               bundled("data/tiny_prompts.jsonl", a->prompts_buf, sizeof a->prompts_buf, 0)) {
+    if (cli_bundled("models/demo", a->model_buf, sizeof a->model_buf, 1) &&
+        cli_bundled("data/demo_prompts.jsonl", a->prompts_buf, sizeof a->prompts_buf, 0)) {
+    } else if (cli_bundled("tests/data/tiny_models/bf16", a->model_buf, sizeof a->model_buf, 1) &&
+               cli_bundled("data/tiny_prompts.jsonl", a->prompts_buf, sizeof a->prompts_buf, 0)) {
     } else {
         return cli_usage(CMD, "no bundled demo model found; give --model and --prompts");
     }
@@ -192,26 +139,15 @@ resolve_defaults(args *a)
 }
 
 enum {
-    O_GROUP = 256,
-    O_MAXNEW,
-    O_TEMP,
-    O_TOPP,
-    O_TOPK,
-    O_MINP,
-    O_SEED,
-    O_DB,
+    O_DB = 256,
     O_OUT,
     O_PUBLISH,
     O_THREADS,
     O_VTHREADS,
     O_KV,
-    O_LOGPROBS,
     O_REF,
     O_RESCORE,
     O_REWARD,
-    O_BADLINE,
-    O_STOP,
-    O_STOPID,
     O_TEMPLATE,
     O_TOKENIZER,
     O_MODEL,
@@ -224,31 +160,21 @@ enum {
 static const struct option long_opts[] = {
     {"model", required_argument, 0, O_MODEL},
     {"prompts", required_argument, 0, O_PROMPTS},
-    {"group", required_argument, 0, O_GROUP},
-    {"max-new-tokens", required_argument, 0, O_MAXNEW},
-    {"temperature", required_argument, 0, O_TEMP},
-    {"top-p", required_argument, 0, O_TOPP},
-    {"top-k", required_argument, 0, O_TOPK},
-    {"min-p", required_argument, 0, O_MINP},
-    {"seed", required_argument, 0, O_SEED},
     {"db", required_argument, 0, O_DB},
     {"out", required_argument, 0, O_OUT},
     {"publish", required_argument, 0, O_PUBLISH},
     {"threads", required_argument, 0, O_THREADS},
     {"verify-threads", required_argument, 0, O_VTHREADS},
     {"kv-budget", required_argument, 0, O_KV},
-    {"logprobs", required_argument, 0, O_LOGPROBS},
     {"ref-model", required_argument, 0, O_REF},
     {"rescore", no_argument, 0, O_RESCORE},
     {"reward-config", required_argument, 0, O_REWARD},
-    {"on-bad-line", required_argument, 0, O_BADLINE},
-    {"stop", required_argument, 0, O_STOP},
-    {"stop-id", required_argument, 0, O_STOPID},
     {"template", required_argument, 0, O_TEMPLATE},
     {"tokenizer", required_argument, 0, O_TOKENIZER},
     {"max-pending-groups", required_argument, 0, O_PENDING},
     {"publish-window", required_argument, 0, O_WINDOW},
     {"max-batch", required_argument, 0, O_MAXBATCH},
+    CLI_GEN_LONG_OPTS,
     {0, 0, 0, 0},
 };
 
@@ -292,45 +218,10 @@ parse_opt(args *a, int c, const char *v)
     case O_TOKENIZER:
         a->tokenizer = v;
         return 0;
-    case O_GROUP:
-        if (parse_int(v, 1, 1 << 16, &n) != 0)
-            return cli_usage(CMD, "--group %s: expected an integer in [1, 65536]", v);
-        a->G = (int)n;
-        return 0;
-    case O_MAXNEW:
-        if (parse_int(v, 1, 1 << 24, &n) != 0)
-            return cli_usage(CMD, "--max-new-tokens %s: expected a positive integer", v);
-        a->max_new = (int)n;
-        return 0;
-    case O_TEMP:
-        return parse_float(v, 0.0f, 100.0f, &a->s.temperature)
-                   ? cli_usage(CMD, "--temperature %s: expected a number in [0, 100]", v)
-                   : 0;
-    case O_TOPP:
-        return parse_float(v, 1e-6f, 1.0f, &a->s.top_p)
-                   ? cli_usage(CMD, "--top-p %s: expected a number in (0, 1]", v)
-                   : 0;
-    case O_MINP:
-        return parse_float(v, 0.0f, 0.999999f, &a->s.min_p)
-                   ? cli_usage(CMD, "--min-p %s: expected a number in [0, 1)", v)
-                   : 0;
-    case O_TOPK:
-        if (parse_int(v, 0, INT32_MAX, &n) != 0)
-            return cli_usage(CMD, "--top-k %s: expected an integer >= 0", v);
-        a->s.top_k = (int32_t)n;
-        return 0;
-    case O_SEED: {
-        char *end;
-        unsigned long long s = strtoull(v, &end, 0);
-        if (end == v || *end != '\0' || v[0] == '-')
-            return cli_usage(CMD, "--seed %s: expected a non-negative integer", v);
-        a->seed = s;
-        return 0;
-    }
     case O_PENDING:
     case O_WINDOW:
     case O_MAXBATCH:
-        if (parse_int(v, 1, 1 << 20, &n) != 0)
+        if (cli_parse_long(v, 1, 1 << 20, &n) != 0)
             return cli_usage(CMD, "--%s %s: expected a positive integer",
                              c == O_PENDING  ? "max-pending-groups"
                              : c == O_WINDOW ? "publish-window"
@@ -340,36 +231,14 @@ parse_opt(args *a, int c, const char *v)
         return 0;
     case O_THREADS:
     case O_VTHREADS:
-        if (parse_int(v, 1, 1024, &n) != 0)
+        if (cli_parse_long(v, 1, 1024, &n) != 0)
             return cli_usage(CMD, "--%s %s: expected an integer in [1, 1024]",
                              c == O_THREADS ? "threads" : "verify-threads", v);
         *(c == O_THREADS ? &a->threads : &a->verify_threads) = (int)n;
         return 0;
-    case O_LOGPROBS:
-        if ((a->logprobs = grpo_logprobs_parse(v)) < 0)
-            return cli_usage(CMD, "--logprobs %s: expected raw, processed or both", v);
-        a->logprobs |= GRPO_LOGPROBS_RAW;
-        return 0;
-    case O_BADLINE:
-        if (strcmp(v, "skip") != 0 && strcmp(v, "fail") != 0)
-            return cli_usage(CMD, "--on-bad-line %s: expected skip or fail", v);
-        a->skip_bad = strcmp(v, "skip") == 0;
-        return 0;
-    case O_STOP:
-        if (a->n_stop == GRPO_ROLLOUT_MAX_STOP || v[0] == '\0' ||
-            strlen(v) > GRPO_ROLLOUT_MAX_STOP_LEN)
-            return cli_usage(CMD, "--stop: at most %d non-empty strings of at most %d bytes",
-                             GRPO_ROLLOUT_MAX_STOP, GRPO_ROLLOUT_MAX_STOP_LEN);
-        a->stop[a->n_stop++] = v;
-        return 0;
-    case O_STOPID:
-        if (a->n_stop_ids == GRPO_ROLLOUT_MAX_STOP || parse_int(v, 0, INT32_MAX, &n) != 0)
-            return cli_usage(CMD, "--stop-id %s: at most %d non-negative ids", v,
-                             GRPO_ROLLOUT_MAX_STOP);
-        a->stop_ids[a->n_stop_ids++] = (int32_t)n;
-        return 0;
     default:
-        return cli_usage(CMD, "unknown option");
+        return cli_gen_is_opt(c) ? cli_gen_parse_opt(CMD, &a->gen, c, v)
+                                 : cli_usage(CMD, "unknown option");
     }
 }
 
@@ -404,10 +273,10 @@ static int
 parse_args(args *a, int argc, char **argv)
 {
     memset(a, 0, sizeof *a);
-    a->db = "grpo.db", a->G = 64, a->max_new = 1024, a->verify_threads = 2;
-    a->kv_budget = "1G", a->logprobs = GRPO_LOGPROBS_RAW, a->max_pending = 8, a->window = 4;
+    cli_gen_defaults(&a->gen);
+    a->db = "grpo.db", a->verify_threads = 2;
+    a->kv_budget = "1G", a->max_pending = 8, a->window = 4;
     a->max_batch = 256;
-    grpo_sampling_default(&a->s);
     optind = 1;
     opterr = 0;
     int c;
@@ -436,26 +305,14 @@ sampling_json(const args *a, const grpo_policy *pol, const grpo_prompt *p, int32
               int32_t eos)
 {
     cJSON *o = cJSON_CreateObject();
-    char seed[32], *txt;
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
-    cJSON_AddNumberToObject(o, "temperature", a->s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", a->s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", a->s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", a->s.min_p);
-    cJSON_AddNumberToObject(o, "max_new_tokens", a->max_new);
-    cJSON_AddStringToObject(o, "seed", seed);
-    cJSON_AddStringToObject(o, "prompt_id", p->id);
+    char *txt;
+    cli_gen_json_sampling(o, &a->gen, p->id);
     cJSON_AddStringToObject(o, "template", grpo_policy_template(pol));
     char tp[PATH_MAX];
     if (a->tokenizer)
         cJSON_AddStringToObject(o, "tokenizer", realpath(a->tokenizer, tp) ? tp : a->tokenizer);
     cJSON_AddNumberToObject(o, "eos_id", eos);
-    cJSON *st = cJSON_AddArrayToObject(o, "stop");
-    for (int i = 0; i < a->n_stop; i++)
-        cJSON_AddItemToArray(st, cJSON_CreateString(a->stop[i]));
-    cJSON *si = cJSON_AddArrayToObject(o, "stop_ids");
-    for (int i = 0; i < a->n_stop_ids; i++)
-        cJSON_AddItemToArray(si, cJSON_CreateNumber(a->stop_ids[i]));
+    cli_gen_json_stops(o, &a->gen);
     cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
     txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -497,17 +354,14 @@ verify_group(run_ctx *c, grpo_rollout_group *g, scored *sc)
         vs.extra_json = pc->p->record_json;
         vs.prompt_opens_think = c->opens_think;
         vs.n_tokens = s->n_tokens;
-        vs.max_tokens = c->a->max_new;
+        vs.max_tokens = c->a->gen.max_new;
         vs.truncated = s->finish == GRPO_ROLLOUT_FINISH_LENGTH;
         grpo_err err = grpo_rewarder_score(c->rewarder, &vs, &sc->res[i]);
         if (err != GRPO_OK)
             return err;
         sc->rewards[i] = sc->res[i].reward;
     }
-    int64_t offs[2] = {0, G};
-    grpo_adv_opts ao;
-    grpo_adv_opts_default(&ao);
-    return grpo_advantages(&ao, sc->rewards, (size_t)G, offs, 1, NULL, sc->adv, &sc->zero_var);
+    return cli_group_advantages(sc->rewards, G, sc->adv, &sc->zero_var);
 }
 
 static grpo_err
@@ -561,8 +415,8 @@ store_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
     /* step = the policy version that sampled the group: 0 without a trainer; with --publish each
      * new weights version is a training step, so `grpo stats --by step` is the reward curve */
     gr.run_id = c->run_id, gr.step = g->policy_version, gr.prompt_id = pc->store_prompt_id;
-    gr.policy_version = g->policy_version, gr.seed = c->a->seed;
-    gr.sampling_json = pc->sampling_json, gr.max_tokens = c->a->max_new;
+    gr.policy_version = g->policy_version, gr.seed = c->a->gen.seed;
+    gr.sampling_json = pc->sampling_json, gr.max_tokens = c->a->gen.max_new;
     gr.started_at = (double)time(NULL) - (g->t_done - g->t_submit);
     gr.finished_at = (double)time(NULL);
     gr.gen_ms = (g->t_done - g->t_admit) * 1e3;
@@ -855,56 +709,6 @@ fail:
     return GRPO_OK;
 }
 
-/* ---- the store as the publisher's persistence: batches survive a crash until acknowledged ---- */
-
-static grpo_err
-persist_put(void *ctx, int64_t id, const void *bytes, size_t len)
-{
-    run_ctx *c = ctx;
-    grpo_batch_info in;
-    grpo_err err = grpo_batch_peek_info(bytes, len, &in);
-    if (err != GRPO_OK)
-        return err;
-    return grpo_store_put_batch(c->store, id, c->run_id, in.step, 1, bytes, len);
-}
-
-static grpo_err
-persist_ack(void *ctx, int64_t id)
-{
-    return grpo_store_ack_batch(((run_ctx *)ctx)->store, id);
-}
-
-static grpo_err
-persist_sent(void *ctx, int64_t id)
-{
-    return grpo_store_mark_published(((run_ctx *)ctx)->store, id);
-}
-
-typedef struct {
-    grpo_bridge_unacked_fn fn;
-    void *arg;
-    grpo_err err;
-} unacked_adapter;
-
-static int
-unacked_one(void *ctx, int64_t id, int64_t step, int32_t n_groups, int32_t published,
-            const void *bytes, size_t len)
-{
-    unacked_adapter *u = ctx;
-    (void)step, (void)n_groups, (void)published;
-    u->err = u->fn(u->arg, id, bytes, len);
-    return u->err != GRPO_OK;
-}
-
-static grpo_err
-persist_list(void *ctx, grpo_bridge_unacked_fn fn, void *arg)
-{
-    run_ctx *c = ctx;
-    unacked_adapter u = {fn, arg, GRPO_OK};
-    grpo_err err = grpo_store_unacked_batches(c->store, c->run_id, unacked_one, &u);
-    return err != GRPO_OK ? err : u.err;
-}
-
 /* ---- setup ---- */
 
 static grpo_err
@@ -919,7 +723,7 @@ submit_all(run_ctx *c, const grpo_prompt_set *ps, prompt_ctx *pcs, size_t *n_sub
         size_t n = 0;
         pcs[i].p = p;
         err = grpo_policy_encode(c->pol, p, &ids, &n, &pcs[i].rendered);
-        if (err != GRPO_OK && a->skip_bad) {
+        if (err != GRPO_OK && a->gen.skip_bad) {
             fprintf(stderr, "grpo rollout: skipping prompt %s (line %lld): %s\n", p->id,
                     (long long)p->line, grpo_error_last());
             err = GRPO_OK;
@@ -933,18 +737,18 @@ submit_all(run_ctx *c, const grpo_prompt_set *ps, prompt_ctx *pcs, size_t *n_sub
             (pcs[i].sampling_json = sampling_json(a, c->pol, p, (int32_t)n, eos)) == NULL)
             err = GRPO_ENOMEM;
         grpo_rollout_request q = {0};
-        q.prompt = ids, q.n_prompt = (int32_t)n, q.group_size = a->G, q.seed = a->seed;
+        q.prompt = ids, q.n_prompt = (int32_t)n, q.group_size = a->gen.G, q.seed = a->gen.seed;
         q.prompt_key = grpo_rollout_prompt_key(p->id);
         grpo_gen_params_default(&q.params);
-        q.params.sampling = a->s;
-        q.params.max_new_tokens = a->max_new;
+        q.params.sampling = a->gen.s;
+        q.params.max_new_tokens = a->gen.max_new;
         q.params.eos_id = eos;
-        q.params.logprobs = a->logprobs;
-        q.params.n_stop_ids = a->n_stop_ids;
-        memcpy(q.params.stop_ids, a->stop_ids, sizeof a->stop_ids);
-        q.params.n_stop_strings = a->n_stop;
-        for (int k = 0; k < a->n_stop; k++)
-            q.params.stop_strings[k] = a->stop[k];
+        q.params.logprobs = a->gen.logprobs;
+        q.params.n_stop_ids = a->gen.n_stop_ids;
+        memcpy(q.params.stop_ids, a->gen.stop_ids, sizeof a->gen.stop_ids);
+        q.params.n_stop_strings = a->gen.n_stop;
+        for (int k = 0; k < a->gen.n_stop; k++)
+            q.params.stop_strings[k] = a->gen.stop[k];
         q.user = &pcs[i];
         if (err == GRPO_OK && (err = grpo_rollout_submit(c->r, &q, NULL)) == GRPO_OK)
             (*n_submitted)++;
@@ -959,13 +763,13 @@ config_json(const args *a)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", a->model);
     cJSON_AddStringToObject(o, "prompts", a->prompts);
-    cJSON_AddNumberToObject(o, "group", a->G);
-    cJSON_AddNumberToObject(o, "max_new_tokens", a->max_new);
-    cJSON_AddNumberToObject(o, "temperature", a->s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", a->s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", a->s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", a->s.min_p);
-    cJSON_AddNumberToObject(o, "seed", (double)a->seed);
+    cJSON_AddNumberToObject(o, "group", a->gen.G);
+    cJSON_AddNumberToObject(o, "max_new_tokens", a->gen.max_new);
+    cJSON_AddNumberToObject(o, "temperature", a->gen.s.temperature);
+    cJSON_AddNumberToObject(o, "top_p", a->gen.s.top_p);
+    cJSON_AddNumberToObject(o, "top_k", a->gen.s.top_k);
+    cJSON_AddNumberToObject(o, "min_p", a->gen.s.min_p);
+    cJSON_AddNumberToObject(o, "seed", (double)a->gen.seed);
     cJSON_AddStringToObject(o, "kv_budget", a->kv_budget);
     if (a->ref_model)
         cJSON_AddStringToObject(o, "ref_model", a->ref_model);
@@ -973,21 +777,6 @@ config_json(const args *a)
         cJSON_AddStringToObject(o, "reward_config", a->reward_config);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    return s;
-}
-
-static char *
-join_argv(int argc, char **argv)
-{
-    size_t n = 8;
-    for (int i = 0; i < argc; i++)
-        n += strlen(argv[i]) + 1;
-    char *s = calloc(1, n);
-    if (s == NULL)
-        return NULL;
-    strcat(s, "grpo");
-    for (int i = 0; i < argc; i++)
-        strcat(s, " "), strcat(s, argv[i]);
     return s;
 }
 
@@ -1026,7 +815,7 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
 {
     uint64_t bytes = a->kv_bytes, tokens = a->kv_tokens;
     grpo_err err;
-    if ((err = grpo_prompts_load(&su->ps, a->prompts, a->skip_bad)) != GRPO_OK)
+    if ((err = grpo_prompts_load(&su->ps, a->prompts, a->gen.skip_bad)) != GRPO_OK)
         return err;
     grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads, (size_t)bytes,
                            (size_t)tokens};
@@ -1058,7 +847,7 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
         return err;
     if ((err = grpo_store_open(&c->store, a->db, NULL)) != GRPO_OK)
         return err;
-    char *cmdline = join_argv(argc, argv), *cfg = config_json(a);
+    char *cmdline = cli_join_argv(argc, argv), *cfg = config_json(a);
     grpo_run_info ri = {0};
     ri.command_line = cmdline ? cmdline : "grpo rollout";
     ri.config_json = cfg;
@@ -1088,9 +877,8 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
         grpo_bridge_opts_default(&bo);
         bo.run_id = c->run_id_str;
         bo.window = a->window;
-        c->persist =
-            (grpo_bridge_persist){c, persist_put, persist_ack, persist_list, NULL, persist_sent};
-        bo.persist = &c->persist;
+        cli_store_persist_init(&c->persist, c->store, c->run_id);
+        bo.persist = &c->persist.persist;
         if ((err = grpo_bridge_publisher_create(&c->pub, a->publish, &bo)) != GRPO_OK)
             return err;
     }

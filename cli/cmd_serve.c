@@ -5,6 +5,7 @@
  * One thread: receive a request, answer it, expire lapsed leases, poll the bridge for weights.
  * No request waits on a worker, so one slow or dead worker never holds the others up. */
 #include "cli/cli.h"
+#include "cli/run_common.h"
 #include "common/common_int.h"
 #include "grpo/bridge.h"
 #include "grpo/rollout.h"
@@ -27,13 +28,9 @@
 
 typedef struct args {
     const char *prompts, *db, *listen, *publish, *template_name;
-    int skip_bad, G, max_new, logprobs, new_run, window, max_staleness, max_leases;
+    int new_run, window, max_staleness, max_leases;
     double lease_timeout, linger;
-    grpo_sampling s;
-    uint64_t seed;
-    int n_stop, n_stop_ids;
-    const char *stop[GRPO_ROLLOUT_MAX_STOP];
-    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
+    cli_gen_args gen; /* --group, sampling, --seed, stops, --logprobs, --on-bad-line */
 } args;
 
 typedef struct worker_info {
@@ -61,7 +58,7 @@ typedef struct serve {
     grpo_lease_table *leases;
     grpo_wserver *srv;
     grpo_bridge_publisher *pub;
-    grpo_bridge_persist persist;
+    cli_store_persist persist;
     grpo_wpolicy policy;
     char weights_path[4096], weights_sha[65];
     grpo_wparams params;
@@ -101,22 +98,19 @@ usage(FILE *f)
         "                       exit cleanly (default 2)\n"
         "  --new-run            start a new run even if the store holds an unfinished run with\n"
         "                       the same options\n"
-        "Generation (sent to the workers; as in grpo rollout):\n"
-        "  --group G            samples per prompt (default 64)\n"
-        "  --max-new-tokens N   generation limit per sample (default 1024)\n"
-        "  --temperature T      sampling temperature; 0 = greedy (default 0.6)\n"
-        "  --top-p P            nucleus mass (default 0.95)\n"
-        "  --top-k K            keep the K most likely tokens (default 0 = off)\n"
-        "  --min-p P            min-p truncation (default 0 = off)\n"
+        "Generation (sent to the workers; as in grpo rollout):\n");
+    cli_gen_help_sampling(f);
+    fputs(
         "  --seed S             run seed (default 0); completions depend on it, the prompt id and\n"
-        "                       the sample index only, never on which worker made them\n"
-        "  --stop STR           stop string (repeatable, up to 16)\n"
-        "  --stop-id ID         stop token id (repeatable, up to 16)\n"
-        "  --template NAME      chat template: r1, v3, none (default: the worker's, r1)\n"
-        "  --logprobs WHICH     raw (default), processed or both\n"
-        "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
-        "  --help               this text\n\n"
-        "exit codes: 0 success, 1 runtime failure, 2 usage error\n");
+        "                       the sample index only, never on which worker made them\n",
+        f);
+    cli_gen_help_stops(f);
+    fputs("  --template NAME      chat template: r1, v3, none (default: the worker's, r1)\n", f);
+    cli_gen_help_logprobs(f);
+    fputs("  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
+          "  --help               this text\n\n"
+          "exit codes: 0 success, 1 runtime failure, 2 usage error\n",
+          f);
 }
 
 static int
@@ -141,18 +135,7 @@ enum {
     O_MAXLEASES,
     O_LINGER,
     O_NEWRUN,
-    O_GROUP,
-    O_MAXNEW,
-    O_TEMP,
-    O_TOPP,
-    O_TOPK,
-    O_MINP,
-    O_SEED,
-    O_STOP,
-    O_STOPID,
-    O_TEMPLATE,
-    O_LOGPROBS,
-    O_BADLINE
+    O_TEMPLATE
 };
 
 static const struct option long_opts[] = {
@@ -166,18 +149,8 @@ static const struct option long_opts[] = {
     {"max-leases", required_argument, 0, O_MAXLEASES},
     {"linger", required_argument, 0, O_LINGER},
     {"new-run", no_argument, 0, O_NEWRUN},
-    {"group", required_argument, 0, O_GROUP},
-    {"max-new-tokens", required_argument, 0, O_MAXNEW},
-    {"temperature", required_argument, 0, O_TEMP},
-    {"top-p", required_argument, 0, O_TOPP},
-    {"top-k", required_argument, 0, O_TOPK},
-    {"min-p", required_argument, 0, O_MINP},
-    {"seed", required_argument, 0, O_SEED},
-    {"stop", required_argument, 0, O_STOP},
-    {"stop-id", required_argument, 0, O_STOPID},
     {"template", required_argument, 0, O_TEMPLATE},
-    {"logprobs", required_argument, 0, O_LOGPROBS},
-    {"on-bad-line", required_argument, 0, O_BADLINE},
+    CLI_GEN_LONG_OPTS,
     {0, 0, 0, 0},
 };
 
@@ -223,69 +196,9 @@ parse_opt(args *a, int c, const char *v)
                              c == O_LEASE ? "lease-timeout" : "linger", v);
         *(c == O_LEASE ? &a->lease_timeout : &a->linger) = d;
         return 0;
-    case O_GROUP:
-        if (num(v, 1, GRPO_WORKERS_MAX_GROUP, &d) || d != (int)d)
-            return cli_usage(CMD, "--group %s: expected an integer in [1, 65536]", v);
-        a->G = (int)d;
-        return 0;
-    case O_MAXNEW:
-        if (num(v, 1, GRPO_WORKERS_MAX_TOKENS, &d) || d != (int)d)
-            return cli_usage(CMD, "--max-new-tokens %s: expected a positive integer", v);
-        a->max_new = (int)d;
-        return 0;
-    case O_TEMP:
-        if (num(v, 0, 100, &d))
-            return cli_usage(CMD, "--temperature %s: expected a number in [0, 100]", v);
-        a->s.temperature = (float)d;
-        return 0;
-    case O_TOPP:
-        if (num(v, 1e-6, 1, &d))
-            return cli_usage(CMD, "--top-p %s: expected a number in (0, 1]", v);
-        a->s.top_p = (float)d;
-        return 0;
-    case O_MINP:
-        if (num(v, 0, 0.999999, &d))
-            return cli_usage(CMD, "--min-p %s: expected a number in [0, 1)", v);
-        a->s.min_p = (float)d;
-        return 0;
-    case O_TOPK:
-        if (num(v, 0, INT32_MAX, &d) || d != (int32_t)d)
-            return cli_usage(CMD, "--top-k %s: expected an integer >= 0", v);
-        a->s.top_k = (int32_t)d;
-        return 0;
-    case O_SEED: {
-        char *end;
-        unsigned long long s = strtoull(v, &end, 0);
-        if (end == v || *end != '\0' || v[0] == '-')
-            return cli_usage(CMD, "--seed %s: expected a non-negative integer", v);
-        a->seed = s;
-        return 0;
-    }
-    case O_STOP:
-        if (a->n_stop == GRPO_ROLLOUT_MAX_STOP || v[0] == '\0' ||
-            strlen(v) > GRPO_ROLLOUT_MAX_STOP_LEN)
-            return cli_usage(CMD, "--stop: at most %d non-empty strings of at most %d bytes",
-                             GRPO_ROLLOUT_MAX_STOP, GRPO_ROLLOUT_MAX_STOP_LEN);
-        a->stop[a->n_stop++] = v;
-        return 0;
-    case O_STOPID:
-        if (a->n_stop_ids == GRPO_ROLLOUT_MAX_STOP || num(v, 0, INT32_MAX, &d) || d != (int32_t)d)
-            return cli_usage(CMD, "--stop-id %s: at most %d non-negative ids", v,
-                             GRPO_ROLLOUT_MAX_STOP);
-        a->stop_ids[a->n_stop_ids++] = (int32_t)d;
-        return 0;
-    case O_LOGPROBS:
-        if ((a->logprobs = grpo_logprobs_parse(v)) < 0)
-            return cli_usage(CMD, "--logprobs %s: expected raw, processed or both", v);
-        a->logprobs |= GRPO_LOGPROBS_RAW;
-        return 0;
-    case O_BADLINE:
-        if (strcmp(v, "skip") != 0 && strcmp(v, "fail") != 0)
-            return cli_usage(CMD, "--on-bad-line %s: expected skip or fail", v);
-        a->skip_bad = strcmp(v, "skip") == 0;
-        return 0;
     default:
-        return cli_usage(CMD, "unknown option");
+        return cli_gen_is_opt(c) ? cli_gen_parse_opt(CMD, &a->gen, c, v)
+                                 : cli_usage(CMD, "unknown option");
     }
 }
 
@@ -293,12 +206,12 @@ static int
 parse_args(args *a, int argc, char **argv)
 {
     memset(a, 0, sizeof *a);
-    a->db = "grpo.db", a->G = 64, a->max_new = 1024, a->logprobs = GRPO_LOGPROBS_RAW;
+    cli_gen_defaults(&a->gen);
+    a->db = "grpo.db";
     a->window = 4, a->max_staleness = 1, a->max_leases = 8, a->lease_timeout = 30, a->linger = 2;
     a->listen = getenv("GRPO_LISTEN_URL");
     if (a->listen == NULL || a->listen[0] == '\0')
         a->listen = "tcp://0.0.0.0:5555";
-    grpo_sampling_default(&a->s);
     optind = 1;
     opterr = 0;
     int c;
@@ -322,24 +235,19 @@ config_json(const args *a)
 {
     cJSON *o = cJSON_CreateObject();
     char seed[32];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->gen.seed);
     cJSON_AddStringToObject(o, "command", "serve");
     cJSON_AddStringToObject(o, "prompts", a->prompts);
-    cJSON_AddNumberToObject(o, "group", a->G);
-    cJSON_AddNumberToObject(o, "max_new_tokens", a->max_new);
-    cJSON_AddNumberToObject(o, "temperature", a->s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", a->s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", a->s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", a->s.min_p);
+    cJSON_AddNumberToObject(o, "group", a->gen.G);
+    cJSON_AddNumberToObject(o, "max_new_tokens", a->gen.max_new);
+    cJSON_AddNumberToObject(o, "temperature", a->gen.s.temperature);
+    cJSON_AddNumberToObject(o, "top_p", a->gen.s.top_p);
+    cJSON_AddNumberToObject(o, "top_k", a->gen.s.top_k);
+    cJSON_AddNumberToObject(o, "min_p", a->gen.s.min_p);
     cJSON_AddStringToObject(o, "seed", seed);
     cJSON_AddStringToObject(o, "template", a->template_name ? a->template_name : "");
-    cJSON_AddNumberToObject(o, "logprobs", a->logprobs);
-    cJSON *st = cJSON_AddArrayToObject(o, "stop");
-    for (int i = 0; i < a->n_stop; i++)
-        cJSON_AddItemToArray(st, cJSON_CreateString(a->stop[i]));
-    cJSON *si = cJSON_AddArrayToObject(o, "stop_ids");
-    for (int i = 0; i < a->n_stop_ids; i++)
-        cJSON_AddItemToArray(si, cJSON_CreateNumber(a->stop_ids[i]));
+    cJSON_AddNumberToObject(o, "logprobs", a->gen.logprobs);
+    cli_gen_json_stops(o, &a->gen);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -349,15 +257,7 @@ static char *
 sampling_json(const args *a, const grpo_prompt *p)
 {
     cJSON *o = cJSON_CreateObject();
-    char seed[32];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
-    cJSON_AddNumberToObject(o, "temperature", a->s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", a->s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", a->s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", a->s.min_p);
-    cJSON_AddNumberToObject(o, "max_new_tokens", a->max_new);
-    cJSON_AddStringToObject(o, "seed", seed);
-    cJSON_AddStringToObject(o, "prompt_id", p->id);
+    cli_gen_json_sampling(o, &a->gen, p->id);
     if (a->template_name)
         cJSON_AddStringToObject(o, "template", a->template_name);
     char *s = cJSON_PrintUnformatted(o);
@@ -371,67 +271,6 @@ wall_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static char *
-join_argv(int argc, char **argv)
-{
-    size_t n = 8;
-    for (int i = 0; i < argc; i++)
-        n += strlen(argv[i]) + 1;
-    char *s = calloc(1, n);
-    if (s == NULL)
-        return NULL;
-    strcat(s, "grpo");
-    for (int i = 0; i < argc; i++)
-        strcat(s, " "), strcat(s, argv[i]);
-    return s;
-}
-
-/* ---- the store as the publisher's persistence (batches survive a crash until acked) ---- */
-
-static grpo_err
-persist_put(void *ctx, int64_t id, const void *bytes, size_t len)
-{
-    serve *c = ctx;
-    return grpo_store_put_batch(c->store, id, c->run_id, 0, 1, bytes, len);
-}
-
-static grpo_err
-persist_ack(void *ctx, int64_t id)
-{
-    return grpo_store_ack_batch(((serve *)ctx)->store, id);
-}
-
-static grpo_err
-persist_sent(void *ctx, int64_t id)
-{
-    return grpo_store_mark_published(((serve *)ctx)->store, id);
-}
-
-typedef struct {
-    grpo_bridge_unacked_fn fn;
-    void *arg;
-    grpo_err err;
-} unacked_adapter;
-
-static int
-unacked_one(void *ctx, int64_t id, int64_t step, int32_t n_groups, int32_t published,
-            const void *bytes, size_t len)
-{
-    unacked_adapter *u = ctx;
-    (void)step, (void)n_groups, (void)published;
-    u->err = u->fn(u->arg, id, bytes, len);
-    return u->err != GRPO_OK;
-}
-
-static grpo_err
-persist_list(void *ctx, grpo_bridge_unacked_fn fn, void *arg)
-{
-    serve *c = ctx;
-    unacked_adapter u = {fn, arg, GRPO_OK};
-    grpo_err err = grpo_store_unacked_batches(c->store, c->run_id, unacked_one, &u);
-    return err != GRPO_OK ? err : u.err;
 }
 
 /* ---- setup ---- */
@@ -453,7 +292,7 @@ open_run(serve *c, int argc, char **argv)
         err = grpo_store_run_reopen(c->store, c->run_id);
         goto done;
     }
-    char *cmdline = join_argv(argc, argv);
+    char *cmdline = cli_join_argv(argc, argv);
     grpo_run_info ri = {0};
     ri.command_line = cmdline ? cmdline : "grpo serve";
     ri.config_json = cfg;
@@ -492,7 +331,7 @@ load_items(serve *c, size_t *already)
         int32_t exists = 0;
         if ((err = grpo_store_put_prompt(&c->prompt_ids[i], c->store, &pr)) != GRPO_OK ||
             (err = grpo_store_group_exists(&exists, c->store, c->run_id, 0, c->prompt_ids[i],
-                                           c->a->seed)) != GRPO_OK)
+                                           c->a->gen.seed)) != GRPO_OK)
             return err;
         if (exists) {
             grpo_lease_table_mark_done(c->leases, i);
@@ -507,14 +346,14 @@ fill_params(serve *c)
 {
     const args *a = c->a;
     grpo_wparams *p = &c->params;
-    p->group_size = a->G, p->seed = a->seed, p->sampling = a->s;
-    p->max_new_tokens = a->max_new, p->logprobs = a->logprobs;
+    p->group_size = a->gen.G, p->seed = a->gen.seed, p->sampling = a->gen.s;
+    p->max_new_tokens = a->gen.max_new, p->logprobs = a->gen.logprobs;
     p->template_name = (char *)a->template_name;
-    p->n_stop = a->n_stop;
-    for (int i = 0; i < a->n_stop; i++)
-        p->stop[i] = (char *)a->stop[i];
-    p->n_stop_ids = a->n_stop_ids;
-    memcpy(p->stop_ids, a->stop_ids, sizeof p->stop_ids);
+    p->n_stop = a->gen.n_stop;
+    for (int i = 0; i < a->gen.n_stop; i++)
+        p->stop[i] = (char *)a->gen.stop[i];
+    p->n_stop_ids = a->gen.n_stop_ids;
+    memcpy(p->stop_ids, a->gen.stop_ids, sizeof p->stop_ids);
     c->policy.version = 0, c->policy.max_staleness = a->max_staleness;
 }
 
@@ -563,7 +402,7 @@ on_pull(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
         ls[n].prompt_id = p->id, ls[n].record_json = p->record_json;
         c->issued_at[item] = wall_now();
         grpo_lease_rec lr = {c->run_id,           0,
-                             c->prompt_ids[item], c->a->seed,
+                             c->prompt_ids[item], c->a->gen.seed,
                              ls[n].attempt,       req->worker_id,
                              c->issued_at[item],  c->issued_at[item] + c->a->lease_timeout};
         grpo_err err = grpo_store_lease_begin(&c->lease_rows[item], c->store, &lr);
@@ -602,7 +441,7 @@ check_result(const serve *c, const grpo_wresult *r, size_t item)
 {
     if (strcmp(r->prompt_id, c->ps.items[item].id) != 0)
         return "its prompt id is not the leased prompt's";
-    if (r->n_samples != c->a->G)
+    if (r->n_samples != c->a->gen.G)
         return "its group size differs from --group";
     uint8_t *seen = calloc((size_t)r->n_samples, 1);
     const char *why = seen ? NULL : "out of memory";
@@ -612,7 +451,7 @@ check_result(const serve *c, const grpo_wresult *r, size_t item)
             why = "its sample indices are not 0..G-1 once each";
         else
             seen[k] = 1;
-        if (r->samples[i].n_tokens > c->a->max_new)
+        if (r->samples[i].n_tokens > c->a->gen.max_new)
             why = "a completion is longer than --max-new-tokens";
     }
     free(seen);
@@ -671,10 +510,7 @@ record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
     }
     for (int32_t i = 0; i < G; i++)
         rewards[i] = r->samples[i].reward;
-    grpo_adv_opts ao;
-    grpo_adv_opts_default(&ao);
-    int64_t offs[2] = {0, G};
-    if ((err = grpo_advantages(&ao, rewards, (size_t)G, offs, 1, NULL, adv, NULL)) != GRPO_OK)
+    if ((err = cli_group_advantages(rewards, G, adv, NULL)) != GRPO_OK)
         goto done;
     int aborted = 0;
     for (int32_t i = 0; i < G; i++) {
@@ -701,8 +537,8 @@ record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
     }
     grpo_group_rec g = {0};
     g.run_id = c->run_id, g.step = 0, g.prompt_id = c->prompt_ids[item];
-    g.policy_version = r->policy_version, g.seed = c->a->seed;
-    g.sampling_json = sj, g.max_tokens = c->a->max_new;
+    g.policy_version = r->policy_version, g.seed = c->a->gen.seed;
+    g.sampling_json = sj, g.max_tokens = c->a->gen.max_new;
     g.finished_at = wall_now();
     g.started_at = c->issued_at[item] > 0 ? c->issued_at[item] : g.finished_at;
     g.gen_ms = r->gen_ms, g.verify_ms = r->verify_ms;
@@ -710,8 +546,8 @@ record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
     g.n_completions = G, g.completions = cr;
     if ((err = grpo_store_put_group(c->store, &g)) != GRPO_OK)
         goto done;
-    if ((err = grpo_store_lease_group_done(c->store, c->run_id, 0, c->prompt_ids[item], c->a->seed,
-                                           attempt)) != GRPO_OK)
+    if ((err = grpo_store_lease_group_done(c->store, c->run_id, 0, c->prompt_ids[item],
+                                           c->a->gen.seed, attempt)) != GRPO_OK)
         goto done;
     if (c->pub && !aborted)
         err = publish_group(c, r, item, rewards, adv);
@@ -948,9 +784,8 @@ open_publisher(serve *c)
     bo.max_staleness = c->a->max_staleness;
     snprintf(wdir, sizeof wdir, "%s.weights", c->a->db);
     bo.weights_dir = wdir;
-    c->persist =
-        (grpo_bridge_persist){c, persist_put, persist_ack, persist_list, NULL, persist_sent};
-    bo.persist = &c->persist;
+    cli_store_persist_init(&c->persist, c->store, c->run_id);
+    bo.persist = &c->persist.persist;
     return grpo_bridge_publisher_create(&c->pub, c->a->publish, &bo);
 }
 
@@ -1001,7 +836,7 @@ grpo_cmd_serve(int argc, char **argv)
     fill_params(&c);
     size_t already = 0;
     double t0 = grpo_now();
-    grpo_err err = grpo_prompts_load(&c.ps, a.prompts, a.skip_bad);
+    grpo_err err = grpo_prompts_load(&c.ps, a.prompts, a.gen.skip_bad);
     if (err == GRPO_OK) /* a bad URL fails before the store is touched */
         err = grpo_wserver_create(&c.srv, a.listen);
     if (err == GRPO_OK)
@@ -1015,7 +850,7 @@ grpo_cmd_serve(int argc, char **argv)
     int ran = err == GRPO_OK;
     if (err == GRPO_OK) {
         fprintf(stderr, "grpo serve: run %lld, %zu prompts x %d samples, listening on %s\n",
-                (long long)c.run_id, c.ps.n, a.G, a.listen);
+                (long long)c.run_id, c.ps.n, a.gen.G, a.listen);
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
         signal(SIGPIPE, SIG_IGN);

@@ -1,0 +1,273 @@
+/* See run_common.h. */
+#include "cli/run_common.h"
+#include "cli/cli.h"
+#include "common/common_int.h"
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void
+cli_gen_defaults(cli_gen_args *g)
+{
+    memset(g, 0, sizeof *g);
+    g->G = 64, g->max_new = 1024, g->logprobs = GRPO_LOGPROBS_RAW;
+    grpo_sampling_default(&g->s);
+}
+
+int
+cli_gen_is_opt(int c)
+{
+    return c >= CLI_O_GROUP && c < CLI_O_GEN_END;
+}
+
+static int
+parse_float(const char *s, float lo, float hi, float *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !(v >= lo && v <= hi))
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+int
+cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int
+cli_gen_parse_opt(const char *cmd, cli_gen_args *g, int c, const char *v)
+{
+    long n;
+    switch (c) {
+    case CLI_O_GROUP:
+        if (cli_parse_long(v, 1, 1 << 16, &n) != 0)
+            return cli_usage(cmd, "--group %s: expected an integer in [1, 65536]", v);
+        g->G = (int)n;
+        return 0;
+    case CLI_O_MAXNEW:
+        if (cli_parse_long(v, 1, 1 << 24, &n) != 0)
+            return cli_usage(cmd, "--max-new-tokens %s: expected a positive integer", v);
+        g->max_new = (int)n;
+        return 0;
+    case CLI_O_TEMP:
+        return parse_float(v, 0.0f, 100.0f, &g->s.temperature)
+                   ? cli_usage(cmd, "--temperature %s: expected a number in [0, 100]", v)
+                   : 0;
+    case CLI_O_TOPP:
+        return parse_float(v, 1e-6f, 1.0f, &g->s.top_p)
+                   ? cli_usage(cmd, "--top-p %s: expected a number in (0, 1]", v)
+                   : 0;
+    case CLI_O_MINP:
+        return parse_float(v, 0.0f, 0.999999f, &g->s.min_p)
+                   ? cli_usage(cmd, "--min-p %s: expected a number in [0, 1)", v)
+                   : 0;
+    case CLI_O_TOPK:
+        if (cli_parse_long(v, 0, INT32_MAX, &n) != 0)
+            return cli_usage(cmd, "--top-k %s: expected an integer >= 0", v);
+        g->s.top_k = (int32_t)n;
+        return 0;
+    case CLI_O_SEED: {
+        char *end;
+        unsigned long long s = strtoull(v, &end, 0);
+        if (end == v || *end != '\0' || v[0] == '-')
+            return cli_usage(cmd, "--seed %s: expected a non-negative integer", v);
+        g->seed = s;
+        return 0;
+    }
+    case CLI_O_STOP:
+        if (g->n_stop == GRPO_ROLLOUT_MAX_STOP || v[0] == '\0' ||
+            strlen(v) > GRPO_ROLLOUT_MAX_STOP_LEN)
+            return cli_usage(cmd, "--stop: at most %d non-empty strings of at most %d bytes",
+                             GRPO_ROLLOUT_MAX_STOP, GRPO_ROLLOUT_MAX_STOP_LEN);
+        g->stop[g->n_stop++] = v;
+        return 0;
+    case CLI_O_STOPID:
+        if (g->n_stop_ids == GRPO_ROLLOUT_MAX_STOP || cli_parse_long(v, 0, INT32_MAX, &n) != 0)
+            return cli_usage(cmd, "--stop-id %s: at most %d non-negative ids", v,
+                             GRPO_ROLLOUT_MAX_STOP);
+        g->stop_ids[g->n_stop_ids++] = (int32_t)n;
+        return 0;
+    case CLI_O_LOGPROBS:
+        if ((g->logprobs = grpo_logprobs_parse(v)) < 0)
+            return cli_usage(cmd, "--logprobs %s: expected raw, processed or both", v);
+        g->logprobs |= GRPO_LOGPROBS_RAW;
+        return 0;
+    case CLI_O_BADLINE:
+        if (strcmp(v, "skip") != 0 && strcmp(v, "fail") != 0)
+            return cli_usage(cmd, "--on-bad-line %s: expected skip or fail", v);
+        g->skip_bad = strcmp(v, "skip") == 0;
+        return 0;
+    default:
+        return cli_usage(cmd, "unknown option");
+    }
+}
+
+void
+cli_gen_help_sampling(FILE *f)
+{
+    fputs("  --group G            samples per prompt (default 64)\n"
+          "  --max-new-tokens N   generation limit per sample (default 1024)\n"
+          "  --temperature T      sampling temperature; 0 = greedy (default 0.6)\n"
+          "  --top-p P            nucleus mass (default 0.95; 1 = off)\n"
+          "  --top-k K            keep the K most likely tokens (default 0 = off)\n"
+          "  --min-p P            drop tokens below P x the top probability (default 0 = off)\n",
+          f);
+}
+
+void
+cli_gen_help_stops(FILE *f)
+{
+    fputs("  --stop STR           stop string (repeatable, up to 16), matched across tokens\n"
+          "  --stop-id ID         stop token id (repeatable, up to 16); EOS always stops\n",
+          f);
+}
+
+void
+cli_gen_help_logprobs(FILE *f)
+{
+    fputs("  --logprobs WHICH     raw (default), processed or both: raw is log p under\n"
+          "                       softmax(logits/T) before top-p/top-k/min-p (what trainers\n"
+          "                       recompute); processed is under the truncated distribution\n",
+          f);
+}
+
+void
+cli_gen_json_sampling(cJSON *o, const cli_gen_args *g, const char *prompt_id)
+{
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)g->seed);
+    cJSON_AddNumberToObject(o, "temperature", g->s.temperature);
+    cJSON_AddNumberToObject(o, "top_p", g->s.top_p);
+    cJSON_AddNumberToObject(o, "top_k", g->s.top_k);
+    cJSON_AddNumberToObject(o, "min_p", g->s.min_p);
+    cJSON_AddNumberToObject(o, "max_new_tokens", g->max_new);
+    cJSON_AddStringToObject(o, "seed", seed);
+    cJSON_AddStringToObject(o, "prompt_id", prompt_id);
+}
+
+void
+cli_gen_json_stops(cJSON *o, const cli_gen_args *g)
+{
+    cJSON *st = cJSON_AddArrayToObject(o, "stop");
+    for (int i = 0; i < g->n_stop; i++)
+        cJSON_AddItemToArray(st, cJSON_CreateString(g->stop[i]));
+    cJSON *si = cJSON_AddArrayToObject(o, "stop_ids");
+    for (int i = 0; i < g->n_stop_ids; i++)
+        cJSON_AddItemToArray(si, cJSON_CreateNumber(g->stop_ids[i]));
+}
+
+/* ---- store persistence ---- */
+
+static grpo_err
+persist_put(void *ctx, int64_t id, const void *bytes, size_t len)
+{
+    cli_store_persist *sp = ctx;
+    grpo_batch_info in;
+    grpo_err err = grpo_batch_peek_info(bytes, len, &in);
+    if (err != GRPO_OK)
+        return err;
+    return grpo_store_put_batch(sp->store, id, sp->run_id, in.step, 1, bytes, len);
+}
+
+static grpo_err
+persist_ack(void *ctx, int64_t id)
+{
+    return grpo_store_ack_batch(((cli_store_persist *)ctx)->store, id);
+}
+
+static grpo_err
+persist_sent(void *ctx, int64_t id)
+{
+    return grpo_store_mark_published(((cli_store_persist *)ctx)->store, id);
+}
+
+typedef struct {
+    grpo_bridge_unacked_fn fn;
+    void *arg;
+    grpo_err err;
+} unacked_adapter;
+
+static int
+unacked_one(void *ctx, int64_t id, int64_t step, int32_t n_groups, int32_t published,
+            const void *bytes, size_t len)
+{
+    unacked_adapter *u = ctx;
+    (void)step, (void)n_groups, (void)published;
+    u->err = u->fn(u->arg, id, bytes, len);
+    return u->err != GRPO_OK;
+}
+
+static grpo_err
+persist_list(void *ctx, grpo_bridge_unacked_fn fn, void *arg)
+{
+    cli_store_persist *sp = ctx;
+    unacked_adapter u = {fn, arg, GRPO_OK};
+    grpo_err err = grpo_store_unacked_batches(sp->store, sp->run_id, unacked_one, &u);
+    return err != GRPO_OK ? err : u.err;
+}
+
+void
+cli_store_persist_init(cli_store_persist *sp, grpo_store *store, int64_t run_id)
+{
+    sp->store = store, sp->run_id = run_id;
+    sp->persist =
+        (grpo_bridge_persist){sp, persist_put, persist_ack, persist_list, NULL, persist_sent};
+}
+
+/* ---- the rest ---- */
+
+char *
+cli_join_argv(int argc, char **argv)
+{
+    size_t n = 8;
+    for (int i = 0; i < argc; i++)
+        n += strlen(argv[i]) + 1;
+    char *s = calloc(1, n);
+    if (s == NULL)
+        return NULL;
+    strcat(s, "grpo");
+    for (int i = 0; i < argc; i++)
+        strcat(s, " "), strcat(s, argv[i]);
+    return s;
+}
+
+grpo_err
+cli_group_advantages(const double *rewards, int32_t G, double *adv, uint8_t *zero_var)
+{
+    grpo_adv_opts ao;
+    grpo_adv_opts_default(&ao);
+    int64_t offs[2] = {0, G};
+    return grpo_advantages(&ao, rewards, (size_t)G, offs, 1, NULL, adv, zero_var);
+}
+
+static int
+is_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int
+cli_bundled(const char *rel, char *out, size_t cap, int want_dir)
+{
+    const char *roots[2] = {".", GRPO_SOURCE_DIR};
+    for (int i = 0; i < 2; i++) {
+        snprintf(out, cap, "%s/%s%s", roots[i], rel, want_dir ? "/config.json" : "");
+        if (is_file(out)) {
+            snprintf(out, cap, "%s/%s", roots[i], rel);
+            return 1;
+        }
+    }
+    return 0;
+}

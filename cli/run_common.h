@@ -1,0 +1,100 @@
+/* What `grpo rollout`, `grpo serve` and `grpo worker` share: the generation flags (parsing, --help
+ * text, their JSON records), the store as the bridge publisher's persistence, group advantages,
+ * run provenance and the bundled-model lookup. One piece of code serves the three commands. */
+#ifndef GRPO_CLI_RUN_COMMON_H
+#define GRPO_CLI_RUN_COMMON_H
+
+#include "grpo/bridge.h"
+#include "grpo/rollout.h"
+#include "grpo/store.h"
+
+#include <getopt.h>
+#include <stdio.h>
+
+typedef struct cJSON cJSON;
+
+/* ---- generation flags: --group --max-new-tokens --temperature --top-p --top-k --min-p --seed
+ * --stop --stop-id --logprobs --on-bad-line ---- */
+
+typedef struct cli_gen_args {
+    int G, max_new, logprobs, skip_bad;
+    grpo_sampling s;
+    uint64_t seed;
+    int n_stop, n_stop_ids;
+    const char *stop[GRPO_ROLLOUT_MAX_STOP];
+    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
+} cli_gen_args;
+
+/* getopt_long values of the generation flags (a command's own options stay below 1000). */
+enum {
+    CLI_O_GROUP = 1000,
+    CLI_O_MAXNEW,
+    CLI_O_TEMP,
+    CLI_O_TOPP,
+    CLI_O_TOPK,
+    CLI_O_MINP,
+    CLI_O_SEED,
+    CLI_O_STOP,
+    CLI_O_STOPID,
+    CLI_O_LOGPROBS,
+    CLI_O_BADLINE,
+    CLI_O_GEN_END
+};
+
+/* The struct option rows of the generation flags, for a command's long_opts[]. */
+#define CLI_GEN_LONG_OPTS                                                                          \
+    {"group", required_argument, 0, CLI_O_GROUP},                                                  \
+        {"max-new-tokens", required_argument, 0, CLI_O_MAXNEW},                                    \
+        {"temperature", required_argument, 0, CLI_O_TEMP},                                         \
+        {"top-p", required_argument, 0, CLI_O_TOPP}, {"top-k", required_argument, 0, CLI_O_TOPK},  \
+        {"min-p", required_argument, 0, CLI_O_MINP}, {"seed", required_argument, 0, CLI_O_SEED},   \
+        {"stop", required_argument, 0, CLI_O_STOP},                                                \
+        {"stop-id", required_argument, 0, CLI_O_STOPID},                                           \
+        {"logprobs", required_argument, 0, CLI_O_LOGPROBS},                                        \
+    {                                                                                              \
+        "on-bad-line", required_argument, 0, CLI_O_BADLINE                                         \
+    }
+
+/* Defaults: group 64, max-new-tokens 1024, grpo_sampling_default, seed 0, raw logprobs, fail on
+ * a bad line, no stops. */
+void cli_gen_defaults(cli_gen_args *g);
+/* True when getopt_long's c is one of the generation flags. */
+int cli_gen_is_opt(int c);
+/* Parses one generation flag; 0, or CLI_USAGE after "grpo CMD: --flag VALUE: ..." on stderr. */
+int cli_gen_parse_opt(const char *cmd, cli_gen_args *g, int c, const char *v);
+/* Help lines: --group .. --min-p, then (after the command's own --seed lines) --stop, --stop-id;
+ * --logprobs and --on-bad-line. */
+void cli_gen_help_sampling(FILE *f);
+void cli_gen_help_stops(FILE *f);
+void cli_gen_help_logprobs(FILE *f);
+
+/* Adds temperature, top_p, top_k, min_p, max_new_tokens, seed (a string) and prompt_id to o: the
+ * first keys of a group's sampling_json. */
+void cli_gen_json_sampling(cJSON *o, const cli_gen_args *g, const char *prompt_id);
+/* Adds the arrays "stop" and "stop_ids" to o. */
+void cli_gen_json_stops(cJSON *o, const cli_gen_args *g);
+
+/* ---- the store as the bridge publisher's persistence: batches survive a crash until acked ---- */
+
+typedef struct cli_store_persist {
+    grpo_store *store;
+    int64_t run_id;
+    grpo_bridge_persist persist; /* ctx = this struct */
+} cli_store_persist;
+
+/* Fills sp for the run's batches in store; pass &sp->persist as grpo_bridge_opts.persist. */
+void cli_store_persist_init(cli_store_persist *sp, grpo_store *store, int64_t run_id);
+
+/* ---- the rest ---- */
+
+/* Parses a base-10 integer in [lo, hi]; 0, or -1 when s is not one. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+/* "grpo ARGV..." (argv without the program name), for a run's command line; NULL on ENOMEM. */
+char *cli_join_argv(int argc, char **argv);
+/* Group-relative advantages of G rewards (grpo_adv_opts_default); zero_var may be NULL. */
+grpo_err cli_group_advantages(const double *rewards, int32_t G, double *adv, uint8_t *zero_var);
+/* Finds the bundled path rel (a model directory holding config.json when want_dir) under the
+ * working directory, then the source tree; 1 with its path in out, else 0. */
+int cli_bundled(const char *rel, char *out, size_t cap, int want_dir);
+
+#endif

@@ -535,21 +535,10 @@ publish_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
     size_t at = 0;
     for (int32_t i = 0; i < G; i++) {
         const grpo_rollout_sample *s = &g->samples[i];
-        memcpy(b->tokens + at, g->prompt, (size_t)P * sizeof *b->tokens);
-        memcpy(b->tokens + at + P, s->tokens, (size_t)s->n_tokens * sizeof *b->tokens);
-        for (int32_t k = 0; k < s->n_tokens; k++) {
-            b->loss_mask[at + P + k] = 1;
-            b->logprobs[at + P + k] = s->logprob_raw[k];
-            if (has_ref)
-                b->ref_logprobs[at + P + k] = s->ref_logprob[k];
-        }
-        at += (size_t)P + (size_t)s->n_tokens;
-        b->seq_offsets[i + 1] = (int64_t)at;
-        b->prompt_lens[i] = P;
-        b->advantages[i] = (float)sc->adv[i];
-        b->rewards[i] = (float)sc->rewards[i];
-        b->group_ids[i] = (int64_t)g->id;
-        b->sample_idx[i] = s->index;
+        cli_batch_row row = {s->tokens,     s->logprob_raw, has_ref ? s->ref_logprob : NULL,
+                             s->n_tokens,   s->index,       sc->adv[i],
+                             sc->rewards[i]};
+        cli_batch_put_row(b, &at, i, g->prompt, P, (int64_t)g->id, &row);
     }
     err = grpo_bridge_publish(c->pub, b, -1);
 done:

@@ -475,19 +475,9 @@ publish_group(serve *c, const grpo_wresult *r, size_t item, const double *reward
     size_t at = 0;
     for (int32_t i = 0; i < G; i++) {
         const grpo_wsample *s = &r->samples[i];
-        memcpy(b->tokens + at, r->prompt, (size_t)P * sizeof *b->tokens);
-        memcpy(b->tokens + at + P, s->tokens, (size_t)s->n_tokens * sizeof *b->tokens);
-        for (int32_t k = 0; k < s->n_tokens; k++) {
-            b->loss_mask[at + P + k] = 1;
-            b->logprobs[at + P + k] = s->logprobs[k];
-        }
-        at += (size_t)P + (size_t)s->n_tokens;
-        b->seq_offsets[i + 1] = (int64_t)at;
-        b->prompt_lens[i] = P;
-        b->advantages[i] = (float)adv[i];
-        b->rewards[i] = (float)rewards[i];
-        b->group_ids[i] = (int64_t)item;
-        b->sample_idx[i] = s->index;
+        cli_batch_row row = {s->tokens, s->logprobs, NULL,      s->n_tokens,
+                             s->index,  adv[i],      rewards[i]};
+        cli_batch_put_row(b, &at, i, r->prompt, P, (int64_t)item, &row);
     }
     err = grpo_bridge_publish(c->pub, b, -1);
     grpo_batch_destroy(b);

@@ -4,6 +4,7 @@
  * the coordinator announces: it stops pulling, finishes its in-flight groups (or drops them when
  * the staleness bound is 0), loads the new weights and carries on. */
 #include "cli/cli.h"
+#include "cli/run_common.h"
 #include "common/common_int.h"
 #include "grpo/rollout.h"
 #include "grpo/verify.h"
@@ -99,27 +100,14 @@ usage(FILE *f)
            "exit codes: 0 success (the coordinator said stop), 1 runtime failure, 2 usage error\n");
 }
 
-static int
-is_file(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
+/* The bundled demo model, else the tiny test model (as grpo rollout finds them). */
 static const char *
 default_model(void)
 {
     static char buf[PATH_MAX];
-    const char *rel[2] = {"models/demo", "tests/data/tiny_models/bf16"};
-    const char *roots[2] = {".", GRPO_SOURCE_DIR};
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < 2; i++) {
-            snprintf(buf, sizeof buf, "%s/%s/config.json", roots[i], rel[k]);
-            if (is_file(buf)) {
-                snprintf(buf, sizeof buf, "%s/%s", roots[i], rel[k]);
-                return buf;
-            }
-        }
+    if (cli_bundled("models/demo", buf, sizeof buf, 1) ||
+        cli_bundled("tests/data/tiny_models/bf16", buf, sizeof buf, 1))
+        return buf;
     return NULL;
 }
 
@@ -157,9 +145,8 @@ static const struct option long_opts[] = {
 static int
 int_arg(const char *v, long lo, long hi, int *out)
 {
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < lo || n > hi)
+    long n;
+    if (cli_parse_long(v, lo, hi, &n) != 0)
         return -1;
     *out = (int)n;
     return 0;

@@ -225,6 +225,30 @@ cli_store_persist_init(cli_store_persist *sp, grpo_store *store, int64_t run_id)
         (grpo_bridge_persist){sp, persist_put, persist_ack, persist_list, NULL, persist_sent};
 }
 
+/* ---- a group as a trainer batch ---- */
+
+void
+cli_batch_put_row(grpo_batch *b, size_t *at, int32_t i, const int32_t *prompt, int32_t P,
+                  int64_t group_id, const cli_batch_row *r)
+{
+    size_t o = *at;
+    memcpy(b->tokens + o, prompt, (size_t)P * sizeof *b->tokens);
+    memcpy(b->tokens + o + P, r->tokens, (size_t)r->n_tokens * sizeof *b->tokens);
+    for (int32_t k = 0; k < r->n_tokens; k++) {
+        b->loss_mask[o + P + k] = 1;
+        b->logprobs[o + P + k] = r->logprobs[k];
+        if (r->ref_logprobs)
+            b->ref_logprobs[o + P + k] = r->ref_logprobs[k];
+    }
+    *at = o + (size_t)P + (size_t)r->n_tokens;
+    b->seq_offsets[i + 1] = (int64_t)*at;
+    b->prompt_lens[i] = P;
+    b->advantages[i] = (float)r->advantage;
+    b->rewards[i] = (float)r->reward;
+    b->group_ids[i] = group_id;
+    b->sample_idx[i] = r->sample_idx;
+}
+
 /* ---- the rest ---- */
 
 char *

@@ -85,6 +85,22 @@ typedef struct cli_store_persist {
 /* Fills sp for the run's batches in store; pass &sp->persist as grpo_bridge_opts.persist. */
 void cli_store_persist_init(cli_store_persist *sp, grpo_store *store, int64_t run_id);
 
+/* ---- a group as a trainer batch ---- */
+
+/* One sample of a group: its completion, logprobs (ref_logprobs may be NULL), advantage, reward. */
+typedef struct cli_batch_row {
+    const int32_t *tokens;
+    const float *logprobs, *ref_logprobs;
+    int32_t n_tokens, sample_idx;
+    double advantage, reward;
+} cli_batch_row;
+
+/* Writes sequence i of b at token offset *at (advanced past it): the P prompt tokens, then the
+ * completion with loss mask 1, its logprobs and, when given, reference logprobs; and the row's
+ * seq_offsets[i + 1], prompt_lens, advantages, rewards, group_ids and sample_idx. */
+void cli_batch_put_row(grpo_batch *b, size_t *at, int32_t i, const int32_t *prompt, int32_t P,
+                       int64_t group_id, const cli_batch_row *r);
+
 /* ---- the rest ---- */
 
 /* Parses a base-10 integer in [lo, hi]; 0, or -1 when s is not one. */

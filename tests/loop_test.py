@@ -50,8 +50,8 @@ def main():
         except ImportError:
             missing.append(mod)
     if missing:
-        print("loop_test: skipped: python3 lacks %s (pip install torch transformers; "
-              "scripts/setup.sh installs only numpy/safetensors/pynng)" % ", ".join(missing))
+        print("loop_test: skipped: python3 lacks %s (scripts/setup.sh installs "
+              "scripts/requirements.txt)" % ", ".join(missing))
         sys.exit(77)
     model = os.path.join(ROOT, "models", "demo")
     if not os.path.exists(os.path.join(model, "model.safetensors")):

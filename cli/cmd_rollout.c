@@ -179,8 +179,9 @@ static const struct option long_opts[] = {
 };
 
 static int
-parse_opt(args *a, int c, const char *v)
+parse_opt(void *ctx, int c, const char *v)
 {
+    args *a = ctx;
     long n;
     switch (c) {
     case O_MODEL:
@@ -277,18 +278,9 @@ parse_args(args *a, int argc, char **argv)
     a->db = "grpo.db", a->verify_threads = 2;
     a->kv_budget = "1G", a->max_pending = 8, a->window = 4;
     a->max_batch = 256;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
-        if (c == '?')
-            return cli_usage(CMD, "unknown option or missing value: %s", argv[optind - 1]);
-        int rc = parse_opt(a, c, optarg);
-        if (rc != 0)
-            return rc;
-    }
-    if (optind < argc)
-        return cli_usage(CMD, "unexpected argument \"%s\"", argv[optind]);
+    int rc = cli_getopt(CMD, argc, argv, long_opts, parse_opt, a);
+    if (rc != 0)
+        return rc;
     if (parse_budget(a->kv_budget, &a->kv_bytes, &a->kv_tokens) != 0)
         return cli_usage(CMD, "--kv-budget %s: expected bytes (512M, 2G) or tokens (65536t)",
                          a->kv_budget);

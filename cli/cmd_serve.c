@@ -155,8 +155,9 @@ static const struct option long_opts[] = {
 };
 
 static int
-parse_opt(args *a, int c, const char *v)
+parse_opt(void *ctx, int c, const char *v)
 {
+    args *a = ctx;
     double d;
     switch (c) {
     case O_PROMPTS:
@@ -212,18 +213,9 @@ parse_args(args *a, int argc, char **argv)
     a->listen = getenv("GRPO_LISTEN_URL");
     if (a->listen == NULL || a->listen[0] == '\0')
         a->listen = "tcp://0.0.0.0:5555";
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
-        if (c == '?')
-            return cli_usage(CMD, "unknown option or missing value: %s", argv[optind - 1]);
-        int rc = parse_opt(a, c, optarg);
-        if (rc != 0)
-            return rc;
-    }
-    if (optind < argc)
-        return cli_usage(CMD, "unexpected argument \"%s\"", argv[optind]);
+    int rc = cli_getopt(CMD, argc, argv, long_opts, parse_opt, a);
+    if (rc != 0)
+        return rc;
     if (a->prompts == NULL)
         return cli_usage(CMD, "--prompts is required");
     return 0;

@@ -153,8 +153,9 @@ int_arg(const char *v, long lo, long hi, int *out)
 }
 
 static int
-parse_opt(args *a, int c, const char *v)
+parse_opt(void *ctx, int c, const char *v)
 {
+    args *a = ctx;
     char *end;
     switch (c) {
     case O_CONNECT:
@@ -207,18 +208,9 @@ parse_args(args *a, int argc, char **argv)
 {
     memset(a, 0, sizeof *a);
     a->gpu = -1, a->inflight = 2, a->kv_budget = "1G";
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
-        if (c == '?')
-            return cli_usage(CMD, "unknown option or missing value: %s", argv[optind - 1]);
-        int rc = parse_opt(a, c, optarg);
-        if (rc != 0)
-            return rc;
-    }
-    if (optind < argc)
-        return cli_usage(CMD, "unexpected argument \"%s\"", argv[optind]);
+    int rc = cli_getopt(CMD, argc, argv, long_opts, parse_opt, a);
+    if (rc != 0)
+        return rc;
     if (a->connect == NULL && (a->connect = getenv("GRPO_COORDINATOR_URL")) == NULL)
         return cli_usage(CMD, "--connect URL (or GRPO_COORDINATOR_URL) is required");
     if (a->threads > 0 && a->gpu >= 0)

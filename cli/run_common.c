@@ -251,6 +251,25 @@ cli_batch_put_row(grpo_batch *b, size_t *at, int32_t i, const int32_t *prompt, i
 
 /* ---- the rest ---- */
 
+int
+cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts,
+           int (*opt)(void *ctx, int c, const char *v), void *ctx)
+{
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == '?')
+            return cli_usage(cmd, "unknown option or missing value: %s", argv[optind - 1]);
+        int rc = opt(ctx, c, optarg);
+        if (rc != 0)
+            return rc;
+    }
+    if (optind < argc)
+        return cli_usage(cmd, "unexpected argument \"%s\"", argv[optind]);
+    return 0;
+}
+
 char *
 cli_join_argv(int argc, char **argv)
 {

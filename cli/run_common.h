@@ -103,6 +103,11 @@ void cli_batch_put_row(grpo_batch *b, size_t *at, int32_t i, const int32_t *prom
 
 /* ---- the rest ---- */
 
+/* Runs getopt_long over argv (argv[0] the subcommand) with opts, calling opt(ctx, c, optarg) for
+ * each option; an unknown option, a missing value or a positional argument is a usage error.
+ * Returns 0, or the first nonzero opt() result, or CLI_USAGE. */
+int cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts,
+               int (*opt)(void *ctx, int c, const char *v), void *ctx);
 /* Parses a base-10 integer in [lo, hi]; 0, or -1 when s is not one. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* "grpo ARGV..." (argv without the program name), for a run's command line; NULL on ENOMEM. */

@@ -333,6 +333,20 @@ header_parser(void **state)
                               12),
                      GRPO_OK);
     assert_int_equal(parse_st("{}", 0), GRPO_OK);
+    /* model files may leave gaps between tensors (the bridge's strict options refuse them) */
+    assert_int_equal(parse_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                              "\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[12,14]}}",
+                              14),
+                     GRPO_OK);
+    /* a zero-size tensor where a non-empty one starts overlaps nothing, whatever the order */
+    assert_int_equal(parse_st("{\"a\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]},"
+                              "\"z\":{\"dtype\":\"BF16\",\"shape\":[0,3],\"data_offsets\":[0,0]}}",
+                              8),
+                     GRPO_OK);
+    assert_int_equal(parse_st("{\"z\":{\"dtype\":\"BF16\",\"shape\":[0,3],\"data_offsets\":[0,0]},"
+                              "\"a\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}",
+                              8),
+                     GRPO_OK);
     static const struct {
         const char *json;
         size_t data;
@@ -350,6 +364,9 @@ header_parser(void **state)
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
          "\"data_offsets\":[0,8]}}",
          8, "overflow"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8, "appears twice"},
         {"[1,2]", 0, "object"},
         {"{\"a\":", 0, "JSON"},
     };

@@ -4,6 +4,7 @@
 #define GRPO_BRIDGE_INT_H
 
 #include "common/common_int.h"
+#include "common/safetensors.h"
 #include "grpo/bridge.h"
 
 grpo_err grpo_bridge__check_groups(const int64_t *offsets, size_t n_groups, size_t n,
@@ -15,50 +16,35 @@ grpo_err grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o);
 
 /* ---- safetensors ---------------------------------------------------------------------------- */
 
-typedef enum {
-    ST_BOOL,
-    ST_U8,
-    ST_I8,
-    ST_I16,
-    ST_U16,
-    ST_F16,
-    ST_BF16,
-    ST_I32,
-    ST_U32,
-    ST_F32,
-    ST_F64,
-    ST_I64,
-    ST_U64,
-    ST_F8_E4M3,
-    ST_F8_E5M2,
-    ST_N_DTYPES
-} st_dtype;
+/* The shared parser (common/safetensors.h) under the bridge's names. */
+typedef grpo__st_dtype st_dtype;
+#define ST_BOOL GRPO__ST_BOOL
+#define ST_U8 GRPO__ST_U8
+#define ST_I8 GRPO__ST_I8
+#define ST_I16 GRPO__ST_I16
+#define ST_U16 GRPO__ST_U16
+#define ST_F16 GRPO__ST_F16
+#define ST_BF16 GRPO__ST_BF16
+#define ST_I32 GRPO__ST_I32
+#define ST_U32 GRPO__ST_U32
+#define ST_F32 GRPO__ST_F32
+#define ST_F64 GRPO__ST_F64
+#define ST_I64 GRPO__ST_I64
+#define ST_U64 GRPO__ST_U64
+#define ST_F8_E4M3 GRPO__ST_F8_E4M3
+#define ST_F8_E5M2 GRPO__ST_F8_E5M2
+#define ST_N_DTYPES GRPO__ST_N_DTYPES
 
-#define ST_MAX_DIMS 8
-#define ST_MAX_NAME 256
+#define ST_MAX_DIMS GRPO__ST_MAX_DIMS
+#define ST_MAX_NAME 256 /* tensor names are 1..255 bytes */
 
-typedef struct {
-    char name[ST_MAX_NAME];
-    st_dtype dtype;
-    size_t ndim;
-    uint64_t shape[ST_MAX_DIMS];
-    uint64_t begin, end; /* byte range inside the data section */
-} st_tensor;
-
-typedef struct {
-    st_tensor *t;
-    size_t n;
-    char **meta_keys, **meta_vals; /* __metadata__ (string -> string) */
-    size_t n_meta;
-    uint64_t header_len; /* JSON bytes */
-    uint64_t data_off;   /* 8 + header_len */
-    uint64_t data_len;
-} st_file;
+typedef grpo__st_tensor st_tensor;
+typedef grpo__st_header st_file;
 
 size_t grpo_bridge__st_dtype_size(st_dtype d);
 const char *grpo_bridge__st_dtype_name(st_dtype d);
 /* Parses and validates a header (json, json_len) for a data section of data_len bytes: dtypes,
- * shapes, sizes, offsets in bounds, no overlap, no gap. */
+ * shapes, sizes, offsets in bounds, no overlap, no gap (the shared parser, strict options). */
 grpo_err grpo_bridge__st_parse_header(const char *json, size_t json_len, uint64_t data_len,
                                       const char *where, st_file *out);
 /* Whole buffer: 8-byte length, header, data. */

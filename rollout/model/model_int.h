@@ -32,7 +32,8 @@ typedef struct grpo_st_header {
 } grpo_st_header;
 
 /* Parses and validates the header of a safetensors image buf[0..len) (the whole file): header
- * length bounded, JSON, known dtypes, shapes, byte sizes, offsets inside the data, no overlaps.
+ * length bounded, JSON, known dtypes, shapes, byte sizes, offsets inside the data, no overlaps,
+ * unique names (the shared parser, common/safetensors.h, with the model's options).
  * `where` (the file path) prefixes messages. Sets every tensor's data pointer into buf. */
 grpo_err grpo_model__st_parse(const uint8_t *buf, size_t len, const char *where,
                               grpo_st_header *out);

@@ -744,12 +744,7 @@ config_json(const args *a)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", a->model);
     cJSON_AddStringToObject(o, "prompts", a->prompts);
-    cJSON_AddNumberToObject(o, "group", a->gen.G);
-    cJSON_AddNumberToObject(o, "max_new_tokens", a->gen.max_new);
-    cJSON_AddNumberToObject(o, "temperature", a->gen.s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", a->gen.s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", a->gen.s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", a->gen.s.min_p);
+    cli_gen_json_config(o, &a->gen);
     cJSON_AddNumberToObject(o, "seed", (double)a->gen.seed);
     cJSON_AddStringToObject(o, "kv_budget", a->kv_budget);
     if (a->ref_model)

@@ -230,12 +230,7 @@ config_json(const args *a)
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->gen.seed);
     cJSON_AddStringToObject(o, "command", "serve");
     cJSON_AddStringToObject(o, "prompts", a->prompts);
-    cJSON_AddNumberToObject(o, "group", a->gen.G);
-    cJSON_AddNumberToObject(o, "max_new_tokens", a->gen.max_new);
-    cJSON_AddNumberToObject(o, "temperature", a->gen.s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", a->gen.s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", a->gen.s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", a->gen.s.min_p);
+    cli_gen_json_config(o, &a->gen);
     cJSON_AddStringToObject(o, "seed", seed);
     cJSON_AddStringToObject(o, "template", a->template_name ? a->template_name : "");
     cJSON_AddNumberToObject(o, "logprobs", a->gen.logprobs);

@@ -157,6 +157,17 @@ cli_gen_json_sampling(cJSON *o, const cli_gen_args *g, const char *prompt_id)
 }
 
 void
+cli_gen_json_config(cJSON *o, const cli_gen_args *g)
+{
+    cJSON_AddNumberToObject(o, "group", g->G);
+    cJSON_AddNumberToObject(o, "max_new_tokens", g->max_new);
+    cJSON_AddNumberToObject(o, "temperature", g->s.temperature);
+    cJSON_AddNumberToObject(o, "top_p", g->s.top_p);
+    cJSON_AddNumberToObject(o, "top_k", g->s.top_k);
+    cJSON_AddNumberToObject(o, "min_p", g->s.min_p);
+}
+
+void
 cli_gen_json_stops(cJSON *o, const cli_gen_args *g)
 {
     cJSON *st = cJSON_AddArrayToObject(o, "stop");

@@ -71,6 +71,8 @@ void cli_gen_help_logprobs(FILE *f);
 /* Adds temperature, top_p, top_k, min_p, max_new_tokens, seed (a string) and prompt_id to o: the
  * first keys of a group's sampling_json. */
 void cli_gen_json_sampling(cJSON *o, const cli_gen_args *g, const char *prompt_id);
+/* Adds group, max_new_tokens, temperature, top_p, top_k and min_p to o (a run's config_json). */
+void cli_gen_json_config(cJSON *o, const cli_gen_args *g);
 /* Adds the arrays "stop" and "stop_ids" to o. */
 void cli_gen_json_stops(cJSON *o, const cli_gen_args *g);
 

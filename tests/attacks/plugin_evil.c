@@ -38,7 +38,7 @@ evil_score(void *state, const grpo_verifier_sample *s, grpo_verdict *out)
         volatile int *p = NULL;
         *p = 1;
     } else if (strcmp(mode, "loop") == 0) {
-        for (volatile int x = 0;; x++) {
+        for (volatile unsigned x = 0;; x++) { /* unsigned: wraps, no UB under UBSan */
         }
     } else if (strcmp(mode, "leak") == 0) {
         char *p = malloc(64u << 20);

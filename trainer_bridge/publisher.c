@@ -660,11 +660,13 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
     free(p);
 }
 
-/* Called with mu held. */
+/* Called with mu held. Staleness is measured against the newest version the rollout side has
+ * taken (polled or set), not the newest the trainer has sent: a group finished on the old weights
+ * between the trainer's upload and the next poll is not stale yet (it was a race in grpo serve). */
 static grpo_err
 check_stale(const grpo_bridge_publisher *p, int64_t id, int64_t version)
 {
-    int64_t newest = p->engine_version > p->latest.version ? p->engine_version : p->latest.version;
+    int64_t newest = p->engine_version > p->polled_version ? p->engine_version : p->polled_version;
     if (p->o.max_staleness >= 0 && newest - version > p->o.max_staleness)
         return grpo__fail(GRPO_ESTATE,
                           "bridge: batch %" PRId64 " has policy version %" PRId64 ", %" PRId64

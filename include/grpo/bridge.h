@@ -325,7 +325,8 @@ typedef struct grpo_bridge_opts {
     const char *run_id;    /* required; sent in the handshake, a trainer may insist on it */
     int32_t window;        /* K: publish blocks while K batches are unacknowledged; default 4 */
     int32_t max_staleness; /* publish refuses a batch whose policy_version is more than this
-                            * behind the newest known version; -1 (default) = unbounded */
+                            * behind the newest version the rollout side has taken (polled or
+                            * set); -1 (default) = unbounded */
     int32_t poll_ms;       /* how long a trainer's request waits for a batch before the answer
                             * "none yet" (long poll); default 200 */
     const grpo_bridge_persist *persist; /* NULL = memory only */

@@ -1,6 +1,7 @@
 /* The trainer side of the transport in C (the Python package grpo_bridge is the same protocol):
  * a REQ socket that pulls batches, carrying acknowledgements and held ids with every request,
  * and pushes weight updates. Used by tests, `grpo bench bridge` and C trainers. */
+#include "common/net/nng_io.h"
 #include "trainer_bridge/bridge_int.h"
 
 #include <cjson/cJSON.h>
@@ -36,6 +37,16 @@ push_id(int64_t **v, size_t *n, size_t *cap, int64_t id)
     return GRPO_OK;
 }
 
+/* Milliseconds left of timeout_ms (-1 = forever) started at t0 (grpo_now()); never below 0. */
+static int
+left_ms(int timeout_ms, double t0)
+{
+    if (timeout_ms < 0)
+        return -1;
+    int left = timeout_ms - (int)((grpo_now() - t0) * 1000);
+    return left > 0 ? left : 0;
+}
+
 /* Sends one request and waits for its reply, resending every SLICE_MS until timeout_ms
  * (-1 = forever). On success *rep is the reply (the caller frees it with nng_msg_free). */
 static grpo_err
@@ -53,15 +64,13 @@ request(grpo_bridge_consumer *c, int type, int64_t a, int64_t b, const char *jso
             (!jl || (rv = nng_msg_append(m, json, jl)) == 0) &&
             (!n1 || (rv = nng_msg_append(m, p1, n1)) == 0) &&
             (!n2 || (rv = nng_msg_append(m, p2, n2)) == 0))
-            rv = nng_sendmsg(c->s, m, 0);
+            rv = grpo__nng_send(c->s, m, left_ms(timeout_ms, t0));
         if (rv != 0) {
             nng_msg_free(m);
             return grpo_bridge__nng_fail(rv, "send", c->url);
         }
-        int left = timeout_ms < 0 ? SLICE_MS : timeout_ms - (int)((grpo_now() - t0) * 1000);
-        nng_socket_set_ms(c->s, NNG_OPT_RECVTIMEO,
-                          left < SLICE_MS ? (left > 0 ? left : 1) : SLICE_MS);
-        rv = nng_recvmsg(c->s, rep, 0);
+        int left = timeout_ms < 0 ? SLICE_MS : left_ms(timeout_ms, t0);
+        rv = grpo__nng_recv(c->s, rep, left < SLICE_MS ? left : SLICE_MS);
         if (rv == 0)
             return GRPO_OK;
         if (rv != NNG_ETIMEDOUT || (timeout_ms >= 0 && (grpo_now() - t0) * 1000 >= timeout_ms))

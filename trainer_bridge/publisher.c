@@ -2,6 +2,7 @@
  * (REQ): each GET carries its acknowledgements and the ids it still holds, and is answered with
  * the first unacknowledged batch it does not hold, so a lost reply or a restarted trainer gets
  * the batch again (at least once) and the publisher needs no per-connection state. */
+#include "common/net/rep.h"
 #include "trainer_bridge/bridge_int.h"
 
 #include <cjson/cJSON.h>
@@ -9,7 +10,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +35,9 @@ typedef struct {
 } wassembly;
 
 struct grpo_bridge_publisher {
-    nng_socket sock;
+    grpo_rep *rep;
+    uint32_t token; /* the request being handled (serve thread only) */
+    int answered;   /* it has had its reply */
     char *url, *run_id, *weights_dir;
     grpo_bridge_opts o;
     grpo_bridge_persist persist;
@@ -161,8 +163,12 @@ reply(grpo_bridge_publisher *p, int type, int64_t a, int64_t b, const char *json
         memcpy(body + GRPB_HDR, json, jl);
     if (plen)
         memcpy(body + GRPB_HDR + jl, payload, plen);
-    if (nng_sendmsg(p->sock, m, 0) != 0)
-        nng_msg_free(m); /* a trainer that went away re-requests after its restart */
+    if (p->answered) { /* one reply per request */
+        nng_msg_free(m);
+        return;
+    }
+    p->answered = 1;
+    grpo__rep_reply(p->rep, p->token, m); /* a trainer that went away re-requests */
 }
 
 static void
@@ -509,13 +515,22 @@ serve(void *arg)
     grpo_bridge_publisher *p = arg;
     for (;;) {
         nng_msg *m = NULL;
-        int rv = nng_recvmsg(p->sock, &m, 0);
-        if (rv == NNG_ETIMEDOUT)
+        int rv = grpo__rep_recv(p->rep, &m, &p->token, 100);
+        if (rv == NNG_ETIMEDOUT) {
+            pthread_mutex_lock(&p->mu);
+            int stop = p->stop;
+            pthread_mutex_unlock(&p->mu);
+            if (stop)
+                break;
             continue;
+        }
         if (rv != 0)
             break; /* closed */
+        p->answered = 0;
         handle(p, nng_msg_body(m), nng_msg_len(m));
         nng_msg_free(m);
+        if (!p->answered) /* (every handler answers; never leave a context waiting) */
+            grpo__rep_drop(p->rep, p->token);
     }
     return NULL;
 }
@@ -552,18 +567,14 @@ resume_one(void *arg, int64_t id, const void *bytes, size_t len)
     return err;
 }
 
+#define N_CTX 4 /* requests taken at once; the trainer resends one whose reply is slow */
+
 static grpo_err
 open_socket(grpo_bridge_publisher *p)
 {
-    int rv;
-    if ((rv = nng_rep0_open(&p->sock)) != 0)
-        return grpo_bridge__nng_fail(rv, "open REP socket", p->url);
-    nng_socket_set_ms(p->sock, NNG_OPT_RECVTIMEO, 100);
-    nng_socket_set_ms(p->sock, NNG_OPT_SENDTIMEO, 10000);
-    nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, (size_t)256 << 20); /* weight chunks */
-    if ((rv = nng_listen(p->sock, p->url, NULL, 0)) != 0)
-        return grpo_bridge__nng_fail(rv, "listen", p->url);
-    return GRPO_OK;
+    grpo_err err = grpo__rep_open(&p->rep, p->url, (size_t)256 << 20 /* weight chunks */, N_CTX,
+                                  "bridge");
+    return err == GRPO_OK ? grpo__rep_listen(p->rep, p->url, "bridge") : err;
 }
 
 grpo_err
@@ -641,9 +652,9 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
     p->stop = 1;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    nng_close(p->sock); /* harmless on a socket never opened (id 0) */
-    if (p->thr_started)
+    if (p->thr_started) /* it sees stop within one receive slice */
         pthread_join(p->thr, NULL);
+    grpo__rep_close(p->rep);
     wa_reset(&p->wa);
     for (size_t i = 0; i < p->nq; i++)
         free(p->q[i].bytes);

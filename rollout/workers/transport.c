@@ -1,10 +1,11 @@
 /* Request/reply over NNG for the worker protocol: the coordinator's REP socket and a worker's REQ
  * socket. This is the one place NNG errors of this module are translated. */
 #include "common/common_int.h"
+#include "common/net/nng_io.h"
+#include "common/net/rep.h"
 #include "grpo/workers.h"
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 
 #include <pthread.h>
@@ -21,8 +22,9 @@ nng_fail(int rv, const char *what, const char *url)
     return grpo__fail(code, "workers %s: %s: %s", url ? url : "", what, nng_strerror(rv));
 }
 
+/* A worker's request: waits at most timeout_ms for the socket to take it (common/net/nng_io.h). */
 static grpo_err
-send_msg(nng_socket s, const grpo_wmsg *m, const char *url, uint64_t *counter)
+send_msg(nng_socket s, const grpo_wmsg *m, int timeout_ms, const char *url)
 {
     void *bytes = NULL;
     size_t len = 0;
@@ -33,27 +35,26 @@ send_msg(nng_socket s, const grpo_wmsg *m, const char *url, uint64_t *counter)
     int rv = nng_msg_alloc(&msg, len);
     if (rv == 0) {
         memcpy(nng_msg_body(msg), bytes, len);
-        if ((rv = nng_sendmsg(s, msg, 0)) != 0)
+        if ((rv = grpo__nng_send(s, msg, timeout_ms)) != 0)
             nng_msg_free(msg);
     }
     free(bytes);
     if (rv != 0)
         return nng_fail(rv, "send", url);
-    if (counter)
-        *counter += len;
     return GRPO_OK;
 }
 
 /* ---- coordinator: REP ---- */
 
 #define MAX_CLOSED 4096
+#define N_CTX 64 /* replies in flight at once; one behind a slow worker holds only its own */
 
 struct grpo_wserver {
-    nng_socket sock;
-    int open;
+    grpo_rep *rep;
     char *url;
     uint64_t bytes_in, bytes_out;
-    uint32_t last_pipe;
+    uint32_t last_pipe, last_token;
+    int has_request; /* a request was received and not yet answered */
     pthread_mutex_t mu; /* guards closed[], filled by NNG's pipe callback thread */
     uint32_t closed[MAX_CLOSED];
     int n_closed;
@@ -77,24 +78,18 @@ grpo_err
 grpo_wserver_create(grpo_wserver **out, const char *url)
 {
     grpo_wserver *s = calloc(1, sizeof *s);
-    int rv;
     *out = NULL;
     if (s == NULL || (s->url = strdup(url)) == NULL) {
         free(s);
         return grpo__fail(GRPO_ENOMEM, "workers: out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
-    if ((rv = nng_rep0_open(&s->sock)) != 0) {
-        grpo_err err = nng_fail(rv, "opening a REP socket", url);
-        grpo_wserver_destroy(s);
-        return err;
+    grpo_err err = grpo__rep_open(&s->rep, url, GRPO_WORKERS_MAX_MSG, N_CTX, "workers");
+    if (err == GRPO_OK) {
+        nng_pipe_notify(grpo__rep_socket(s->rep), NNG_PIPE_EV_REM_POST, on_pipe_removed, s);
+        err = grpo__rep_listen(s->rep, url, "workers");
     }
-    s->open = 1;
-    nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, GRPO_WORKERS_MAX_MSG);
-    nng_socket_set_ms(s->sock, NNG_OPT_SENDTIMEO, 1000);
-    nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, s);
-    if ((rv = nng_listen(s->sock, url, NULL, 0)) != 0) {
-        grpo_err err = nng_fail(rv, "listen", url);
+    if (err != GRPO_OK) {
         grpo_wserver_destroy(s);
         return err;
     }
@@ -107,10 +102,34 @@ grpo_wserver_destroy(grpo_wserver *s)
 {
     if (s == NULL)
         return;
-    if (s->open)
-        nng_close(s->sock); /* no pipe callback runs after this returns */
+    grpo__rep_close(s->rep); /* no pipe callback runs after this returns */
     pthread_mutex_destroy(&s->mu);
     free(s->url), free(s);
+}
+
+/* Answers the request last received, once. */
+static grpo_err
+answer(grpo_wserver *s, const grpo_wmsg *m)
+{
+    if (!s->has_request)
+        return grpo__fail(GRPO_ESTATE, "workers %s: a reply without a request", s->url);
+    s->has_request = 0;
+    void *bytes = NULL;
+    size_t len = 0;
+    nng_msg *msg = NULL;
+    grpo_err err = grpo_wmsg_encode(m, &bytes, &len);
+    if (err == GRPO_OK && nng_msg_alloc(&msg, len) != 0)
+        err = grpo__fail(GRPO_ENOMEM, "workers %s: out of memory for a reply", s->url);
+    if (err != GRPO_OK) {
+        free(bytes);
+        grpo__rep_drop(s->rep, s->last_token); /* the worker asks again */
+        return err;
+    }
+    memcpy(nng_msg_body(msg), bytes, len);
+    free(bytes);
+    grpo__rep_reply(s->rep, s->last_token, msg);
+    s->bytes_out += len;
+    return GRPO_OK;
 }
 
 grpo_err
@@ -118,10 +137,12 @@ grpo_wserver_recv(grpo_wserver *s, grpo_wmsg *req, int timeout_ms)
 {
     nng_msg *msg = NULL;
     memset(req, 0, sizeof *req);
-    nng_socket_set_ms(s->sock, NNG_OPT_RECVTIMEO, timeout_ms);
-    int rv = nng_recvmsg(s->sock, &msg, 0);
+    if (s->has_request) /* the caller did not answer the last one: let its worker ask again */
+        grpo__rep_drop(s->rep, s->last_token), s->has_request = 0;
+    int rv = grpo__rep_recv(s->rep, &msg, &s->last_token, timeout_ms);
     if (rv != 0)
         return nng_fail(rv, "receive", s->url);
+    s->has_request = 1;
     s->bytes_in += nng_msg_len(msg);
     s->last_pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
     grpo_err err = grpo_wmsg_decode(req, nng_msg_body(msg), nng_msg_len(msg));
@@ -136,7 +157,7 @@ grpo_wserver_recv(grpo_wserver *s, grpo_wmsg *req, int timeout_ms)
         grpo_log(GRPO_LOG_WARN, "%s: %s (answered with an error)", s->url, why);
         grpo_wmsg e = {0};
         e.type = GRPO_WMSG_ERROR, e.message = why;
-        send_msg(s->sock, &e, s->url, &s->bytes_out);
+        answer(s, &e);
         return grpo__fail(GRPO_EFORMAT, "%s", why);
     }
     return GRPO_OK;
@@ -145,7 +166,7 @@ grpo_wserver_recv(grpo_wserver *s, grpo_wmsg *req, int timeout_ms)
 grpo_err
 grpo_wserver_reply(grpo_wserver *s, const grpo_wmsg *rep)
 {
-    return send_msg(s->sock, rep, s->url, &s->bytes_out);
+    return answer(s, rep);
 }
 
 uint32_t
@@ -180,31 +201,35 @@ struct grpo_wclient {
     char *url;
 };
 
-grpo_err
-grpo_wclient_create(grpo_wclient **out, const char *url)
+static grpo_err
+client_open(grpo_wclient *c)
 {
-    grpo_wclient *c = calloc(1, sizeof *c);
     int rv;
-    *out = NULL;
-    if (c == NULL || (c->url = strdup(url)) == NULL) {
-        free(c);
-        return grpo__fail(GRPO_ENOMEM, "workers: out of memory");
-    }
-    if ((rv = nng_req0_open(&c->sock)) != 0) {
-        grpo_err err = nng_fail(rv, "opening a REQ socket", url);
-        grpo_wclient_destroy(c);
-        return err;
-    }
+    if ((rv = nng_req0_open(&c->sock)) != 0)
+        return nng_fail(rv, "opening a REQ socket", c->url);
     c->open = 1;
     nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, GRPO_WORKERS_MAX_MSG);
     /* A request outstanding when the coordinator goes away is sent again once it is back. */
     nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, 5000);
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
-    nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, 1000);
     /* NNG_FLAG_NONBLOCK: the coordinator may not be up yet; the dialer retries in the background */
-    if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
-        grpo_err err = nng_fail(rv, "dial", url);
+    if ((rv = nng_dial(c->sock, c->url, NULL, NNG_FLAG_NONBLOCK)) != 0)
+        return nng_fail(rv, "dial", c->url);
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_wclient_create(grpo_wclient **out, const char *url)
+{
+    grpo_wclient *c = calloc(1, sizeof *c);
+    *out = NULL;
+    if (c == NULL || (c->url = strdup(url)) == NULL) {
+        free(c);
+        return grpo__fail(GRPO_ENOMEM, "workers: out of memory");
+    }
+    grpo_err err = client_open(c);
+    if (err != GRPO_OK) {
         grpo_wclient_destroy(c);
         return err;
     }
@@ -222,19 +247,39 @@ grpo_wclient_destroy(grpo_wclient *c)
     free(c->url), free(c);
 }
 
+/* After a call that got no answer: a new socket, so a new connection. A connection can wedge
+ * (a pipe NNG never delivers on again was seen once under load with NNG 1.5.2), and a fresh one
+ * costs one dial; the coordinator treats the old connection's close as a reconnect. */
+static void
+client_reopen(grpo_wclient *c)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", grpo_error_last());
+    if (c->open)
+        nng_close(c->sock);
+    c->open = 0;
+    if (client_open(c) != GRPO_OK)
+        grpo_log(GRPO_LOG_WARN, "%s", grpo_error_last()); /* the next call fails and says so */
+    grpo__fail(GRPO_ETIMEOUT, "%s", why);                 /* keep the caller's message */
+}
+
 grpo_err
 grpo_wclient_call(grpo_wclient *c, const grpo_wmsg *req, grpo_wmsg *rep, int timeout_ms)
 {
     memset(rep, 0, sizeof *rep);
-    nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, timeout_ms);
-    grpo_err err = send_msg(c->sock, req, c->url, NULL);
+    int64_t t0 = grpo__nng_ms_now();
+    grpo_err err = send_msg(c->sock, req, timeout_ms, c->url);
     if (err != GRPO_OK)
         return err;
     nng_msg *msg = NULL;
-    nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms);
-    int rv = nng_recvmsg(c->sock, &msg, 0);
-    if (rv != 0)
-        return nng_fail(rv, "waiting for the coordinator", c->url);
+    int left = timeout_ms < 0 ? -1 : timeout_ms - (int)(grpo__nng_ms_now() - t0);
+    int rv = grpo__nng_recv(c->sock, &msg, left < 0 && timeout_ms >= 0 ? 0 : left);
+    if (rv != 0) {
+        err = nng_fail(rv, "waiting for the coordinator", c->url);
+        if (rv == NNG_ETIMEDOUT && timeout_ms >= 1000) /* not a short poll: maybe wedged */
+            client_reopen(c);
+        return err;
+    }
     err = grpo_wmsg_decode(rep, nng_msg_body(msg), nng_msg_len(msg));
     nng_msg_free(msg);
     if (err == GRPO_OK && rep->type < GRPO_WMSG_WORK) {

@@ -77,6 +77,28 @@ def completions(db):
                        "JOIN prompts p ON p.id = g.prompt_id ORDER BY p.idx, c.sample_index")
 
 
+def stacks(pid):
+    """Every thread's stack of a live process, for a hang report (gdb if installed, else the
+    kernel's view from /proc)."""
+    if shutil.which("gdb"):
+        extra = []
+        for cmd in os.environ.get("GRPO_HANG_GDB", "").split(";"):  # e.g. "frame function f;print *r"
+            if cmd.strip():
+                extra += ["-ex", cmd.strip()]
+        r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"] + extra,
+                           capture_output=True, text=True, timeout=120)
+        return r.stdout[-20000:]
+    out = []
+    for t in sorted(os.listdir("/proc/%d/task" % pid)):
+        for f in ("comm", "wchan", "syscall", "stack"):
+            try:
+                with open("/proc/%d/task/%s/%s" % (pid, t, f)) as fh:
+                    out.append("%s %s: %s" % (t, f, fh.read().strip()))
+            except OSError:
+                pass
+    return "\n".join(out)
+
+
 class Procs:
     def __init__(self, grpo, tmp):
         self.grpo, self.tmp, self.all = grpo, tmp, []
@@ -94,6 +116,14 @@ class Procs:
     def log(self, name):
         with open(os.path.join(self.tmp, name + ".log")) as f:
             return f.read()
+
+    def wait(self, p, timeout):
+        """p.wait(timeout); on a timeout, fails with p's log and every thread's stack (gdb)."""
+        try:
+            return p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            fail("%s did not exit within %d s\n--- its log:\n%s\n--- its threads:\n%s"
+                 % (p.name, timeout, self.log(p.name)[-6000:], stacks(p.pid)))
 
     def cleanup(self):
         for p in self.all:
@@ -192,7 +222,7 @@ def scenario_failover(grpo, tmp):
                                    % ",".join(map(str, stopped)))[0][0] == len(stopped), 60,
                    "B's lease to lapse")
         b.send_signal(signal.SIGCONT)  # its late result is a duplicate, or the first and kept
-        rc = serve.wait(timeout=120)
+        rc = P.wait(serve, 120)
         if rc != 0:
             fail("serve exited %d:\n%s" % (rc, P.log("serve")))
         check_exactly_once(db, n)
@@ -251,7 +281,7 @@ def scenario_restart(grpo, tmp):
         t_restart = time.time()
         time.sleep(0.5)
         s2 = P.start("serve2", serve_args(prompts, db, url))
-        rc = s2.wait(timeout=120)
+        rc = P.wait(s2, 120)
         log = P.log("serve2")
         if rc != 0:
             fail("restarted serve exited %d:\n%s" % (rc, log))
@@ -302,7 +332,7 @@ def scenario_load(grpo, tmp, seconds, workers):
         if serve.poll() is not None and "prompts done" not in P.log("serve"):
             fail("the coordinator died:\n" + P.log("serve"))
         serve.send_signal(signal.SIGTERM)
-        serve.wait(timeout=60)
+        P.wait(serve, 60)
         for p in P.all:
             if p is not serve:
                 try:
@@ -382,8 +412,9 @@ def scenario_weights(grpo, tmp, staleness=0):
         if serve.poll() is None or serve.returncode != 0:
             tails = "\n".join("--- %s:\n%s" % (k, P.log(k)[-3000:].replace("\r", "\n"))
                               for k in ("serve", "trainer", "A", "B"))
-            fail("serve %s:\n%s" % ("hung" if serve.poll() is None else "exited %d" % serve.returncode,
-                                     tails))
+            fail("serve %s:\n%s%s" % ("hung" if serve.poll() is None else "exited %d" % serve.returncode,
+                                       tails, "\n--- serve's threads:\n" + stacks(serve.pid)
+                                       if serve.poll() is None else ""))
         trainer.wait(timeout=30)
         check_exactly_once(db, n)
         pv = db_rows(db, "SELECT version, location, sha256 FROM policy_versions ORDER BY version")
@@ -453,7 +484,7 @@ def scenario_repeats(grpo, tmp):
         serve = P.start("serve", serve_args(prompts, db, url))
         for w in ("A", "B"):
             P.start(w, worker_args(url, w))
-        rc = serve.wait(timeout=120)
+        rc = P.wait(serve, 120)
         log = P.log("serve")
         if rc != 0:
             fail("serve exited %d:\n%s" % (rc, log))

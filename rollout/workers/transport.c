@@ -251,10 +251,11 @@ grpo_wclient_destroy(grpo_wclient *c)
  * (a pipe NNG never delivers on again was seen once under load with NNG 1.5.2), and a fresh one
  * costs one dial; the coordinator treats the old connection's close as a reconnect. */
 static void
-client_reopen(grpo_wclient *c)
+client_reopen(grpo_wclient *c, int timeout_ms)
 {
     char why[512];
     snprintf(why, sizeof why, "%s", grpo_error_last());
+    grpo_log(GRPO_LOG_INFO, "workers %s: no answer within %d ms; reconnecting", c->url, timeout_ms);
     if (c->open)
         nng_close(c->sock);
     c->open = 0;
@@ -277,7 +278,7 @@ grpo_wclient_call(grpo_wclient *c, const grpo_wmsg *req, grpo_wmsg *rep, int tim
     if (rv != 0) {
         err = nng_fail(rv, "waiting for the coordinator", c->url);
         if (rv == NNG_ETIMEDOUT && timeout_ms >= 1000) /* not a short poll: maybe wedged */
-            client_reopen(c);
+            client_reopen(c, timeout_ms);
         return err;
     }
     err = grpo_wmsg_decode(rep, nng_msg_body(msg), nng_msg_len(msg));

@@ -12,6 +12,8 @@
             then the coordinator is stopped. No group is lost (every lease the coordinator
             recorded as done has its group, and nothing is recorded twice), and the coordinator's
             peak RSS stays bounded. Prints groups/s and the coordinator's CPU share.
+  pause     the coordinator is SIGSTOPped for 6 s mid-run: the workers reconnect, and every group
+            is recorded once with grpo rollout's completions.
   repeats   a prompts file in which some records repeat an earlier record's content (with
             another id, and without an id): every record is served and its group recorded, as
             `grpo rollout` records them, and the completions equal grpo rollout's.
@@ -306,6 +308,39 @@ def scenario_restart(grpo, tmp):
         P.cleanup()
 
 
+def scenario_pause(grpo, tmp):
+    """The coordinator is frozen (SIGSTOP) for 6 s mid-run: the workers' calls time out, they
+    reconnect on fresh connections, and once it runs again every group is recorded exactly once
+    with the completions of grpo rollout."""
+    n = 24
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    write_prompts(prompts, n)
+    want = reference(grpo, tmp, prompts)
+    url = "ipc://" + os.path.join(tmp, "coord.ipc")
+    P = Procs(grpo, tmp)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url))
+        for w in ("A", "B"):
+            P.start(w, worker_args(url, w, "--step-delay", "40", "--inflight", "1", "--give-up", "30"))
+        wait_until(lambda: db_rows(db, "SELECT count(*) FROM groups")[0][0] >= 2, 60, "two groups")
+        serve.send_signal(signal.SIGSTOP)
+        time.sleep(6)
+        serve.send_signal(signal.SIGCONT)
+        rc = P.wait(serve, 120)
+        if rc != 0:
+            fail("serve exited %d:\n%s" % (rc, P.log("serve")))
+        logs = P.log("A") + P.log("B")
+        if "reconnecting" not in logs:
+            fail("no worker reconnected while the coordinator was stopped:\n" + logs)
+        check_exactly_once(db, n)
+        if completions(db) != want:
+            fail("completions differ from grpo rollout's")
+        print("ok: the coordinator was stopped for 6 s; the workers reconnected (%d times) and every "
+              "group was recorded once, equal to grpo rollout's" % logs.count("reconnecting"))
+    finally:
+        P.cleanup()
+
+
 def scenario_load(grpo, tmp, seconds, workers):
     n = int(max(10000, 300 * seconds))  # more than can finish: the run is cut by time
     prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
@@ -507,7 +542,7 @@ def scenario_repeats(grpo, tmp):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats"])
+    ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats", "pause"])
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
@@ -525,6 +560,8 @@ def main():
             scenario_failover(a.grpo, tmp)
         elif a.scenario == "restart":
             scenario_restart(a.grpo, tmp)
+        elif a.scenario == "pause":
+            scenario_pause(a.grpo, tmp)
         elif a.scenario == "repeats":
             scenario_repeats(a.grpo, tmp)
         elif a.scenario == "weights":

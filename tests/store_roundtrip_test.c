@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "store/store_int.h" /* the store's own connection, for the page cache's size */
 #include "store_test_util.h"
 
 #include <math.h>
@@ -492,6 +493,44 @@ test_batches(void **state)
     sqlite3_close(db);
 }
 
+/* Bytes the store's page cache holds after every page of a file larger than its bound went
+ * through it. */
+static int64_t
+cache_after_reading_all(grpo_store *s)
+{
+    assert_int_equal(grpo_store__exec(s, "SELECT sum(length(x)) FROM pad", "reading"), GRPO_OK);
+    int cur = 0, hi = 0;
+    assert_int_equal(sqlite3_db_status(s->db, SQLITE_DBSTATUS_CACHE_USED, &cur, &hi, 0), SQLITE_OK);
+    return cur;
+}
+
+/* The page cache stays within its 64 MiB bound (plus page headers) on a new file, whose pages
+ * become 16 KiB after the cache was sized, and on an existing one. It was once sized in 4 KiB
+ * pages and held 4x the bound: grpo serve's memory then grew through a whole load test. */
+static void
+test_cache_bound(void **state)
+{
+    (void)state;
+    const int64_t bound = (int64_t)(64 << 20) * 11 / 10;
+    grpo_store *s = NULL;
+    assert_int_equal(grpo_store_open(&s, dbpath, NULL), GRPO_OK);
+    assert_int_equal(grpo_store__exec(s,
+                                      "CREATE TABLE pad(x BLOB); BEGIN;"
+                                      " WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1"
+                                      " FROM n WHERE i < 7000) INSERT INTO pad SELECT"
+                                      " zeroblob(16000) FROM n; COMMIT",
+                                      "filling"),
+                     GRPO_OK); /* ~112 MB */
+    int64_t used = cache_after_reading_all(s);
+    assert_true(used > (32 << 20)); /* it did cache: the bound, not a tiny cache, is tested */
+    assert_true(used <= bound);
+    assert_int_equal(grpo_store_close(s), GRPO_OK);
+    assert_int_equal(grpo_store_open(&s, dbpath, NULL), GRPO_OK);
+    used = cache_after_reading_all(s);
+    assert_true(used > (32 << 20) && used <= bound);
+    assert_int_equal(grpo_store_close(s), GRPO_OK);
+}
+
 static void
 test_close_null(void **state)
 {
@@ -513,6 +552,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_groups_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_groups_async, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_bound, setup, teardown),
         cmocka_unit_test(test_close_null),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,7 +9,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 
 apt_pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   libsqlite3-dev sqlite3 libgit2-dev libseccomp-dev libnng-dev libcmocka-dev libcjson-dev
-  libpcre2-dev libgmp-dev libmpfr-dev libopenblas-dev bubblewrap python3 python3-pip git)
+  libpcre2-dev libgmp-dev libmpfr-dev libopenblas-dev bubblewrap python3 python3-pip git
+  gdb) # gdb: the worker tests print every thread's stack of a process that hangs
 
 missing=()
 for p in "${apt_pkgs[@]}"; do

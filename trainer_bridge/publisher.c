@@ -572,8 +572,8 @@ resume_one(void *arg, int64_t id, const void *bytes, size_t len)
 static grpo_err
 open_socket(grpo_bridge_publisher *p)
 {
-    grpo_err err = grpo__rep_open(&p->rep, p->url, (size_t)256 << 20 /* weight chunks */, N_CTX,
-                                  "bridge");
+    grpo_err err =
+        grpo__rep_open(&p->rep, p->url, (size_t)256 << 20 /* weight chunks */, N_CTX, "bridge");
     return err == GRPO_OK ? grpo__rep_listen(p->rep, p->url, "bridge") : err;
 }
 

@@ -54,7 +54,7 @@ struct grpo_wserver {
     char *url;
     uint64_t bytes_in, bytes_out;
     uint32_t last_pipe, last_token;
-    int has_request; /* a request was received and not yet answered */
+    int has_request;    /* a request was received and not yet answered */
     pthread_mutex_t mu; /* guards closed[], filled by NNG's pipe callback thread */
     uint32_t closed[MAX_CLOSED];
     int n_closed;

@@ -887,6 +887,81 @@ on_signal(int sig)
     interrupted = 1;
 }
 
+/* The engine over the opened policy, with the verifier, reference and rescoring hooks. */
+static grpo_err
+start_engine(run_ctx *c, setup *su, const args *a, size_t budget_pages)
+{
+    grpo_rollout_opts ro = {0};
+    ro.kv_budget_pages = budget_pages;
+    ro.max_batch_seqs = a->max_batch;
+    ro.sample_threads = a->threads > 0 ? a->threads : grpo_cpu_count();
+    ro.token_bytes = run_token_bytes;
+    ro.token_bytes_ctx = c;
+    c->opens_think = grpo_policy_opens_think(c->pol);
+    ro.ref = su->ref ? grpo_policy_backend(su->ref) : NULL;
+    ro.rescore = su->rescore_kv ? &su->rescore_be : NULL;
+    return grpo_rollout_create(&c->r, grpo_policy_backend(c->pol), &ro);
+}
+
+/* Steps the engine until every submitted group is done (or a signal or an error): new weights
+ * are swapped in between groups, and generation pauses while the verifiers are behind. */
+static grpo_err
+drive(run_ctx *c, setup *su, const args *a, size_t submitted)
+{
+    grpo_err err = GRPO_OK;
+    int tty = isatty(2), busy = 1, swapping = 0;
+    grpo_weights_update wu;
+    double t0 = grpo_now();
+    while (err == GRPO_OK && busy) {
+        if (interrupted == 1) {
+            fprintf(stderr, "\ngrpo rollout: interrupted; finishing the groups in flight as "
+                            "aborted\n");
+            grpo_rollout_cancel(c->r);
+            interrupted = 2;
+        }
+        grpo_rollout_stats st;
+        grpo_rollout_get_stats(c->r, &st);
+        if (c->pub && !swapping && grpo_bridge_poll_weights(c->pub, &wu))
+            swapping = 1; /* drain: groups are sampled from one policy */
+        if (swapping && st.groups_in_flight == 0) {
+            err = swap_weights(c, &wu, &su->rescore_kv, &su->rescore_be);
+            swapping = 0;
+        }
+        pthread_mutex_lock(&c->mu);
+        size_t pending = (size_t)st.groups_done - c->groups_handled;
+        pthread_mutex_unlock(&c->mu);
+        grpo_rollout_pause(c->r, swapping || pending >= (size_t)a->max_pending);
+        if (err == GRPO_OK)
+            err = grpo_rollout_step(c->r, &busy);
+        grpo_rollout_stats st2;
+        grpo_rollout_get_stats(c->r, &st2);
+        if (st2.forward_calls == st.forward_calls && busy)
+            usleep(1000); /* paused with nothing to decode: wait for the verifiers */
+        if (tty)
+            progress(c, submitted, t0, 0);
+    }
+    return err;
+}
+
+/* Everything open_all and the run made, in reverse (the publisher and the store are closed by the
+ * caller first: the publisher persists acks into the store). */
+static void
+teardown(run_ctx *c, setup *su, pthread_t *th)
+{
+    grpo_rollout_destroy(c->r);
+    for (size_t i = 0; su->pcs && i < su->ps.n; i++)
+        free(su->pcs[i].rendered), free(su->pcs[i].sampling_json);
+    free(su->pcs), free(th);
+    grpo_rewarder_destroy(c->rewarder);
+    grpo_reward_config_destroy(su->rcfg);
+    grpo_rollout_backend_fini(&su->rescore_be);
+    grpo_kv_destroy(su->rescore_kv);
+    grpo_policy_close(su->ref);
+    grpo_policy_close(c->pol);
+    grpo_prompts_fini(&su->ps);
+    pthread_mutex_destroy(&c->mu);
+}
+
 int
 grpo_cmd_rollout(int argc, char **argv)
 {
@@ -909,18 +984,8 @@ grpo_cmd_rollout(int argc, char **argv)
     int n_th = 0;
     double t0 = grpo_now();
     grpo_err err = open_all(&c, &su, &a, argc, argv, &budget_pages);
-    if (err == GRPO_OK) {
-        grpo_rollout_opts ro = {0};
-        ro.kv_budget_pages = budget_pages;
-        ro.max_batch_seqs = a.max_batch;
-        ro.sample_threads = a.threads > 0 ? a.threads : grpo_cpu_count();
-        ro.token_bytes = run_token_bytes;
-        ro.token_bytes_ctx = &c;
-        c.opens_think = grpo_policy_opens_think(c.pol);
-        ro.ref = su.ref ? grpo_policy_backend(su.ref) : NULL;
-        ro.rescore = su.rescore_kv ? &su.rescore_be : NULL;
-        err = grpo_rollout_create(&c.r, grpo_policy_backend(c.pol), &ro);
-    }
+    if (err == GRPO_OK)
+        err = start_engine(&c, &su, &a, budget_pages);
     if (err == GRPO_OK && (su.pcs = calloc(su.ps.n, sizeof *su.pcs)) == NULL)
         err = GRPO_ENOMEM;
     if (err == GRPO_OK)
@@ -930,39 +995,11 @@ grpo_cmd_rollout(int argc, char **argv)
     for (int i = 0; err == GRPO_OK && i < a.verify_threads; i++, n_th++)
         if (pthread_create(&th[i], NULL, verify_worker, &c) != 0)
             err = grpo__fail(GRPO_ESYS, "cannot start a verifier thread");
-    int tty = isatty(2), busy = 1, swapping = 0;
-    grpo_weights_update wu;
     t0 = grpo_now();
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    while (err == GRPO_OK && busy) {
-        if (interrupted == 1) {
-            fprintf(stderr, "\ngrpo rollout: interrupted; finishing the groups in flight as "
-                            "aborted\n");
-            grpo_rollout_cancel(c.r);
-            interrupted = 2;
-        }
-        grpo_rollout_stats st;
-        grpo_rollout_get_stats(c.r, &st);
-        if (c.pub && !swapping && grpo_bridge_poll_weights(c.pub, &wu))
-            swapping = 1; /* drain: groups are sampled from one policy */
-        if (swapping && st.groups_in_flight == 0) {
-            err = swap_weights(&c, &wu, &su.rescore_kv, &su.rescore_be);
-            swapping = 0;
-        }
-        pthread_mutex_lock(&c.mu);
-        size_t pending = (size_t)st.groups_done - c.groups_handled;
-        pthread_mutex_unlock(&c.mu);
-        grpo_rollout_pause(c.r, swapping || pending >= (size_t)a.max_pending);
-        if (err == GRPO_OK)
-            err = grpo_rollout_step(c.r, &busy);
-        grpo_rollout_stats st2;
-        grpo_rollout_get_stats(c.r, &st2);
-        if (st2.forward_calls == st.forward_calls && busy)
-            usleep(1000); /* paused with nothing to decode: wait for the verifiers */
-        if (tty)
-            progress(&c, submitted, t0, 0);
-    }
+    if (err == GRPO_OK)
+        err = drive(&c, &su, &a, submitted);
     if (err != GRPO_OK && c.r)
         note_error(&c, err);
     if (c.r) {
@@ -974,7 +1011,7 @@ grpo_cmd_rollout(int argc, char **argv)
     }
     for (int i = 0; i < n_th; i++)
         pthread_join(th[i], NULL);
-    if (tty && c.r && err == GRPO_OK)
+    if (isatty(2) && c.r && err == GRPO_OK)
         progress(&c, submitted, t0, 1);
     if (c.first_err != GRPO_OK && err == GRPO_OK)
         err = c.first_err;
@@ -1005,17 +1042,6 @@ grpo_cmd_rollout(int argc, char **argv)
         err = cerr;
         cli_fail(CMD);
     }
-    grpo_rollout_destroy(c.r);
-    for (size_t i = 0; su.pcs && i < su.ps.n; i++)
-        free(su.pcs[i].rendered), free(su.pcs[i].sampling_json);
-    free(su.pcs), free(th);
-    grpo_rewarder_destroy(c.rewarder);
-    grpo_reward_config_destroy(su.rcfg);
-    grpo_rollout_backend_fini(&su.rescore_be);
-    grpo_kv_destroy(su.rescore_kv);
-    grpo_policy_close(su.ref);
-    grpo_policy_close(c.pol);
-    grpo_prompts_fini(&su.ps);
-    pthread_mutex_destroy(&c.mu);
+    teardown(&c, &su, th);
     return err == GRPO_OK ? CLI_OK : CLI_FAIL;
 }

@@ -235,6 +235,32 @@ assert_same(const grpo_wmsg *a, const grpo_wmsg *b)
 static const int types[] = {GRPO_WMSG_PULL, GRPO_WMSG_HEARTBEAT, GRPO_WMSG_RESULT, GRPO_WMSG_WORK,
                             GRPO_WMSG_WAIT, GRPO_WMSG_STOP,      GRPO_WMSG_ACK,    GRPO_WMSG_ERROR};
 
+/* A result whose samples are all the smallest possible (no tokens, empty text, no terms): the
+ * decoder's size bound once assumed 44 bytes a sample and refused it. */
+static void
+test_smallest_samples(void **state)
+{
+    (void)state;
+    grpo_wsample smp[64];
+    int32_t prompt[1] = {7};
+    memset(smp, 0, sizeof smp);
+    for (int i = 0; i < 64; i++)
+        smp[i].index = i, smp[i].finish = GRPO_ROLLOUT_FINISH_EOS, smp[i].text = "";
+    grpo_wmsg m, d;
+    memset(&m, 0, sizeof m);
+    m.type = GRPO_WMSG_RESULT, m.worker_id = "w";
+    m.result.lease_id = 1, m.result.prompt_id = "p", m.result.n_prompt = 1;
+    m.result.prompt = prompt, m.result.n_samples = 64, m.result.samples = smp;
+    void *bytes;
+    size_t len;
+    assert_int_equal(grpo_wmsg_encode(&m, &bytes, &len), GRPO_OK);
+    assert_int_equal(grpo_wmsg_decode(&d, bytes, len), GRPO_OK);
+    assert_int_equal(d.result.n_samples, 64);
+    assert_int_equal(d.result.samples[63].index, 63);
+    grpo_wmsg_fini(&d);
+    free(bytes);
+}
+
 static void
 test_round_trip(void **state)
 {
@@ -245,7 +271,10 @@ test_round_trip(void **state)
         void *bytes;
         size_t len;
         assert_int_equal(grpo_wmsg_encode(&m, &bytes, &len), GRPO_OK);
-        assert_int_equal(grpo_wmsg_decode(&d, bytes, len), GRPO_OK);
+        grpo_err derr = grpo_wmsg_decode(&d, bytes, len);
+        if (derr != GRPO_OK)
+            fprintf(stderr, "decode of a %s: %s\n", grpo_wmsg_type_name(m.type), grpo_error_last());
+        assert_int_equal(derr, GRPO_OK);
         assert_same(&m, &d);
         grpo_wmsg_fini(&d);
         grpo_wmsg_fini(&m);
@@ -535,6 +564,76 @@ test_lease_table_model(void **state)
     }
 }
 
+/* Backup leases at a run's tail, step by step. */
+static void
+test_lease_table_backup(void **state)
+{
+    (void)state;
+    grpo_lease_table *t;
+    size_t it[4], bi;
+    uint64_t id[4], bid, bid2;
+    int32_t at[4], ba;
+    grpo_lease_counts c;
+    assert_int_equal(grpo_lease_table_create(&t, 3, 10), GRPO_OK);
+    assert_true(grpo_lease_table_issue(t, "A", 0.0, &it[0], &id[0], &at[0]));
+    assert_true(grpo_lease_table_issue(t, "B", 1.0, &it[1], &id[1], &at[1]));
+    /* an item is still pending: no backup yet */
+    assert_false(grpo_lease_table_issue_backup(t, "D", 2.0, 0, &bi, &bid, &ba));
+    assert_true(grpo_lease_table_issue(t, "C", 2.0, &it[2], &id[2], &at[2]));
+    assert_false(grpo_lease_table_issue(t, "D", 2.0, &it[3], &id[3], &at[3]));
+    /* nothing is old enough */
+    assert_false(grpo_lease_table_issue_backup(t, "D", 2.5, 3.0, &bi, &bid, &ba));
+    /* the oldest lease (A's) gets the backup; never the holder's own */
+    assert_false(grpo_lease_table_issue_backup(t, "A", 3.0, 2.5, &bi, &bid, &ba));
+    assert_true(grpo_lease_table_issue_backup(t, "D", 3.0, 0, &bi, &bid, &ba));
+    assert_int_equal(bi, it[0]);
+    assert_int_equal(ba, 1);
+    assert_true(bid != id[0]);
+    /* one backup per item: the next goes to the next oldest (B's) */
+    assert_true(grpo_lease_table_issue_backup(t, "D", 3.0, 0, &bi, &bid2, &ba));
+    assert_int_equal(bi, it[1]);
+    /* both leases of item 0 stand: heartbeats from their holders only */
+    assert_true(grpo_lease_table_heartbeat(t, id[0], "A", 4.0));
+    assert_true(grpo_lease_table_heartbeat(t, bid, "D", 9.5));
+    assert_false(grpo_lease_table_heartbeat(t, bid, "A", 4.0));
+    size_t li;
+    int32_t la;
+    assert_int_equal(grpo_lease_table_lookup(t, bid, &li, &la), GRPO_LEASE_NEW);
+    assert_int_equal(li, it[0]);
+    assert_int_equal(la, 1);
+    /* A's primary lapses (deadline 14) while D's backup (19.5) stands: D becomes the primary,
+     * the item is not re-queued; B's backup (deadline 13) lapses alone, B keeps item 1 */
+    assert_true(grpo_lease_table_heartbeat(t, id[1], "B", 6.0));  /* B: 16 */
+    assert_true(grpo_lease_table_heartbeat(t, id[2], "C", 20.0)); /* C: 30 */
+    assert_int_equal(grpo_lease_table_expire(t, 15.0, NULL, NULL), 2);
+    grpo_lease_table_counts(t, &c);
+    assert_int_equal(c.pending, 0);
+    assert_int_equal(c.leased, 3);
+    assert_int_equal(grpo_lease_table_attempt(t, it[0]), 1);
+    assert_true(grpo_lease_table_heartbeat(t, bid, "D", 15.0));
+    assert_false(grpo_lease_table_heartbeat(t, id[0], "A", 15.0));
+    assert_false(grpo_lease_table_heartbeat(t, bid2, "D", 15.0));
+    assert_true(grpo_lease_table_heartbeat(t, id[1], "B", 15.0));
+    /* the first result completes the item; the other lease's result is a duplicate */
+    grpo_lease_table_complete(t, it[0]);
+    assert_int_equal(grpo_lease_table_lookup(t, id[0], &li, &la), GRPO_LEASE_DUPLICATE);
+    /* a new backup on item 1 (held by B), then B's connection closes: D takes over */
+    assert_true(grpo_lease_table_issue_backup(t, "D", 16.0, 0, &bi, &bid, &ba));
+    assert_int_equal(bi, it[1]);
+    assert_int_equal(ba, 2); /* attempts stay unique per item: 0 B, 1 lapsed backup, 2 */
+    assert_int_equal(grpo_lease_table_expire_worker(t, "B", NULL, NULL), 1);
+    assert_int_equal(grpo_lease_table_attempt(t, it[1]), 2);
+    /* and when D goes too, item 1 is pending again and re-issued with the next attempt */
+    assert_int_equal(grpo_lease_table_expire_worker(t, "D", NULL, NULL), 1);
+    assert_true(grpo_lease_table_issue(t, "E", 17.0, &it[3], &id[3], &at[3]));
+    assert_int_equal(it[3], it[1]);
+    assert_int_equal(at[3], 3);
+    grpo_lease_table_counts(t, &c);
+    assert_int_equal(c.backups, 3);
+    assert_int_equal(c.issued, 7);
+    grpo_lease_table_destroy(t);
+}
+
 int
 main(void)
 {
@@ -542,9 +641,11 @@ main(void)
     printf("# seed %llu\n", (unsigned long long)rng_state);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_smallest_samples),
         cmocka_unit_test(test_truncation_and_corruption),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_lease_table_model),
+        cmocka_unit_test(test_lease_table_backup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

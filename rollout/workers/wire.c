@@ -485,8 +485,9 @@ get_result(rd *r, grpo_wresult *res)
             bad(r, "result.prompt", "negative token id");
     res->gen_ms = get_f64(r, "result.gen_ms", 1);
     res->verify_ms = get_f64(r, "result.verify_ms", 1);
-    /* a sample is at least 44 bytes on the wire */
-    res->n_samples = get_count(r, "result.n_samples", 1, GRPO_WORKERS_MAX_GROUP, 44);
+    /* the smallest sample, 32 bytes: index, finish, n_tokens, text length, reward, skipped,
+     * n_terms */
+    res->n_samples = get_count(r, "result.n_samples", 1, GRPO_WORKERS_MAX_GROUP, 32);
     res->samples = get_array(r, (size_t)res->n_samples, sizeof *res->samples);
     for (int32_t i = 0; i < res->n_samples && r->err == GRPO_OK; i++)
         get_sample(r, &res->samples[i]);

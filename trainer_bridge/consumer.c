@@ -2,6 +2,7 @@
  * a REQ socket that pulls batches, carrying acknowledgements and held ids with every request,
  * and pushes weight updates. Used by tests, `grpo bench bridge` and C trainers. */
 #include "common/net/nng_io.h"
+#include "common/net/rep.h"
 #include "trainer_bridge/bridge_int.h"
 
 #include <cjson/cJSON.h>
@@ -142,7 +143,7 @@ grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
         return;
     if (c->last)
         nng_msg_free(c->last);
-    nng_close(c->s);
+    grpo__nng_close_bounded(c->s, 5000, "bridge"); /* NNG 1.5's close can hang */
     free(c->acks);
     free(c->held);
     free(c->url);

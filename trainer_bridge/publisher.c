@@ -654,7 +654,7 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
     pthread_mutex_unlock(&p->mu);
     if (p->thr_started) /* it sees stop within one receive slice */
         pthread_join(p->thr, NULL);
-    grpo__rep_close(p->rep);
+    grpo__rep_close_bounded(p->rep, 5000, "bridge"); /* NNG 1.5's close can hang: left then */
     wa_reset(&p->wa);
     for (size_t i = 0; i < p->nq; i++)
         free(p->q[i].bytes);

@@ -48,4 +48,16 @@ void grpo__rep_drop(grpo_rep *r, uint32_t token);
  * NULL is a no-op. */
 void grpo__rep_close(grpo_rep *r);
 
+/* Runs fn(arg) on a helper thread and waits at most timeout_ms for it. Returns 1 when it
+ * finished, 0 when it did not: the thread is then left to finish (or not) on its own and fn's
+ * data must stay allocated. For NNG teardown: nng_close in NNG 1.5.2 can wait forever on its
+ * reaper (seen with 16 workers connected, docs/workers.md); a process on its way out must not. */
+int grpo__net_bounded(void (*fn)(void *), void *arg, int timeout_ms, const char *what);
+
+/* nng_close(s) under grpo__net_bounded. */
+void grpo__nng_close_bounded(nng_socket s, int timeout_ms, const char *what);
+
+/* grpo__rep_close under grpo__net_bounded; 0 when it was abandoned (r stays allocated). */
+int grpo__rep_close_bounded(grpo_rep *r, int timeout_ms, const char *what);
+
 #endif

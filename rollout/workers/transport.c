@@ -47,7 +47,8 @@ send_msg(nng_socket s, const grpo_wmsg *m, int timeout_ms, const char *url)
 /* ---- coordinator: REP ---- */
 
 #define MAX_CLOSED 4096
-#define N_CTX 64 /* replies in flight at once; one behind a slow worker holds only its own */
+#define CLOSE_MS 5000 /* longest wait for NNG's socket close (see grpo__net_bounded) */
+#define N_CTX 64      /* replies in flight at once; one behind a slow worker holds only its own */
 
 struct grpo_wserver {
     grpo_rep *rep;
@@ -102,7 +103,9 @@ grpo_wserver_destroy(grpo_wserver *s)
 {
     if (s == NULL)
         return;
-    grpo__rep_close(s->rep); /* no pipe callback runs after this returns */
+    /* no pipe callback runs after this returns; if NNG's close hangs, s stays for its callbacks */
+    if (!grpo__rep_close_bounded(s->rep, CLOSE_MS, "workers"))
+        return;
     pthread_mutex_destroy(&s->mu);
     free(s->url), free(s);
 }
@@ -243,7 +246,7 @@ grpo_wclient_destroy(grpo_wclient *c)
     if (c == NULL)
         return;
     if (c->open)
-        nng_close(c->sock);
+        grpo__nng_close_bounded(c->sock, CLOSE_MS, "workers");
     free(c->url), free(c);
 }
 
@@ -257,7 +260,7 @@ client_reopen(grpo_wclient *c, int timeout_ms)
     snprintf(why, sizeof why, "%s", grpo_error_last());
     grpo_log(GRPO_LOG_INFO, "workers %s: no answer within %d ms; reconnecting", c->url, timeout_ms);
     if (c->open)
-        nng_close(c->sock);
+        grpo__nng_close_bounded(c->sock, CLOSE_MS, "workers");
     c->open = 0;
     if (client_open(c) != GRPO_OK)
         grpo_log(GRPO_LOG_WARN, "%s", grpo_error_last()); /* the next call fails and says so */

@@ -29,7 +29,7 @@
 typedef struct args {
     const char *prompts, *db, *listen, *publish, *template_name;
     int new_run, window, max_staleness, max_leases;
-    double lease_timeout, linger;
+    double lease_timeout, linger, backup_after;
     cli_gen_args gen; /* --group, sampling, --seed, stops, --logprobs, --on-bad-line */
 } args;
 
@@ -50,8 +50,14 @@ typedef struct serve {
     const args *a;
     grpo_prompt_set ps;
     int64_t *prompt_ids; /* store ids, per item */
-    int64_t *lease_rows; /* the current lease's row in the store, per item */
-    double *issued_at;   /* wall clock of the current lease, per item */
+    int64_t *lease_rows; /* the current (primary) lease's row in the store, per item */
+    struct bk_row {
+        size_t item;
+        int32_t attempt;
+        int64_t row;
+    } * bk; /* the store rows of backup leases (--backup-after) */
+    size_t nbk, capbk;
+    double *issued_at; /* wall clock of the current lease, per item */
     grpo_store *store;
     int64_t run_id;
     char run_id_str[32];
@@ -94,6 +100,10 @@ usage(FILE *f)
         "                       in-flight groups on a new version when K is 0, else finish them\n"
         "  --lease-timeout S    a lease lapses S seconds after its last heartbeat (default 30)\n"
         "  --max-leases N       leases one worker may hold at once (default 8)\n"
+        "  --backup-after S     at the run's tail (nothing left to hand out), give an idle worker\n"
+        "                       a second lease on the group leased longest ago (at least S\n"
+        "                       seconds) to another worker; the first result is recorded.\n"
+        "                       Off by default\n"
         "  --linger S           after the last group, answer \"stop\" for S seconds so workers\n"
         "                       exit cleanly (default 2)\n"
         "  --new-run            start a new run even if the store holds an unfinished run with\n"
@@ -134,6 +144,7 @@ enum {
     O_LEASE,
     O_MAXLEASES,
     O_LINGER,
+    O_BACKUP,
     O_NEWRUN,
     O_TEMPLATE
 };
@@ -148,6 +159,7 @@ static const struct option long_opts[] = {
     {"lease-timeout", required_argument, 0, O_LEASE},
     {"max-leases", required_argument, 0, O_MAXLEASES},
     {"linger", required_argument, 0, O_LINGER},
+    {"backup-after", required_argument, 0, O_BACKUP},
     {"new-run", no_argument, 0, O_NEWRUN},
     {"template", required_argument, 0, O_TEMPLATE},
     CLI_GEN_LONG_OPTS,
@@ -190,6 +202,11 @@ parse_opt(void *ctx, int c, const char *v)
             return cli_usage(CMD, "--max-staleness %s: expected an integer >= -1", v);
         a->max_staleness = (int)d;
         return 0;
+    case O_BACKUP:
+        if (num(v, 0, 86400, &d))
+            return cli_usage(CMD, "--backup-after %s: expected seconds", v);
+        a->backup_after = d;
+        return 0;
     case O_LEASE:
     case O_LINGER:
         if (num(v, c == O_LEASE ? 0.1 : 0, 86400, &d))
@@ -210,6 +227,7 @@ parse_args(args *a, int argc, char **argv)
     cli_gen_defaults(&a->gen);
     a->db = "grpo.db";
     a->window = 4, a->max_staleness = 1, a->max_leases = 8, a->lease_timeout = 30, a->linger = 2;
+    a->backup_after = -1;
     a->listen = getenv("GRPO_LISTEN_URL");
     if (a->listen == NULL || a->listen[0] == '\0')
         a->listen = "tcp://0.0.0.0:5555";
@@ -367,6 +385,69 @@ note_worker(serve *c, const char *id, double tok_s, int result)
     w->groups += (uint64_t)result;
 }
 
+/* Fills the wire lease for item and records it in the store (a backup's row kept aside). */
+static grpo_err
+begin_lease(serve *c, const char *worker, size_t item, grpo_wlease *l, int backup)
+{
+    const grpo_prompt *p = &c->ps.items[item];
+    l->timeout_s = c->a->lease_timeout;
+    l->prompt_id = p->id, l->record_json = p->record_json;
+    double at = wall_now();
+    if (!backup)
+        c->issued_at[item] = at;
+    if (backup && c->nbk == c->capbk) {
+        size_t cap = c->capbk ? 2 * c->capbk : 64;
+        struct bk_row *b = realloc(c->bk, cap * sizeof *b);
+        if (b == NULL)
+            return grpo__fail(GRPO_ENOMEM, "serve: out of memory");
+        c->bk = b, c->capbk = cap;
+    }
+    grpo_lease_rec lr = {c->run_id, 0,  c->prompt_ids[item],     c->a->gen.seed, l->attempt,
+                         worker,    at, at + c->a->lease_timeout};
+    int64_t row = 0;
+    grpo_err err = grpo_store_lease_begin(&row, c->store, &lr);
+    if (err == GRPO_OK && backup)
+        c->bk[c->nbk++] = (struct bk_row){item, l->attempt, row};
+    else if (err == GRPO_OK)
+        c->lease_rows[item] = row;
+    return err;
+}
+
+/* The index in c->bk of item's backup row (any attempt when attempt < 0), or c->nbk. */
+static size_t
+bk_find(const serve *c, size_t item, int32_t attempt)
+{
+    size_t k = 0;
+    while (k < c->nbk && !(c->bk[k].item == item && (attempt < 0 || c->bk[k].attempt == attempt)))
+        k++;
+    return k;
+}
+
+/* After the lease table promoted item's backup to primary, its row becomes the item's row. */
+static void
+adopt_backup_row(serve *c, size_t item)
+{
+    size_t k = bk_find(c, item, grpo_lease_table_attempt(c->leases, item));
+    if (k < c->nbk) {
+        c->lease_rows[item] = c->bk[k].row;
+        c->bk[k] = c->bk[--c->nbk];
+    }
+}
+
+/* A lease (primary or backup) of item lapsed or its worker left: its row ends "expired". */
+static void
+end_lease_row(serve *c, size_t item, int32_t attempt)
+{
+    size_t k = bk_find(c, item, attempt);
+    int64_t row = k < c->nbk ? c->bk[k].row : c->lease_rows[item];
+    if (k < c->nbk)
+        c->bk[k] = c->bk[--c->nbk];
+    else
+        c->lease_rows[item] = 0, adopt_backup_row(c, item);
+    if (row > 0)
+        grpo_store_lease_end(c->store, row, "expired");
+}
+
 static grpo_err
 on_pull(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
 {
@@ -382,20 +463,18 @@ on_pull(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
     int n = 0;
     double now = grpo_now();
     size_t item;
-    while (n < want && grpo_lease_table_issue(c->leases, req->worker_id, now, &item,
-                                              &ls[n].lease_id, &ls[n].attempt)) {
-        const grpo_prompt *p = &c->ps.items[item];
-        ls[n].timeout_s = c->a->lease_timeout;
-        ls[n].prompt_id = p->id, ls[n].record_json = p->record_json;
-        c->issued_at[item] = wall_now();
-        grpo_lease_rec lr = {c->run_id,           0,
-                             c->prompt_ids[item], c->a->gen.seed,
-                             ls[n].attempt,       req->worker_id,
-                             c->issued_at[item],  c->issued_at[item] + c->a->lease_timeout};
-        grpo_err err = grpo_store_lease_begin(&c->lease_rows[item], c->store, &lr);
-        if (err != GRPO_OK)
-            return err;
-        n++;
+    for (int backup = 0; backup < 2; backup++) {
+        while (n < want && (backup ? c->a->backup_after >= 0 &&
+                                         grpo_lease_table_issue_backup(
+                                             c->leases, req->worker_id, now, c->a->backup_after,
+                                             &item, &ls[n].lease_id, &ls[n].attempt)
+                                   : grpo_lease_table_issue(c->leases, req->worker_id, now, &item,
+                                                            &ls[n].lease_id, &ls[n].attempt))) {
+            grpo_err err = begin_lease(c, req->worker_id, item, &ls[n], backup);
+            if (err != GRPO_OK)
+                return err;
+            n++;
+        }
     }
     rep->policy = c->policy;
     if (n == 0) {
@@ -559,14 +638,18 @@ on_result(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
     if (c->a->max_staleness >= 0 && c->policy.version - r->policy_version > c->a->max_staleness) {
         c->stale++;
         rep->status = GRPO_WACK_STALE;
-        if (grpo_lease_table_attempt(c->leases, item) == attempt)
+        if (grpo_lease_table_attempt(c->leases, item) == attempt) {
             grpo_lease_table_release(c->leases, item); /* re-issued at once */
+            adopt_backup_row(c, item);                 /* or its backup carries on */
+        }
         return GRPO_OK;
     }
     grpo_err err = record_group(c, req, item, attempt);
     if (err != GRPO_OK)
         return err;
     grpo_lease_table_complete(c->leases, item);
+    for (size_t k; (k = bk_find(c, item, -1)) < c->nbk;) /* their rows ended "failed" */
+        c->bk[k] = c->bk[--c->nbk];
     note_worker(c, req->worker_id, -1, 1);
     c->recorded++;
     rep->status = GRPO_WACK_OK;
@@ -579,8 +662,7 @@ on_expired(void *ctx, size_t item, int32_t attempt, const char *worker)
     serve *c = ctx;
     fprintf(stderr, "\ngrpo serve: lease of prompt %s (attempt %d) held by %s lapsed; re-issuing\n",
             c->ps.items[item].id, attempt, worker);
-    if (c->lease_rows[item] > 0)
-        grpo_store_lease_end(c->store, c->lease_rows[item], "expired");
+    end_lease_row(c, item, attempt);
 }
 
 /* New weights from the trainer: recorded, then announced to the workers in every reply. */
@@ -654,8 +736,7 @@ on_disconnected(void *ctx, size_t item, int32_t attempt, const char *worker)
             "\ngrpo serve: worker %s disconnected holding prompt %s (attempt %d); "
             "re-issuing\n",
             worker, c->ps.items[item].id, attempt);
-    if (c->lease_rows[item] > 0)
-        grpo_store_lease_end(c->store, c->lease_rows[item], "expired");
+    end_lease_row(c, item, attempt);
 }
 
 /* A worker whose every connection closed (killed, crashed, cut off) loses its leases now rather
@@ -776,14 +857,15 @@ summary(serve *c, double secs)
     double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
                  (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
     printf("run %lld: %zu/%zu prompts done; %llu groups recorded in %.1f s (%.2f groups/s); leases "
-           "issued %llu, re-issued %llu, expired %llu; duplicates %llu, stale %llu, refused %llu; "
+           "issued %llu, re-issued %llu, backups %llu, expired %llu; duplicates %llu, stale %llu, "
+           "refused %llu; "
            "workers %zu; coordinator CPU %.1f s (%.1f%%), max RSS %ld KiB\n",
            (long long)c->run_id, lc.done, lc.items, (unsigned long long)c->recorded, secs,
            secs > 0 ? (double)c->recorded / secs : 0.0, (unsigned long long)lc.issued,
-           (unsigned long long)lc.reissued, (unsigned long long)lc.expired,
-           (unsigned long long)c->duplicates, (unsigned long long)c->stale,
-           (unsigned long long)c->refused, c->n_workers, cpu, secs > 0 ? 100 * cpu / secs : 0.0,
-           ru.ru_maxrss);
+           (unsigned long long)lc.reissued, (unsigned long long)lc.backups,
+           (unsigned long long)lc.expired, (unsigned long long)c->duplicates,
+           (unsigned long long)c->stale, (unsigned long long)c->refused, c->n_workers, cpu,
+           secs > 0 ? 100 * cpu / secs : 0.0, ru.ru_maxrss);
 }
 
 static void
@@ -793,6 +875,7 @@ serve_fini(serve *c)
     grpo_wserver_destroy(c->srv);
     grpo_lease_table_destroy(c->leases);
     free(c->prompt_ids), free(c->lease_rows), free(c->issued_at), free(c->workers), free(c->conns);
+    free(c->bk);
     grpo_prompts_fini(&c->ps);
 }
 

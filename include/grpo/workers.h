@@ -165,6 +165,7 @@ typedef struct grpo_lease_counts {
     uint64_t issued;   /* leases handed out */
     uint64_t reissued; /* of those, re-issues of an expired or refused lease */
     uint64_t expired;  /* leases that lapsed */
+    uint64_t backups;  /* of the issued, backup leases (issue_backup) */
 } grpo_lease_counts;
 
 typedef enum grpo_lease_outcome {
@@ -181,6 +182,13 @@ void grpo_lease_table_mark_done(grpo_lease_table *t, size_t item);
  * Returns 1 and fills the outputs, or 0 when nothing is left to hand out. */
 int grpo_lease_table_issue(grpo_lease_table *t, const char *worker, double now, size_t *item,
                            uint64_t *lease_id, int32_t *attempt);
+/* At a run's tail (nothing pending), a backup lease for `worker`: a second lease on the item
+ * leased longest ago (at least min_age_s before now) to another worker and without a backup
+ * yet. Both leases stand; the first result is recorded (the other is then a duplicate), and if
+ * the primary lapses the backup becomes the primary. Returns 1 and fills the outputs, or 0. */
+int grpo_lease_table_issue_backup(grpo_lease_table *t, const char *worker, double now,
+                                  double min_age_s, size_t *item, uint64_t *lease_id,
+                                  int32_t *attempt);
 /* Pushes the deadline of a lease `worker` still holds; 0 when it holds it no longer. */
 int grpo_lease_table_heartbeat(grpo_lease_table *t, uint64_t lease_id, const char *worker,
                                double now);
@@ -202,9 +210,10 @@ grpo_lease_outcome grpo_lease_table_lookup(const grpo_lease_table *t, uint64_t l
                                            size_t *item, int32_t *attempt);
 /* The item is recorded: done for good (from any state). */
 void grpo_lease_table_complete(grpo_lease_table *t, size_t item);
-/* Re-queues a leased item at once (its result was refused). */
+/* Re-queues a leased item at once (its result was refused); a backup lease, if any, becomes
+ * the primary instead. */
 void grpo_lease_table_release(grpo_lease_table *t, size_t item);
-/* The current attempt number of an item. */
+/* The attempt number of an item's current primary lease. */
 int32_t grpo_lease_table_attempt(const grpo_lease_table *t, size_t item);
 void grpo_lease_table_counts(const grpo_lease_table *t, grpo_lease_counts *out);
 

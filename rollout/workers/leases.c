@@ -1,6 +1,8 @@
 /* The coordinator's lease table: which prompt group is pending, leased (to whom, until when) or
  * done. Lapsed and refused leases go to a re-issue queue that is served before fresh items, so a
- * dead worker's groups are the next ones handed out. */
+ * dead worker's groups are the next ones handed out. At a run's tail a leased item may also get
+ * one backup lease (another worker races the holder); backups live in a small side table so the
+ * per-item record stays small. */
 #include "common/common_int.h"
 #include "grpo/workers.h"
 
@@ -12,15 +14,28 @@ enum { ST_PENDING = 0, ST_LEASED = 1, ST_DONE = 2 };
 #define ITEM_BITS 40
 #define ITEM_MASK ((UINT64_C(1) << ITEM_BITS) - 1)
 
+#define MAX_BACKUPS 4096 /* backup leases outstanding at once */
+
 typedef struct item {
     uint8_t state;
     uint8_t queued;  /* in the re-issue queue */
-    int32_t attempt; /* of the current (or last) lease; -1 before the first */
-    double deadline;
+    int32_t attempt; /* of the current (or last) primary lease; -1 before the first */
+    int32_t top;     /* the highest attempt issued (primary or backup); -1 before the first */
+    int32_t backup;  /* index in the backup table, or -1 */
+    double deadline, issued_at;
     char worker[GRPO_WORKERS_MAX_ID + 1];
 } item;
 
+typedef struct bslot {
+    size_t item;
+    int32_t attempt;
+    double deadline;
+    char worker[GRPO_WORKERS_MAX_ID + 1];
+} bslot;
+
 struct grpo_lease_table {
+    bslot *bk; /* backup leases, unordered */
+    size_t nbk;
     item *it;
     size_t n, next_fresh; /* items below next_fresh were issued at least once (or done) */
     size_t *requeue;      /* ring of items to re-issue */
@@ -38,12 +53,13 @@ grpo_lease_table_create(grpo_lease_table **out, size_t n_items, double timeout_s
         return grpo__fail(GRPO_EINVAL, "workers: %zu items is more than a lease id can name",
                           n_items);
     if (t == NULL || (t->it = calloc(n_items ? n_items : 1, sizeof *t->it)) == NULL ||
+        (t->bk = calloc(MAX_BACKUPS, sizeof *t->bk)) == NULL ||
         (t->requeue = calloc(n_items ? n_items : 1, sizeof *t->requeue)) == NULL) {
         grpo_lease_table_destroy(t);
         return grpo__fail(GRPO_ENOMEM, "workers: out of memory for %zu leases", n_items);
     }
     for (size_t i = 0; i < n_items; i++)
-        t->it[i].attempt = -1;
+        t->it[i].attempt = t->it[i].top = t->it[i].backup = -1;
     t->n = n_items, t->timeout_s = timeout_s;
     t->c.items = t->c.pending = n_items;
     *out = t;
@@ -55,7 +71,7 @@ grpo_lease_table_destroy(grpo_lease_table *t)
 {
     if (t == NULL)
         return;
-    free(t->it), free(t->requeue), free(t);
+    free(t->it), free(t->requeue), free(t->bk), free(t);
 }
 
 static void
@@ -67,11 +83,26 @@ set_state(grpo_lease_table *t, size_t i, uint8_t st)
     t->it[i].state = st;
 }
 
+/* Removes item i's backup lease from the side table. */
+static void
+drop_backup(grpo_lease_table *t, size_t i)
+{
+    int32_t b = t->it[i].backup;
+    if (b < 0)
+        return;
+    t->bk[b] = t->bk[--t->nbk];
+    if ((size_t)b < t->nbk)
+        t->it[t->bk[b].item].backup = b;
+    t->it[i].backup = -1;
+}
+
 void
 grpo_lease_table_mark_done(grpo_lease_table *t, size_t item)
 {
-    if (item < t->n && t->it[item].state != ST_DONE)
+    if (item < t->n && t->it[item].state != ST_DONE) {
+        drop_backup(t, item);
         set_state(t, item, ST_DONE);
+    }
 }
 
 static void
@@ -82,6 +113,12 @@ requeue(grpo_lease_table *t, size_t i)
     t->requeue[(t->rq_head + t->rq_len) % t->n] = i;
     t->rq_len++;
     t->it[i].queued = 1;
+}
+
+static uint64_t
+make_id(size_t i, int32_t attempt)
+{
+    return (((uint64_t)attempt << ITEM_BITS) | (uint64_t)i) + 1;
 }
 
 /* The next item to hand out, or n. */
@@ -108,16 +145,47 @@ grpo_lease_table_issue(grpo_lease_table *t, const char *worker, double now, size
     if (i >= t->n)
         return 0;
     item *x = &t->it[i];
-    x->attempt++;
+    x->attempt = ++x->top;
     if (x->attempt > 0)
         t->c.reissued++;
     t->c.issued++;
     x->deadline = now + t->timeout_s;
+    x->issued_at = now;
     snprintf(x->worker, sizeof x->worker, "%s", worker ? worker : "");
     set_state(t, i, ST_LEASED);
     *item_out = i;
     *attempt = x->attempt;
-    *lease_id = (((uint64_t)x->attempt << ITEM_BITS) | (uint64_t)i) + 1;
+    *lease_id = make_id(i, x->attempt);
+    return 1;
+}
+
+int
+grpo_lease_table_issue_backup(grpo_lease_table *t, const char *worker, double now, double min_age_s,
+                              size_t *item_out, uint64_t *lease_id, int32_t *attempt)
+{
+    const char *w = worker ? worker : "";
+    if (t->c.pending > 0 || t->nbk >= MAX_BACKUPS)
+        return 0; /* not the tail yet: fresh or lapsed items come first */
+    size_t best = t->n;
+    for (size_t i = 0; i < t->next_fresh; i++) {
+        const item *x = &t->it[i];
+        if (x->state == ST_LEASED && x->backup < 0 && now - x->issued_at >= min_age_s &&
+            strcmp(x->worker, w) != 0 && (best == t->n || x->issued_at < t->it[best].issued_at))
+            best = i;
+    }
+    if (best == t->n)
+        return 0;
+    item *x = &t->it[best];
+    bslot *b = &t->bk[t->nbk];
+    b->item = best;
+    b->attempt = ++x->top;
+    b->deadline = now + t->timeout_s;
+    snprintf(b->worker, sizeof b->worker, "%s", w);
+    x->backup = (int32_t)t->nbk++;
+    t->c.issued++, t->c.backups++;
+    *item_out = best;
+    *attempt = b->attempt;
+    *lease_id = make_id(best, b->attempt);
     return 1;
 }
 
@@ -142,10 +210,55 @@ grpo_lease_table_heartbeat(grpo_lease_table *t, uint64_t lease_id, const char *w
     if (!decode_id(t, lease_id, &i, &a))
         return 0;
     item *x = &t->it[i];
-    if (x->state != ST_LEASED || x->attempt != a || strcmp(x->worker, worker ? worker : "") != 0)
+    const char *w = worker ? worker : "";
+    if (x->state != ST_LEASED)
         return 0;
-    x->deadline = now + t->timeout_s;
-    return 1;
+    if (x->attempt == a && strcmp(x->worker, w) == 0) {
+        x->deadline = now + t->timeout_s;
+        return 1;
+    }
+    bslot *b = x->backup >= 0 ? &t->bk[x->backup] : NULL;
+    if (b && b->attempt == a && strcmp(b->worker, w) == 0) {
+        b->deadline = now + t->timeout_s;
+        return 1;
+    }
+    return 0;
+}
+
+/* Item i's primary lease is gone (lapsed, its worker left, or released): its backup, if any,
+ * becomes the primary; else the item is pending again, at the front of the queue. */
+static void
+lapse_primary(grpo_lease_table *t, size_t i)
+{
+    item *x = &t->it[i];
+    if (x->backup >= 0) {
+        const bslot *b = &t->bk[x->backup];
+        x->attempt = b->attempt, x->deadline = b->deadline;
+        snprintf(x->worker, sizeof x->worker, "%s", b->worker);
+        drop_backup(t, i);
+        return;
+    }
+    set_state(t, i, ST_PENDING);
+    requeue(t, i);
+}
+
+typedef void (*lapse_fn)(void *ctx, size_t item, int32_t attempt, const char *worker);
+
+/* Backups that lapsed (now >= 0) or that worker holds (worker != NULL) go; fn for each. */
+static size_t
+lapse_backups(grpo_lease_table *t, double now, const char *worker, lapse_fn fn, void *ctx)
+{
+    size_t n = 0;
+    for (size_t k = t->nbk; k-- > 0;) {
+        bslot b = t->bk[k];
+        if (worker ? strcmp(b.worker, worker) != 0 : !(b.deadline < now))
+            continue;
+        drop_backup(t, b.item);
+        t->c.expired++, n++;
+        if (fn)
+            fn(ctx, b.item, b.attempt, b.worker);
+    }
+    return n;
 }
 
 size_t
@@ -153,18 +266,20 @@ grpo_lease_table_expire(grpo_lease_table *t, double now,
                         void (*fn)(void *ctx, size_t item, int32_t attempt, const char *worker),
                         void *ctx)
 {
-    size_t n = 0;
     if (t->c.leased == 0)
         return 0;
+    size_t n = lapse_backups(t, now, NULL, fn, ctx);
     for (size_t i = 0; i < t->next_fresh; i++) {
         item *x = &t->it[i];
         if (x->state != ST_LEASED || !(x->deadline < now))
             continue;
-        set_state(t, i, ST_PENDING);
-        requeue(t, i);
+        int32_t a = x->attempt;
+        char w[GRPO_WORKERS_MAX_ID + 1];
+        snprintf(w, sizeof w, "%s", x->worker);
+        lapse_primary(t, i);
         t->c.expired++, n++;
         if (fn)
-            fn(ctx, i, x->attempt, x->worker);
+            fn(ctx, i, a, w);
     }
     return n;
 }
@@ -175,16 +290,16 @@ grpo_lease_table_expire_worker(grpo_lease_table *t, const char *worker,
                                           const char *worker),
                                void *ctx)
 {
-    size_t n = 0;
+    size_t n = lapse_backups(t, 0, worker, fn, ctx);
     for (size_t i = 0; i < t->next_fresh && t->c.leased > 0; i++) {
         item *x = &t->it[i];
         if (x->state != ST_LEASED || strcmp(x->worker, worker) != 0)
             continue;
-        set_state(t, i, ST_PENDING);
-        requeue(t, i);
+        int32_t a = x->attempt;
+        lapse_primary(t, i);
         t->c.expired++, n++;
         if (fn)
-            fn(ctx, i, x->attempt, x->worker);
+            fn(ctx, i, a, worker);
     }
     return n;
 }
@@ -211,8 +326,7 @@ grpo_lease_table_release(grpo_lease_table *t, size_t item)
 {
     if (item >= t->n || t->it[item].state != ST_LEASED)
         return;
-    set_state(t, item, ST_PENDING);
-    requeue(t, item);
+    lapse_primary(t, item);
 }
 
 int32_t

@@ -14,6 +14,8 @@
             peak RSS stays bounded. Prints groups/s and the coordinator's CPU share.
   pause     the coordinator is SIGSTOPped for 6 s mid-run: the workers reconnect, and every group
             is recorded once with grpo rollout's completions.
+  tail      --backup-after: a slow worker's last group is backed up by a fast one at the run's
+            tail; every group once, equal to grpo rollout's.
   repeats   a prompts file in which some records repeat an earlier record's content (with
             another id, and without an id): every record is served and its group recorded, as
             `grpo rollout` records them, and the completions equal grpo rollout's.
@@ -196,13 +198,17 @@ def hostile_requests(url):
                 fail("malformed request %r got reply type %d" % (c[:20], typ))
 
 
-def scenario_failover(grpo, tmp):
-    n = 24
+def small_run(grpo, tmp, n):
+    """n prompts, the store's path, grpo rollout's completions for them, an IPC URL, Procs."""
     prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
     write_prompts(prompts, n)
-    want = reference(grpo, tmp, prompts)
-    url = "ipc://" + os.path.join(tmp, "coord.ipc")
-    P = Procs(grpo, tmp)
+    return prompts, db, reference(grpo, tmp, prompts), "ipc://" + os.path.join(tmp, "coord.ipc"), \
+        Procs(grpo, tmp)
+
+
+def scenario_failover(grpo, tmp):
+    n = 24
+    prompts, db, want, url, P = small_run(grpo, tmp, n)
     try:
         serve = P.start("serve", serve_args(prompts, db, url))
         hostile_requests(url)
@@ -264,11 +270,7 @@ def scenario_failover(grpo, tmp):
 
 def scenario_restart(grpo, tmp):
     n = 30
-    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
-    write_prompts(prompts, n)
-    want = reference(grpo, tmp, prompts)
-    url = "ipc://" + os.path.join(tmp, "coord.ipc")
-    P = Procs(grpo, tmp)
+    prompts, db, want, url, P = small_run(grpo, tmp, n)
     try:
         s1 = P.start("serve1", serve_args(prompts, db, url))
         for w in ("A", "B"):
@@ -313,11 +315,7 @@ def scenario_pause(grpo, tmp):
     reconnect on fresh connections, and once it runs again every group is recorded exactly once
     with the completions of grpo rollout."""
     n = 24
-    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
-    write_prompts(prompts, n)
-    want = reference(grpo, tmp, prompts)
-    url = "ipc://" + os.path.join(tmp, "coord.ipc")
-    P = Procs(grpo, tmp)
+    prompts, db, want, url, P = small_run(grpo, tmp, n)
     try:
         serve = P.start("serve", serve_args(prompts, db, url))
         for w in ("A", "B"):
@@ -337,6 +335,36 @@ def scenario_pause(grpo, tmp):
             fail("completions differ from grpo rollout's")
         print("ok: the coordinator was stopped for 6 s; the workers reconnected (%d times) and every "
               "group was recorded once, equal to grpo rollout's" % logs.count("reconnecting"))
+    finally:
+        P.cleanup()
+
+
+def scenario_tail(grpo, tmp):
+    """--backup-after: at the run's tail the fast worker A gets a backup lease on the group the
+    slow worker B is still generating; every group is recorded once, equal to grpo rollout's."""
+    n = 8
+    prompts, db, want, url, P = small_run(grpo, tmp, n)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url, "--backup-after", "0.3"))
+        P.start("B", worker_args(url, "B", "--step-delay", "250", "--inflight", "1"))
+        wait_until(lambda: held_leases(db, "B"), 60, "B to hold a lease")
+        P.start("A", worker_args(url, "A", "--inflight", "2"))
+        rc = P.wait(serve, 120)
+        log = P.log("serve")
+        if rc != 0:
+            fail("serve exited %d:\n%s" % (rc, log))
+        m = re.search(r"backups (\d+)", log)
+        if not m or int(m.group(1)) < 1:
+            fail("no backup lease was issued:\n" + log)
+        check_exactly_once(db, n)
+        if completions(db) != want:
+            fail("completions differ from grpo rollout's")
+        won = db_rows(db, "SELECT count(*) FROM groups g JOIN leases l ON l.prompt_id = g.prompt_id "
+                          "AND l.worker_id = 'B' WHERE g.worker_id = 'A'")[0][0]
+        if won < 1:
+            fail("A never recorded a group that B had been leased")
+        print("ok: %s backup lease(s); A recorded %d group(s) B had been leased; every group once, "
+              "equal to grpo rollout's" % (m.group(1), won))
     finally:
         P.cleanup()
 
@@ -542,7 +570,7 @@ def scenario_repeats(grpo, tmp):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats", "pause"])
+    ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats", "pause", "tail"])
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
@@ -560,6 +588,8 @@ def main():
             scenario_failover(a.grpo, tmp)
         elif a.scenario == "restart":
             scenario_restart(a.grpo, tmp)
+        elif a.scenario == "tail":
+            scenario_tail(a.grpo, tmp)
         elif a.scenario == "pause":
             scenario_pause(a.grpo, tmp)
         elif a.scenario == "repeats":

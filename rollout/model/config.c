@@ -157,8 +157,17 @@ parse_rope(grpo_model_config *c, const cJSON *rs, const char *w)
         return err;
     if ((err = grpo__json_num_opt(rs, "rope_theta", where, &c->rope_theta)) != GRPO_OK)
         return err;
-    if (strcmp(type, "default") == 0)
+    if (strcmp(type, "default") == 0) {
+        /* transformers scales the softmax by mscale(factor, mscale_all_dim)^2 whenever
+         * rope_scaling carries a nonzero mscale_all_dim, whatever its type (derive()). */
+        if ((err = grpo__json_num_opt(rs, "mscale_all_dim", where, &c->yarn_mscale_all_dim)) !=
+            GRPO_OK)
+            return err;
+        if (c->yarn_mscale_all_dim != 0 &&
+            (err = grpo__json_num(rs, "factor", where, &c->yarn_factor)) != GRPO_OK)
+            return err;
         return GRPO_OK;
+    }
     if (strcmp(type, "yarn") != 0)
         return grpo__fail(GRPO_EUNSUPPORTED, "%s: type \"%s\" is not supported (yarn or default)",
                           where, type);
@@ -338,11 +347,11 @@ derive(grpo_model_config *c)
 {
     int qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
     double scale = 1.0 / sqrt((double)qk), af = 1.0;
+    if (c->yarn_mscale_all_dim != 0) { /* yarn, or default rope with mscale_all_dim */
+        double ms = yarn_get_mscale(c->yarn_factor, c->yarn_mscale_all_dim);
+        scale *= ms * ms;
+    }
     if (c->rope_yarn) {
-        if (c->yarn_mscale_all_dim != 0) {
-            double ms = yarn_get_mscale(c->yarn_factor, c->yarn_mscale_all_dim);
-            scale *= ms * ms;
-        }
         if (c->yarn_mscale != 0 && c->yarn_mscale_all_dim != 0)
             af = yarn_get_mscale(c->yarn_factor, c->yarn_mscale) /
                  yarn_get_mscale(c->yarn_factor, c->yarn_mscale_all_dim);

@@ -230,9 +230,9 @@ wrong_shape_refused(void **state)
     rm_dir(d);
 }
 
-/* Parses the bf16 fixture's config.json with one substitution; returns the error. */
+/* Parses the bf16 fixture's config.json with one substitution into *c; returns the error. */
 static grpo_err
-parse_patched(const char *from, const char *to)
+parse_patched_cfg(const char *from, const char *to, grpo_model_config *c)
 {
     char dir[1024], p[2048];
     snprintf(p, sizeof p, "%s/config.json", tm_dir("bf16", dir, sizeof dir));
@@ -246,11 +246,39 @@ parse_patched(const char *from, const char *to)
     memcpy(out, buf, off);
     memcpy(out + off, to, tl);
     strcpy(out + off + tl, buf + off + fl);
-    grpo_model_config c;
-    grpo_err err = grpo_model_config_parse(&c, out, strlen(out), "x/config.json");
+    grpo_err err = grpo_model_config_parse(c, out, strlen(out), "x/config.json");
     free(out);
     free(buf);
     return err;
+}
+
+static grpo_err
+parse_patched(const char *from, const char *to)
+{
+    grpo_model_config c;
+    return parse_patched_cfg(from, to, &c);
+}
+
+/* rope_scaling of type "default" with mscale_all_dim: no YaRN frequencies, but transformers
+ * still multiplies the softmax scale by mscale(factor, mscale_all_dim)^2 (it was ignored: 0.3
+ * relative logit error, found by tools/check_random_configs.py --edge). */
+static void
+default_rope_mscale(void **state)
+{
+    (void)state;
+    const char *yarn = "\"rope_type\": \"yarn\",\n    \"type\": \"yarn\"";
+    const char *dflt = "\"rope_type\": \"default\",\n    \"type\": \"default\"";
+    grpo_model_config c;
+    const double qk = 32 + 16, m = 0.1 * log(40.0) + 1.0; /* factor 40, mscale_all_dim 1 */
+    assert_int_equal(parse_patched_cfg(yarn, dflt, &c), GRPO_OK);
+    assert_false(c.rope_yarn);
+    assert_float_equal(c.softmax_scale, m * m / sqrt(qk), 1e-6);
+    assert_int_equal(parse_patched_cfg(yarn, yarn, &c), GRPO_OK); /* yarn: the same scale */
+    assert_true(c.rope_yarn);
+    assert_float_equal(c.softmax_scale, m * m / sqrt(qk), 1e-6);
+    assert_int_equal(parse_patched_cfg("\"mscale_all_dim\": 1.0", "\"mscale_all_dim\": 0", &c),
+                     GRPO_OK); /* mscale_all_dim 0: the plain scale */
+    assert_float_equal(c.softmax_scale, 1.0 / sqrt(qk), 1e-6);
 }
 
 static void
@@ -390,7 +418,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(loads_fixtures),         cmocka_unit_test(truncated_shard_refused),
         cmocka_unit_test(missing_tensor_refused), cmocka_unit_test(wrong_shape_refused),
-        cmocka_unit_test(bad_config_refused),     cmocka_unit_test(header_parser),
+        cmocka_unit_test(bad_config_refused),     cmocka_unit_test(default_rope_mscale),
+        cmocka_unit_test(header_parser),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,7 +36,7 @@ typedef struct grpo_model_config {
     int32_t bos_token_id, eos_token_id;
     /* Added by the inference core (issue 3): */
     int32_t rope_interleave; /* bool: adjacent-pair rotation (transformers' default for V3) */
-    float softmax_scale;     /* qk_head_dim^-0.5 * yarn mscale(mscale_all_dim)^2 when YaRN */
+    float softmax_scale;     /* qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2 if nonzero */
     float rope_attn_factor;  /* transformers' YaRN attention_factor multiplying cos and sin */
     int32_t n_moe_layers;    /* layers with a routed MoE (the rest are dense MLP) */
 } grpo_model_config;

@@ -50,14 +50,7 @@ typedef struct serve {
     const args *a;
     grpo_prompt_set ps;
     int64_t *prompt_ids; /* store ids, per item */
-    int64_t *lease_rows; /* the current (primary) lease's row in the store, per item */
-    struct bk_row {
-        size_t item;
-        int32_t attempt;
-        int64_t row;
-    } * bk; /* the store rows of backup leases (--backup-after) */
-    size_t nbk, capbk;
-    double *issued_at; /* wall clock of the current lease, per item */
+    double *issued_at;   /* wall clock of the current lease, per item */
     grpo_store *store;
     int64_t run_id;
     char run_id_str[32];
@@ -320,11 +313,10 @@ load_items(serve *c, size_t *already)
     size_t n = c->ps.n;
     grpo_err err;
     c->prompt_ids = calloc(n ? n : 1, sizeof *c->prompt_ids);
-    c->lease_rows = calloc(n ? n : 1, sizeof *c->lease_rows);
     c->issued_at = calloc(n ? n : 1, sizeof *c->issued_at);
     c->workers = calloc(MAX_WORKERS, sizeof *c->workers);
     c->conns = calloc(MAX_CONNS, sizeof *c->conns);
-    if (!c->prompt_ids || !c->lease_rows || !c->issued_at || !c->workers || !c->conns)
+    if (!c->prompt_ids || !c->issued_at || !c->workers || !c->conns)
         return grpo__fail(GRPO_ENOMEM, "serve: out of memory for %zu prompts", n);
     if ((err = grpo_lease_table_create(&c->leases, n, c->a->lease_timeout)) != GRPO_OK)
         return err;
@@ -385,7 +377,7 @@ note_worker(serve *c, const char *id, double tok_s, int result)
     w->groups += (uint64_t)result;
 }
 
-/* Fills the wire lease for item and records it in the store (a backup's row kept aside). */
+/* Fills the wire lease for item and records it in the store; the lease's tag is its row. */
 static grpo_err
 begin_lease(serve *c, const char *worker, size_t item, grpo_wlease *l, int backup)
 {
@@ -395,57 +387,13 @@ begin_lease(serve *c, const char *worker, size_t item, grpo_wlease *l, int backu
     double at = wall_now();
     if (!backup)
         c->issued_at[item] = at;
-    if (backup && c->nbk == c->capbk) {
-        size_t cap = c->capbk ? 2 * c->capbk : 64;
-        struct bk_row *b = realloc(c->bk, cap * sizeof *b);
-        if (b == NULL)
-            return grpo__fail(GRPO_ENOMEM, "serve: out of memory");
-        c->bk = b, c->capbk = cap;
-    }
     grpo_lease_rec lr = {c->run_id, 0,  c->prompt_ids[item],     c->a->gen.seed, l->attempt,
                          worker,    at, at + c->a->lease_timeout};
     int64_t row = 0;
     grpo_err err = grpo_store_lease_begin(&row, c->store, &lr);
-    if (err == GRPO_OK && backup)
-        c->bk[c->nbk++] = (struct bk_row){item, l->attempt, row};
-    else if (err == GRPO_OK)
-        c->lease_rows[item] = row;
+    if (err == GRPO_OK)
+        grpo_lease_table_set_tag(c->leases, l->lease_id, row);
     return err;
-}
-
-/* The index in c->bk of item's backup row (any attempt when attempt < 0), or c->nbk. */
-static size_t
-bk_find(const serve *c, size_t item, int32_t attempt)
-{
-    size_t k = 0;
-    while (k < c->nbk && !(c->bk[k].item == item && (attempt < 0 || c->bk[k].attempt == attempt)))
-        k++;
-    return k;
-}
-
-/* After the lease table promoted item's backup to primary, its row becomes the item's row. */
-static void
-adopt_backup_row(serve *c, size_t item)
-{
-    size_t k = bk_find(c, item, grpo_lease_table_attempt(c->leases, item));
-    if (k < c->nbk) {
-        c->lease_rows[item] = c->bk[k].row;
-        c->bk[k] = c->bk[--c->nbk];
-    }
-}
-
-/* A lease (primary or backup) of item lapsed or its worker left: its row ends "expired". */
-static void
-end_lease_row(serve *c, size_t item, int32_t attempt)
-{
-    size_t k = bk_find(c, item, attempt);
-    int64_t row = k < c->nbk ? c->bk[k].row : c->lease_rows[item];
-    if (k < c->nbk)
-        c->bk[k] = c->bk[--c->nbk];
-    else
-        c->lease_rows[item] = 0, adopt_backup_row(c, item);
-    if (row > 0)
-        grpo_store_lease_end(c->store, row, "expired");
 }
 
 static grpo_err
@@ -638,18 +586,14 @@ on_result(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
     if (c->a->max_staleness >= 0 && c->policy.version - r->policy_version > c->a->max_staleness) {
         c->stale++;
         rep->status = GRPO_WACK_STALE;
-        if (grpo_lease_table_attempt(c->leases, item) == attempt) {
-            grpo_lease_table_release(c->leases, item); /* re-issued at once */
-            adopt_backup_row(c, item);                 /* or its backup carries on */
-        }
+        if (grpo_lease_table_attempt(c->leases, item) == attempt) /* its backup carries on, */
+            grpo_lease_table_release(c->leases, item);            /* else it is re-issued at once */
         return GRPO_OK;
     }
     grpo_err err = record_group(c, req, item, attempt);
     if (err != GRPO_OK)
         return err;
     grpo_lease_table_complete(c->leases, item);
-    for (size_t k; (k = bk_find(c, item, -1)) < c->nbk;) /* their rows ended "failed" */
-        c->bk[k] = c->bk[--c->nbk];
     note_worker(c, req->worker_id, -1, 1);
     c->recorded++;
     rep->status = GRPO_WACK_OK;
@@ -657,12 +601,13 @@ on_result(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
 }
 
 static void
-on_expired(void *ctx, size_t item, int32_t attempt, const char *worker)
+on_expired(void *ctx, size_t item, int32_t attempt, const char *worker, int64_t row)
 {
     serve *c = ctx;
     fprintf(stderr, "\ngrpo serve: lease of prompt %s (attempt %d) held by %s lapsed; re-issuing\n",
             c->ps.items[item].id, attempt, worker);
-    end_lease_row(c, item, attempt);
+    if (row > 0)
+        grpo_store_lease_end(c->store, row, "expired");
 }
 
 /* New weights from the trainer: recorded, then announced to the workers in every reply. */
@@ -729,14 +674,15 @@ note_conn(serve *c, const char *worker_id, uint32_t pipe)
 }
 
 static void
-on_disconnected(void *ctx, size_t item, int32_t attempt, const char *worker)
+on_disconnected(void *ctx, size_t item, int32_t attempt, const char *worker, int64_t row)
 {
     serve *c = ctx;
     fprintf(stderr,
             "\ngrpo serve: worker %s disconnected holding prompt %s (attempt %d); "
             "re-issuing\n",
             worker, c->ps.items[item].id, attempt);
-    end_lease_row(c, item, attempt);
+    if (row > 0)
+        grpo_store_lease_end(c->store, row, "expired");
 }
 
 /* A worker whose every connection closed (killed, crashed, cut off) loses its leases now rather
@@ -874,8 +820,7 @@ serve_fini(serve *c)
     grpo_bridge_publisher_destroy(c->pub);
     grpo_wserver_destroy(c->srv);
     grpo_lease_table_destroy(c->leases);
-    free(c->prompt_ids), free(c->lease_rows), free(c->issued_at), free(c->workers), free(c->conns);
-    free(c->bk);
+    free(c->prompt_ids), free(c->issued_at), free(c->workers), free(c->conns);
     grpo_prompts_fini(&c->ps);
 }
 

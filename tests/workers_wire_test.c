@@ -564,6 +564,15 @@ test_lease_table_model(void **state)
     }
 }
 
+/* Collects the tags of lapsed leases. */
+static void
+note_tag(void *ctx, size_t item, int32_t attempt, const char *worker, int64_t tag)
+{
+    int64_t *tags = ctx;
+    (void)item, (void)attempt, (void)worker;
+    tags[++tags[0]] = tag;
+}
+
 /* Backup leases at a run's tail, step by step. */
 static void
 test_lease_table_backup(void **state)
@@ -605,7 +614,14 @@ test_lease_table_backup(void **state)
      * the item is not re-queued; B's backup (deadline 13) lapses alone, B keeps item 1 */
     assert_true(grpo_lease_table_heartbeat(t, id[1], "B", 6.0));  /* B: 16 */
     assert_true(grpo_lease_table_heartbeat(t, id[2], "C", 20.0)); /* C: 30 */
-    assert_int_equal(grpo_lease_table_expire(t, 15.0, NULL, NULL), 2);
+    grpo_lease_table_set_tag(t, id[0], 100);                      /* the tags follow their leases */
+    grpo_lease_table_set_tag(t, bid, 101);
+    grpo_lease_table_set_tag(t, bid2, 102);
+    int64_t tags[8] = {0};
+    assert_int_equal(grpo_lease_table_expire(t, 15.0, note_tag, tags), 2);
+    assert_int_equal(tags[0], 2); /* B's backup lapsed first, then A's primary */
+    assert_int_equal(tags[1], 102);
+    assert_int_equal(tags[2], 100);
     grpo_lease_table_counts(t, &c);
     assert_int_equal(c.pending, 0);
     assert_int_equal(c.leased, 3);
@@ -621,10 +637,13 @@ test_lease_table_backup(void **state)
     assert_true(grpo_lease_table_issue_backup(t, "D", 16.0, 0, &bi, &bid, &ba));
     assert_int_equal(bi, it[1]);
     assert_int_equal(ba, 2); /* attempts stay unique per item: 0 B, 1 lapsed backup, 2 */
+    grpo_lease_table_set_tag(t, bid, 103);
     assert_int_equal(grpo_lease_table_expire_worker(t, "B", NULL, NULL), 1);
     assert_int_equal(grpo_lease_table_attempt(t, it[1]), 2);
     /* and when D goes too, item 1 is pending again and re-issued with the next attempt */
-    assert_int_equal(grpo_lease_table_expire_worker(t, "D", NULL, NULL), 1);
+    tags[0] = 0;
+    assert_int_equal(grpo_lease_table_expire_worker(t, "D", note_tag, tags), 1);
+    assert_int_equal(tags[1], 103); /* the promoted backup kept its tag */
     assert_true(grpo_lease_table_issue(t, "E", 17.0, &it[3], &id[3], &at[3]));
     assert_int_equal(it[3], it[1]);
     assert_int_equal(at[3], 3);

@@ -174,6 +174,11 @@ typedef enum grpo_lease_outcome {
     GRPO_LEASE_UNKNOWN = 2    /* the id names no item */
 } grpo_lease_outcome;
 
+/* Called for each lease that lapses or whose worker left: its item and attempt, the worker, and
+ * the tag set on the lease (0 when none). */
+typedef void (*grpo_lease_lapse_fn)(void *ctx, size_t item, int32_t attempt, const char *worker,
+                                    int64_t tag);
+
 grpo_err grpo_lease_table_create(grpo_lease_table **out, size_t n_items, double timeout_s);
 void grpo_lease_table_destroy(grpo_lease_table *t);
 /* Marks an item done before any lease (recorded by an earlier coordinator). */
@@ -189,21 +194,19 @@ int grpo_lease_table_issue(grpo_lease_table *t, const char *worker, double now, 
 int grpo_lease_table_issue_backup(grpo_lease_table *t, const char *worker, double now,
                                   double min_age_s, size_t *item, uint64_t *lease_id,
                                   int32_t *attempt);
+/* Attaches the caller's tag (e.g. the lease's store row) to a lease still held (primary or
+ * backup); a backup promoted to primary keeps its tag. */
+void grpo_lease_table_set_tag(grpo_lease_table *t, uint64_t lease_id, int64_t tag);
 /* Pushes the deadline of a lease `worker` still holds; 0 when it holds it no longer. */
 int grpo_lease_table_heartbeat(grpo_lease_table *t, uint64_t lease_id, const char *worker,
                                double now);
 /* Returns every lease `worker` holds to the queue at once (its connection closed); calls fn like
  * expire(). Returns how many. */
 size_t grpo_lease_table_expire_worker(grpo_lease_table *t, const char *worker,
-                                      void (*fn)(void *ctx, size_t item, int32_t attempt,
-                                                 const char *worker),
-                                      void *ctx);
+                                      grpo_lease_lapse_fn fn, void *ctx);
 /* Returns the leases whose deadline is before now to the queue; calls fn (may be NULL) for each
  * with the item and the lapsed attempt. Returns how many lapsed. */
-size_t grpo_lease_table_expire(grpo_lease_table *t, double now,
-                               void (*fn)(void *ctx, size_t item, int32_t attempt,
-                                          const char *worker),
-                               void *ctx);
+size_t grpo_lease_table_expire(grpo_lease_table *t, double now, grpo_lease_lapse_fn fn, void *ctx);
 /* What a result for lease_id is; sets *item (NEW, DUPLICATE) and *attempt. It does not change
  * the table: call complete() once the group is recorded, or release() to re-queue it. */
 grpo_lease_outcome grpo_lease_table_lookup(const grpo_lease_table *t, uint64_t lease_id,

@@ -23,6 +23,7 @@ typedef struct item {
     int32_t top;     /* the highest attempt issued (primary or backup); -1 before the first */
     int32_t backup;  /* index in the backup table, or -1 */
     double deadline, issued_at;
+    int64_t tag; /* the caller's, for the primary lease */
     char worker[GRPO_WORKERS_MAX_ID + 1];
 } item;
 
@@ -30,6 +31,7 @@ typedef struct bslot {
     size_t item;
     int32_t attempt;
     double deadline;
+    int64_t tag;
     char worker[GRPO_WORKERS_MAX_ID + 1];
 } bslot;
 
@@ -151,6 +153,7 @@ grpo_lease_table_issue(grpo_lease_table *t, const char *worker, double now, size
     t->c.issued++;
     x->deadline = now + t->timeout_s;
     x->issued_at = now;
+    x->tag = 0;
     snprintf(x->worker, sizeof x->worker, "%s", worker ? worker : "");
     set_state(t, i, ST_LEASED);
     *item_out = i;
@@ -180,6 +183,7 @@ grpo_lease_table_issue_backup(grpo_lease_table *t, const char *worker, double no
     b->item = best;
     b->attempt = ++x->top;
     b->deadline = now + t->timeout_s;
+    b->tag = 0;
     snprintf(b->worker, sizeof b->worker, "%s", w);
     x->backup = (int32_t)t->nbk++;
     t->c.issued++, t->c.backups++;
@@ -225,6 +229,20 @@ grpo_lease_table_heartbeat(grpo_lease_table *t, uint64_t lease_id, const char *w
     return 0;
 }
 
+void
+grpo_lease_table_set_tag(grpo_lease_table *t, uint64_t lease_id, int64_t tag)
+{
+    size_t i;
+    int32_t a;
+    if (!decode_id(t, lease_id, &i, &a) || t->it[i].state != ST_LEASED)
+        return;
+    item *x = &t->it[i];
+    if (x->attempt == a)
+        x->tag = tag;
+    else if (x->backup >= 0 && t->bk[x->backup].attempt == a)
+        t->bk[x->backup].tag = tag;
+}
+
 /* Item i's primary lease is gone (lapsed, its worker left, or released): its backup, if any,
  * becomes the primary; else the item is pending again, at the front of the queue. */
 static void
@@ -233,7 +251,7 @@ lapse_primary(grpo_lease_table *t, size_t i)
     item *x = &t->it[i];
     if (x->backup >= 0) {
         const bslot *b = &t->bk[x->backup];
-        x->attempt = b->attempt, x->deadline = b->deadline;
+        x->attempt = b->attempt, x->deadline = b->deadline, x->tag = b->tag;
         snprintf(x->worker, sizeof x->worker, "%s", b->worker);
         drop_backup(t, i);
         return;
@@ -242,11 +260,10 @@ lapse_primary(grpo_lease_table *t, size_t i)
     requeue(t, i);
 }
 
-typedef void (*lapse_fn)(void *ctx, size_t item, int32_t attempt, const char *worker);
-
 /* Backups that lapsed (now >= 0) or that worker holds (worker != NULL) go; fn for each. */
 static size_t
-lapse_backups(grpo_lease_table *t, double now, const char *worker, lapse_fn fn, void *ctx)
+lapse_backups(grpo_lease_table *t, double now, const char *worker, grpo_lease_lapse_fn fn,
+              void *ctx)
 {
     size_t n = 0;
     for (size_t k = t->nbk; k-- > 0;) {
@@ -256,15 +273,13 @@ lapse_backups(grpo_lease_table *t, double now, const char *worker, lapse_fn fn, 
         drop_backup(t, b.item);
         t->c.expired++, n++;
         if (fn)
-            fn(ctx, b.item, b.attempt, b.worker);
+            fn(ctx, b.item, b.attempt, b.worker, b.tag);
     }
     return n;
 }
 
 size_t
-grpo_lease_table_expire(grpo_lease_table *t, double now,
-                        void (*fn)(void *ctx, size_t item, int32_t attempt, const char *worker),
-                        void *ctx)
+grpo_lease_table_expire(grpo_lease_table *t, double now, grpo_lease_lapse_fn fn, void *ctx)
 {
     if (t->c.leased == 0)
         return 0;
@@ -274,20 +289,19 @@ grpo_lease_table_expire(grpo_lease_table *t, double now,
         if (x->state != ST_LEASED || !(x->deadline < now))
             continue;
         int32_t a = x->attempt;
+        int64_t tag = x->tag;
         char w[GRPO_WORKERS_MAX_ID + 1];
         snprintf(w, sizeof w, "%s", x->worker);
         lapse_primary(t, i);
         t->c.expired++, n++;
         if (fn)
-            fn(ctx, i, a, w);
+            fn(ctx, i, a, w, tag);
     }
     return n;
 }
 
 size_t
-grpo_lease_table_expire_worker(grpo_lease_table *t, const char *worker,
-                               void (*fn)(void *ctx, size_t item, int32_t attempt,
-                                          const char *worker),
+grpo_lease_table_expire_worker(grpo_lease_table *t, const char *worker, grpo_lease_lapse_fn fn,
                                void *ctx)
 {
     size_t n = lapse_backups(t, 0, worker, fn, ctx);
@@ -296,10 +310,11 @@ grpo_lease_table_expire_worker(grpo_lease_table *t, const char *worker,
         if (x->state != ST_LEASED || strcmp(x->worker, worker) != 0)
             continue;
         int32_t a = x->attempt;
+        int64_t tag = x->tag;
         lapse_primary(t, i);
         t->c.expired++, n++;
         if (fn)
-            fn(ctx, i, a, worker);
+            fn(ctx, i, a, worker, tag);
     }
     return n;
 }

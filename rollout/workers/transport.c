@@ -22,25 +22,35 @@ nng_fail(int rv, const char *what, const char *url)
     return grpo__fail(code, "workers %s: %s: %s", url ? url : "", what, nng_strerror(rv));
 }
 
+/* The message encoded into a fresh NNG message. */
+static grpo_err
+encode_msg(const grpo_wmsg *m, nng_msg **out, const char *url)
+{
+    void *bytes = NULL;
+    size_t len = 0;
+    *out = NULL;
+    grpo_err err = grpo_wmsg_encode(m, &bytes, &len);
+    if (err == GRPO_OK && nng_msg_alloc(out, len) != 0)
+        err = grpo__fail(GRPO_ENOMEM, "workers %s: out of memory for a message", url);
+    if (err == GRPO_OK)
+        memcpy(nng_msg_body(*out), bytes, len);
+    free(bytes);
+    return err;
+}
+
 /* A worker's request: waits at most timeout_ms for the socket to take it (common/net/nng_io.h). */
 static grpo_err
 send_msg(nng_socket s, const grpo_wmsg *m, int timeout_ms, const char *url)
 {
-    void *bytes = NULL;
-    size_t len = 0;
-    grpo_err err = grpo_wmsg_encode(m, &bytes, &len);
+    nng_msg *msg;
+    grpo_err err = encode_msg(m, &msg, url);
     if (err != GRPO_OK)
         return err;
-    nng_msg *msg = NULL;
-    int rv = nng_msg_alloc(&msg, len);
-    if (rv == 0) {
-        memcpy(nng_msg_body(msg), bytes, len);
-        if ((rv = grpo__nng_send(s, msg, timeout_ms)) != 0)
-            nng_msg_free(msg);
-    }
-    free(bytes);
-    if (rv != 0)
+    int rv = grpo__nng_send(s, msg, timeout_ms);
+    if (rv != 0) {
+        nng_msg_free(msg);
         return nng_fail(rv, "send", url);
+    }
     return GRPO_OK;
 }
 
@@ -117,19 +127,13 @@ answer(grpo_wserver *s, const grpo_wmsg *m)
     if (!s->has_request)
         return grpo__fail(GRPO_ESTATE, "workers %s: a reply without a request", s->url);
     s->has_request = 0;
-    void *bytes = NULL;
-    size_t len = 0;
-    nng_msg *msg = NULL;
-    grpo_err err = grpo_wmsg_encode(m, &bytes, &len);
-    if (err == GRPO_OK && nng_msg_alloc(&msg, len) != 0)
-        err = grpo__fail(GRPO_ENOMEM, "workers %s: out of memory for a reply", s->url);
+    nng_msg *msg;
+    grpo_err err = encode_msg(m, &msg, s->url);
     if (err != GRPO_OK) {
-        free(bytes);
         grpo__rep_drop(s->rep, s->last_token); /* the worker asks again */
         return err;
     }
-    memcpy(nng_msg_body(msg), bytes, len);
-    free(bytes);
+    size_t len = nng_msg_len(msg);
     grpo__rep_reply(s->rep, s->last_token, msg);
     s->bytes_out += len;
     return GRPO_OK;

@@ -11,14 +11,12 @@
 #include <string.h>
 #include <time.h>
 
-enum { C_RECV, C_QUEUED, C_WITH_CALLER, C_SEND, C_DEAD };
-
 typedef struct rep_ctx {
     struct grpo_rep *r;
     nng_ctx ctx;
     nng_aio *rx, *tx;
-    nng_msg *req; /* a received request not yet taken by grpo__rep_recv */
-    int state;    /* guarded by r->mu */
+    nng_msg *req;    /* a received request not yet taken by grpo__rep_recv */
+    int with_caller; /* taken by grpo__rep_recv, not yet answered (guarded by r->mu) */
 } rep_ctx;
 
 struct grpo_rep {
@@ -49,17 +47,13 @@ on_recv(void *arg)
     pthread_mutex_lock(&r->mu);
     if (rv == 0 && !r->closing) {
         c->req = nng_aio_get_msg(c->rx);
-        c->state = C_QUEUED;
         r->ring[(r->head + r->count) % r->n] = (uint32_t)(c - r->c);
         r->count++;
         pthread_cond_signal(&r->cv);
     } else if (rv == 0) {
         nng_msg_free(nng_aio_get_msg(c->rx)); /* arrived while closing */
-        c->state = C_DEAD;
-    } else if (rv == NNG_ECLOSED || rv == NNG_ECANCELED || r->closing) {
-        c->state = C_DEAD;
-    } else { /* a transient failure (out of memory): listen again */
-        again = 1;
+    } else if (rv != NNG_ECLOSED && rv != NNG_ECANCELED && !r->closing) {
+        again = 1; /* a transient failure (out of memory): listen again */
     }
     pthread_mutex_unlock(&r->mu);
     if (again) /* never call into NNG with mu held: its callbacks take mu */
@@ -78,7 +72,6 @@ on_send(void *arg)
     nng_aio_set_msg(c->tx, NULL);
     pthread_mutex_lock(&r->mu);
     int again = !r->closing;
-    c->state = again ? C_RECV : C_DEAD;
     pthread_mutex_unlock(&r->mu);
     if (again)
         nng_ctx_recv(c->ctx, c->rx);
@@ -126,7 +119,6 @@ grpo__rep_open(grpo_rep **out, const char *url, size_t max_msg, int n_ctx, const
         }
         nng_aio_set_timeout(c->rx, NNG_DURATION_INFINITE);
         nng_aio_set_timeout(c->tx, NNG_DURATION_INFINITE);
-        c->state = C_RECV;
         nng_ctx_recv(c->ctx, c->rx);
     }
     *out = r;
@@ -175,7 +167,7 @@ grpo__rep_recv(grpo_rep *r, nng_msg **msg, uint32_t *token, int timeout_ms)
     rep_ctx *c = &r->c[i];
     *msg = c->req;
     c->req = NULL;
-    c->state = C_WITH_CALLER;
+    c->with_caller = 1;
     pthread_mutex_unlock(&r->mu);
     *token = i;
     return 0;
@@ -190,9 +182,8 @@ grpo__rep_reply(grpo_rep *r, uint32_t token, nng_msg *msg)
     }
     rep_ctx *c = &r->c[token];
     pthread_mutex_lock(&r->mu);
-    int ok = c->state == C_WITH_CALLER && !r->closing;
-    if (ok)
-        c->state = C_SEND;
+    int ok = c->with_caller && !r->closing;
+    c->with_caller = 0;
     pthread_mutex_unlock(&r->mu);
     if (!ok) {
         nng_msg_free(msg);
@@ -209,9 +200,8 @@ grpo__rep_drop(grpo_rep *r, uint32_t token)
         return;
     rep_ctx *c = &r->c[token];
     pthread_mutex_lock(&r->mu);
-    int again = c->state == C_WITH_CALLER && !r->closing;
-    if (again)
-        c->state = C_RECV;
+    int again = c->with_caller && !r->closing;
+    c->with_caller = 0;
     pthread_mutex_unlock(&r->mu);
     if (again)
         nng_ctx_recv(c->ctx, c->rx);

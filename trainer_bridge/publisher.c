@@ -37,7 +37,6 @@ typedef struct {
 struct grpo_bridge_publisher {
     grpo_rep *rep;
     uint32_t token; /* the request being handled (serve thread only) */
-    int answered;   /* it has had its reply */
     char *url, *run_id, *weights_dir;
     grpo_bridge_opts o;
     grpo_bridge_persist persist;
@@ -163,12 +162,8 @@ reply(grpo_bridge_publisher *p, int type, int64_t a, int64_t b, const char *json
         memcpy(body + GRPB_HDR, json, jl);
     if (plen)
         memcpy(body + GRPB_HDR + jl, payload, plen);
-    if (p->answered) { /* one reply per request */
-        nng_msg_free(m);
-        return;
-    }
-    p->answered = 1;
-    grpo__rep_reply(p->rep, p->token, m); /* a trainer that went away re-requests */
+    grpo__rep_reply(p->rep, p->token,
+                    m); /* once per request; a trainer that went away asks again */
 }
 
 static void
@@ -526,11 +521,9 @@ serve(void *arg)
         }
         if (rv != 0)
             break; /* closed */
-        p->answered = 0;
         handle(p, nng_msg_body(m), nng_msg_len(m));
         nng_msg_free(m);
-        if (!p->answered) /* (every handler answers; never leave a context waiting) */
-            grpo__rep_drop(p->rep, p->token);
+        grpo__rep_drop(p->rep, p->token); /* a no-op once answered: no context is left waiting */
     }
     return NULL;
 }

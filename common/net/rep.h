@@ -37,11 +37,13 @@ grpo_err grpo__rep_listen(grpo_rep *r, const char *url, const char *what);
  * (or grpo__rep_drop). Returns 0, NNG_ETIMEDOUT, or NNG_ECLOSED after grpo__rep_close began. */
 int grpo__rep_recv(grpo_rep *r, nng_msg **msg, uint32_t *token, int timeout_ms);
 
-/* Sends msg as the reply to token without waiting; msg is consumed in every case. A reply to a
- * peer that went away is discarded by NNG. */
+/* Sends msg as the reply to token without waiting; msg is consumed in every case. Only the first
+ * reply (or drop) of a request counts; later ones are discarded, as NNG discards a reply to a
+ * peer that went away. */
 void grpo__rep_reply(grpo_rep *r, uint32_t token, nng_msg *msg);
 
-/* Answers nothing to token; its context takes the next request. The peer's REQ resends. */
+/* Answers nothing to token (a no-op once it was answered); its context takes the next request.
+ * The peer's REQ resends. */
 void grpo__rep_drop(grpo_rep *r, uint32_t token);
 
 /* Closes the socket (pending replies may be lost), waits for NNG's callbacks, frees everything.

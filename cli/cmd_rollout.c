@@ -904,14 +904,14 @@ start_engine(run_ctx *c, setup *su, const args *a, size_t budget_pages)
 }
 
 /* Steps the engine until every submitted group is done (or a signal or an error): new weights
- * are swapped in between groups, and generation pauses while the verifiers are behind. */
+ * are swapped in between groups, and generation pauses while the verifiers are behind. t0: the
+ * start of generation, for the progress line. */
 static grpo_err
-drive(run_ctx *c, setup *su, const args *a, size_t submitted)
+drive(run_ctx *c, setup *su, const args *a, size_t submitted, double t0)
 {
     grpo_err err = GRPO_OK;
     int tty = isatty(2), busy = 1, swapping = 0;
     grpo_weights_update wu;
-    double t0 = grpo_now();
     while (err == GRPO_OK && busy) {
         if (interrupted == 1) {
             fprintf(stderr, "\ngrpo rollout: interrupted; finishing the groups in flight as "
@@ -999,7 +999,7 @@ grpo_cmd_rollout(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     if (err == GRPO_OK)
-        err = drive(&c, &su, &a, submitted);
+        err = drive(&c, &su, &a, submitted, t0);
     if (err != GRPO_OK && c.r)
         note_error(&c, err);
     if (c.r) {

@@ -41,6 +41,11 @@ int cli_not_built(const char *cmd, const char *issue);
 int cli_wants_help(int argc, char **argv);
 /* Parses a size like "4096", "64K", "2G" (bytes, powers of 1024). Returns 0 on success. */
 int cli_parse_size(const char *s, uint64_t *out);
+/* --gpu N of a command that loads a model: refuses it with --threads (want_threads > 0) or in a
+ * build without the CUDA backend, else pins the device (CUDA_VISIBLE_DEVICES=N, before anything
+ * initialises CUDA) so that the model's CUDA backend (device 0 as visible) runs on it. Returns 0
+ * or CLI_USAGE (with the message printed). gpu < 0: nothing to do. */
+int cli_select_gpu(const char *cmd, int gpu, int want_threads);
 /* The store's finish reason (GRPO_FINISH_*) for the engine's (GRPO_ROLLOUT_FINISH_*); anything
  * but EOS, STOP and LENGTH is ABORT. (cli/finish.c) */
 int cli_store_finish(int32_t rollout_finish);

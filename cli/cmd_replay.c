@@ -153,8 +153,10 @@ regenerate(const grpo_stored_completion *c, const recorded *rec, const char *mod
     /* a pool just large enough for this one sample (its prompt page is shared, then copied) */
     size_t tokens =
         (size_t)rec->prompt_tokens + (size_t)rec->params.max_new_tokens + 2 * GRPO_KV_PAGE;
-    grpo_policy_opts po = {rec->tokenizer[0] ? rec->tokenizer : NULL, rec->template_name, threads,
-                           0, tokens};
+    grpo_policy_opts po = {.tokenizer = rec->tokenizer[0] ? rec->tokenizer : NULL,
+                           .template_name = rec->template_name,
+                           .n_threads = threads,
+                           .kv_budget_tokens = tokens};
     if (strcmp(rec->template_name, "bytes") == 0)
         po.template_name = "none";
     grpo_err err = grpo_policy_open(&pol, model, &po);

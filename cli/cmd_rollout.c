@@ -33,7 +33,7 @@
 typedef struct args {
     const char *model, *prompts, *db, *out, *publish, *tokenizer, *template_name;
     const char *ref_model, *reward_config, *kv_budget;
-    int threads, verify_threads, rescore, max_pending, window, max_batch;
+    int threads, verify_threads, rescore, max_pending, window, max_batch, gpu;
     uint64_t kv_bytes, kv_tokens;
     cli_gen_args gen; /* --group, sampling, --seed, stops, --logprobs, --on-bad-line */
     char model_buf[PATH_MAX], prompts_buf[PATH_MAX];
@@ -103,6 +103,9 @@ usage(FILE *f)
           "  --max-batch N        decode rows per forward (default 256; bounds the logits\n"
           "                       buffer: N x vocab floats)\n"
           "  --threads N          forward threads (default: all CPUs)\n"
+          "  --gpu N              run the model on GPU N (CUDA build; CUDA_VISIBLE_DEVICES=N):\n"
+          "                       the CUDA kernels with exact fp32 GEMMs, operands staged per\n"
+          "                       op (docs/cuda.md)\n"
           "  --verify-threads N   verifier threads (default 2)\n"
           "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
           "                       groups are admitted while their worst case fits (default 1G)\n",
@@ -144,6 +147,7 @@ enum {
     O_PUBLISH,
     O_THREADS,
     O_VTHREADS,
+    O_GPU,
     O_KV,
     O_REF,
     O_RESCORE,
@@ -165,6 +169,7 @@ static const struct option long_opts[] = {
     {"publish", required_argument, 0, O_PUBLISH},
     {"threads", required_argument, 0, O_THREADS},
     {"verify-threads", required_argument, 0, O_VTHREADS},
+    {"gpu", required_argument, 0, O_GPU},
     {"kv-budget", required_argument, 0, O_KV},
     {"ref-model", required_argument, 0, O_REF},
     {"rescore", no_argument, 0, O_RESCORE},
@@ -237,6 +242,11 @@ parse_opt(void *ctx, int c, const char *v)
                              c == O_THREADS ? "threads" : "verify-threads", v);
         *(c == O_THREADS ? &a->threads : &a->verify_threads) = (int)n;
         return 0;
+    case O_GPU:
+        if (cli_parse_long(v, 0, 1023, &n) != 0)
+            return cli_usage(CMD, "--gpu %s: a device index in [0, 1023]", v);
+        a->gpu = (int)n;
+        return 0;
     default:
         return cli_gen_is_opt(c) ? cli_gen_parse_opt(CMD, &a->gen, c, v)
                                  : cli_usage(CMD, "unknown option");
@@ -277,9 +287,9 @@ parse_args(args *a, int argc, char **argv)
     cli_gen_defaults(&a->gen);
     a->db = "grpo.db", a->verify_threads = 2;
     a->kv_budget = "1G", a->max_pending = 8, a->window = 4;
-    a->max_batch = 256;
+    a->max_batch = 256, a->gpu = -1;
     int rc = cli_getopt(CMD, argc, argv, long_opts, parse_opt, a);
-    if (rc != 0)
+    if (rc != 0 || (rc = cli_select_gpu(CMD, a->gpu, a->threads)) != 0)
         return rc;
     if (parse_budget(a->kv_budget, &a->kv_bytes, &a->kv_tokens) != 0)
         return cli_usage(CMD, "--kv-budget %s: expected bytes (512M, 2G) or tokens (65536t)",
@@ -654,8 +664,12 @@ swap_weights(run_ctx *c, const grpo_weights_update *u, grpo_kv **rescore_kv,
     grpo_kv *nkv = NULL;
     grpo_rollout_backend nbe = {0};
     const args *a = c->a;
-    grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads, (size_t)a->kv_bytes,
-                           (size_t)a->kv_tokens};
+    grpo_policy_opts po = {.tokenizer = a->tokenizer,
+                           .template_name = a->template_name,
+                           .n_threads = a->threads,
+                           .kv_budget_bytes = (size_t)a->kv_bytes,
+                           .kv_budget_tokens = (size_t)a->kv_tokens,
+                           .backend = a->gpu >= 0};
     grpo_err err = weights_dir(c, u, dir, sizeof dir);
     if (err == GRPO_OK)
         err = grpo_policy_open(&np, dir, &po);
@@ -793,8 +807,12 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
     grpo_err err;
     if ((err = grpo_prompts_load(&su->ps, a->prompts, a->gen.skip_bad)) != GRPO_OK)
         return err;
-    grpo_policy_opts po = {a->tokenizer, a->template_name, a->threads, (size_t)bytes,
-                           (size_t)tokens};
+    grpo_policy_opts po = {.tokenizer = a->tokenizer,
+                           .template_name = a->template_name,
+                           .n_threads = a->threads,
+                           .kv_budget_bytes = (size_t)bytes,
+                           .kv_budget_tokens = (size_t)tokens,
+                           .backend = a->gpu >= 0};
     if ((err = grpo_policy_open(&c->pol, a->model, &po)) != GRPO_OK)
         return err;
     const grpo_rollout_backend *be = grpo_policy_backend(c->pol);
@@ -803,7 +821,10 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
         return grpo__fail(GRPO_EINVAL, "--kv-budget %s: more than the KV pool of %zu tokens",
                           a->kv_budget, be->pages_total * (size_t)GRPO_KV_PAGE);
     if (a->ref_model) {
-        grpo_policy_opts ro = {a->tokenizer, a->template_name, a->threads, 0, 0};
+        grpo_policy_opts ro = {.tokenizer = a->tokenizer,
+                               .template_name = a->template_name,
+                               .n_threads = a->threads,
+                               .backend = a->gpu >= 0};
         if ((err = grpo_policy_open(&su->ref, a->ref_model, &ro)) != GRPO_OK)
             return err;
         if (grpo_policy_backend(su->ref)->vocab != be->vocab)

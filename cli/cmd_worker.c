@@ -83,8 +83,9 @@ usage(FILE *f)
            "  --model DIR          model directory (default $GRPO_MODEL, else the bundled demo\n"
            "                       model, else the tiny test model)\n"
            "  --threads N          forward threads (default: all CPUs)\n"
-           "  --gpu N              pin GPU N (CUDA_VISIBLE_DEVICES=N) in a CUDA build; a\n"
-           "                       CPU-only build refuses it\n"
+           "  --gpu N              run the model on GPU N (sets CUDA_VISIBLE_DEVICES=N): the\n"
+           "                       CUDA kernels with exact fp32 GEMMs, operands staged per op\n"
+           "                       (docs/cuda.md); a CPU-only build refuses it\n"
            "  --id NAME            worker id in the store and stats (default $GRPO_WORKER_ID,\n"
            "                       else HOST-$SLURM_PROCID under Slurm, else HOST-PID)\n"
            "  --inflight N         groups generated at once (default 2; at most 64)\n"
@@ -213,15 +214,8 @@ parse_args(args *a, int argc, char **argv)
         return rc;
     if (a->connect == NULL && (a->connect = getenv("GRPO_COORDINATOR_URL")) == NULL)
         return cli_usage(CMD, "--connect URL (or GRPO_COORDINATOR_URL) is required");
-    if (a->threads > 0 && a->gpu >= 0)
-        return cli_usage(CMD, "give --threads or --gpu, not both");
-    if (a->gpu >= 0) {
-        if (strstr(grpo_build_features(), "cuda=yes") == NULL)
-            return cli_usage(CMD, "--gpu %d: this grpo was built without the CUDA backend", a->gpu);
-        char d[16];
-        snprintf(d, sizeof d, "%d", a->gpu);
-        setenv("CUDA_VISIBLE_DEVICES", d, 1); /* before anything touches CUDA */
-    }
+    if ((rc = cli_select_gpu(CMD, a->gpu, a->threads)) != 0)
+        return rc;
     if (cli_parse_size(a->kv_budget, &a->kv_bytes) != 0 || a->kv_bytes == 0)
         return cli_usage(CMD, "--kv-budget %s: expected bytes (512M, 2G)", a->kv_budget);
     if (a->model == NULL && (a->model = getenv("GRPO_MODEL")) == NULL &&
@@ -327,9 +321,12 @@ static grpo_err
 open_policy(worker *w, const char *dir, grpo_policy **out)
 {
     const args *a = w->a;
-    grpo_policy_opts po = {a->tokenizer,
-                           w->params.template_name ? w->params.template_name : a->template_name,
-                           a->threads, (size_t)a->kv_bytes, 0};
+    grpo_policy_opts po = {.tokenizer = a->tokenizer,
+                           .template_name =
+                               w->params.template_name ? w->params.template_name : a->template_name,
+                           .n_threads = a->threads,
+                           .kv_budget_bytes = (size_t)a->kv_bytes,
+                           .backend = a->gpu >= 0};
     return grpo_policy_open(out, dir, &po);
 }
 

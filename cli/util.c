@@ -45,6 +45,21 @@ cli_wants_help(int argc, char **argv)
 }
 
 int
+cli_select_gpu(const char *cmd, int gpu, int want_threads)
+{
+    if (gpu < 0)
+        return 0;
+    if (want_threads > 0)
+        return cli_usage(cmd, "give --threads or --gpu, not both");
+    if (strstr(grpo_build_features(), "cuda=yes") == NULL)
+        return cli_usage(cmd, "--gpu %d: this grpo was built without the CUDA backend", gpu);
+    char d[16];
+    snprintf(d, sizeof d, "%d", gpu);
+    setenv("CUDA_VISIBLE_DEVICES", d, 1);
+    return 0;
+}
+
+int
 cli_parse_size(const char *s, uint64_t *out)
 {
     char *end;
@@ -54,11 +69,24 @@ cli_parse_size(const char *s, uint64_t *out)
         return -1;
     uint64_t mul = 1;
     switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1ull << 10; end++; break;
-    case 'M': mul = 1ull << 20; end++; break;
-    case 'G': mul = 1ull << 30; end++; break;
-    case 'T': mul = 1ull << 40; end++; break;
-    default: break;
+    case 'K':
+        mul = 1ull << 10;
+        end++;
+        break;
+    case 'M':
+        mul = 1ull << 20;
+        end++;
+        break;
+    case 'G':
+        mul = 1ull << 30;
+        end++;
+        break;
+    case 'T':
+        mul = 1ull << 40;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'B' || *end == 'b')
         end++;

@@ -1,7 +1,8 @@
 /* `grpo rollout` and `grpo replay` end to end on the tiny model (byte tokenizer): the run writes
  * the store and JSONL; the same run with 1 and 2 forward threads records the same tokens;
  * replay reproduces recorded completions bit for bit and reports a tampered record as different;
- * a small --kv-budget completes with one group in flight; bad prompt lines fail or are skipped. */
+ * a small --kv-budget completes with one group in flight; bad prompt lines fail or are skipped;
+ * --gpu is checked against the build's backends. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -243,6 +244,37 @@ test_budget_and_bad_lines(void **state)
     assert_int_not_equal(access(pubdb, F_OK), 0);
 }
 
+/* --gpu N: refused beside --threads and in a build without the CUDA backend (usage, exit 2);
+ * in a CUDA build the model runs on the CUDA kernels: with no device that is a clear runtime
+ * failure (exit 1, before any store is written), with one the run completes. */
+static void
+test_gpu_flag(void **state)
+{
+    (void)state;
+    assert_int_equal(run("%s --version", bin), 0);
+    int cuda = strstr(slurp("out.txt"), "cuda=yes") != NULL;
+    char db[512];
+    snprintf(db, sizeof db, "%s/gpu.db", tmpdir);
+    assert_int_equal(run(ROLL " --gpu 0 --threads 2 --db %s", bin, src, src, db), 2);
+    assert_non_null(strstr(slurp("out.txt"), "give --threads or --gpu, not both"));
+    assert_int_equal(run(ROLL " --gpu -1 --db %s", bin, src, src, db), 2);
+    assert_int_equal(run(ROLL " --gpu x --db %s", bin, src, src, db), 2);
+    int rc = run(ROLL " --group 4 --max-new-tokens 6 --gpu 0 --db %s", bin, src, src, db);
+    const char *o = slurp("out.txt");
+    if (!cuda) {
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(o, "built without the CUDA backend"));
+    } else if (access("/dev/nvidia0", F_OK) != 0) {
+        assert_int_equal(rc, 1);
+        assert_non_null(strstr(o, "no CUDA device is visible (CUDA_VISIBLE_DEVICES=0)"));
+        assert_int_not_equal(access(db, F_OK), 0);
+    } else {
+        assert_int_equal(rc, 0);
+        assert_non_null(strstr(o, "4 groups, 16 completions"));
+    }
+    assert_int_equal(run("%s worker --gpu 0 --threads 2 --connect tcp://127.0.0.1:9", bin), 2);
+}
+
 /* --publish: a trainer (the bridge's C consumer, here in the test process) receives one batch per
  * group whose tokens, prompt lengths and logprobs match the store, acknowledges each, and the run
  * then ends with every batch marked acknowledged in the store. */
@@ -406,6 +438,7 @@ main(void)
         cmocka_unit_test(test_rollout_replay),
         cmocka_unit_test(test_budget_and_bad_lines),
         cmocka_unit_test(test_publish),
+        cmocka_unit_test(test_gpu_flag),
         cmocka_unit_test(test_weights_update),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -2,6 +2,9 @@
  * tensor table, the weights, the rope frequencies and the backend. */
 #include "rollout/model/model_int.h"
 #include "common/json.h"
+#ifdef GRPO_MODEL_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 #include <errno.h>
 #include <math.h>
@@ -197,6 +200,27 @@ rope_init(grpo_model *m)
     return GRPO_OK;
 }
 
+/* The op table: the CPU backend, or the CUDA kernels in staged mode (the forward unchanged, each
+ * op copying its operands to the device and back; weights uploaded once) with the exact GEMM
+ * policy, so that a group's completions do not depend on the backend that made them. */
+static grpo_err
+open_kernels(grpo_model *m, const grpo_model_opts *opts)
+{
+    if (opts->backend == 0)
+        return grpo_kernels_cpu_create(&m->k, opts->n_threads);
+#ifdef GRPO_MODEL_CUDA
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (grpo_cuda_device_count() < 1)
+        return grpo__fail(GRPO_EUNSUPPORTED, "model: CUDA backend: no CUDA device is visible%s%s%s",
+                          vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+    grpo_err err = grpo_kernels_cuda_create(&m->k, 0, GRPO_CUDA_STAGED, GRPO_CUDA_GEMM_EXACT);
+    m->k_cuda = err == GRPO_OK;
+    return err;
+#else
+    return grpo__fail(GRPO_EUNSUPPORTED, "model: the CUDA backend is not built");
+#endif
+}
+
 grpo_err
 grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
 {
@@ -204,9 +228,13 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
     if (opts == NULL)
         opts = &defaults;
     *out = NULL;
+#ifndef GRPO_MODEL_CUDA
     if (opts->backend != 0)
         return grpo__fail(GRPO_EUNSUPPORTED, "model: backend %d is not built (CPU only)",
                           opts->backend);
+#endif
+    if (opts->backend != 0 && opts->backend != 1)
+        return grpo__fail(GRPO_EINVAL, "model: unknown backend %d", opts->backend);
     grpo_model *m = calloc(1, sizeof *m);
     if (m == NULL || (m->dir = strdup(dir)) == NULL) {
         free(m);
@@ -223,8 +251,7 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
         (err = grpo_model__config_from_json(&m->cfg, cj, cpath)) != GRPO_OK ||
         (err = load_files(m)) != GRPO_OK ||
         (err = grpo_model__bind_weights(m, opts->load_mtp)) != GRPO_OK ||
-        (err = rope_init(m)) != GRPO_OK ||
-        (err = grpo_kernels_cpu_create(&m->k, opts->n_threads)) != GRPO_OK)
+        (err = rope_init(m)) != GRPO_OK || (err = open_kernels(m, opts)) != GRPO_OK)
         goto done;
 done:
     cJSON_Delete(cj);
@@ -242,7 +269,12 @@ grpo_model_destroy(grpo_model *m)
 {
     if (m == NULL)
         return;
-    grpo_kernels_destroy(m->k);
+#ifdef GRPO_MODEL_CUDA
+    if (m->k_cuda)
+        grpo_kernels_cuda_destroy(m->k);
+    else
+#endif
+        grpo_kernels_destroy(m->k);
     free(m->scratch);
     for (int i = 0; i < m->n_owned; i++)
         free(m->owned[i]);

@@ -89,6 +89,7 @@ struct grpo_model {
     grpo_mtp_w *mtp;
     float *inv_freq; /* qk_rope_head_dim / 2 */
     grpo_kernels *k;
+    int k_cuda; /* k is the CUDA table (destroyed by the CUDA backend) */
     char sha[65];
     int sha_done;
     /* Debugging/tests: called with the residual stream (T, hidden) after the embedding (stage 0)

@@ -74,6 +74,16 @@ t_stdout(void **state)
     assert_true(grpo_code__stdout_match("nan", 3, "nan ", tol)); /* equal text */
     assert_false(grpo_code__stdout_match("inf", 3, "1e999", tol));
     assert_false(grpo_code__stdout_match("1\n\n2", 4, "1\n2", tol)); /* inner empty line counts */
+    /* integers are exact at any size; only reals get the tolerance */
+    assert_false(grpo_code__stdout_match("1000001", 7, "1000000", tol));
+    assert_false(
+        grpo_code__stdout_match("123456789012345678901", 21, "123456789012345678902", tol));
+    assert_true(grpo_code__stdout_match("123456789012345678901", 21, "123456789012345678901", tol));
+    assert_true(grpo_code__stdout_match("+007 -0", 7, "7 0", tol));
+    assert_false(grpo_code__stdout_match("-7", 2, "7", tol));
+    assert_false(grpo_code__stdout_match("-", 1, "0", tol));
+    assert_true(grpo_code__stdout_match("1000000.0", 9, "1000000", tol)); /* a real: tolerance */
+    assert_true(grpo_code__stdout_match("2.0000000001", 12, "2", tol));
 }
 
 static void
@@ -100,6 +110,10 @@ t_json(void **state)
         {"{\"a\":1,\"b\":[2]}", "{\"b\":[2],\"a\":1}", true},
         {"{\"a\":1}", "{\"a\":1,\"b\":2}", false},
         {"[]", "{}", false},
+        {"100000000000000000", "100000000000000016", false}, /* > 2^53, one double apart */
+        {"1e17", "100000000000000000", true},
+        {"1000000", "1000001", false},
+        {"2", "1.9999999999999998", true}, /* a real beside an integer: tolerance */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cJSON *a = cJSON_Parse(cases[i].a), *b = cJSON_Parse(cases[i].b);

@@ -72,6 +72,35 @@ as_number(span t, double *out)
     return *end == '\0' && isfinite(*out) && !isalpha((unsigned char)buf[0]);
 }
 
+/* An integer literal: optional sign, then decimal digits only (no point, no exponent). */
+static bool
+is_int_literal(span t)
+{
+    size_t i = t.n > 0 && (t.p[0] == '+' || t.p[0] == '-');
+    if (i == t.n)
+        return false;
+    for (; i < t.n; i++)
+        if (!isdigit((unsigned char)t.p[i]))
+            return false;
+    return true;
+}
+
+/* Two integer literals of any length, equal as integers ("+007" = "7", "-0" = "0"). */
+static bool
+int_equal(span a, span b)
+{
+    bool na = a.p[0] == '-', nb = b.p[0] == '-';
+    size_t i = a.p[0] == '+' || na, j = b.p[0] == '+' || nb;
+    while (i + 1 < a.n && a.p[i] == '0')
+        i++;
+    while (j + 1 < b.n && b.p[j] == '0')
+        j++;
+    bool za = a.n - i == 1 && a.p[i] == '0', zb = b.n - j == 1 && b.p[j] == '0';
+    if (za || zb)
+        return za && zb;
+    return na == nb && a.n - i == b.n - j && memcmp(a.p + i, b.p + j, a.n - i) == 0;
+}
+
 static bool
 close_enough(double a, double b, double tol)
 {
@@ -93,6 +122,13 @@ line_match(span a, span b, double tol)
             return ha == hb;
         if (ta.n == tb.n && memcmp(ta.p, tb.p, ta.n) == 0)
             continue;
+        /* integers are exact at any size: the tolerance is for printed reals, and would let
+         * 1000001 pass for 1000000 (relative 1e-6) or any 19-digit answer pass for another */
+        if (is_int_literal(ta) && is_int_literal(tb)) {
+            if (!int_equal(ta, tb))
+                return false;
+            continue;
+        }
         if (!as_number(ta, &x) || !as_number(tb, &y) || !close_enough(x, y, tol))
             return false;
     }
@@ -112,10 +148,13 @@ grpo_code__stdout_match(const char *got, size_t got_len, const char *want, doubl
     }
 }
 
+/* Integral values compare exactly, at any magnitude: beyond 2^53 a relative tolerance would
+ * accept integers thousands apart. (Integers that round to the same double still compare equal:
+ * cJSON keeps numbers as doubles.) */
 static bool
 integral(double v)
 {
-    return v == floor(v) && fabs(v) < 9007199254740992.0;
+    return isfinite(v) && v == floor(v);
 }
 
 bool

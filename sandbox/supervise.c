@@ -190,99 +190,133 @@ take(stream *s, char **out, size_t *len)
     return GRPO_OK;
 }
 
+/* The parent's view of one run: the two output streams, the deadline, and how the run is being
+ * ended (our deadline, an output flood, or the program's own exit). */
+typedef struct watch {
+    sbx_child *c;
+    const grpo_sandbox_limits *l;
+    stream s[2];
+    bool open_[2], exited, timed_out, killed_out, stopping;
+    double deadline, grace;
+} watch;
+
+/* Once stopping: ask our init to kill the tree and report its usage; if it has not finished
+ * within the grace period, kill it (the kernel then kills the whole namespace). */
+static void
+stop_tree(watch *w, double now)
+{
+    if (w->grace == 0) {
+        w->grace = now + 0.25;
+        kill(w->c->pid, w->c->status_fd >= 0 ? SIGUSR1 : SIGKILL);
+    } else if (now >= w->grace) {
+        kill(w->c->pid, SIGKILL);
+    }
+}
+
+/* One poll over the open streams and the child's pidfd, bounded by the deadline (or 20 ms while
+ * stopping); drains what is readable. */
+static grpo_err
+watch_step(watch *w)
+{
+    struct pollfd p[3];
+    int np = 0, idx[3];
+    double now = grpo_now(), left = w->deadline - now;
+    if (left <= 0 && !w->timed_out && !w->exited)
+        w->timed_out = w->stopping = true;
+    if (w->stopping && !w->exited)
+        stop_tree(w, now);
+    for (int i = 0; i < 2; i++)
+        if (w->open_[i]) {
+            p[np] = (struct pollfd){w->s[i].fd, POLLIN, 0};
+            idx[np++] = i;
+        }
+    if (!w->exited) {
+        p[np] = (struct pollfd){w->c->pidfd, POLLIN, 0};
+        idx[np++] = 2;
+    }
+    int k = poll(p, (nfds_t)np, w->stopping ? 20 : (int)(left * 1000.0) + 1);
+    if (k < 0 && errno != EINTR)
+        return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: poll");
+    for (int j = 0; j < np && k > 0; j++) {
+        if (!p[j].revents)
+            continue;
+        if (idx[j] == 2)
+            w->exited = true;
+        else if (!drain(&w->s[idx[j]]))
+            w->open_[idx[j]] = false;
+    }
+    if (!w->killed_out && w->l->output_kill && w->s[0].total + w->s[1].total > w->l->output_kill)
+        w->killed_out = w->stopping = true;
+    return GRPO_OK;
+}
+
+/* The whole namespace is gone once init is reapable: drain what is left in the pipes. */
+static void
+drain_rest(watch *w)
+{
+    for (int i = 0; i < 2; i++)
+        while (w->open_[i] && drain(&w->s[i]) && w->s[i].fd >= 0) {
+            struct pollfd q = {w->s[i].fd, POLLIN, 0};
+            if (poll(&q, 1, 100) <= 0)
+                break;
+        }
+}
+
+/* Reaps the child and takes the program's own status and usage as the sandbox init reports them
+ * (init's own status otherwise). */
+static void
+collect_status(sbx_child *c, int *st, struct rusage *ru)
+{
+    reap(c, st, ru);
+    if (c->status_fd < 0)
+        return;
+    sbx_init_report rep;
+    if (read(c->status_fd, &rep, sizeof rep) == (ssize_t)sizeof rep) {
+        if (rep.have_status)
+            *st = rep.status;
+        *ru = rep.ru;
+    }
+    close(c->status_fd);
+    c->status_fd = -1;
+}
+
 grpo_err
 sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
 {
     const grpo_sandbox_limits *l = &sp->lim;
-    stream s[2] = {{c->out_fd, {0}, l->stdout_max, 0}, {c->err_fd, {0}, l->stderr_max, 0}};
-    bool open_[2] = {true, true}, exited = false, timed_out = false, killed_out = false;
-    bool stopping = false;
-    double deadline = c->t0 + (l->wall_ms ? l->wall_ms : 10000) / 1000.0, grace = 0;
+    watch w = {c,
+               l,
+               {{c->out_fd, {0}, l->stdout_max, 0}, {c->err_fd, {0}, l->stderr_max, 0}},
+               {true, true},
+               .deadline = c->t0 + (l->wall_ms ? l->wall_ms : 10000) / 1000.0};
     int st;
     struct rusage ru;
     grpo_err err = GRPO_OK;
     memset(res, 0, sizeof *res);
     fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
     fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
-    while (!exited || open_[0] || open_[1]) {
-        struct pollfd p[3];
-        int np = 0, idx[3];
-        double now = grpo_now(), left = deadline - now;
-        if (left <= 0 && !timed_out && !exited) {
-            timed_out = true;
-            stopping = true;
-        }
-        if (stopping && !exited) {
-            /* Ask our init to kill the tree and report its usage; if it has not finished within
-             * the grace period, kill it: the kernel then kills the whole namespace. */
-            if (grace == 0) {
-                grace = now + 0.25;
-                kill(c->pid, c->status_fd >= 0 ? SIGUSR1 : SIGKILL);
-            } else if (now >= grace) {
-                kill(c->pid, SIGKILL);
-            }
-        }
-        for (int i = 0; i < 2; i++)
-            if (open_[i]) {
-                p[np] = (struct pollfd){s[i].fd, POLLIN, 0};
-                idx[np++] = i;
-            }
-        if (!exited) {
-            p[np] = (struct pollfd){c->pidfd, POLLIN, 0};
-            idx[np++] = 2;
-        }
-        int ms = stopping ? 20 : (int)(left * 1000.0) + 1;
-        int k = poll(p, (nfds_t)np, ms);
-        if (k < 0 && errno != EINTR) {
-            err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: poll");
+    while (!w.exited || w.open_[0] || w.open_[1]) {
+        if ((err = watch_step(&w)) != GRPO_OK) {
             kill(c->pid, SIGKILL);
-            timed_out = true;
+            w.timed_out = true;
             break;
         }
-        for (int j = 0; j < np && k > 0; j++) {
-            if (!p[j].revents)
-                continue;
-            if (idx[j] == 2)
-                exited = true;
-            else if (!drain(&s[idx[j]]))
-                open_[idx[j]] = false;
-        }
-        if (!killed_out && l->output_kill && s[0].total + s[1].total > l->output_kill) {
-            killed_out = true;
-            stopping = true;
-        }
-        if (exited && (open_[0] || open_[1])) {
-            /* The whole namespace is gone once init is reapable: drain what is left. */
-            for (int i = 0; i < 2; i++)
-                while (open_[i] && drain(&s[i]) && s[i].fd >= 0) {
-                    struct pollfd q = {s[i].fd, POLLIN, 0};
-                    if (poll(&q, 1, 100) <= 0)
-                        break;
-                }
+        if (w.exited && (w.open_[0] || w.open_[1])) {
+            drain_rest(&w);
             break;
         }
     }
-    reap(c, &st, &ru);
-    if (c->status_fd >= 0) { /* the program's own status, as reported by the sandbox init */
-        sbx_init_report rep;
-        if (read(c->status_fd, &rep, sizeof rep) == (ssize_t)sizeof rep) {
-            if (rep.have_status)
-                st = rep.status;
-            ru = rep.ru;
-        }
-        close(c->status_fd);
-        c->status_fd = -1;
-    }
+    collect_status(c, &st, &ru);
     fill_usage(res, &ru, c->t0);
-    res->out_total = s[0].total;
-    res->err_total = s[1].total;
-    if (take(&s[0], &res->out, &res->out_len) != GRPO_OK ||
-        take(&s[1], &res->err, &res->err_len) != GRPO_OK)
+    res->out_total = w.s[0].total;
+    res->err_total = w.s[1].total;
+    if (take(&w.s[0], &res->out, &res->out_len) != GRPO_OK ||
+        take(&w.s[1], &res->err, &res->err_len) != GRPO_OK)
         err = GRPO_ENOMEM;
     /* stderr past its cap is only truncated: a long traceback is not an output flood. */
-    sbx_classify(res, st, l, timed_out, killed_out || s[0].total > l->stdout_max);
-    grpo__buf_fini(&s[0].keep);
-    grpo__buf_fini(&s[1].keep);
+    sbx_classify(res, st, l, w.timed_out, w.killed_out || w.s[0].total > l->stdout_max);
+    grpo__buf_fini(&w.s[0].keep);
+    grpo__buf_fini(&w.s[1].keep);
     close(c->out_fd);
     close(c->err_fd);
     if (c->pidfd >= 0)

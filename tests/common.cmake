@@ -1,6 +1,9 @@
-# common/: errors, sha256, arena, pool, JSON helpers, UTF-8; and every public header compiled alone.
+# common/: errors, sha256, arena, pool, JSON helpers, UTF-8, the wire codec; and every public header compiled alone.
 if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(common_util_test SOURCES common_util_test.c LIBS grpo_common)
+  # the wire codec; malloc and realloc are wrapped so the test can make them fail
+  grpo_add_test(common_codec_test SOURCES common_codec_test.c LIBS grpo_common)
+  target_link_options(common_codec_test PRIVATE -Wl,--wrap=malloc,--wrap=realloc)
 endif()
 
 # Each public header alone, as C99 and as C++, with -Wall -Wextra -pedantic -Werror: a header that

@@ -287,62 +287,93 @@ read_report(int fd)
     return GRPO_OK;
 }
 
-grpo_err
-sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c)
+/* The descriptors between the parent and one child being started; -1 where unused. The parent
+ * keeps the read ends of out/er/st and its end of ctl; everything else closes once it runs. */
+typedef struct pipes {
+    int sync[2], rep[2], out[2], er[2], ctl[2], st[2], in, null;
+} pipes;
+
+static grpo_err
+open_pipes(const sbx_worker *w, const sbx_spec *s, bool long_lived, pipes *p)
 {
-    grpo_err err = GRPO_OK;
-    int sync[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1};
-    int ctl[2] = {-1, -1}, st[2] = {-1, -1}, in = -1, null = -1;
-    child_fds f;
-    memset(c, 0, sizeof *c);
-    c->pid = -1;
-    c->pidfd = c->out_fd = c->err_fd = c->ctl_fd = c->status_fd = -1;
-    c->lim = s->lim;
-    if (pipe2(sync, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
-        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
-        goto done;
-    }
-    if ((in = make_stdin(s)) < 0) {
-        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: stdin memfd");
-        goto done;
-    }
-    if (long_lived) {
+    *p = (pipes){{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}, -1, -1};
+    if (pipe2(p->sync, O_CLOEXEC) != 0 || pipe2(p->rep, O_CLOEXEC) != 0)
+        return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
+    if ((p->in = make_stdin(s)) < 0)
+        return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: stdin memfd");
+    if (long_lived) { /* output to /dev/null (stderr: GRPO_SANDBOX_DEBUG); a control socket */
         const char *dbg = getenv("GRPO_SANDBOX_DEBUG");
-        null = open("/dev/null", O_RDWR | O_CLOEXEC);
-        out[1] = null;
-        er[1] = (dbg && *dbg) ? 2 : null;
-        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) != 0) {
-            err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: socketpair");
-            goto done;
-        }
-    } else if (pipe2(out, O_CLOEXEC) != 0 || pipe2(er, O_CLOEXEC) != 0) {
-        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
-        goto done;
+        p->null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        p->out[1] = p->null;
+        p->er[1] = (dbg && *dbg) ? 2 : p->null;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p->ctl) != 0)
+            return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: socketpair");
+    } else if (pipe2(p->out, O_CLOEXEC) != 0 || pipe2(p->er, O_CLOEXEC) != 0) {
+        return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
     }
-    if (!long_lived && (w->iso & GRPO_SANDBOX_ISO_PID) && pipe2(st, O_CLOEXEC) != 0) {
-        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
-        goto done;
-    }
-    f = (child_fds){sync[0], rep[1], in, out[1], er[1], ctl[1], st[1]};
+    if (!long_lived && (w->iso & GRPO_SANDBOX_ISO_PID) && pipe2(p->st, O_CLOEXEC) != 0)
+        return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
+    return GRPO_OK;
+}
+
+/* Clones the child into its namespaces, writes its uid/gid maps, releases it and reads its
+ * set-up report. */
+static grpo_err
+start_child(sbx_worker *w, const sbx_spec *s, pipes *p, sbx_child *c)
+{
+    child_fds f = {p->sync[0], p->rep[1], p->in, p->out[1], p->er[1], p->ctl[1], p->st[1]};
     c->t0 = grpo_now();
     c->pid = sbx_clone(sbx_ns_clone_flags(w->iso));
     if (c->pid == 0)
         child_main(w, s, f);
-    if (c->pid < 0) {
-        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: clone");
-        goto done;
-    }
+    if (c->pid < 0)
+        return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: clone");
     c->pidfd = (int)syscall(SYS_pidfd_open, c->pid, 0);
-    close_if(&sync[0]);
-    close_if(&rep[1]);
+    close_if(&p->sync[0]);
+    close_if(&p->rep[1]);
+    grpo_err err;
     if ((w->iso & GRPO_SANDBOX_ISO_USER) && (err = sbx_ns_write_maps(c->pid)) != GRPO_OK)
-        goto done;
-    if (write(sync[1], "g", 1) != 1) {
-        err = grpo__fail_errno(GRPO_ESYS, errno, "sandbox: releasing the child");
-        goto done;
+        return err;
+    if (write(p->sync[1], "g", 1) != 1)
+        return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: releasing the child");
+    return read_report(p->rep[0]);
+}
+
+/* Hands the parent's ends to c when the start succeeded (-1 for those this kind of child does
+ * not use) and closes everything else. In a long-lived child out[1]/er[1] are `null` or fd 2. */
+static void
+settle_pipes(pipes *p, bool long_lived, bool ok, sbx_child *c)
+{
+    int *ours[] = {&p->sync[0], &p->sync[1], &p->rep[0], &p->rep[1],
+                   &p->in,      &p->st[1],   &p->ctl[1], &p->null};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        close_if(ours[i]);
+    if (!long_lived) {
+        close_if(&p->out[1]);
+        close_if(&p->er[1]);
     }
-    err = read_report(rep[0]);
-done:
+    int *kept[] = {&p->st[0], &p->ctl[0], &p->out[0], &p->er[0]};
+    int *to[] = {&c->status_fd, &c->ctl_fd, &c->out_fd, &c->err_fd};
+    for (int i = 0; i < 4; i++) {
+        if (ok) {
+            *to[i] = *kept[i];
+            *kept[i] = -1;
+        }
+        close_if(kept[i]);
+    }
+}
+
+grpo_err
+sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c)
+{
+    pipes p;
+    memset(c, 0, sizeof *c);
+    c->pid = -1;
+    c->pidfd = c->out_fd = c->err_fd = c->ctl_fd = c->status_fd = -1;
+    c->lim = s->lim;
+    grpo_err err = open_pipes(w, s, long_lived, &p);
+    if (err == GRPO_OK)
+        err = start_child(w, s, &p, c);
     if (err != GRPO_OK && c->pid > 0) {
         int st;
         kill(c->pid, SIGKILL);
@@ -350,33 +381,6 @@ done:
         c->pid = -1;
         close_if(&c->pidfd);
     }
-    close_if(&sync[0]);
-    close_if(&sync[1]);
-    close_if(&rep[0]);
-    close_if(&rep[1]);
-    close_if(&in);
-    close_if(&st[1]);
-    if (err == GRPO_OK)
-        c->status_fd = st[0];
-    else
-        close_if(&st[0]);
-    if (long_lived) {
-        close_if(&null);
-        close_if(&ctl[1]);
-        if (err == GRPO_OK)
-            c->ctl_fd = ctl[0];
-        else
-            close_if(&ctl[0]);
-    } else {
-        close_if(&out[1]);
-        close_if(&er[1]);
-        if (err == GRPO_OK) {
-            c->out_fd = out[0];
-            c->err_fd = er[0];
-        } else {
-            close_if(&out[0]);
-            close_if(&er[0]);
-        }
-    }
+    settle_pipes(&p, long_lived, err == GRPO_OK, c);
     return err;
 }

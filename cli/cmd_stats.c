@@ -430,8 +430,58 @@ write_report(const char *path, const char *db, const grpo_stats_table *t,
  * --------------------------------------------------------------------------------
  */
 
-int
-grpo_cmd_stats(int argc, char **argv)
+typedef struct stats_args {
+    const char *db, *format, *report;
+    grpo_stats_opts o;
+} stats_args;
+
+/* One option; returns 0, or CLI_USAGE with the message printed. */
+static int
+parse_opt(stats_args *a, int c, const char *v)
+{
+    static const char *const bys[] = {"step", "verifier", "prompt", "worker", "run"};
+    int64_t n;
+    switch (c) {
+    case 'd':
+        a->db = v;
+        return 0;
+    case 'b':
+        for (int i = 0; i < 5; i++)
+            if (strcmp(v, bys[i]) == 0) {
+                a->o.by = (grpo_stats_by)i;
+                return 0;
+            }
+        return cli_usage("stats", "--by: unknown grouping \"%s\"", v);
+    case 'f':
+        if (strcmp(v, "table") && strcmp(v, "csv") && strcmp(v, "json"))
+            return cli_usage("stats", "--format: unknown format \"%s\"", v);
+        a->format = v;
+        return 0;
+    case 's':
+        return parse_range(v, &a->o) != 0
+                   ? cli_usage("stats", "--step-range: \"%s\" is not A:B with A <= B", v)
+                   : 0;
+    case 'r':
+        if (parse_i64(v, &n) != 0 || n <= 0)
+            return cli_usage("stats", "--run: \"%s\" is not a positive run id", v);
+        a->o.run_id = n;
+        return 0;
+    case 'k':
+        if (parse_i64(v, &n) != 0 || n <= 0 || n > 1000000)
+            return cli_usage("stats", "--k: \"%s\" is not a positive integer", v);
+        a->o.pass_k = (int32_t)n;
+        return 0;
+    case 'o':
+        a->report = v;
+        return 0;
+    default:
+        return cli_usage("stats", "unknown or incomplete option \"%s\"", v);
+    }
+}
+
+/* Returns 0 to run, CLI_OK after --help, or CLI_USAGE. */
+static int
+parse_args(stats_args *a, int argc, char **argv)
 {
     static const struct option longopts[] = {{"db", required_argument, NULL, 'd'},
                                              {"by", required_argument, NULL, 'b'},
@@ -442,83 +492,58 @@ grpo_cmd_stats(int argc, char **argv)
                                              {"report", required_argument, NULL, 'o'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    static const char *const bys[] = {"step", "verifier", "prompt", "worker", "run"};
-    const char *db = NULL, *format = "table", *report = NULL;
-    grpo_stats_opts o = {0};
-    int c, found;
-    int64_t v;
+    *a = (stats_args){.format = "table"};
+    int c, rc;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
+        if (c == 'h') {
             fputs(usage_text, stdout);
-            return CLI_OK;
-        case 'd':
-            db = optarg;
-            break;
-        case 'b':
-            found = 0;
-            for (int i = 0; i < 5; i++)
-                if (strcmp(optarg, bys[i]) == 0)
-                    o.by = (grpo_stats_by)i, found = 1;
-            if (!found)
-                return cli_usage("stats", "--by: unknown grouping \"%s\"", optarg);
-            break;
-        case 'f':
-            if (strcmp(optarg, "table") && strcmp(optarg, "csv") && strcmp(optarg, "json"))
-                return cli_usage("stats", "--format: unknown format \"%s\"", optarg);
-            format = optarg;
-            break;
-        case 's':
-            if (parse_range(optarg, &o) != 0)
-                return cli_usage("stats", "--step-range: \"%s\" is not A:B with A <= B", optarg);
-            break;
-        case 'r':
-            if (parse_i64(optarg, &v) != 0 || v <= 0)
-                return cli_usage("stats", "--run: \"%s\" is not a positive run id", optarg);
-            o.run_id = v;
-            break;
-        case 'k':
-            if (parse_i64(optarg, &v) != 0 || v <= 0 || v > 1000000)
-                return cli_usage("stats", "--k: \"%s\" is not a positive integer", optarg);
-            o.pass_k = (int32_t)v;
-            break;
-        case 'o':
-            report = optarg;
-            break;
-        default:
-            return cli_usage("stats", "unknown or incomplete option \"%s\"", argv[optind - 1]);
+            return -1;
         }
+        if ((rc = parse_opt(a, c, c == '?' || c == ':' ? argv[optind - 1] : optarg)) != 0)
+            return rc;
     }
     if (optind < argc)
         return cli_usage("stats", "unexpected argument \"%s\"", argv[optind]);
-    if (db == NULL)
+    if (a->db == NULL)
         return cli_usage("stats", "--db FILE is required");
-    if (report && o.by != GRPO_STATS_BY_STEP)
+    if (a->report && a->o.by != GRPO_STATS_BY_STEP)
         return cli_usage("stats", "--report charts steps; leave out --by");
+    return 0;
+}
 
+/* The table for a->o, and with --report the per-run table too. */
+static grpo_err
+query(const stats_args *a, grpo_stats_table **t, grpo_stats_table **runs)
+{
     grpo_store *s = NULL;
-    grpo_stats_table *t = NULL;
-    grpo_store_opts so = {0};
-    so.read_only = 1;
-    grpo_stats_table *runs = NULL;
-    grpo_stats_opts ro = o;
+    grpo_store_opts so = {.read_only = 1};
+    grpo_stats_opts ro = a->o;
     ro.by = GRPO_STATS_BY_RUN;
-    if (grpo_store_open(&s, db, &so) != GRPO_OK || grpo_store_stats(&t, s, &o) != GRPO_OK ||
-        (report && grpo_store_stats(&runs, s, &ro) != GRPO_OK)) {
-        int rc = cli_fail("stats");
-        grpo_store_close(s);
-        grpo_stats_table_free(t);
-        return rc;
-    }
+    grpo_err err;
+    if ((err = grpo_store_open(&s, a->db, &so)) == GRPO_OK &&
+        (err = grpo_store_stats(t, s, &a->o)) == GRPO_OK && a->report)
+        err = grpo_store_stats(runs, s, &ro);
     grpo_store_close(s);
-    int rc = CLI_OK;
-    if (report)
-        rc = write_report(report, db, t, runs);
-    else if (strcmp(format, "csv") == 0)
+    return err;
+}
+
+int
+grpo_cmd_stats(int argc, char **argv)
+{
+    stats_args a;
+    int rc = parse_args(&a, argc, argv);
+    if (rc != 0)
+        return rc < 0 ? CLI_OK : rc;
+    grpo_stats_table *t = NULL, *runs = NULL;
+    if (query(&a, &t, &runs) != GRPO_OK)
+        rc = cli_fail("stats");
+    else if (a.report)
+        rc = write_report(a.report, a.db, t, runs);
+    else if (strcmp(a.format, "csv") == 0)
         print_csv(t, stdout);
-    else if (strcmp(format, "json") == 0)
+    else if (strcmp(a.format, "json") == 0)
         print_json(t, stdout);
     else
         print_table(t, stdout);

@@ -1,6 +1,7 @@
 /* The worker protocol: framed messages on a stream socket (optionally carrying one fd), and the
- * encoding of commands and result records. Decoding is bounds-checked: a short or malformed frame
- * sets the reader's bad flag instead of reading past the end. */
+ * encoding of commands and result records with the common codec (common/codec.h). Decoding is
+ * bounds-checked: a short or malformed frame sets the reader's bad flag instead of reading past
+ * the end. */
 #include "sandbox/sandbox_int.h"
 
 #include <errno.h>
@@ -8,108 +9,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#define NULL_LEN 0xffffffffu
-
-void
-sbx_put_u32(sbx_wr *w, uint32_t v)
-{
-    if (grpo__buf_append(&w->b, &v, 4) != GRPO_OK)
-        w->oom = true;
-}
-
-void
-sbx_put_u64(sbx_wr *w, uint64_t v)
-{
-    if (grpo__buf_append(&w->b, &v, 8) != GRPO_OK)
-        w->oom = true;
-}
-
-void
-sbx_put_bytes(sbx_wr *w, const void *p, size_t n)
-{
-    sbx_put_u32(w, (uint32_t)n);
-    if (n > 0 && grpo__buf_append(&w->b, p, n) != GRPO_OK)
-        w->oom = true;
-}
-
-void
-sbx_put_str(sbx_wr *w, const char *s)
-{
-    if (s == NULL)
-        sbx_put_u32(w, NULL_LEN);
-    else
-        sbx_put_bytes(w, s, strlen(s));
-}
-
-uint32_t
-sbx_get_u32(sbx_rd *r)
-{
-    uint32_t v = 0;
-    if (r->bad || r->n - r->off < 4) {
-        r->bad = true;
-        return 0;
-    }
-    memcpy(&v, r->p + r->off, 4);
-    r->off += 4;
-    return v;
-}
-
-uint64_t
-sbx_get_u64(sbx_rd *r)
-{
-    uint64_t v = 0;
-    if (r->bad || r->n - r->off < 8) {
-        r->bad = true;
-        return 0;
-    }
-    memcpy(&v, r->p + r->off, 8);
-    r->off += 8;
-    return v;
-}
-
-const char *
-sbx_get_bytes(sbx_rd *r, size_t *n)
-{
-    uint32_t len = sbx_get_u32(r);
-    const char *p;
-    *n = 0;
-    if (r->bad || len == NULL_LEN)
-        return NULL;
-    if (r->n - r->off < len) {
-        r->bad = true;
-        return NULL;
-    }
-    p = r->p + r->off;
-    r->off += len;
-    *n = len;
-    return p;
-}
-
-char *
-sbx_get_str(sbx_rd *r)
-{
-    size_t n = 0;
-    const char *p;
-    char *s;
-    size_t save = r->off;
-    uint32_t len = sbx_get_u32(r);
-    if (r->bad || len == NULL_LEN)
-        return NULL;
-    r->off = save;
-    p = sbx_get_bytes(r, &n);
-    if (r->bad)
-        return NULL;
-    s = malloc(n + 1);
-    if (s == NULL) {
-        r->bad = true;
-        return NULL;
-    }
-    if (n > 0)
-        memcpy(s, p, n);
-    s[n] = '\0';
-    return s;
-}
 
 grpo_err
 sbx_write_all(int fd, const void *p, size_t n)
@@ -243,7 +142,7 @@ put_strv(sbx_wr *w, const char *const *v)
 {
     uint32_t n = 0;
     if (v == NULL) {
-        sbx_put_u32(w, NULL_LEN);
+        sbx_put_u32(w, GRPO_CODEC_NULL);
         return;
     }
     while (v[n] != NULL)
@@ -258,9 +157,9 @@ get_strv(sbx_rd *r)
 {
     uint32_t n = sbx_get_u32(r);
     char **v;
-    if (r->bad || n == NULL_LEN)
+    if (r->bad || n == GRPO_CODEC_NULL)
         return NULL;
-    if (n > SBX_MAX_ARGS || n > r->n) {
+    if (n > SBX_MAX_ARGS || n > r->len) {
         r->bad = true;
         return NULL;
     }
@@ -369,7 +268,7 @@ sbx_spec_decode(sbx_rd *r, sbx_spec *s)
         r->bad = true;
     s->stdin_len = n;
     s->n_files = (int)sbx_get_u32(r);
-    if (r->bad || s->n_files < 0 || (size_t)s->n_files > r->n)
+    if (r->bad || s->n_files < 0 || (size_t)s->n_files > r->len)
         goto bad;
     s->file_names = calloc((size_t)s->n_files + 1, sizeof(char *));
     s->file_data = calloc((size_t)s->n_files + 1, sizeof(char *));
@@ -386,7 +285,7 @@ sbx_spec_decode(sbx_rd *r, sbx_spec *s)
         s->file_modes[i] = sbx_get_u32(r);
     }
     s->n_binds = (int)sbx_get_u32(r);
-    if (r->bad || s->n_binds < 0 || (size_t)s->n_binds > r->n)
+    if (r->bad || s->n_binds < 0 || (size_t)s->n_binds > r->len)
         goto bad;
     s->bind_src = calloc((size_t)s->n_binds + 1, sizeof(char *));
     s->bind_dst = calloc((size_t)s->n_binds + 1, sizeof(char *));

@@ -4,6 +4,7 @@
 #ifndef GRPO_SANDBOX_INT_H
 #define GRPO_SANDBOX_INT_H
 
+#include "common/codec.h"
 #include "common/common_int.h"
 #include "grpo/sandbox.h"
 #include <linux/filter.h>
@@ -25,25 +26,18 @@
 #define SBX_HOST_UID_ROOT 1999999 /* host uid/gid sandboxes run as when we are root */
 #define SBX_MAX_ARGS 4096
 
-/* ---- proto.c: a bounded little-endian encoder/decoder and framed socket I/O. */
-typedef struct sbx_wr {
-    grpo_buf b;
-    bool oom;
-} sbx_wr;
-void sbx_put_u32(sbx_wr *w, uint32_t v);
-void sbx_put_u64(sbx_wr *w, uint64_t v);
-void sbx_put_bytes(sbx_wr *w, const void *p, size_t n);
-void sbx_put_str(sbx_wr *w, const char *s); /* NULL is kept as NULL */
-
-typedef struct sbx_rd {
-    const char *p;
-    size_t n, off;
-    bool bad;
-} sbx_rd;
-uint32_t sbx_get_u32(sbx_rd *r);
-uint64_t sbx_get_u64(sbx_rd *r);
-const char *sbx_get_bytes(sbx_rd *r, size_t *n); /* pointer into the frame */
-char *sbx_get_str(sbx_rd *r);                    /* malloc'd; NULL stays NULL */
+/* ---- proto.c: framed socket I/O; frame payloads use the common codec (common/codec.h), under
+ * the names the sandbox's files have always used. */
+typedef grpo_wr sbx_wr;
+typedef grpo_rd sbx_rd; /* sbx_rd r = {payload, n, 0, false} */
+#define sbx_put_u32 grpo__put_u32
+#define sbx_put_u64 grpo__put_u64
+#define sbx_put_bytes grpo__put_bytes /* always a length (0 for NULL) */
+#define sbx_put_str grpo__put_str     /* NULL is kept as NULL */
+#define sbx_get_u32 grpo__get_u32
+#define sbx_get_u64 grpo__get_u64
+#define sbx_get_bytes grpo__get_bytes           /* pointer into the frame */
+#define sbx_get_str(r) grpo__get_str((r), NULL) /* malloc'd; NULL stays NULL */
 
 /* Frames on a stream socket: u32 code, u32 length, payload; optionally one fd (SCM_RIGHTS). */
 grpo_err sbx_send(int fd, uint32_t code, const void *p, size_t n, int pass_fd);

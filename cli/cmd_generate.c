@@ -146,99 +146,128 @@ parse_args(int argc, char **argv, opts *o)
     return CLI_OK;
 }
 
+/* One generation: the KV pool and sequence, the logits row, the --logits-out file and the
+ * incremental detokenizer (with a tokenizer; else token ids are printed). */
+typedef struct gen {
+    const opts *o;
+    grpo_model *m;
+    const grpo_model_config *c;
+    const grpo_tokenizer *tk;
+    grpo_kv *kv;
+    float *lg; /* (V) */
+    FILE *lf;
+    grpo_detok dt;
+    int32_t seq;
+} gen;
+
+/* Sets g up for np prompt tokens; returns CLI_OK or the exit code with the message printed. */
 static int
-run(const opts *o, grpo_model *m, const grpo_tokenizer *tk, const int32_t *prompt, int np)
+gen_open(gen *g, int np)
 {
-    const grpo_model_config *c = grpo_model_get_config(m);
-    int V = c->vocab_size;
-    if ((long)np + o->max_new > (long)c->max_position_embeddings)
+    const grpo_model_config *c = g->c;
+    if ((long)np + g->o->max_new > (long)c->max_position_embeddings)
         return cli_usage("generate",
                          "%d prompt tokens + --max-new-tokens %ld exceed the model's "
                          "max_position_embeddings (%d)",
-                         np, o->max_new, (int)c->max_position_embeddings);
-    int total = np + (int)o->max_new;
-    grpo_kv *kv = NULL;
+                         np, g->o->max_new, (int)c->max_position_embeddings);
     size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
                   (c->kv_lora_rank + c->qk_rope_head_dim) * sizeof(float);
-    size_t pages = (size_t)total / GRPO_KV_PAGE + 2;
-    if (grpo_kv_create(&kv, c, pages * page) != GRPO_OK)
+    size_t pages = (size_t)(np + g->o->max_new) / GRPO_KV_PAGE + 2;
+    if (grpo_kv_create(&g->kv, c, pages * page) != GRPO_OK)
         return cli_fail("generate");
-    float *lg = malloc((size_t)V * sizeof *lg);
-    FILE *lf = o->logits_out ? fopen(o->logits_out, "wb") : NULL;
-    int rc = CLI_OK;
-    int32_t seq, tok;
-    grpo_sampling sp = {(float)o->temperature, (float)o->top_p, 0, 0.0f};
-    grpo_detok dt;
-    if (tk != NULL)
-        grpo_detok_init(&dt, tk, 0);
-    if (o->logits_out && lf == NULL) {
-        fprintf(stderr, "grpo generate: %s: cannot open for writing: %s\n", o->logits_out,
+    if (g->tk != NULL)
+        grpo_detok_init(&g->dt, g->tk, 0);
+    if (g->o->logits_out && (g->lf = fopen(g->o->logits_out, "wb")) == NULL) {
+        fprintf(stderr, "grpo generate: %s: cannot open for writing: %s\n", g->o->logits_out,
                 strerror(errno));
-        rc = CLI_FAIL;
-        goto done;
+        return CLI_FAIL;
     }
-    if (lg == NULL || grpo_kv_seq_new(kv, &seq) != GRPO_OK) {
+    if ((g->lg = malloc((size_t)c->vocab_size * sizeof *g->lg)) == NULL ||
+        grpo_kv_seq_new(g->kv, &g->seq) != GRPO_OK) {
         fprintf(stderr, "grpo generate: cannot set up (out of memory)\n");
-        rc = CLI_FAIL;
-        goto done;
+        return CLI_FAIL;
     }
-    double t0 = grpo_now(), t1 = t0;
-    grpo_fwd_item it = {seq, 0, np, prompt};
-    long steps = 0; /* decode forwards after the prefill */
-    for (long i = 0; i < o->max_new; i++, steps = i - 1) {
-        if (grpo_model_forward(m, kv, &it, 1, lg) != GRPO_OK) {
-            rc = cli_fail("generate");
-            goto done;
-        }
-        if (i == 0)
-            t1 = grpo_now();
-        if (lf != NULL && fwrite(lg, sizeof *lg, (size_t)V, lf) != (size_t)V) {
+    return CLI_OK;
+}
+
+static void
+emit(gen *g, long i, int32_t tok)
+{
+    if (g->tk != NULL) {
+        const char *txt;
+        size_t tl;
+        if (grpo_detok_feed(&g->dt, tok, &txt, &tl) == GRPO_OK)
+            fwrite(txt, 1, tl, stdout);
+    } else {
+        printf("%s%d", i ? " " : "", tok);
+    }
+    fflush(stdout);
+}
+
+/* Prefill, then sample and decode token by token; *forwards counts the forwards run; t[0] is
+ * when the prefill began and t[1] when it ended. */
+static int
+decode(gen *g, const int32_t *prompt, int np, long *forwards, double t[2])
+{
+    const opts *o = g->o;
+    int V = g->c->vocab_size;
+    grpo_sampling sp = {(float)o->temperature, (float)o->top_p, 0, 0.0f};
+    int32_t tok;
+    grpo_fwd_item it = {g->seq, 0, np, prompt};
+    t[0] = t[1] = grpo_now();
+    for (long i = 0; i < o->max_new; i++) {
+        if (grpo_model_forward(g->m, g->kv, &it, 1, g->lg) != GRPO_OK)
+            return cli_fail("generate");
+        if (++*forwards == 1)
+            t[1] = grpo_now();
+        if (g->lf != NULL && fwrite(g->lg, sizeof *g->lg, (size_t)V, g->lf) != (size_t)V) {
             fprintf(stderr, "grpo generate: %s: write failed after %ld steps: %s\n", o->logits_out,
                     i, strerror(errno));
-            rc = CLI_FAIL;
-            goto done;
+            return CLI_FAIL;
         }
         grpo_rng_key key = {o->seed, 0, 0, (uint32_t)i};
-        tok = grpo_sample(lg, V, &sp, key, NULL, NULL);
-        if (tok < 0) {
-            rc = cli_fail("generate");
-            goto done;
-        }
-        if (tk != NULL) {
-            const char *txt;
-            size_t tl;
-            if (grpo_detok_feed(&dt, tok, &txt, &tl) == GRPO_OK)
-                fwrite(txt, 1, tl, stdout);
-        } else {
-            printf("%s%d", i ? " " : "", tok);
-        }
-        fflush(stdout);
-        if (o->eos_stop && tok == c->eos_token_id)
+        if ((tok = grpo_sample(g->lg, V, &sp, key, NULL, NULL)) < 0)
+            return cli_fail("generate");
+        emit(g, i, tok);
+        if (o->eos_stop && tok == g->c->eos_token_id)
             break;
         it.pos0 += it.n;
         it.n = 1;
         it.tokens = &tok;
     }
-    if (tk != NULL) {
-        const char *txt;
-        size_t tl;
-        grpo_detok_fini(&dt, &txt, &tl);
-        fwrite(txt, 1, tl, stdout);
+    return CLI_OK;
+}
+
+static int
+run(const opts *o, grpo_model *m, const grpo_tokenizer *tk, const int32_t *prompt, int np)
+{
+    gen g = {.o = o, .m = m, .c = grpo_model_get_config(m), .tk = tk};
+    long forwards = 0;
+    double t[2] = {0, 0};
+    int rc = gen_open(&g, np);
+    if (rc == CLI_OK)
+        rc = decode(&g, prompt, np, &forwards, t);
+    if (g.kv != NULL && tk != NULL) { /* the detokenizer was set up: flush or drop its tail */
+        const char *txt = NULL;
+        size_t tl = 0;
+        grpo_detok_fini(&g.dt, rc == CLI_OK ? &txt : NULL, rc == CLI_OK ? &tl : NULL);
+        if (txt != NULL)
+            fwrite(txt, 1, tl, stdout);
     }
-    printf("\n");
-    fflush(stdout);
-    double t2 = grpo_now();
-    fprintf(stderr, "prefill %d tokens in %.3f s; %ld decode steps in %.3f s (%.2f tok/s)\n", np,
-            t1 - t0, steps, t2 - t1, t2 > t1 ? (double)steps / (t2 - t1) : 0.0);
-done:
-    if (tk != NULL && rc != CLI_OK)
-        grpo_detok_fini(&dt, NULL, NULL);
-    if (lf != NULL && fclose(lf) != 0 && rc == CLI_OK) {
+    if (rc == CLI_OK) {
+        printf("\n");
+        fflush(stdout);
+        double t2 = grpo_now();
+        long steps = forwards > 0 ? forwards - 1 : 0; /* decode forwards after the prefill */
+        fprintf(stderr, "prefill %d tokens in %.3f s; %ld decode steps in %.3f s (%.2f tok/s)\n",
+                np, t[1] - t[0], steps, t2 - t[1], t2 > t[1] ? (double)steps / (t2 - t[1]) : 0.0);
+    }
+    if (g.lf != NULL && fclose(g.lf) != 0 && rc == CLI_OK) {
         fprintf(stderr, "grpo generate: %s: write failed: %s\n", o->logits_out, strerror(errno));
         rc = CLI_FAIL;
     }
-    free(lg);
-    grpo_kv_destroy(kv);
+    free(g.lg);
+    grpo_kv_destroy(g.kv);
     return rc;
 }
 

@@ -11,6 +11,7 @@
  * Per-call deadline: $GRPO_PLUGIN_TIMEOUT_MS (default 10000); worker address-space limit:
  * $GRPO_PLUGIN_MEMORY_MB (default 1024; not applied in ASan builds, see sandbox/rlimits.c). */
 #include "verifiers/code/code_int.h"
+#include "common/codec.h"
 #include "sandbox/sandbox_int.h"
 
 #include <dlfcn.h>
@@ -25,7 +26,7 @@
 #include <unistd.h>
 
 #define MAX_SANDBOXED 16
-#define NULL_LEN 0xffffffffu
+#define NO_STATE 0xffffffffu /* the state id an init that failed replies */
 #define MIN_STRUCT_SIZE (offsetof(grpo_verifier_api, fini) + sizeof(void (*)(void *)))
 
 enum { OP_INIT = 1, OP_SCORE = 2, OP_FINI = 3 };
@@ -56,64 +57,7 @@ typedef struct pstate {
 
 /* ---------------------------------------------------------------- framing (both sides) */
 
-/* The sandbox worker protocol's bounded little-endian encoder/decoder and blocking I/O
- * (sandbox/proto.c) serve the plugin messages too; these wrappers keep the plugin's shapes. */
-typedef sbx_wr msg;
-typedef sbx_rd rd;
-
-static void
-put_u32(msg *m, uint32_t v)
-{
-    sbx_put_u32(m, v);
-}
-
-static void
-put_f64(msg *m, double v)
-{
-    uint64_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    sbx_put_u64(m, bits);
-}
-
-/* n bytes of s (which may hold NULs), or the NULL marker */
-static void
-put_str(msg *m, const char *s, size_t n)
-{
-    if (s == NULL)
-        sbx_put_u32(m, NULL_LEN);
-    else
-        sbx_put_bytes(m, s, n);
-}
-
-static uint32_t
-get_u32(rd *r)
-{
-    return sbx_get_u32(r);
-}
-
-/* malloc'd NUL-terminated copy (NULL stays NULL); *len gets the byte count. */
-static char *
-get_str(rd *r, size_t *len)
-{
-    size_t save = r->off, n = 0;
-    if (len)
-        *len = 0;
-    if (get_u32(r) == NULL_LEN || r->bad)
-        return NULL;
-    r->off = save;
-    const char *p = sbx_get_bytes(r, &n);
-    char *s = r->bad ? NULL : malloc(n + 1);
-    if (s == NULL) {
-        r->bad = true;
-        return NULL;
-    }
-    if (n > 0)
-        memcpy(s, p, n);
-    s[n] = '\0';
-    if (len)
-        *len = n;
-    return s;
-}
+/* A message is a u32 length and a payload written with the common codec (common/codec.h). */
 
 static int
 write_all(int fd, const void *p, size_t n)
@@ -128,7 +72,7 @@ read_all(int fd, void *p, size_t n)
 }
 
 static int
-send_msg(int fd, const msg *m)
+send_msg(int fd, const grpo_wr *m)
 {
     uint32_t n = (uint32_t)m->b.len;
     if (m->oom || write_all(fd, &n, 4) != 0)
@@ -211,35 +155,35 @@ open_plugin(const char *path, void **dl, const grpo_verifier_api **api)
 #define WORKER_PATH "/plugin/plugin.so"
 
 static void
-serve_init(const grpo_verifier_api *a, rd *r, msg *out, void **states, uint32_t *n_states)
+serve_init(const grpo_verifier_api *a, grpo_rd *r, grpo_wr *out, void **states, uint32_t *n_states)
 {
-    char *cfg = get_str(r, NULL), *err = NULL;
+    char *cfg = grpo__get_str(r, NULL), *err = NULL;
     void *st = NULL;
     int rc = r->bad ? -1 : a->init(cfg, &st, &err);
-    put_u32(out, (uint32_t)rc);
+    grpo__put_i32(out, rc);
     if (rc == 0 && *n_states < 4096) {
         states[*n_states] = st;
-        put_u32(out, (*n_states)++);
+        grpo__put_u32(out, (*n_states)++);
     } else {
-        put_u32(out, NULL_LEN);
+        grpo__put_u32(out, NO_STATE);
     }
-    put_str(out, err, err ? strlen(err) : 0);
+    grpo__put_str(out, err);
     free(err);
     free(cfg);
 }
 
 static void
-serve_score(const grpo_verifier_api *a, rd *r, msg *out, void **states, uint32_t n_states)
+serve_score(const grpo_verifier_api *a, grpo_rd *r, grpo_wr *out, void **states, uint32_t n_states)
 {
     grpo_verifier_sample s;
     grpo_verdict v;
-    uint32_t id = get_u32(r);
+    uint32_t id = grpo__get_u32(r);
     char *f[7];
     size_t clen = 0;
     memset(&s, 0, sizeof s);
     memset(&v, 0, sizeof v);
     for (int i = 0; i < 7; i++)
-        f[i] = get_str(r, i == 2 ? &clen : NULL);
+        f[i] = grpo__get_str(r, i == 2 ? &clen : NULL);
     s.task = f[0];
     s.prompt = f[1];
     s.completion = f[2];
@@ -248,17 +192,17 @@ serve_score(const grpo_verifier_api *a, rd *r, msg *out, void **states, uint32_t
     s.tests_json = f[4];
     s.language = f[5];
     s.extra_json = f[6];
-    s.prompt_opens_think = (int32_t)get_u32(r);
-    s.n_tokens = (int32_t)get_u32(r);
-    s.max_tokens = (int32_t)get_u32(r);
-    s.truncated = (int32_t)get_u32(r);
+    s.prompt_opens_think = grpo__get_i32(r);
+    s.n_tokens = grpo__get_i32(r);
+    s.max_tokens = grpo__get_i32(r);
+    s.truncated = grpo__get_i32(r);
     int rc = (r->bad || id >= n_states) ? -1 : a->score(states[id], &s, &v);
-    put_u32(out, (uint32_t)rc);
-    put_u32(out, (uint32_t)v.kind);
-    put_f64(out, v.score);
+    grpo__put_i32(out, rc);
+    grpo__put_u32(out, (uint32_t)v.kind);
+    grpo__put_f64(out, v.score);
     v.label[sizeof v.label - 1] = '\0';
-    put_str(out, v.label, strlen(v.label));
-    put_str(out, v.details_json, v.details_json ? strlen(v.details_json) : 0);
+    grpo__put_str(out, v.label);
+    grpo__put_str(out, v.details_json);
     free(v.details_json);
     for (int i = 0; i < 7; i++)
         free(f[i]);
@@ -271,42 +215,42 @@ plugin_worker(const void *arg, size_t arg_len, int ctl)
     void *dl, *states[4096];
     uint32_t n_states = 0;
     const grpo_verifier_api *a;
-    msg hello = {0};
+    grpo_wr hello = {0};
     (void)arg;
     (void)arg_len;
     grpo_err err = open_plugin(WORKER_PATH, &dl, &a);
-    put_u32(&hello, (uint32_t)(int32_t)err);
+    grpo__put_i32(&hello, (int32_t)err);
     if (err != GRPO_OK) {
         const char *m = grpo_error_last();
-        put_str(&hello, m, strlen(m));
+        grpo__put_str(&hello, m);
         send_msg(ctl, &hello);
         return 1;
     }
-    put_str(&hello, a->name, strlen(a->name));
-    put_str(&hello, a->version, strlen(a->version));
-    put_u32(&hello, a->abi_minor);
+    grpo__put_str(&hello, a->name);
+    grpo__put_str(&hello, a->version);
+    grpo__put_u32(&hello, a->abi_minor);
     if (send_msg(ctl, &hello) != 0)
         return 1;
     grpo__buf_fini(&hello.b);
     for (;;) {
         char *p;
         size_t n;
-        msg out = {0};
+        grpo_wr out = {0};
         if (recv_msg(ctl, -1, &p, &n) != 0)
             return 0;
-        rd r = {p, n, 0, false};
-        uint32_t op = get_u32(&r);
+        grpo_rd r = {p, n, 0, false};
+        uint32_t op = grpo__get_u32(&r);
         if (op == OP_INIT)
             serve_init(a, &r, &out, states, &n_states);
         else if (op == OP_SCORE)
             serve_score(a, &r, &out, states, n_states);
         else if (op == OP_FINI) {
-            uint32_t id = get_u32(&r);
+            uint32_t id = grpo__get_u32(&r);
             if (!r.bad && id < n_states && states[id]) {
                 a->fini(states[id]);
                 states[id] = NULL;
             }
-            put_u32(&out, 0);
+            grpo__put_u32(&out, 0);
         }
         free(p);
         if (send_msg(ctl, &out) != 0)
@@ -369,9 +313,9 @@ worker_start(grpo_plugin *p)
         grpo_sandbox_result_fini(&res);
         return err;
     }
-    rd r = {hello, n, 0, false};
-    int32_t code = (int32_t)get_u32(&r);
-    char *a = get_str(&r, NULL), *v = code == 0 ? get_str(&r, NULL) : NULL;
+    grpo_rd r = {hello, n, 0, false};
+    int32_t code = grpo__get_i32(&r);
+    char *a = grpo__get_str(&r, NULL), *v = code == 0 ? grpo__get_str(&r, NULL) : NULL;
     if (code != 0) {
         err = grpo__fail((grpo_err)code, "%s", a ? a : "plugin: load failed");
         worker_stop(p, NULL);
@@ -381,7 +325,7 @@ worker_start(grpo_plugin *p)
     } else {
         snprintf(p->name, sizeof p->name, "%s", a);
         snprintf(p->version, sizeof p->version, "%s", v);
-        p->proxy.abi_minor = get_u32(&r);
+        p->proxy.abi_minor = grpo__get_u32(&r);
         p->generation++;
         err = GRPO_OK;
     }
@@ -394,7 +338,7 @@ worker_start(grpo_plugin *p)
 /* One request/response with the worker under the deadline. On a hang or a crash the worker is
  * stopped and *what says which; *res gets its result record. Returns 0 or -1. */
 static int
-roundtrip(grpo_plugin *p, const msg *req, char **out, size_t *n, const char **what,
+roundtrip(grpo_plugin *p, const grpo_wr *req, char **out, size_t *n, const char **what,
           grpo_sandbox_result *res)
 {
     int rc;
@@ -425,13 +369,13 @@ roundtrip(grpo_plugin *p, const msg *req, char **out, size_t *n, const char **wh
 static int
 remote_init(grpo_plugin *p, pstate *ps, char **err_out)
 {
-    msg m = {0};
+    grpo_wr m = {0};
     char *out = NULL;
     size_t n;
     const char *what;
     grpo_sandbox_result res;
-    put_u32(&m, OP_INIT);
-    put_str(&m, ps->config, ps->config ? strlen(ps->config) : 0);
+    grpo__put_u32(&m, OP_INIT);
+    grpo__put_str(&m, ps->config);
     int rc = roundtrip(p, &m, &out, &n, &what, &res);
     grpo__buf_fini(&m.b);
     if (rc != 0) {
@@ -445,12 +389,12 @@ remote_init(grpo_plugin *p, pstate *ps, char **err_out)
             *err_out = strdup(buf);
         return GRPO_ESYS;
     }
-    rd r = {out, n, 0, false};
-    int32_t code = (int32_t)get_u32(&r);
-    uint32_t id = get_u32(&r);
-    char *e = get_str(&r, NULL);
+    grpo_rd r = {out, n, 0, false};
+    int32_t code = grpo__get_i32(&r);
+    uint32_t id = grpo__get_u32(&r);
+    char *e = grpo__get_str(&r, NULL);
     free(out);
-    if (r.bad || code != 0 || id == NULL_LEN) {
+    if (r.bad || code != 0 || id == NO_STATE) {
         if (err_out)
             *err_out = e ? e : strdup("plugin init failed");
         else
@@ -510,18 +454,18 @@ error_verdict(grpo_verdict *v, const char *what, const grpo_sandbox_result *res,
 }
 
 static void
-put_sample(msg *m, uint32_t id, const grpo_verifier_sample *s)
+put_sample(grpo_wr *m, uint32_t id, const grpo_verifier_sample *s)
 {
     const char *f[7] = {s->task,       s->prompt,   s->completion, s->answer,
                         s->tests_json, s->language, s->extra_json};
-    put_u32(m, OP_SCORE);
-    put_u32(m, id);
+    grpo__put_u32(m, OP_SCORE);
+    grpo__put_u32(m, id);
     for (int i = 0; i < 7; i++)
-        put_str(m, f[i], i == 2 ? s->completion_len : (f[i] ? strlen(f[i]) : 0));
-    put_u32(m, (uint32_t)s->prompt_opens_think);
-    put_u32(m, (uint32_t)s->n_tokens);
-    put_u32(m, (uint32_t)s->max_tokens);
-    put_u32(m, (uint32_t)s->truncated);
+        grpo__put_strn(m, f[i], i == 2 ? s->completion_len : (f[i] ? strlen(f[i]) : 0));
+    grpo__put_i32(m, s->prompt_opens_think);
+    grpo__put_i32(m, s->n_tokens);
+    grpo__put_i32(m, s->max_tokens);
+    grpo__put_i32(m, s->truncated);
 }
 
 static int
@@ -529,7 +473,7 @@ proxy_score(void *state, const grpo_verifier_sample *s, grpo_verdict *v)
 {
     pstate *ps = state;
     grpo_plugin *p = ps->p;
-    msg m = {0};
+    grpo_wr m = {0};
     char *out = NULL, *label = NULL;
     size_t n;
     const char *what = NULL;
@@ -554,17 +498,16 @@ proxy_score(void *state, const grpo_verifier_sample *s, grpo_verdict *v)
     put_sample(&m, ps->id, s);
     if (roundtrip(p, &m, &out, &n, &what, &res) != 0)
         goto verdict;
-    rd r = {out, n, 0, false};
-    rc = (int32_t)get_u32(&r);
-    uint32_t kind = get_u32(&r);
-    uint64_t score = sbx_get_u64(&r);
+    grpo_rd r = {out, n, 0, false};
+    rc = grpo__get_i32(&r);
+    uint32_t kind = grpo__get_u32(&r);
+    v->score = grpo__get_f64(&r);
     /* a verdict kind the host does not know (the store refuses it) is a bad reply */
     if (kind > GRPO_VERDICT_ERROR)
         r.bad = true;
     v->kind = r.bad ? GRPO_VERDICT_ERROR : (grpo_verdict_kind)kind;
-    memcpy(&v->score, &score, sizeof v->score);
-    label = get_str(&r, NULL);
-    v->details_json = get_str(&r, NULL);
+    label = grpo__get_str(&r, NULL);
+    v->details_json = grpo__get_str(&r, NULL);
     if (label)
         snprintf(v->label, sizeof v->label, "%s", label);
     if (r.bad) {
@@ -592,13 +535,13 @@ proxy_fini(void *state)
     grpo_plugin *p = ps->p;
     pthread_mutex_lock(&p->mu);
     if (p->proc && ps->generation == p->generation) {
-        msg m = {0};
+        grpo_wr m = {0};
         char *out = NULL;
         size_t n;
         const char *what;
         grpo_sandbox_result res;
-        put_u32(&m, OP_FINI);
-        put_u32(&m, ps->id);
+        grpo__put_u32(&m, OP_FINI);
+        grpo__put_u32(&m, ps->id);
         if (roundtrip(p, &m, &out, &n, &what, &res) != 0)
             grpo_sandbox_result_fini(&res);
         free(out);

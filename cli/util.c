@@ -67,26 +67,12 @@ cli_parse_size(const char *s, uint64_t *out)
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0 || end == s || s[0] == '-')
         return -1;
+    static const char units[] = "KMGT"; /* powers of 1024 */
     uint64_t mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        mul = 1ull << 10;
+    const char *unit = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (unit != NULL) {
+        mul = 1ull << (10 * (unit - units + 1));
         end++;
-        break;
-    case 'M':
-        mul = 1ull << 20;
-        end++;
-        break;
-    case 'G':
-        mul = 1ull << 30;
-        end++;
-        break;
-    case 'T':
-        mul = 1ull << 40;
-        end++;
-        break;
-    default:
-        break;
     }
     if (*end == 'B' || *end == 'b')
         end++;

@@ -38,7 +38,8 @@ static bool
 has_type(cJSON *row, const char *t)
 {
     cJSON *m = cJSON_GetObjectItem(row, "match_types"), *it;
-    cJSON_ArrayForEach(it, m) if (cJSON_IsString(it) && strcmp(it->valuestring, t) == 0) return true;
+    cJSON_ArrayForEach(it,
+                       m) if (cJSON_IsString(it) && strcmp(it->valuestring, t) == 0) return true;
     return false;
 }
 
@@ -62,10 +63,12 @@ test_mv_suite(void **state)
         bool latex = has_type(row, "latex"), expr = has_type(row, "expr");
         o.gold_x.latex = o.pred_x.latex = latex;
         o.gold_x.last_number = o.pred_x.last_number = expr;
-        o.gold_x.boxed_first = o.pred_x.boxed_first = !cJSON_IsTrue(cJSON_GetObjectItem(row, "default_parse"));
+        o.gold_x.boxed_first = o.pred_x.boxed_first =
+            !cJSON_IsTrue(cJSON_GetObjectItem(row, "default_parse"));
         o.cmp.precision = cJSON_GetObjectItem(row, "precision")->valueint;
         o.cmp.strict = cJSON_IsTrue(cJSON_GetObjectItem(row, "strict"));
-        o.cmp.allow_set_relation = cJSON_IsTrue(cJSON_GetObjectItem(row, "allow_set_relation_comp"));
+        o.cmp.allow_set_relation =
+            cJSON_IsTrue(cJSON_GetObjectItem(row, "allow_set_relation_comp"));
         o.gold_whole = false; /* math-verify parses gold through extraction only */
         char detail[512];
         mverdict v = mgrade(gold, strlen(gold), pred, strlen(pred), &o, detail, sizeof detail);
@@ -75,12 +78,13 @@ test_mv_suite(void **state)
         agree_mv += ours == mv;
         if (ours != expected && verbose)
             printf("DISAGREE %s expected=%d ours=%d (%s)\n  gold=%s\n  pred=%s\n  %s\n",
-                   cJSON_GetObjectItem(row, "test")->valuestring, expected, ours,
-                   mverdict_label(v), gold, pred, detail);
+                   cJSON_GetObjectItem(row, "test")->valuestring, expected, ours, mverdict_label(v),
+                   gold, pred, detail);
         cJSON_Delete(row);
     }
     printf("math-verify suite: %d cases, agree with the suite on %d (%.1f%%), with installed "
-           "math-verify on %d\n", n, agree, 100.0 * agree / n, agree_mv);
+           "math-verify on %d\n",
+           n, agree, 100.0 * agree / n, agree_mv);
     assert_true(n >= 250);
     assert_true(agree * 100 >= 97 * n);
     free(text);
@@ -119,7 +123,8 @@ test_r1_pairs(void **state)
         cJSON_Delete(row);
     }
     printf("r1 pairs: %d, agree with math-verify on %d (%.1f%%), with the generator's intent on "
-           "%d (%.1f%%)\n", n, agree, 100.0 * agree / n, intent_ok, 100.0 * intent_ok / n);
+           "%d (%.1f%%)\n",
+           n, agree, 100.0 * agree / n, intent_ok, 100.0 * intent_ok / n);
     assert_true(n >= 2000);
     assert_true(agree * 100 >= 95 * n);
     free(text);

@@ -1,9 +1,9 @@
 /* Gold vs prediction equivalence. Exact rationals with GMP when both sides are exact; numbers with
- * a rounding tolerance (exact when the gold is an integer); expressions with variables by evaluation
- * at seeded random points with MPFR (domain-aware: points where a side is undefined are skipped);
- * sets order-insensitive, tuples ordered, intervals with their ends; relations up to sides and
- * scaling. Overflowing values (10^{10^{10}}) fall back to structural comparison, never to "inf ==
- * inf". */
+ * a rounding tolerance (exact when the gold is an integer); expressions with variables by
+ * evaluation at seeded random points with MPFR (domain-aware: points where a side is undefined are
+ * skipped); sets order-insensitive, tuples ordered, intervals with their ends; relations up to
+ * sides and scaling. Overflowing values (10^{10^{10}}) fall back to structural comparison, never to
+ * "inf == inf". */
 #include "verifiers/math/math_int.h"
 
 #include <gmp.h>
@@ -413,10 +413,10 @@ n_func(nctx *n, const mnode *e, mpfr_t out, int depth)
     const char *f = e->str;
     if (e->n == 0)
         return false;
-    static const char *const known[] = {"sqrt", "root", "sin", "cos", "tan", "sec", "csc", "cot",
-                                        "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
-                                        "ln", "log", "exp", "abs", "floor", "ceil", "binom",
-                                        "max", "min", NULL};
+    static const char *const known[] = {"sqrt",  "root", "sin",    "cos",    "tan",    "sec",
+                                        "csc",   "cot",  "arcsin", "arccos", "arctan", "sinh",
+                                        "cosh",  "tanh", "ln",     "log",    "exp",    "abs",
+                                        "floor", "ceil", "binom",  "max",    "min",    NULL};
     bool is_known = false;
     for (int k = 0; known[k]; k++)
         is_known |= strcmp(known[k], f) == 0;
@@ -431,8 +431,9 @@ n_func(nctx *n, const mnode *e, mpfr_t out, int depth)
         goto done;
     /* trig of a huge argument needs argument reduction at the argument's size in bits: treat it
      * as not evaluable instead of spending minutes on it */
-    if (f[0] != 'a' && (strcmp(f, "sin") == 0 || strcmp(f, "cos") == 0 || strcmp(f, "tan") == 0 ||
-                        strcmp(f, "sec") == 0 || strcmp(f, "csc") == 0 || strcmp(f, "cot") == 0) &&
+    if (f[0] != 'a' &&
+        (strcmp(f, "sin") == 0 || strcmp(f, "cos") == 0 || strcmp(f, "tan") == 0 ||
+         strcmp(f, "sec") == 0 || strcmp(f, "csc") == 0 || strcmp(f, "cot") == 0) &&
         mpfr_number_p(a) && mpfr_get_exp(a) > 64) {
         mpfr_set_nan(out);
         goto done;
@@ -784,7 +785,8 @@ value_eq(cctx *c, const mnode *g, unsigned gm, const mnode *p, unsigned pm)
             continue; /* outside a side's domain: try another point */
         if (mpfr_inf_p(a) || mpfr_inf_p(b)) {
             if (nv == 0) {
-                res = (mpfr_inf_p(a) && mpfr_inf_p(b) && mpfr_sgn(a) == mpfr_sgn(b)) ? MC_EQ : MC_NE;
+                res =
+                    (mpfr_inf_p(a) && mpfr_inf_p(b) && mpfr_sgn(a) == mpfr_sgn(b)) ? MC_EQ : MC_NE;
                 decided = true;
             }
             continue;
@@ -925,8 +927,10 @@ ordered(cctx *c, const mnode *g, const mnode *p, int depth)
 static mcmp_res
 interval_eq(cctx *c, const mnode *g, const mnode *p, int depth)
 {
-    bool glo = g->kind == N_INTERVAL ? g->lopen : true, gro = g->kind == N_INTERVAL ? g->ropen : true;
-    bool plo = p->kind == N_INTERVAL ? p->lopen : true, pro = p->kind == N_INTERVAL ? p->ropen : true;
+    bool glo = g->kind == N_INTERVAL ? g->lopen : true,
+         gro = g->kind == N_INTERVAL ? g->ropen : true;
+    bool plo = p->kind == N_INTERVAL ? p->lopen : true,
+         pro = p->kind == N_INTERVAL ? p->ropen : true;
     if (glo != plo || gro != pro)
         return MC_NE;
     return ordered(c, g, p, depth);
@@ -1009,7 +1013,8 @@ static mcmp_res
 proportional(cctx *c, const mnode *gl, const mnode *gr, const mnode *pl, const mnode *pr,
              bool positive)
 {
-    mnode *gd = mk(c, N_ADD, 2), *pd = mk(c, N_ADD, 2), *gn = mk(c, N_NEG, 1), *pn = mk(c, N_NEG, 1);
+    mnode *gd = mk(c, N_ADD, 2), *pd = mk(c, N_ADD, 2), *gn = mk(c, N_NEG, 1),
+          *pn = mk(c, N_NEG, 1);
     if (!gd || !pd || !gn || !pn)
         return MC_NE;
     gn->kids[0] = (mnode *)gr;
@@ -1073,8 +1078,9 @@ rel_eq(cctx *c, const mnode *g, const mnode *p, int depth)
         if (go == R_IN || po == R_IN)
             return go == po ? ordered(c, g, p, depth) : MC_NE;
         if (go == R_EQ || go == R_NE)
-            return go != po ? MC_NE
-                            : proportional(c, g->kids[0], g->kids[1], p->kids[0], p->kids[1], false);
+            return go != po
+                       ? MC_NE
+                       : proportional(c, g->kids[0], g->kids[1], p->kids[0], p->kids[1], false);
         if (po == go)
             return proportional(c, g->kids[0], g->kids[1], p->kids[0], p->kids[1], true);
         if (po == flip(go))
@@ -1235,7 +1241,8 @@ cmp(cctx *c, const mnode *g, const mnode *p, int depth)
     if (depth > 64 || !mb_step(c->bud, 1))
         return c->bud->exhausted ? MC_BUDGET : MC_NE;
     /* a gold equation against a value: an assignment (x = 3, (p, q) = (3, 2)) or a chain
-     * (a = b = 3) stands for its last value; any other equation does not (7 = 11a + c vs 11a + c) */
+     * (a = b = 3) stands for its last value; any other equation does not (7 = 11a + c vs 11a + c)
+     */
     if (g->kind == N_REL && only_eq(g) && p->kind != N_REL) {
         if (!is_assignment(g) && g->n <= 2)
             return MC_NE;

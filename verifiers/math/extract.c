@@ -103,8 +103,7 @@ find_boxed(const char *s, size_t n, mspan *out, int cnt, int group, mbudget *bud
     /* "\boxed{-2} and \boxed{1}": the last run of boxed answers with only joiners between them
      * is one answer (tried before the last box alone) */
     int run = 1;
-    while (first + run < cnt && run < 6 &&
-           only_joiners_or_empty(s, ends[run], starts[run - 1]))
+    while (first + run < cnt && run < 6 && only_joiners_or_empty(s, ends[run], starts[run - 1]))
         run++;
     if (run > 1 && cnt < MX_MAX_CAND) {
         mspan j = out[first];
@@ -121,8 +120,8 @@ find_boxed(const char *s, size_t n, mspan *out, int cnt, int group, mbudget *bud
 }
 
 typedef struct env {
-    size_t start, end;   /* the whole environment, delimiters included */
-    size_t cs, cn;       /* content */
+    size_t start, end; /* the whole environment, delimiters included */
+    size_t cs, cn;     /* content */
 } env;
 
 /* The next math environment starting at or after pos. */
@@ -195,10 +194,12 @@ only_joiners(const char *s, size_t a, size_t b)
             return false;
         if (s[i] == ',' || s[i] == ';')
             any = true;
-        if (i + 3 <= b && memcmp(s + i, "and", 3) == 0 && (i == a || !isalpha((unsigned char)s[i - 1])) &&
+        if (i + 3 <= b && memcmp(s + i, "and", 3) == 0 &&
+            (i == a || !isalpha((unsigned char)s[i - 1])) &&
             (i + 3 == b || !isalpha((unsigned char)s[i + 3])))
             any = true;
-        if (i + 2 <= b && memcmp(s + i, "or", 2) == 0 && (i == a || !isalpha((unsigned char)s[i - 1])) &&
+        if (i + 2 <= b && memcmp(s + i, "or", 2) == 0 &&
+            (i == a || !isalpha((unsigned char)s[i - 1])) &&
             (i + 2 == b || !isalpha((unsigned char)s[i + 2])))
             any = true;
         if (s[i] == '=')
@@ -238,7 +239,8 @@ only_joiners_or_empty(const char *s, size_t a, size_t b)
     return true;
 }
 
-/* The last math environment(s) in s[from..n); returns the end position of the last one, 0 if none. */
+/* The last math environment(s) in s[from..n); returns the end position of the last one, 0 if none.
+ */
 static size_t
 last_envs(const char *s, size_t n, size_t from, mspan *sp, mbudget *bud)
 {
@@ -395,8 +397,9 @@ last_number1(const char *s, size_t n, size_t from, mspan *sp, mbudget *bud, size
             size_t d = 0;
             while (k + 1 + d < rn && isdigit((unsigned char)raw[k + 1 + d]))
                 d++;
-            if (d == 3 && (k + 4 >= rn || raw[k + 4] == ',' || raw[k + 4] == ' ' ||
-                           raw[k + 4] == '.') && !(seps == 1 && !has_dot && raw[0] == '0'))
+            if (d == 3 &&
+                (k + 4 >= rn || raw[k + 4] == ',' || raw[k + 4] == ' ' || raw[k + 4] == '.') &&
+                !(seps == 1 && !has_dot && raw[0] == '0'))
                 continue; /* thousands separator */
             if (c == ',' && !has_dot) {
                 o[on++] = '.';
@@ -466,7 +469,8 @@ after_anchor(const char *s, size_t n, size_t a, mspan *out, int cnt, int group, 
     size_t b = a, k = a;
     while (k < n && s[k] != '\n') {
         if (s[k] == '.' && (k + 1 == n || isspace((unsigned char)s[k + 1])) &&
-            !(k > a && isdigit((unsigned char)s[k - 1]) && k + 1 < n && isdigit((unsigned char)s[k + 1])))
+            !(k > a && isdigit((unsigned char)s[k - 1]) && k + 1 < n &&
+              isdigit((unsigned char)s[k + 1])))
             break;
         k++;
         if (k - a > 400)
@@ -520,8 +524,7 @@ final_answer(const char *s, size_t n, mspan *out, int cnt, int group, mbudget *b
 
 /* "Answer: X" / "answer is X" */
 static int
-answer_line(const char *s, size_t n, mspan *out, int cnt, int group, bool need_colon,
-            mbudget *bud)
+answer_line(const char *s, size_t n, mspan *out, int cnt, int group, bool need_colon, mbudget *bud)
 {
     size_t a = last_occ(s, n, "answer", bud);
     while (a > 0) {

@@ -32,8 +32,8 @@ char *ma_strndup(marena *m, const char *s, size_t n);
 /* ---- expression tree ---------------------------------------------------------------------- */
 
 typedef enum mkind {
-    N_NUM,      /* str: decimal literal "123", "1.5", "2.5e-3"; is_float when written with a point */
-    N_SYM,      /* str: variable name ("x", "x_1", "alpha"); "e" evaluates to Euler's number */
+    N_NUM, /* str: decimal literal "123", "1.5", "2.5e-3"; is_float when written with a point */
+    N_SYM, /* str: variable name ("x", "x_1", "alpha"); "e" evaluates to Euler's number */
     N_PI,
     N_INF,      /* +infinity (negate with N_NEG) */
     N_ADD,      /* kids[0] + kids[1] + ... */
@@ -62,14 +62,14 @@ enum { R_EQ = '=', R_LT = '<', R_LE = 'l', R_GT = '>', R_GE = 'g', R_NE = '!', R
 
 typedef struct mnode {
     mkind kind;
-    int n;                 /* number of kids */
+    int n; /* number of kids */
     struct mnode **kids;
-    const char *str;       /* N_NUM, N_SYM, N_FUNC, N_TEXT */
-    char *ops;             /* N_REL: n-1 operators */
-    int rows, cols;        /* N_MATRIX */
-    bool lopen, ropen;     /* N_INTERVAL */
-    bool amb;              /* N_TUPLE of two written (a, b): may be an open interval */
-    bool is_float;         /* N_NUM written with a decimal point */
+    const char *str;   /* N_NUM, N_SYM, N_FUNC, N_TEXT */
+    char *ops;         /* N_REL: n-1 operators */
+    int rows, cols;    /* N_MATRIX */
+    bool lopen, ropen; /* N_INTERVAL */
+    bool amb;          /* N_TUPLE of two written (a, b): may be an open interval */
+    bool is_float;     /* N_NUM written with a decimal point */
 } mnode;
 
 /* ---- parsing ------------------------------------------------------------------------------ */
@@ -94,7 +94,7 @@ void mnode_print(const mnode *e, char *buf, size_t cap);
 typedef struct mspan {
     const char *s;
     size_t n;
-    int group; /* candidates of one kind and priority share a group */
+    int group;  /* candidates of one kind and priority share a group */
     bool plain; /* plain prose after an anchor, not a math environment */
     int n_join; /* >1: this candidate is a join of that many math spans ("$1$ and $2$") */
     const char *join_s[6];
@@ -114,8 +114,8 @@ int mextract(const char *text, size_t n, const mextract_opts *o, mspan *out, mbu
 /* ---- comparison --------------------------------------------------------------------------- */
 
 typedef struct mcmp_opts {
-    int precision;          /* decimal places for float comparisons (math-verify float_rounding) */
-    bool strict;            /* variables matter */
+    int precision;           /* decimal places for float comparisons (math-verify float_rounding) */
+    bool strict;             /* variables matter */
     bool allow_set_relation; /* compare a relation prediction with a set gold */
 } mcmp_opts;
 
@@ -139,18 +139,18 @@ typedef enum mverdict {
 typedef struct mgrade_opts {
     mextract_opts gold_x, pred_x;
     mcmp_opts cmp;
-    bool think;          /* grade only what follows the last </think> */
+    bool think; /* grade only what follows the last </think> */
     bool prompt_opens_think;
-    bool gold_whole;     /* gold with no extractable answer is parsed whole */
+    bool gold_whole; /* gold with no extractable answer is parsed whole */
     int64_t max_steps;
     double timeout_s;
-    size_t max_answer;   /* candidate spans longer than this are unparseable */
+    size_t max_answer; /* candidate spans longer than this are unparseable */
 } mgrade_opts;
 
 void mgrade_opts_default(mgrade_opts *o);
 /* Grades one prediction against one gold answer. detail (may be NULL) gets a short text. */
-mverdict mgrade(const char *gold, size_t glen, const char *pred, size_t plen,
-                const mgrade_opts *o, char *detail, size_t detail_cap);
+mverdict mgrade(const char *gold, size_t glen, const char *pred, size_t plen, const mgrade_opts *o,
+                char *detail, size_t detail_cap);
 const char *mverdict_label(mverdict v);
 
 #endif

@@ -11,17 +11,33 @@
 
 typedef enum tkind {
     T_END,
-    T_NUM,    /* s/n: the literal as written (normalized copy in str) */
-    T_ID,     /* single letter or Greek name: str */
-    T_WORD,   /* multi-letter plain word: str (lowercase) */
-    T_FN,     /* function command/word: str ("sin", "log", "sqrt", "frac", ...) */
-    T_OP,     /* c: + - * / ^ _ = < > ! , ; | ( ) [ ] { } & ' */
-    T_LE, T_GE, T_NE, T_APPROX, T_IN,
-    T_LSET, T_RSET, /* \{ \} */
-    T_LANG, T_RANG,
-    T_PM, T_MP, T_INF, T_PI, T_DEG, T_PCT, T_ROWSEP, T_CUP, T_CAP, T_EMPTY,
-    T_TEXT,   /* \text{...}: s/n the content */
-    T_BEGIN, T_ENDENV, /* \begin{name} / \end{name}: str */
+    T_NUM,  /* s/n: the literal as written (normalized copy in str) */
+    T_ID,   /* single letter or Greek name: str */
+    T_WORD, /* multi-letter plain word: str (lowercase) */
+    T_FN,   /* function command/word: str ("sin", "log", "sqrt", "frac", ...) */
+    T_OP,   /* c: + - * / ^ _ = < > ! , ; | ( ) [ ] { } & ' */
+    T_LE,
+    T_GE,
+    T_NE,
+    T_APPROX,
+    T_IN,
+    T_LSET,
+    T_RSET, /* \{ \} */
+    T_LANG,
+    T_RANG,
+    T_PM,
+    T_MP,
+    T_INF,
+    T_PI,
+    T_DEG,
+    T_PCT,
+    T_ROWSEP,
+    T_CUP,
+    T_CAP,
+    T_EMPTY,
+    T_TEXT, /* \text{...}: s/n the content */
+    T_BEGIN,
+    T_ENDENV, /* \begin{name} / \end{name}: str */
     T_AND,    /* "and", "or" between list items */
     T_BAD     /* something we cannot parse */
 } tkind;
@@ -92,23 +108,26 @@ brace_end(const char *s, size_t n, size_t i)
 }
 
 static const char *const FUNCS[] = {
-    "sin", "cos", "tan", "sec", "csc", "cot", "arcsin", "arccos", "arctan", "asin", "acos",
-    "atan", "sinh", "cosh", "tanh", "ln", "log", "exp", "sqrt", "abs", "lg", "max", "min",
-    "gcd", "lcm", "floor", "ceil", "det", NULL};
+    "sin",  "cos",  "tan",  "sec",  "csc",  "cot",   "arcsin", "arccos", "arctan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh", "ln",    "log",    "exp",    "sqrt",   "abs",
+    "lg",   "max",  "min",  "gcd",  "lcm",  "floor", "ceil",   "det",    NULL};
 static const char *const GREEK[] = {
-    "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
-    "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon",
-    "phi", "varphi", "chi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda", "Xi", "Sigma",
-    "Phi", "Psi", "Omega", NULL};
+    "alpha",    "beta",    "gamma", "delta",  "epsilon", "varepsilon", "zeta",  "eta",   "theta",
+    "vartheta", "iota",    "kappa", "lambda", "mu",      "nu",         "xi",    "rho",   "sigma",
+    "tau",      "upsilon", "phi",   "varphi", "chi",     "psi",        "omega", "Gamma", "Delta",
+    "Theta",    "Lambda",  "Xi",    "Sigma",  "Phi",     "Psi",        "Omega", NULL};
 /* Words dropped after a quantity (units and filler). */
 static const char *const UNITS[] = {
-    "cm", "mm", "km", "m", "kg", "g", "mg", "s", "sec", "second", "seconds", "min", "minute",
-    "minutes", "h", "hr", "hour", "hours", "day", "days", "week", "weeks", "year", "years",
-    "degree", "degrees", "deg", "unit", "units", "dollar", "dollars", "cent", "cents", "meter",
-    "meters", "metre", "metres", "inch", "inches", "foot", "feet", "ft", "mile", "miles", "mph",
-    "yard", "yards", "liter", "liters", "l", "ml", "sq", "square", "cubic", "cm^2", "m^2",
-    "times", "people", "students", "ways", "points", "kmh", "km/h", "m/s", "pounds", "lb",
-    "radians", "rad", "percent", "apples", "books", "cookies", "marbles", "pages", "hours.", NULL};
+    "cm",      "mm",      "km",       "m",     "kg",      "g",       "mg",      "s",
+    "sec",     "second",  "seconds",  "min",   "minute",  "minutes", "h",       "hr",
+    "hour",    "hours",   "day",      "days",  "week",    "weeks",   "year",    "years",
+    "degree",  "degrees", "deg",      "unit",  "units",   "dollar",  "dollars", "cent",
+    "cents",   "meter",   "meters",   "metre", "metres",  "inch",    "inches",  "foot",
+    "feet",    "ft",      "mile",     "miles", "mph",     "yard",    "yards",   "liter",
+    "liters",  "l",       "ml",       "sq",    "square",  "cubic",   "cm^2",    "m^2",
+    "times",   "people",  "students", "ways",  "points",  "kmh",     "km/h",    "m/s",
+    "pounds",  "lb",      "radians",  "rad",   "percent", "apples",  "books",   "cookies",
+    "marbles", "pages",   "hours.",   NULL};
 
 static bool
 in_list(const char *const *l, const char *s, size_t n)
@@ -235,11 +254,45 @@ lex_cmd(lexer *L, const char *s, size_t n, size_t i)
 {
     char name[32];
     size_t j = cmd_name(s, n, i, name, sizeof name);
-    static const char *const skip[] = {
-        ",", "!", ";", ":", " ", "quad", "qquad", "displaystyle", "textstyle", "left", "right",
-        "big", "Big", "bigl", "bigr", "Bigl", "Bigr", "bigg", "Bigg", "biggl", "biggr", "limits",
-        "boxed", "fbox", "$", "mathrm ", "medskip", "noindent", "hfill", "middle", "enspace",
-        "thinspace", "negthinspace", "mathord", "mathop", "cr", "nonumber", "displaylimits", NULL};
+    static const char *const skip[] = {",",
+                                       "!",
+                                       ";",
+                                       ":",
+                                       " ",
+                                       "quad",
+                                       "qquad",
+                                       "displaystyle",
+                                       "textstyle",
+                                       "left",
+                                       "right",
+                                       "big",
+                                       "Big",
+                                       "bigl",
+                                       "bigr",
+                                       "Bigl",
+                                       "Bigr",
+                                       "bigg",
+                                       "Bigg",
+                                       "biggl",
+                                       "biggr",
+                                       "limits",
+                                       "boxed",
+                                       "fbox",
+                                       "$",
+                                       "mathrm ",
+                                       "medskip",
+                                       "noindent",
+                                       "hfill",
+                                       "middle",
+                                       "enspace",
+                                       "thinspace",
+                                       "negthinspace",
+                                       "mathord",
+                                       "mathop",
+                                       "cr",
+                                       "nonumber",
+                                       "displaylimits",
+                                       NULL};
     if (in_list(skip, name, strlen(name))) {
         if ((strcmp(name, "left") == 0 || strcmp(name, "right") == 0) && j < n && s[j] == '.')
             j++;
@@ -260,22 +313,35 @@ lex_cmd(lexer *L, const char *s, size_t n, size_t i)
         const char *name;
         tkind k;
         char c;
-    } simple[] = {
-        {"cdot", T_OP, '*'}, {"times", T_OP, '*'}, {"ast", T_OP, '*'}, {"div", T_OP, '/'},
-        {"le", T_LE, 0}, {"leq", T_LE, 0}, {"leqslant", T_LE, 0}, {"ge", T_GE, 0},
-        {"geq", T_GE, 0}, {"geqslant", T_GE, 0}, {"ne", T_NE, 0}, {"neq", T_NE, 0},
-        {"lt", T_OP, '<'}, {"gt", T_OP, '>'}, {"simeq", T_APPROX, 0},
-        {"equiv", T_OP, '='}, {"in", T_IN, 0}, {"pm", T_PM, 0}, {"mp", T_MP, 0},
-        {"infty", T_INF, 0}, {"infinity", T_INF, 0}, {"pi", T_PI, 0}, {"circ", T_DEG, 0},
-        {"degree", T_DEG, 0}, {"cup", T_CUP, 0}, {"cap", T_CAP, 0}, {"emptyset", T_EMPTY, 0},
-        {"varnothing", T_EMPTY, 0}, {"langle", T_LANG, 0}, {"rangle", T_RANG, 0},
-        {"lbrace", T_LSET, 0}, {"rbrace", T_RSET, 0}, {"lfloor", T_FN, 0}, {"lceil", T_FN, 0},
-        {"rfloor", T_OP, ')'}, {"rceil", T_OP, ')'}, {"colon", T_OP, ':'},
-        {"land", T_AND, 0}, {"wedge", T_AND, 0}, {"lor", T_AND, 0}, {"vee", T_AND, 0},
-        {"to", T_BAD, 0}, {"rightarrow", T_BAD, 0}, {"cdots", T_BAD, 0}, {"ldots", T_BAD, 0},
-        {"dots", T_BAD, 0}, {"int", T_BAD, 0}, {"sum", T_BAD, 0}, {"prod", T_BAD, 0},
-        {"lim", T_BAD, 0}, {"subset", T_BAD, 0}, {"setminus", T_BAD, 0}, {"forall", T_BAD, 0},
-        {"exists", T_BAD, 0}, {"partial", T_BAD, 0}, {"nabla", T_BAD, 0}, {NULL, T_END, 0}};
+    } simple[] = {{"cdot", T_OP, '*'},      {"times", T_OP, '*'},
+                  {"ast", T_OP, '*'},       {"div", T_OP, '/'},
+                  {"le", T_LE, 0},          {"leq", T_LE, 0},
+                  {"leqslant", T_LE, 0},    {"ge", T_GE, 0},
+                  {"geq", T_GE, 0},         {"geqslant", T_GE, 0},
+                  {"ne", T_NE, 0},          {"neq", T_NE, 0},
+                  {"lt", T_OP, '<'},        {"gt", T_OP, '>'},
+                  {"simeq", T_APPROX, 0},   {"equiv", T_OP, '='},
+                  {"in", T_IN, 0},          {"pm", T_PM, 0},
+                  {"mp", T_MP, 0},          {"infty", T_INF, 0},
+                  {"infinity", T_INF, 0},   {"pi", T_PI, 0},
+                  {"circ", T_DEG, 0},       {"degree", T_DEG, 0},
+                  {"cup", T_CUP, 0},        {"cap", T_CAP, 0},
+                  {"emptyset", T_EMPTY, 0}, {"varnothing", T_EMPTY, 0},
+                  {"langle", T_LANG, 0},    {"rangle", T_RANG, 0},
+                  {"lbrace", T_LSET, 0},    {"rbrace", T_RSET, 0},
+                  {"lfloor", T_FN, 0},      {"lceil", T_FN, 0},
+                  {"rfloor", T_OP, ')'},    {"rceil", T_OP, ')'},
+                  {"colon", T_OP, ':'},     {"land", T_AND, 0},
+                  {"wedge", T_AND, 0},      {"lor", T_AND, 0},
+                  {"vee", T_AND, 0},        {"to", T_BAD, 0},
+                  {"rightarrow", T_BAD, 0}, {"cdots", T_BAD, 0},
+                  {"ldots", T_BAD, 0},      {"dots", T_BAD, 0},
+                  {"int", T_BAD, 0},        {"sum", T_BAD, 0},
+                  {"prod", T_BAD, 0},       {"lim", T_BAD, 0},
+                  {"subset", T_BAD, 0},     {"setminus", T_BAD, 0},
+                  {"forall", T_BAD, 0},     {"exists", T_BAD, 0},
+                  {"partial", T_BAD, 0},    {"nabla", T_BAD, 0},
+                  {NULL, T_END, 0}};
     if (strcmp(name, "approx") == 0) {
         /* "x = 1/3 \approx 0.33": the approximation after an exact value is commentary */
         for (int k = 0; k < L->nt; k++)
@@ -346,10 +412,10 @@ lex_cmd(lexer *L, const char *s, size_t n, size_t i)
         }
         return j;
     }
-    static const char *const fn_cmds[] = {"frac", "dfrac", "tfrac", "cfrac", "sqrt", "binom",
-                                          "dbinom", "tbinom", "overline", "bar", "vec", "hat",
-                                          "tilde", "widehat", "overrightarrow", "underline",
-                                          "dot", "ddot", "mathring", NULL};
+    static const char *const fn_cmds[] = {
+        "frac",           "dfrac",     "tfrac", "cfrac", "sqrt",     "binom", "dbinom",
+        "tbinom",         "overline",  "bar",   "vec",   "hat",      "tilde", "widehat",
+        "overrightarrow", "underline", "dot",   "ddot",  "mathring", NULL};
     if (in_list(fn_cmds, name, strlen(name)) || in_list(FUNCS, name, strlen(name))) {
         const char *nm = name;
         if (strcmp(name, "dfrac") == 0 || strcmp(name, "tfrac") == 0 || strcmp(name, "cfrac") == 0)
@@ -389,32 +455,31 @@ lex_utf8(lexer *L, const unsigned char *u, size_t n)
         tkind k;
         char c;
         const char *str;
-    } m[] = {
-        {"\xc3\x97", T_OP, '*', NULL},     /* × */
-        {"\xc3\xb7", T_OP, '/', NULL},     /* ÷ */
-        {"\xc2\xb7", T_OP, '*', NULL},     /* · */
-        {"\xe2\x8b\x85", T_OP, '*', NULL}, /* ⋅ */
-        {"\xe2\x88\x92", T_OP, '-', NULL}, /* − */
-        {"\xe2\x89\xa4", T_LE, 0, NULL},   /* ≤ */
-        {"\xe2\x89\xa5", T_GE, 0, NULL},   /* ≥ */
-        {"\xe2\x89\xa0", T_NE, 0, NULL},   /* ≠ */
-        {"\xe2\x89\x88", T_APPROX, 0, NULL}, /* ≈ */
-        {"\xcf\x80", T_PI, 0, NULL},       /* π */
-        {"\xe2\x88\x9e", T_INF, 0, NULL},  /* ∞ */
-        {"\xc2\xb0", T_DEG, 0, NULL},      /* ° */
-        {"\xc2\xb1", T_PM, 0, NULL},       /* ± */
-        {"\xe2\x88\x9a", T_FN, 0, "sqrt"}, /* √ */
-        {"\xe2\x88\xaa", T_CUP, 0, NULL},  /* ∪ */
-        {"\xe2\x88\x85", T_EMPTY, 0, NULL}, /* ∅ */
-        {"\xe2\x82\xac", T_END, 0, NULL},  /* € (skipped) */
-        {"\xc2\xa3", T_END, 0, NULL},      /* £ */
-        {"\xc2\xa5", T_END, 0, NULL},      /* ¥ */
-        {"\xe2\x82\xb9", T_END, 0, NULL},  /* ₹ */
-        {"\xc2\xa0", T_END, 0, NULL},      /* no-break space */
-        {"\xe2\x80\x89", T_END, 0, NULL},  /* thin space */
-        {"\xc2\xb2", T_OP, '2', NULL},     /* ² -> ^2 */
-        {"\xc2\xb3", T_OP, '3', NULL},     /* ³ -> ^3 */
-        {NULL, T_END, 0, NULL}};
+    } m[] = {{"\xc3\x97", T_OP, '*', NULL},       /* × */
+             {"\xc3\xb7", T_OP, '/', NULL},       /* ÷ */
+             {"\xc2\xb7", T_OP, '*', NULL},       /* · */
+             {"\xe2\x8b\x85", T_OP, '*', NULL},   /* ⋅ */
+             {"\xe2\x88\x92", T_OP, '-', NULL},   /* − */
+             {"\xe2\x89\xa4", T_LE, 0, NULL},     /* ≤ */
+             {"\xe2\x89\xa5", T_GE, 0, NULL},     /* ≥ */
+             {"\xe2\x89\xa0", T_NE, 0, NULL},     /* ≠ */
+             {"\xe2\x89\x88", T_APPROX, 0, NULL}, /* ≈ */
+             {"\xcf\x80", T_PI, 0, NULL},         /* π */
+             {"\xe2\x88\x9e", T_INF, 0, NULL},    /* ∞ */
+             {"\xc2\xb0", T_DEG, 0, NULL},        /* ° */
+             {"\xc2\xb1", T_PM, 0, NULL},         /* ± */
+             {"\xe2\x88\x9a", T_FN, 0, "sqrt"},   /* √ */
+             {"\xe2\x88\xaa", T_CUP, 0, NULL},    /* ∪ */
+             {"\xe2\x88\x85", T_EMPTY, 0, NULL},  /* ∅ */
+             {"\xe2\x82\xac", T_END, 0, NULL},    /* € (skipped) */
+             {"\xc2\xa3", T_END, 0, NULL},        /* £ */
+             {"\xc2\xa5", T_END, 0, NULL},        /* ¥ */
+             {"\xe2\x82\xb9", T_END, 0, NULL},    /* ₹ */
+             {"\xc2\xa0", T_END, 0, NULL},        /* no-break space */
+             {"\xe2\x80\x89", T_END, 0, NULL},    /* thin space */
+             {"\xc2\xb2", T_OP, '2', NULL},       /* ² -> ^2 */
+             {"\xc2\xb3", T_OP, '3', NULL},       /* ³ -> ^3 */
+             {NULL, T_END, 0, NULL}};
     for (int k = 0; m[k].seq; k++) {
         size_t len = strlen(m[k].seq);
         if (len > n || memcmp(u, m[k].seq, len) != 0)
@@ -755,9 +820,9 @@ p_func(parser *P, const char *name)
             e->str = name;
         return e;
     }
-    static const char *const accents[] = {"overline", "bar", "vec", "hat", "tilde", "widehat",
-                                          "overrightarrow", "underline", "dot", "ddot",
-                                          "mathring", NULL};
+    static const char *const accents[] = {
+        "overline",       "bar",       "vec", "hat",  "tilde",    "widehat",
+        "overrightarrow", "underline", "dot", "ddot", "mathring", NULL};
     if (in_list(accents, name, strlen(name)))
         return p_arg(P); /* \overline{AB}: the content */
     /* sin, log, ...: optional ^power, optional _base, then the argument */
@@ -1070,8 +1135,8 @@ p_primary(parser *P)
     }
     case T_BEGIN: {
         P->i++;
-        static const char *const mats[] = {"pmatrix", "bmatrix", "matrix", "vmatrix", "Bmatrix",
-                                           "array", "smallmatrix", NULL};
+        static const char *const mats[] = {"pmatrix", "bmatrix", "matrix",      "vmatrix",
+                                           "Bmatrix", "array",   "smallmatrix", NULL};
         if (in_list(mats, t->s, t->n))
             return p_matrix(P, t->s, t->n);
         return fail(P, "unsupported environment");
@@ -1210,8 +1275,8 @@ p_power(parser *P)
             P->i++;
             continue;
         }
-        if (t->k == T_OP && t->c == '{' && P->t[P->i + 1].k == T_DEG &&
-            P->t[P->i + 2].k == T_OP && P->t[P->i + 2].c == '}') {
+        if (t->k == T_OP && t->c == '{' && P->t[P->i + 1].k == T_DEG && P->t[P->i + 2].k == T_OP &&
+            P->t[P->i + 2].c == '}') {
             P->i += 3;
             continue;
         }
@@ -1318,8 +1383,8 @@ p_term(parser *P)
             }
         } else if (starts_factor(P)) {
             /* mixed number: 3\frac{1}{2} (integer then a proper fraction of integers) */
-            bool mixed = k.n == 1 && is_small_int(k.v[0]) && t->k == T_FN &&
-                         strcmp(t->str, "frac") == 0;
+            bool mixed =
+                k.n == 1 && is_small_int(k.v[0]) && t->k == T_FN && strcmp(t->str, "frac") == 0;
             f = p_power(P);
             if (f == NULL)
                 return NULL;
@@ -1551,10 +1616,10 @@ pput(pbuf *p, const char *s)
 static void
 pnode(pbuf *p, const mnode *e, int depth)
 {
-    static const char *const names[] = {"num", "sym", "pi", "inf", "add", "mul", "neg",
-                                        "div", "pow", "fn", "fact", "pct", "pm", "list",
-                                        "set", "tuple", "interval", "union", "empty", "rel",
-                                        "matrix", "text", "unit"};
+    static const char *const names[] = {"num",   "sym",  "pi",     "inf",   "add",      "mul",
+                                        "neg",   "div",  "pow",    "fn",    "fact",     "pct",
+                                        "pm",    "list", "set",    "tuple", "interval", "union",
+                                        "empty", "rel",  "matrix", "text",  "unit"};
     if (depth > 64 || p->n + 8 >= p->cap) {
         pput(p, "...");
         return;

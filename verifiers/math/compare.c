@@ -781,6 +781,12 @@ value_eq(cctx *c, const mnode *g, unsigned gm, const mnode *p, unsigned pm)
             decided = true;
             break;
         }
+        if (mpfr_divby0_p()) {
+            /* 1/0 vs 2/0: two infinities from division by zero are not a value to compare */
+            res = structural(g, p);
+            decided = true;
+            break;
+        }
         if (mpfr_nan_p(a) || mpfr_nan_p(b))
             continue; /* outside a side's domain: try another point */
         if (mpfr_inf_p(a) || mpfr_inf_p(b)) {
@@ -823,6 +829,18 @@ mk(cctx *c, mkind k, int n)
     if (n && (e->kids = ma_alloc(c->ar, (size_t)n * sizeof *e->kids)) == NULL)
         return NULL;
     return e;
+}
+
+/* The quotient a/b of a ratio a:b (the ratio itself when out of memory). */
+static const mnode *
+quotient(cctx *c, const mnode *r)
+{
+    mnode *d = mk(c, N_DIV, 2);
+    if (d == NULL)
+        return r;
+    d->kids[0] = r->kids[0];
+    d->kids[1] = r->kids[1];
+    return d;
 }
 
 /* Replaces each ± by + or - according to mask (in evaluation order). */
@@ -1312,6 +1330,13 @@ cmp(cctx *c, const mnode *g, const mnode *p, int depth)
                        (p->kind == N_EMPTY || (is_setlike(p) && p->n == 0))
                    ? MC_EQ
                    : MC_NE;
+    /* a ratio against a value or another ratio: 3:4 is 3/4 (and 6:8) */
+    bool gr = g->kind == N_TUPLE && g->ratio, pr = p->kind == N_TUPLE && p->ratio;
+    if ((gr && (pr || is_scalar(p))) || (pr && is_scalar(g))) {
+        if (gr && pr && ordered(c, g, p, depth) == MC_EQ)
+            return MC_EQ;
+        return cmp(c, gr ? quotient(c, g) : g, pr ? quotient(c, p) : p, depth + 1);
+    }
     if (is_setlike(g) && (is_setlike(p) || p->kind == N_TUPLE))
         return unordered(c, g, p, depth);
     if (g->kind == N_TUPLE && is_setlike(p))

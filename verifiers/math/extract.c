@@ -180,14 +180,49 @@ next_env(const char *s, size_t n, size_t pos, env *e, mbudget *bud)
     return false;
 }
 
+/* Does s[a..b) end with a list joiner (",", ";", "and", "or"), ignoring spaces, '$', '}' and
+ * "\text{"? "\boxed{0}, but correcting it gives \boxed{2}" does not: the second box replaces the
+ * first. */
+static bool
+ends_with_joiner(const char *s, size_t a, size_t b)
+{
+    for (;;) {
+        while (b > a && (isspace((unsigned char)s[b - 1]) || s[b - 1] == '$' || s[b - 1] == '{' ||
+                         s[b - 1] == '}'))
+            b--;
+        /* spacing, text, math delimiters: "\text{ and }", ", \quad", ",\,", "\) and \(" */
+        size_t c = b;
+        while (c > a && isalpha((unsigned char)s[c - 1]))
+            c--;
+        if (c > a && s[c - 1] == '\\' && c < b &&
+            (b - c == 4 ? memcmp(s + c, "text", 4) == 0 || memcmp(s + c, "quad", 4) == 0
+                        : b - c == 5 && memcmp(s + c, "qquad", 5) == 0)) {
+            b = c - 1;
+            continue;
+        }
+        if (b >= a + 2 && s[b - 2] == '\\' && strchr(",;()[]", s[b - 1]) != NULL) {
+            b -= 2;
+            continue;
+        }
+        break;
+    }
+    if (b > a && (s[b - 1] == ',' || s[b - 1] == ';'))
+        return true;
+    size_t w = b;
+    while (w > a && isalpha((unsigned char)s[w - 1]))
+        w--;
+    return (b - w == 3 && memcmp(s + w, "and", 3) == 0) ||
+           (b - w == 2 && memcmp(s + w, "or", 2) == 0);
+}
+
 /* Is s[a..b) only separators between listed answers: spaces, commas, "and", "or", \quad,
- * \text{ and }, math delimiters, or a short phrase without digits that contains one of those
+ * \text{ and }, math delimiters, or a short phrase without digits that ends with one of those
  * ("papers and")? */
 static bool
 only_joiners(const char *s, size_t a, size_t b)
 {
     bool any = false;
-    if (b - a > 48)
+    if (b - a > 48 || !ends_with_joiner(s, a, b))
         return false;
     for (size_t i = a; i < b; i++) {
         if (isdigit((unsigned char)s[i]))
@@ -531,7 +566,7 @@ answer_line(const char *s, size_t n, mspan *out, int cnt, int group, bool need_c
         size_t k = a;
         while (k < n && (s[k] == '*' || s[k] == ' '))
             k++;
-        bool colon = k < n && s[k] == ':';
+        bool colon = k < n && (s[k] == ':' || s[k] == '='); /* "Answer: 7", "answer = 7" */
         if (colon || !need_colon) {
             if (!colon) {
                 /* "the answer is X" */
@@ -582,10 +617,10 @@ int
 mextract(const char *s, size_t n, const mextract_opts *o, mspan *out, mbudget *bud)
 {
     int cnt = 0, g = 0;
+    const char *lb = NULL; /* the last \boxed / \fbox */
     if (o->latex) {
         /* a "final answer is" statement after the last box wins over the box */
         size_t fa = last_occ(s, n, "final answer", bud);
-        const char *lb = NULL;
         for (size_t i = n; i-- > 0 && lb == NULL;)
             if (s[i] == '\\' && (starts_with(s, n, i, "\\boxed") || starts_with(s, n, i, "\\fbox")))
                 lb = s + i;
@@ -602,6 +637,13 @@ mextract(const char *s, size_t n, const mextract_opts *o, mspan *out, mbudget *b
     mspan a, b, c;
     size_t ea = o->latex ? last_envs(s, n, 0, &a, bud) : 0;
     size_t eb = o->latex ? last_bare_frac(s, n, &b, bud) : 0;
+    if (eb && lb && b.s > lb) {
+        /* a fraction inside the last box is part of that box's answer, not one of its own */
+        size_t open = (size_t)(lb - s) + (lb[1] == 'b' ? 6 : 5);
+        long close = open < n && s[open] == '{' ? match_brace(s, n, open, bud) : -1;
+        if (close < 0 || b.s < s + close)
+            eb = 0;
+    }
     size_t ec = o->last_number ? last_number(s, n, 0, &c, bud) : 0;
     if (ea && ec && ec <= ea && s + ec > a.s)
         ec = 0; /* a number inside the last math environment is not a separate answer */

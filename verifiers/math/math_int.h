@@ -69,6 +69,7 @@ typedef struct mnode {
     int rows, cols;    /* N_MATRIX */
     bool lopen, ropen; /* N_INTERVAL */
     bool amb;          /* N_TUPLE of two written (a, b): may be an open interval */
+    bool ratio;        /* N_TUPLE of two written a:b: also stands for the quotient a/b */
     bool is_float;     /* N_NUM written with a decimal point */
 } mnode;
 

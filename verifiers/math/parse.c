@@ -171,7 +171,8 @@ lex_number(lexer *L, const char *s, size_t n, size_t i)
             k += 3;
         else if (k + 3 < n && s[k] == '{' && s[k + 1] == ',' && s[k + 2] == ' ' && s[k + 3] == '}')
             k += 4;
-        else if (k + 1 < n && s[k] == '\\' && (s[k + 1] == ',' || s[k + 1] == '!'))
+        else if (k + 1 < n && s[k] == '\\' &&
+                 (s[k + 1] == ',' || s[k + 1] == '!' || s[k + 1] == ' '))
             k += 2, esc = true;
         else if (k + 3 < n && s[k] == ' ' && s[k + 1] == '{' && s[k + 2] == ',')
             k += s[k + 3] == '}' ? 4 : (k + 4 < n && s[k + 4] == '}') ? 5 : 1;
@@ -343,12 +344,23 @@ lex_cmd(lexer *L, const char *s, size_t n, size_t i)
                   {"partial", T_BAD, 0},    {"nabla", T_BAD, 0},
                   {NULL, T_END, 0}};
     if (strcmp(name, "approx") == 0) {
-        /* "x = 1/3 \approx 0.33": the approximation after an exact value is commentary */
-        for (int k = 0; k < L->nt; k++)
+        /* "x = 1/3 \approx 0.33", "\frac{1}{3} \approx 0.33": the approximation after an exact
+         * value is commentary; "x \approx 0.33" is a relation */
+        bool value = L->nt > 0;
+        for (int k = 0; k < L->nt; k++) {
             if (L->t[k].k == T_OP && L->t[k].c == '=') {
-                L->stop = true;
-                return j;
+                value = true;
+                break;
             }
+            if (L->t[k].k == T_ID || L->t[k].k == T_WORD)
+                value = false;
+        }
+        if (value) {
+            L->stop = true;
+            return j;
+        }
+        if (L->nt == 0)
+            return j; /* "\approx 0.33" alone: the value */
         return pushk(L, T_APPROX, 0) ? j : 0;
     }
     for (int k = 0; simple[k].name; k++) {
@@ -388,6 +400,9 @@ lex_cmd(lexer *L, const char *s, size_t n, size_t i)
             if (b - a >= 3 && (memcmp(t.s + a, "percent", b - a < 7 ? b - a : 7) == 0 ||
                                (b - a == 3 && memcmp(t.s + a, "pct", 3) == 0)))
                 return pushk(L, T_PCT, 0) ? (size_t)e + 1 : 0;
+            /* a leading label, \boxed{\text{Answer: } 5}: not part of the answer */
+            if (L->nt == 0 && b > a && t.s[b - 1] == ':')
+                return (size_t)e + 1;
         }
         return push(L, t) ? (size_t)e + 1 : 0;
     }
@@ -853,6 +868,18 @@ p_func(parser *P, const char *name)
         arg = p_power(P);
         if (arg == NULL)
             return NULL;
+        /* \sin 2x, \cos \pi t, \ln 3x: letters and \pi written right after the argument are part
+         * of it (\sin x \cos x stops at \cos, \sin x \cdot 2 at \cdot) */
+        kv k = {0};
+        if (!kv_push(P, &k, arg))
+            return NULL;
+        while (cur(P)->k == T_ID || cur(P)->k == T_PI) {
+            mnode *f = p_power(P);
+            if (f == NULL || !kv_push(P, &k, f))
+                return NULL;
+        }
+        if (k.n > 1)
+            arg = from_kv(P, N_MUL, &k);
     }
     const char *nm = name;
     if (strcmp(nm, "asin") == 0)
@@ -993,7 +1020,10 @@ p_text(parser *P, tok *t)
         return nm ? p_func(P, nm) : NULL;
     }
     if (alpha && b - a == 1) {
-        mnode *e = node(P, N_SYM, 0);
+        /* 5\text{ m}, 9\,\mathrm{s}: a unit letter after a number; \mathrm{e}, \text{x} stay
+         * symbols */
+        bool after_num = P->i > 1 && P->t[P->i - 2].k == T_NUM;
+        mnode *e = node(P, after_num && is_unit_word(t->s + a, 1) ? N_UNIT : N_SYM, 0);
         if (e && (e->str = ma_strndup(P->ctx->ar, t->s + a, 1)) == NULL)
             return NULL;
         return e;
@@ -1456,6 +1486,8 @@ p_setexpr(parser *P)
     if (e && is_op(P, ':') && P->t[P->i + 1].k != T_END) { /* a ratio or a time: 3:2, 12:00 */
         P->i++;
         mnode *r = node2(P, N_TUPLE, e, p_expr(P));
+        if (r)
+            r->ratio = true;
         return r;
     }
     if (e == NULL || (cur(P)->k != T_CUP && cur(P)->k != T_CAP))

@@ -37,17 +37,13 @@ grpo__put_i32(grpo_wr *w, int32_t v)
 void
 grpo__put_f32(grpo_wr *w, float v)
 {
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    grpo__put_u32(w, u);
+    grpo__put_u32(w, (grpo_f32_bits){.f = v}.u);
 }
 
 void
 grpo__put_f64(grpo_wr *w, double v)
 {
-    uint64_t u;
-    memcpy(&u, &v, 8);
-    grpo__put_u64(w, u);
+    grpo__put_u64(w, (grpo_f64_bits){.f = v}.u);
 }
 
 void
@@ -118,19 +114,13 @@ grpo__get_i32(grpo_rd *r)
 float
 grpo__get_f32(grpo_rd *r)
 {
-    uint32_t u = grpo__get_u32(r);
-    float v;
-    memcpy(&v, &u, 4);
-    return v;
+    return (grpo_f32_bits){.u = grpo__get_u32(r)}.f;
 }
 
 double
 grpo__get_f64(grpo_rd *r)
 {
-    uint64_t u = grpo__get_u64(r);
-    double v;
-    memcpy(&v, &u, 8);
-    return v;
+    return (grpo_f64_bits){.u = grpo__get_u64(r)}.f;
 }
 
 const char *

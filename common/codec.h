@@ -15,6 +15,16 @@
 
 #define GRPO_CODEC_NULL 0xFFFFFFFFu /* the length that stands for a NULL string */
 
+/* A float and its bits: the codec reinterprets, never converts, so NaN payloads and -0 survive. */
+typedef union grpo_f32_bits {
+    float f;
+    uint32_t u;
+} grpo_f32_bits;
+typedef union grpo_f64_bits {
+    double f;
+    uint64_t u;
+} grpo_f64_bits;
+
 /* A writer starts zeroed (grpo_wr w = {0}). The caller owns w.b.data and frees it with
  * grpo__buf_fini(&w.b), after a failure too. */
 typedef struct grpo_wr {

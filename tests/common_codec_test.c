@@ -44,46 +44,14 @@ __wrap_malloc(size_t n)
 
 /* ---- one record with every kind of field */
 
-static uint32_t
-f32_bits(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return u;
-}
-
-static float
-bits_f32(uint32_t u)
-{
-    float v;
-    memcpy(&v, &u, 4);
-    return v;
-}
-
-static uint64_t
-f64_bits(double v)
-{
-    uint64_t u;
-    memcpy(&u, &v, 8);
-    return u;
-}
-
-static double
-bits_f64(uint64_t u)
-{
-    double v;
-    memcpy(&v, &u, 8);
-    return v;
-}
-
 static void
 put_record(grpo_wr *w)
 {
     grpo__put_u32(w, 0xA1B2C3D4u);
     grpo__put_u64(w, UINT64_MAX);
     grpo__put_i32(w, INT32_MIN);
-    grpo__put_f32(w, bits_f32(0x7FA00001u)); /* a signalling NaN with a payload */
-    grpo__put_f64(w, bits_f64(0xFFF80000DEADBEEFull));
+    grpo__put_f32(w, (grpo_f32_bits){.u = 0x7FA00001u}.f); /* a signalling NaN with a payload */
+    grpo__put_f64(w, (grpo_f64_bits){.u = 0xFFF80000DEADBEEFull}.f);
     grpo__put_str(w, NULL);
     grpo__put_str(w, "");
     grpo__put_bytes(w, NULL, 0);
@@ -112,8 +80,8 @@ get_record(grpo_rd *r)
     ok += grpo__get_u32(r) == 0xA1B2C3D4u;
     ok += grpo__get_u64(r) == UINT64_MAX;
     ok += grpo__get_i32(r) == INT32_MIN;
-    ok += f32_bits(grpo__get_f32(r)) == 0x7FA00001u;
-    ok += f64_bits(grpo__get_f64(r)) == 0xFFF80000DEADBEEFull;
+    ok += (grpo_f32_bits){.f = grpo__get_f32(r)}.u == 0x7FA00001u;
+    ok += (grpo_f64_bits){.f = grpo__get_f64(r)}.u == 0xFFF80000DEADBEEFull;
     char *s = grpo__get_str(r, &n);
     ok += s == NULL && n == 0 && !r->bad;
     s = grpo__get_str(r, &n);
@@ -137,6 +105,15 @@ to_hex(const char *p, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+/* The reader took all of w's bytes without a failure; frees w's buffer. */
+static void
+read_all(const grpo_rd *r, grpo_wr *w)
+{
+    assert_false(r->bad);
+    assert_int_equal(grpo__rd_left(r), 0);
+    grpo__buf_fini(&w->b);
+}
+
 static void
 test_layout_and_round_trip(void **state)
 {
@@ -150,9 +127,7 @@ test_layout_and_round_trip(void **state)
     assert_string_equal(hex, record_hex);
     grpo_rd r = {w.b.data, w.b.len, 0, false};
     assert_int_equal(get_record(&r), 10);
-    assert_false(r.bad);
-    assert_int_equal(grpo__rd_left(&r), 0);
-    grpo__buf_fini(&w.b);
+    read_all(&r, &w);
 }
 
 static void
@@ -166,24 +141,26 @@ test_edge_values(void **state)
     const int32_t i32s[] = {INT32_MIN, -1, 0, INT32_MAX};
     const uint64_t u64s[] = {0, 1, UINT64_MAX, 0x8000000000000000ull};
     grpo_wr w = {0};
-    for (size_t i = 0; i < 6; i++)
-        grpo__put_f32(&w, bits_f32(f32s[i])), grpo__put_f64(&w, bits_f64(f64s[i]));
-    for (size_t i = 0; i < 4; i++)
-        grpo__put_i32(&w, i32s[i]), grpo__put_u64(&w, u64s[i]),
-            grpo__put_u32(&w, (uint32_t)i32s[i]);
+    for (size_t i = 0; i < 6; i++) {
+        grpo__put_f32(&w, (grpo_f32_bits){.u = f32s[i]}.f);
+        grpo__put_f64(&w, (grpo_f64_bits){.u = f64s[i]}.f);
+    }
+    for (size_t i = 0; i < 4; i++) {
+        grpo__put_i32(&w, i32s[i]);
+        grpo__put_u64(&w, u64s[i]);
+        grpo__put_u32(&w, (uint32_t)i32s[i]);
+    }
     grpo_rd r = {w.b.data, w.b.len, 0, false};
     for (size_t i = 0; i < 6; i++) {
-        assert_int_equal(f32_bits(grpo__get_f32(&r)), f32s[i]);
-        assert_int_equal(f64_bits(grpo__get_f64(&r)), f64s[i]);
+        assert_int_equal((grpo_f32_bits){.f = grpo__get_f32(&r)}.u, f32s[i]);
+        assert_int_equal((grpo_f64_bits){.f = grpo__get_f64(&r)}.u, f64s[i]);
     }
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(grpo__get_i32(&r), i32s[i]);
         assert_int_equal(grpo__get_u64(&r), u64s[i]);
         assert_int_equal(grpo__get_u32(&r), (uint32_t)i32s[i]);
     }
-    assert_false(r.bad);
-    assert_int_equal(grpo__rd_left(&r), 0);
-    grpo__buf_fini(&w.b);
+    read_all(&r, &w);
 }
 
 /* Every proper prefix of the record, copied into a buffer of exactly its size: the decode fails,

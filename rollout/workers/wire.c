@@ -1,76 +1,28 @@
-/* The worker protocol's codec: little-endian fields behind a magic and a version. The decoder is
- * the network boundary: every count is checked against the bytes left and the limits in
+/* The worker protocol's messages: common/codec.h fields behind a magic and a version. The decoder
+ * is the network boundary: every count is checked against the bytes left and the limits in
  * grpo/workers.h before anything is allocated, and strings must be UTF-8 without NUL. */
+#include "common/codec.h"
 #include "common/common_int.h"
 #include "grpo/workers.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define NO_STR 0xFFFFFFFFu
-
 /* ---- encoding ---- */
 
+/* The common writer (common/codec.h), and the first failure of this protocol's own. */
 typedef struct wr {
-    grpo_buf b;
-    grpo_err err;
+    grpo_wr c;
+    grpo_err err; /* a string over GRPO_WORKERS_MAX_STR */
 } wr;
 
-static void
-put(wr *w, const void *p, size_t n)
-{
-    if (w->err == GRPO_OK)
-        w->err = grpo__buf_append(&w->b, p, n);
-}
-
-static void
-put_u32(wr *w, uint32_t v)
-{
-    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 24)};
-    put(w, b, 4);
-}
-
-static void
-put_u64(wr *w, uint64_t v)
-{
-    put_u32(w, (uint32_t)v);
-    put_u32(w, (uint32_t)(v >> 32));
-}
-
-static void
-put_i32(wr *w, int32_t v)
-{
-    put_u32(w, (uint32_t)v);
-}
-
-static void
-put_f64(wr *w, double v)
-{
-    uint64_t u;
-    memcpy(&u, &v, 8);
-    put_u64(w, u);
-}
-
-static void
-put_f32(wr *w, float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    put_u32(w, u);
-}
-
+/* A string of n bytes, or absent when s is NULL. */
 static void
 put_bytes(wr *w, const char *s, size_t n)
 {
-    if (s == NULL) {
-        put_u32(w, NO_STR);
-        return;
-    }
-    if (n > GRPO_WORKERS_MAX_STR && w->err == GRPO_OK)
+    if (s != NULL && n > GRPO_WORKERS_MAX_STR && w->err == GRPO_OK)
         w->err = grpo__fail(GRPO_EINVAL, "workers: a string of %zu bytes is over the limit", n);
-    put_u32(w, (uint32_t)n);
-    put(w, s, n);
+    grpo__put_strn(&w->c, s, n);
 }
 
 static void
@@ -82,71 +34,71 @@ put_str(wr *w, const char *s)
 static void
 put_policy(wr *w, const grpo_wpolicy *p)
 {
-    put_u64(w, (uint64_t)p->version);
+    grpo__put_u64(&w->c, (uint64_t)p->version);
     put_str(w, p->weights_path);
     put_str(w, p->sha256);
-    put_i32(w, p->max_staleness);
+    grpo__put_i32(&w->c, p->max_staleness);
 }
 
 static void
 put_params(wr *w, const grpo_wparams *p)
 {
-    put_i32(w, p->group_size);
-    put_u64(w, p->seed);
-    put_f32(w, p->sampling.temperature);
-    put_f32(w, p->sampling.top_p);
-    put_i32(w, p->sampling.top_k);
-    put_f32(w, p->sampling.min_p);
-    put_i32(w, p->max_new_tokens);
-    put_i32(w, p->logprobs);
+    grpo__put_i32(&w->c, p->group_size);
+    grpo__put_u64(&w->c, p->seed);
+    grpo__put_f32(&w->c, p->sampling.temperature);
+    grpo__put_f32(&w->c, p->sampling.top_p);
+    grpo__put_i32(&w->c, p->sampling.top_k);
+    grpo__put_f32(&w->c, p->sampling.min_p);
+    grpo__put_i32(&w->c, p->max_new_tokens);
+    grpo__put_i32(&w->c, p->logprobs);
     put_str(w, p->template_name);
-    put_i32(w, p->n_stop);
+    grpo__put_i32(&w->c, p->n_stop);
     for (int32_t i = 0; i < p->n_stop && i < GRPO_ROLLOUT_MAX_STOP; i++)
         put_str(w, p->stop[i]);
-    put_i32(w, p->n_stop_ids);
+    grpo__put_i32(&w->c, p->n_stop_ids);
     for (int32_t i = 0; i < p->n_stop_ids && i < GRPO_ROLLOUT_MAX_STOP; i++)
-        put_i32(w, p->stop_ids[i]);
+        grpo__put_i32(&w->c, p->stop_ids[i]);
 }
 
 static void
 put_sample(wr *w, const grpo_wsample *s)
 {
-    put_i32(w, s->index);
-    put_i32(w, s->finish);
-    put_i32(w, s->n_tokens);
+    grpo__put_i32(&w->c, s->index);
+    grpo__put_i32(&w->c, s->finish);
+    grpo__put_i32(&w->c, s->n_tokens);
     for (int32_t k = 0; k < s->n_tokens; k++)
-        put_i32(w, s->tokens[k]);
+        grpo__put_i32(&w->c, s->tokens[k]);
     for (int32_t k = 0; k < s->n_tokens; k++)
-        put_f32(w, s->logprobs ? s->logprobs[k] : 0.0f);
+        grpo__put_f32(&w->c, s->logprobs ? s->logprobs[k] : 0.0f);
     put_bytes(w, s->text ? s->text : "", s->text ? s->text_len : 0);
-    put_f64(w, s->reward);
-    put_i32(w, s->skipped);
-    put_i32(w, s->n_terms);
+    grpo__put_f64(&w->c, s->reward);
+    grpo__put_i32(&w->c, s->skipped);
+    grpo__put_i32(&w->c, s->n_terms);
     for (int32_t t = 0; t < s->n_terms; t++) {
         const grpo_wterm *tm = &s->terms[t];
         put_str(w, tm->verifier);
         put_str(w, tm->version);
         put_str(w, tm->label);
         put_str(w, tm->details_json);
-        put_i32(w, tm->kind);
-        put_f64(w, tm->score);
-        put_f64(w, tm->ms);
+        grpo__put_i32(&w->c, tm->kind);
+        grpo__put_f64(&w->c, tm->score);
+        grpo__put_f64(&w->c, tm->ms);
     }
 }
 
 static void
 put_result(wr *w, const grpo_wresult *r)
 {
-    put_u64(w, r->lease_id);
-    put_i32(w, r->attempt);
-    put_u64(w, (uint64_t)r->policy_version);
+    grpo__put_u64(&w->c, r->lease_id);
+    grpo__put_i32(&w->c, r->attempt);
+    grpo__put_u64(&w->c, (uint64_t)r->policy_version);
     put_str(w, r->prompt_id);
-    put_i32(w, r->n_prompt);
+    grpo__put_i32(&w->c, r->n_prompt);
     for (int32_t k = 0; k < r->n_prompt; k++)
-        put_i32(w, r->prompt[k]);
-    put_f64(w, r->gen_ms);
-    put_f64(w, r->verify_ms);
-    put_i32(w, r->n_samples);
+        grpo__put_i32(&w->c, r->prompt[k]);
+    grpo__put_f64(&w->c, r->gen_ms);
+    grpo__put_f64(&w->c, r->verify_ms);
+    grpo__put_i32(&w->c, r->n_samples);
     for (int32_t i = 0; i < r->n_samples; i++)
         put_sample(w, &r->samples[i]);
 }
@@ -174,28 +126,33 @@ check_encodable(const grpo_wmsg *m)
     return GRPO_OK;
 }
 
+/* The word after the magic: the protocol version in the low 16 bits, the type in the high. */
+static uint32_t
+header(int32_t type)
+{
+    return (uint32_t)(GRPO_WORKERS_PROTOCOL & 0xFFFF) | ((uint32_t)type & 0xFFFF) << 16;
+}
+
 grpo_err
 grpo_wmsg_encode(const grpo_wmsg *m, void **bytes, size_t *len)
 {
-    wr w = {{0}, GRPO_OK};
+    wr w = {{{0}, false}, GRPO_OK};
     *bytes = NULL, *len = 0;
     if ((w.err = check_encodable(m)) != GRPO_OK)
         return w.err;
-    put_u32(&w, GRPO_WORKERS_MAGIC);
-    unsigned char hv[4] = {GRPO_WORKERS_PROTOCOL & 0xFF, GRPO_WORKERS_PROTOCOL >> 8,
-                           (unsigned char)m->type, (unsigned char)(m->type >> 8)};
-    put(&w, hv, 4);
+    grpo__put_u32(&w.c, GRPO_WORKERS_MAGIC);
+    grpo__put_u32(&w.c, header(m->type));
     switch (m->type) {
     case GRPO_WMSG_PULL:
     case GRPO_WMSG_HEARTBEAT:
         put_str(&w, m->worker_id);
-        put_u64(&w, (uint64_t)m->worker_version);
-        put_f64(&w, m->tokens_per_s);
-        put_u64(&w, m->groups_done);
-        put_i32(&w, m->want);
-        put_i32(&w, m->type == GRPO_WMSG_HEARTBEAT ? m->n_ids : 0);
+        grpo__put_u64(&w.c, (uint64_t)m->worker_version);
+        grpo__put_f64(&w.c, m->tokens_per_s);
+        grpo__put_u64(&w.c, m->groups_done);
+        grpo__put_i32(&w.c, m->want);
+        grpo__put_i32(&w.c, m->type == GRPO_WMSG_HEARTBEAT ? m->n_ids : 0);
         for (int32_t i = 0; m->type == GRPO_WMSG_HEARTBEAT && i < m->n_ids; i++)
-            put_u64(&w, m->ids[i]);
+            grpo__put_u64(&w.c, m->ids[i]);
         break;
     case GRPO_WMSG_RESULT:
         put_str(&w, m->worker_id);
@@ -204,48 +161,51 @@ grpo_wmsg_encode(const grpo_wmsg *m, void **bytes, size_t *len)
     case GRPO_WMSG_WORK:
         put_policy(&w, &m->policy);
         put_params(&w, &m->params);
-        put_i32(&w, m->n_leases);
+        grpo__put_i32(&w.c, m->n_leases);
         for (int32_t i = 0; i < m->n_leases; i++) {
-            put_u64(&w, m->leases[i].lease_id);
-            put_i32(&w, m->leases[i].attempt);
-            put_f64(&w, m->leases[i].timeout_s);
+            grpo__put_u64(&w.c, m->leases[i].lease_id);
+            grpo__put_i32(&w.c, m->leases[i].attempt);
+            grpo__put_f64(&w.c, m->leases[i].timeout_s);
             put_str(&w, m->leases[i].prompt_id);
             put_str(&w, m->leases[i].record_json);
         }
         break;
     case GRPO_WMSG_WAIT:
         put_policy(&w, &m->policy);
-        put_u32(&w, m->retry_ms);
+        grpo__put_u32(&w.c, m->retry_ms);
         break;
     case GRPO_WMSG_STOP:
         break;
     case GRPO_WMSG_ACK:
         put_policy(&w, &m->policy);
-        put_i32(&w, m->status);
+        grpo__put_i32(&w.c, m->status);
         break;
     case GRPO_WMSG_ERROR:
         put_str(&w, m->message ? m->message : "");
         break;
     default:
-        grpo__buf_fini(&w.b);
+        grpo__buf_fini(&w.c.b);
         return grpo__fail(GRPO_EINVAL, "workers: cannot encode message type %d", m->type);
     }
-    if (w.err == GRPO_OK && w.b.len > GRPO_WORKERS_MAX_MSG)
+    if (w.err == GRPO_OK && w.c.oom) /* grpo__buf_append said so */
+        w.err = GRPO_ENOMEM;
+    if (w.err == GRPO_OK && w.c.b.len > GRPO_WORKERS_MAX_MSG)
         w.err = grpo__fail(GRPO_EINVAL, "workers: a %s message of %zu bytes is over the limit",
-                           grpo_wmsg_type_name(m->type), w.b.len);
+                           grpo_wmsg_type_name(m->type), w.c.b.len);
     if (w.err != GRPO_OK) {
-        grpo__buf_fini(&w.b);
+        grpo__buf_fini(&w.c.b);
         return w.err;
     }
-    *bytes = w.b.data, *len = w.b.len;
+    *bytes = w.c.b.data, *len = w.c.b.len;
     return GRPO_OK;
 }
 
 /* ---- decoding ---- */
 
+/* The common reader (common/codec.h), and the first failure as this protocol names it. r->c.bad
+ * is set whenever err is, so the codec reads nothing after a failure. */
 typedef struct rd {
-    const unsigned char *p;
-    size_t left;
+    grpo_rd c;
     const char *msg; /* message type name for errors */
     grpo_err err;
 } rd;
@@ -255,59 +215,59 @@ bad(rd *r, const char *field, const char *why)
 {
     if (r->err == GRPO_OK)
         r->err = grpo__fail(GRPO_EFORMAT, "workers: %s message: %s: %s", r->msg, field, why);
+    r->c.bad = true;
     return -1;
 }
 
-static int
-take(rd *r, void *out, size_t n, const char *field)
+static void *
+oom(rd *r)
 {
-    if (r->err != GRPO_OK)
-        return -1;
-    if (n > r->left)
-        return bad(r, field, "truncated");
-    memcpy(out, r->p, n);
-    r->p += n, r->left -= n;
-    return 0;
+    if (r->err == GRPO_OK)
+        r->err = grpo__fail(GRPO_ENOMEM, "workers: out of memory");
+    r->c.bad = true;
+    return NULL;
+}
+
+/* The reader, after naming field when fewer than n bytes are left for it (the codec itself
+ * would only set bad). */
+static grpo_rd *
+need(rd *r, const char *field, size_t n)
+{
+    if (r->err == GRPO_OK && n > grpo__rd_left(&r->c))
+        bad(r, field, "truncated");
+    return &r->c;
 }
 
 static uint32_t
 get_u32(rd *r, const char *field)
 {
-    unsigned char b[4] = {0};
-    take(r, b, 4, field);
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    return grpo__get_u32(need(r, field, 4));
 }
 
 static uint64_t
 get_u64(rd *r, const char *field)
 {
-    uint64_t lo = get_u32(r, field);
-    return lo | (uint64_t)get_u32(r, field) << 32;
+    return grpo__get_u64(need(r, field, 8));
 }
 
 static int32_t
 get_i32(rd *r, const char *field)
 {
-    return (int32_t)get_u32(r, field);
-}
-
-static double
-get_f64(rd *r, const char *field, int finite)
-{
-    uint64_t u = get_u64(r, field);
-    double v;
-    memcpy(&v, &u, 8);
-    if (finite && !(v == v && v - v == 0))
-        bad(r, field, "not a finite number");
-    return v;
+    return grpo__get_i32(need(r, field, 4));
 }
 
 static float
 get_f32(rd *r, const char *field)
 {
-    uint32_t u = get_u32(r, field);
-    float v;
-    memcpy(&v, &u, 4);
+    return grpo__get_f32(need(r, field, 4));
+}
+
+static double
+get_f64(rd *r, const char *field, int finite)
+{
+    double v = grpo__get_f64(need(r, field, 8));
+    if (finite && !(v == v && v - v == 0))
+        bad(r, field, "not a finite number");
     return v;
 }
 
@@ -322,7 +282,7 @@ get_count(rd *r, const char *field, int32_t lo, int32_t hi, size_t elem)
         bad(r, field, "count out of range");
         return 0;
     }
-    if (elem > 0 && (size_t)n > r->left / elem) {
+    if (elem > 0 && (size_t)n > grpo__rd_left(&r->c) / elem) {
         bad(r, field, "count larger than the message");
         return 0;
     }
@@ -336,28 +296,25 @@ get_bytes(rd *r, const char *field, uint32_t max, int text, int optional, uint32
     uint32_t n = get_u32(r, field);
     if (r->err != GRPO_OK)
         return NULL;
-    if (n == NO_STR) {
+    if (n == GRPO_CODEC_NULL) {
         if (!optional)
             bad(r, field, "missing");
         return NULL;
     }
-    if (n > max || n > r->left) {
+    if (n > max || n > grpo__rd_left(&r->c)) {
         bad(r, field, n > max ? "longer than the limit" : "truncated");
         return NULL;
     }
-    if (text && (memchr(r->p, 0, n) != NULL || !grpo__utf8_valid((const char *)r->p, n))) {
+    const char *p = grpo__get_raw(&r->c, n);
+    if (text && (memchr(p, 0, n) != NULL || !grpo__utf8_valid(p, n))) {
         bad(r, field, "not UTF-8 text");
         return NULL;
     }
     char *s = malloc((size_t)n + 1);
-    if (s == NULL) {
-        if (r->err == GRPO_OK)
-            r->err = grpo__fail(GRPO_ENOMEM, "workers: out of memory");
-        return NULL;
-    }
-    memcpy(s, r->p, n);
+    if (s == NULL)
+        return oom(r);
+    memcpy(s, p, n);
     s[n] = '\0';
-    r->p += n, r->left -= n;
     if (len_out)
         *len_out = n;
     return s;
@@ -375,9 +332,7 @@ get_array(rd *r, size_t n, size_t elem)
     if (r->err != GRPO_OK)
         return NULL;
     void *p = calloc(n ? n : 1, elem);
-    if (p == NULL)
-        r->err = grpo__fail(GRPO_ENOMEM, "workers: out of memory");
-    return p;
+    return p ? p : oom(r);
 }
 
 static void
@@ -565,24 +520,23 @@ grpo_err
 grpo_wmsg_decode(grpo_wmsg *out, const void *bytes, size_t len)
 {
     memset(out, 0, sizeof *out);
-    rd r = {bytes, len, "?", GRPO_OK};
+    rd r = {{bytes, len, 0, false}, "?", GRPO_OK};
     if (len > GRPO_WORKERS_MAX_MSG)
         return grpo__fail(GRPO_EFORMAT, "workers: a message of %zu bytes is over the limit", len);
     uint32_t magic = get_u32(&r, "magic");
-    unsigned char hv[4] = {0};
-    take(&r, hv, 4, "header");
+    uint32_t hv = get_u32(&r, "header");
     if (r.err != GRPO_OK)
         return r.err;
     if (magic != GRPO_WORKERS_MAGIC)
         return grpo__fail(GRPO_EFORMAT, "workers: not a grpo worker message (bad magic)");
-    unsigned version = (unsigned)hv[0] | (unsigned)hv[1] << 8;
+    unsigned version = hv & 0xFFFF;
     if (version != GRPO_WORKERS_PROTOCOL)
         return grpo__fail(GRPO_EVERSION, "workers: protocol version %u; this grpo speaks %d",
                           version, GRPO_WORKERS_PROTOCOL);
-    out->type = (int32_t)((unsigned)hv[2] | (unsigned)hv[3] << 8);
+    out->type = (int32_t)(hv >> 16);
     r.msg = grpo_wmsg_type_name(out->type);
     get_body(&r, out);
-    if (r.err == GRPO_OK && r.left != 0)
+    if (r.err == GRPO_OK && grpo__rd_left(&r.c) != 0)
         bad(&r, "end", "trailing bytes");
     return r.err;
 }

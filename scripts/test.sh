@@ -13,11 +13,7 @@ echo "== build (Release, -Werror) =="
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRPO_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 echo "== ctest -LE gpu =="
-(cd build && ctest -LE "gpu|racy" --output-on-failure -j "$jobs")
-# Tests of a known race (label racy; see docs/workers.md "Known race"): run alone, retried up to
-# 3 times, so the race shows in the log without failing an otherwise green run on its timing.
-echo "== ctest -L racy (known race, retried) =="
-(cd build && ctest -L racy --output-on-failure --repeat until-pass:3)
+(cd build && ctest -LE gpu --output-on-failure -j "$jobs")
 
 if [ "${1:-}" != "--quick" ]; then
   echo "== build (ASan + UBSan) =="
@@ -27,5 +23,5 @@ if [ "${1:-}" != "--quick" ]; then
   echo "== ctest -LE gpu (sanitizers) =="
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 GRPO_SANITIZED=1 \
-     ctest -LE "gpu|nosan|racy" --output-on-failure -j "$jobs")
+     ctest -LE "gpu|nosan" --output-on-failure -j "$jobs")
 fi

@@ -183,17 +183,20 @@ grpo_bench_verify(int argc, char **argv)
     /* one thread: per-check latency */
     size_t nl = n * (size_t)repeat;
     double *lat = malloc(nl * sizeof *lat);
-    long agree = 0, correct = 0;
+    if (lat == NULL) {
+        fprintf(stderr, "grpo bench verify: out of memory\n");
+        api->fini(state);
+        return CLI_FAIL;
+    }
+    long agree = 0;
     double t0 = grpo_now();
-    for (long r = 0; lat && r < repeat; r++)
+    for (long r = 0; r < repeat; r++)
         for (size_t i = 0; i < n; i++) {
             double a = grpo_now();
             int ok = score_one(api, state, &p[i]);
             lat[r * n + i] = (grpo_now() - a) * 1000.0;
-            if (r == 0) {
+            if (r == 0)
                 agree += ok == p[i].mv;
-                correct += ok == 1;
-            }
         }
     double total = grpo_now() - t0;
     qsort(lat, nl, sizeof *lat, cmp_double);

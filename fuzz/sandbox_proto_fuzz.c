@@ -24,7 +24,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    sbx_rd r = {(const char *)data + 1, size - 1, 0, false};
+    grpo_rd r = {(const char *)data + 1, size - 1, 0, false};
     if (data[0] & 1) {
         grpo_sandbox_result res;
         if (sbx_result_decode(&r, &res) != GRPO_OK) {

@@ -138,24 +138,24 @@ sbx_recv(int fd, uint32_t *code, char **payload, size_t *n, int *got_fd)
 }
 
 static void
-put_strv(sbx_wr *w, const char *const *v)
+put_strv(grpo_wr *w, const char *const *v)
 {
     uint32_t n = 0;
     if (v == NULL) {
-        sbx_put_u32(w, GRPO_CODEC_NULL);
+        grpo__put_u32(w, GRPO_CODEC_NULL);
         return;
     }
     while (v[n] != NULL)
         n++;
-    sbx_put_u32(w, n);
+    grpo__put_u32(w, n);
     for (uint32_t i = 0; i < n; i++)
-        sbx_put_str(w, v[i]);
+        grpo__put_str(w, v[i]);
 }
 
 static char **
-get_strv(sbx_rd *r)
+get_strv(grpo_rd *r)
 {
-    uint32_t n = sbx_get_u32(r);
+    uint32_t n = grpo__get_u32(r);
     char **v;
     if (r->bad || n == GRPO_CODEC_NULL)
         return NULL;
@@ -169,7 +169,7 @@ get_strv(sbx_rd *r)
         return NULL;
     }
     for (uint32_t i = 0; i < n && !r->bad; i++) {
-        v[i] = sbx_get_str(r);
+        v[i] = grpo__get_str(r, NULL);
         if (v[i] == NULL)
             r->bad = true;
     }
@@ -187,59 +187,59 @@ free_strv(char **v)
 }
 
 static void
-put_limits(sbx_wr *w, const grpo_sandbox_limits *l)
+put_limits(grpo_wr *w, const grpo_sandbox_limits *l)
 {
-    sbx_put_u32(w, l->wall_ms);
-    sbx_put_u32(w, l->cpu_ms);
-    sbx_put_u64(w, l->mem_bytes);
-    sbx_put_u64(w, l->fsize_bytes);
-    sbx_put_u64(w, l->tmp_bytes);
-    sbx_put_u32(w, l->nofile);
-    sbx_put_u32(w, l->nproc);
-    sbx_put_u64(w, l->stdout_max);
-    sbx_put_u64(w, l->stderr_max);
-    sbx_put_u64(w, l->output_kill);
+    grpo__put_u32(w, l->wall_ms);
+    grpo__put_u32(w, l->cpu_ms);
+    grpo__put_u64(w, l->mem_bytes);
+    grpo__put_u64(w, l->fsize_bytes);
+    grpo__put_u64(w, l->tmp_bytes);
+    grpo__put_u32(w, l->nofile);
+    grpo__put_u32(w, l->nproc);
+    grpo__put_u64(w, l->stdout_max);
+    grpo__put_u64(w, l->stderr_max);
+    grpo__put_u64(w, l->output_kill);
 }
 
 static void
-get_limits(sbx_rd *r, grpo_sandbox_limits *l)
+get_limits(grpo_rd *r, grpo_sandbox_limits *l)
 {
-    l->wall_ms = sbx_get_u32(r);
-    l->cpu_ms = sbx_get_u32(r);
-    l->mem_bytes = sbx_get_u64(r);
-    l->fsize_bytes = sbx_get_u64(r);
-    l->tmp_bytes = sbx_get_u64(r);
-    l->nofile = sbx_get_u32(r);
-    l->nproc = sbx_get_u32(r);
-    l->stdout_max = sbx_get_u64(r);
-    l->stderr_max = sbx_get_u64(r);
-    l->output_kill = sbx_get_u64(r);
+    l->wall_ms = grpo__get_u32(r);
+    l->cpu_ms = grpo__get_u32(r);
+    l->mem_bytes = grpo__get_u64(r);
+    l->fsize_bytes = grpo__get_u64(r);
+    l->tmp_bytes = grpo__get_u64(r);
+    l->nofile = grpo__get_u32(r);
+    l->nproc = grpo__get_u32(r);
+    l->stdout_max = grpo__get_u64(r);
+    l->stderr_max = grpo__get_u64(r);
+    l->output_kill = grpo__get_u64(r);
 }
 
 void
-sbx_spec_encode(sbx_wr *w, const grpo_sandbox_cmd *cmd, uint64_t fn, const void *arg,
+sbx_spec_encode(grpo_wr *w, const grpo_sandbox_cmd *cmd, uint64_t fn, const void *arg,
                 size_t arg_len)
 {
     put_strv(w, cmd->argv);
     put_strv(w, cmd->envp);
-    sbx_put_str(w, cmd->cwd);
-    sbx_put_bytes(w, cmd->stdin_data, cmd->stdin_data ? cmd->stdin_len : 0);
-    sbx_put_u32(w, (uint32_t)cmd->n_files);
+    grpo__put_str(w, cmd->cwd);
+    grpo__put_bytes(w, cmd->stdin_data, cmd->stdin_data ? cmd->stdin_len : 0);
+    grpo__put_u32(w, (uint32_t)cmd->n_files);
     for (int i = 0; i < cmd->n_files; i++) {
-        sbx_put_str(w, cmd->files[i].name);
-        sbx_put_bytes(w, cmd->files[i].data, cmd->files[i].len);
-        sbx_put_u32(w, cmd->files[i].mode);
+        grpo__put_str(w, cmd->files[i].name);
+        grpo__put_bytes(w, cmd->files[i].data, cmd->files[i].len);
+        grpo__put_u32(w, cmd->files[i].mode);
     }
-    sbx_put_u32(w, (uint32_t)cmd->n_binds);
+    grpo__put_u32(w, (uint32_t)cmd->n_binds);
     for (int i = 0; i < cmd->n_binds; i++) {
-        sbx_put_str(w, cmd->binds[i].src);
-        sbx_put_str(w, cmd->binds[i].dst);
-        sbx_put_u32(w, (uint32_t)cmd->binds[i].writable);
+        grpo__put_str(w, cmd->binds[i].src);
+        grpo__put_str(w, cmd->binds[i].dst);
+        grpo__put_u32(w, (uint32_t)cmd->binds[i].writable);
     }
-    sbx_put_u32(w, (uint32_t)cmd->mount_proc);
+    grpo__put_u32(w, (uint32_t)cmd->mount_proc);
     put_limits(w, &cmd->limits);
-    sbx_put_u64(w, fn);
-    sbx_put_bytes(w, arg, arg ? arg_len : 0);
+    grpo__put_u64(w, fn);
+    grpo__put_bytes(w, arg, arg ? arg_len : 0);
 }
 
 static grpo_err
@@ -255,19 +255,19 @@ dup_bytes(const char *p, size_t n, char **out)
 }
 
 grpo_err
-sbx_spec_decode(sbx_rd *r, sbx_spec *s)
+sbx_spec_decode(grpo_rd *r, sbx_spec *s)
 {
     size_t n;
     const char *p;
     memset(s, 0, sizeof *s);
     s->argv = get_strv(r);
     s->envp = get_strv(r);
-    s->cwd = sbx_get_str(r);
-    p = sbx_get_bytes(r, &n);
+    s->cwd = grpo__get_str(r, NULL);
+    p = grpo__get_bytes(r, &n);
     if (dup_bytes(p, n, &s->stdin_data) != GRPO_OK)
         r->bad = true;
     s->stdin_len = n;
-    s->n_files = (int)sbx_get_u32(r);
+    s->n_files = (int)grpo__get_u32(r);
     if (r->bad || s->n_files < 0 || (size_t)s->n_files > r->len)
         goto bad;
     s->file_names = calloc((size_t)s->n_files + 1, sizeof(char *));
@@ -277,14 +277,14 @@ sbx_spec_decode(sbx_rd *r, sbx_spec *s)
     if (!s->file_names || !s->file_data || !s->file_lens || !s->file_modes)
         goto bad;
     for (int i = 0; i < s->n_files && !r->bad; i++) {
-        s->file_names[i] = sbx_get_str(r);
-        p = sbx_get_bytes(r, &n);
+        s->file_names[i] = grpo__get_str(r, NULL);
+        p = grpo__get_bytes(r, &n);
         if (r->bad || dup_bytes(p, n, &s->file_data[i]) != GRPO_OK)
             goto bad;
         s->file_lens[i] = n;
-        s->file_modes[i] = sbx_get_u32(r);
+        s->file_modes[i] = grpo__get_u32(r);
     }
-    s->n_binds = (int)sbx_get_u32(r);
+    s->n_binds = (int)grpo__get_u32(r);
     if (r->bad || s->n_binds < 0 || (size_t)s->n_binds > r->len)
         goto bad;
     s->bind_src = calloc((size_t)s->n_binds + 1, sizeof(char *));
@@ -293,14 +293,14 @@ sbx_spec_decode(sbx_rd *r, sbx_spec *s)
     if (!s->bind_src || !s->bind_dst || !s->bind_rw)
         goto bad;
     for (int i = 0; i < s->n_binds && !r->bad; i++) {
-        s->bind_src[i] = sbx_get_str(r);
-        s->bind_dst[i] = sbx_get_str(r);
-        s->bind_rw[i] = (int)sbx_get_u32(r);
+        s->bind_src[i] = grpo__get_str(r, NULL);
+        s->bind_dst[i] = grpo__get_str(r, NULL);
+        s->bind_rw[i] = (int)grpo__get_u32(r);
     }
-    s->mount_proc = (int)sbx_get_u32(r);
+    s->mount_proc = (int)grpo__get_u32(r);
     get_limits(r, &s->lim);
-    s->fn = sbx_get_u64(r);
-    p = sbx_get_bytes(r, &n);
+    s->fn = grpo__get_u64(r);
+    p = grpo__get_bytes(r, &n);
     if (r->bad || dup_bytes(p, n, &s->fn_arg) != GRPO_OK)
         goto bad;
     s->fn_arg_len = n;
@@ -341,40 +341,40 @@ sbx_spec_fini(sbx_spec *s)
 }
 
 void
-sbx_result_encode(sbx_wr *w, const grpo_sandbox_result *res)
+sbx_result_encode(grpo_wr *w, const grpo_sandbox_result *res)
 {
-    sbx_put_u32(w, (uint32_t)res->status);
-    sbx_put_u32(w, (uint32_t)res->exit_code);
-    sbx_put_u32(w, (uint32_t)res->signal);
-    sbx_put_u64(w, (uint64_t)(res->cpu_ms * 1000.0));
-    sbx_put_u64(w, (uint64_t)(res->wall_ms * 1000.0));
-    sbx_put_u64(w, res->max_rss_kb);
-    sbx_put_bytes(w, res->out, res->out_len);
-    sbx_put_bytes(w, res->err, res->err_len);
-    sbx_put_u64(w, res->out_total);
-    sbx_put_u64(w, res->err_total);
+    grpo__put_u32(w, (uint32_t)res->status);
+    grpo__put_u32(w, (uint32_t)res->exit_code);
+    grpo__put_u32(w, (uint32_t)res->signal);
+    grpo__put_u64(w, (uint64_t)(res->cpu_ms * 1000.0));
+    grpo__put_u64(w, (uint64_t)(res->wall_ms * 1000.0));
+    grpo__put_u64(w, res->max_rss_kb);
+    grpo__put_bytes(w, res->out, res->out_len);
+    grpo__put_bytes(w, res->err, res->err_len);
+    grpo__put_u64(w, res->out_total);
+    grpo__put_u64(w, res->err_total);
 }
 
 grpo_err
-sbx_result_decode(sbx_rd *r, grpo_sandbox_result *res)
+sbx_result_decode(grpo_rd *r, grpo_sandbox_result *res)
 {
     const char *p;
     size_t n;
     memset(res, 0, sizeof *res);
-    res->status = (grpo_sandbox_status)sbx_get_u32(r);
-    res->exit_code = (int)sbx_get_u32(r);
-    res->signal = (int)sbx_get_u32(r);
-    res->cpu_ms = (double)sbx_get_u64(r) / 1000.0;
-    res->wall_ms = (double)sbx_get_u64(r) / 1000.0;
-    res->max_rss_kb = sbx_get_u64(r);
-    p = sbx_get_bytes(r, &n);
+    res->status = (grpo_sandbox_status)grpo__get_u32(r);
+    res->exit_code = (int)grpo__get_u32(r);
+    res->signal = (int)grpo__get_u32(r);
+    res->cpu_ms = (double)grpo__get_u64(r) / 1000.0;
+    res->wall_ms = (double)grpo__get_u64(r) / 1000.0;
+    res->max_rss_kb = grpo__get_u64(r);
+    p = grpo__get_bytes(r, &n);
     if (!r->bad && dup_bytes(p, n, &res->out) == GRPO_OK)
         res->out_len = n;
-    p = sbx_get_bytes(r, &n);
+    p = grpo__get_bytes(r, &n);
     if (!r->bad && dup_bytes(p, n, &res->err) == GRPO_OK)
         res->err_len = n;
-    res->out_total = sbx_get_u64(r);
-    res->err_total = sbx_get_u64(r);
+    res->out_total = grpo__get_u64(r);
+    res->err_total = grpo__get_u64(r);
     if (r->bad || res->out == NULL || res->err == NULL) {
         grpo_sandbox_result_fini(res);
         return grpo__fail(GRPO_EFORMAT, "sandbox: malformed result frame from worker");

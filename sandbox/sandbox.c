@@ -24,7 +24,7 @@ struct grpo_sandbox_proc {
 
 /* Sends op + payload and waits for the reply; a negative reply code is the worker's error. */
 static grpo_err
-call(grpo_sandbox *sb, uint32_t op, const sbx_wr *w, char **payload, size_t *n, int *fd)
+call(grpo_sandbox *sb, uint32_t op, const grpo_wr *w, char **payload, size_t *n, int *fd)
 {
     uint32_t code;
     grpo_err err;
@@ -55,7 +55,7 @@ create(grpo_sandbox **out, const grpo_sandbox_opts *opts, uint32_t require)
 {
     grpo_err err;
     grpo_sandbox *sb = calloc(1, sizeof *sb);
-    sbx_wr w = {0};
+    grpo_wr w = {0};
     char *p = NULL;
     size_t n = 0;
     uint32_t count = 0;
@@ -69,15 +69,15 @@ create(grpo_sandbox **out, const grpo_sandbox_opts *opts, uint32_t require)
     }
     while (opts && opts->ro_paths && opts->ro_paths[count])
         count++;
-    sbx_put_u32(&w, require);
-    sbx_put_u32(&w, count);
+    grpo__put_u32(&w, require);
+    grpo__put_u32(&w, count);
     for (uint32_t i = 0; i < count; i++)
-        sbx_put_str(&w, opts->ro_paths[i]);
+        grpo__put_str(&w, opts->ro_paths[i]);
     err = call(sb, SBX_OP_INIT, &w, &p, &n, NULL);
     grpo__buf_fini(&w.b);
     if (err == GRPO_OK) {
-        sbx_rd r = {p, n, 0, false};
-        sb->iso = sbx_get_u32(&r);
+        grpo_rd r = {p, n, 0, false};
+        sb->iso = grpo__get_u32(&r);
         if (r.bad)
             err = grpo__fail(GRPO_EFORMAT, "sandbox: malformed INIT reply");
     }
@@ -156,7 +156,7 @@ check_cmd(const grpo_sandbox_cmd *cmd, bool need_argv)
 grpo_err
 grpo_sandbox_run(grpo_sandbox *sb, const grpo_sandbox_cmd *cmd, grpo_sandbox_result *res)
 {
-    sbx_wr w = {0};
+    grpo_wr w = {0};
     char *p = NULL;
     size_t n = 0;
     grpo_err err;
@@ -167,7 +167,7 @@ grpo_sandbox_run(grpo_sandbox *sb, const grpo_sandbox_cmd *cmd, grpo_sandbox_res
     err = call(sb, SBX_OP_RUN, &w, &p, &n, NULL);
     grpo__buf_fini(&w.b);
     if (err == GRPO_OK) {
-        sbx_rd r = {p, n, 0, false};
+        grpo_rd r = {p, n, 0, false};
         err = sbx_result_decode(&r, res);
     }
     free(p);
@@ -178,7 +178,7 @@ grpo_err
 grpo_sandbox_spawn(grpo_sandbox *sb, const grpo_sandbox_cmd *cmd, grpo_sandbox_fn fn,
                    const void *arg, size_t arg_len, grpo_sandbox_proc **out)
 {
-    sbx_wr w = {0};
+    grpo_wr w = {0};
     char *p = NULL;
     size_t n = 0;
     int fd = -1;
@@ -194,8 +194,8 @@ grpo_sandbox_spawn(grpo_sandbox *sb, const grpo_sandbox_cmd *cmd, grpo_sandbox_f
         free(p);
         return err;
     }
-    sbx_rd r = {p, n, 0, false};
-    uint32_t id = sbx_get_u32(&r);
+    grpo_rd r = {p, n, 0, false};
+    uint32_t id = grpo__get_u32(&r);
     free(p);
     if (r.bad || fd < 0) {
         if (fd >= 0)
@@ -223,7 +223,7 @@ grpo_sandbox_proc_fd(const grpo_sandbox_proc *p)
 grpo_err
 grpo_sandbox_proc_finish(grpo_sandbox_proc *pr, grpo_sandbox_result *res)
 {
-    sbx_wr w = {0};
+    grpo_wr w = {0};
     char *p = NULL;
     size_t n = 0;
     grpo_err err;
@@ -231,11 +231,11 @@ grpo_sandbox_proc_finish(grpo_sandbox_proc *pr, grpo_sandbox_result *res)
     if (pr == NULL)
         return GRPO_OK;
     close(pr->fd);
-    sbx_put_u32(&w, pr->id);
+    grpo__put_u32(&w, pr->id);
     err = call(pr->sb, SBX_OP_FINISH, &w, &p, &n, NULL);
     grpo__buf_fini(&w.b);
     if (err == GRPO_OK) {
-        sbx_rd r = {p, n, 0, false};
+        grpo_rd r = {p, n, 0, false};
         err = sbx_result_decode(&r, res ? res : &tmp);
         if (err == GRPO_OK && res == NULL)
             grpo_sandbox_result_fini(&tmp);

@@ -26,19 +26,8 @@
 #define SBX_HOST_UID_ROOT 1999999 /* host uid/gid sandboxes run as when we are root */
 #define SBX_MAX_ARGS 4096
 
-/* ---- proto.c: framed socket I/O; frame payloads use the common codec (common/codec.h), under
- * the names the sandbox's files have always used. */
-typedef grpo_wr sbx_wr;
-typedef grpo_rd sbx_rd; /* sbx_rd r = {payload, n, 0, false} */
-#define sbx_put_u32 grpo__put_u32
-#define sbx_put_u64 grpo__put_u64
-#define sbx_put_bytes grpo__put_bytes /* always a length (0 for NULL) */
-#define sbx_put_str grpo__put_str     /* NULL is kept as NULL */
-#define sbx_get_u32 grpo__get_u32
-#define sbx_get_u64 grpo__get_u64
-#define sbx_get_bytes grpo__get_bytes           /* pointer into the frame */
-#define sbx_get_str(r) grpo__get_str((r), NULL) /* malloc'd; NULL stays NULL */
-
+/* ---- proto.c: framed socket I/O; frame payloads are written and read with the common codec
+ * (common/codec.h: grpo_wr, grpo_rd, grpo__put_*, grpo__get_*). */
 /* Frames on a stream socket: u32 code, u32 length, payload; optionally one fd (SCM_RIGHTS). */
 grpo_err sbx_send(int fd, uint32_t code, const void *p, size_t n, int pass_fd);
 /* *payload is malloc'd (NUL-terminated); *got_fd is -1 when none came. Returns GRPO_EIO on EOF. */
@@ -67,13 +56,13 @@ typedef struct sbx_spec {
     char *fn_arg;
     size_t fn_arg_len;
 } sbx_spec;
-void sbx_spec_encode(sbx_wr *w, const grpo_sandbox_cmd *cmd, uint64_t fn, const void *arg,
+void sbx_spec_encode(grpo_wr *w, const grpo_sandbox_cmd *cmd, uint64_t fn, const void *arg,
                      size_t arg_len);
-grpo_err sbx_spec_decode(sbx_rd *r, sbx_spec *s);
+grpo_err sbx_spec_decode(grpo_rd *r, sbx_spec *s);
 void sbx_spec_fini(sbx_spec *s);
 
-void sbx_result_encode(sbx_wr *w, const grpo_sandbox_result *res);
-grpo_err sbx_result_decode(sbx_rd *r, grpo_sandbox_result *res);
+void sbx_result_encode(grpo_wr *w, const grpo_sandbox_result *res);
+grpo_err sbx_result_decode(grpo_rd *r, grpo_sandbox_result *res);
 
 /* ---- seccomp.c: the allowlist, built once with libseccomp and exported as BPF. */
 typedef struct sbx_filter {

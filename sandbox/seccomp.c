@@ -125,10 +125,10 @@ add_allowlist(scmp_filter_ctx ctx)
     if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0)) < 0)
         return rc;
     if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-                               SCMP_A0(SCMP_CMP_EQ, AF_UNIX))) < 0)
+                               SCMP_A0(SCMP_CMP_EQ, AF_UNIX, 0))) < 0)
         return rc;
     if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
-                               SCMP_A0(SCMP_CMP_NE, AF_UNIX))) < 0)
+                               SCMP_A0(SCMP_CMP_NE, AF_UNIX, 0))) < 0)
         return rc;
     return 0;
 }

@@ -20,7 +20,7 @@ reply_err(int sock, grpo_err err)
 }
 
 static grpo_err
-reply(int sock, sbx_wr *w, int pass_fd)
+reply(int sock, grpo_wr *w, int pass_fd)
 {
     if (w->oom)
         return reply_err(sock, grpo__fail(GRPO_ENOMEM, "sandbox: worker out of memory"));
@@ -29,17 +29,17 @@ reply(int sock, sbx_wr *w, int pass_fd)
 
 /* INIT: required isolation + extra read-only paths. Replies with the isolation in force. */
 static grpo_err
-op_init(sbx_worker *w, sbx_rd *r)
+op_init(sbx_worker *w, grpo_rd *r)
 {
-    uint32_t require = sbx_get_u32(r), n = sbx_get_u32(r);
+    uint32_t require = grpo__get_u32(r), n = grpo__get_u32(r);
     char have[128], need[128];
-    sbx_wr out = {0};
+    grpo_wr out = {0};
     grpo_err err;
     if (r->bad || n > 256)
         return reply_err(w->sock, grpo__fail(GRPO_EFORMAT, "sandbox: malformed INIT"));
     w->ro_paths = calloc(n + 1, sizeof(char *));
     for (uint32_t i = 0; i < n && w->ro_paths; i++)
-        w->ro_paths[i] = sbx_get_str(r);
+        w->ro_paths[i] = grpo__get_str(r, NULL);
     if (require == 0)
         require = GRPO_SANDBOX_ISO_ALL;
     require &= GRPO_SANDBOX_ISO_ALL; /* 0x100 alone: the probe, which requires nothing */
@@ -54,19 +54,19 @@ op_init(sbx_worker *w, sbx_rd *r)
     }
     if ((w->iso & GRPO_SANDBOX_ISO_SECCOMP) && (err = sbx_seccomp_shared(&w->base)) != GRPO_OK)
         return reply_err(w->sock, err);
-    sbx_put_u32(&out, w->iso);
+    grpo__put_u32(&out, w->iso);
     err = reply(w->sock, &out, -1);
     grpo__buf_fini(&out.b);
     return err;
 }
 
 static grpo_err
-op_run(sbx_worker *w, sbx_rd *r)
+op_run(sbx_worker *w, grpo_rd *r)
 {
     sbx_spec s;
     sbx_child c;
     grpo_sandbox_result res;
-    sbx_wr out = {0};
+    grpo_wr out = {0};
     grpo_err err;
     if ((err = sbx_spec_decode(r, &s)) != GRPO_OK)
         goto done;
@@ -86,11 +86,11 @@ done:
 }
 
 static grpo_err
-op_spawn(sbx_worker *w, sbx_rd *r)
+op_spawn(sbx_worker *w, grpo_rd *r)
 {
     sbx_spec s;
     sbx_child c;
-    sbx_wr out = {0};
+    grpo_wr out = {0};
     grpo_err err;
     int slot = -1;
     for (int i = 0; i < (int)(sizeof w->procs / sizeof w->procs[0]); i++)
@@ -108,7 +108,7 @@ op_spawn(sbx_worker *w, sbx_rd *r)
         goto done;
     w->procs[slot] = c;
     w->proc_ids[slot] = ++w->next_id;
-    sbx_put_u32(&out, w->proc_ids[slot]);
+    grpo__put_u32(&out, w->proc_ids[slot]);
     err = reply(w->sock, &out, c.ctl_fd);
     close(c.ctl_fd);
     w->procs[slot].ctl_fd = -1;
@@ -121,11 +121,11 @@ done:
 }
 
 static grpo_err
-op_finish(sbx_worker *w, sbx_rd *r)
+op_finish(sbx_worker *w, grpo_rd *r)
 {
-    uint32_t id = sbx_get_u32(r);
+    uint32_t id = grpo__get_u32(r);
     grpo_sandbox_result res;
-    sbx_wr out = {0};
+    grpo_wr out = {0};
     grpo_err err;
     for (int i = 0; i < (int)(sizeof w->procs / sizeof w->procs[0]); i++) {
         if (w->procs[i].pid <= 0 || w->proc_ids[i] != id)
@@ -160,7 +160,7 @@ sbx_worker_main(int sock)
             break;
         if (fd >= 0)
             close(fd);
-        sbx_rd r = {p, n, 0, false};
+        grpo_rd r = {p, n, 0, false};
         switch (op) {
         case SBX_OP_INIT:
             err = op_init(&w, &r);

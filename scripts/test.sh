@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the machine, builds grpo with -Werror, runs every CPU test, then runs the suite again
 # under AddressSanitizer + UndefinedBehaviorSanitizer. This is the command README.md and CI use.
-#   scripts/test.sh           both passes
+#   scripts/test.sh           both passes, then every fuzz target for 10 s (scripts/fuzz.sh)
 #   scripts/test.sh --quick   the normal pass only
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,4 +24,6 @@ if [ "${1:-}" != "--quick" ]; then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 GRPO_SANITIZED=1 \
      ctest -LE "gpu|nosan" --output-on-failure -j "$jobs")
+  echo "== fuzz targets (clang, ASan+UBSan, 10 s each) =="
+  scripts/fuzz.sh 10
 fi

@@ -2,6 +2,7 @@
  * with the DeepSeek-V3/R1 chat template. Output formats are exact (other tools parse them). */
 #include "cli/cli.h"
 #include "common/common_int.h"
+#include "common/json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@ static const char USAGE[] =
     "usage: grpo tokenize --tokenizer FILE [--r1] [--bos] [--no-special]\n"
     "       grpo tokenize --tokenizer FILE --decode [--skip-special] [--lossy]\n"
     "       grpo tokenize --tokenizer FILE --chat r1|v3 --messages FILE.json [--text]\n"
+    "       grpo tokenize --tokenizer FILE --chat r1|v3 --messages FILE.jsonl --jsonl\n"
     "\n"
     "Encodes all of stdin (one UTF-8 text) with a byte-level BPE tokenizer.json and prints the\n"
     "ids on one line, separated by single spaces. Identical to HF tokenizers'\n"
@@ -34,11 +36,14 @@ static const char USAGE[] =
     "                       an object with a \"messages\" array\n"
     "  --no-generation-prompt  with --chat: leave the generation prompt out\n"
     "  --text               with --chat: print the rendered text instead of ids\n"
+    "  --jsonl              with --chat: --messages holds one conversation per line; print one\n"
+    "                       JSON object per non-blank line, {\"text\": ..., \"ids\": [...]} or\n"
+    "                       {\"error\": ...}; exit status 1 if any line failed\n"
     "  -h, --help           this help\n";
 
 typedef struct opts {
     const char *tokenizer, *config, *chat, *messages;
-    int r1, bos, no_special, decode, skip_special, lossy, no_gen, text;
+    int r1, bos, no_special, decode, skip_special, lossy, no_gen, text, jsonl;
 } opts;
 
 static int
@@ -72,6 +77,8 @@ parse(int argc, char **argv, opts *o)
             o->no_gen = 1;
         else if (strcmp(a, "--text") == 0)
             o->text = 1;
+        else if (strcmp(a, "--jsonl") == 0)
+            o->jsonl = 1;
         else
             return cli_usage("tokenize", "unknown option \"%s\"", a);
         if (val != NULL) {
@@ -88,6 +95,8 @@ parse(int argc, char **argv, opts *o)
         return cli_usage("tokenize", "--chat must be r1 or v3, not \"%s\"", o->chat);
     if (o->messages != NULL && o->chat == NULL)
         return cli_usage("tokenize", "--messages needs --chat r1|v3");
+    if (o->jsonl && (o->chat == NULL || o->text))
+        return cli_usage("tokenize", "--jsonl needs --chat and prints text and ids (no --text)");
     if (o->decode && o->chat != NULL)
         return cli_usage("tokenize", "--decode and --chat cannot be combined");
     return CLI_OK;
@@ -201,6 +210,69 @@ do_decode(grpo_tokenizer *tok, const opts *o)
     return rc;
 }
 
+/* One --jsonl conversation to one output line: its text and ids, or the error. Returns whether it
+ * rendered; *io_fail is set when stdout or memory failed. */
+static bool
+jsonl_line(grpo_tokenizer *tok, grpo_chat_family fam, int gen, const char *line, size_t len,
+           const char *where, bool *io_fail)
+{
+    grpo_chat chat = {0};
+    char *text = NULL, *s = NULL;
+    size_t tlen = 0, n = 0;
+    int32_t *ids = NULL;
+    grpo_err err = grpo_chat_parse_json(&chat, line, len, where);
+    if (err == GRPO_OK)
+        err = grpo_chat_render(tok, fam, chat.msgs, chat.n, gen, &text, &tlen);
+    if (err == GRPO_OK)
+        err = grpo_tokenizer_encode(tok, text, tlen, GRPO_TOK_PARSE_SPECIAL, &ids, &n);
+    cJSON *out = cJSON_CreateObject(), *arr = NULL;
+    if (out != NULL && err != GRPO_OK) {
+        cJSON_AddStringToObject(out, "error", grpo_error_last());
+    } else if (out != NULL) {
+        cJSON_AddStringToObject(out, "text", text);
+        cJSON_AddItemToObject(out, "ids", arr = cJSON_CreateArray());
+        for (size_t i = 0; arr != NULL && i < n; i++)
+            cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+    }
+    s = out != NULL ? cJSON_PrintUnformatted(out) : NULL;
+    if (s == NULL || printf("%s\n", s) < 0)
+        *io_fail = true;
+    free(s);
+    cJSON_Delete(out);
+    free(ids);
+    free(text);
+    grpo_chat_fini(&chat);
+    return err == GRPO_OK;
+}
+
+/* --jsonl: every non-blank line of the --messages file is one conversation. */
+static int
+do_chat_jsonl(grpo_tokenizer *tok, const opts *o)
+{
+    char *data = NULL, where[4200];
+    size_t len = 0, lineno = 0;
+    bool io_fail = false, all_ok = true;
+    grpo_chat_family fam = (grpo_chat_family)grpo_chat_family_parse(o->chat);
+    if (grpo__read_file(o->messages, (size_t)1 << 31, &data, &len) != GRPO_OK)
+        return cli_fail("tokenize");
+    for (size_t at = 0; at < len && !io_fail;) {
+        const char *nl = memchr(data + at, '\n', len - at);
+        size_t end = nl != NULL ? (size_t)(nl - data) : len;
+        lineno++;
+        if (strspn(data + at, " \t\r") < end - at) {
+            snprintf(where, sizeof where, "%s:%zu", o->messages, lineno);
+            all_ok &= jsonl_line(tok, fam, !o->no_gen, data + at, end - at, where, &io_fail);
+        }
+        at = end + 1;
+    }
+    free(data);
+    if (io_fail || fflush(stdout) != 0) {
+        fprintf(stderr, "grpo tokenize: stdout: write error or out of memory\n");
+        return CLI_FAIL;
+    }
+    return all_ok ? CLI_OK : CLI_FAIL;
+}
+
 static int
 do_chat(grpo_tokenizer *tok, const opts *o)
 {
@@ -251,6 +323,8 @@ grpo_cmd_tokenize(int argc, char **argv)
         return cli_fail("tokenize");
     if (o.decode)
         rc = do_decode(tok, &o);
+    else if (o.chat != NULL && o.jsonl)
+        rc = do_chat_jsonl(tok, &o);
     else if (o.chat != NULL)
         rc = do_chat(tok, &o);
     else

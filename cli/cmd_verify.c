@@ -25,7 +25,8 @@ static const char *const USAGE =
     "  --input FILE     JSONL, one object per line: \"id\", \"task\" (math | code | format | a\n"
     "                   task of the config; default math), \"completion\", \"answer\" (gold,\n"
     "                   for math) or \"tests\" (for code), and optionally \"prompt\",\n"
-    "                   \"prompt_opens_think\" (bool), \"language\", \"n_tokens\", \"max_tokens\",\n"
+    "                   \"prompt_opens_think\" (bool), \"language\", \"n_tokens\", "
+    "\"max_tokens\",\n"
     "                   \"truncated\" (bool). \"-\" reads standard input.\n"
     "  --output FILE    where to write (default: standard output). Each line is the input\n"
     "                   object plus \"reward\" (number), \"skipped\" (true when a verifier could\n"
@@ -51,8 +52,8 @@ typedef struct item {
     const char *line;
     size_t len;
     int lineno;
-    char *out;          /* the output line (malloc'd), set once done */
-    double started;     /* grpo_now() when a worker took it; 0 = not started */
+    char *out;      /* the output line (malloc'd), set once done */
+    double started; /* grpo_now() when a worker took it; 0 = not started */
     bool done, abandoned, error;
 } item;
 
@@ -98,8 +99,9 @@ static int32_t
 opt_int(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 2e9 ? (int32_t)v->valuedouble
-                                                                             : 0;
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 2e9
+               ? (int32_t)v->valuedouble
+               : 0;
 }
 
 static void
@@ -165,9 +167,9 @@ score_line(grpo_rewarder *rw, const item *it, bool *error)
     else if (cJSON_IsNumber(ans))
         s.answer = numbuf = cJSON_PrintUnformatted(ans);
     const cJSON *tests = cJSON_GetObjectItemCaseSensitive(o, "tests");
-    char *tests_json = tests ? (cJSON_IsString(tests) ? strdup(tests->valuestring)
-                                                      : cJSON_PrintUnformatted(tests))
-                             : NULL;
+    char *tests_json =
+        tests ? (cJSON_IsString(tests) ? strdup(tests->valuestring) : cJSON_PrintUnformatted(tests))
+              : NULL;
     s.tests_json = tests_json;
     s.prompt_opens_think = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "prompt_opens_think"));
     s.truncated = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "truncated"));
@@ -248,8 +250,8 @@ write_in_order(run *r, FILE *out, double deadline_s, bool tty)
                 snprintf(msg, sizeof msg, "line %d: deadline exceeded (%.0f ms)", it->lineno,
                          deadline_s * 1000);
                 cJSON *o = cJSON_ParseWithLength(it->line, it->len);
-                it->out = error_line(cJSON_IsObject(o) ? o : NULL, it->lineno, it->line, it->len,
-                                     msg);
+                it->out =
+                    error_line(cJSON_IsObject(o) ? o : NULL, it->lineno, it->line, it->len, msg);
                 if (o && !cJSON_IsObject(o))
                     cJSON_Delete(o);
                 it->abandoned = it->done = it->error = true;
@@ -414,72 +416,138 @@ build_config(grpo_reward_config **out, const char *path, const plugin_arg *pl, i
 static bool
 is_flag(const char *a)
 {
-    static const char *const flags[] = {"--input", "--output", "--config", "--plugin",
-                                        "--plugin-config", "--jobs", "--deadline-ms"};
+    static const char *const flags[] = {"--input",         "--output", "--config",     "--plugin",
+                                        "--plugin-config", "--jobs",   "--deadline-ms"};
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
         if (strcmp(a, flags[k]) == 0)
             return true;
     return false;
 }
 
+typedef struct verify_args {
+    const char *in_path, *out_path, *cfg_path;
+    plugin_arg pl[MAX_PLUGINS];
+    int npl;
+    long jobs;
+    double deadline_ms;
+} verify_args;
+
+/* "--plugin NAME=PATH" */
+static int
+add_plugin(verify_args *a, const char *v)
+{
+    const char *eq = strchr(v, '=');
+    if (eq == NULL || eq == v || (size_t)(eq - v) >= sizeof a->pl[0].name || eq[1] == 0)
+        return cli_usage("verify", "--plugin wants NAME=PATH, not \"%s\"", v);
+    if (a->npl == MAX_PLUGINS)
+        return cli_usage("verify", "at most %d --plugin options", MAX_PLUGINS);
+    plugin_arg *p = &a->pl[a->npl++];
+    memcpy(p->name, v, (size_t)(eq - v));
+    p->name[eq - v] = 0;
+    p->path = eq + 1;
+    p->config = NULL;
+    return 0;
+}
+
+/* One "--flag value" pair; 0 or CLI_USAGE (printed). */
+static int
+parse_opt(verify_args *a, const char *f, const char *v)
+{
+    char *end;
+    if (strcmp(f, "--input") == 0)
+        a->in_path = v;
+    else if (strcmp(f, "--output") == 0)
+        a->out_path = v;
+    else if (strcmp(f, "--config") == 0)
+        a->cfg_path = v;
+    else if (strcmp(f, "--plugin") == 0)
+        return add_plugin(a, v);
+    else if (strcmp(f, "--plugin-config") == 0) {
+        if (a->npl == 0)
+            return cli_usage("verify", "--plugin-config must follow a --plugin");
+        a->pl[a->npl - 1].config = v;
+    } else if (strcmp(f, "--jobs") == 0) {
+        a->jobs = strtol(v, &end, 10);
+        if (*end || a->jobs < 1 || a->jobs > 1024)
+            return cli_usage("verify", "--jobs must be an integer in 1..1024, not \"%s\"", v);
+    } else if (strcmp(f, "--deadline-ms") == 0) {
+        a->deadline_ms = strtod(v, &end);
+        if (*end || !(a->deadline_ms > 0) || a->deadline_ms > 3.6e6)
+            return cli_usage("verify", "--deadline-ms must be in (0, 3600000], not \"%s\"", v);
+    } else
+        return cli_usage("verify", "unknown option %s", f);
+    return 0;
+}
+
+static int
+parse_args(verify_args *a, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        int rc;
+        if (f[0] != '-' || f[1] == 0)
+            return cli_usage("verify", "unexpected argument %s", f);
+        if (!is_flag(f))
+            return cli_usage("verify", "unknown option %s", f);
+        if (i + 1 >= argc)
+            return cli_usage("verify", "%s needs a value", f);
+        if ((rc = parse_opt(a, f, argv[++i])) != 0)
+            return rc;
+    }
+    return a->in_path == NULL ? cli_usage("verify", "--input is required") : 0;
+}
+
+/* Starts up to `want` scoring threads (no more than there are lines) into th; returns how many
+ * started (0 on failure). */
+static int
+start_workers(run *r, pthread_t *th, int want)
+{
+    int n = want;
+    if ((size_t)n > r->n)
+        n = r->n > 0 ? (int)r->n : 1;
+    for (int k = 0; k < n; k++)
+        if (pthread_create(&th[k], NULL, worker, r) != 0)
+            return k;
+    return n;
+}
+
+/* Writes every line in input order, then reports; returns the exit code. A worker stuck past the
+ * deadline is not joined: the process exits, which ends it. */
+static int
+finish(run *r, FILE *out, const char *out_path, double deadline_ms, pthread_t *th, int nth)
+{
+    long errors = write_in_order(r, out, deadline_ms / 1000.0, isatty(2) != 0);
+    if (errors < 0 || fflush(out) != 0 || (out != stdout && fclose(out) != 0)) {
+        fprintf(stderr, "grpo verify: %s: write failed: %s\n", out_path ? out_path : "stdout",
+                strerror(errno));
+        _exit(CLI_FAIL); /* workers may still be running on the items */
+    }
+    if (errors > 0)
+        fprintf(stderr, "grpo verify: %ld of %zu lines have an \"error\" field\n", errors, r->n);
+    int rc = errors > 0 ? CLI_FAIL : CLI_OK;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->items[i].abandoned) {
+            fflush(NULL);
+            _exit(rc);
+        }
+    for (int k = 0; k < nth; k++)
+        pthread_join(th[k], NULL);
+    return rc;
+}
+
 int
 grpo_cmd_verify(int argc, char **argv)
 {
-    plugin_arg pl[MAX_PLUGINS];
-    int npl = 0;
-    const char *in_path = NULL, *out_path = NULL, *cfg_path = NULL;
-    long jobs = 0;
-    double deadline_ms = 0;
+    verify_args a;
     if (cli_wants_help(argc, argv)) {
         fputs(USAGE, stdout);
         return CLI_OK;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (a[0] != '-' || a[1] == 0)
-            return cli_usage("verify", "unexpected argument %s", a);
-        if (!is_flag(a))
-            return cli_usage("verify", "unknown option %s", a);
-        if (i + 1 >= argc)
-            return cli_usage("verify", "%s needs a value", a);
-        const char *v = argv[++i];
-        char *end;
-        if (strcmp(a, "--input") == 0)
-            in_path = v;
-        else if (strcmp(a, "--output") == 0)
-            out_path = v;
-        else if (strcmp(a, "--config") == 0)
-            cfg_path = v;
-        else if (strcmp(a, "--plugin") == 0) {
-            const char *eq = strchr(v, '=');
-            if (eq == NULL || eq == v || (size_t)(eq - v) >= sizeof pl[0].name || eq[1] == 0)
-                return cli_usage("verify", "--plugin wants NAME=PATH, not \"%s\"", v);
-            if (npl == MAX_PLUGINS)
-                return cli_usage("verify", "at most %d --plugin options", MAX_PLUGINS);
-            memcpy(pl[npl].name, v, (size_t)(eq - v));
-            pl[npl].name[eq - v] = 0;
-            pl[npl].path = eq + 1;
-            pl[npl].config = NULL;
-            npl++;
-        } else if (strcmp(a, "--plugin-config") == 0) {
-            if (npl == 0)
-                return cli_usage("verify", "--plugin-config must follow a --plugin");
-            pl[npl - 1].config = v;
-        }
-        else if (strcmp(a, "--jobs") == 0) {
-            jobs = strtol(v, &end, 10);
-            if (*end || jobs < 1 || jobs > 1024)
-                return cli_usage("verify", "--jobs must be an integer in 1..1024, not \"%s\"", v);
-        } else if (strcmp(a, "--deadline-ms") == 0) {
-            deadline_ms = strtod(v, &end);
-            if (*end || !(deadline_ms > 0) || deadline_ms > 3.6e6)
-                return cli_usage("verify", "--deadline-ms must be in (0, 3600000], not \"%s\"", v);
-        } else
-            return cli_usage("verify", "unknown option %s", a);
-    }
-    if (in_path == NULL)
-        return cli_usage("verify", "--input is required");
-    int rc = CLI_FAIL;
+    int rc = parse_args(&a, argc, argv);
+    if (rc != 0)
+        return rc;
+    rc = CLI_FAIL;
     grpo_reward_config *cfg = NULL;
     grpo_rewarder *rw = NULL;
     char *text = NULL;
@@ -487,24 +555,20 @@ grpo_cmd_verify(int argc, char **argv)
     FILE *out = NULL;
     run r = {0};
     pthread_t *th = NULL;
-    int nth = 0;
-    grpo_err err = build_config(&cfg, cfg_path, pl, npl);
-    if (err != GRPO_OK || (err = grpo_rewarder_create(&rw, cfg)) != GRPO_OK) {
+    int nth = (int)(a.jobs > 0 ? a.jobs : grpo_cpu_count());
+    if (build_config(&cfg, a.cfg_path, a.pl, a.npl) != GRPO_OK ||
+        grpo_rewarder_create(&rw, cfg) != GRPO_OK ||
+        read_input(a.in_path, &text, &len) != GRPO_OK) {
         rc = cli_fail("verify");
         goto done;
     }
-    if (read_input(in_path, &text, &len) != GRPO_OK) {
-        rc = cli_fail("verify");
-        goto done;
-    }
-    r.items = split_lines(text, len, &r.n);
-    if (r.items == NULL) {
+    if ((r.items = split_lines(text, len, &r.n)) == NULL ||
+        (th = calloc((size_t)nth, sizeof *th)) == NULL) {
         fprintf(stderr, "grpo verify: out of memory\n");
         goto done;
     }
-    out = out_path ? fopen(out_path, "w") : stdout;
-    if (out == NULL) {
-        fprintf(stderr, "grpo verify: %s: cannot open for writing: %s\n", out_path,
+    if ((out = a.out_path ? fopen(a.out_path, "w") : stdout) == NULL) {
+        fprintf(stderr, "grpo verify: %s: cannot open for writing: %s\n", a.out_path,
                 strerror(errno));
         goto done;
     }
@@ -512,41 +576,13 @@ grpo_cmd_verify(int argc, char **argv)
     atomic_init(&r.next, 0);
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.cv, NULL);
-    nth = (int)(jobs > 0 ? jobs : grpo_cpu_count());
-    if ((size_t)nth > r.n)
-        nth = r.n > 0 ? (int)r.n : 1;
-    th = calloc((size_t)nth, sizeof *th);
-    for (int k = 0; th && k < nth; k++)
-        if (pthread_create(&th[k], NULL, worker, &r) != 0) {
-            nth = k;
-            break;
-        }
-    if (nth == 0) {
+    if ((nth = start_workers(&r, th, nth)) == 0) {
         fprintf(stderr, "grpo verify: cannot start worker threads\n");
         goto done;
     }
-    if (deadline_ms <= 0)
-        deadline_ms = grpo_reward_config_deadline_ms(cfg);
-    long errors = write_in_order(&r, out, deadline_ms / 1000.0, isatty(2) != 0);
-    if (errors < 0 || fflush(out) != 0 || (out != stdout && fclose(out) != 0)) {
-        fprintf(stderr, "grpo verify: %s: write failed: %s\n", out_path ? out_path : "stdout",
-                strerror(errno));
-        _exit(CLI_FAIL); /* workers may still be running on the items */
-    }
-    out = NULL;
-    if (errors > 0)
-        fprintf(stderr, "grpo verify: %ld of %zu lines have an \"error\" field\n", errors, r.n);
-    rc = errors > 0 ? CLI_FAIL : CLI_OK;
-    /* a worker stuck past the deadline is not joined: exiting ends it */
-    bool stuck = false;
-    for (size_t i = 0; i < r.n; i++)
-        stuck |= r.items[i].abandoned;
-    if (stuck) {
-        fflush(NULL);
-        _exit(rc);
-    }
-    for (int k = 0; k < nth; k++)
-        pthread_join(th[k], NULL);
+    rc = finish(&r, out, a.out_path,
+                a.deadline_ms > 0 ? a.deadline_ms : grpo_reward_config_deadline_ms(cfg), th, nth);
+    out = NULL; /* closed by finish */
 done:
     if (out && out != stdout)
         fclose(out);

@@ -131,20 +131,28 @@ typedef struct grpo_chat_tool_call {
 } grpo_chat_tool_call;
 
 typedef struct grpo_chat_message {
-    const char *role;    /* "system", "user", "assistant" or "tool" */
-    const char *content; /* NULL only for an assistant turn made of tool calls */
-    const grpo_chat_tool_call *tool_calls;
+    const char *role;    /* "system", "user", "assistant" or "tool"; others (or NULL) are skipped */
+    const char *content; /* NULL for JSON null (an assistant turn made of tool calls) */
+    const grpo_chat_tool_call *tool_calls; /* NULL: no "tool_calls" key */
     size_t n_tool_calls;
 } grpo_chat_message;
 
+/* Marker values for what Jinja tells apart from null: content == grpo_chat_content_absent (an empty
+ * string) means the message has no "content" key; tool_calls == grpo_chat_tool_calls_null (with
+ * n_tool_calls 0) means "tool_calls": null. grpo_chat_parse_json sets them. */
+extern const char grpo_chat_content_absent[1];
+extern const grpo_chat_tool_call grpo_chat_tool_calls_null[1];
+
 /* Renders a conversation exactly as the family's Jinja chat_template does (the template of the
  * DeepSeek-V3 tokenizer_config.json, or DeepSeek-R1's): the BOS token text first, all system
- * prompts joined by a blank line, "<｜User｜>"/"<｜Assistant｜>" turns, "<｜end▁of▁sentence｜>"
- * after assistant turns, tool calls/outputs; R1 keeps only the text after the last "</think>" of
- * earlier assistant turns. add_generation_prompt appends "<｜Assistant｜>" (V3) or
- * "<｜Assistant｜><think>\n" (R1). family GRPO_CHAT_NONE means the tokenizer's own family. Unknown
- * roles and content-less non-tool-call messages fail with GRPO_EINVAL. *text is NUL-terminated; the
- * caller frees it. */
+ * prompts (wherever they are) joined by a blank line, "<｜User｜>"/"<｜Assistant｜>" turns,
+ * "<｜end▁of▁sentence｜>" after assistant turns, tool calls/outputs; R1 keeps only the text after
+ * the last "</think>" of assistant turns. add_generation_prompt appends "<｜Assistant｜>" (V3) or
+ * "<｜Assistant｜><think>\n" (R1). family GRPO_CHAT_NONE means the tokenizer's own family.
+ * Messages with other roles are skipped, as the templates do. Fails with GRPO_EINVAL where the
+ * template fails: null or missing content where it concatenates the content, null tool_calls where
+ * it iterates them, a tool call without type, name or arguments; and on an empty conversation (as
+ * transformers' apply_chat_template does). *text is NUL-terminated; the caller frees it. */
 grpo_err grpo_chat_render(const grpo_tokenizer *tok, grpo_chat_family family,
                           const grpo_chat_message *msgs, size_t n, int add_generation_prompt,
                           char **text, size_t *len);
@@ -155,8 +163,11 @@ grpo_err grpo_chat_encode(const grpo_tokenizer *tok, grpo_chat_family family,
                           int32_t **ids, size_t *n_ids);
 
 /* A conversation parsed from JSON: an array of {"role": ..., "content": ..., "tool_calls":
- * [{"type": ..., "function": {"name": ..., "arguments": str|object}}]} objects, or an object with
- * such an array under "messages". `where` names the source in messages. */
+ * [{"type": ..., "function": {"name": ..., "arguments": ...}}]} objects, or an object with such an
+ * array under "messages". Content must be a string or null, tool_calls an array or null; a missing
+ * or non-string role makes a message the templates skip; a tool call's type, name or arguments
+ * (JSON text) that is not a string (an object as arguments too) is left NULL, so rendering fails
+ * where the template reads it. `where` names the source in messages. */
 typedef struct grpo_chat {
     grpo_chat_message *msgs;
     size_t n;

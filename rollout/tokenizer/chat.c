@@ -20,9 +20,14 @@
 #define U_OUT_BEGIN "<｜tool▁output▁begin｜>"
 #define U_OUT_END "<｜tool▁output▁end｜>"
 
+const char grpo_chat_content_absent[1] = "";
+const grpo_chat_tool_call grpo_chat_tool_calls_null[1];
+
+/* The template's namespace flags (never reset between messages) and the output. */
 typedef struct render {
     grpo_buf b;
     grpo_err err;
+    bool is_first, is_tool, is_output_first;
 } render;
 
 static void
@@ -32,10 +37,47 @@ put(render *r, const char *s)
         r->err = grpo__buf_append(&r->b, s, strlen(s));
 }
 
+static void
+fail(render *r, size_t i, const grpo_chat_message *m, const char *what)
+{
+    if (r->err == GRPO_OK)
+        r->err = grpo__fail(GRPO_EINVAL, "chat: message %zu (%s) %s", i, m->role, what);
+}
+
+/* Jinja's `message['content'] is none`: true for null only, not for a missing key. */
+static bool
+content_is_none(const grpo_chat_message *m)
+{
+    return m->content == NULL;
+}
+
+/* The content where the template concatenates it: null and a missing key fail there in Jinja
+ * (TypeError, UndefinedError), so they fail here. NULL after a failure. */
+static const char *
+content_text(render *r, size_t i, const grpo_chat_message *m)
+{
+    if (m->content == NULL)
+        fail(r, i, m, "has null content where the template needs a string");
+    else if (m->content == grpo_chat_content_absent)
+        fail(r, i, m, "has no \"content\" where the template needs a string");
+    else
+        return m->content;
+    return NULL;
+}
+
 /* type + sep + name + "\n```json\n" + arguments + "\n```" + call end */
 static void
-put_call(render *r, const grpo_chat_tool_call *c)
+put_call(render *r, size_t i, const grpo_chat_message *m, size_t k)
 {
+    const grpo_chat_tool_call *c = &m->tool_calls[k];
+    if (c->type == NULL || c->name == NULL || c->arguments == NULL) {
+        if (r->err == GRPO_OK)
+            r->err = grpo__fail(GRPO_EINVAL,
+                                "chat: message %zu (%s) tool_calls[%zu] needs string \"type\", "
+                                "\"function.name\" and \"function.arguments\" (JSON text)",
+                                i, m->role, k);
+        return;
+    }
     put(r, c->type);
     put(r, U_SEP);
     put(r, c->name);
@@ -47,83 +89,53 @@ put_call(render *r, const grpo_chat_tool_call *c)
 static bool
 role_is(const grpo_chat_message *m, const char *role)
 {
-    return strcmp(m->role, role) == 0;
+    return m->role != NULL && strcmp(m->role, role) == 0;
 }
 
-static grpo_err
-validate(const grpo_chat_message *msgs, size_t n, grpo_chat_family fam)
-{
-    for (size_t i = 0; i < n; i++) {
-        const grpo_chat_message *m = &msgs[i];
-        if (m->role == NULL)
-            return grpo__fail(GRPO_EINVAL, "chat: message %zu has no role", i);
-        bool asst = role_is(m, "assistant");
-        if (!asst && !role_is(m, "system") && !role_is(m, "user") && !role_is(m, "tool"))
-            return grpo__fail(GRPO_EINVAL,
-                              "chat: message %zu has role \"%.40s\"; expected system, user, "
-                              "assistant or tool",
-                              i, m->role);
-        bool calls = asst && (fam == GRPO_CHAT_R1 ? m->tool_calls != NULL : m->content == NULL);
-        if (m->content == NULL && !calls)
-            return grpo__fail(GRPO_EINVAL, "chat: message %zu (%s) has no content", i, m->role);
-        if (calls && m->tool_calls == NULL)
-            return grpo__fail(
-                GRPO_EINVAL, "chat: message %zu (assistant) has neither content nor tool_calls", i);
-        for (size_t k = 0; calls && k < m->n_tool_calls; k++) {
-            const grpo_chat_tool_call *c = &m->tool_calls[k];
-            if (c->type == NULL || c->name == NULL || c->arguments == NULL)
-                return grpo__fail(GRPO_EINVAL,
-                                  "chat: message %zu tool_calls[%zu] needs type, name and "
-                                  "arguments",
-                                  i, k);
-        }
-    }
-    return GRPO_OK;
-}
-
+/* All system prompts, wherever they are, joined by a blank line (an empty one counts). */
 static void
 system_prompt(render *r, const grpo_chat_message *msgs, size_t n)
 {
     bool first = true;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && r->err == GRPO_OK; i++) {
         if (!role_is(&msgs[i], "system"))
             continue;
+        const char *c = content_text(r, i, &msgs[i]);
         if (!first)
             put(r, "\n\n");
-        put(r, msgs[i].content);
+        if (c != NULL)
+            put(r, c);
         first = false;
     }
 }
 
-typedef struct ns {
-    bool is_first, is_tool, is_output_first;
-} ns;
-
+/* V3 reads tool_calls only when the content is null; a missing key loops over nothing. */
 static void
-v3_assistant(render *r, ns *s, const grpo_chat_message *m)
+v3_assistant(render *r, size_t i, const grpo_chat_message *m)
 {
-    if (m->content == NULL) {
-        s->is_tool = false;
-        for (size_t k = 0; k < m->n_tool_calls; k++) {
-            if (!s->is_first) {
+    if (content_is_none(m)) {
+        r->is_tool = false;
+        if (m->tool_calls == grpo_chat_tool_calls_null)
+            fail(r, i, m, "has null content and null tool_calls; the template iterates them");
+        for (size_t k = 0; m->tool_calls != NULL && k < m->n_tool_calls && r->err == GRPO_OK; k++) {
+            if (!r->is_first) {
                 put(r, U_ASSISTANT U_CALLS_BEGIN U_CALL_BEGIN);
-                put_call(r, &m->tool_calls[k]);
-                s->is_first = true;
+                put_call(r, i, m, k);
+                r->is_first = true;
             } else {
                 put(r, "\n" U_CALL_BEGIN);
-                put_call(r, &m->tool_calls[k]);
+                put_call(r, i, m, k);
                 put(r, U_CALLS_END U_EOS);
             }
         }
         return;
     }
-    if (s->is_tool) {
-        put(r, U_OUTS_END);
-        s->is_tool = false;
-    } else {
-        put(r, U_ASSISTANT);
-    }
-    put(r, m->content);
+    const char *c = content_text(r, i, m);
+    if (c == NULL)
+        return;
+    put(r, r->is_tool ? U_OUTS_END : U_ASSISTANT);
+    r->is_tool = false;
+    put(r, c);
     put(r, U_EOS);
 }
 
@@ -137,49 +149,81 @@ after_think(const char *s)
     return p;
 }
 
+/* R1 takes the tool-call branch whenever the key is there ('tool_calls' in message), even when it
+ * is null (then it fails iterating it) or an empty list. */
 static void
-r1_assistant(render *r, ns *s, const grpo_chat_message *m)
+r1_calls(render *r, size_t i, const grpo_chat_message *m)
+{
+    r->is_tool = false;
+    if (m->tool_calls == grpo_chat_tool_calls_null)
+        fail(r, i, m, "has null tool_calls; the template iterates them");
+    for (size_t k = 0; k < m->n_tool_calls && r->err == GRPO_OK; k++) {
+        if (!r->is_first) {
+            put(r, U_ASSISTANT);
+            if (!content_is_none(m))
+                put(r, content_text(r, i, m));
+            put(r, U_CALLS_BEGIN U_CALL_BEGIN);
+            r->is_first = true;
+        } else {
+            put(r, "\n" U_CALL_BEGIN);
+        }
+        put_call(r, i, m, k);
+    }
+    put(r, U_CALLS_END U_EOS);
+}
+
+static void
+r1_assistant(render *r, size_t i, const grpo_chat_message *m)
 {
     if (m->tool_calls != NULL) {
-        s->is_tool = false;
-        for (size_t k = 0; k < m->n_tool_calls; k++) {
-            if (!s->is_first) {
-                put(r, U_ASSISTANT);
-                if (m->content != NULL)
-                    put(r, m->content);
-                put(r, U_CALLS_BEGIN U_CALL_BEGIN);
-                s->is_first = true;
-            } else {
-                put(r, "\n" U_CALL_BEGIN);
-            }
-            put_call(r, &m->tool_calls[k]);
-        }
-        put(r, U_CALLS_END U_EOS);
+        r1_calls(r, i, m);
         return;
     }
-    if (s->is_tool) {
-        put(r, U_OUTS_END);
-        put(r, m->content);
-        s->is_tool = false;
-    } else {
-        put(r, U_ASSISTANT);
-        put(r, after_think(m->content));
-    }
+    const char *c = content_text(r, i, m);
+    if (c == NULL)
+        return;
+    put(r, r->is_tool ? U_OUTS_END : U_ASSISTANT);
+    put(r, r->is_tool ? c : after_think(c)); /* old reasoning dropped, except after tool outputs */
+    r->is_tool = false;
     put(r, U_EOS);
 }
 
 static void
-tool_output(render *r, ns *s, const grpo_chat_message *m, grpo_chat_family fam)
+tool_output(render *r, size_t i, const grpo_chat_message *m, grpo_chat_family fam)
 {
-    s->is_tool = true;
-    if (s->is_output_first) {
+    r->is_tool = true;
+    const char *c = content_text(r, i, m);
+    if (c == NULL)
+        return;
+    if (r->is_output_first)
         put(r, U_OUTS_BEGIN U_OUT_BEGIN);
-        s->is_output_first = false;
-    } else {
+    else
         put(r, fam == GRPO_CHAT_V3 ? "\n" U_OUT_BEGIN : U_OUT_BEGIN);
-    }
-    put(r, m->content);
+    r->is_output_first = false;
+    put(r, c);
     put(r, U_OUT_END);
+}
+
+static void
+render_messages(render *r, grpo_chat_family fam, const grpo_chat_message *msgs, size_t n)
+{
+    for (size_t i = 0; i < n && r->err == GRPO_OK; i++) {
+        const grpo_chat_message *m = &msgs[i];
+        if (role_is(m, "user")) {
+            r->is_tool = false;
+            const char *c = content_text(r, i, m);
+            put(r, U_USER);
+            if (c != NULL)
+                put(r, c);
+        } else if (role_is(m, "assistant")) {
+            if (fam == GRPO_CHAT_V3)
+                v3_assistant(r, i, m);
+            else
+                r1_assistant(r, i, m);
+        } else if (role_is(m, "tool")) {
+            tool_output(r, i, m, fam);
+        } /* any other role, or none: the templates have no branch for it */
+    }
 }
 
 grpo_err
@@ -194,34 +238,17 @@ grpo_chat_render(const grpo_tokenizer *tok, grpo_chat_family fam, const grpo_cha
     if (fam != GRPO_CHAT_V3 && fam != GRPO_CHAT_R1)
         return grpo__fail(GRPO_EUNSUPPORTED,
                           "chat: the tokenizer has no DeepSeek chat template; choose v3 or r1");
-    grpo_err err = validate(msgs, n, fam);
-    if (err != GRPO_OK)
-        return err;
-    render r = {{0}, GRPO_OK};
-    ns s = {false, false, true};
+    if (n == 0) /* transformers' apply_chat_template fails on an empty list too */
+        return grpo__fail(GRPO_EINVAL, "chat: the conversation has no messages");
+    render r = {{0}, GRPO_OK, false, false, true};
     put(&r, tok->bos_text);
     system_prompt(&r, msgs, n);
-    for (size_t i = 0; i < n; i++) {
-        const grpo_chat_message *m = &msgs[i];
-        if (role_is(m, "user")) {
-            s.is_tool = false;
-            put(&r, U_USER);
-            put(&r, m->content);
-        } else if (role_is(m, "assistant")) {
-            if (fam == GRPO_CHAT_V3)
-                v3_assistant(&r, &s, m);
-            else
-                r1_assistant(&r, &s, m);
-        } else if (role_is(m, "tool")) {
-            tool_output(&r, &s, m, fam);
-        }
-    }
-    if (s.is_tool)
+    render_messages(&r, fam, msgs, n);
+    if (r.is_tool)
         put(&r, U_OUTS_END);
-    if (add_generation_prompt && !s.is_tool)
+    if (add_generation_prompt && !r.is_tool)
         put(&r, fam == GRPO_CHAT_R1 ? U_ASSISTANT "<think>\n" : U_ASSISTANT);
-    put(&r, ""); /* allocates and NUL-terminates an empty result too */
-    if (r.err == GRPO_OK && r.b.data == NULL)
+    if (r.err == GRPO_OK && r.b.data == NULL) /* an empty result is allocated and terminated too */
         r.err = grpo__buf_append(&r.b, "", 0);
     if (r.err != GRPO_OK) {
         grpo__buf_fini(&r.b);
@@ -271,32 +298,18 @@ typedef struct chat_priv {
 
 static const grpo_chat_tool_call no_calls[1];
 
-static grpo_err
-parse_call(cJSON *c, const char *where, size_t i, size_t k, grpo_chat_tool_call *out)
+/* Fields that are not strings (an object as arguments too) stay NULL: the templates fail on them
+ * only where they read them, and so does the renderer. */
+static void
+parse_call(const cJSON *c, grpo_chat_tool_call *out)
 {
-    cJSON *type = cJSON_GetObjectItemCaseSensitive(c, "type");
-    cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
-    cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-    cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-    if (args != NULL && (cJSON_IsObject(args) || cJSON_IsArray(args))) {
-        char *s = cJSON_PrintUnformatted(args); /* an extension: jinja would refuse a dict */
-        cJSON *str = s != NULL ? cJSON_CreateString(s) : NULL;
-        free(s);
-        if (str == NULL || !cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", str)) {
-            cJSON_Delete(str);
-            return grpo__fail(GRPO_ENOMEM, "chat: out of memory");
-        }
-        args = str;
-    }
-    if (!cJSON_IsString(type) || !cJSON_IsString(name) || !cJSON_IsString(args))
-        return grpo__fail(GRPO_EFORMAT,
-                          "%s: message %zu tool_calls[%zu] needs string \"type\", "
-                          "\"function.name\" and \"function.arguments\"",
-                          where, i, k);
-    out->type = type->valuestring;
-    out->name = name->valuestring;
-    out->arguments = args->valuestring;
-    return GRPO_OK;
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(c, "type");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+    out->type = cJSON_IsString(type) ? type->valuestring : NULL;
+    out->name = cJSON_IsString(name) ? name->valuestring : NULL;
+    out->arguments = cJSON_IsString(args) ? args->valuestring : NULL;
 }
 
 static grpo_err
@@ -308,26 +321,29 @@ parse_message(cJSON *m, const char *where, size_t i, grpo_chat_message *out,
     cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
     cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
     cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-    if (!cJSON_IsString(role))
-        return grpo__fail(GRPO_EFORMAT, "%s: message %zu: \"role\" must be a string", where, i);
     if (content != NULL && !cJSON_IsNull(content) && !cJSON_IsString(content))
         return grpo__fail(GRPO_EFORMAT, "%s: message %zu: \"content\" must be a string or null",
                           where, i);
-    out->role = role->valuestring;
-    out->content = cJSON_IsString(content) ? content->valuestring : NULL;
-    if (tc == NULL || cJSON_IsNull(tc))
+    /* no role, or not a string: a message the templates pass over, like an unknown role */
+    out->role = cJSON_IsString(role) ? role->valuestring : NULL;
+    out->content = content == NULL           ? grpo_chat_content_absent
+                   : cJSON_IsString(content) ? content->valuestring
+                                             : NULL;
+    if (tc == NULL)
         return GRPO_OK;
+    if (cJSON_IsNull(tc)) {
+        out->tool_calls = grpo_chat_tool_calls_null;
+        return GRPO_OK;
+    }
     if (!cJSON_IsArray(tc))
         return grpo__fail(GRPO_EFORMAT, "%s: message %zu: \"tool_calls\" must be an array", where,
                           i);
     out->tool_calls = *calls == NULL ? no_calls : *calls;
     size_t k = 0;
-    cJSON *c;
+    const cJSON *c;
     cJSON_ArrayForEach(c, tc)
     {
-        grpo_err err = parse_call(c, where, i, k, &(*calls)[k]);
-        if (err != GRPO_OK)
-            return err;
+        parse_call(c, &(*calls)[k]);
         k++;
     }
     out->n_tool_calls = k;

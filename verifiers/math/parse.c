@@ -250,51 +250,203 @@ skip_ws(const char *s, size_t n, size_t i)
 }
 
 /* Handles \name at s[i] (just after the backslash). Returns the new index or 0 on failure. */
+/* Commands that are only layout or spacing: dropped. */
+static const char *const LAYOUT_CMDS[] = {",",
+                                          "!",
+                                          ";",
+                                          ":",
+                                          " ",
+                                          "quad",
+                                          "qquad",
+                                          "displaystyle",
+                                          "textstyle",
+                                          "left",
+                                          "right",
+                                          "big",
+                                          "Big",
+                                          "bigl",
+                                          "bigr",
+                                          "Bigl",
+                                          "Bigr",
+                                          "bigg",
+                                          "Bigg",
+                                          "biggl",
+                                          "biggr",
+                                          "limits",
+                                          "boxed",
+                                          "fbox",
+                                          "$",
+                                          "mathrm ",
+                                          "medskip",
+                                          "noindent",
+                                          "hfill",
+                                          "middle",
+                                          "enspace",
+                                          "thinspace",
+                                          "negthinspace",
+                                          "mathord",
+                                          "mathop",
+                                          "cr",
+                                          "nonumber",
+                                          "displaylimits",
+                                          NULL};
+
+/* Commands that are one token (T_FN: \lfloor x \rfloor -> floor( x )). */
+static const struct {
+    const char *name;
+    tkind k;
+    char c;
+} SIMPLE_CMDS[] = {{"cdot", T_OP, '*'},      {"times", T_OP, '*'},
+                   {"ast", T_OP, '*'},       {"div", T_OP, '/'},
+                   {"le", T_LE, 0},          {"leq", T_LE, 0},
+                   {"leqslant", T_LE, 0},    {"ge", T_GE, 0},
+                   {"geq", T_GE, 0},         {"geqslant", T_GE, 0},
+                   {"ne", T_NE, 0},          {"neq", T_NE, 0},
+                   {"lt", T_OP, '<'},        {"gt", T_OP, '>'},
+                   {"simeq", T_APPROX, 0},   {"equiv", T_OP, '='},
+                   {"in", T_IN, 0},          {"pm", T_PM, 0},
+                   {"mp", T_MP, 0},          {"infty", T_INF, 0},
+                   {"infinity", T_INF, 0},   {"pi", T_PI, 0},
+                   {"circ", T_DEG, 0},       {"degree", T_DEG, 0},
+                   {"cup", T_CUP, 0},        {"cap", T_CAP, 0},
+                   {"emptyset", T_EMPTY, 0}, {"varnothing", T_EMPTY, 0},
+                   {"langle", T_LANG, 0},    {"rangle", T_RANG, 0},
+                   {"lbrace", T_LSET, 0},    {"rbrace", T_RSET, 0},
+                   {"lfloor", T_FN, 0},      {"lceil", T_FN, 0},
+                   {"rfloor", T_OP, ')'},    {"rceil", T_OP, ')'},
+                   {"colon", T_OP, ':'},     {"land", T_AND, 0},
+                   {"wedge", T_AND, 0},      {"lor", T_AND, 0},
+                   {"vee", T_AND, 0},        {"to", T_BAD, 0},
+                   {"rightarrow", T_BAD, 0}, {"cdots", T_BAD, 0},
+                   {"ldots", T_BAD, 0},      {"dots", T_BAD, 0},
+                   {"int", T_BAD, 0},        {"sum", T_BAD, 0},
+                   {"prod", T_BAD, 0},       {"lim", T_BAD, 0},
+                   {"subset", T_BAD, 0},     {"setminus", T_BAD, 0},
+                   {"forall", T_BAD, 0},     {"exists", T_BAD, 0},
+                   {"partial", T_BAD, 0},    {"nabla", T_BAD, 0},
+                   {"|", T_OP, '|'},         {"vert", T_OP, '|'},
+                   {"lvert", T_OP, '|'},     {"rvert", T_OP, '|'},
+                   {"mid", T_OP, '|'},       {"%", T_PCT, 0},
+                   {"\\", T_ROWSEP, 0},      {NULL, T_END, 0}};
+
+/* Text-like wrappers whose braced argument is kept as one T_TEXT token. */
+static const char *const TEXT_CMDS[] = {
+    "text", "textbf",     "mathrm", "mbox",         "textrm", "mathbf", "textit",  "mathit",
+    "emph", "textnormal", "mathsf", "operatorname", "textup", "mathbb", "mathcal", NULL};
+
+/* Commands that take arguments like a function (\dfrac, \tfrac, \cfrac -> frac; \dbinom, \tbinom
+ * -> binom). */
+static const char *const FN_CMDS[] = {"frac",      "dfrac",  "tfrac",  "cfrac",    "sqrt",
+                                      "binom",     "dbinom", "tbinom", "overline", "bar",
+                                      "vec",       "hat",    "tilde",  "widehat",  "overrightarrow",
+                                      "underline", "dot",    "ddot",   "mathring", NULL};
+
+/* \approx: after an exact value ("x = 1/3 \approx 0.33", "\frac{1}{3} \approx 0.33") the rest is
+ * commentary and lexing stops; alone at the start it is dropped ("\approx 0.33" is the value);
+ * otherwise ("x \approx 0.33") it is a relation. */
+static size_t
+lex_approx(lexer *L, size_t j)
+{
+    bool value = L->nt > 0;
+    for (int k = 0; k < L->nt; k++) {
+        if (L->t[k].k == T_OP && L->t[k].c == '=') {
+            value = true;
+            break;
+        }
+        if (L->t[k].k == T_ID || L->t[k].k == T_WORD)
+            value = false;
+    }
+    if (value) {
+        L->stop = true;
+        return j;
+    }
+    if (L->nt == 0)
+        return j;
+    return pushk(L, T_APPROX, 0) ? j : 0;
+}
+
+/* The braced argument of a text wrapper at t: "and", "or" and "," are list separators, "percent"
+ * and "pct" a percent sign, a leading "Label:" (\boxed{\text{Answer: } 5}) is dropped, anything
+ * else is one T_TEXT token. Returns the position after the closing brace e. */
+static size_t
+lex_text_arg(lexer *L, tok t, size_t e)
+{
+    size_t a = 0, b = t.n;
+    while (a < b && isspace((unsigned char)t.s[a]))
+        a++;
+    while (b > a && isspace((unsigned char)t.s[b - 1]))
+        b--;
+    if ((b - a == 3 && memcmp(t.s + a, "and", 3) == 0) ||
+        (b - a == 2 && memcmp(t.s + a, "or", 2) == 0) || (b - a == 1 && t.s[a] == ','))
+        return pushk(L, T_AND, 0) ? e + 1 : 0;
+    if (b - a >= 3 && (memcmp(t.s + a, "percent", b - a < 7 ? b - a : 7) == 0 ||
+                       (b - a == 3 && memcmp(t.s + a, "pct", 3) == 0)))
+        return pushk(L, T_PCT, 0) ? e + 1 : 0;
+    if (L->nt == 0 && b > a && t.s[b - 1] == ':')
+        return e + 1;
+    return push(L, t) ? e + 1 : 0;
+}
+
+static size_t
+lex_text(lexer *L, const char *s, size_t n, size_t j, const char *name)
+{
+    size_t k = skip_ws(s, n, j);
+    if (k >= n || s[k] != '{')
+        return j; /* \mathrm x: just the next token */
+    long e = brace_end(s, n, k);
+    if (e < 0)
+        return 0;
+    tok t = {T_TEXT, name[0] == 'o' ? 'o' : (name[4] == 'b' && name[0] == 'm' ? 'b' : 0), s + k + 1,
+             (size_t)e - k - 1, NULL};
+    return lex_text_arg(L, t, (size_t)e);
+}
+
+/* \begin{env} / \end{env} (and an array's column spec, skipped). */
+static size_t
+lex_env(lexer *L, const char *s, size_t n, size_t j, bool begin)
+{
+    size_t k = skip_ws(s, n, j);
+    if (k >= n || s[k] != '{')
+        return 0;
+    long e = brace_end(s, n, k);
+    if (e < 0)
+        return 0;
+    tok t = {begin ? T_BEGIN : T_ENDENV, 0, s + k + 1, (size_t)e - k - 1, NULL};
+    if (!push(L, t))
+        return 0;
+    j = (size_t)e + 1;
+    k = skip_ws(s, n, j);
+    if (begin && t.n == 5 && memcmp(t.s, "array", 5) == 0 && k < n && s[k] == '{') {
+        e = brace_end(s, n, k);
+        if (e < 0)
+            return 0;
+        j = (size_t)e + 1;
+    }
+    return j;
+}
+
+static size_t
+lex_simple(lexer *L, int k, const char *name, size_t j)
+{
+    if (SIMPLE_CMDS[k].k == T_FN) /* \lfloor x \rfloor -> floor( x ) */
+        return pushs(L, T_FN, name[1] == 'f' ? "floor" : "ceil") && pushk(L, T_OP, '(') ? j : 0;
+    return pushk(L, SIMPLE_CMDS[k].k, SIMPLE_CMDS[k].c) ? j : 0;
+}
+
+/* A name as an interned T_FN or T_ID token. */
+static size_t
+lex_named(lexer *L, tkind kind, const char *nm, size_t j)
+{
+    char *c = ma_strndup(L->ctx->ar, nm, strlen(nm));
+    return c && pushs(L, kind, c) ? j : 0;
+}
+
 static size_t
 lex_cmd(lexer *L, const char *s, size_t n, size_t i)
 {
     char name[32];
-    size_t j = cmd_name(s, n, i, name, sizeof name);
-    static const char *const skip[] = {",",
-                                       "!",
-                                       ";",
-                                       ":",
-                                       " ",
-                                       "quad",
-                                       "qquad",
-                                       "displaystyle",
-                                       "textstyle",
-                                       "left",
-                                       "right",
-                                       "big",
-                                       "Big",
-                                       "bigl",
-                                       "bigr",
-                                       "Bigl",
-                                       "Bigr",
-                                       "bigg",
-                                       "Bigg",
-                                       "biggl",
-                                       "biggr",
-                                       "limits",
-                                       "boxed",
-                                       "fbox",
-                                       "$",
-                                       "mathrm ",
-                                       "medskip",
-                                       "noindent",
-                                       "hfill",
-                                       "middle",
-                                       "enspace",
-                                       "thinspace",
-                                       "negthinspace",
-                                       "mathord",
-                                       "mathop",
-                                       "cr",
-                                       "nonumber",
-                                       "displaylimits",
-                                       NULL};
-    if (in_list(skip, name, strlen(name))) {
+    size_t j = cmd_name(s, n, i, name, sizeof name), len = strlen(name);
+    if (in_list(LAYOUT_CMDS, name, len)) {
         if ((strcmp(name, "left") == 0 || strcmp(name, "right") == 0) && j < n && s[j] == '.')
             j++;
         return j;
@@ -303,149 +455,23 @@ lex_cmd(lexer *L, const char *s, size_t n, size_t i)
         return pushk(L, T_LSET, 0) ? (L->depth++, j) : 0;
     if (strcmp(name, "}") == 0)
         return pushk(L, T_RSET, 0) ? (L->depth--, j) : 0;
-    if (strcmp(name, "%") == 0)
-        return pushk(L, T_PCT, 0) ? j : 0;
-    if (strcmp(name, "\\") == 0)
-        return pushk(L, T_ROWSEP, 0) ? j : 0;
-    if (strcmp(name, "|") == 0 || strcmp(name, "vert") == 0 || strcmp(name, "lvert") == 0 ||
-        strcmp(name, "rvert") == 0 || strcmp(name, "mid") == 0)
-        return pushk(L, T_OP, '|') ? j : 0;
-    struct {
-        const char *name;
-        tkind k;
-        char c;
-    } simple[] = {{"cdot", T_OP, '*'},      {"times", T_OP, '*'},
-                  {"ast", T_OP, '*'},       {"div", T_OP, '/'},
-                  {"le", T_LE, 0},          {"leq", T_LE, 0},
-                  {"leqslant", T_LE, 0},    {"ge", T_GE, 0},
-                  {"geq", T_GE, 0},         {"geqslant", T_GE, 0},
-                  {"ne", T_NE, 0},          {"neq", T_NE, 0},
-                  {"lt", T_OP, '<'},        {"gt", T_OP, '>'},
-                  {"simeq", T_APPROX, 0},   {"equiv", T_OP, '='},
-                  {"in", T_IN, 0},          {"pm", T_PM, 0},
-                  {"mp", T_MP, 0},          {"infty", T_INF, 0},
-                  {"infinity", T_INF, 0},   {"pi", T_PI, 0},
-                  {"circ", T_DEG, 0},       {"degree", T_DEG, 0},
-                  {"cup", T_CUP, 0},        {"cap", T_CAP, 0},
-                  {"emptyset", T_EMPTY, 0}, {"varnothing", T_EMPTY, 0},
-                  {"langle", T_LANG, 0},    {"rangle", T_RANG, 0},
-                  {"lbrace", T_LSET, 0},    {"rbrace", T_RSET, 0},
-                  {"lfloor", T_FN, 0},      {"lceil", T_FN, 0},
-                  {"rfloor", T_OP, ')'},    {"rceil", T_OP, ')'},
-                  {"colon", T_OP, ':'},     {"land", T_AND, 0},
-                  {"wedge", T_AND, 0},      {"lor", T_AND, 0},
-                  {"vee", T_AND, 0},        {"to", T_BAD, 0},
-                  {"rightarrow", T_BAD, 0}, {"cdots", T_BAD, 0},
-                  {"ldots", T_BAD, 0},      {"dots", T_BAD, 0},
-                  {"int", T_BAD, 0},        {"sum", T_BAD, 0},
-                  {"prod", T_BAD, 0},       {"lim", T_BAD, 0},
-                  {"subset", T_BAD, 0},     {"setminus", T_BAD, 0},
-                  {"forall", T_BAD, 0},     {"exists", T_BAD, 0},
-                  {"partial", T_BAD, 0},    {"nabla", T_BAD, 0},
-                  {NULL, T_END, 0}};
-    if (strcmp(name, "approx") == 0) {
-        /* "x = 1/3 \approx 0.33", "\frac{1}{3} \approx 0.33": the approximation after an exact
-         * value is commentary; "x \approx 0.33" is a relation */
-        bool value = L->nt > 0;
-        for (int k = 0; k < L->nt; k++) {
-            if (L->t[k].k == T_OP && L->t[k].c == '=') {
-                value = true;
-                break;
-            }
-            if (L->t[k].k == T_ID || L->t[k].k == T_WORD)
-                value = false;
-        }
-        if (value) {
-            L->stop = true;
-            return j;
-        }
-        if (L->nt == 0)
-            return j; /* "\approx 0.33" alone: the value */
-        return pushk(L, T_APPROX, 0) ? j : 0;
+    if (strcmp(name, "approx") == 0)
+        return lex_approx(L, j);
+    for (int k = 0; SIMPLE_CMDS[k].name; k++)
+        if (strcmp(name, SIMPLE_CMDS[k].name) == 0)
+            return lex_simple(L, k, name, j);
+    if (in_list(TEXT_CMDS, name, len))
+        return lex_text(L, s, n, j, name);
+    if (strcmp(name, "begin") == 0 || strcmp(name, "end") == 0)
+        return lex_env(L, s, n, j, name[0] == 'b');
+    if (in_list(FN_CMDS, name, len) || in_list(FUNCS, name, len)) {
+        bool frac = strcmp(name, "dfrac") == 0 || strcmp(name, "tfrac") == 0 ||
+                    strcmp(name, "cfrac") == 0,
+             binom = strcmp(name, "dbinom") == 0 || strcmp(name, "tbinom") == 0;
+        return lex_named(L, T_FN, frac ? "frac" : binom ? "binom" : name, j);
     }
-    for (int k = 0; simple[k].name; k++) {
-        if (strcmp(name, simple[k].name) != 0)
-            continue;
-        if (simple[k].k == T_FN) { /* \lfloor x \rfloor -> floor( x ) */
-            if (!pushs(L, T_FN, name[1] == 'f' ? "floor" : "ceil") || !pushk(L, T_OP, '('))
-                return 0;
-            return j;
-        }
-        return pushk(L, simple[k].k, simple[k].c) ? j : 0;
-    }
-    if (strcmp(name, "text") == 0 || strcmp(name, "textbf") == 0 || strcmp(name, "mathrm") == 0 ||
-        strcmp(name, "mbox") == 0 || strcmp(name, "textrm") == 0 || strcmp(name, "mathbf") == 0 ||
-        strcmp(name, "textit") == 0 || strcmp(name, "mathit") == 0 || strcmp(name, "emph") == 0 ||
-        strcmp(name, "textnormal") == 0 || strcmp(name, "mathsf") == 0 ||
-        strcmp(name, "operatorname") == 0 || strcmp(name, "textup") == 0 ||
-        strcmp(name, "mathbb") == 0 || strcmp(name, "mathcal") == 0) {
-        size_t k = skip_ws(s, n, j);
-        if (k >= n || s[k] != '{')
-            return j; /* \mathrm x: just the next token */
-        long e = brace_end(s, n, k);
-        if (e < 0)
-            return 0;
-        tok t = {T_TEXT, name[0] == 'o' ? 'o' : (name[4] == 'b' && name[0] == 'm' ? 'b' : 0),
-                 s + k + 1, (size_t)e - k - 1, NULL};
-        {
-            /* \text{ and }, \text{or}, \text{,}: list separators */
-            size_t a = 0, b = t.n;
-            while (a < b && isspace((unsigned char)t.s[a]))
-                a++;
-            while (b > a && isspace((unsigned char)t.s[b - 1]))
-                b--;
-            if ((b - a == 3 && memcmp(t.s + a, "and", 3) == 0) ||
-                (b - a == 2 && memcmp(t.s + a, "or", 2) == 0) || (b - a == 1 && t.s[a] == ','))
-                return pushk(L, T_AND, 0) ? (size_t)e + 1 : 0;
-            if (b - a >= 3 && (memcmp(t.s + a, "percent", b - a < 7 ? b - a : 7) == 0 ||
-                               (b - a == 3 && memcmp(t.s + a, "pct", 3) == 0)))
-                return pushk(L, T_PCT, 0) ? (size_t)e + 1 : 0;
-            /* a leading label, \boxed{\text{Answer: } 5}: not part of the answer */
-            if (L->nt == 0 && b > a && t.s[b - 1] == ':')
-                return (size_t)e + 1;
-        }
-        return push(L, t) ? (size_t)e + 1 : 0;
-    }
-    if (strcmp(name, "begin") == 0 || strcmp(name, "end") == 0) {
-        size_t k = skip_ws(s, n, j);
-        if (k >= n || s[k] != '{')
-            return 0;
-        long e = brace_end(s, n, k);
-        if (e < 0)
-            return 0;
-        tok t = {name[0] == 'b' ? T_BEGIN : T_ENDENV, 0, s + k + 1, (size_t)e - k - 1, NULL};
-        if (!push(L, t))
-            return 0;
-        j = (size_t)e + 1;
-        /* array column spec: \begin{array}{cc} */
-        k = skip_ws(s, n, j);
-        if (name[0] == 'b' && t.n == 5 && memcmp(t.s, "array", 5) == 0 && k < n && s[k] == '{') {
-            e = brace_end(s, n, k);
-            if (e < 0)
-                return 0;
-            j = (size_t)e + 1;
-        }
-        return j;
-    }
-    static const char *const fn_cmds[] = {
-        "frac",           "dfrac",     "tfrac", "cfrac", "sqrt",     "binom", "dbinom",
-        "tbinom",         "overline",  "bar",   "vec",   "hat",      "tilde", "widehat",
-        "overrightarrow", "underline", "dot",   "ddot",  "mathring", NULL};
-    if (in_list(fn_cmds, name, strlen(name)) || in_list(FUNCS, name, strlen(name))) {
-        const char *nm = name;
-        if (strcmp(name, "dfrac") == 0 || strcmp(name, "tfrac") == 0 || strcmp(name, "cfrac") == 0)
-            nm = "frac";
-        else if (name[0] == 'd' && strcmp(name, "dbinom") == 0)
-            nm = "binom";
-        else if (strcmp(name, "tbinom") == 0)
-            nm = "binom";
-        char *c = ma_strndup(L->ctx->ar, nm, strlen(nm));
-        return c && pushs(L, T_FN, c) ? j : 0;
-    }
-    if (in_list(GREEK, name, strlen(name))) {
-        char *c = ma_strndup(L->ctx->ar, name, strlen(name));
-        return c && pushs(L, T_ID, c) ? j : 0;
-    }
+    if (in_list(GREEK, name, len))
+        return lex_named(L, T_ID, name, j);
     if (strcmp(name, "dollar") == 0 || strcmp(name, "textdollar") == 0 || strcmp(name, "euro") == 0)
         return j;
     if (strcmp(name, "i") == 0 || strcmp(name, "imath") == 0)
@@ -453,12 +479,8 @@ lex_cmd(lexer *L, const char *s, size_t n, size_t i)
     if (strncmp(name, "qquad", 5) == 0)
         return i + 5;
     if (strncmp(name, "quad", 4) == 0)
-        return i + 4; /* "\quadx": the spacing command then x */
-    if (strcmp(name, "approx") == 0)
-        return j;
-    /* an unknown command is a symbol named after it (\zzz) */
-    char *c = ma_strndup(L->ctx->ar, name, strlen(name));
-    return c && pushs(L, T_ID, c) ? j : 0;
+        return i + 4;                   /* "\quadx": the spacing command then x */
+    return lex_named(L, T_ID, name, j); /* an unknown command is a symbol named after it (\zzz) */
 }
 
 /* Multi-byte UTF-8 symbols we understand; returns bytes consumed or 0. */

@@ -1083,6 +1083,123 @@ p_text(parser *P, tok *t)
     return p_sub(P, t->s + a, b - a);
 }
 
+/* f(...), g(...), h(...): a call of an unknown function (args already past the name). */
+static mnode *
+p_call(parser *P, const char *name)
+{
+    P->i++;
+    mnode *a = p_list(P), *e;
+    if (a == NULL || !is_op(P, ')'))
+        return fail(P, "bad function call");
+    P->i++;
+    if (a->kind == N_LIST) {
+        if ((e = node(P, N_FUNC, 0)) != NULL) {
+            e->kids = a->kids;
+            e->n = a->n;
+        }
+    } else {
+        e = node1(P, N_FUNC, a);
+    }
+    if (e)
+        e->str = name;
+    return e;
+}
+
+/* A word: a unit, a product of up to three letters ("xy"), or text. */
+static mnode *
+p_word(parser *P, const char *w)
+{
+    size_t len = strlen(w);
+    mnode *e;
+    if (is_unit_word(w, len)) {
+        e = node(P, N_UNIT, 0);
+    } else if (len <= 3 && !P->ctx->plain) {
+        kv k = {0};
+        for (size_t q = 0; q < len; q++) {
+            mnode *s = node(P, N_SYM, 0);
+            if (s == NULL || (s->str = ma_strndup(P->ctx->ar, w + q, 1)) == NULL ||
+                !kv_push(P, &k, s))
+                return NULL;
+        }
+        return from_kv(P, N_MUL, &k);
+    } else {
+        e = node(P, N_TEXT, 0);
+    }
+    if (e)
+        e->str = w;
+    return e;
+}
+
+static bool
+at_close(parser *P, tkind k, char c)
+{
+    return cur(P)->k == k && (k != T_OP || cur(P)->c == c);
+}
+
+/* An enclosed list after its opener: \{ ... \} and { ... } (may be empty: the empty set),
+ * \langle ... \rangle. A list becomes `as`; a single element is wrapped in `as` when `wrap`
+ * (else returned as it is: plain braces group). */
+static mnode *
+p_enclosed(parser *P, tkind close_k, char close_c, mkind as, bool wrap, bool may_be_empty,
+           const char *why)
+{
+    P->i++;
+    if (may_be_empty && at_close(P, close_k, close_c)) {
+        P->i++;
+        return node(P, N_EMPTY, 0);
+    }
+    mnode *l = p_list(P);
+    if (l == NULL || !at_close(P, close_k, close_c))
+        return fail(P, why);
+    P->i++;
+    if (l->kind == N_LIST) {
+        l->kind = as;
+        return l;
+    }
+    return wrap ? node1(P, as, l) : l;
+}
+
+/* |x| */
+static mnode *
+p_abs(parser *P)
+{
+    P->i++;
+    mnode *a = p_expr(P), *e;
+    if (a == NULL || !is_op(P, '|'))
+        return fail(P, "bad absolute value");
+    P->i++;
+    if ((e = node1(P, N_FUNC, a)) != NULL)
+        e->str = "abs";
+    return e;
+}
+
+static mnode *
+p_env(parser *P, const tok *t)
+{
+    static const char *const mats[] = {"pmatrix", "bmatrix", "matrix",      "vmatrix",
+                                       "Bmatrix", "array",   "smallmatrix", NULL};
+    P->i++;
+    if (in_list(mats, t->s, t->n))
+        return p_matrix(P, t->s, t->n);
+    return fail(P, "unsupported environment");
+}
+
+static mnode *
+p_op_primary(parser *P, char c)
+{
+    switch (c) {
+    case '(':
+    case '[':
+        return p_bracket(P, c);
+    case '{':
+        return p_enclosed(P, T_OP, '}', N_SET, false, true, "missing }");
+    case '|':
+        return p_abs(P);
+    default:
+        return fail(P, "unexpected token");
+    }
+}
+
 static mnode *
 p_primary(parser *P)
 {
@@ -1091,146 +1208,42 @@ p_primary(parser *P)
     switch (t->k) {
     case T_NUM:
         P->i++;
-        e = num(P, t->str);
-        if (e)
+        if ((e = num(P, t->str)) != NULL)
             e->is_float = t->c == '.';
         return e;
     case T_ID:
         P->i++;
         if ((strcmp(t->str, "f") == 0 || strcmp(t->str, "g") == 0 || strcmp(t->str, "h") == 0) &&
-            is_op(P, '(')) {
-            P->i++;
-            mnode *a = p_list(P);
-            if (a == NULL || !is_op(P, ')'))
-                return fail(P, "bad function call");
-            P->i++;
-            if (a->kind == N_LIST) {
-                e = node(P, N_FUNC, 0);
-                if (e) {
-                    e->kids = a->kids;
-                    e->n = a->n;
-                }
-            } else
-                e = node1(P, N_FUNC, a);
-            if (e)
-                e->str = t->str;
-            return e;
-        }
-        e = node(P, N_SYM, 0);
-        if (e)
+            is_op(P, '('))
+            return p_call(P, t->str);
+        if ((e = node(P, N_SYM, 0)) != NULL)
             e->str = t->str;
         return e;
-    case T_WORD: {
+    case T_WORD:
         P->i++;
-        size_t len = strlen(t->str);
-        if (is_unit_word(t->str, len)) {
-            e = node(P, N_UNIT, 0);
-        } else if (len <= 3 && !P->ctx->plain) { /* "xy": a product of letters */
-            kv k = {0};
-            for (size_t q = 0; q < len; q++) {
-                mnode *s = node(P, N_SYM, 0);
-                if (s == NULL || (s->str = ma_strndup(P->ctx->ar, t->str + q, 1)) == NULL)
-                    return NULL;
-                if (!kv_push(P, &k, s))
-                    return NULL;
-            }
-            return from_kv(P, N_MUL, &k);
-        } else {
-            e = node(P, N_TEXT, 0);
-        }
-        if (e)
-            e->str = t->str;
-        return e;
-    }
+        return p_word(P, t->str);
     case T_FN:
         P->i++;
         return p_func(P, t->str);
     case T_PI:
-        P->i++;
-        return node(P, N_PI, 0);
     case T_INF:
-        P->i++;
-        return node(P, N_INF, 0);
     case T_EMPTY:
         P->i++;
-        return node(P, N_EMPTY, 0);
+        return node(P, t->k == T_PI ? N_PI : t->k == T_INF ? N_INF : N_EMPTY, 0);
     case T_TEXT:
         P->i++;
         return p_text(P, t);
-    case T_LSET: {
-        P->i++;
-        if (cur(P)->k == T_RSET) {
-            P->i++;
-            return node(P, N_EMPTY, 0);
-        }
-        mnode *l = p_list(P);
-        if (l == NULL || cur(P)->k != T_RSET)
-            return fail(P, "bad set");
-        P->i++;
-        if (l->kind == N_LIST) {
-            l->kind = N_SET;
-            return l;
-        }
-        return node1(P, N_SET, l);
-    }
-    case T_LANG: {
-        P->i++;
-        mnode *l = p_list(P);
-        if (l == NULL || cur(P)->k != T_RANG)
-            return fail(P, "bad vector");
-        P->i++;
-        if (l->kind == N_LIST) {
-            l->kind = N_TUPLE;
-            return l;
-        }
-        return node1(P, N_TUPLE, l);
-    }
-    case T_BEGIN: {
-        P->i++;
-        static const char *const mats[] = {"pmatrix", "bmatrix", "matrix",      "vmatrix",
-                                           "Bmatrix", "array",   "smallmatrix", NULL};
-        if (in_list(mats, t->s, t->n))
-            return p_matrix(P, t->s, t->n);
-        return fail(P, "unsupported environment");
-    }
+    case T_LSET:
+        return p_enclosed(P, T_RSET, 0, N_SET, true, true, "bad set");
+    case T_LANG:
+        return p_enclosed(P, T_RANG, 0, N_TUPLE, true, false, "bad vector");
+    case T_BEGIN:
+        return p_env(P, t);
     case T_OP:
-        switch (t->c) {
-        case '(':
-        case '[':
-            return p_bracket(P, t->c);
-        case '{': {
-            P->i++;
-            if (is_op(P, '}')) {
-                P->i++;
-                return node(P, N_EMPTY, 0);
-            }
-            mnode *l = p_list(P);
-            if (l == NULL || !is_op(P, '}'))
-                return fail(P, "missing }");
-            P->i++;
-            if (l->kind == N_LIST)
-                l->kind = N_SET;
-            return l;
-        }
-        case '|': {
-            P->i++;
-            mnode *a = p_expr(P);
-            if (a == NULL || !is_op(P, '|'))
-                return fail(P, "bad absolute value");
-            P->i++;
-            e = node1(P, N_FUNC, a);
-            if (e)
-                e->str = "abs";
-            return e;
-        }
-        default:
-            break;
-        }
-        break;
+        return p_op_primary(P, t->c);
     default:
-        break;
+        return fail(P, "unexpected token");
     }
-    return fail(P, "unexpected token");
 }
 
 static mnode *

@@ -813,126 +813,125 @@ p_arg(parser *P)
     return p_power(P);
 }
 
+/* A node for the function `name` over kids a (and b when not NULL). */
 static mnode *
-p_func(parser *P, const char *name)
+fn_node(parser *P, const char *name, mnode *a, mnode *b)
 {
-    mnode *e;
-    if (strcmp(name, "frac") == 0) {
-        mnode *a = p_arg(P), *b = a ? p_arg(P) : NULL;
-        return node2(P, N_DIV, a, b);
+    mnode *e = b ? node2(P, N_FUNC, a, b) : node1(P, N_FUNC, a);
+    if (e)
+        e->str = name;
+    return e;
+}
+
+/* \sqrt[n]{x} or \sqrt{x} (\sqrt(x) and \sqrt3 too) */
+static mnode *
+p_sqrt(parser *P)
+{
+    mnode *idx = NULL;
+    if (is_op(P, '[')) {
+        P->i++;
+        idx = p_expr(P);
+        if (idx == NULL || !is_op(P, ']'))
+            return fail(P, "bad root index");
+        P->i++;
     }
-    if (strcmp(name, "binom") == 0) {
-        mnode *a = p_arg(P), *b = a ? p_arg(P) : NULL;
-        if ((e = node2(P, N_FUNC, a, b)))
-            e->str = "binom";
-        return e;
-    }
-    if (strcmp(name, "sqrt") == 0) {
-        mnode *idx = NULL;
-        if (is_op(P, '[')) {
-            P->i++;
-            idx = p_expr(P);
-            if (idx == NULL || !is_op(P, ']'))
-                return fail(P, "bad root index");
-            P->i++;
-        }
-        mnode *a = is_op(P, '(') ? p_power(P) : p_arg(P);
-        if (a == NULL)
-            return NULL;
-        if (idx) {
-            e = node2(P, N_FUNC, a, idx);
-            if (e)
-                e->str = "root";
-            return e;
-        }
-        e = node1(P, N_FUNC, a);
-        if (e)
-            e->str = "sqrt";
-        return e;
-    }
-    if (strcmp(name, "floor") == 0 || strcmp(name, "ceil") == 0) {
-        /* from \lfloor: the lexer pushed "(" and the closing \rfloor is ")" */
-        mnode *a = p_power(P);
-        if ((e = node1(P, N_FUNC, a)))
-            e->str = name;
-        return e;
-    }
-    static const char *const accents[] = {
-        "overline",       "bar",       "vec", "hat",  "tilde",    "widehat",
-        "overrightarrow", "underline", "dot", "ddot", "mathring", NULL};
-    if (in_list(accents, name, strlen(name)))
-        return p_arg(P); /* \overline{AB}: the content */
-    /* sin, log, ...: optional ^power, optional _base, then the argument */
-    mnode *pw = NULL, *base = NULL;
+    mnode *a = is_op(P, '(') ? p_power(P) : p_arg(P);
+    if (a == NULL)
+        return NULL;
+    return idx ? fn_node(P, "root", a, idx) : fn_node(P, "sqrt", a, NULL);
+}
+
+/* sin, log, ...: an optional ^power and _base (either order) before the argument. */
+static bool
+p_fn_scripts(parser *P, mnode **pw, mnode **base)
+{
     for (int k = 0; k < 2; k++) {
-        if (is_op(P, '^')) {
-            P->i++;
-            pw = p_arg(P);
-            if (pw == NULL)
-                return NULL;
-        } else if (is_op(P, '_')) {
-            P->i++;
-            base = p_arg(P);
-            if (base == NULL)
-                return NULL;
-        }
+        mnode **to = is_op(P, '^') ? pw : is_op(P, '_') ? base : NULL;
+        if (to == NULL)
+            break;
+        P->i++;
+        if ((*to = p_arg(P)) == NULL)
+            return false;
     }
+    return true;
+}
+
+/* The argument of sin, log, ...: a parenthesised list, or a power followed by the letters and
+ * \pi written right after it (\sin 2x, \cos \pi t, \ln 3x; \sin x \cos x stops at \cos, \sin x
+ * \cdot 2 at \cdot). */
+static mnode *
+p_fn_arg(parser *P)
+{
     mnode *arg;
     if (is_op(P, '(')) {
         P->i++;
-        arg = p_list(P);
-        if (arg == NULL)
+        if ((arg = p_list(P)) == NULL)
             return NULL;
         if (!is_op(P, ')'))
             return fail(P, "missing )");
         P->i++;
-    } else {
-        arg = p_power(P);
-        if (arg == NULL)
-            return NULL;
-        /* \sin 2x, \cos \pi t, \ln 3x: letters and \pi written right after the argument are part
-         * of it (\sin x \cos x stops at \cos, \sin x \cdot 2 at \cdot) */
-        kv k = {0};
-        if (!kv_push(P, &k, arg))
-            return NULL;
-        while (cur(P)->k == T_ID || cur(P)->k == T_PI) {
-            mnode *f = p_power(P);
-            if (f == NULL || !kv_push(P, &k, f))
-                return NULL;
-        }
-        if (k.n > 1)
-            arg = from_kv(P, N_MUL, &k);
+        return arg;
     }
+    if ((arg = p_power(P)) == NULL)
+        return NULL;
+    kv k = {0};
+    if (!kv_push(P, &k, arg))
+        return NULL;
+    while (cur(P)->k == T_ID || cur(P)->k == T_PI) {
+        mnode *f = p_power(P);
+        if (f == NULL || !kv_push(P, &k, f))
+            return NULL;
+    }
+    return k.n > 1 ? from_kv(P, N_MUL, &k) : arg;
+}
+
+/* A named function (sin, log, max, ...) after its name. */
+static mnode *
+p_named_fn(parser *P, const char *name)
+{
+    static const char *const alias[][2] = {
+        {"asin", "arcsin"}, {"acos", "arccos"}, {"atan", "arctan"}, {"lg", "log"}};
+    static const char *const variadic[] = {"max", "min", "gcd", "lcm", NULL};
+    mnode *pw = NULL, *base = NULL, *arg, *e;
+    if (!p_fn_scripts(P, &pw, &base) || (arg = p_fn_arg(P)) == NULL)
+        return NULL;
     const char *nm = name;
-    if (strcmp(nm, "asin") == 0)
-        nm = "arcsin";
-    else if (strcmp(nm, "acos") == 0)
-        nm = "arccos";
-    else if (strcmp(nm, "atan") == 0)
-        nm = "arctan";
-    else if (strcmp(nm, "lg") == 0) {
-        nm = "log";
-        if (base == NULL)
-            base = num(P, "10");
-    }
-    if (arg->kind == N_LIST && (strcmp(nm, "max") == 0 || strcmp(nm, "min") == 0 ||
-                                strcmp(nm, "gcd") == 0 || strcmp(nm, "lcm") == 0)) {
-        e = node(P, N_FUNC, 0);
-        if (e) {
+    for (size_t k = 0; k < sizeof alias / sizeof alias[0]; k++)
+        if (strcmp(name, alias[k][0]) == 0)
+            nm = alias[k][1];
+    if (strcmp(name, "lg") == 0 && base == NULL)
+        base = num(P, "10");
+    if (arg->kind == N_LIST && in_list(variadic, nm, strlen(nm))) {
+        if ((e = node(P, N_FUNC, 0)) != NULL) {
             e->kids = arg->kids;
             e->n = arg->n;
+            e->str = nm;
         }
-    } else if (base) {
-        e = node2(P, N_FUNC, arg, base);
     } else {
-        e = node1(P, N_FUNC, arg);
+        e = fn_node(P, nm, arg, base);
     }
-    if (e == NULL)
-        return NULL;
-    e->str = nm;
-    if (pw)
-        e = node2(P, N_POW, e, pw);
-    return e;
+    return e && pw ? node2(P, N_POW, e, pw) : e;
+}
+
+static mnode *
+p_func(parser *P, const char *name)
+{
+    static const char *const accents[] = {
+        "overline",       "bar",       "vec", "hat",  "tilde",    "widehat",
+        "overrightarrow", "underline", "dot", "ddot", "mathring", NULL};
+    if (strcmp(name, "frac") == 0 || strcmp(name, "binom") == 0) {
+        mnode *a = p_arg(P), *b = a ? p_arg(P) : NULL;
+        if (b == NULL)
+            return NULL;
+        return name[0] == 'f' ? node2(P, N_DIV, a, b) : fn_node(P, "binom", a, b);
+    }
+    if (strcmp(name, "sqrt") == 0)
+        return p_sqrt(P);
+    if (strcmp(name, "floor") == 0 || strcmp(name, "ceil") == 0)
+        return fn_node(P, name, p_power(P), NULL); /* \lfloor: the lexer pushed "(" */
+    if (in_list(accents, name, strlen(name)))
+        return p_arg(P); /* \overline{AB}: the content */
+    return p_named_fn(P, name);
 }
 
 /* Closes a bracketed list: ( ), [ ], ( ], [ ), or a single grouped expression. */

@@ -1253,17 +1253,21 @@ mat_fold(cctx *c, const mnode *e, int depth)
     return acc;
 }
 
-static mcmp_res
-cmp(cctx *c, const mnode *g, const mnode *p, int depth)
+/* Relations, one side or both: an equation stands for its value where the other side is a value,
+ * an inequality for its set where the other side is a set, and two relations compare as
+ * relations. Returns true when that decided the comparison (*out), else false with *g and *p
+ * replaced by what they stand for. */
+static bool
+cmp_relations(cctx *c, const mnode **gp, const mnode **pp, int depth, mcmp_res *out)
 {
-    if (depth > 64 || !mb_step(c->bud, 1))
-        return c->bud->exhausted ? MC_BUDGET : MC_NE;
+    const mnode *g = *gp, *p = *pp;
+    *out = MC_NE;
     /* a gold equation against a value: an assignment (x = 3, (p, q) = (3, 2)) or a chain
      * (a = b = 3) stands for its last value; any other equation does not (7 = 11a + c vs 11a + c)
      */
     if (g->kind == N_REL && only_eq(g) && p->kind != N_REL) {
         if (!is_assignment(g) && g->n <= 2)
-            return MC_NE;
+            return true;
         g = g->kids[g->n - 1];
     }
     if (g->kind == N_REL && only_eq(g))
@@ -1275,41 +1279,102 @@ cmp(cctx *c, const mnode *g, const mnode *p, int depth)
         (g->ops[0] != R_IN || c->o->allow_set_relation)) {
         const mnode *gs = g->ops[0] == R_IN ? g->kids[1] : is_ineq(g) ? rel_to_set(c, g) : NULL;
         const mnode *ps = p->ops[0] == R_IN ? p->kids[1] : is_ineq(p) ? rel_to_set(c, p) : NULL;
-        if (gs == NULL || ps == NULL)
-            return MC_NE;
-        return cmp(c, gs, ps, depth + 1);
+        if (gs != NULL && ps != NULL)
+            *out = cmp(c, gs, ps, depth + 1);
+        return true;
     }
     /* a relation against a value: keep what the value stands for */
     if (p->kind == N_REL && g->kind != N_REL) {
         if (only_eq(p))
             p = p->kids[p->n - 1];
         else if (c->o->allow_set_relation && !is_scalar(g)) {
-            const mnode *s = rel_to_set(c, p);
-            if (s == NULL)
-                return MC_NE;
-            p = s;
+            if ((p = rel_to_set(c, p)) == NULL)
+                return true;
         } else
-            return MC_NE; /* restating an inequality is not an answer */
+            return true; /* restating an inequality is not an answer */
     }
     if (g->kind == N_REL && p->kind != N_REL) {
         if (only_eq(g))
             g = g->kids[g->n - 1];
-        else if (!is_scalar(p)) {
-            const mnode *s = rel_to_set(c, g);
-            if (s == NULL)
-                return MC_NE;
-            g = s;
-        } else
-            return MC_NE;
+        else if (is_scalar(p) || (g = rel_to_set(c, g)) == NULL)
+            return true;
     }
     if (g->kind == N_REL && p->kind == N_REL) {
-        if (is_assignment(g) && is_assignment(p) && g->n == 2 && p->n == 2) {
-            mcmp_res r = cmp(c, g->kids[0], p->kids[0], depth + 1);
-            if (r == MC_EQ)
-                return cmp(c, g->kids[1], p->kids[1], depth + 1);
+        if (is_assignment(g) && is_assignment(p) && g->n == 2 && p->n == 2 &&
+            cmp(c, g->kids[0], p->kids[0], depth + 1) == MC_EQ) {
+            *out = cmp(c, g->kids[1], p->kids[1], depth + 1);
+            return true;
         }
-        return rel_eq(c, g, p, depth);
+        *out = rel_eq(c, g, p, depth);
+        return true;
     }
+    *gp = g, *pp = p;
+    return false;
+}
+
+/* Text (or letters) against anything: case-insensitive equality of the words. */
+static mcmp_res
+cmp_text(const mnode *g, const mnode *p)
+{
+    char a[128], b[128];
+    const char *ga = g->kind == N_TEXT ? g->str : letters(g, a, sizeof a) ? a : NULL;
+    const char *pb = p->kind == N_TEXT ? p->str : letters(p, b, sizeof b) ? b : NULL;
+    return ga && pb && strcasecmp(ga, pb) == 0 ? MC_EQ : MC_NE;
+}
+
+static bool
+empty_set(const mnode *x)
+{
+    return x->kind == N_EMPTY || (is_setlike(x) && x->n == 0);
+}
+
+/* Collections: ratios, sets, tuples, intervals, unions and matrices. Returns true when one side
+ * is one of them (the result in *out); false for two scalars. */
+static bool
+cmp_shapes(cctx *c, const mnode *g, const mnode *p, int depth, mcmp_res *out)
+{
+    /* a ratio against a value or another ratio: 3:4 is 3/4 (and 6:8) */
+    bool gr = g->kind == N_TUPLE && g->ratio, pr = p->kind == N_TUPLE && p->ratio;
+    if ((gr && (pr || is_scalar(p))) || (pr && is_scalar(g))) {
+        *out = gr && pr && ordered(c, g, p, depth) == MC_EQ
+                   ? MC_EQ
+                   : cmp(c, gr ? quotient(c, g) : g, pr ? quotient(c, p) : p, depth + 1);
+        return true;
+    }
+    if (is_setlike(g) && (is_setlike(p) || p->kind == N_TUPLE))
+        *out = unordered(c, g, p, depth);
+    else if (g->kind == N_TUPLE && is_setlike(p))
+        *out = g->amb || p->kind == N_LIST ? ordered(c, g, p, depth) : unordered(c, g, p, depth);
+    else if (g->kind == N_TUPLE && p->kind == N_TUPLE)
+        *out = ordered(c, g, p, depth);
+    else if (g->kind == N_INTERVAL || p->kind == N_INTERVAL) {
+        bool gi = g->kind == N_INTERVAL || (g->kind == N_TUPLE && g->amb);
+        bool pi = p->kind == N_INTERVAL || (p->kind == N_TUPLE && p->amb);
+        *out = gi && pi ? interval_eq(c, g, p, depth) : MC_NE;
+    } else if (g->kind == N_UNION && p->kind == N_UNION)
+        *out = unordered(c, g, p, depth);
+    else if (g->kind == N_MATRIX || p->kind == N_MATRIX) {
+        const mnode *m = g->kind == N_MATRIX && p->kind != N_MATRIX ? mat_fold(c, p, 0) : NULL;
+        if (m)
+            p = m;
+        *out = g->kind != p->kind || g->rows != p->rows || g->cols != p->cols
+                   ? MC_NE
+                   : ordered(c, g, p, depth);
+    } else if (!is_scalar(g) || !is_scalar(p))
+        *out = MC_NE;
+    else
+        return false;
+    return true;
+}
+
+static mcmp_res
+cmp(cctx *c, const mnode *g, const mnode *p, int depth)
+{
+    mcmp_res r;
+    if (depth > 64 || !mb_step(c->bud, 1))
+        return c->bud->exhausted ? MC_BUDGET : MC_NE;
+    if (cmp_relations(c, &g, &p, depth, &r))
+        return r;
     if (is_scalar(g) && count_pm(g, 0))
         g = expand_pm(c, g);
     if (is_scalar(p) && count_pm(p, 0))
@@ -1319,55 +1384,17 @@ cmp(cctx *c, const mnode *g, const mnode *p, int depth)
         g = g->kids[0];
     if (is_setlike(p) && p->n == 1 && is_scalar(g))
         p = p->kids[0];
-    if (g->kind == N_TEXT || p->kind == N_TEXT) {
-        char a[128], b[128];
-        const char *ga = g->kind == N_TEXT ? g->str : letters(g, a, sizeof a) ? a : NULL;
-        const char *pb = p->kind == N_TEXT ? p->str : letters(p, b, sizeof b) ? b : NULL;
-        return ga && pb && strcasecmp(ga, pb) == 0 ? MC_EQ : MC_NE;
-    }
+    if (g->kind == N_TEXT || p->kind == N_TEXT)
+        return cmp_text(g, p);
     if (g->kind == N_EMPTY || p->kind == N_EMPTY)
-        return (g->kind == N_EMPTY || (is_setlike(g) && g->n == 0)) &&
-                       (p->kind == N_EMPTY || (is_setlike(p) && p->n == 0))
-                   ? MC_EQ
-                   : MC_NE;
-    /* a ratio against a value or another ratio: 3:4 is 3/4 (and 6:8) */
-    bool gr = g->kind == N_TUPLE && g->ratio, pr = p->kind == N_TUPLE && p->ratio;
-    if ((gr && (pr || is_scalar(p))) || (pr && is_scalar(g))) {
-        if (gr && pr && ordered(c, g, p, depth) == MC_EQ)
-            return MC_EQ;
-        return cmp(c, gr ? quotient(c, g) : g, pr ? quotient(c, p) : p, depth + 1);
-    }
-    if (is_setlike(g) && (is_setlike(p) || p->kind == N_TUPLE))
-        return unordered(c, g, p, depth);
-    if (g->kind == N_TUPLE && is_setlike(p))
-        return g->amb || p->kind == N_LIST ? ordered(c, g, p, depth) : unordered(c, g, p, depth);
-    if (g->kind == N_TUPLE && p->kind == N_TUPLE)
-        return ordered(c, g, p, depth);
-    if (g->kind == N_INTERVAL || p->kind == N_INTERVAL) {
-        bool gi = g->kind == N_INTERVAL || (g->kind == N_TUPLE && g->amb);
-        bool pi = p->kind == N_INTERVAL || (p->kind == N_TUPLE && p->amb);
-        return gi && pi ? interval_eq(c, g, p, depth) : MC_NE;
-    }
-    if (g->kind == N_UNION && p->kind == N_UNION)
-        return unordered(c, g, p, depth);
-    if (g->kind == N_MATRIX && p->kind != N_MATRIX) {
-        const mnode *m = mat_fold(c, p, 0);
-        if (m)
-            p = m;
-    }
-    if (g->kind == N_MATRIX || p->kind == N_MATRIX) {
-        if (g->kind != p->kind || g->rows != p->rows || g->cols != p->cols)
-            return MC_NE;
-        return ordered(c, g, p, depth);
-    }
-    if (!is_scalar(g) || !is_scalar(p))
-        return MC_NE;
+        return empty_set(g) && empty_set(p) ? MC_EQ : MC_NE;
+    if (cmp_shapes(c, g, p, depth, &r))
+        return r;
     /* percentages: 50% matches 50 and 0.5 */
     if (g->kind == N_PCT || p->kind == N_PCT) {
         const mnode *gs = g->kind == N_PCT ? g->kids[0] : g;
         const mnode *ps = p->kind == N_PCT ? p->kids[0] : p;
-        mcmp_res r = value_eq(c, gs, 0, ps, 0);
-        if (r != MC_NE)
+        if ((r = value_eq(c, gs, 0, ps, 0)) != MC_NE)
             return r;
     }
     return value_eq(c, g, 0, p, 0);

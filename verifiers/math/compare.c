@@ -407,20 +407,127 @@ n_unknown_func(nctx *n, const mnode *e, mpfr_t out, int depth)
     return ok;
 }
 
+static int
+m_abs(mpfr_ptr r, mpfr_srcptr a, mpfr_rnd_t rnd)
+{
+    return mpfr_abs(r, a, rnd);
+}
+
+static int
+m_floor(mpfr_ptr r, mpfr_srcptr a, mpfr_rnd_t rnd)
+{
+    (void)rnd;
+    return mpfr_floor(r, a);
+}
+
+static int
+m_ceil(mpfr_ptr r, mpfr_srcptr a, mpfr_rnd_t rnd)
+{
+    (void)rnd;
+    return mpfr_ceil(r, a);
+}
+
+/* Functions of one argument; "trig" ones get no argument reduction at huge sizes (below). */
+static const struct {
+    const char *name;
+    int (*fn)(mpfr_ptr, mpfr_srcptr, mpfr_rnd_t);
+    bool trig;
+} UNARY_FNS[] = {
+    {"sqrt", mpfr_sqrt, false},   {"sin", mpfr_sin, true},      {"cos", mpfr_cos, true},
+    {"tan", mpfr_tan, true},      {"sec", mpfr_sec, true},      {"csc", mpfr_csc, true},
+    {"cot", mpfr_cot, true},      {"arcsin", mpfr_asin, false}, {"arccos", mpfr_acos, false},
+    {"arctan", mpfr_atan, false}, {"sinh", mpfr_sinh, false},   {"cosh", mpfr_cosh, false},
+    {"tanh", mpfr_tanh, false},   {"ln", mpfr_log, false},      {"log", mpfr_log, false},
+    {"exp", mpfr_exp, false},     {"abs", m_abs, false},        {"floor", m_floor, false},
+    {"ceil", m_ceil, false}};
+/* Functions evaluated here with more than one argument (log with a base, root with an index). */
+static const char *const MULTI_FNS[] = {"root", "log", "binom", "max", "min", NULL};
+
+static bool
+multi_fn(const char *f)
+{
+    for (int k = 0; MULTI_FNS[k]; k++)
+        if (strcmp(MULTI_FNS[k], f) == 0)
+            return true;
+    return false;
+}
+
+static int
+unary_fn(const char *f)
+{
+    for (int k = 0; k < (int)(sizeof UNARY_FNS / sizeof UNARY_FNS[0]); k++)
+        if (strcmp(UNARY_FNS[k].name, f) == 0)
+            return k;
+    return -1;
+}
+
+/* binom(a, b) = Gamma(a+1) / (Gamma(b+1) Gamma(a-b+1)), rounded; a and b are overwritten. */
+static void
+m_binom(mpfr_t out, mpfr_t a, mpfr_t b)
+{
+    mpfr_t c;
+    mpfr_init2(c, PREC);
+    mpfr_sub(c, a, b, MPFR_RNDN);
+    mpfr_add_ui(a, a, 1, MPFR_RNDN);
+    mpfr_add_ui(b, b, 1, MPFR_RNDN);
+    mpfr_add_ui(c, c, 1, MPFR_RNDN);
+    mpfr_lngamma(a, a, MPFR_RNDN);
+    mpfr_lngamma(b, b, MPFR_RNDN);
+    mpfr_lngamma(c, c, MPFR_RNDN);
+    mpfr_sub(a, a, b, MPFR_RNDN);
+    mpfr_sub(a, a, c, MPFR_RNDN);
+    mpfr_exp(out, a, MPFR_RNDN);
+    mpfr_round(out, out);
+    mpfr_clear(c);
+}
+
+/* root(a, b) (the b-th root), log(a, b) (base b), binom(a, b); a and b may be overwritten. */
+static bool
+m_binary(const char *f, mpfr_t out, mpfr_t a, mpfr_t b)
+{
+    if (strcmp(f, "root") == 0) {
+        if (mpfr_integer_p(b) && mpfr_fits_ulong_p(b, MPFR_RNDN) && mpfr_get_ui(b, MPFR_RNDN) > 0)
+            mpfr_rootn_ui(out, a, mpfr_get_ui(b, MPFR_RNDN), MPFR_RNDN);
+        else {
+            mpfr_ui_div(b, 1, b, MPFR_RNDN);
+            mpfr_pow(out, a, b, MPFR_RNDN);
+        }
+    } else if (strcmp(f, "log") == 0) {
+        mpfr_log(a, a, MPFR_RNDN);
+        mpfr_log(b, b, MPFR_RNDN);
+        mpfr_div(out, a, b, MPFR_RNDN);
+    } else if (strcmp(f, "binom") == 0) {
+        m_binom(out, a, b);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* max/min over all of e's kids; the first is already in a; b is scratch. */
+static bool
+n_minmax(nctx *n, const mnode *e, mpfr_t out, mpfr_t a, mpfr_t b, int depth)
+{
+    bool ok = true;
+    mpfr_set(out, a, MPFR_RNDN);
+    for (int k = 1; k < e->n && ok; k++) {
+        ok = neval(n, e->kids[k], b, depth + 1);
+        if (e->str[1] == 'a')
+            mpfr_max(out, out, b, MPFR_RNDN);
+        else
+            mpfr_min(out, out, b, MPFR_RNDN);
+    }
+    return ok;
+}
+
 static bool
 n_func(nctx *n, const mnode *e, mpfr_t out, int depth)
 {
     const char *f = e->str;
     if (e->n == 0)
         return false;
-    static const char *const known[] = {"sqrt",  "root", "sin",    "cos",    "tan",    "sec",
-                                        "csc",   "cot",  "arcsin", "arccos", "arctan", "sinh",
-                                        "cosh",  "tanh", "ln",     "log",    "exp",    "abs",
-                                        "floor", "ceil", "binom",  "max",    "min",    NULL};
-    bool is_known = false;
-    for (int k = 0; known[k]; k++)
-        is_known |= strcmp(known[k], f) == 0;
-    if (!is_known)
+    int u = unary_fn(f);
+    if (u < 0 && !multi_fn(f))
         return n_unknown_func(n, e, out, depth);
     mpfr_t a, b;
     mpfr_inits2(PREC, a, b, (mpfr_ptr)0);
@@ -431,87 +538,14 @@ n_func(nctx *n, const mnode *e, mpfr_t out, int depth)
         goto done;
     /* trig of a huge argument needs argument reduction at the argument's size in bits: treat it
      * as not evaluable instead of spending minutes on it */
-    if (f[0] != 'a' &&
-        (strcmp(f, "sin") == 0 || strcmp(f, "cos") == 0 || strcmp(f, "tan") == 0 ||
-         strcmp(f, "sec") == 0 || strcmp(f, "csc") == 0 || strcmp(f, "cot") == 0) &&
-        mpfr_number_p(a) && mpfr_get_exp(a) > 64) {
+    if (u >= 0 && UNARY_FNS[u].trig && mpfr_number_p(a) && mpfr_get_exp(a) > 64)
         mpfr_set_nan(out);
-        goto done;
-    }
-    if (strcmp(f, "max") == 0 || strcmp(f, "min") == 0) {
-        mpfr_set(out, a, MPFR_RNDN);
-        for (int k = 1; k < e->n && ok; k++) {
-            ok = neval(n, e->kids[k], b, depth + 1);
-            if (f[1] == 'a')
-                mpfr_max(out, out, b, MPFR_RNDN);
-            else
-                mpfr_min(out, out, b, MPFR_RNDN);
-        }
-    } else if (e->n == 2 && strcmp(f, "root") == 0) {
-        if (mpfr_integer_p(b) && mpfr_fits_ulong_p(b, MPFR_RNDN) && mpfr_get_ui(b, MPFR_RNDN) > 0)
-            mpfr_rootn_ui(out, a, mpfr_get_ui(b, MPFR_RNDN), MPFR_RNDN);
-        else {
-            mpfr_ui_div(b, 1, b, MPFR_RNDN);
-            mpfr_pow(out, a, b, MPFR_RNDN);
-        }
-    } else if (e->n == 2 && strcmp(f, "log") == 0) {
-        mpfr_log(a, a, MPFR_RNDN);
-        mpfr_log(b, b, MPFR_RNDN);
-        mpfr_div(out, a, b, MPFR_RNDN);
-    } else if (e->n == 2 && strcmp(f, "binom") == 0) {
-        /* Gamma(a+1) / (Gamma(b+1) Gamma(a-b+1)) */
-        mpfr_t c;
-        mpfr_init2(c, PREC);
-        mpfr_sub(c, a, b, MPFR_RNDN);
-        mpfr_add_ui(a, a, 1, MPFR_RNDN);
-        mpfr_add_ui(b, b, 1, MPFR_RNDN);
-        mpfr_add_ui(c, c, 1, MPFR_RNDN);
-        mpfr_lngamma(a, a, MPFR_RNDN);
-        mpfr_lngamma(b, b, MPFR_RNDN);
-        mpfr_lngamma(c, c, MPFR_RNDN);
-        mpfr_sub(a, a, b, MPFR_RNDN);
-        mpfr_sub(a, a, c, MPFR_RNDN);
-        mpfr_exp(out, a, MPFR_RNDN);
-        mpfr_round(out, out);
-        mpfr_clear(c);
-    } else if (e->n != 1) {
-        ok = false;
-    } else if (strcmp(f, "sqrt") == 0)
-        mpfr_sqrt(out, a, MPFR_RNDN);
-    else if (strcmp(f, "sin") == 0)
-        mpfr_sin(out, a, MPFR_RNDN);
-    else if (strcmp(f, "cos") == 0)
-        mpfr_cos(out, a, MPFR_RNDN);
-    else if (strcmp(f, "tan") == 0)
-        mpfr_tan(out, a, MPFR_RNDN);
-    else if (strcmp(f, "sec") == 0)
-        mpfr_sec(out, a, MPFR_RNDN);
-    else if (strcmp(f, "csc") == 0)
-        mpfr_csc(out, a, MPFR_RNDN);
-    else if (strcmp(f, "cot") == 0)
-        mpfr_cot(out, a, MPFR_RNDN);
-    else if (strcmp(f, "arcsin") == 0)
-        mpfr_asin(out, a, MPFR_RNDN);
-    else if (strcmp(f, "arccos") == 0)
-        mpfr_acos(out, a, MPFR_RNDN);
-    else if (strcmp(f, "arctan") == 0)
-        mpfr_atan(out, a, MPFR_RNDN);
-    else if (strcmp(f, "sinh") == 0)
-        mpfr_sinh(out, a, MPFR_RNDN);
-    else if (strcmp(f, "cosh") == 0)
-        mpfr_cosh(out, a, MPFR_RNDN);
-    else if (strcmp(f, "tanh") == 0)
-        mpfr_tanh(out, a, MPFR_RNDN);
-    else if (strcmp(f, "ln") == 0 || strcmp(f, "log") == 0)
-        mpfr_log(out, a, MPFR_RNDN);
-    else if (strcmp(f, "exp") == 0)
-        mpfr_exp(out, a, MPFR_RNDN);
-    else if (strcmp(f, "abs") == 0)
-        mpfr_abs(out, a, MPFR_RNDN);
-    else if (strcmp(f, "floor") == 0)
-        mpfr_floor(out, a);
-    else if (strcmp(f, "ceil") == 0)
-        mpfr_ceil(out, a);
+    else if (strcmp(f, "max") == 0 || strcmp(f, "min") == 0)
+        ok = n_minmax(n, e, out, a, b, depth);
+    else if (e->n == 2)
+        ok = m_binary(f, out, a, b);
+    else if (e->n == 1 && u >= 0)
+        UNARY_FNS[u].fn(out, a, MPFR_RNDN);
     else
         ok = false;
 done:

@@ -1,6 +1,7 @@
 /* `grpo tokenize`, the exact interface other tools parse: ids on one line separated by single
  * spaces, --decode writing the exact bytes with no newline, --chat printing the ids of the
- * rendered conversation; all checked against the HF / jinja2 fixtures. Runs $GRPO_BIN. */
+ * rendered conversation (--jsonl: one conversation per line); all checked against the HF /
+ * jinja2 fixtures. Runs $GRPO_BIN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -183,6 +184,63 @@ test_chat(void **state)
     free(json);
 }
 
+/* --jsonl: every conversation of chat_random.json for one family with the generation prompt, in
+ * one run; each output line equals the fixture (ids from HF on the jinja2 rendering) or, where
+ * jinja2 fails, is {"error": ...}; any failed line makes the exit status 1. */
+static void
+test_chat_jsonl(void **state)
+{
+    (void)state;
+    char path[4096], *json;
+    size_t n;
+    fx_path(path, sizeof path, "chat_random.json");
+    assert_int_equal(grpo__read_file(path, 0, &json, &n), GRPO_OK);
+    cJSON *cases = cJSON_Parse(json), *c, *want = cJSON_CreateArray();
+    grpo_buf in = {0};
+    cJSON_ArrayForEach(c, cases)
+    {
+        if (strcmp(cJSON_GetObjectItem(c, "family")->valuestring, "v3") != 0 ||
+            !cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt")))
+            continue;
+        char *msgs = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "messages"));
+        assert_int_equal(grpo__buf_printf(&in, "%s\n", msgs), GRPO_OK);
+        cJSON_AddItemReferenceToArray(want, c);
+        free(msgs);
+    }
+    char mpath[600], args[5000];
+    snprintf(mpath, sizeof mpath, "%s/messages.jsonl", tmpdir);
+    assert_int_equal(grpo__write_file_atomic(mpath, in.data, in.len), GRPO_OK);
+    snprintf(args, sizeof args, "--tokenizer '%s' --chat v3 --messages '%s' --jsonl", fx_v3_path(),
+             mpath);
+    size_t on;
+    int rc, lines = 0, errors = 0;
+    char *out = run(args, "", 0, &on, &rc), *save = NULL;
+    for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *got = cJSON_Parse(line), *w = cJSON_GetArrayItem(want, lines++);
+        assert_non_null(got);
+        assert_non_null(w);
+        const cJSON *err = cJSON_GetObjectItem(w, "error");
+        if (err != NULL && !cJSON_IsNull(err)) {
+            assert_non_null(cJSON_GetObjectItem(got, "error"));
+            errors++;
+        } else {
+            assert_string_equal(cJSON_GetObjectItem(got, "text")->valuestring,
+                                cJSON_GetObjectItem(w, "text")->valuestring);
+            assert_true(
+                cJSON_Compare(cJSON_GetObjectItem(got, "ids"), cJSON_GetObjectItem(w, "ids"), 1));
+        }
+        cJSON_Delete(got);
+    }
+    assert_int_equal(lines, cJSON_GetArraySize(want));
+    assert_true(errors > 0 && errors < lines); /* the fixture holds both kinds */
+    assert_int_equal(rc, 1);
+    free(out);
+    grpo__buf_fini(&in);
+    cJSON_Delete(want);
+    cJSON_Delete(cases);
+    free(json);
+}
+
 int
 main(void)
 {
@@ -190,6 +248,7 @@ main(void)
         cmocka_unit_test(test_encode_decode),
         cmocka_unit_test(test_bos_and_errors),
         cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_chat_jsonl),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,58 +155,30 @@ usage(void)
            "  -h, --help this help\n");
 }
 
-int
-grpo_bench_sandbox(int argc, char **argv)
+enum {
+    ROW_POOL,
+    ROW_PY_GRPO,
+    ROW_PY_BWRAP,
+    ROW_PY_PLAIN,
+    ROW_C_GRPO,
+    ROW_C_BWRAP,
+    ROW_C_PLAIN,
+    NROWS
+};
+
+static const char *const ROW_NAMES[NROWS] = {"python: grpo pool (pre-warmed zygote)",
+                                             "python: grpo sandbox, python3 per run",
+                                             "python: bwrap, python3 per run",
+                                             "python: no sandbox, python3 per run",
+                                             "C: grpo sandbox",
+                                             "C: bwrap",
+                                             "C: no sandbox"};
+
+/* grpo's pool, and grpo's sandbox running python3 and the C program (bound at /work). */
+static void
+bench_grpo(series *rows, grpo_sandbox *sb, grpo_sandbox_pool *pool, const char *py, const char *dir,
+           int runs)
 {
-    int runs = 200;
-    char dir[] = "/tmp/grpo-bench-sandbox-XXXXXX", prog[600], isobuf[128];
-    if (cli_wants_help(argc, argv)) {
-        usage();
-        return CLI_OK;
-    }
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
-            runs = atoi(argv[++i]);
-            if (runs < 1 || runs > 100000)
-                return cli_usage("bench sandbox", "--runs: expected 1..100000, got %s", argv[i]);
-        } else {
-            return cli_usage("bench sandbox", "unknown argument %s", argv[i]);
-        }
-    }
-    grpo_sandbox_service_start();
-    if (mkdtemp(dir) == NULL || build_c(dir, prog, sizeof prog) != 0) {
-        fprintf(stderr, "grpo bench sandbox: cannot build the C test program in %s\n", dir);
-        return CLI_FAIL;
-    }
-    chmod(dir, 0755);
-    const char *py = grpo_sandbox_python();
-    grpo_sandbox *sb = NULL;
-    grpo_sandbox_pool *pool = NULL;
-    if (grpo_sandbox_create(&sb, NULL) != GRPO_OK ||
-        grpo_sandbox_pool_create(
-            &pool, NULL,
-            "def run(code):\n"
-            "    exec(compile(code, '<t>', 'exec'), {'__name__': '__main__'})\n") != GRPO_OK) {
-        grpo_sandbox_destroy(sb);
-        return cli_fail("bench sandbox");
-    }
-    series rows[8];
-    const char *names[8] = {"python: grpo pool (pre-warmed zygote)",
-                            "python: grpo sandbox, python3 per run",
-                            "python: bwrap, python3 per run",
-                            "python: no sandbox, python3 per run",
-                            "C: grpo sandbox",
-                            "C: bwrap",
-                            "C: no sandbox",
-                            NULL};
-    for (int i = 0; i < 7; i++) {
-        memset(&rows[i], 0, sizeof rows[i]);
-        rows[i].name = names[i];
-        rows[i].ms = calloc((size_t)runs, sizeof(double));
-        if (rows[i].ms == NULL)
-            return CLI_FAIL;
-    }
-    /* grpo */
     const char *py_argv[] = {py, "-I", "-S", "-c", "print(int(input()) + 1)", NULL};
     const char *c_argv[] = {"/work/prog", NULL};
     grpo_sandbox_bind bind = {dir, "/work", 0};
@@ -215,73 +188,140 @@ grpo_bench_sandbox(int argc, char **argv)
     cmd.limits.mem_bytes = 256ull << 20;
     cmd.stdin_data = "41\n";
     cmd.stdin_len = 3;
-    bench_pool(&rows[0], pool, runs);
+    bench_pool(&rows[ROW_POOL], pool, runs);
     cmd.argv = py_argv;
-    bench_sandbox_run(&rows[1], sb, &cmd, runs);
+    bench_sandbox_run(&rows[ROW_PY_GRPO], sb, &cmd, runs);
     cmd.argv = c_argv;
     cmd.binds = &bind;
     cmd.n_binds = 1;
-    bench_sandbox_run(&rows[4], sb, &cmd, runs);
-    /* bubblewrap: new user/pid/net/ipc/uts/cgroup namespaces, read-only /usr, tmpfs /tmp */
-    int have_bwrap = access("/usr/bin/bwrap", X_OK) == 0;
-    if (have_bwrap) {
-        char *bw[] = {"/usr/bin/bwrap",
-                      "--unshare-all",
-                      "--die-with-parent",
-                      "--new-session",
-                      "--ro-bind",
-                      "/usr",
-                      "/usr",
-                      "--symlink",
-                      "usr/lib",
-                      "/lib",
-                      "--symlink",
-                      "usr/lib64",
-                      "/lib64",
-                      "--symlink",
-                      "usr/bin",
-                      "/bin",
-                      "--dev",
-                      "/dev",
-                      "--tmpfs",
-                      "/tmp",
-                      "--ro-bind",
-                      dir,
-                      "/work",
-                      "--chdir",
-                      "/tmp"};
-        enum { NB = sizeof bw / sizeof bw[0] };
-        char *bw_py[NB + 6], *bw_c[NB + 2];
-        char *py_tail[] = {(char *)py, "-I", "-S", "-c", "print(41 + 1)", NULL};
-        char *c_tail[] = {"/work/prog", NULL};
-        memcpy(bw_py, bw, sizeof bw);
-        memcpy(bw_py + NB, py_tail, sizeof py_tail);
-        memcpy(bw_c, bw, sizeof bw);
-        memcpy(bw_c + NB, c_tail, sizeof c_tail);
-        bench_spawn(&rows[2], bw_py, runs);
-        bench_spawn(&rows[5], bw_c, runs);
-    }
-    char *plain_py[] = {(char *)py, "-I", "-S", "-c", "print(41 + 1)", NULL};
-    bench_spawn(&rows[3], plain_py, runs);
-    char *plain_c[] = {prog, NULL};
-    bench_spawn(&rows[6], plain_c, runs);
+    bench_sandbox_run(&rows[ROW_C_GRPO], sb, &cmd, runs);
+}
 
+/* bubblewrap: new user/pid/net/ipc/uts/cgroup namespaces, read-only /usr, tmpfs /tmp; returns
+ * false when bwrap is not installed. */
+static bool
+bench_bwrap(series *rows, const char *py, const char *dir, int runs)
+{
+    if (access("/usr/bin/bwrap", X_OK) != 0)
+        return false;
+    char *bw[] = {"/usr/bin/bwrap",
+                  "--unshare-all",
+                  "--die-with-parent",
+                  "--new-session",
+                  "--ro-bind",
+                  "/usr",
+                  "/usr",
+                  "--symlink",
+                  "usr/lib",
+                  "/lib",
+                  "--symlink",
+                  "usr/lib64",
+                  "/lib64",
+                  "--symlink",
+                  "usr/bin",
+                  "/bin",
+                  "--dev",
+                  "/dev",
+                  "--tmpfs",
+                  "/tmp",
+                  "--ro-bind",
+                  (char *)dir,
+                  "/work",
+                  "--chdir",
+                  "/tmp"};
+    enum { NB = sizeof bw / sizeof bw[0] };
+    char *bw_py[NB + 6], *bw_c[NB + 2];
+    char *py_tail[] = {(char *)py, "-I", "-S", "-c", "print(41 + 1)", NULL};
+    char *c_tail[] = {"/work/prog", NULL};
+    memcpy(bw_py, bw, sizeof bw);
+    memcpy(bw_py + NB, py_tail, sizeof py_tail);
+    memcpy(bw_c, bw, sizeof bw);
+    memcpy(bw_c + NB, c_tail, sizeof c_tail);
+    bench_spawn(&rows[ROW_PY_BWRAP], bw_py, runs);
+    bench_spawn(&rows[ROW_C_BWRAP], bw_c, runs);
+    return true;
+}
+
+static void
+print_table(series *rows, grpo_sandbox *sb, bool have_bwrap, int runs, const char *py)
+{
+    char isobuf[128];
     printf("sandbox isolation in force: %s; bwrap: %s; runs per row: %d; python: %s\n\n",
            grpo_sandbox_iso_str(grpo_sandbox_isolation(sb), isobuf, sizeof isobuf),
            have_bwrap ? "yes" : "not installed", runs, py);
     printf("| %-44s | %6s | %8s | %8s | %8s |\n", "what", "runs", "runs/s", "p50 ms", "p99 ms");
     printf("|%s|%s|%s|%s|%s|\n", "----------------------------------------------", "--------",
            "----------", "----------", "----------");
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < NROWS; i++)
         report(&rows[i]);
-        free(rows[i].ms);
+}
+
+static int
+parse_runs(int argc, char **argv, int *runs)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+            *runs = atoi(argv[++i]);
+            if (*runs < 1 || *runs > 100000)
+                return cli_usage("bench sandbox", "--runs: expected 1..100000, got %s", argv[i]);
+        } else {
+            return cli_usage("bench sandbox", "unknown argument %s", argv[i]);
+        }
     }
+    return 0;
+}
+
+int
+grpo_bench_sandbox(int argc, char **argv)
+{
+    int runs = 200, rc = CLI_FAIL;
+    char dir[] = "/tmp/grpo-bench-sandbox-XXXXXX", prog[600] = "", src[640];
+    if (cli_wants_help(argc, argv)) {
+        usage();
+        return CLI_OK;
+    }
+    if ((rc = parse_runs(argc, argv, &runs)) != 0)
+        return rc;
+    rc = CLI_FAIL;
+    grpo_sandbox_service_start();
+    if (mkdtemp(dir) == NULL || build_c(dir, prog, sizeof prog) != 0) {
+        fprintf(stderr, "grpo bench sandbox: cannot build the C test program in %s\n", dir);
+        return CLI_FAIL;
+    }
+    chmod(dir, 0755);
+    const char *py = grpo_sandbox_python();
+    grpo_sandbox *sb = NULL;
+    grpo_sandbox_pool *pool = NULL;
+    series rows[NROWS] = {{0}};
+    for (int i = 0; i < NROWS; i++)
+        rows[i].name = ROW_NAMES[i];
+    if (grpo_sandbox_create(&sb, NULL) != GRPO_OK ||
+        grpo_sandbox_pool_create(
+            &pool, NULL,
+            "def run(code):\n"
+            "    exec(compile(code, '<t>', 'exec'), {'__name__': '__main__'})\n") != GRPO_OK) {
+        rc = cli_fail("bench sandbox");
+        goto done;
+    }
+    for (int i = 0; i < NROWS; i++)
+        if ((rows[i].ms = calloc((size_t)runs, sizeof(double))) == NULL)
+            goto done;
+    bench_grpo(rows, sb, pool, py, dir, runs);
+    bool have_bwrap = bench_bwrap(rows, py, dir, runs);
+    char *plain_py[] = {(char *)py, "-I", "-S", "-c", "print(41 + 1)", NULL};
+    bench_spawn(&rows[ROW_PY_PLAIN], plain_py, runs);
+    char *plain_c[] = {prog, NULL};
+    bench_spawn(&rows[ROW_C_PLAIN], plain_c, runs);
+    print_table(rows, sb, have_bwrap, runs, py);
+    rc = CLI_OK;
+done:
+    for (int i = 0; i < NROWS; i++)
+        free(rows[i].ms);
     grpo_sandbox_pool_destroy(pool);
     grpo_sandbox_destroy(sb);
     unlink(prog);
-    char src[640];
     snprintf(src, sizeof src, "%s/prog.c", dir);
     unlink(src);
     rmdir(dir);
-    return CLI_OK;
+    return rc;
 }

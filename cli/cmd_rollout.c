@@ -33,7 +33,7 @@
 typedef struct args {
     const char *model, *prompts, *db, *out, *publish, *tokenizer, *template_name;
     const char *ref_model, *reward_config, *kv_budget;
-    int threads, verify_threads, rescore, max_pending, window, max_batch, gpu;
+    int threads, verify_threads, rescore, max_pending, window, max_batch, gpu, resume;
     uint64_t kv_bytes, kv_tokens;
     cli_gen_args gen; /* --group, sampling, --seed, stops, --logprobs, --on-bad-line */
     char model_buf[PATH_MAX], prompts_buf[PATH_MAX];
@@ -62,6 +62,8 @@ typedef struct run_ctx {
     grpo_err first_err;
     char first_msg[512];
     size_t groups_done, groups_handled, zero_std_groups, samples;
+    size_t already; /* --resume: groups the resumed run had recorded */
+    int resumed;    /* run_id is a resumed run */
     int opens_think;
     double reward_sum;
     uint64_t tokens;
@@ -89,7 +91,14 @@ usage(FILE *f)
     fputs("  --template NAME      chat template: r1 (default), v3, none\n"
           "  --tokenizer PATH     tokenizer.json (default: the model directory's)\n"
           "  --db FILE            SQLite store (default grpo.db)\n"
-          "  --out FILE.jsonl     also write one JSON line per completion\n"
+          "  --out FILE.jsonl     also write one JSON line per completion (appended to with\n"
+          "                       --resume: a group an interrupt cut short has lines with\n"
+          "                       finish \"abort\", superseded by its later lines)\n"
+          "  --resume             continue the newest unfinished run (interrupted or failed)\n"
+          "                       whose options are these: groups it recorded are kept, groups\n"
+          "                       an interrupt cut short are sampled again, and the rest are\n"
+          "                       sampled as the whole run would have; refused when its weights\n"
+          "                       differ. Starts a new run when there is none. Not with --publish\n"
           "  --publish URL        publish one batch per group to a trainer (tcp://, ipc://);\n"
           "                       batches wait in the store until acknowledged, and the run\n"
           "                       ends when the trainer has acknowledged all of them\n"
@@ -158,7 +167,8 @@ enum {
     O_PROMPTS,
     O_PENDING,
     O_WINDOW,
-    O_MAXBATCH
+    O_MAXBATCH,
+    O_RESUME
 };
 
 static const struct option long_opts[] = {
@@ -179,6 +189,7 @@ static const struct option long_opts[] = {
     {"max-pending-groups", required_argument, 0, O_PENDING},
     {"publish-window", required_argument, 0, O_WINDOW},
     {"max-batch", required_argument, 0, O_MAXBATCH},
+    {"resume", no_argument, 0, O_RESUME},
     CLI_GEN_LONG_OPTS,
     {0, 0, 0, 0},
 };
@@ -194,6 +205,9 @@ parse_opt(void *ctx, int c, const char *v)
         return 0;
     case O_PROMPTS:
         a->prompts = v;
+        return 0;
+    case O_RESUME:
+        a->resume = 1;
         return 0;
     case O_DB:
         a->db = v;
@@ -294,6 +308,9 @@ parse_args(args *a, int argc, char **argv)
     if (parse_budget(a->kv_budget, &a->kv_bytes, &a->kv_tokens) != 0)
         return cli_usage(CMD, "--kv-budget %s: expected bytes (512M, 2G) or tokens (65536t)",
                          a->kv_budget);
+    if (a->resume && a->publish)
+        return cli_usage(CMD, "--resume does not go with --publish (a trainer's run is resumed "
+                              "by the trainer bridge, not by sampling again)");
     if (a->publish && !publish_scheme_ok(a->publish))
         return cli_usage(CMD, "--publish %s: expected a tcp://, ipc:// or inproc:// URL",
                          a->publish);
@@ -728,6 +745,15 @@ submit_all(run_ctx *c, const grpo_prompt_set *ps, prompt_ctx *pcs, size_t *n_sub
                               p->messages_json, p->answer_json, p->tests_json};
         if (err == GRPO_OK)
             err = grpo_store_put_prompt(&pcs[i].store_prompt_id, c->store, &pr);
+        int32_t exists = 0;
+        if (err == GRPO_OK && c->resumed &&
+            (err = grpo_store_group_exists(&exists, c->store, c->run_id, 0, pcs[i].store_prompt_id,
+                                           a->gen.seed)) == GRPO_OK &&
+            exists) {
+            c->already++;
+            free(ids);
+            continue;
+        }
         if (err == GRPO_OK &&
             (pcs[i].sampling_json = sampling_json(a, c->pol, p, (int32_t)n, eos)) == NULL)
             err = GRPO_ENOMEM;
@@ -800,6 +826,46 @@ typedef struct setup {
     prompt_ctx *pcs;
 } setup;
 
+/* With --resume, the newest unfinished run with this config (its interrupted groups dropped);
+ * else, or when there is none, a new run. */
+static grpo_err
+begin_run(run_ctx *c, setup *su, const args *a, int argc, char **argv, const char *sha)
+{
+    grpo_err err = GRPO_OK;
+    char *cmdline = cli_join_argv(argc, argv), *cfg = config_json(a);
+    int64_t dropped = 0;
+    if (cfg == NULL) {
+        err = grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
+        goto done;
+    }
+    if (a->resume && (err = grpo_store_run_find(&c->run_id, c->store, cfg)) != GRPO_OK)
+        goto done;
+    if (c->run_id > 0) {
+        if ((err = grpo_store_run_prepare_resume(c->store, c->run_id, sha, &dropped)) == GRPO_OK &&
+            (err = grpo_store_run_reopen(c->store, c->run_id)) == GRPO_OK)
+            fprintf(stderr,
+                    "grpo rollout: resuming run %lld from %s (%lld groups cut short by the "
+                    "interrupt are sampled again)\n",
+                    (long long)c->run_id, a->db, (long long)dropped);
+        c->resumed = err == GRPO_OK;
+        goto done;
+    }
+    if (a->resume)
+        fprintf(stderr,
+                "grpo rollout: --resume: no unfinished run with these options in %s; "
+                "starting a new one\n",
+                a->db);
+    grpo_run_info ri = {0};
+    ri.command_line = cmdline ? cmdline : "grpo rollout";
+    ri.config_json = cfg;
+    ri.dataset_path = su->ps.git_repo ? su->ps.git_repo : a->prompts;
+    ri.dataset_rev = su->ps.git_repo ? su->ps.git_commit : NULL;
+    err = grpo_store_run_begin(&c->run_id, c->store, &ri);
+done:
+    free(cmdline), free(cfg);
+    return err;
+}
+
 static grpo_err
 open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_pages)
 {
@@ -844,30 +910,18 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
         return err;
     if ((err = grpo_store_open(&c->store, a->db, NULL)) != GRPO_OK)
         return err;
-    char *cmdline = cli_join_argv(argc, argv), *cfg = config_json(a);
-    grpo_run_info ri = {0};
-    ri.command_line = cmdline ? cmdline : "grpo rollout";
-    ri.config_json = cfg;
-    if (su->ps.git_repo) {
-        ri.dataset_path = su->ps.git_repo;
-        ri.dataset_rev = su->ps.git_commit;
-    } else {
-        ri.dataset_path = a->prompts;
-    }
-    err = grpo_store_run_begin(&c->run_id, c->store, &ri);
-    free(cmdline), free(cfg);
-    if (err != GRPO_OK)
+    const char *sha = grpo_model_weights_sha256(grpo_policy_model(c->pol));
+    if (sha == NULL)
+        return GRPO_EIO;
+    if ((err = begin_run(c, su, a, argc, argv, sha)) != GRPO_OK)
         return err;
     snprintf(c->run_id_str, sizeof c->run_id_str, "%lld", (long long)c->run_id);
     char loc[PATH_MAX];
     if (realpath(a->model, loc) == NULL)
         snprintf(loc, sizeof loc, "%s", a->model);
-    const char *sha = grpo_model_weights_sha256(grpo_policy_model(c->pol));
-    if (sha == NULL)
-        return GRPO_EIO;
     if ((err = grpo_store_put_policy_version(c->store, c->run_id, 0, loc, sha)) != GRPO_OK)
         return err;
-    if (a->out && (c->out = fopen(a->out, "w")) == NULL)
+    if (a->out && (c->out = fopen(a->out, c->resumed ? "a" : "w")) == NULL)
         return grpo__fail_errno(GRPO_EIO, errno, "%s: cannot open for writing", a->out);
     if (a->publish) {
         grpo_bridge_opts bo;
@@ -1011,6 +1065,9 @@ grpo_cmd_rollout(int argc, char **argv)
         err = GRPO_ENOMEM;
     if (err == GRPO_OK)
         err = submit_all(&c, &su.ps, su.pcs, &submitted);
+    if (err == GRPO_OK && c.resumed)
+        fprintf(stderr, "grpo rollout: %zu groups already recorded, %zu to sample\n", c.already,
+                submitted);
     if (err == GRPO_OK && (th = calloc((size_t)a.verify_threads, sizeof *th)) == NULL)
         err = GRPO_ENOMEM;
     for (int i = 0; err == GRPO_OK && i < a.verify_threads; i++, n_th++)

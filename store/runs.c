@@ -206,3 +206,79 @@ done:
     pthread_mutex_unlock(&s->mu);
     return err;
 }
+
+/* The run's policy versions other than version 0 with sha, and whether version 0 is there. */
+static grpo_err
+check_resume_policy(grpo_store *s, int64_t run_id, const char *sha)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT version, coalesce(sha256, '') FROM policy_versions "
+                                "WHERE run_id = ? ORDER BY version",
+                                -1, &st, NULL);
+    grpo_err err = GRPO_OK;
+    if (rc != SQLITE_OK)
+        return grpo_store__db_fail(s, rc, "reading a run's policy versions");
+    sqlite3_bind_int64(st, 1, run_id);
+    while (err == GRPO_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t v = sqlite3_column_int64(st, 0);
+        const char *h = (const char *)sqlite3_column_text(st, 1);
+        if (v != 0)
+            err = grpo__fail(GRPO_EINVAL,
+                             "store: run %lld received new weights (policy version %lld): it "
+                             "cannot be resumed from the initial model",
+                             (long long)run_id, (long long)v);
+        else if (sha && strcmp(h ? h : "", sha) != 0)
+            err = grpo__fail(GRPO_EINVAL,
+                             "store: run %lld was sampled from weights sha256 %.12s..., the model "
+                             "now has %.12s...",
+                             (long long)run_id, h && h[0] ? h : "(none)", sha);
+    }
+    if (err == GRPO_OK && rc != SQLITE_DONE)
+        err = grpo_store__db_fail(s, rc, "reading a run's policy versions");
+    sqlite3_finalize(st);
+    return err;
+}
+
+grpo_err
+grpo_store_run_prepare_resume(grpo_store *s, int64_t run_id, const char *sha256_hex,
+                              int64_t *n_dropped)
+{
+    grpo_err err;
+    char sql[1024];
+    if (n_dropped)
+        *n_dropped = 0;
+    if ((err = grpo_store__writable(s, "run_prepare_resume")) != GRPO_OK ||
+        (err = grpo_store_flush(s)) != GRPO_OK)
+        return err;
+    pthread_mutex_lock(&s->mu);
+    if ((err = check_resume_policy(s, run_id, sha256_hex)) != GRPO_OK)
+        goto done;
+    snprintf(sql, sizeof sql,
+             "CREATE TEMP TABLE IF NOT EXISTS resume_drop (id INTEGER PRIMARY KEY);"
+             "DELETE FROM resume_drop;"
+             "INSERT INTO resume_drop SELECT DISTINCT group_id FROM completions "
+             " WHERE run_id = %lld AND finish_reason = 'abort';",
+             (long long)run_id);
+    if ((err = grpo_store__exec(s, "BEGIN IMMEDIATE", "resuming a run")) != GRPO_OK)
+        goto done;
+    if ((err = grpo_store__exec(s, sql, "resuming a run")) == GRPO_OK && n_dropped)
+        *n_dropped = sqlite3_changes(s->db);
+    if (err == GRPO_OK)
+        err = grpo_store__exec(
+            s,
+            "DELETE FROM rewards WHERE completion_id IN (SELECT id FROM completions "
+            " WHERE group_id IN (SELECT id FROM resume_drop));"
+            "DELETE FROM group_verifiers WHERE group_id IN (SELECT id FROM resume_drop);"
+            "DELETE FROM completions WHERE group_id IN (SELECT id FROM resume_drop);"
+            "DELETE FROM groups WHERE id IN (SELECT id FROM resume_drop);"
+            "DELETE FROM resume_drop;",
+            "dropping a run's interrupted groups");
+    if (err == GRPO_OK)
+        err = grpo_store__exec(s, "COMMIT", "resuming a run");
+    else
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+done:
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}

@@ -233,8 +233,8 @@ test_budget_and_bad_lines(void **state)
     assert_non_null(strstr(slurp("out.txt"), "expected r1, v3 or none"));
     /* a --publish URL the bridge cannot listen on is a usage error, on one line, before any work
      * (the store is not even created) */
-    assert_int_equal(run(ROLL " --group 2 --max-new-tokens 4 --db %s/pub.db --publish foo://x",
-                         bin, src, src, tmpdir),
+    assert_int_equal(run(ROLL " --group 2 --max-new-tokens 4 --db %s/pub.db --publish foo://x", bin,
+                         src, src, tmpdir),
                      2);
     const char *o = slurp("out.txt");
     assert_non_null(strstr(o, "--publish foo://x: expected a tcp://, ipc:// or inproc:// URL"));
@@ -273,6 +273,90 @@ test_gpu_flag(void **state)
         assert_non_null(strstr(o, "4 groups, 16 completions"));
     }
     assert_int_equal(run("%s worker --gpu 0 --threads 2 --connect tcp://127.0.0.1:9", bin), 2);
+}
+
+/* --resume: a run whose store lost two groups and holds one group an interrupt cut short
+ * (finish 'abort') is continued: the cut group is dropped and sampled again, the lost ones are
+ * sampled, the recorded one is kept, and the store then equals an uninterrupted run's; with no
+ * unfinished run it starts a new one; with other weights in the same model directory it refuses;
+ * not with --publish. */
+static void
+test_resume(void **state)
+{
+    (void)state;
+    char full[512], cut[512];
+    snprintf(full, sizeof full, "%s/full.db", tmpdir);
+    snprintf(cut, sizeof cut, "%s/cut.db", tmpdir);
+#define RUN4 ROLL " --group 4 --max-new-tokens 12 --temperature 1.0 --db %s"
+    assert_int_equal(run(RUN4, bin, src, src, full), 0);
+    assert_int_equal(run(RUN4 " --resume", bin, src, src, cut), 0); /* nothing to resume */
+    assert_non_null(strstr(slurp("out.txt"), "starting a new one"));
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open(cut, &h), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(h,
+                     "UPDATE runs SET status = 'interrupted';"
+                     "DELETE FROM rewards WHERE completion_id IN (SELECT id FROM completions "
+                     " WHERE group_id IN (SELECT id FROM groups ORDER BY id LIMIT 2));"
+                     "DELETE FROM group_verifiers WHERE group_id IN "
+                     " (SELECT id FROM groups ORDER BY id LIMIT 2);"
+                     "DELETE FROM completions WHERE group_id IN "
+                     " (SELECT id FROM groups ORDER BY id LIMIT 2);"
+                     "DELETE FROM groups WHERE id IN (SELECT id FROM groups ORDER BY id LIMIT 2);"
+                     "UPDATE completions SET finish_reason = 'abort', n_tokens = 2, "
+                     " token_ids = substr(token_ids, 1, 8), token_logprobs = "
+                     " substr(token_logprobs, 1, 8) WHERE sample_index = 1 AND group_id = "
+                     " (SELECT min(id) FROM groups);",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(h);
+    assert_int_equal(run(RUN4 " --resume --publish ipc:///tmp/x", bin, src, src, cut), 2);
+    assert_int_equal(run(RUN4 " --resume", bin, src, src, cut), 0);
+    const char *o = slurp("out.txt");
+    assert_non_null(strstr(o, "resuming run 1"));
+    assert_non_null(strstr(o, "(1 groups cut short"));
+    assert_non_null(strstr(o, "1 groups already recorded, 3 to sample"));
+    static char b1[1 << 16], b2[1 << 16];
+    size_t n1 = token_blobs(full, b1, sizeof b1), n2 = token_blobs(cut, b2, sizeof b2);
+    assert_int_equal(n1, 16 * 12 * 8);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    assert_int_equal(sqlite3_open(cut, &h), SQLITE_OK);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(h,
+                                        "SELECT (SELECT count(*) FROM runs), (SELECT status FROM "
+                                        "runs), (SELECT count(*) FROM rewards), (SELECT count(*) "
+                                        "FROM completions WHERE finish_reason = 'abort')",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 1);
+    assert_string_equal((const char *)sqlite3_column_text(st, 1), "ok");
+    assert_true(sqlite3_column_int(st, 2) >= 16);
+    assert_int_equal(sqlite3_column_int(st, 3), 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    /* the same model directory with other weights: refused */
+    char wdb[512];
+    snprintf(wdb, sizeof wdb, "%s/w.db", tmpdir);
+    assert_int_equal(run("cp -r %s/tests/data/tiny_models/bf16 %s/m", src, tmpdir), 0);
+    const char *mine = "%s rollout --model %s/m --prompts %s/data/tiny_prompts.jsonl --group 2 "
+                       "--max-new-tokens 4 --db %s";
+    assert_int_equal(run(mine, bin, tmpdir, src, wdb), 0);
+    assert_int_equal(sqlite3_open(wdb, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(h, "UPDATE runs SET status = 'interrupted'", NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(h);
+    /* flip the last byte (a weight; the header is at the start) */
+    assert_int_equal(run("f=%s/m/model.safetensors; n=$(stat -c %%s $f); "
+                         "printf '\\x55' | dd of=$f bs=1 seek=$((n-1)) conv=notrunc status=none",
+                         tmpdir),
+                     0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s --resume", mine);
+    assert_int_equal(run(cmd, bin, tmpdir, src, wdb), 1);
+    assert_non_null(strstr(slurp("out.txt"), "was sampled from weights sha256"));
+#undef RUN4
 }
 
 /* --publish: a trainer (the bridge's C consumer, here in the test process) receives one batch per
@@ -435,11 +519,9 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rollout_replay),
-        cmocka_unit_test(test_budget_and_bad_lines),
-        cmocka_unit_test(test_publish),
-        cmocka_unit_test(test_gpu_flag),
-        cmocka_unit_test(test_weights_update),
+        cmocka_unit_test(test_rollout_replay), cmocka_unit_test(test_budget_and_bad_lines),
+        cmocka_unit_test(test_publish),        cmocka_unit_test(test_gpu_flag),
+        cmocka_unit_test(test_resume),         cmocka_unit_test(test_weights_update),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

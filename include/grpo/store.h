@@ -311,6 +311,14 @@ grpo_err grpo_store_lease_group_done(grpo_store *s, int64_t run_id, int64_t step
 grpo_err grpo_store_run_find(int64_t *run_id, grpo_store *s, const char *config_json);
 /* Marks a resumed run as running again (status "running", no end time). */
 grpo_err grpo_store_run_reopen(grpo_store *s, int64_t run_id);
+/* Prepares run_id for `grpo rollout --resume`: the run must have been sampled only from policy
+ * version 0 with weights sha256_hex (else GRPO_EINVAL naming the difference), and its groups
+ * that hold a cancelled completion (finish 'abort', left by an interrupt) are deleted with their
+ * completions, rewards and verifier summaries, in one transaction, so they are sampled again
+ * (the same tokens: sampling is a function of the seed). *n_dropped (may be NULL) gets how many
+ * groups went. The run is not reopened; call grpo_store_run_reopen(). */
+grpo_err grpo_store_run_prepare_resume(grpo_store *s, int64_t run_id, const char *sha256_hex,
+                                       int64_t *n_dropped);
 
 #ifdef __cplusplus
 }

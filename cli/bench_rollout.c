@@ -3,8 +3,11 @@
  *   independent: G different prompts of the same length x 1 sample (G prefills, no sharing),
  *   batch-1:     1 prompt x G samples decoded one sequence per forward.
  * Each scenario runs in its own child process so its peak RSS is its own (wait4 rusage). Every
- * sample generates exactly --new tokens (EOS ignored) so the work is equal. */
+ * sample generates exactly --new tokens (EOS ignored) so the work is equal. Then the peer users run
+ * today, HF transformers `generate` (tools/bench_hf_generate.py), on the same prompt ids, G, N and
+ * threads, in the same run. */
 #include "cli/cli.h"
+#include "common/json.h"
 #include "grpo/rollout.h"
 
 #include <getopt.h>
@@ -21,6 +24,7 @@ typedef struct bench_args {
     const char *model;
     int prompt_len, G, new_tokens, threads;
     const char *kv_budget;
+    int hf;
 } bench_args;
 
 typedef struct bench_result {
@@ -28,7 +32,7 @@ typedef struct bench_result {
     double secs;
     uint64_t tokens, prefilled, forwards;
     size_t peak_pages, page_bytes;
-    int32_t peak_seqs;
+    int32_t peak_seqs, vocab;
 } bench_result;
 
 static void
@@ -37,13 +41,17 @@ usage(FILE *f)
     fprintf(f, "usage: grpo bench rollout --model DIR [options]\n\n"
                "Generated tokens/s and peak memory for 1 prompt x G samples (shared prefill and\n"
                "pages) against G independent prompts of the same length and against batch-1\n"
-               "decoding. Prints a Markdown table.\n\n"
+               "decoding, then HF transformers generate on the same prompt, G, N and threads\n"
+               "(skipped when python3 lacks torch or transformers). Prints a Markdown table.\n\n"
                "  --model DIR        model directory (default: the demo model, else the tiny one)\n"
                "  --prompt-len L     prompt tokens (default 256)\n"
                "  --group G          samples, and independent prompts (default 64)\n"
                "  --new N            tokens generated per sample (default 64)\n"
                "  --threads N        forward threads (default: all CPUs)\n"
                "  --kv-budget B      KV pool bytes (default 1G)\n"
+               "  --no-hf            skip the HF transformers peer (python3\n"
+               "                     tools/bench_hf_generate.py: generate with\n"
+               "                     num_return_sequences=G on the same prompt ids)\n"
                "  --help             this text\n");
 }
 
@@ -100,6 +108,7 @@ run_scenario(const bench_args *a, int which, bench_result *out)
     out->tokens = st.tokens_generated, out->prefilled = st.tokens_prefilled;
     out->forwards = st.forward_calls, out->peak_pages = st.peak_pages_used;
     out->peak_seqs = st.peak_seqs_active;
+    out->vocab = be->vocab;
     out->page_bytes = grpo_kv_page_bytes(grpo_policy_kv(pol));
     out->ok = 1;
     grpo_rollout_group *g;
@@ -142,6 +151,156 @@ fork_scenario(const bench_args *a, int which, bench_result *res, long *rss_kib)
     return 0;
 }
 
+/* The HF transformers peer's figures, from the JSON line of tools/bench_hf_generate.py. */
+typedef struct hf_result {
+    double tps, secs, rss_mib;
+    uint64_t prefilled, forwards;
+    char versions[128];
+} hf_result;
+
+/* Appends s to buf in single quotes for sh (each ' as '\''); returns -1 when it does not fit. */
+static int
+sh_quote(char *buf, size_t cap, const char *s)
+{
+    size_t n = strlen(buf);
+    if (n + 2 >= cap)
+        return -1;
+    buf[n++] = '\'';
+    for (; *s && n + 6 < cap; s++) {
+        if (*s == '\'')
+            memcpy(buf + n, "'\\''", 4), n += 4;
+        else
+            buf[n++] = *s;
+    }
+    buf[n++] = '\'';
+    buf[n] = 0;
+    return *s == 0 ? 0 : -1;
+}
+
+/* Writes prompt 0 (the shared scenario's prompt) to a new temporary file named in path. */
+static int
+write_ids(char path[64], const bench_args *a, int32_t vocab)
+{
+    snprintf(path, 64, "/tmp/grpo_bench_rollout_ids_XXXXXX");
+    int fd = mkstemp(path);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    int32_t *p = malloc((size_t)a->prompt_len * sizeof *p);
+    int rc = f != NULL && p != NULL ? 0 : -1;
+    if (rc == 0) {
+        fill_prompt(p, a->prompt_len, 0, vocab);
+        for (int i = 0; i < a->prompt_len; i++)
+            fprintf(f, "%d%c", p[i], i + 1 < a->prompt_len ? ' ' : '\n');
+    }
+    if (f != NULL && fclose(f) != 0)
+        rc = -1;
+    if (f == NULL && fd >= 0)
+        close(fd);
+    free(p);
+    return rc;
+}
+
+/* Fills *out from the peer's JSON line; returns 0, 1 for {"skipped": why}, -1 otherwise. */
+static int
+parse_hf(const char *line, hf_result *out, char *why, size_t cap)
+{
+    cJSON *j = cJSON_Parse(line);
+    const cJSON *skip = cJSON_GetObjectItem(j, "skipped");
+    const cJSON *tps = cJSON_GetObjectItem(j, "tokens_per_s");
+    int rc = cJSON_IsString(skip) ? 1 : cJSON_IsNumber(tps) ? 0 : -1;
+    if (rc == 1)
+        snprintf(why, cap, "%s", skip->valuestring);
+    if (rc == 0) {
+        const cJSON *tv = cJSON_GetObjectItem(j, "transformers");
+        const cJSON *pv = cJSON_GetObjectItem(j, "torch");
+        out->tps = tps->valuedouble;
+        out->secs = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "wall_s"));
+        out->rss_mib = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "peak_rss_mib"));
+        out->prefilled = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "prefill_tokens"));
+        out->forwards = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "forwards"));
+        snprintf(out->versions, sizeof out->versions, "transformers %.40s, torch %.40s",
+                 cJSON_IsString(tv) ? tv->valuestring : "?",
+                 cJSON_IsString(pv) ? pv->valuestring : "?");
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* The command line of the peer for a's workload, stderr folded into stdout. */
+static int
+hf_command(char *cmd, size_t cap, const char *script, const bench_args *a, const char *ids)
+{
+    snprintf(cmd, cap, "python3 ");
+    if (sh_quote(cmd, cap, script) != 0 || strlen(cmd) + 10 > cap)
+        return -1;
+    strcat(cmd, " --model ");
+    size_t n;
+    if (sh_quote(cmd, cap, a->model) != 0 || (n = strlen(cmd)) + 160 > cap)
+        return -1;
+    snprintf(cmd + n, cap - n, " --prompt-len %d --group %d --new %d --threads %d --ids %s 2>&1",
+             a->prompt_len, a->G, a->new_tokens, a->threads > 0 ? a->threads : grpo_cpu_count(),
+             ids);
+    return 0;
+}
+
+/* Runs tools/bench_hf_generate.py on a's workload with the shared scenario's prompt ids. Returns 0
+ * with *out filled, 1 when the peer is unavailable, -1 when it failed; why says why (not for 0). */
+static int
+run_hf(const bench_args *a, int32_t vocab, hf_result *out, char *why, size_t cap)
+{
+    char script[4096], ids[64], cmd[16384], line[4096];
+    snprintf(script, sizeof script, "%s/tools/bench_hf_generate.py", GRPO_SOURCE_DIR);
+    snprintf(why, cap, "no output");
+    if (access(script, R_OK) != 0)
+        return snprintf(why, cap, "tools/bench_hf_generate.py is missing"), 1;
+    if (write_ids(ids, a, vocab) != 0) {
+        unlink(ids);
+        return snprintf(why, cap, "cannot write the prompt ids to /tmp"), -1;
+    }
+    if (hf_command(cmd, sizeof cmd, script, a, ids) != 0) {
+        unlink(ids);
+        return snprintf(why, cap, "the model path is too long"), -1;
+    }
+    int rc = -1;
+    fflush(NULL);
+    FILE *p = popen(cmd, "r");
+    while (p != NULL && fgets(line, sizeof line, p) != NULL) {
+        line[strcspn(line, "\n")] = 0;
+        if (line[0] == '{' && (rc = parse_hf(line, out, why, cap)) >= 0)
+            continue;
+        if (line[0] != 0 && rc < 0)
+            snprintf(why, cap, "%s", line); /* the peer's last word, for a failure */
+    }
+    int st = p != NULL ? pclose(p) : -1;
+    unlink(ids);
+    if (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 127)
+        return snprintf(why, cap, "python3 not found"), 1;
+    return rc == 0 && st != 0 ? -1 : rc;
+}
+
+/* The transformers row and the speedup line; a missing peer is reported, not an error. */
+static int
+hf_peer(const bench_args *a, int32_t vocab, double shared_tps)
+{
+    hf_result h = {0};
+    char why[4096] = "";
+    int rc = run_hf(a, vocab, &h, why, sizeof why);
+    if (rc == 1) {
+        printf("\ntransformers generate: skipped (%s)\n", why);
+        return CLI_OK;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "grpo bench rollout: tools/bench_hf_generate.py failed: %s\n", why);
+        return CLI_FAIL;
+    }
+    printf("| transformers generate (G sequences) | %.1f | %.2f | %llu | %llu | - | %.1f |\n",
+           h.tps, h.secs, (unsigned long long)h.prefilled, (unsigned long long)h.forwards,
+           h.rss_mib);
+    printf("\ngrpo shared-prefix vs transformers: %.1fx (%s, fp32, python3 "
+           "tools/bench_hf_generate.py)\n",
+           h.tps > 0 ? shared_tps / h.tps : 0.0, h.versions);
+    return CLI_OK;
+}
+
 int
 grpo_bench_rollout(int argc, char **argv)
 {
@@ -149,14 +308,12 @@ grpo_bench_rollout(int argc, char **argv)
         usage(stdout);
         return CLI_OK;
     }
-    bench_args a = {NULL, 256, 64, 64, 0, "1G"};
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"prompt-len", required_argument, 0, 'l'},
-                                         {"group", required_argument, 0, 'g'},
-                                         {"new", required_argument, 0, 'n'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"kv-budget", required_argument, 0, 'k'},
-                                         {0, 0, 0, 0}};
+    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},   {"prompt-len", required_argument, 0, 'l'},
+        {"group", required_argument, 0, 'g'},   {"new", required_argument, 0, 'n'},
+        {"threads", required_argument, 0, 't'}, {"kv-budget", required_argument, 0, 'k'},
+        {"no-hf", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     int c;
     optind = 1;
     opterr = 0;
@@ -171,6 +328,9 @@ grpo_bench_rollout(int argc, char **argv)
         case 'k':
             a.kv_budget = optarg;
             break;
+        case 'h':
+            a.hf = 0;
+            continue;
         case 'l':
             a.prompt_len = v;
             break;
@@ -217,6 +377,8 @@ grpo_bench_rollout(int argc, char **argv)
            a.prompt_len, a.G, a.new_tokens, a.threads);
     printf("| scenario | generated tok/s | wall s | prefill tokens | forwards | peak KV MiB | "
            "peak RSS MiB |\n|---|---|---|---|---|---|---|\n");
+    double shared_tps = 0;
+    int32_t vocab = 0;
     for (int w = 0; w < 3; w++) {
         bench_result r;
         long rss = 0;
@@ -228,7 +390,9 @@ grpo_bench_rollout(int argc, char **argv)
                r.secs > 0 ? (double)r.tokens / r.secs : 0.0, r.secs,
                (unsigned long long)r.prefilled, (unsigned long long)r.forwards,
                (double)r.peak_pages * (double)r.page_bytes / 1048576.0, (double)rss / 1024.0);
+        if (w == 0)
+            shared_tps = r.secs > 0 ? (double)r.tokens / r.secs : 0.0, vocab = r.vocab;
         fflush(stdout);
     }
-    return CLI_OK;
+    return a.hf ? hf_peer(&a, vocab, shared_tps) : CLI_OK;
 }

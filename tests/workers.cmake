@@ -17,7 +17,7 @@ if(TARGET grpo AND Python3_Interpreter_FOUND)
   endforeach()
   # The weight-update scenarios carried a label "racy" (run alone and retried) while a hang inside
   # NNG 1.5.2 was being worked around (docs/workers.md, "The NNG hang"); dropped in session 3
-  # after 0 failures in 95 + 204 sanitizer runs of them with other jobs loading the machine.
+  # after 0 failures in 95 + 314 sanitizer runs of them (110 of those after the codec change) with other jobs loading the machine.
   # the same weight update with --max-staleness 1: workers finish their old-version groups
   add_test(NAME workers_weights_finish
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py

@@ -2,7 +2,7 @@
  * the store and JSONL; the same run with 1 and 2 forward threads records the same tokens;
  * replay reproduces recorded completions bit for bit and reports a tampered record as different;
  * a small --kv-budget completes with one group in flight; bad prompt lines fail or are skipped;
- * --gpu is checked against the build's backends. */
+ * --gpu is checked against the build's backends, and the binary links no CUDA library. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -273,6 +273,10 @@ test_gpu_flag(void **state)
         assert_non_null(strstr(o, "4 groups, 16 completions"));
     }
     assert_int_equal(run("%s worker --gpu 0 --threads 2 --connect tcp://127.0.0.1:9", bin), 2);
+    /* the binary itself never links CUDA (libgrpo_cuda.so is loaded for --gpu only): mapping
+     * cudart and cuBLASLt would cost every process ~200 MB and every sandbox clone their page
+     * tables */
+    assert_int_equal(run("ldd %s | grep -q -e libcudart -e libcublas -e libnccl", bin), 1);
 }
 
 /* --resume: a run whose store lost two groups and holds one group an interrupt cut short

@@ -42,6 +42,25 @@ void grpo_kernels_cuda_counts(grpo_kernels *k, long *n_cublaslt, long *n_fallbac
 /* Opaque CUDA stream of the table (cudaStream_t), for graph capture by the caller. */
 void *grpo_kernels_cuda_stream(grpo_kernels *k);
 
+/* ---- The backend as a loadable module ----
+ * The grpo binary does not link the CUDA runtime: mapping cudart and cuBLASLt costs every process
+ * start about 200 MB of RSS and 80 ms, and makes each sandbox clone copy their page tables. The
+ * model loads libgrpo_cuda.so (kernels/cuda/module.c; it carries its own copy of the backend and
+ * of common/, with nothing but grpo_cuda_module_v1 exported) with dlopen when backend 1 is asked
+ * for. Its errors are its own: error_last() gives the message of the calling thread's last one. */
+#define GRPO_CUDA_MODULE_ABI 1
+#define GRPO_CUDA_MODULE_SYMBOL "grpo_cuda_module_v1"
+typedef struct grpo_cuda_module {
+    int abi;           /* GRPO_CUDA_MODULE_ABI */
+    size_t table_size; /* sizeof(grpo_kernels) the module was built with */
+    int (*device_count)(void);
+    grpo_err (*create)(grpo_kernels **out, int device, int mode, int gemm_policy);
+    void (*destroy)(grpo_kernels *k);
+    grpo_err (*status)(grpo_kernels *k);
+    const char *(*error_last)(void);
+} grpo_cuda_module;
+const grpo_cuda_module *grpo_cuda_module_v1(void);
+
 /* ---- Device memory helpers (tests and benchmarks) ---- */
 grpo_err grpo_cuda_malloc(void **d, size_t n);
 void grpo_cuda_free(void *d);
@@ -61,8 +80,8 @@ grpo_err grpo_cuda_gemm_fp8(grpo_kernels *k, int M, int N, int K, const void *d_
                             const float *d_xs, const void *d_w, const float *d_ws, float *d_y,
                             int ldy);
 /* y (M, N) fp32 = x . w^T with x (M, K) and w (N, K) BF16 row-major, through cuBLASLt. */
-grpo_err grpo_cuda_gemm_bf16(grpo_kernels *k, int M, int N, int K, const void *d_x,
-                             const void *d_w, float *d_y, int ldy);
+grpo_err grpo_cuda_gemm_bf16(grpo_kernels *k, int M, int N, int K, const void *d_x, const void *d_w,
+                             float *d_y, int ldy);
 
 /* Sampling on the device, one row of logits per sequence: the same design as the CPU sampler
  * (grpo_sample_ex): Philox4x32-10 keyed by (seed, prompt key, sample index, position), candidate
@@ -84,8 +103,8 @@ grpo_err grpo_cuda_sample(grpo_kernels *k, int B, int vocab, const float *d_logi
 grpo_err grpo_cuda_moe_plan(grpo_kernels *k, int M, int top_k, int E, const int32_t *d_idx,
                             int32_t *d_offs, int32_t *d_src, int32_t *d_dst);
 /* xp[r] = x[src[r] / top_k] for r < M*top_k (rows of n floats). */
-grpo_err grpo_cuda_moe_permute(grpo_kernels *k, int M, int top_k, int n, const float *d_x,
-                               int ldx, const int32_t *d_src, float *d_xp);
+grpo_err grpo_cuda_moe_permute(grpo_kernels *k, int M, int top_k, int n, const float *d_x, int ldx,
+                               const int32_t *d_src, float *d_xp);
 /* Grouped expert GEMM: for each expert e, rows [offs[e], offs[e+1]) of x (ld ldx) times expert
  * e's weight (w_of[e] a weight of (N, K) in device memory; w_of is a host array of E views) into
  * the same rows of y (ld ldy). */
@@ -97,9 +116,8 @@ grpo_err grpo_cuda_moe_combine(grpo_kernels *k, int M, int top_k, int n, const f
                                const int32_t *d_dst, const float *d_wts, float *d_y, int ldy,
                                int accumulate);
 /* y[m] += x[m] then x_norm[m] = rmsnorm(y[m]) * w: the residual add fused with the next norm. */
-grpo_err grpo_cuda_add_rmsnorm(grpo_kernels *k, int M, int n, float *d_y, int ldy,
-                               const float *d_x, int ldx, const float *d_w, float eps,
-                               float *d_out, int ldo);
+grpo_err grpo_cuda_add_rmsnorm(grpo_kernels *k, int M, int n, float *d_y, int ldy, const float *d_x,
+                               int ldx, const float *d_w, float eps, float *d_out, int ldo);
 /* Absorbed MLA decode over a device page table: ptab (B, max_pages) device array of device page
  * pointers; len host (B). Same semantics as the op table's mla_absorbed. */
 grpo_err grpo_cuda_mla_decode(grpo_kernels *k, int B, int H, int dc, int dr, const float *d_ql,

@@ -502,6 +502,7 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
     m->k->gemm(m->k, R, s.x, H, &m->lm_head, logits, c->vocab_size);
     for (int i = 0; i < n_items; i++)
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
+    err = grpo_model__backend_status(m);
 done:
     free(t0_of);
     return err;

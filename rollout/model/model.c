@@ -4,6 +4,11 @@
 #include "common/json.h"
 #ifdef GRPO_MODEL_CUDA
 #include "kernels/cuda/cuda_backend.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <unistd.h>
 #endif
 
 #include <errno.h>
@@ -200,6 +205,78 @@ rope_init(grpo_model *m)
     return GRPO_OK;
 }
 
+#ifdef GRPO_MODEL_CUDA
+static const grpo_cuda_module *cuda_mod;
+static char cuda_mod_err[512];
+
+static const grpo_cuda_module *
+try_module(const char *path)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        snprintf(cuda_mod_err, sizeof cuda_mod_err, "%s", dlerror());
+        return NULL;
+    }
+    const grpo_cuda_module *(*entry)(void) =
+        (const grpo_cuda_module *(*)(void))dlsym(h, GRPO_CUDA_MODULE_SYMBOL);
+    const grpo_cuda_module *m = entry ? entry() : NULL;
+    if (m == NULL || m->abi != GRPO_CUDA_MODULE_ABI || m->table_size != sizeof(grpo_kernels)) {
+        snprintf(cuda_mod_err, sizeof cuda_mod_err, "%s: not a CUDA backend module of this build",
+                 path);
+        dlclose(h);
+        return NULL;
+    }
+    return m; /* kept loaded for the life of the process */
+}
+
+/* $GRPO_CUDA_MODULE, else libgrpo_cuda.so beside the running executable, else where the build
+ * put it. */
+static void
+load_module(void)
+{
+    char exe[PATH_MAX], path[PATH_MAX + 32];
+    const char *env = getenv("GRPO_CUDA_MODULE");
+    if (env && env[0] && (cuda_mod = try_module(env)) != NULL)
+        return;
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(path, sizeof path, "%s/libgrpo_cuda.so", exe);
+        if (access(path, F_OK) == 0 && (cuda_mod = try_module(path)) != NULL)
+            return;
+    }
+    cuda_mod = try_module(GRPO_CUDA_MODULE_PATH);
+}
+
+static const grpo_cuda_module *
+cuda_module(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, load_module);
+    return cuda_mod;
+}
+
+grpo_err
+grpo_model__backend_status(grpo_model *m)
+{
+    if (!m->k_cuda)
+        return GRPO_OK;
+    grpo_err err = cuda_module()->status(m->k);
+    return err == GRPO_OK ? GRPO_OK
+                          : grpo__fail(err, "model: CUDA backend: %s", cuda_module()->error_last());
+}
+#else
+grpo_err
+grpo_model__backend_status(grpo_model *m)
+{
+    (void)m;
+    return GRPO_OK;
+}
+#endif
+
 /* The op table: the CPU backend, or the CUDA kernels in staged mode (the forward unchanged, each
  * op copying its operands to the device and back; weights uploaded once) with the exact GEMM
  * policy, so that a group's completions do not depend on the backend that made them. */
@@ -209,13 +286,19 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
     if (opts->backend == 0)
         return grpo_kernels_cpu_create(&m->k, opts->n_threads);
 #ifdef GRPO_MODEL_CUDA
+    const grpo_cuda_module *cm = cuda_module();
+    if (cm == NULL)
+        return grpo__fail(GRPO_EUNSUPPORTED, "model: cannot load the CUDA backend: %s",
+                          cuda_mod_err);
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (grpo_cuda_device_count() < 1)
+    if (cm->device_count() < 1)
         return grpo__fail(GRPO_EUNSUPPORTED, "model: CUDA backend: no CUDA device is visible%s%s%s",
                           vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
-    grpo_err err = grpo_kernels_cuda_create(&m->k, 0, GRPO_CUDA_STAGED, GRPO_CUDA_GEMM_EXACT);
-    m->k_cuda = err == GRPO_OK;
-    return err;
+    grpo_err err = cm->create(&m->k, 0, GRPO_CUDA_STAGED, GRPO_CUDA_GEMM_EXACT);
+    if (err != GRPO_OK)
+        return grpo__fail(err, "model: CUDA backend: %s", cm->error_last());
+    m->k_cuda = 1;
+    return GRPO_OK;
 #else
     return grpo__fail(GRPO_EUNSUPPORTED, "model: the CUDA backend is not built");
 #endif
@@ -271,7 +354,7 @@ grpo_model_destroy(grpo_model *m)
         return;
 #ifdef GRPO_MODEL_CUDA
     if (m->k_cuda)
-        grpo_kernels_cuda_destroy(m->k);
+        cuda_module()->destroy(m->k);
     else
 #endif
         grpo_kernels_destroy(m->k);

@@ -89,7 +89,7 @@ struct grpo_model {
     grpo_mtp_w *mtp;
     float *inv_freq; /* qk_rope_head_dim / 2 */
     grpo_kernels *k;
-    int k_cuda; /* k is the CUDA table (destroyed by the CUDA backend) */
+    int k_cuda; /* k is the CUDA table of libgrpo_cuda.so (destroyed by it) */
     char sha[65];
     int sha_done;
     /* Debugging/tests: called with the residual stream (T, hidden) after the embedding (stage 0)
@@ -134,5 +134,9 @@ grpo_kv__page(const grpo_kv *kv, int32_t page, int32_t layer)
     return kv->mem + (size_t)page * kv->page_floats +
            (size_t)layer * GRPO_KV_PAGE * (size_t)kv->row;
 }
+
+/* GRPO_OK, or the first error the backend's ops hit (the CUDA table keeps it and reports it on
+ * every later call; the CPU table has none). Called at the end of every forward. */
+grpo_err grpo_model__backend_status(grpo_model *m);
 
 #endif

@@ -2,9 +2,12 @@
 #include "sandbox/sandbox_int.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,7 +17,22 @@ struct grpo_sandbox {
     int sock;
     pid_t pid; /* when we forked the worker ourselves */
     uint32_t iso;
+    int lost; /* a reply did not come in time: the connection is out of step, refuse further calls
+               */
 };
+
+/* How long a reply may take beyond the work itself: the worker answers INIT, SPAWN and FINISH at
+ * once and a RUN right after the run's own deadline (which it enforces); this bound only turns a
+ * worker that can no longer answer (say, deadlocked in the child of a fork) into an error
+ * instead of a caller that waits forever. 30 s; $GRPO_SANDBOX_REPLY_SLACK_MS (tests) overrides.
+ */
+static int
+reply_slack_ms(void)
+{
+    const char *e = getenv("GRPO_SANDBOX_REPLY_SLACK_MS");
+    long v = e ? strtol(e, NULL, 10) : 0;
+    return v > 0 && v < 3600000 ? (int)v : 30000;
+}
 
 struct grpo_sandbox_proc {
     grpo_sandbox *sb;
@@ -22,16 +40,46 @@ struct grpo_sandbox_proc {
     int fd;
 };
 
-/* Sends op + payload and waits for the reply; a negative reply code is the worker's error. */
+/* Waits up to ms for the worker's reply to start; on a timeout the handle is given up (the
+ * connection is shut down, a worker we forked is killed). */
 static grpo_err
-call(grpo_sandbox *sb, uint32_t op, const grpo_wr *w, char **payload, size_t *n, int *fd)
+await_reply(grpo_sandbox *sb, uint32_t op, int ms)
+{
+    double end = grpo_now() + ms / 1000.0;
+    for (;;) {
+        struct pollfd p = {sb->sock, POLLIN, 0};
+        int left = (int)((end - grpo_now()) * 1000.0) + 1;
+        int k = poll(&p, 1, left > 0 ? left : 0);
+        if (k > 0)
+            return GRPO_OK;
+        if (k < 0 && errno != EINTR)
+            return grpo__fail_errno(GRPO_EIO, errno, "sandbox: waiting for the worker");
+        if (k == 0 && grpo_now() >= end)
+            break;
+    }
+    sb->lost = 1;
+    shutdown(sb->sock, SHUT_RDWR);
+    if (sb->pid > 0)
+        kill(sb->pid, SIGKILL);
+    return grpo__fail(GRPO_ETIMEOUT, "sandbox: the worker did not answer request %u within %d ms",
+                      op, ms);
+}
+
+/* Sends op + payload and waits (up to timeout_ms) for the reply; a negative reply code is the
+ * worker's error. */
+static grpo_err
+call(grpo_sandbox *sb, uint32_t op, const grpo_wr *w, char **payload, size_t *n, int *fd,
+     int timeout_ms)
 {
     uint32_t code;
     grpo_err err;
     int got = -1;
+    if (sb->lost)
+        return grpo__fail(GRPO_EIO, "sandbox: this worker stopped answering earlier");
     if (w->oom)
         return grpo__fail(GRPO_ENOMEM, "sandbox: out of memory encoding a command");
-    if ((err = sbx_send(sb->sock, op, w->b.data, w->b.len, -1)) != GRPO_OK)
+    if ((err = sbx_send(sb->sock, op, w->b.data, w->b.len, -1)) != GRPO_OK ||
+        (err = await_reply(sb, op, timeout_ms)) != GRPO_OK)
         return err;
     if ((err = sbx_recv(sb->sock, &code, payload, n, &got)) != GRPO_OK)
         return err;
@@ -73,7 +121,7 @@ create(grpo_sandbox **out, const grpo_sandbox_opts *opts, uint32_t require)
     grpo__put_u32(&w, count);
     for (uint32_t i = 0; i < count; i++)
         grpo__put_str(&w, opts->ro_paths[i]);
-    err = call(sb, SBX_OP_INIT, &w, &p, &n, NULL);
+    err = call(sb, SBX_OP_INIT, &w, &p, &n, NULL, reply_slack_ms());
     grpo__buf_fini(&w.b);
     if (err == GRPO_OK) {
         grpo_rd r = {p, n, 0, false};
@@ -164,7 +212,8 @@ grpo_sandbox_run(grpo_sandbox *sb, const grpo_sandbox_cmd *cmd, grpo_sandbox_res
     if ((err = check_cmd(cmd, true)) != GRPO_OK)
         return err;
     sbx_spec_encode(&w, cmd, 0, NULL, 0);
-    err = call(sb, SBX_OP_RUN, &w, &p, &n, NULL);
+    int64_t wait = (int64_t)(cmd->limits.wall_ms ? cmd->limits.wall_ms : 10000) + reply_slack_ms();
+    err = call(sb, SBX_OP_RUN, &w, &p, &n, NULL, wait > INT_MAX ? INT_MAX : (int)wait);
     grpo__buf_fini(&w.b);
     if (err == GRPO_OK) {
         grpo_rd r = {p, n, 0, false};
@@ -188,7 +237,7 @@ grpo_sandbox_spawn(grpo_sandbox *sb, const grpo_sandbox_cmd *cmd, grpo_sandbox_f
     if ((err = check_cmd(cmd, fn == NULL)) != GRPO_OK)
         return err;
     sbx_spec_encode(&w, cmd, (uint64_t)(uintptr_t)fn, arg, arg_len);
-    err = call(sb, SBX_OP_SPAWN, &w, &p, &n, &fd);
+    err = call(sb, SBX_OP_SPAWN, &w, &p, &n, &fd, reply_slack_ms());
     grpo__buf_fini(&w.b);
     if (err != GRPO_OK) {
         free(p);
@@ -232,7 +281,7 @@ grpo_sandbox_proc_finish(grpo_sandbox_proc *pr, grpo_sandbox_result *res)
         return GRPO_OK;
     close(pr->fd);
     grpo__put_u32(&w, pr->id);
-    err = call(pr->sb, SBX_OP_FINISH, &w, &p, &n, NULL);
+    err = call(pr->sb, SBX_OP_FINISH, &w, &p, &n, NULL, reply_slack_ms());
     grpo__buf_fini(&w.b);
     if (err == GRPO_OK) {
         grpo_rd r = {p, n, 0, false};

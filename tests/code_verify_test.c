@@ -3,6 +3,7 @@
  * code, no tests, compile errors, runtime errors, timeouts and memory, and the ways a program
  * might fake a pass (exiting early, printing a summary, writing to the result channel, an object
  * equal to everything, patching builtins, leaving files or processes for the next sample). */
+#include "grpo/sandbox.h"
 #include "grpo/verify.h"
 #include "common/common_int.h"
 
@@ -320,5 +321,10 @@ main(void)
         cmocka_unit_test(t_budget),       cmocka_unit_test(t_big_output),
         cmocka_unit_test(t_cross_sample), cmocka_unit_test(t_threads),
     };
+    /* as grpo does before any thread exists (DESIGN.md, fork safety): sandbox workers are forked
+     * from the service, never from this process once t_threads runs (a fork from a threaded
+     * process can leave the child stuck on a lock another thread held, as happened in CI) */
+    if (grpo_sandbox_service_start() != GRPO_OK)
+        return 1;
     return cmocka_run_group_tests(tests, setup, teardown);
 }

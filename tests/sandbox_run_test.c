@@ -256,6 +256,60 @@ t_spawn(void **s)
     grpo_sandbox_result_fini(&r);
 }
 
+/* The process ids of this process's children (every thread's), into pids; returns how many. */
+static int
+children(int *pids, int cap)
+{
+    int n = 0;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
+    FILE *f = fopen(path, "r");
+    while (f && n < cap && fscanf(f, "%d", &pids[n]) == 1)
+        n++;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* A worker that stops answering (here: SIGSTOPped) makes the call fail with GRPO_ETIMEOUT once
+ * the run's deadline plus the reply slack has passed, instead of blocking the caller forever;
+ * the handle then refuses further calls at once, and destroying it does not hang. Workers are
+ * forked directly here (no service yet), so the new one is a child of this process. */
+static void
+t_worker_stops_answering(void **s)
+{
+    (void)s;
+    int before[64], after[64], nb, na, pid = -1;
+    nb = children(before, 64);
+    setenv("GRPO_SANDBOX_REPLY_SLACK_MS", "300", 1);
+    grpo_sandbox *w = NULL;
+    assert_int_equal(grpo_sandbox_create(&w, NULL), GRPO_OK);
+    na = children(after, 64);
+    for (int i = 0; i < na; i++) {
+        int old = 0;
+        for (int j = 0; j < nb; j++)
+            old |= after[i] == before[j];
+        if (!old)
+            pid = after[i];
+    }
+    assert_true(pid > 0);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    grpo_sandbox_cmd cmd;
+    grpo_sandbox_result r;
+    cmd_init(&cmd);
+    cmd.limits.wall_ms = 200;
+    static const char *argv[] = {"/bin/true", NULL};
+    cmd.argv = argv;
+    double t0 = grpo_now();
+    assert_int_equal(grpo_sandbox_run(w, &cmd, &r), GRPO_ETIMEOUT);
+    double took = grpo_now() - t0;
+    assert_true(took >= 0.45 && took < 10.0);
+    assert_non_null(strstr(grpo_error_last(), "did not answer"));
+    assert_int_equal(grpo_sandbox_run(w, &cmd, &r), GRPO_EIO); /* at once */
+    unsetenv("GRPO_SANDBOX_REPLY_SLACK_MS");
+    grpo_sandbox_destroy(w);
+}
+
 static void
 t_service(void **s)
 {
@@ -355,6 +409,7 @@ main(void)
         cmocka_unit_test(t_files_binds_env),
         cmocka_unit_test(t_bind_under_private_dir),
         cmocka_unit_test(t_spawn),
+        cmocka_unit_test(t_worker_stops_answering),
         cmocka_unit_test(t_service),
         cmocka_unit_test(t_pool),
     };

@@ -48,45 +48,18 @@ import torch.nn.functional as F
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "trainer_bridge", "python"))
-from grpo_bridge import BatchClient, to_trl  # noqa: E402
-
-BLOCK = 128
+from grpo_bridge import BatchClient, to_trl, weights  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- the policy
 
-def fp8_dequantize(q, scale_inv):
-    """(out, in) E4M3 weight * its (ceil(out/128), ceil(in/128)) block scales, ragged edges too."""
-    out_f, in_f = q.shape
-    s = scale_inv.float().repeat_interleave(BLOCK, 0)[:out_f].repeat_interleave(BLOCK, 1)[:, :in_f]
-    return q.float() * s
-
-
 def load_policy(model_dir):
-    """DeepseekV3ForCausalLM in fp32 holding exactly the checkpoint's weights (FP8 dequantized)."""
-    from safetensors.torch import load_file
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-
-    cfg = json.load(open(os.path.join(model_dir, "config.json")))
-    cfg.pop("quantization_config", None)   # the weights are dequantized here; no fp8 kernels
-    config = DeepseekV3Config(**cfg)
-    config._attn_implementation = "sdpa"
-    tensors = load_file(os.path.join(model_dir, "model.safetensors"))
-    sd = {}
-    for name, t in tensors.items():
-        if name.endswith("weight_scale_inv"):
-            continue
-        if t.dtype == torch.float8_e4m3fn:
-            sd[name] = fp8_dequantize(t, tensors[name[:-len("weight")] + "weight_scale_inv"])
-        else:
-            sd[name] = t.float()
-    model = DeepseekV3ForCausalLM(config).float()
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    missing = [m for m in missing if "rotary_emb" not in m]
-    if missing or unexpected:
-        raise SystemExit("train_grpo: %s: missing %s, unexpected %s" % (model_dir, missing, unexpected))
-    model.eval()   # no dropout anyway; gradients still flow
-    return model, cfg
+    """DeepseekV3ForCausalLM in fp32 holding exactly the checkpoint's weights (FP8 dequantized), in
+    eval mode (no dropout anyway; gradients still flow), and its config.json as a dict."""
+    try:
+        return weights.load_policy(model_dir)
+    except ValueError as e:
+        raise SystemExit("train_grpo: %s" % e)
 
 
 def round_to(t, dtype):

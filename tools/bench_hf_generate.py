@@ -9,15 +9,14 @@ temperature 0.6, top-p 0.95, top-k off: grpo's defaults), exactly N new tokens p
 (min_new_tokens = max_new_tokens = N, so EOS ends nothing early; grpo's bench ignores EOS). --ids
 reads the prompt (comma- or space-separated ids; grpo passes the ids it used), else L ids are drawn
 from --seed. The model is DeepseekV3ForCausalLM in fp32 on CPU; an FP8 block-quantized directory
-(models/demo) is dequantized with tools/demo_model/train.py's fp8_dequantize, as its
-dequantized_model does. One warm-up generate with the same L and G and min(N, 4) new tokens, then one
+(models/demo) is dequantized by grpo_bridge.weights.load_policy (trainer_bridge/python), the loader
+trainers use. One warm-up generate with the same L and G and min(N, 4) new tokens, then one
 timed generate under torch.inference_mode(). Prints one JSON line: tokens, wall_s, tokens_per_s,
 prefill_tokens (fed to the first forward: generate repeats the prompt G times), forwards,
 peak_rss_mib (the whole process: load, dequantization, generate), threads, versions. Without torch,
 transformers or safetensors it prints {"skipped": reason} and exits 3.
 """
 import argparse
-import glob
 import json
 import os
 import resource
@@ -32,43 +31,22 @@ except ImportError as e:  # grpo bench rollout reports the peer as skipped, not 
     print(json.dumps({"skipped": str(e)}), flush=True)
     sys.exit(3)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_model"))
-from train import fp8_dequantize  # noqa: E402  (train.py imports only torch and the stdlib)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer_bridge",
+                                "python"))
+try:
+    from grpo_bridge import weights  # noqa: E402
+except ImportError as e:
+    print(json.dumps({"skipped": str(e)}), flush=True)
+    sys.exit(3)
 
 
 def load_model(model_dir):
-    """fp32 DeepseekV3ForCausalLM with the directory's weights, FP8 ones dequantized."""
-    from safetensors.torch import load_file
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-    with open(os.path.join(model_dir, "config.json")) as f:
-        c = json.load(f)
-    q = c.pop("quantization_config", None)
-    if q is not None and (q.get("quant_method") != "fp8" or q.get("weight_block_size") != [128, 128]):
-        sys.exit(f"{model_dir}/config.json: quantization_config {q} is not 128x128 block FP8")
-    cfg = DeepseekV3Config(**c)
-    cfg._attn_implementation = "sdpa"
-    tensors = {}
-    for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
-        tensors.update(load_file(path))
-    sd = {}
-    for name, t in tensors.items():
-        if name.endswith("weight_scale_inv"):
-            continue
-        if t.dtype == torch.float8_e4m3fn:
-            sd[name] = fp8_dequantize(t, tensors[name[:-len("weight")] + "weight_scale_inv"])
-        else:
-            sd[name] = t.float()
-    model = DeepseekV3ForCausalLM(cfg).float()
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    missing = [m for m in missing if "rotary_emb" not in m]
-    # The multi-token-prediction layers (num_nextn_predict_layers) are not part of the HF model.
-    n = cfg.num_hidden_layers
-    unexpected = [u for u in unexpected
-                  if not (u.startswith("model.layers.") and int(u.split(".")[2]) >= n)]
-    if missing or unexpected:
-        sys.exit(f"{model_dir}: weights do not match the config: missing {missing[:5]}, "
-                 f"unexpected {unexpected[:5]}")
-    return model.eval(), cfg
+    """fp32 DeepseekV3ForCausalLM with the directory's weights (FP8 ones dequantized), its config."""
+    try:
+        model, _ = weights.load_policy(model_dir)
+    except ValueError as e:
+        sys.exit(str(e))
+    return model, model.config
 
 
 def prompt_ids(args, vocab):

@@ -4,6 +4,8 @@
     decode_batch(bytes)      safetensors bytes -> Batch (numpy arrays + metadata)
     encode_batch(...)        the inverse (tests, tools)
     to_trl(batch)            padded torch tensors named as TRL's GRPOTrainer names them
+    weights.load_policy(dir) the fp32 torch model of a grpo model directory (FP8 dequantized);
+                             import grpo_bridge.weights (needs torch and transformers)
 """
 from .batch import Batch, BatchFormatError, decode_batch, encode_batch, read_metadata
 from .client import BatchClient, BridgeError, EndOfStream

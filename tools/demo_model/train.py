@@ -360,14 +360,10 @@ def export_state(model):
 def dequantized_model(tensors, attn="sdpa"):
     """An fp32 transformers model holding exactly the exported weights (FP8 dequantized)."""
     from transformers import DeepseekV3ForCausalLM
-    sd = {}
-    for name, t in tensors.items():
-        if name.endswith("weight_scale_inv"):
-            continue
-        if t.dtype == torch.float8_e4m3fn:
-            sd[name] = fp8_dequantize(t, tensors[name[:-len("weight")] + "weight_scale_inv"])
-        else:
-            sd[name] = t.float()
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "trainer_bridge", "python"))
+    from grpo_bridge.weights import dequantized_state_dict
+    sd = dequantized_state_dict(tensors)
     model = DeepseekV3ForCausalLM(hf_config(attn)).float()
     missing, unexpected = model.load_state_dict(sd, strict=False)
     missing = [m for m in missing if "rotary_emb" not in m]

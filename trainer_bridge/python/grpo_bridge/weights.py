@@ -3,6 +3,7 @@ the weights grpo samples from. FP8 block-quantized checkpoints (E4M3 weights wit
 `weight_scale_inv` grids, DeepSeek-V3's format) are dequantized to fp32, ragged edges included.
 
     fp8_dequantize(q, scale_inv)   one weight matrix
+    dequantized_state_dict(t)      a checkpoint's tensors as an fp32 state dict
     load_policy(model_dir)         DeepseekV3ForCausalLM (fp32, eval mode) and its config.json dict
 
 Needs torch, safetensors and transformers; importing grpo_bridge itself does not.
@@ -19,6 +20,21 @@ def fp8_dequantize(q, scale_inv, block=BLOCK):
     out_f, in_f = q.shape
     s = scale_inv.float().repeat_interleave(block, 0)[:out_f].repeat_interleave(block, 1)[:, :in_f]
     return q.float() * s
+
+
+def dequantized_state_dict(tensors):
+    """A checkpoint's tensors (name -> tensor, as safetensors loads them) as an fp32 state dict:
+    FP8 weights times their weight_scale_inv grids, the grids themselves dropped."""
+    import torch
+    sd = {}
+    for name, t in tensors.items():
+        if name.endswith("weight_scale_inv"):
+            continue
+        if t.dtype == torch.float8_e4m3fn:
+            sd[name] = fp8_dequantize(t, tensors[name[:-len("weight")] + "weight_scale_inv"])
+        else:
+            sd[name] = t.float()
+    return sd
 
 
 def load_policy(model_dir, attn="sdpa"):
@@ -40,14 +56,7 @@ def load_policy(model_dir, attn="sdpa"):
     tensors = {}
     for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
         tensors.update(load_file(path))
-    sd = {}
-    for name, t in tensors.items():
-        if name.endswith("weight_scale_inv"):
-            continue
-        if t.dtype == torch.float8_e4m3fn:
-            sd[name] = fp8_dequantize(t, tensors[name[:-len("weight")] + "weight_scale_inv"])
-        else:
-            sd[name] = t.float()
+    sd = dequantized_state_dict(tensors)
     model = DeepseekV3ForCausalLM(hf_cfg).float()
     missing, unexpected = model.load_state_dict(sd, strict=False)
     missing = [m for m in missing if "rotary_emb" not in m]

@@ -734,6 +734,8 @@ grpo_cmd_worker(int argc, char **argv)
                                    : grpo_reward_config_default(&w.rcfg);
     if (err == GRPO_OK)
         err = grpo_rewarder_create(&w.rewarder, w.rcfg);
+    if (err == GRPO_OK && a.gpu >= 0) /* fail before joining: the model opens with the first work */
+        err = grpo_model_backend_check(1);
     if (err == GRPO_OK)
         err = grpo_wclient_create(&w.cli, a.connect);
     if (err == GRPO_OK) {

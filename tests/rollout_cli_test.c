@@ -273,6 +273,17 @@ test_gpu_flag(void **state)
         assert_non_null(strstr(o, "4 groups, 16 completions"));
     }
     assert_int_equal(run("%s worker --gpu 0 --threads 2 --connect tcp://127.0.0.1:9", bin), 2);
+    /* a GPU worker that cannot use its GPU fails before it joins a coordinator (none listens
+     * here: --give-up 30 would be the only other way out) */
+    rc = run("%s worker --gpu 0 --connect tcp://127.0.0.1:9 --give-up 30", bin);
+    o = slurp("out.txt");
+    if (!cuda) {
+        assert_int_equal(rc, 2);
+    } else if (access("/dev/nvidia0", F_OK) != 0) {
+        assert_int_equal(rc, 1);
+        assert_non_null(strstr(o, "no CUDA device is visible"));
+        assert_null(strstr(o, "no answer from"));
+    }
     /* the binary itself never links CUDA (libgrpo_cuda.so is loaded for --gpu only): mapping
      * cudart and cuBLASLt would cost every process ~200 MB and every sandbox clone their page
      * tables */

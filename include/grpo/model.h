@@ -49,6 +49,10 @@ typedef struct grpo_model_opts {
     int load_mtp;  /* keep the MTP module (layer num_hidden_layers) when present */
 } grpo_model_opts;
 
+/* GRPO_OK when grpo_model_load() can use `backend` here: 0 always; 1 when this build has the CUDA
+ * backend, its module loads and a device is visible (else the reason, as grpo_model_load would
+ * give it). For failing fast, before a long set-up. */
+grpo_err grpo_model_backend_check(int backend);
 /* Loads dir/config.json and its safetensors (single file or sharded with an index), memory-mapped.
  * On success the caller owns *out and frees it with grpo_model_destroy(). */
 grpo_err grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts);

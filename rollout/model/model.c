@@ -277,14 +277,13 @@ grpo_model__backend_status(grpo_model *m)
 }
 #endif
 
-/* The op table: the CPU backend, or the CUDA kernels in staged mode (the forward unchanged, each
- * op copying its operands to the device and back; weights uploaded once) with the exact GEMM
- * policy, so that a group's completions do not depend on the backend that made them. */
-static grpo_err
-open_kernels(grpo_model *m, const grpo_model_opts *opts)
+grpo_err
+grpo_model_backend_check(int backend)
 {
-    if (opts->backend == 0)
-        return grpo_kernels_cpu_create(&m->k, opts->n_threads);
+    if (backend == 0)
+        return GRPO_OK;
+    if (backend != 1)
+        return grpo__fail(GRPO_EINVAL, "model: unknown backend %d", backend);
 #ifdef GRPO_MODEL_CUDA
     const grpo_cuda_module *cm = cuda_module();
     if (cm == NULL)
@@ -294,7 +293,26 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
     if (cm->device_count() < 1)
         return grpo__fail(GRPO_EUNSUPPORTED, "model: CUDA backend: no CUDA device is visible%s%s%s",
                           vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
-    grpo_err err = cm->create(&m->k, 0, GRPO_CUDA_STAGED, GRPO_CUDA_GEMM_EXACT);
+    return GRPO_OK;
+#else
+    return grpo__fail(GRPO_EUNSUPPORTED, "model: the CUDA backend is not built");
+#endif
+}
+
+/* The op table: the CPU backend, or the CUDA kernels in staged mode (the forward unchanged, each
+ * op copying its operands to the device and back; weights uploaded once) with the exact GEMM
+ * policy, so that a group's completions do not depend on the backend that made them. */
+static grpo_err
+open_kernels(grpo_model *m, const grpo_model_opts *opts)
+{
+    if (opts->backend == 0)
+        return grpo_kernels_cpu_create(&m->k, opts->n_threads);
+#ifdef GRPO_MODEL_CUDA
+    grpo_err err = grpo_model_backend_check(1);
+    if (err != GRPO_OK)
+        return err;
+    const grpo_cuda_module *cm = cuda_module();
+    err = cm->create(&m->k, 0, GRPO_CUDA_STAGED, GRPO_CUDA_GEMM_EXACT);
     if (err != GRPO_OK)
         return grpo__fail(err, "model: CUDA backend: %s", cm->error_last());
     m->k_cuda = 1;

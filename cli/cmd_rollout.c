@@ -832,7 +832,7 @@ static grpo_err
 begin_run(run_ctx *c, setup *su, const args *a, int argc, char **argv, const char *sha)
 {
     grpo_err err = GRPO_OK;
-    char *cmdline = cli_join_argv(argc, argv), *cfg = config_json(a);
+    char *cfg = config_json(a);
     int64_t dropped = 0;
     if (cfg == NULL) {
         err = grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
@@ -855,14 +855,9 @@ begin_run(run_ctx *c, setup *su, const args *a, int argc, char **argv, const cha
                 "grpo rollout: --resume: no unfinished run with these options in %s; "
                 "starting a new one\n",
                 a->db);
-    grpo_run_info ri = {0};
-    ri.command_line = cmdline ? cmdline : "grpo rollout";
-    ri.config_json = cfg;
-    ri.dataset_path = su->ps.git_repo ? su->ps.git_repo : a->prompts;
-    ri.dataset_rev = su->ps.git_repo ? su->ps.git_commit : NULL;
-    err = grpo_store_run_begin(&c->run_id, c->store, &ri);
+    err = cli_run_begin(&c->run_id, c->store, argc, argv, cfg, &su->ps, a->prompts);
 done:
-    free(cmdline), free(cfg);
+    free(cfg);
     return err;
 }
 

@@ -290,14 +290,7 @@ open_run(serve *c, int argc, char **argv)
         err = grpo_store_run_reopen(c->store, c->run_id);
         goto done;
     }
-    char *cmdline = cli_join_argv(argc, argv);
-    grpo_run_info ri = {0};
-    ri.command_line = cmdline ? cmdline : "grpo serve";
-    ri.config_json = cfg;
-    ri.dataset_path = c->ps.git_repo ? c->ps.git_repo : a->prompts;
-    ri.dataset_rev = c->ps.git_repo ? c->ps.git_commit : NULL;
-    err = grpo_store_run_begin(&c->run_id, c->store, &ri);
-    free(cmdline);
+    err = cli_run_begin(&c->run_id, c->store, argc, argv, cfg, &c->ps, a->prompts);
     if (err == GRPO_OK) /* version 0 is whatever --model the workers were started with */
         err = grpo_store_put_policy_version(c->store, c->run_id, 0, "worker --model", NULL);
 done:

@@ -297,6 +297,21 @@ cli_join_argv(int argc, char **argv)
 }
 
 grpo_err
+cli_run_begin(int64_t *run_id, grpo_store *s, int argc, char **argv, const char *config_json,
+              const grpo_prompt_set *ps, const char *prompts_path)
+{
+    char *cmdline = cli_join_argv(argc, argv);
+    grpo_run_info ri = {0};
+    ri.command_line = cmdline ? cmdline : "grpo";
+    ri.config_json = config_json;
+    ri.dataset_path = ps->git_repo ? ps->git_repo : prompts_path;
+    ri.dataset_rev = ps->git_repo ? ps->git_commit : NULL;
+    grpo_err err = grpo_store_run_begin(run_id, s, &ri);
+    free(cmdline);
+    return err;
+}
+
+grpo_err
 cli_group_advantages(const double *rewards, int32_t G, double *adv, uint8_t *zero_var)
 {
     grpo_adv_opts ao;

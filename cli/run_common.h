@@ -114,6 +114,12 @@ int cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* "grpo ARGV..." (argv without the program name), for a run's command line; NULL on ENOMEM. */
 char *cli_join_argv(int argc, char **argv);
+/* Begins a run in s with this process's command line (argv as cli_join_argv takes it),
+ * config_json, and the prompts' provenance: for a git: prompts spec its repository and commit,
+ * else prompts_path. */
+grpo_err cli_run_begin(int64_t *run_id, grpo_store *s, int argc, char **argv,
+                       const char *config_json, const grpo_prompt_set *ps,
+                       const char *prompts_path);
 /* Group-relative advantages of G rewards (grpo_adv_opts_default); zero_var may be NULL. */
 grpo_err cli_group_advantages(const double *rewards, int32_t G, double *adv, uint8_t *zero_var);
 /* Finds the bundled path rel (a model directory holding config.json when want_dir) under the

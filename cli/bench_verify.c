@@ -71,7 +71,7 @@ load_pairs(const char *path, size_t *n_out)
 typedef struct tp {
     const grpo_verifier_api *api;
     void *state;
-    pair *p;
+    const pair *p;
     size_t n;
     atomic_size_t next;
     size_t total;
@@ -130,111 +130,143 @@ run_python(const char *pairs, long limit, double *cps, double *p50, double *p99,
     return 0;
 }
 
-int
-grpo_bench_verify(int argc, char **argv)
-{
+typedef struct bv_args {
     char def_pairs[1024];
-    const char *pairs_path = def_pairs;
-    long repeat = 5, jobs = grpo_cpu_count(), py_limit = 0;
-    int python = 1;
-    snprintf(def_pairs, sizeof def_pairs, "%s/tests/data/math/r1_pairs.jsonl", GRPO_SOURCE_DIR);
-    if (cli_wants_help(argc, argv)) {
-        fputs(USAGE, stdout);
-        return CLI_OK;
-    }
+    const char *pairs_path;
+    long repeat, jobs, py_limit;
+    int python;
+} bv_args;
+
+/* Returns 0, or CLI_USAGE (printed). */
+static int
+parse_args(bv_args *a, int argc, char **argv)
+{
+    snprintf(a->def_pairs, sizeof a->def_pairs, "%s/tests/data/math/r1_pairs.jsonl",
+             GRPO_SOURCE_DIR);
+    a->pairs_path = a->def_pairs;
+    a->repeat = 5, a->jobs = grpo_cpu_count(), a->py_limit = 0, a->python = 1;
     for (int i = 1; i < argc; i++) {
         char *end = NULL;
         if (strcmp(argv[i], "--no-python") == 0) {
-            python = 0;
+            a->python = 0;
             continue;
         }
         if (i + 1 >= argc)
             return cli_usage("bench verify", "%s needs a value or is unknown", argv[i]);
-        const char *v = argv[++i];
-        if (strcmp(argv[i - 1], "--pairs") == 0)
-            pairs_path = v;
-        else if (strcmp(argv[i - 1], "--repeat") == 0 && (repeat = strtol(v, &end, 10), !*end) &&
-                 repeat >= 1 && repeat <= 1000)
+        const char *f = argv[i], *v = argv[++i];
+        if (strcmp(f, "--pairs") == 0)
+            a->pairs_path = v;
+        else if (strcmp(f, "--repeat") == 0 && (a->repeat = strtol(v, &end, 10), !*end) &&
+                 a->repeat >= 1 && a->repeat <= 1000)
             ;
-        else if (strcmp(argv[i - 1], "--jobs") == 0 && (jobs = strtol(v, &end, 10), !*end) &&
-                 jobs >= 1 && jobs <= 1024)
+        else if (strcmp(f, "--jobs") == 0 && (a->jobs = strtol(v, &end, 10), !*end) &&
+                 a->jobs >= 1 && a->jobs <= 1024)
             ;
-        else if (strcmp(argv[i - 1], "--py-limit") == 0 && (py_limit = strtol(v, &end, 10), !*end) &&
-                 py_limit >= 0)
+        else if (strcmp(f, "--py-limit") == 0 && (a->py_limit = strtol(v, &end, 10), !*end) &&
+                 a->py_limit >= 0)
             ;
         else
-            return cli_usage("bench verify", "bad option %s %s", argv[i - 1], v);
+            return cli_usage("bench verify", "bad option %s %s", f, v);
     }
-    size_t n = 0;
-    pair *p = load_pairs(pairs_path, &n);
-    if (p == NULL || n == 0) {
-        fprintf(stderr, "grpo bench verify: %s: no pairs (%s)\n", pairs_path, grpo_error_last());
-        free(p);
-        return CLI_FAIL;
-    }
-    const grpo_verifier_api *api = grpo_verifier_math();
-    void *state = NULL;
-    char *e = NULL;
-    if (api->init(NULL, &state, &e) != 0) {
-        fprintf(stderr, "grpo bench verify: math init: %s\n", e ? e : "?");
-        free(e);
-        return CLI_FAIL;
-    }
-    /* one thread: per-check latency */
-    size_t nl = n * (size_t)repeat;
-    double *lat = malloc(nl * sizeof *lat);
-    if (lat == NULL) {
-        fprintf(stderr, "grpo bench verify: out of memory\n");
-        api->fini(state);
-        return CLI_FAIL;
-    }
-    long agree = 0;
+    return 0;
+}
+
+typedef struct bv_result {
+    double cps, p50, p99, par_cps;
+    long agree;
+} bv_result;
+
+/* One thread, each pair scored `repeat` times: checks/s and per-check latency (lat: n * repeat
+ * slots), and agreement with math-verify on the first round; then `jobs` threads: checks/s. */
+static void
+measure(const grpo_verifier_api *api, void *state, const pair *p, size_t n, const bv_args *a,
+        double *lat, bv_result *res)
+{
+    size_t nl = n * (size_t)a->repeat;
+    res->agree = 0;
     double t0 = grpo_now();
-    for (long r = 0; r < repeat; r++)
+    for (long r = 0; r < a->repeat; r++)
         for (size_t i = 0; i < n; i++) {
-            double a = grpo_now();
+            double s = grpo_now();
             int ok = score_one(api, state, &p[i]);
-            lat[r * n + i] = (grpo_now() - a) * 1000.0;
+            lat[r * n + i] = (grpo_now() - s) * 1000.0;
             if (r == 0)
-                agree += ok == p[i].mv;
+                res->agree += ok == p[i].mv;
         }
     double total = grpo_now() - t0;
     qsort(lat, nl, sizeof *lat, cmp_double);
-    double c_cps = nl / total, c_p50 = lat[nl / 2], c_p99 = lat[(nl * 99) / 100];
-    /* N threads: throughput */
+    res->cps = nl / total, res->p50 = lat[nl / 2], res->p99 = lat[(nl * 99) / 100];
     tp t = {api, state, p, n, 0, nl};
     atomic_init(&t.next, 0);
     pthread_t th[1024];
     double t1 = grpo_now();
-    for (long k = 0; k < jobs; k++)
+    for (long k = 0; k < a->jobs; k++)
         pthread_create(&th[k], NULL, tp_worker, &t);
-    for (long k = 0; k < jobs; k++)
+    for (long k = 0; k < a->jobs; k++)
         pthread_join(th[k], NULL);
-    double par_cps = nl / (grpo_now() - t1);
-    printf("math verifier on %zu R1-style pairs (%s)\n\n", n, pairs_path);
-    printf("| grader | checks/s | p50 ms/check | p99 ms/check | agreement with math-verify |\n");
-    printf("|---|---|---|---|---|\n");
-    printf("| grpo math (1 thread) | %.0f | %.3f | %.3f | %.1f%% (%ld/%zu) |\n", c_cps, c_p50,
-           c_p99, 100.0 * agree / n, agree, n);
-    printf("| grpo math (%ld threads) | %.0f | | | |\n", jobs, par_cps);
-    int rc = CLI_OK;
-    if (python) {
-        double py_cps = 0, py_p50 = 0, py_p99 = 0;
-        long py_n = 0;
-        fflush(stdout);
-        if (run_python(pairs_path, py_limit, &py_cps, &py_p50, &py_p99, &py_n) != 0) {
-            fprintf(stderr, "grpo bench verify: python3 tools/bench_math_verify.py failed "
-                            "(is math-verify installed?)\n");
-            rc = CLI_FAIL;
-        } else {
-            printf("| math-verify 0.9 (python, %ld pairs) | %.1f | %.3f | %.3f | |\n", py_n,
-                   py_cps, py_p50, py_p99);
-            printf("\nspeedup (1 thread vs math-verify): %.0fx; p50 latency ratio %.0fx\n",
-                   py_cps > 0 ? c_cps / py_cps : 0.0, c_p50 > 0 ? py_p50 / c_p50 : 0.0);
-        }
+    res->par_cps = nl / (grpo_now() - t1);
+}
+
+/* math-verify on the same pairs (tools/bench_math_verify.py), as the table's last row. */
+static int
+python_peer(const bv_args *a, const bv_result *res)
+{
+    double py_cps = 0, py_p50 = 0, py_p99 = 0;
+    long py_n = 0;
+    fflush(stdout);
+    if (run_python(a->pairs_path, a->py_limit, &py_cps, &py_p50, &py_p99, &py_n) != 0) {
+        fprintf(stderr, "grpo bench verify: python3 tools/bench_math_verify.py failed "
+                        "(is math-verify installed?)\n");
+        return CLI_FAIL;
     }
-    api->fini(state);
-    for (size_t i = 0; i < n; i++) {
+    printf("| math-verify 0.9 (python, %ld pairs) | %.1f | %.3f | %.3f | |\n", py_n, py_cps, py_p50,
+           py_p99);
+    printf("\nspeedup (1 thread vs math-verify): %.0fx; p50 latency ratio %.0fx\n",
+           py_cps > 0 ? res->cps / py_cps : 0.0, res->p50 > 0 ? py_p50 / res->p50 : 0.0);
+    return CLI_OK;
+}
+
+int
+grpo_bench_verify(int argc, char **argv)
+{
+    bv_args a;
+    if (cli_wants_help(argc, argv)) {
+        fputs(USAGE, stdout);
+        return CLI_OK;
+    }
+    int rc = parse_args(&a, argc, argv);
+    if (rc != 0)
+        return rc;
+    size_t n = 0;
+    pair *p = load_pairs(a.pairs_path, &n);
+    const grpo_verifier_api *api = grpo_verifier_math();
+    void *state = NULL;
+    char *e = NULL;
+    double *lat = NULL;
+    rc = CLI_FAIL;
+    if (p == NULL || n == 0) {
+        fprintf(stderr, "grpo bench verify: %s: no pairs (%s)\n", a.pairs_path, grpo_error_last());
+    } else if (api->init(NULL, &state, &e) != 0) {
+        fprintf(stderr, "grpo bench verify: math init: %s\n", e ? e : "?");
+        free(e);
+        state = NULL;
+    } else if ((lat = malloc(n * (size_t)a.repeat * sizeof *lat)) == NULL) {
+        fprintf(stderr, "grpo bench verify: out of memory\n");
+    } else {
+        bv_result res;
+        measure(api, state, p, n, &a, lat, &res);
+        printf("math verifier on %zu R1-style pairs (%s)\n\n", n, a.pairs_path);
+        printf("| grader | checks/s | p50 ms/check | p99 ms/check | agreement with math-verify "
+               "|\n");
+        printf("|---|---|---|---|---|\n");
+        printf("| grpo math (1 thread) | %.0f | %.3f | %.3f | %.1f%% (%ld/%zu) |\n", res.cps,
+               res.p50, res.p99, 100.0 * res.agree / n, res.agree, n);
+        printf("| grpo math (%ld threads) | %.0f | | | |\n", a.jobs, res.par_cps);
+        rc = a.python ? python_peer(&a, &res) : CLI_OK;
+    }
+    if (state)
+        api->fini(state);
+    for (size_t i = 0; p && i < n; i++) {
         free(p[i].gold);
         free(p[i].comp);
     }

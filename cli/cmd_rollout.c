@@ -1032,6 +1032,68 @@ teardown(run_ctx *c, setup *su, pthread_t *th)
     pthread_mutex_destroy(&c->mu);
 }
 
+/* Encodes and submits every prompt (those a resumed run recorded are skipped), then starts the
+ * verifier threads into th (*n_th of them). */
+static grpo_err
+submit_and_start(run_ctx *c, setup *su, const args *a, pthread_t *th, int *n_th, size_t *submitted)
+{
+    grpo_err err = GRPO_OK;
+    if ((su->pcs = calloc(su->ps.n ? su->ps.n : 1, sizeof *su->pcs)) == NULL)
+        return GRPO_ENOMEM;
+    if ((err = submit_all(c, &su->ps, su->pcs, submitted)) != GRPO_OK)
+        return err;
+    if (c->resumed)
+        fprintf(stderr, "grpo rollout: %zu groups already recorded, %zu to sample\n", c->already,
+                *submitted);
+    for (int i = 0; i < a->verify_threads; i++, (*n_th)++)
+        if (pthread_create(&th[i], NULL, verify_worker, c) != 0)
+            return grpo__fail(GRPO_ESYS, "cannot start a verifier thread");
+    return GRPO_OK;
+}
+
+/* After the drive: the engine closed (cancelled on an error), the verifier threads joined, the
+ * trainer's acknowledgements awaited, the summary printed and the run's status recorded. Returns
+ * the run's outcome. */
+static grpo_err
+finish_run(run_ctx *c, pthread_t *th, int n_th, grpo_err err, size_t submitted, double t0)
+{
+    if (err != GRPO_OK && c->r)
+        note_error(c, err);
+    if (c->r) {
+        if (err != GRPO_OK) {
+            grpo_rollout_cancel(c->r);
+            grpo_rollout_run(c->r);
+        }
+        grpo_rollout_close(c->r);
+    }
+    for (int i = 0; i < n_th; i++)
+        pthread_join(th[i], NULL);
+    if (isatty(2) && c->r && err == GRPO_OK)
+        progress(c, submitted, t0, 1);
+    if (c->first_err != GRPO_OK && err == GRPO_OK)
+        err = c->first_err;
+    if (interrupted && err == GRPO_OK)
+        err = grpo__fail(GRPO_ECANCELED, "interrupted; the groups finished so far are recorded");
+    if (err == GRPO_OK && c->pub) {
+        fprintf(stderr, "grpo rollout: waiting for the trainer to acknowledge every batch\n");
+        if ((err = grpo_bridge_flush(c->pub, -1)) == GRPO_OK)
+            err = grpo_bridge_finish(c->pub);
+    }
+    if (err == GRPO_OK)
+        summary(c, grpo_now() - t0);
+    if (c->store && c->run_id > 0)
+        grpo_store_run_end(c->store, c->run_id,
+                           interrupted      ? "interrupted"
+                           : err == GRPO_OK ? "ok"
+                                            : "failed");
+    if (err != GRPO_OK)
+        fprintf(stderr, "grpo rollout: %s\n",
+                c->first_msg[0]        ? c->first_msg
+                : grpo_error_last()[0] ? grpo_error_last()
+                                       : grpo_err_name(err));
+    return err;
+}
+
 int
 grpo_cmd_rollout(int argc, char **argv)
 {
@@ -1050,63 +1112,19 @@ grpo_cmd_rollout(int argc, char **argv)
     c.a = &a;
     pthread_mutex_init(&c.mu, NULL);
     size_t budget_pages = 0, submitted = 0;
-    pthread_t *th = NULL;
+    pthread_t *th = calloc((size_t)a.verify_threads, sizeof *th);
     int n_th = 0;
-    double t0 = grpo_now();
-    grpo_err err = open_all(&c, &su, &a, argc, argv, &budget_pages);
+    grpo_err err = th ? open_all(&c, &su, &a, argc, argv, &budget_pages) : GRPO_ENOMEM;
     if (err == GRPO_OK)
         err = start_engine(&c, &su, &a, budget_pages);
-    if (err == GRPO_OK && (su.pcs = calloc(su.ps.n, sizeof *su.pcs)) == NULL)
-        err = GRPO_ENOMEM;
     if (err == GRPO_OK)
-        err = submit_all(&c, &su.ps, su.pcs, &submitted);
-    if (err == GRPO_OK && c.resumed)
-        fprintf(stderr, "grpo rollout: %zu groups already recorded, %zu to sample\n", c.already,
-                submitted);
-    if (err == GRPO_OK && (th = calloc((size_t)a.verify_threads, sizeof *th)) == NULL)
-        err = GRPO_ENOMEM;
-    for (int i = 0; err == GRPO_OK && i < a.verify_threads; i++, n_th++)
-        if (pthread_create(&th[i], NULL, verify_worker, &c) != 0)
-            err = grpo__fail(GRPO_ESYS, "cannot start a verifier thread");
-    t0 = grpo_now();
+        err = submit_and_start(&c, &su, &a, th, &n_th, &submitted);
+    double t0 = grpo_now();
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     if (err == GRPO_OK)
         err = drive(&c, &su, &a, submitted, t0);
-    if (err != GRPO_OK && c.r)
-        note_error(&c, err);
-    if (c.r) {
-        if (err != GRPO_OK) {
-            grpo_rollout_cancel(c.r);
-            grpo_rollout_run(c.r);
-        }
-        grpo_rollout_close(c.r);
-    }
-    for (int i = 0; i < n_th; i++)
-        pthread_join(th[i], NULL);
-    if (isatty(2) && c.r && err == GRPO_OK)
-        progress(&c, submitted, t0, 1);
-    if (c.first_err != GRPO_OK && err == GRPO_OK)
-        err = c.first_err;
-    if (interrupted && err == GRPO_OK)
-        err = grpo__fail(GRPO_ECANCELED, "interrupted; the groups finished so far are recorded");
-    if (err == GRPO_OK && c.pub) {
-        fprintf(stderr, "grpo rollout: waiting for the trainer to acknowledge every batch\n");
-        if ((err = grpo_bridge_flush(c.pub, -1)) == GRPO_OK)
-            err = grpo_bridge_finish(c.pub);
-    }
-    if (err == GRPO_OK)
-        summary(&c, grpo_now() - t0);
-    if (c.store && c.run_id > 0)
-        grpo_store_run_end(c.store, c.run_id,
-                           interrupted      ? "interrupted"
-                           : err == GRPO_OK ? "ok"
-                                            : "failed");
-    if (err != GRPO_OK)
-        fprintf(stderr, "grpo rollout: %s\n",
-                c.first_msg[0]         ? c.first_msg
-                : grpo_error_last()[0] ? grpo_error_last()
-                                       : grpo_err_name(err));
+    err = finish_run(&c, th, n_th, err, submitted, t0);
     grpo_bridge_publisher_destroy(c.pub);
     if (c.out)
         fclose(c.out);

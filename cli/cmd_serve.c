@@ -46,6 +46,12 @@ typedef struct conn {
 
 #define MAX_CONNS 65536
 
+/* A batch already stored (persist.put) that waits for room in the publisher's window. */
+typedef struct held_batch {
+    void *bytes;
+    size_t len;
+} held_batch;
+
 typedef struct serve {
     const args *a;
     grpo_prompt_set ps;
@@ -66,6 +72,9 @@ typedef struct serve {
     conn *conns; /* open connections and the worker on each */
     size_t n_conns;
     uint64_t recorded, duplicates, stale, refused, requests;
+    held_batch *held; /* recorded groups' batches the publisher's full window did not take yet */
+    size_t n_held, cap_held;
+    uint64_t held_total; /* batches that waited in held[] */
 } serve;
 
 static void
@@ -87,7 +96,7 @@ usage(FILE *f)
         "                       tcp://0.0.0.0:5555)\n"
         "  --publish URL        publish one batch per group to a trainer (as grpo rollout does);\n"
         "                       new weights the trainer announces go to the workers\n"
-        "  --publish-window K   unacknowledged batches before publishing blocks (default 4)\n"
+        "  --publish-window K   unacknowledged batches before new leases wait (default 4)\n"
         "  --max-staleness K    refuse groups sampled from a policy more than K versions behind\n"
         "                       (they are re-issued); -1 = any (default 1). Workers drop their\n"
         "                       in-flight groups on a new version when K is 0, else finish them\n"
@@ -400,7 +409,8 @@ on_pull(serve *c, const grpo_wmsg *req, grpo_wmsg *rep)
         return GRPO_OK;
     }
     static grpo_wlease ls[GRPO_WORKERS_MAX_LEASES];
-    int want = req->want < c->a->max_leases ? req->want : c->a->max_leases;
+    /* The trainer is behind (held batches): no new work until it catches up. */
+    int want = c->n_held > 0 ? 0 : req->want < c->a->max_leases ? req->want : c->a->max_leases;
     int n = 0;
     double now = grpo_now();
     size_t item;
@@ -465,6 +475,51 @@ check_result(const serve *c, const grpo_wresult *r, size_t item)
     return why;
 }
 
+/* The publisher's window is full (the trainer is behind or not up yet): the batch is stored now,
+ * so that a restart resends it, and handed over by flush_held once there is room. Blocking here
+ * instead would leave every worker unanswered for as long as the trainer is busy. */
+static grpo_err
+hold_batch(serve *c, const grpo_batch *b)
+{
+    void *bytes = NULL;
+    size_t len = 0;
+    if (c->n_held == c->cap_held) {
+        size_t cap = c->cap_held ? 2 * c->cap_held : 16;
+        held_batch *t = realloc(c->held, cap * sizeof *t);
+        if (t == NULL)
+            return grpo__fail(GRPO_ENOMEM, "serve: out of memory");
+        c->held = t, c->cap_held = cap;
+    }
+    grpo_err err = grpo_batch_encode(b, &bytes, &len);
+    if (err == GRPO_OK)
+        err = c->persist.persist.put(c->persist.persist.ctx, b->batch_id, bytes, len);
+    if (err != GRPO_OK) {
+        free(bytes);
+        return err;
+    }
+    if (c->held_total++ == 0)
+        fprintf(stderr,
+                "\ngrpo serve: the trainer has %d batches unacknowledged (the window); "
+                "recorded groups wait for it, and new leases too\n",
+                c->a->window);
+    c->held[c->n_held++] = (held_batch){bytes, len};
+    return GRPO_OK;
+}
+
+/* Hands held batches to the publisher, oldest first, while its window has room. */
+static grpo_err
+flush_held(serve *c)
+{
+    size_t k = 0;
+    grpo_err err = GRPO_OK;
+    while (k < c->n_held && (err = grpo_bridge_publish_bytes(c->pub, c->held[k].bytes,
+                                                             c->held[k].len, 0)) == GRPO_OK)
+        free(c->held[k++].bytes);
+    memmove(c->held, c->held + k, (c->n_held - k) * sizeof *c->held);
+    c->n_held -= k;
+    return err == GRPO_ETIMEOUT ? GRPO_OK : err;
+}
+
 static grpo_err
 publish_group(serve *c, const grpo_wresult *r, size_t item, const double *rewards,
               const double *adv)
@@ -486,7 +541,11 @@ publish_group(serve *c, const grpo_wresult *r, size_t item, const double *reward
                              s->index,  adv[i],      rewards[i]};
         cli_batch_put_row(b, &at, i, r->prompt, P, (int64_t)item, &row);
     }
-    err = grpo_bridge_publish(c->pub, b, -1);
+    if (c->n_held == 0 && (err = grpo_bridge_publish(c->pub, b, 0)) != GRPO_ETIMEOUT) {
+        grpo_batch_destroy(b);
+        return err;
+    }
+    err = hold_batch(c, b);
     grpo_batch_destroy(b);
     return err;
 }
@@ -744,7 +803,7 @@ serve_loop(serve *c)
     while (err == GRPO_OK && !interrupted) {
         grpo_lease_counts lc;
         grpo_lease_table_counts(c->leases, &lc);
-        if (lc.done == lc.items) {
+        if (lc.done == lc.items && c->n_held == 0) {
             if (done_at == 0)
                 done_at = grpo_now();
             if (grpo_now() - done_at >= c->a->linger)
@@ -762,8 +821,10 @@ serve_loop(serve *c)
             reap_connections(c);
             grpo_lease_table_expire(c->leases, grpo_now(), on_expired, c);
         }
-        if (err == GRPO_OK)
-            err = poll_weights(c);
+        if (err == GRPO_OK && c->n_held > 0)
+            err = flush_held(c);
+        if (err == GRPO_OK && c->n_held == 0) /* held batches go out under the version they */
+            err = poll_weights(c);            /* were accepted with (--max-staleness)      */
         if (isatty(2))
             progress(c, 0);
     }
@@ -813,6 +874,9 @@ serve_fini(serve *c)
     grpo_bridge_publisher_destroy(c->pub);
     grpo_wserver_destroy(c->srv);
     grpo_lease_table_destroy(c->leases);
+    for (size_t i = 0; i < c->n_held; i++) /* stored: a restart resends them */
+        free(c->held[i].bytes);
+    free(c->held);
     free(c->prompt_ids), free(c->issued_at), free(c->workers), free(c->conns);
     grpo_prompts_fini(&c->ps);
 }

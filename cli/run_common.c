@@ -185,10 +185,21 @@ persist_put(void *ctx, int64_t id, const void *bytes, size_t len)
 {
     cli_store_persist *sp = ctx;
     grpo_batch_info in;
+    int status;
     grpo_err err = grpo_batch_peek_info(bytes, len, &in);
-    if (err != GRPO_OK)
+    if (err == GRPO_OK)
+        err = grpo_store_batch_status(sp->store, id, &status);
+    if (err != GRPO_OK || status != GRPO_BATCH_ABSENT) /* stored already: the contract's no-op */
         return err;
     return grpo_store_put_batch(sp->store, id, sp->run_id, in.step, 1, bytes, len);
+}
+
+static int
+persist_is_acked(void *ctx, int64_t id)
+{
+    int status;
+    return grpo_store_batch_status(((cli_store_persist *)ctx)->store, id, &status) == GRPO_OK &&
+           status == GRPO_BATCH_ACKED;
 }
 
 static grpo_err
@@ -232,8 +243,8 @@ void
 cli_store_persist_init(cli_store_persist *sp, grpo_store *store, int64_t run_id)
 {
     sp->store = store, sp->run_id = run_id;
-    sp->persist =
-        (grpo_bridge_persist){sp, persist_put, persist_ack, persist_list, NULL, persist_sent};
+    sp->persist = (grpo_bridge_persist){sp,           persist_put,      persist_ack,
+                                        persist_list, persist_is_acked, persist_sent};
 }
 
 /* ---- a group as a trainer batch ---- */

@@ -74,6 +74,26 @@ grpo_store_ack_batch(grpo_store *s, int64_t batch_id)
     return stamp(s, ST_BATCH_ACK, batch_id, "ack_batch");
 }
 
+grpo_err
+grpo_store_batch_status(grpo_store *s, int64_t batch_id, int *status)
+{
+    grpo_err err;
+    sqlite3_stmt *st;
+    *status = GRPO_BATCH_ABSENT;
+    pthread_mutex_lock(&s->mu);
+    if ((err = grpo_store__stmt(s, ST_BATCH_STATUS, &st)) == GRPO_OK) {
+        sqlite3_bind_int64(st, 1, batch_id);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            *status = sqlite3_column_int(st, 0) ? GRPO_BATCH_ACKED : GRPO_BATCH_STORED;
+        else if (rc != SQLITE_DONE)
+            err = grpo_store__db_fail(s, rc, "looking up a batch");
+        sqlite3_reset(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
 typedef struct {
     int64_t id, step;
     int32_t n_groups, published;

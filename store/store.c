@@ -50,6 +50,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                         " created_at) VALUES (?,?,?,?,?,?,?)",
     [ST_BATCH_PUBLISH] = "UPDATE batches SET published_at = ? WHERE id = ?",
     [ST_BATCH_ACK] = "UPDATE batches SET acked_at = ?, bytes = NULL WHERE id = ?",
+    [ST_BATCH_STATUS] = "SELECT acked_at IS NOT NULL FROM batches WHERE id = ?",
 };
 
 static grpo_err

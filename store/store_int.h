@@ -23,6 +23,7 @@ typedef enum {
     ST_BATCH_INSERT,
     ST_BATCH_PUBLISH,
     ST_BATCH_ACK,
+    ST_BATCH_STATUS,
     ST_COUNT
 } store_stmt;
 

@@ -460,6 +460,13 @@ test_batches(void **state)
     assert_int_equal(grpo_store_ack_batch(s, 3), GRPO_OK);
     assert_int_equal(grpo_store_ack_batch(s, 5), GRPO_OK);
     assert_int_equal(grpo_store_ack_batch(s, 77), GRPO_ENOTFOUND);
+    int status = -1;
+    int64_t ids[3] = {3, 4, 77};
+    int want_status[3] = {GRPO_BATCH_ACKED, GRPO_BATCH_STORED, GRPO_BATCH_ABSENT};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(grpo_store_batch_status(s, ids[i], &status), GRPO_OK);
+        assert_int_equal(status, want_status[i]);
+    }
     assert_int_equal(grpo_store_close(s), GRPO_OK);
 
     /* After a "restart": the unacknowledged ones, in order, with their bytes. */

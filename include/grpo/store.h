@@ -235,6 +235,10 @@ grpo_err grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, i
  * GRPO_ENOTFOUND for an unknown id. Acking also drops the stored bytes (the row stays). */
 grpo_err grpo_store_mark_published(grpo_store *s, int64_t batch_id);
 grpo_err grpo_store_ack_batch(grpo_store *s, int64_t batch_id);
+/* Where batch_id stands: *status = GRPO_BATCH_ABSENT, GRPO_BATCH_STORED (not acknowledged) or
+ * GRPO_BATCH_ACKED. */
+enum { GRPO_BATCH_ABSENT = 0, GRPO_BATCH_STORED = 1, GRPO_BATCH_ACKED = 2 };
+grpo_err grpo_store_batch_status(grpo_store *s, int64_t batch_id, int *status);
 
 /* Called once per unacknowledged batch, in increasing batch_id order. bytes are valid only during
  * the call. Return non-zero to stop early. */

@@ -145,9 +145,12 @@ def serve_args(prompts, db, url, *extra):
             "--linger", "1"] + GEN + list(extra)
 
 
+GIVE_UP = 10  # seconds a worker waits for an answer from the coordinator before it exits
+
+
 def worker_args(url, wid, *extra):
     return ["worker", "--connect", url, "--model", MODEL, "--threads", "1", "--id", wid,
-            "--give-up", "10"] + list(extra)
+            "--give-up", str(GIVE_UP)] + list(extra)
 
 
 def reference(grpo, tmp, prompts):
@@ -440,7 +443,10 @@ def scenario_load(grpo, tmp, seconds, workers):
 
 def scenario_weights(grpo, tmp, staleness=0):
     """A trainer on the bridge sends new weights (version 1) mid-run; --max-staleness 0 (workers
-    drop their in-flight groups) or 1 (they finish them, and v0 groups are still recorded)."""
+    drop their in-flight groups) or 1 (they finish them, and v0 groups are still recorded).
+    The trainer connects only after the workers' --give-up: until then the publisher's window is
+    full, and the coordinator must keep answering the workers (it holds the batches, and the
+    workers wait) instead of blocking on the trainer."""
     try:
         import torch  # noqa: F401  (the trainer needs it)
         import safetensors  # noqa: F401
@@ -463,7 +469,7 @@ def scenario_weights(grpo, tmp, staleness=0):
                    "the coordinator to listen")
         tlog = os.path.join(tmp, "batches.log")
         trainer = subprocess.Popen([sys.executable, os.path.join(HERE, "workers_trainer.py"), pub, MODEL,
-                                    shared, tlog, "3"], env=dict(os.environ, **env),
+                                    shared, tlog, "3", str(GIVE_UP + 3)], env=dict(os.environ, **env),
                                    stdout=open(os.path.join(tmp, "trainer.log"), "w"), stderr=subprocess.STDOUT)
         trainer.name = "trainer"
         P.all.append(trainer)

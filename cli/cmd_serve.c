@@ -46,7 +46,7 @@ typedef struct conn {
 
 #define MAX_CONNS 65536
 
-/* A batch already stored (persist.put) that waits for room in the publisher's window. */
+/* A batch already stored (with its group) that waits for room in the publisher's window. */
 typedef struct held_batch {
     void *bytes;
     size_t len;
@@ -475,27 +475,27 @@ check_result(const serve *c, const grpo_wresult *r, size_t item)
     return why;
 }
 
-/* The publisher's window is full (the trainer is behind or not up yet): the batch is stored now,
- * so that a restart resends it, and handed over by flush_held once there is room. Blocking here
- * instead would leave every worker unanswered for as long as the trainer is busy. */
+/* Hands a stored batch (bytes: ours) to the publisher. When its window is full (the trainer is
+ * behind, or not up yet) the batch is held and flush_held hands it over once there is room; new
+ * leases wait meanwhile. Blocking here instead would leave every worker unanswered for as long as
+ * the trainer is busy. */
 static grpo_err
-hold_batch(serve *c, const grpo_batch *b)
+hand_over(serve *c, void *bytes, size_t len)
 {
-    void *bytes = NULL;
-    size_t len = 0;
+    grpo_err err;
+    if (c->n_held == 0 &&
+        (err = grpo_bridge_publish_bytes(c->pub, bytes, len, 0)) != GRPO_ETIMEOUT) {
+        free(bytes);
+        return err;
+    }
     if (c->n_held == c->cap_held) {
         size_t cap = c->cap_held ? 2 * c->cap_held : 16;
         held_batch *t = realloc(c->held, cap * sizeof *t);
-        if (t == NULL)
+        if (t == NULL) {
+            free(bytes);
             return grpo__fail(GRPO_ENOMEM, "serve: out of memory");
+        }
         c->held = t, c->cap_held = cap;
-    }
-    grpo_err err = grpo_batch_encode(b, &bytes, &len);
-    if (err == GRPO_OK)
-        err = c->persist.persist.put(c->persist.persist.ctx, b->batch_id, bytes, len);
-    if (err != GRPO_OK) {
-        free(bytes);
-        return err;
     }
     if (c->held_total++ == 0)
         fprintf(stderr,
@@ -520,9 +520,10 @@ flush_held(serve *c)
     return err == GRPO_ETIMEOUT ? GRPO_OK : err;
 }
 
+/* The group as the trainer's batch, encoded (the caller frees *bytes). */
 static grpo_err
-publish_group(serve *c, const grpo_wresult *r, size_t item, const double *rewards,
-              const double *adv)
+encode_group(serve *c, const grpo_wresult *r, size_t item, const double *rewards, const double *adv,
+             void **bytes, size_t *len)
 {
     int32_t G = r->n_samples, P = r->n_prompt;
     size_t T = 0;
@@ -532,7 +533,7 @@ publish_group(serve *c, const grpo_wresult *r, size_t item, const double *reward
     grpo_err err = grpo_batch_create(&b, c->run_id_str, (size_t)G, T, 0);
     if (err != GRPO_OK)
         return err;
-    b->batch_id = c->run_id << 32 | (int64_t)item; /* unique per store, stable across restarts */
+    b->batch_id = c->run_id << 32 | (int64_t)item; /* as the caller's g.batch_id */
     b->step = 0, b->policy_version = r->policy_version;
     size_t at = 0;
     for (int32_t i = 0; i < G; i++) {
@@ -541,11 +542,7 @@ publish_group(serve *c, const grpo_wresult *r, size_t item, const double *reward
                              s->index,  adv[i],      rewards[i]};
         cli_batch_put_row(b, &at, i, r->prompt, P, (int64_t)item, &row);
     }
-    if (c->n_held == 0 && (err = grpo_bridge_publish(c->pub, b, 0)) != GRPO_ETIMEOUT) {
-        grpo_batch_destroy(b);
-        return err;
-    }
-    err = hold_batch(c, b);
+    err = grpo_batch_encode(b, bytes, len);
     grpo_batch_destroy(b);
     return err;
 }
@@ -559,6 +556,8 @@ record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
     grpo_reward_rec *rr = calloc((size_t)G * GRPO_WORKERS_MAX_TERMS, sizeof *rr);
     double *rewards = calloc((size_t)G, sizeof *rewards), *adv = calloc((size_t)G, sizeof *adv);
     char *sj = sampling_json(c->a, &c->ps.items[item]);
+    void *batch = NULL;
+    size_t batch_len = 0;
     grpo_err err = GRPO_OK;
     if (!cr || !rr || !rewards || !adv || !sj) {
         err = grpo__fail(GRPO_ENOMEM, "serve: out of memory");
@@ -600,15 +599,24 @@ record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
     g.gen_ms = r->gen_ms, g.verify_ms = r->verify_ms;
     g.worker_id = req->worker_id, g.lease_attempt = attempt;
     g.n_completions = G, g.completions = cr;
+    /* The trainer's batch is stored with the group (one transaction): a crash never leaves a
+     * recorded group whose batch the trainer will not get; a restart resends unacknowledged ones.
+     */
+    if (c->pub && !aborted) {
+        g.batch_id = c->run_id << 32 | (int64_t)item;
+        if ((err = encode_group(c, r, item, rewards, adv, &batch, &batch_len)) != GRPO_OK)
+            goto done;
+        g.batch = batch, g.batch_len = batch_len;
+    }
     if ((err = grpo_store_put_group(c->store, &g)) != GRPO_OK)
         goto done;
     if ((err = grpo_store_lease_group_done(c->store, c->run_id, 0, c->prompt_ids[item],
                                            c->a->gen.seed, attempt)) != GRPO_OK)
         goto done;
-    if (c->pub && !aborted)
-        err = publish_group(c, r, item, rewards, adv);
+    if (batch != NULL)
+        err = hand_over(c, batch, batch_len), batch = NULL;
 done:
-    free(cr), free(rr), free(rewards), free(adv), free(sj);
+    free(cr), free(rr), free(rewards), free(adv), free(sj), free(batch);
     return err;
 }
 

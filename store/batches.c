@@ -5,17 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Called with s->mu held. */
 grpo_err
-grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t step,
-                     int32_t n_groups, const void *bytes, size_t len)
+grpo_store__insert_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t step,
+                         int32_t n_groups, const void *bytes, size_t len)
 {
     grpo_err err;
     sqlite3_stmt *st;
-    if ((err = grpo_store__writable(s, "put_batch")) != GRPO_OK)
-        return err;
-    if (bytes == NULL && len > 0)
-        return grpo__fail(GRPO_EINVAL, "store: put_batch: NULL bytes with length %zu", len);
-    pthread_mutex_lock(&s->mu);
     if ((err = grpo_store__stmt(s, ST_BATCH_INSERT, &st)) == GRPO_OK) {
         sqlite3_bind_int64(st, 1, batch_id);
         if (run_id > 0)
@@ -35,6 +31,20 @@ grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t st
             err = grpo_store__db_fail(s, rc, "storing a batch");
         sqlite3_reset(st);
     }
+    return err;
+}
+
+grpo_err
+grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t step,
+                     int32_t n_groups, const void *bytes, size_t len)
+{
+    grpo_err err;
+    if ((err = grpo_store__writable(s, "put_batch")) != GRPO_OK)
+        return err;
+    if (bytes == NULL && len > 0)
+        return grpo__fail(GRPO_EINVAL, "store: put_batch: NULL bytes with length %zu", len);
+    pthread_mutex_lock(&s->mu);
+    err = grpo_store__insert_batch(s, batch_id, run_id, step, n_groups, bytes, len);
     pthread_mutex_unlock(&s->mu);
     return err;
 }

@@ -86,6 +86,7 @@ lay_out(bump *b, grpo_group_rec *dst, const grpo_group_rec *g)
     *dst = *g;
     dst->sampling_json = take_str(b, g->sampling_json);
     dst->worker_id = take_str(b, g->worker_id);
+    dst->batch = g->batch ? take(b, g->batch, g->batch_len) : NULL;
     grpo_completion_rec *cs = take(b, g->completions, sizeof *cs * (size_t)g->n_completions);
     dst->completions = cs;
     for (int32_t i = 0; i < g->n_completions; i++) {
@@ -397,7 +398,9 @@ grpo_store__insert_group(grpo_store *s, const grpo_group_rec *g)
     for (int32_t i = 0; i < g->n_completions; i++)
         if ((err = insert_completion(s, g, gid, &g->completions[i])) != GRPO_OK)
             return err;
-    return insert_verifier_sums(s, g, gid);
+    if ((err = insert_verifier_sums(s, g, gid)) != GRPO_OK || g->batch == NULL)
+        return err;
+    return grpo_store__insert_batch(s, g->batch_id, g->run_id, g->step, 1, g->batch, g->batch_len);
 }
 
 /* Writes the groups of a linked list, then n_arr groups of an array, in one transaction; all or

@@ -82,4 +82,8 @@ grpo_err grpo_store__writer_error(grpo_store *s);
 /* Registers SQL functions used by the stats queries (grpo_pass_at_k, sqrt if missing). */
 grpo_err grpo_store__register_functions(grpo_store *s);
 
+/* Inserts a batch row (s->mu held, inside or outside a transaction). */
+grpo_err grpo_store__insert_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t step,
+                                  int32_t n_groups, const void *bytes, size_t len);
+
 #endif

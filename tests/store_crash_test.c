@@ -1,7 +1,8 @@
 /* store/: a child process writing 10k groups is SIGKILLed at a random moment, 20 times (half with
  * the synchronous path, half through the writer thread). Each time the database must pass
- * PRAGMA integrity_check and hold only whole groups: every group has its G completions and every
- * completion its rewards and advantage. The store must then open and keep writing. */
+ * PRAGMA integrity_check and hold only whole groups: every group has its G completions, every
+ * completion its rewards and advantage, and the group its trainer batch. The store must then open
+ * and keep writing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 
 #include <signal.h>
 #include <sqlite3.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +50,9 @@ child(const char *path, int async, int ready_fd)
     for (int i = 0; i < GROUPS * MAX_ROUNDS; i++) {
         tu_group g;
         tu_group_make(&g, &rng, run, i / 8, prompt, (uint64_t)i, G, 24, N_REW);
+        char batch[48]; /* the group's trainer batch, stored in its transaction */
+        snprintf(batch, sizeof batch, "batch of group %d", i);
+        g.g.batch_id = 1000000 + i, g.g.batch = batch, g.g.batch_len = strlen(batch);
         if (grpo_store_put_group(s, &g.g) != GRPO_OK)
             _exit(4);
         tu_group_free(&g);
@@ -82,6 +87,11 @@ check_db(const char *path, int64_t *n_groups)
     assert_int_equal(q_int(db, "SELECT count(*) FROM groups g WHERE (SELECT sum(n) FROM"
                                " group_verifiers v WHERE v.group_id = g.id) <> g.g * 2"),
                      0);
+    /* Every recorded group has its batch, and no batch is there without its group. */
+    assert_int_equal(q_int(db, "SELECT count(*) FROM batches"), *n_groups);
+    assert_int_equal(q_int(db, "SELECT count(*) FROM groups g JOIN batches b ON b.id = 1000000 + "
+                               "g.seed AND b.bytes = CAST('batch of group ' || g.seed AS BLOB)"),
+                     *n_groups);
     /* Groups are written in order, so the recorded ones are a prefix of the loop. */
     assert_int_equal(q_int(db, "SELECT max(seed) + 1 FROM groups"), *n_groups);
     sqlite3_close(db);

@@ -332,14 +332,38 @@ groups_roundtrip(int async)
         }
         scratch.g = t[i].g;
         scratch.g.completions = scratch.c;
+        char batch[32];
+        if (i % 4 == 3) { /* groups 3 and 7 carry their trainer batch */
+            snprintf(batch, sizeof batch, "batch-of-%d", i);
+            scratch.g.batch_id = 500 + i, scratch.g.batch = batch;
+            scratch.g.batch_len = strlen(batch);
+        }
         assert_int_equal(grpo_store_put_group(s, &scratch.g), GRPO_OK);
         memset(scratch.tokens, 0xab, 4 * 16 * sizeof *scratch.tokens);
         memset(scratch.texts, 'x', 4 * 32 - 1);
+        memset(batch, 'y', sizeof batch);
         tu_group_free(&scratch);
     }
-    /* A resend of a recorded group is skipped, not duplicated. */
+    /* A resend of a recorded group is skipped, not duplicated, and so is its batch. */
     assert_int_equal(grpo_store_put_group(s, &t[4].g), GRPO_OK);
+    grpo_group_rec again = t[3].g;
+    again.batch_id = 503, again.batch = "other bytes", again.batch_len = 11;
+    assert_int_equal(grpo_store_put_group(s, &again), GRPO_OK);
     assert_int_equal(grpo_store_flush(s), GRPO_OK);
+    /* The batches went in with their groups, bytes copied at the call. */
+    for (int i = 0; i < N; i++) {
+        int status = -1;
+        assert_int_equal(grpo_store_batch_status(s, 500 + i, &status), GRPO_OK);
+        assert_int_equal(status, i % 4 == 3 ? GRPO_BATCH_STORED : GRPO_BATCH_ABSENT);
+    }
+    sqlite3 *bdb = raw_open();
+    assert_int_equal(q_int(bdb, "SELECT count(*) FROM batches WHERE id = 503 AND step = 1 AND "
+                                "n_groups = 1 AND bytes = CAST('batch-of-3' AS BLOB)"),
+                     1);
+    assert_int_equal(q_int(bdb, "SELECT count(*) FROM batches WHERE id = 507 AND step = 2 AND "
+                                "bytes = CAST('batch-of-7' AS BLOB)"),
+                     1);
+    sqlite3_close(bdb);
     int32_t exists = 0;
     assert_int_equal(grpo_store_group_exists(&exists, s, run, t[5].g.step, prompt, t[5].g.seed),
                      GRPO_OK);

@@ -163,6 +163,12 @@ typedef struct grpo_group_rec {
     int32_t lease_attempt;         /* 0 on the first lease, n after n re-issues */
     int32_t n_completions;         /* G */
     const grpo_completion_rec *completions;
+    /* Optional: the trainer batch made of this group (encoded), stored as batch batch_id in the
+     * group's transaction, so that a crash never leaves a recorded group without its batch. NULL:
+     * none. Not stored when the group is already recorded. */
+    int64_t batch_id;
+    const void *batch;
+    size_t batch_len;
 } grpo_group_rec;
 
 /* Writes a group with all its completions, rewards and advantages in one transaction: after a

@@ -271,11 +271,28 @@ def scenario_failover(grpo, tmp):
         P.cleanup()
 
 
+def start_batch_logger(P, tmp, pub):
+    """A trainer stand-in (batch_logger.py) pulling from pub; returns (process, its log's path)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "trainer_bridge", "python") + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    tlog = os.path.join(tmp, "batches.log")
+    t = subprocess.Popen([sys.executable, os.path.join(HERE, "batch_logger.py"), pub, tlog], env=env,
+                         stdout=open(os.path.join(tmp, "trainer.log"), "w"), stderr=subprocess.STDOUT)
+    t.name = "trainer"
+    P.all.append(t)
+    return t, tlog
+
+
 def scenario_restart(grpo, tmp):
+    """The coordinator is killed (SIGKILL) mid-run and restarted: it resumes the run without
+    redoing recorded groups, and its trainer gets every group's batch (stored with the group, so
+    a kill loses none)."""
     n = 30
     prompts, db, want, url, P = small_run(grpo, tmp, n)
+    pub = "ipc://" + os.path.join(tmp, "trainer.ipc")
     try:
-        s1 = P.start("serve1", serve_args(prompts, db, url))
+        s1 = P.start("serve1", serve_args(prompts, db, url, "--publish", pub))
+        trainer, tlog = start_batch_logger(P, tmp, pub)
         for w in ("A", "B"):
             P.start(w, worker_args(url, w, "--step-delay", "10", "--give-up", "60"))
         wait_until(lambda: db_rows(db, "SELECT count(*) FROM groups")[0][0] >= n // 3, 60,
@@ -287,7 +304,7 @@ def scenario_restart(grpo, tmp):
             fail("the run finished before the coordinator was killed")
         t_restart = time.time()
         time.sleep(0.5)
-        s2 = P.start("serve2", serve_args(prompts, db, url))
+        s2 = P.start("serve2", serve_args(prompts, db, url, "--publish", pub))
         rc = P.wait(s2, 120)
         log = P.log("serve2")
         if rc != 0:
@@ -306,9 +323,20 @@ def scenario_restart(grpo, tmp):
             fail("the restart started a new run")
         if completions(db) != want:
             fail("completions differ from grpo rollout's")
+        try:
+            trainer.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            fail("the trainer did not hear the end of the run:\n" + open(os.path.join(tmp, "trainer.log")).read())
+        items = [int(l.split()[0]) & 0xFFFFFFFF for l in open(tlog)]
+        if sorted(set(items)) != list(range(n)):
+            fail("the trainer got batches of items %r, expected each of 0..%d" % (sorted(set(items)), n - 1))
+        unacked = db_rows(db, "SELECT count(*), count(acked_at) FROM batches")[0]
+        if unacked != (n, n):
+            fail("the store has %d batches, %d acknowledged; expected %d of each" % (unacked + (n,)))
         print("ok: killed after %d/%d groups; the restart resumed run 1, leased none of them again, "
-              "recorded the other %d once each; completions equal grpo rollout's"
-              % (len(before), n, n - len(before)))
+              "recorded the other %d once each; completions equal grpo rollout's; the trainer got "
+              "every group's batch (%d deliveries for %d batches)"
+              % (len(before), n, n - len(before), len(items), n))
     finally:
         P.cleanup()
 

@@ -227,6 +227,44 @@ gemm_all_dtypes(void **state)
     grpo_kernels_destroy(k3);
 }
 
+int grpo_cpu__gemm_isa(int want); /* kernels/cpu/cpu_int.h (which needs the backend's flags) */
+
+/* The AVX-512VL GEMM micro-kernel (6 rows at a time) gives the bits of the AVX2 one (3 rows) for
+ * every batch size, ragged K (several KB blocks and a tail) and every dtype. */
+static void
+gemm_isa_same_bits(void **state)
+{
+    (void)state;
+    if (!grpo_cpu__gemm_isa(1)) {
+        grpo_cpu__gemm_isa(-1);
+        skip(); /* no AVX-512VL here: one kernel only */
+    }
+    grpo_kernels *k = NULL;
+    grpo_kernels_cpu_set_min_parallel(0);
+    assert_int_equal(grpo_kernels_cpu_create(&k, 2), GRPO_OK);
+    const int MM = 14, N = 37, K = 1100;
+    float *x = malloc((size_t)MM * K * 4), *ya = malloc((size_t)MM * N * 4),
+          *yb = malloc((size_t)MM * N * 4);
+    for (int i = 0; i < MM * K; i++)
+        x[i] = frand();
+    grpo_dtype dts[] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F8E4M3};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        mat m;
+        make_mat(&m, dts[d], N, K);
+        for (int M = 1; M <= MM; M++) {
+            assert_int_equal(grpo_cpu__gemm_isa(1), 1);
+            k->gemm(k, M, x, K, &m.w, ya, N);
+            assert_int_equal(grpo_cpu__gemm_isa(0), 0);
+            k->gemm(k, M, x, K, &m.w, yb, N);
+            assert_memory_equal(ya, yb, (size_t)M * N * 4);
+        }
+        free_mat(&m);
+    }
+    grpo_cpu__gemm_isa(-1);
+    free(x), free(ya), free(yb);
+    grpo_kernels_destroy(k);
+}
+
 /* Both MLA forms against a double-precision softmax attention on random data: 20 heads (not a
  * multiple of the head group), 37 queries after 30 cached positions (ragged tiles, 2 pages of
  * 64), and 1 vs 3 threads bit-identical. */
@@ -409,11 +447,9 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(e4m3_values),
-        cmocka_unit_test(fp8_paths_agree),
-        cmocka_unit_test(gemm_all_dtypes),
-        cmocka_unit_test(mla_attention),
-        cmocka_unit_test(router_follows_reference),
+        cmocka_unit_test(e4m3_values),     cmocka_unit_test(fp8_paths_agree),
+        cmocka_unit_test(gemm_all_dtypes), cmocka_unit_test(gemm_isa_same_bits),
+        cmocka_unit_test(mla_attention),   cmocka_unit_test(router_follows_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,8 @@
  * so one binary is safe on any x86-64 CI machine. The choice depends only on the machine, never
  * on the batch, so the determinism contract holds. Contraction to FMA is off for the backend
  * (CMake) so that differently shaped loops round alike; the GEMM micro-kernel turns it on for
- * itself (its 1-row and 2-row paths contract identically, which the tests check). */
+ * itself (its 1-row and multi-row paths, AVX2 and AVX-512VL, contract identically, which the tests
+ * check). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GRPO_NO_CLONES)
 #define GRPO_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
@@ -64,5 +65,10 @@ void grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const
                             float *ol);
 /* Dot product with 8 interleaved lanes and a fixed tree: same bits for the same inputs. */
 float grpo_cpu__dot(const float *a, const float *b, int n);
+
+/* The GEMM micro-kernel: want 0 = the AVX2/baseline clones (3 rows); otherwise the AVX-512VL one
+ * (6 rows) when the CPU has it (the default, decided at the first GEMM). Returns 1 when the
+ * AVX-512VL one is in use. The bits are the same either way; tests switch it to check that. */
+int grpo_cpu__gemm_isa(int want);
 
 #endif

@@ -13,8 +13,8 @@
 #define MB 32  /* activation rows per pass, so that their K columns stay in L2 across tiles */
 
 /* Lane l of an accumulator sums the products at k = l (mod 8) in ascending k; the tail (kb not a
- * multiple of 8) continues the same lanes; then the fixed tree. Rows are processed in pairs only to
- * reuse the weight loads: each element's arithmetic is the same for a pair and a single row. */
+ * multiple of 8) continues the same lanes; then the fixed tree. Rows are processed in blocks (3 or
+ * 6) only to reuse the weight loads: each element's arithmetic is the same in a block and alone. */
 static inline void
 tail_add(float *acc, const float *x, const float *w, int k, int kb)
 {
@@ -22,58 +22,108 @@ tail_add(float *acc, const float *x, const float *w, int k, int kb)
         acc[k & 7] += x[k] * w[k];
 }
 
-/* y[m][0..nn) (+)= x[m][0..kb) . wt[j][0..kb) for every m. */
+/* Reduces row r's accumulators (one per weight row) into y: tail, fixed tree, add to y. */
+static inline void
+finish_row(const grpo_v8f *a, const float *xr, const float *wt, int kv, int kb, int nn, float *yr,
+           int first)
+{
+    for (int j = 0; j < nn; j++) {
+        float acc[8];
+        grpo_v8_store(acc, a[j]);
+        tail_add(acc, xr, wt + j * KB, kv, kb);
+        float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        yr[j] = first ? s : yr[j] + s;
+    }
+}
+
+/* y[m][0..nn) (+)= x[m][0..kb) . wt[j][0..kb) for rows m in [0, M) in blocks of R rows (R x NB
+ * accumulators), the rest one by one. Every element's arithmetic is the same whatever R. */
+#define TILE_DOT_BODY(R)                                                                           \
+    int kv = kb & ~7, m = 0;                                                                       \
+    for (; m + (R) <= M; m += (R)) {                                                               \
+        const float *x0 = x + (size_t)m * (size_t)ldx;                                             \
+        grpo_v8f a[R][NB];                                                                         \
+        for (int r = 0; r < (R); r++)                                                              \
+            for (int j = 0; j < NB; j++)                                                           \
+                a[r][j] = (grpo_v8f){0};                                                           \
+        for (int k = 0; k < kv; k += 8) {                                                          \
+            grpo_v8f u[R];                                                                         \
+            for (int r = 0; r < (R); r++)                                                          \
+                u[r] = grpo_v8_load(x0 + (size_t)r * (size_t)ldx + k);                             \
+            for (int j = 0; j < NB; j++) {                                                         \
+                grpo_v8f w = grpo_v8_load(wt + j * KB + k);                                        \
+                for (int r = 0; r < (R); r++)                                                      \
+                    a[r][j] += u[r] * w;                                                           \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < (R); r++)                                                              \
+            finish_row(a[r], x0 + (size_t)r * (size_t)ldx, wt, kv, kb, nn,                         \
+                       y + (size_t)(m + r) * (size_t)ldy, first);                                  \
+    }                                                                                              \
+    for (; m < M; m++) {                                                                           \
+        const float *x0 = x + (size_t)m * (size_t)ldx;                                             \
+        grpo_v8f a[NB];                                                                            \
+        for (int j = 0; j < NB; j++)                                                               \
+            a[j] = (grpo_v8f){0};                                                                  \
+        for (int k = 0; k < kv; k += 8) {                                                          \
+            grpo_v8f u0 = grpo_v8_load(x0 + k);                                                    \
+            for (int j = 0; j < NB; j++)                                                           \
+                a[j] += u0 * grpo_v8_load(wt + j * KB + k);                                        \
+        }                                                                                          \
+        finish_row(a, x0, wt, kv, kb, nn, y + (size_t)m * (size_t)ldy, first);                     \
+    }
+
+/* AVX2: 3 rows (12 accumulators + 3 row + 1 weight registers = the 16 YMM registers). */
 GRPO_CPU_CLONES GRPO_CPU_CONTRACT static void
 tile_dot(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
          int first)
 {
-    int kv = kb & ~7, m = 0;
-    for (; m + 2 <= M; m += 2) {
-        const float *x0 = x + (size_t)m * (size_t)ldx, *x1 = x0 + ldx;
-        grpo_v8f a[2][NB];
-        for (int j = 0; j < NB; j++)
-            a[0][j] = a[1][j] = (grpo_v8f){0};
-        for (int k = 0; k < kv; k += 8) {
-            grpo_v8f u0 = grpo_v8_load(x0 + k), u1 = grpo_v8_load(x1 + k);
-            for (int j = 0; j < NB; j++) {
-                grpo_v8f w = grpo_v8_load(wt + j * KB + k);
-                a[0][j] += u0 * w;
-                a[1][j] += u1 * w;
-            }
-        }
-        for (int r = 0; r < 2; r++) {
-            float *yr = y + (size_t)(m + r) * (size_t)ldy;
-            const float *xr = r ? x1 : x0;
-            for (int j = 0; j < nn; j++) {
-                float acc[8];
-                grpo_v8_store(acc, a[r][j]);
-                tail_add(acc, xr, wt + j * KB, kv, kb);
-                float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
-                          ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-                yr[j] = first ? s : yr[j] + s;
-            }
-        }
+    TILE_DOT_BODY(3)
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GRPO_NO_CLONES)
+/* AVX-512VL: 32 YMM registers hold 6 rows (24 accumulators + 6 + 1). The same 8-lane arithmetic
+ * with the same contraction as the AVX2 clone, so the bits are the same. */
+__attribute__((target("arch=x86-64-v4"))) GRPO_CPU_CONTRACT static void
+tile_dot_v4(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
+            int first)
+{
+    TILE_DOT_BODY(6)
+}
+#endif
+
+/* -1: not decided yet; set by the first GEMM from the CPU, or by grpo_cpu__gemm_isa (tests). */
+static int use_v4 = -1;
+
+int
+grpo_cpu__gemm_isa(int want)
+{
+    int v4 = 0;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GRPO_NO_CLONES)
+    __builtin_cpu_init();
+    v4 = want != 0 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    (void)want;
+#endif
+    __atomic_store_n(&use_v4, v4, __ATOMIC_RELAXED);
+    return v4;
+}
+
+static inline void
+dot_tile(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
+         int first)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GRPO_NO_CLONES)
+    if (__atomic_load_n(&use_v4, __ATOMIC_RELAXED) < 0)
+        grpo_cpu__gemm_isa(-1);
+    if (__atomic_load_n(&use_v4, __ATOMIC_RELAXED)) {
+        tile_dot_v4(M, x, ldx, wt, kb, nn, y, ldy, first);
+        return;
     }
-    for (; m < M; m++) {
-        const float *x0 = x + (size_t)m * (size_t)ldx;
-        grpo_v8f a[NB];
-        for (int j = 0; j < NB; j++)
-            a[j] = (grpo_v8f){0};
-        for (int k = 0; k < kv; k += 8) {
-            grpo_v8f u0 = grpo_v8_load(x0 + k);
-            for (int j = 0; j < NB; j++)
-                a[j] += u0 * grpo_v8_load(wt + j * KB + k);
-        }
-        float *yr = y + (size_t)m * (size_t)ldy;
-        for (int j = 0; j < nn; j++) {
-            float acc[8];
-            grpo_v8_store(acc, a[j]);
-            tail_add(acc, x0, wt + j * KB, kv, kb);
-            float s =
-                ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-            yr[j] = first ? s : yr[j] + s;
-        }
-    }
+#endif
+    tile_dot(M, x, ldx, wt, kb, nn, y, ldy, first);
 }
 
 typedef struct {
@@ -121,7 +171,7 @@ gemm_range(void *vctx, size_t b, size_t e, int worker)
                 int kb = K - k0 < KB ? K - k0 : KB;
                 for (int j = 0; j < nn; j++)
                     grpo_kw_dequant_row(c->w, h * c->wrs + n0 + j, k0, kb, wt + j * KB);
-                tile_dot(mm, x + (size_t)h * (size_t)c->xhs + (size_t)k0, c->ldx, wt, kb, nn,
+                dot_tile(mm, x + (size_t)h * (size_t)c->xhs + (size_t)k0, c->ldx, wt, kb, nn,
                          y + (size_t)h * (size_t)c->yhs + (size_t)n0, c->ldy, k0 == 0);
             }
         }

@@ -21,6 +21,7 @@ int grpo_cmd_bench(int argc, char **argv);
 
 int grpo_bench_store(int argc, char **argv);
 int grpo_bench_forward(int argc, char **argv);
+int grpo_bench_gemm(int argc, char **argv);
 int grpo_bench_tokenize(int argc, char **argv);
 int grpo_bench_rollout(int argc, char **argv);
 int grpo_bench_sandbox(int argc, char **argv);

@@ -14,6 +14,7 @@ typedef struct {
 static const bench benches[] = {
     {"store", grpo_bench_store, "store inserts/s and `grpo stats` time on a 1M-completion db"},
     {"forward", grpo_bench_forward, "prefill and decode tokens/s, weight-read bandwidth"},
+    {"gemm", grpo_bench_gemm, "the CPU GEMM (FP8/BF16/F32 weights) against OpenBLAS sgemm"},
     {"tokenize", grpo_bench_tokenize, "encode throughput against HF tokenizers"},
     {"rollout", grpo_bench_rollout,
      "1 prompt x G=64 vs 64 prompts vs batch-1 decoding vs transformers generate"},

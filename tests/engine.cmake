@@ -29,3 +29,9 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${CMAKE_CURRENT_SOURCE_DI
   grpo_add_test(bench_rollout_cli_test SOURCES bench_rollout_cli_test.c TIMEOUT 120)
   add_dependencies(bench_rollout_cli_test grpo)
 endif()
+# `grpo bench gemm`: the table's rows and agreement with OpenBLAS sgemm (no timing is checked).
+if(TARGET grpo)
+  add_test(NAME bench_gemm_cli_test
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_gemm_cli_test.sh $<TARGET_FILE:grpo>)
+  set_tests_properties(bench_gemm_cli_test PROPERTIES TIMEOUT 120 LABELS "cpu;cli")
+endif()

@@ -227,16 +227,14 @@ gemm_all_dtypes(void **state)
     grpo_kernels_destroy(k3);
 }
 
-int grpo_cpu__gemm_isa(int want); /* kernels/cpu/cpu_int.h (which needs the backend's flags) */
-
 /* The AVX-512VL GEMM micro-kernel (6 rows at a time) gives the bits of the AVX2 one (3 rows) for
  * every batch size, ragged K (several KB blocks and a tail) and every dtype. */
 static void
 gemm_isa_same_bits(void **state)
 {
     (void)state;
-    if (!grpo_cpu__gemm_isa(1)) {
-        grpo_cpu__gemm_isa(-1);
+    if (!grpo_kernels_cpu_set_gemm_isa(1)) {
+        grpo_kernels_cpu_set_gemm_isa(-1);
         skip(); /* no AVX-512VL here: one kernel only */
     }
     grpo_kernels *k = NULL;
@@ -252,15 +250,15 @@ gemm_isa_same_bits(void **state)
         mat m;
         make_mat(&m, dts[d], N, K);
         for (int M = 1; M <= MM; M++) {
-            assert_int_equal(grpo_cpu__gemm_isa(1), 1);
+            assert_int_equal(grpo_kernels_cpu_set_gemm_isa(1), 1);
             k->gemm(k, M, x, K, &m.w, ya, N);
-            assert_int_equal(grpo_cpu__gemm_isa(0), 0);
+            assert_int_equal(grpo_kernels_cpu_set_gemm_isa(0), 0);
             k->gemm(k, M, x, K, &m.w, yb, N);
             assert_memory_equal(ya, yb, (size_t)M * N * 4);
         }
         free_mat(&m);
     }
-    grpo_cpu__gemm_isa(-1);
+    grpo_kernels_cpu_set_gemm_isa(-1);
     free(x), free(ya), free(yb);
     grpo_kernels_destroy(k);
 }

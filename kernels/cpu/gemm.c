@@ -111,6 +111,12 @@ grpo_cpu__gemm_isa(int want)
     return v4;
 }
 
+int
+grpo_kernels_cpu_set_gemm_isa(int want)
+{
+    return grpo_cpu__gemm_isa(want);
+}
+
 static inline void
 dot_tile(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
          int first)

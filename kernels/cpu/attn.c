@@ -32,6 +32,31 @@ axpy(float *y, float a, const float *x, int n)
         y[i] += a * x[i];
 }
 
+/* out[i] = grpo_cpu__dot(q + i * qs, row, n) for i < 4: the same arithmetic (lanes, tail, tree)
+ * with each row element loaded once for the four. */
+GRPO_CPU_CLONES static void
+dot4(const float *q, size_t qs, const float *row, int n, float *out)
+{
+    grpo_v8f v[4] = {{0}, {0}, {0}, {0}};
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        grpo_v8f r = grpo_v8_load(row + k);
+        for (int i = 0; i < 4; i++)
+            v[i] += grpo_v8_load(q + (size_t)i * qs + k) * r;
+    }
+    if (k == n) {
+        grpo_v8_sum4(v, out);
+        return;
+    }
+    for (int i = 0; i < 4; i++) {
+        float acc[8];
+        grpo_v8_store(acc, v[i]);
+        for (int t = k; t < n; t++)
+            acc[t & 7] += q[(size_t)i * qs + t] * row[t];
+        out[i] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+}
+
 /* Work is cut into tasks of up to QT queries x HG heads (a function of the shapes only). Within a
  * task positions are the outer loop, so a key/value row (or cache row) is read once per task
  * instead of once per (query, head); each score and each output element is still computed by the
@@ -98,9 +123,9 @@ naive_range(void *vctx, size_t b, size_t e, int worker)
 }
 
 void
-grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv,
-                    const float *q, const float *kvb, const float *const *pages, int page_len,
-                    int kr_stride, int kr_off, float scale, float *out)
+grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv, const float *q,
+                    const float *kvb, const float *const *pages, int page_len, int kr_stride,
+                    int kr_off, float scale, float *out)
 {
     naive_ctx c = {.n = n,
                    .pos0 = pos0,
@@ -143,9 +168,19 @@ absorbed_range(void *vctx, size_t b, size_t e, int worker)
         int bi = (int)(t / (size_t)c->hgroups), h0 = (int)(t % (size_t)c->hgroups) * HG;
         int nh = c->H - h0 < HG ? c->H - h0 : HG, L = c->len[bi];
         const float *const *pages = c->pages_of[bi];
+        const float *ql0 = c->ql + ((size_t)bi * c->H + h0) * c->dc,
+                    *qr0 = c->qr + ((size_t)bi * c->H + h0) * c->dr;
         for (int j = 0; j < L; j++) {
             const float *row = pages[j / c->page_len] + (size_t)(j % c->page_len) * c->row_stride;
-            for (int hh = 0; hh < nh; hh++) {
+            int hh = 0;
+            for (; hh + 4 <= nh; hh += 4) { /* four heads share the row's loads */
+                float dl[4], dp[4];
+                dot4(ql0 + (size_t)hh * c->dc, (size_t)c->dc, row, c->dc, dl);
+                dot4(qr0 + (size_t)hh * c->dr, (size_t)c->dr, row + c->dc, c->dr, dp);
+                for (int i = 0; i < 4; i++)
+                    s[(size_t)(hh + i) * L + j] = (dl[i] + dp[i]) * c->scale;
+            }
+            for (; hh < nh; hh++) {
                 const float *ql = c->ql + ((size_t)bi * c->H + h0 + hh) * c->dc;
                 const float *qr = c->qr + ((size_t)bi * c->H + h0 + hh) * c->dr;
                 s[(size_t)hh * L + j] =

@@ -44,6 +44,33 @@ grpo_v8_sum(grpo_v8f a)
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* Pairwise sums within each 4-lane half, a's pairs then b's (what x86 hadd does):
+ * {a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7}. */
+static inline grpo_v8f
+grpo_v8_hadd(grpo_v8f a, grpo_v8f b)
+{
+#if defined(__clang__)
+    return __builtin_shufflevector(a, b, 0, 2, 8, 10, 4, 6, 12, 14) +
+           __builtin_shufflevector(a, b, 1, 3, 9, 11, 5, 7, 13, 15);
+#else
+    typedef int v8i __attribute__((vector_size(32)));
+    return __builtin_shuffle(a, b, (v8i){0, 2, 8, 10, 4, 6, 12, 14}) +
+           __builtin_shuffle(a, b, (v8i){1, 3, 9, 11, 5, 7, 13, 15});
+#endif
+}
+
+/* out[j] = grpo_v8_sum(a[j]) for j < 4, together: two rounds of grpo_v8_hadd leave
+ * (a0+a1)+(a2+a3) of each in lanes 0-3 and (a4+a5)+(a6+a7) in lanes 4-7, so lane j + lane j+4 is
+ * the same tree, the same additions. */
+static inline void
+grpo_v8_sum4(const grpo_v8f *a, float *out)
+{
+    float h[8];
+    grpo_v8_store(h, grpo_v8_hadd(grpo_v8_hadd(a[0], a[1]), grpo_v8_hadd(a[2], a[3])));
+    for (int j = 0; j < 4; j++)
+        out[j] = h[j] + h[j + 4];
+}
+
 /* Below GRPO_CPU_MIN_PARALLEL_WORK multiply-adds (default; see grpo_kernels_cpu_set_min_parallel)
  * a call runs on the calling thread alone: waking the pool costs more than it saves (much more on
  * an oversubscribed machine). Results do not depend on it. */

@@ -22,34 +22,17 @@ tail_add(float *acc, const float *x, const float *w, int k, int kb)
         acc[k & 7] += x[k] * w[k];
 }
 
-/* Pairwise sums within each 4-lane half, a's pairs then b's (what x86 hadd does):
- * {a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7}. */
-static inline grpo_v8f
-hadd8(grpo_v8f a, grpo_v8f b)
-{
-    typedef int v8i __attribute__((vector_size(32)));
-#if defined(__clang__)
-    return __builtin_shufflevector(a, b, 0, 2, 8, 10, 4, 6, 12, 14) +
-           __builtin_shufflevector(a, b, 1, 3, 9, 11, 5, 7, 13, 15);
-#else
-    return __builtin_shuffle(a, b, (v8i){0, 2, 8, 10, 4, 6, 12, 14}) +
-           __builtin_shuffle(a, b, (v8i){1, 3, 9, 11, 5, 7, 13, 15});
-#endif
-}
-
 /* Reduces row r's accumulators (one per weight row) into y: tail, fixed tree, add to y. A full
- * tile with no tail reduces its NB = 4 accumulators together: two rounds of hadd8 leave
- * (a0+a1)+(a2+a3) of each in lanes 0-3 and (a4+a5)+(a6+a7) in lanes 4-7, so lane j + lane j+4 is
- * the same tree, the same additions, as the scalar path. */
+ * tile with no tail reduces its NB = 4 accumulators together (grpo_v8_sum4: the same additions). */
 static inline void
 finish_row(const grpo_v8f *a, const float *xr, const float *wt, int kv, int kb, int nn, float *yr,
            int first)
 {
     if (NB == 4 && nn == 4 && kv == kb) {
-        float h[8];
-        grpo_v8_store(h, hadd8(hadd8(a[0], a[1]), hadd8(a[2], a[3])));
+        float s4[4];
+        grpo_v8_sum4(a, s4);
         for (int j = 0; j < 4; j++)
-            yr[j] = first ? h[j] + h[j + 4] : yr[j] + (h[j] + h[j + 4]);
+            yr[j] = first ? s4[j] : yr[j] + s4[j];
         return;
     }
     for (int j = 0; j < nn; j++) {

@@ -1415,10 +1415,31 @@ is_small_int(const mnode *e)
     return e && e->kind == N_NUM && !e->is_float && strlen(e->str) < 10;
 }
 
+/* A number as written: 60, 3.5, -2, 1/2. */
+static bool
+is_number_literal(const mnode *e)
+{
+    if (e->kind == N_NEG)
+        return e->kids[0]->kind == N_NUM;
+    if (e->kind == N_DIV)
+        return e->kids[0]->kind == N_NUM && e->kids[1]->kind == N_NUM;
+    return e->kind == N_NUM;
+}
+
+/* "60m", "3.5 s", "2h", "4g": when a whole answer is a number and one of these letters, the
+ * letter is a unit (as math-verify reads it), not a product with a variable. Other letters
+ * (2x, 3n, 3d) stay products. */
+static bool
+is_unit_letter(const mnode *f)
+{
+    return f->kind == N_SYM && f->str && f->str[0] && !f->str[1] && strchr("mshg", f->str[0]);
+}
+
 static mnode *
 p_term(parser *P)
 {
     kv k = {0};
+    int start = P->i;
     mnode *first = p_unary(P);
     if (first == NULL)
         return NULL;
@@ -1445,6 +1466,10 @@ p_term(parser *P)
                     return NULL;
                 continue;
             }
+        } else if (start == 0 && t->k == T_FN && t->str && is_unit_word(t->str, strlen(t->str)) &&
+                   P->t[P->i + 1].k == T_END && k.n == 1 && is_number_literal(k.v[0])) {
+            P->i++; /* "8 min": a unit that is also a function name, ending the answer */
+            continue;
         } else if (starts_factor(P)) {
             /* mixed number: 3\frac{1}{2} (integer then a proper fraction of integers) */
             bool mixed =
@@ -1459,6 +1484,9 @@ p_term(parser *P)
                 continue;
             }
             if (f->kind == N_UNIT)
+                continue;
+            if (start == 0 && cur(P)->k == T_END && k.n == 1 && is_number_literal(k.v[0]) &&
+                is_unit_letter(f))
                 continue;
         } else
             break;

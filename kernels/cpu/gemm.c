@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NB 4   /* weight rows per tile */
-#define KB 512 /* columns per tile (a multiple of 8) */
-#define CB 64  /* output columns per gemm_t tile */
-#define MB 32  /* activation rows per pass, so that their K columns stay in L2 across tiles */
+#define NB 4                 /* weight rows per tile */
+#define KB 512               /* columns per tile (a multiple of 8) */
+#define CB 64                /* output columns per gemm_t tile */
+#define MB_BYTES (256 << 10) /* activation rows per pass: their K columns stay in L2 across tiles  \
+                              */
 
 /* Lane l of an accumulator sums the products at k = l (mod 8) in ascending k; the tail (kb not a
  * multiple of 8) continues the same lanes; then the fixed tree. Rows are processed in blocks (3 or
@@ -44,10 +45,10 @@ finish_row(const grpo_v8f *a, const float *xr, const float *wt, int kv, int kb, 
     }
 }
 
-/* y[m][0..nn) (+)= x[m][0..kb) . wt[j][0..kb) for rows m in [0, M) in blocks of R rows (R x NB
- * accumulators), the rest one by one. Every element's arithmetic is the same whatever R. */
-#define TILE_DOT_BODY(R)                                                                           \
-    int kv = kb & ~7, m = 0;                                                                       \
+/* Rows [m, M) of y[m][0..nn) (+)= x[m][0..kb) . wt[j][0..kb) in blocks of R rows (R x NB
+ * accumulators) while R rows are left; m ends at the first row not done. Every element's
+ * arithmetic is the same whatever R, so a row's bits do not depend on the block it falls in. */
+#define DOT_ROWS(R)                                                                                \
     for (; m + (R) <= M; m += (R)) {                                                               \
         const float *x0 = x + (size_t)m * (size_t)ldx;                                             \
         grpo_v8f a[R][NB];                                                                         \
@@ -67,18 +68,6 @@ finish_row(const grpo_v8f *a, const float *xr, const float *wt, int kv, int kb, 
         for (int r = 0; r < (R); r++)                                                              \
             finish_row(a[r], x0 + (size_t)r * (size_t)ldx, wt, kv, kb, nn,                         \
                        y + (size_t)(m + r) * (size_t)ldy, first);                                  \
-    }                                                                                              \
-    for (; m < M; m++) {                                                                           \
-        const float *x0 = x + (size_t)m * (size_t)ldx;                                             \
-        grpo_v8f a[NB];                                                                            \
-        for (int j = 0; j < NB; j++)                                                               \
-            a[j] = (grpo_v8f){0};                                                                  \
-        for (int k = 0; k < kv; k += 8) {                                                          \
-            grpo_v8f u0 = grpo_v8_load(x0 + k);                                                    \
-            for (int j = 0; j < NB; j++)                                                           \
-                a[j] += u0 * grpo_v8_load(wt + j * KB + k);                                        \
-        }                                                                                          \
-        finish_row(a, x0, wt, kv, kb, nn, y + (size_t)m * (size_t)ldy, first);                     \
     }
 
 /* AVX2: 3 rows (12 accumulators + 3 row + 1 weight registers = the 16 YMM registers). */
@@ -86,7 +75,10 @@ GRPO_CPU_CLONES GRPO_CPU_CONTRACT static void
 tile_dot(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
          int first)
 {
-    TILE_DOT_BODY(3)
+    int kv = kb & ~7, m = 0;
+    DOT_ROWS(3)
+    DOT_ROWS(2)
+    DOT_ROWS(1)
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GRPO_NO_CLONES)
@@ -96,7 +88,11 @@ __attribute__((target("arch=x86-64-v4"))) GRPO_CPU_CONTRACT static void
 tile_dot_v4(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
             int first)
 {
-    TILE_DOT_BODY(6)
+    int kv = kb & ~7, m = 0;
+    DOT_ROWS(6)
+    DOT_ROWS(3)
+    DOT_ROWS(2)
+    DOT_ROWS(1)
 }
 #endif
 
@@ -170,6 +166,10 @@ gemm_range(void *vctx, size_t b, size_t e, int worker)
     gemm_ctx *c = vctx;
     float wt[NB * KB];
     int K = c->w->cols;
+    /* Rows per pass: as many as fit MB_BYTES (each pass dequantizes the tiles again), a multiple
+     * of 6 (the micro-kernel's row block), 24..192. Blocking never changes a row's arithmetic. */
+    int MB = (int)(MB_BYTES / ((size_t)K * 4)) / 6 * 6;
+    MB = MB < 24 ? 24 : MB > 192 ? 192 : MB;
     for (int m0 = 0; m0 < c->M; m0 += MB) {
         int mm = c->M - m0 < MB ? c->M - m0 : MB;
         const float *x = c->x + (size_t)m0 * (size_t)c->ldx;

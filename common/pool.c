@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 struct grpo_pool {
@@ -11,8 +12,8 @@ struct grpo_pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    uint64_t gen;      /* bumped for every parallel_for */
-    int pending;       /* workers still running this generation */
+    uint64_t gen; /* bumped for every parallel_for */
+    int pending;  /* workers still running this generation */
     int stop;
     grpo_pool_fn fn;
     void *ctx;
@@ -43,6 +44,35 @@ typedef struct {
     int idx;
 } worker_arg;
 
+/* Before sleeping on a condition variable, a thread polls for up to SPIN_NS: the forward issues
+ * many small parallel-fors back to back, and a futex sleep and wake-up per call can cost more
+ * than the call. for_done: the caller waiting for the workers; else a worker waiting for work
+ * after generation `seen`. gen, pending and stop are written under mu with atomic stores. */
+#define SPIN_NS 30000
+static void
+spin_wait(grpo_pool *p, int for_done, uint64_t seen)
+{
+    uint64_t t0 = 0;
+    for (int i = 0;; i++) {
+        if (for_done ? __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) == 0
+                     : __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen ||
+                           __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
+            return;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if ((i & 63) == 63) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+            if (t0 == 0)
+                t0 = ns;
+            else if (ns - t0 > SPIN_NS)
+                return;
+        }
+    }
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -52,6 +82,11 @@ worker_main(void *arg)
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
+        if (!p->stop && p->gen == seen) {
+            pthread_mutex_unlock(&p->mu);
+            spin_wait(p, 0, seen);
+            pthread_mutex_lock(&p->mu);
+        }
         while (!p->stop && p->gen == seen)
             pthread_cond_wait(&p->go, &p->mu);
         if (p->stop)
@@ -60,7 +95,7 @@ worker_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         run_chunk(p, wa.idx);
         pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
+        if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_RELEASE) == 0)
             pthread_cond_signal(&p->done);
     }
     pthread_mutex_unlock(&p->mu);
@@ -106,7 +141,7 @@ grpo_pool_destroy(grpo_pool *p)
     if (p == NULL)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n && p->threads != NULL; i++)
@@ -138,11 +173,12 @@ grpo_pool_parallel_for(grpo_pool *p, size_t n, grpo_pool_fn fn, void *ctx)
     p->ctx = ctx;
     p->total = n;
     p->chunks = n < (size_t)p->n ? n : (size_t)p->n;
-    p->pending = p->n - 1;
-    p->gen++;
+    __atomic_store_n(&p->pending, p->n - 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     run_chunk(p, 0);
+    spin_wait(p, 1, 0);
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0)
         pthread_cond_wait(&p->done, &p->mu);

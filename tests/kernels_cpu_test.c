@@ -298,6 +298,13 @@ mla_attention(void **state)
     k1->mla_naive(k1, N, P0, H, DN, DR, DV, q, kvb, pages, PL, DC + DR, DC, scale, o1);
     k3->mla_naive(k3, N, P0, H, DN, DR, DV, q, kvb, pages, PL, DC + DR, DC, scale, o3);
     assert_memory_equal(o1, o3, sizeof(float) * N * H * DV);
+    /* Queries are scored four at a time against a key row when they can be: each query alone
+     * (n = 1 at its position) gives the same bits. */
+    for (int i = 0; i < N; i++) {
+        k1->mla_naive(k1, 1, P0 + i, H, DN, DR, DV, q + (size_t)i * H * (DN + DR), kvb, pages, PL,
+                      DC + DR, DC, scale, o3);
+        assert_memory_equal(o3, o1 + (size_t)i * H * DV, sizeof(float) * H * DV);
+    }
     double sc[L];
     for (int i = 0; i < N; i++)
         for (int h = 0; h < H; h++) {

@@ -84,17 +84,25 @@ naive_range(void *vctx, size_t b, size_t e, int worker)
     for (size_t t = b; t < e; t++) {
         int i0 = (int)(t / (size_t)c->hgroups) * QT, h0 = (int)(t % (size_t)c->hgroups) * HG;
         int ni = c->n - i0 < QT ? c->n - i0 : QT, nh = c->H - h0 < HG ? c->H - h0 : HG;
-        int last = c->pos0 + i0 + ni - 1; /* the tile's last position */
+        int last = c->pos0 + i0 + ni - 1;      /* the tile's last position */
+        size_t qs = (size_t)c->H * (size_t)dq; /* from one query's row to the next's */
         for (int j = 0; j <= last; j++) {
             const float *kr =
                 c->pages[j / c->page_len] + (size_t)(j % c->page_len) * c->kr_stride + c->kr_off;
-            for (int ii = 0; ii < ni; ii++) {
-                if (j > c->pos0 + i0 + ii)
-                    continue;
-                for (int hh = 0; hh < nh; hh++) {
-                    int h = h0 + hh;
+            int first = j - c->pos0 - i0 > 0 ? j - c->pos0 - i0 : 0; /* queries that see j */
+            for (int hh = 0; hh < nh; hh++) {
+                int h = h0 + hh, ii = first;
+                const float *kj = c->kvb + ((size_t)j * c->H + h) * dkv;
+                for (; ii + 4 <= ni; ii += 4) { /* four queries share the key row's loads */
+                    const float *q4 = c->q + ((size_t)(i0 + ii) * c->H + h) * dq;
+                    float dn[4], dp[4];
+                    dot4(q4, qs, kj, c->dn, dn);
+                    dot4(q4 + c->dn, qs, kr, c->dr, dp);
+                    for (int r = 0; r < 4; r++)
+                        s[((size_t)(ii + r) * HG + hh) * L + j] = (dn[r] + dp[r]) * c->scale;
+                }
+                for (; ii < ni; ii++) {
                     const float *qi = c->q + ((size_t)(i0 + ii) * c->H + h) * dq;
-                    const float *kj = c->kvb + ((size_t)j * c->H + h) * dkv;
                     s[((size_t)ii * HG + hh) * L + j] =
                         (grpo_cpu__dot(qi, kj, c->dn) + grpo_cpu__dot(qi + c->dn, kr, c->dr)) *
                         c->scale;

@@ -699,11 +699,15 @@ progress(serve *c, int final)
     int alive = 0;
     for (size_t i = 0; i < c->n_workers; i++)
         alive += now - c->workers[i].last_seen < c->a->lease_timeout;
+    char held[64] = "";
+    if (c->n_held > 0) /* the trainer is behind: these batches wait for its window */
+        snprintf(held, sizeof held, "  held for the trainer %zu", c->n_held);
     fprintf(stderr,
             "\rgroups %zu/%zu  leased %zu  workers %d  reissued %llu  expired %llu  "
-            "duplicates %llu%s",
+            "duplicates %llu%s%s",
             lc.done, lc.items, lc.leased, alive, (unsigned long long)lc.reissued,
-            (unsigned long long)lc.expired, (unsigned long long)c->duplicates, final ? "\n" : "");
+            (unsigned long long)lc.expired, (unsigned long long)c->duplicates, held,
+            final ? "\n" : "");
     fflush(stderr);
 }
 

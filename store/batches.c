@@ -87,9 +87,11 @@ grpo_store_ack_batch(grpo_store *s, int64_t batch_id)
 grpo_err
 grpo_store_batch_status(grpo_store *s, int64_t batch_id, int *status)
 {
-    grpo_err err;
     sqlite3_stmt *st;
     *status = GRPO_BATCH_ABSENT;
+    grpo_err err = grpo_store_flush(s); /* a batch queued with its group counts as stored */
+    if (err != GRPO_OK)
+        return err;
     pthread_mutex_lock(&s->mu);
     if ((err = grpo_store__stmt(s, ST_BATCH_STATUS, &st)) == GRPO_OK) {
         sqlite3_bind_int64(st, 1, batch_id);

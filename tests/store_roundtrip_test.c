@@ -344,6 +344,11 @@ groups_roundtrip(int async)
         memset(batch, 'y', sizeof batch);
         tu_group_free(&scratch);
     }
+    /* Through the writer thread too, a batch put with its group is stored as far as a lookup
+     * can tell (the lookup flushes), with no flush of the caller's. */
+    int st7 = -1;
+    assert_int_equal(grpo_store_batch_status(s, 507, &st7), GRPO_OK);
+    assert_int_equal(st7, GRPO_BATCH_STORED);
     /* A resend of a recorded group is skipped, not duplicated, and so is its batch. */
     assert_int_equal(grpo_store_put_group(s, &t[4].g), GRPO_OK);
     grpo_group_rec again = t[3].g;

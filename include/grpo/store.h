@@ -242,7 +242,7 @@ grpo_err grpo_store_put_batch(grpo_store *s, int64_t batch_id, int64_t run_id, i
 grpo_err grpo_store_mark_published(grpo_store *s, int64_t batch_id);
 grpo_err grpo_store_ack_batch(grpo_store *s, int64_t batch_id);
 /* Where batch_id stands: *status = GRPO_BATCH_ABSENT, GRPO_BATCH_STORED (not acknowledged) or
- * GRPO_BATCH_ACKED. */
+ * GRPO_BATCH_ACKED. Flushes queued groups first (their batches count). */
 enum { GRPO_BATCH_ABSENT = 0, GRPO_BATCH_STORED = 1, GRPO_BATCH_ACKED = 2 };
 grpo_err grpo_store_batch_status(grpo_store *s, int64_t batch_id, int *status);
 

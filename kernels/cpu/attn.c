@@ -53,7 +53,7 @@ dot4(const float *q, size_t qs, const float *row, int n, float *out)
         grpo_v8_store(acc, v[i]);
         for (int t = k; t < n; t++)
             acc[t & 7] += q[(size_t)i * qs + t] * row[t];
-        out[i] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        out[i] = grpo_acc8_sum(acc);
     }
 }
 

@@ -43,6 +43,12 @@ grpo_v8_sum(grpo_v8f a)
 {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
+/* The same tree over an accumulator stored to memory (after a scalar tail added to its lanes). */
+static inline float
+grpo_acc8_sum(const float *a)
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
 
 /* Pairwise sums within each 4-lane half, a's pairs then b's (what x86 hadd does):
  * {a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7}. */

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NB 4                 /* weight rows per tile */
-#define KB 512               /* columns per tile (a multiple of 8) */
-#define CB 64                /* output columns per gemm_t tile */
-#define MB_BYTES (256 << 10) /* activation rows per pass: their K columns stay in L2 across tiles  \
-                              */
+#define NB 4   /* weight rows per tile */
+#define KB 512 /* columns per tile (a multiple of 8) */
+#define CB 64  /* output columns per gemm_t tile */
+/* Activation bytes per pass: the rows' K columns stay in L2 across weight tiles. */
+#define MB_BYTES (256 << 10)
 
 /* Lane l of an accumulator sums the products at k = l (mod 8) in ascending k; the tail (kb not a
  * multiple of 8) continues the same lanes; then the fixed tree. Rows are processed in blocks (3 or
@@ -40,7 +40,7 @@ finish_row(const grpo_v8f *a, const float *xr, const float *wt, int kv, int kb, 
         float acc[8];
         grpo_v8_store(acc, a[j]);
         tail_add(acc, xr, wt + j * KB, kv, kb);
-        float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        float s = grpo_acc8_sum(acc);
         yr[j] = first ? s : yr[j] + s;
     }
 }

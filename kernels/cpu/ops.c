@@ -18,7 +18,7 @@ grpo_cpu__dot(const float *a, const float *b, int n)
     grpo_v8_store(acc, v);
     for (; k < n; k++)
         acc[k & 7] += a[k] * b[k];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    return grpo_acc8_sum(acc);
 }
 
 void

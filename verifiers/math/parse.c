@@ -536,6 +536,71 @@ lex_utf8(lexer *L, const unsigned char *u, size_t n)
     return 0;
 }
 
+/* A run of letters from s[i]: one letter is an identifier; a longer word is lowercased and typed
+ * (function, pi, infinity, and/or, percent, else a word). Returns the end, 0 on failure. */
+static size_t
+lex_word(lexer *L, const char *s, size_t n, size_t i)
+{
+    size_t j = i;
+    while (j < n && isalpha((unsigned char)s[j]))
+        j++;
+    size_t len = j - i;
+    char *w = ma_strndup(L->ctx->ar, s + i, len);
+    if (w == NULL)
+        return 0;
+    if (len == 1)
+        return pushs(L, T_ID, w) ? j : 0;
+    for (size_t q = 0; q < len; q++)
+        w[q] = (char)tolower((unsigned char)w[q]);
+    tkind k = T_WORD;
+    if (in_list(FUNCS, w, len))
+        k = T_FN;
+    else if (strcmp(w, "pi") == 0)
+        k = T_PI;
+    else if (strcmp(w, "oo") == 0 || strcmp(w, "inf") == 0 || strcmp(w, "infinity") == 0)
+        k = T_INF;
+    else if (strcmp(w, "and") == 0 || strcmp(w, "or") == 0)
+        k = T_AND;
+    else if (strcmp(w, "percent") == 0 || strcmp(w, "percentage") == 0 || strcmp(w, "pct") == 0)
+        k = T_PCT;
+    return pushs(L, k, w) ? j : 0;
+}
+
+/* An operator or bracket at s[i] (** is power; <=, >=, != are one token). Returns the end, 0 on
+ * failure. */
+static size_t
+lex_op(lexer *L, const char *s, size_t n, size_t i)
+{
+    char c = s[i];
+    if (c == '*' && i + 1 < n && s[i + 1] == '*')
+        return pushk(L, T_OP, '^') ? i + 2 : 0;
+    if ((c == '<' || c == '>' || c == '!') && i + 1 < n && s[i + 1] == '=')
+        return pushk(L, c == '<' ? T_LE : c == '>' ? T_GE : T_NE, 0) ? i + 2 : 0;
+    if (c == '%')
+        return pushk(L, T_PCT, 0) ? i + 1 : 0;
+    if (strchr("+-*/^_=<>!,;|()[]{}&':", (int)(unsigned char)c) == NULL) {
+        L->ctx->err = "unexpected character";
+        return 0;
+    }
+    if (c == '(' || c == '[' || c == '{')
+        L->depth++;
+    else if (c == ')' || c == ']' || c == '}')
+        L->depth--;
+    return pushk(L, T_OP, c) ? i + 1 : 0;
+}
+
+/* A non-ASCII character at s[i] (lex_utf8). Returns the end, 0 on failure. */
+static size_t
+lex_high(lexer *L, const char *s, size_t n, size_t i)
+{
+    size_t used = lex_utf8(L, (const unsigned char *)s + i, n - i);
+    if (used == 0) {
+        L->ctx->err = "unsupported character";
+        return 0;
+    }
+    return i + used;
+}
+
 static bool
 lex(lexer *L, const char *s, size_t n)
 {
@@ -552,87 +617,20 @@ lex(lexer *L, const char *s, size_t n)
             i = lex_number(L, s, n, i);
             continue;
         }
+        size_t j;
         if (isalpha(c)) {
-            size_t j = i;
-            while (j < n && isalpha((unsigned char)s[j]))
-                j++;
-            size_t len = j - i;
-            char *w = ma_strndup(L->ctx->ar, s + i, len);
-            if (w == NULL)
-                return false;
-            if (len == 1) {
-                if (!pushs(L, T_ID, w))
-                    return false;
-            } else {
-                for (size_t q = 0; q < len; q++)
-                    w[q] = (char)tolower((unsigned char)w[q]);
-                tkind k = T_WORD;
-                if (in_list(FUNCS, w, len))
-                    k = T_FN;
-                else if (strcmp(w, "pi") == 0)
-                    k = T_PI;
-                else if (strcmp(w, "oo") == 0 || strcmp(w, "inf") == 0 ||
-                         strcmp(w, "infinity") == 0)
-                    k = T_INF;
-                else if (strcmp(w, "and") == 0 || strcmp(w, "or") == 0)
-                    k = T_AND;
-                else if (strcmp(w, "percent") == 0 || strcmp(w, "percentage") == 0 ||
-                         strcmp(w, "pct") == 0)
-                    k = T_PCT;
-                if (!pushs(L, k, w))
-                    return false;
-            }
-            i = j;
-            continue;
-        }
-        if (c == '\\') {
+            j = lex_word(L, s, n, i);
+        } else if (c == '\\') {
             /* "\\frac" from a doubly escaped string is \frac; "\\" alone is a row break */
             if (i + 2 < n && s[i + 1] == '\\' && isalpha((unsigned char)s[i + 2]))
                 i++;
-            size_t j = lex_cmd(L, s, n, i + 1);
-            if (j == 0)
-                return false;
-            i = j;
-            continue;
+            j = lex_cmd(L, s, n, i + 1);
+        } else {
+            j = c >= 0x80 ? lex_high(L, s, n, i) : lex_op(L, s, n, i);
         }
-        if (c >= 0x80) {
-            size_t used = lex_utf8(L, (const unsigned char *)s + i, n - i);
-            if (used == 0) {
-                L->ctx->err = "unsupported character";
-                return false;
-            }
-            i += used;
-            continue;
-        }
-        if (c == '*' && i + 1 < n && s[i + 1] == '*') { /* ** is power */
-            if (!pushk(L, T_OP, '^'))
-                return false;
-            i += 2;
-            continue;
-        }
-        if ((c == '<' || c == '>' || c == '!') && i + 1 < n && s[i + 1] == '=') {
-            if (!pushk(L, c == '<' ? T_LE : c == '>' ? T_GE : T_NE, 0))
-                return false;
-            i += 2;
-            continue;
-        }
-        if (c == '%') {
-            if (!pushk(L, T_PCT, 0))
-                return false;
-            i++;
-            continue;
-        }
-        if (strchr("+-*/^_=<>!,;|()[]{}&':", (int)c) == NULL) {
-            L->ctx->err = "unexpected character";
+        if (j == 0)
             return false;
-        }
-        if (c == '(' || c == '[' || c == '{')
-            L->depth++;
-        else if (c == ')' || c == ']' || c == '}')
-            L->depth--;
-        if (!pushk(L, T_OP, (char)c))
-            return false;
-        i++;
+        i = j;
     }
     return pushk(L, T_END, 0);
 }

@@ -878,6 +878,10 @@ summary(serve *c, double secs)
            (unsigned long long)lc.expired, (unsigned long long)c->duplicates,
            (unsigned long long)c->stale, (unsigned long long)c->refused, c->n_workers, cpu,
            secs > 0 ? 100 * cpu / secs : 0.0, ru.ru_maxrss);
+    if (c->held_total > 0)
+        printf("trainer backpressure: %llu batches waited for the publish window (new leases "
+               "waited meanwhile)\n",
+               (unsigned long long)c->held_total);
 }
 
 static void

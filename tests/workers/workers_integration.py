@@ -552,6 +552,9 @@ def scenario_weights(grpo, tmp, staleness=0):
             if v == 1 and all(got[k][2] == dict(((x[0], x[1]), x[2]) for x in completions(
                     os.path.join(tmp, "ref0.db")))[k] for k in keys):
                 fail("the v1 completions equal v0's: the new weights changed nothing")
+        if "trainer backpressure: " not in P.log("serve"):
+            fail("the trainer came up late, yet serve's summary reports no batch held for it:\n"
+                 + P.log("serve")[-3000:])
         print("ok: groups by version %r; every group's completions equal grpo rollout with its "
               "version's weights; the trainer got each of the %d batches once with the right version"
               % (by_v, n))

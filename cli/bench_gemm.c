@@ -1,10 +1,12 @@
 /* `grpo bench gemm`: the CPU backend's GEMM (weights in FP8 with 128x128 block scales, BF16 or
  * F32, dequantized on the fly, each row's bits independent of M) against OpenBLAS cblas_sgemm on
- * the same activations with the weights already in fp32, measured in the same run. */
+ * the same activations with the weights already in fp32, measured in the same run. OpenBLAS is
+ * opened here with dlopen: linked into grpo, its thread pool would start (and spin) in every
+ * grpo process, and nothing else uses it. */
 #include "cli/cli.h"
 #include "kernels/kernels.h"
 
-#include <cblas.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,7 +30,38 @@ usage(FILE *f)
                "  --reps R       timings per figure (default 3)\n");
 }
 
+/* The three OpenBLAS entry points used, with the CBLAS enum values they take. */
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 typedef struct {
+    void *lib;
+    void (*sgemm)(int order, int ta, int tb, int M, int N, int K, float alpha, const float *a,
+                  int lda, const float *b, int ldb, float beta, float *c, int ldc);
+    void (*set_threads)(int n);
+    char *(*config)(void);
+} blas;
+
+static int
+blas_open(blas *o)
+{
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so"};
+    memset(o, 0, sizeof *o);
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && o->lib == NULL; i++)
+        o->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (o->lib == NULL)
+        return -1;
+    *(void **)&o->sgemm = dlsym(o->lib, "cblas_sgemm");
+    *(void **)&o->set_threads = dlsym(o->lib, "openblas_set_num_threads");
+    *(void **)&o->config = dlsym(o->lib, "openblas_get_config");
+    if (o->sgemm == NULL || o->set_threads == NULL || o->config == NULL) {
+        dlclose(o->lib);
+        o->lib = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    blas blas;
     int N, K, threads, reps;
     float *x, *wf, *y, *yb; /* activations (Mmax x K), fp32 weights, outputs */
     grpo_kw w[3];           /* FP8, BF16, F32 views of the same values */
@@ -94,8 +127,8 @@ time_blas(gemm_bench *b, int M)
         int n = 0;
         double t0 = grpo_now(), t;
         do {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, b->N, b->K, 1.0f, b->x, b->K,
-                        b->wf, b->K, 0.0f, b->yb, b->N);
+            b->blas.sgemm(ROW_MAJOR, NO_TRANS, TRANS, M, b->N, b->K, 1.0f, b->x, b->K, b->wf, b->K,
+                          0.0f, b->yb, b->N);
             n++;
         } while ((t = grpo_now() - t0) < 0.1);
         best = t / n < best ? t / n : best;
@@ -210,8 +243,15 @@ grpo_bench_gemm(int argc, char **argv)
     uint64_t r = 88172645463325252ull;
     for (size_t i = 0; i < (size_t)mmax * b.K; i++)
         b.x[i] = (float)((double)(next(&r) >> 11) / 9007199254740992.0 * 2 - 1);
-    openblas_set_num_threads(nt);
-    printf("N = %d, K = %d, %d threads; OpenBLAS %s\n", b.N, b.K, nt, openblas_get_config());
+    if (blas_open(&b.blas) != 0) {
+        fprintf(stderr,
+                "grpo bench gemm: cannot open OpenBLAS (libopenblas.so.0: %s); "
+                "scripts/setup.sh installs it\n",
+                dlerror() ? dlerror() : "missing symbols");
+        goto done;
+    }
+    b.blas.set_threads(nt);
+    printf("N = %d, K = %d, %d threads; OpenBLAS %s\n", b.N, b.K, nt, b.blas.config());
     int wide = grpo_kernels_cpu_set_gemm_isa(1);
     printf("GEMM micro-kernel: %s\n\n", wide ? "AVX-512VL, 6 rows (the AVX2 one, 3 rows, also "
                                                "shown)"
@@ -230,6 +270,8 @@ grpo_bench_gemm(int argc, char **argv)
         p = *end == ',' ? end + 1 : end;
     }
 done:
+    if (b.blas.lib)
+        dlclose(b.blas.lib);
     grpo_kernels_destroy(k);
     free(fp8), free(scale), free(bf), free(b.wf), free(b.x), free(b.y), free(b.yb);
     return rc;

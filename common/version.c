@@ -22,5 +22,5 @@ grpo_build_features(void)
 #else
            "no"
 #endif
-           " blas=openblas";
+        ;
 }

@@ -288,6 +288,9 @@ test_gpu_flag(void **state)
      * cudart and cuBLASLt would cost every process ~200 MB and every sandbox clone their page
      * tables */
     assert_int_equal(run("ldd %s | grep -q -e libcudart -e libcublas -e libnccl", bin), 1);
+    /* nor OpenBLAS (`grpo bench gemm` opens it): its thread pool would start, and spin in
+     * sched_yield, in every grpo process; it once took 17% of a batch-1 decode's profile */
+    assert_int_equal(run("ldd %s | grep -q libopenblas", bin), 1);
 }
 
 /* --resume: a run whose store lost two groups and holds one group an interrupt cut short

@@ -286,17 +286,19 @@ def start_batch_logger(P, tmp, pub):
 def scenario_restart(grpo, tmp):
     """The coordinator is killed (SIGKILL) mid-run and restarted: it resumes the run without
     redoing recorded groups, and its trainer gets every group's batch (stored with the group, so
-    a kill loses none)."""
+    a kill loses none). The trainer connects only after the restart: at the kill the recorded
+    groups' batches are all undelivered (queued in the window or held behind it)."""
     n = 30
     prompts, db, want, url, P = small_run(grpo, tmp, n)
     pub = "ipc://" + os.path.join(tmp, "trainer.ipc")
     try:
         s1 = P.start("serve1", serve_args(prompts, db, url, "--publish", pub))
-        trainer, tlog = start_batch_logger(P, tmp, pub)
         for w in ("A", "B"):
             P.start(w, worker_args(url, w, "--step-delay", "10", "--give-up", "60"))
-        wait_until(lambda: db_rows(db, "SELECT count(*) FROM groups")[0][0] >= n // 3, 60,
-                   "a third of the groups")
+        # No trainer yet: the window (4) fills and the coordinator holds what the in-flight leases
+        # return, then makes the workers wait; 5 groups are recorded well before that stops.
+        wait_until(lambda: db_rows(db, "SELECT count(*) FROM groups")[0][0] >= 5, 60,
+                   "five groups")
         s1.kill()
         s1.wait()
         before = db_rows(db, "SELECT id, prompt_id, finished_at, worker_id FROM groups ORDER BY id")
@@ -304,7 +306,12 @@ def scenario_restart(grpo, tmp):
             fail("the run finished before the coordinator was killed")
         t_restart = time.time()
         time.sleep(0.5)
+        undelivered = db_rows(db, "SELECT count(*) FROM batches WHERE published_at IS NULL")[0][0]
+        if undelivered != len(before):
+            fail("%d groups recorded before the kill but %d undelivered batches stored"
+                 % (len(before), undelivered))
         s2 = P.start("serve2", serve_args(prompts, db, url, "--publish", pub))
+        trainer, tlog = start_batch_logger(P, tmp, pub)
         rc = P.wait(s2, 120)
         log = P.log("serve2")
         if rc != 0:
@@ -333,9 +340,10 @@ def scenario_restart(grpo, tmp):
         unacked = db_rows(db, "SELECT count(*), count(acked_at) FROM batches")[0]
         if unacked != (n, n):
             fail("the store has %d batches, %d acknowledged; expected %d of each" % (unacked + (n,)))
-        print("ok: killed after %d/%d groups; the restart resumed run 1, leased none of them again, "
-              "recorded the other %d once each; completions equal grpo rollout's; the trainer got "
-              "every group's batch (%d deliveries for %d batches)"
+        print("ok: killed after %d/%d groups (each with its undelivered batch stored); the restart "
+              "resumed run 1, leased none of them again, recorded the other %d once each; completions "
+              "equal grpo rollout's; the trainer, attached after the restart, got every group's "
+              "batch (%d deliveries for %d batches)"
               % (len(before), n, n - len(before), len(items), n))
     finally:
         P.cleanup()

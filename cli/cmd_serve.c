@@ -475,37 +475,6 @@ check_result(const serve *c, const grpo_wresult *r, size_t item)
     return why;
 }
 
-/* Hands a stored batch (bytes: ours) to the publisher. When its window is full (the trainer is
- * behind, or not up yet) the batch is held and flush_held hands it over once there is room; new
- * leases wait meanwhile. Blocking here instead would leave every worker unanswered for as long as
- * the trainer is busy. */
-static grpo_err
-hand_over(serve *c, void *bytes, size_t len)
-{
-    grpo_err err;
-    if (c->n_held == 0 &&
-        (err = grpo_bridge_publish_bytes(c->pub, bytes, len, 0)) != GRPO_ETIMEOUT) {
-        free(bytes);
-        return err;
-    }
-    if (c->n_held == c->cap_held) {
-        size_t cap = c->cap_held ? 2 * c->cap_held : 16;
-        held_batch *t = realloc(c->held, cap * sizeof *t);
-        if (t == NULL) {
-            free(bytes);
-            return grpo__fail(GRPO_ENOMEM, "serve: out of memory");
-        }
-        c->held = t, c->cap_held = cap;
-    }
-    if (c->held_total++ == 0)
-        fprintf(stderr,
-                "\ngrpo serve: the trainer has %d batches unacknowledged (the window); "
-                "recorded groups wait for it, and new leases too\n",
-                c->a->window);
-    c->held[c->n_held++] = (held_batch){bytes, len};
-    return GRPO_OK;
-}
-
 /* Hands held batches to the publisher, oldest first, while its window has room. */
 static grpo_err
 flush_held(serve *c)
@@ -518,6 +487,32 @@ flush_held(serve *c)
     memmove(c->held, c->held + k, (c->n_held - k) * sizeof *c->held);
     c->n_held -= k;
     return err == GRPO_ETIMEOUT ? GRPO_OK : err;
+}
+
+/* Hands a stored batch (bytes: ours) to the publisher, behind any held ones. When its window is
+ * full (the trainer is behind, or not up yet) the batch stays held and flush_held hands it over
+ * once there is room; new leases wait meanwhile. Blocking here instead would leave every worker
+ * unanswered for as long as the trainer is busy. */
+static grpo_err
+hand_over(serve *c, void *bytes, size_t len)
+{
+    if (c->n_held == c->cap_held) {
+        size_t cap = c->cap_held ? 2 * c->cap_held : 16;
+        held_batch *t = realloc(c->held, cap * sizeof *t);
+        if (t == NULL) {
+            free(bytes);
+            return grpo__fail(GRPO_ENOMEM, "serve: out of memory");
+        }
+        c->held = t, c->cap_held = cap;
+    }
+    c->held[c->n_held++] = (held_batch){bytes, len};
+    grpo_err err = flush_held(c);
+    if (err == GRPO_OK && c->n_held > 0 && c->held_total++ == 0) /* this one is held (FIFO) */
+        fprintf(stderr,
+                "\ngrpo serve: the trainer has %d batches unacknowledged (the window); "
+                "recorded groups wait for it, and new leases too\n",
+                c->a->window);
+    return err;
 }
 
 /* The group as the trainer's batch, encoded (the caller frees *bytes). */

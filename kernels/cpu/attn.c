@@ -188,13 +188,11 @@ absorbed_range(void *vctx, size_t b, size_t e, int worker)
                 for (int i = 0; i < 4; i++)
                     s[(size_t)(hh + i) * L + j] = (dl[i] + dp[i]) * c->scale;
             }
-            for (; hh < nh; hh++) {
-                const float *ql = c->ql + ((size_t)bi * c->H + h0 + hh) * c->dc;
-                const float *qr = c->qr + ((size_t)bi * c->H + h0 + hh) * c->dr;
+            for (; hh < nh; hh++)
                 s[(size_t)hh * L + j] =
-                    (grpo_cpu__dot(ql, row, c->dc) + grpo_cpu__dot(qr, row + c->dc, c->dr)) *
+                    (grpo_cpu__dot(ql0 + (size_t)hh * c->dc, row, c->dc) +
+                     grpo_cpu__dot(qr0 + (size_t)hh * c->dr, row + c->dc, c->dr)) *
                     c->scale;
-            }
         }
         for (int hh = 0; hh < nh; hh++) {
             softmax_inplace(s + (size_t)hh * L, L);

@@ -553,6 +553,58 @@ done:
     return ok;
 }
 
+/* kids[0] op kids[1] op ... left to right (N_ADD, N_MUL, N_DIV, N_POW; N_PM adds or subtracts
+ * each term as its bit in pm_mask says). */
+static bool
+neval_fold(nctx *n, const mnode *e, mpfr_t out, int depth)
+{
+    mpfr_t t;
+    mpfr_init2(t, PREC);
+    bool ok = neval(n, e->kids[0], out, depth + 1);
+    int bit = e->kind == N_PM ? n->pm_next++ : 0;
+    for (int k = 1; k < e->n && ok; k++) {
+        ok = neval(n, e->kids[k], t, depth + 1);
+        if (!ok)
+            break;
+        if (e->kind == N_ADD)
+            mpfr_add(out, out, t, MPFR_RNDN);
+        else if (e->kind == N_MUL)
+            mpfr_mul(out, out, t, MPFR_RNDN);
+        else if (e->kind == N_DIV)
+            mpfr_div(out, out, t, MPFR_RNDN);
+        else if (e->kind == N_POW)
+            mpfr_pow(out, out, t, MPFR_RNDN);
+        else if (n->pm_mask >> bit & 1)
+            mpfr_sub(out, out, t, MPFR_RNDN);
+        else
+            mpfr_add(out, out, t, MPFR_RNDN);
+    }
+    mpfr_clear(t);
+    return ok;
+}
+
+/* -x, x%, x! (exact factorial for integers up to MAX_FACT_NUM, else Gamma(x + 1)). */
+static bool
+neval_unary(nctx *n, const mnode *e, mpfr_t out, int depth)
+{
+    if (!neval(n, e->kids[0], out, depth + 1))
+        return false;
+    if (e->kind == N_NEG) {
+        mpfr_neg(out, out, MPFR_RNDN);
+    } else if (e->kind == N_PCT) {
+        mpfr_div_ui(out, out, 100, MPFR_RNDN);
+    } else if (mpfr_integer_p(out) && mpfr_sgn(out) >= 0 && mpfr_cmp_ui(out, MAX_FACT_NUM) <= 0) {
+        unsigned long k = mpfr_get_ui(out, MPFR_RNDN);
+        if (!mb_step(n->c->bud, (int64_t)k))
+            return false;
+        mpfr_fac_ui(out, k, MPFR_RNDN);
+    } else {
+        mpfr_add_ui(out, out, 1, MPFR_RNDN);
+        mpfr_gamma(out, out, MPFR_RNDN);
+    }
+    return true;
+}
+
 static bool
 neval(nctx *n, const mnode *e, mpfr_t out, int depth)
 {
@@ -585,54 +637,12 @@ neval(nctx *n, const mnode *e, mpfr_t out, int depth)
     case N_MUL:
     case N_DIV:
     case N_POW:
-    case N_PM: {
-        mpfr_t t;
-        mpfr_init2(t, PREC);
-        bool ok = neval(n, e->kids[0], out, depth + 1);
-        int bit = e->kind == N_PM ? n->pm_next++ : 0;
-        for (int k = 1; k < e->n && ok; k++) {
-            ok = neval(n, e->kids[k], t, depth + 1);
-            if (!ok)
-                break;
-            if (e->kind == N_ADD)
-                mpfr_add(out, out, t, MPFR_RNDN);
-            else if (e->kind == N_MUL)
-                mpfr_mul(out, out, t, MPFR_RNDN);
-            else if (e->kind == N_DIV)
-                mpfr_div(out, out, t, MPFR_RNDN);
-            else if (e->kind == N_POW)
-                mpfr_pow(out, out, t, MPFR_RNDN);
-            else if (n->pm_mask >> bit & 1)
-                mpfr_sub(out, out, t, MPFR_RNDN);
-            else
-                mpfr_add(out, out, t, MPFR_RNDN);
-        }
-        mpfr_clear(t);
-        return ok;
-    }
+    case N_PM:
+        return neval_fold(n, e, out, depth);
     case N_NEG:
-        if (!neval(n, e->kids[0], out, depth + 1))
-            return false;
-        mpfr_neg(out, out, MPFR_RNDN);
-        return true;
     case N_PCT:
-        if (!neval(n, e->kids[0], out, depth + 1))
-            return false;
-        mpfr_div_ui(out, out, 100, MPFR_RNDN);
-        return true;
     case N_FACT:
-        if (!neval(n, e->kids[0], out, depth + 1))
-            return false;
-        if (mpfr_integer_p(out) && mpfr_sgn(out) >= 0 && mpfr_cmp_ui(out, MAX_FACT_NUM) <= 0) {
-            unsigned long k = mpfr_get_ui(out, MPFR_RNDN);
-            if (!mb_step(n->c->bud, (int64_t)k))
-                return false;
-            mpfr_fac_ui(out, k, MPFR_RNDN);
-        } else {
-            mpfr_add_ui(out, out, 1, MPFR_RNDN);
-            mpfr_gamma(out, out, MPFR_RNDN);
-        }
-        return true;
+        return neval_unary(n, e, out, depth);
     case N_FUNC:
         return n_func(n, e, out, depth);
     default:

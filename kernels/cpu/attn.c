@@ -57,6 +57,83 @@ dot4(const float *q, size_t qs, const float *row, int n, float *out)
     }
 }
 
+/* dot4 against two rows at once: oa[i] = grpo_cpu__dot(q + i * qs, ra, n), ob[i] the same with
+ * rb; each query vector load serves both rows. The same arithmetic as dot4, row by row. */
+GRPO_CPU_CLONES static void
+dot4x2(const float *q, size_t qs, const float *ra, const float *rb, int n, float *oa, float *ob)
+{
+    grpo_v8f va[4] = {{0}, {0}, {0}, {0}}, vb[4] = {{0}, {0}, {0}, {0}};
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        grpo_v8f a = grpo_v8_load(ra + k), b = grpo_v8_load(rb + k);
+        for (int i = 0; i < 4; i++) {
+            grpo_v8f qv = grpo_v8_load(q + (size_t)i * qs + k);
+            va[i] += qv * a;
+            vb[i] += qv * b;
+        }
+    }
+    if (k == n) {
+        grpo_v8_sum4(va, oa);
+        grpo_v8_sum4(vb, ob);
+        return;
+    }
+    for (int i = 0; i < 4; i++) {
+        float acc[8], bcc[8];
+        grpo_v8_store(acc, va[i]);
+        grpo_v8_store(bcc, vb[i]);
+        for (int t = k; t < n; t++) {
+            acc[t & 7] += q[(size_t)i * qs + t] * ra[t];
+            bcc[t & 7] += q[(size_t)i * qs + t] * rb[t];
+        }
+        oa[i] = grpo_acc8_sum(acc);
+        ob[i] = grpo_acc8_sum(bcc);
+    }
+}
+
+/* Weighted sum of rows for NH heads over 16 columns at c0: o[i][c] = sum over j ascending of
+ * p[i * ps + j] * rows[j][c], multiply then add, starting from zero: the arithmetic of axpy
+ * called for j = 0, 1, ... on a zeroed output, with the outputs kept in registers. */
+__attribute__((always_inline)) static inline void
+pv_cols16(int NH, const float *p, size_t ps, const float *const *rows, int L, int c0, float *o,
+          size_t os)
+{
+    grpo_v8f acc[4][2] = {{{0}}};
+    for (int j = 0; j < L; j++) {
+        grpo_v8f r0 = grpo_v8_load(rows[j] + c0), r1 = grpo_v8_load(rows[j] + c0 + 8);
+        for (int i = 0; i < NH; i++) {
+            float w = p[(size_t)i * ps + j];
+            acc[i][0] += w * r0;
+            acc[i][1] += w * r1;
+        }
+    }
+    for (int i = 0; i < NH; i++) {
+        grpo_v8_store(o + (size_t)i * os + c0, acc[i][0]);
+        grpo_v8_store(o + (size_t)i * os + c0 + 8, acc[i][1]);
+    }
+}
+
+/* o[i][0..n) = sum over j < L of p[i * ps + j] * rows[j][0..n) for nh heads (outputs at stride os),
+ * each element summed in ascending j. */
+GRPO_CPU_CLONES static void
+pv_heads(int nh, const float *p, size_t ps, const float *const *rows, int L, int n, float *o,
+         size_t os)
+{
+    int n16 = n & ~15, i = 0;
+    for (; i + 4 <= nh; i += 4)
+        for (int c0 = 0; c0 < n16; c0 += 16)
+            pv_cols16(4, p + (size_t)i * ps, ps, rows, L, c0, o + (size_t)i * os, os);
+    for (; i < nh; i++)
+        for (int c0 = 0; c0 < n16; c0 += 16)
+            pv_cols16(1, p + (size_t)i * ps, ps, rows, L, c0, o + (size_t)i * os, os);
+    for (i = 0; i < nh; i++)
+        for (int c = n16; c < n; c++) {
+            float acc = 0.0f;
+            for (int j = 0; j < L; j++)
+                acc += p[(size_t)i * ps + j] * rows[j][c];
+            o[(size_t)i * os + c] = acc;
+        }
+}
+
 /* Work is cut into tasks of up to QT queries x HG heads (a function of the shapes only). Within a
  * task positions are the outer loop, so a key/value row (or cache row) is read once per task
  * instead of once per (query, head); each score and each output element is still computed by the
@@ -169,17 +246,42 @@ absorbed_range(void *vctx, size_t b, size_t e, int worker)
 {
     (void)worker;
     absorbed_ctx *c = vctx;
-    float *s = malloc((size_t)HG * (size_t)(c->maxlen > 0 ? c->maxlen : 1) * sizeof *s);
-    if (s == NULL)
+    size_t ml = (size_t)(c->maxlen > 0 ? c->maxlen : 1);
+    float *s = malloc((size_t)HG * ml * sizeof *s);
+    const float **rows = malloc(ml * sizeof *rows);
+    if (s == NULL || rows == NULL)
         abort();
     for (size_t t = b; t < e; t++) {
         int bi = (int)(t / (size_t)c->hgroups), h0 = (int)(t % (size_t)c->hgroups) * HG;
         int nh = c->H - h0 < HG ? c->H - h0 : HG, L = c->len[bi];
         const float *const *pages = c->pages_of[bi];
+        for (int j = 0; j < L; j++)
+            rows[j] = pages[j / c->page_len] + (size_t)(j % c->page_len) * c->row_stride;
         const float *ql0 = c->ql + ((size_t)bi * c->H + h0) * c->dc,
                     *qr0 = c->qr + ((size_t)bi * c->H + h0) * c->dr;
-        for (int j = 0; j < L; j++) {
-            const float *row = pages[j / c->page_len] + (size_t)(j % c->page_len) * c->row_stride;
+        int j = 0;
+        for (; j + 2 <= L && nh >= 4; j += 2) { /* four heads x two rows share their loads */
+            int hh = 0;
+            for (; hh + 4 <= nh; hh += 4) {
+                float la[4], lb[4], pa[4], pb[4];
+                dot4x2(ql0 + (size_t)hh * c->dc, (size_t)c->dc, rows[j], rows[j + 1], c->dc, la,
+                       lb);
+                dot4x2(qr0 + (size_t)hh * c->dr, (size_t)c->dr, rows[j] + c->dc,
+                       rows[j + 1] + c->dc, c->dr, pa, pb);
+                for (int i = 0; i < 4; i++) {
+                    s[(size_t)(hh + i) * L + j] = (la[i] + pa[i]) * c->scale;
+                    s[(size_t)(hh + i) * L + j + 1] = (lb[i] + pb[i]) * c->scale;
+                }
+            }
+            for (; hh < nh; hh++)
+                for (int jj = j; jj < j + 2; jj++)
+                    s[(size_t)hh * L + jj] =
+                        (grpo_cpu__dot(ql0 + (size_t)hh * c->dc, rows[jj], c->dc) +
+                         grpo_cpu__dot(qr0 + (size_t)hh * c->dr, rows[jj] + c->dc, c->dr)) *
+                        c->scale;
+        }
+        for (; j < L; j++) {
+            const float *row = rows[j];
             int hh = 0;
             for (; hh + 4 <= nh; hh += 4) { /* four heads share the row's loads */
                 float dl[4], dp[4];
@@ -194,17 +296,12 @@ absorbed_range(void *vctx, size_t b, size_t e, int worker)
                      grpo_cpu__dot(qr0 + (size_t)hh * c->dr, row + c->dc, c->dr)) *
                     c->scale;
         }
-        for (int hh = 0; hh < nh; hh++) {
+        for (int hh = 0; hh < nh; hh++)
             softmax_inplace(s + (size_t)hh * L, L);
-            memset(c->ol + ((size_t)bi * c->H + h0 + hh) * c->dc, 0, (size_t)c->dc * sizeof(float));
-        }
-        for (int j = 0; j < L; j++) {
-            const float *row = pages[j / c->page_len] + (size_t)(j % c->page_len) * c->row_stride;
-            for (int hh = 0; hh < nh; hh++)
-                axpy(c->ol + ((size_t)bi * c->H + h0 + hh) * c->dc, s[(size_t)hh * L + j], row,
-                     c->dc);
-        }
+        pv_heads(nh, s, (size_t)L, rows, L, c->dc, c->ol + ((size_t)bi * c->H + h0) * c->dc,
+                 (size_t)c->dc);
     }
+    free(rows);
     free(s);
 }
 

@@ -96,6 +96,8 @@ void grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const
                             const float *qr, const float *const *const *pages_of,
                             const int32_t *len, int page_len, int row_stride, float scale,
                             float *ol);
+/* Nonzero when grpo_kernels_cpu_set_portable asked for the portable paths only. */
+int grpo_cpu__portable(void);
 /* Dot product with 8 interleaved lanes and a fixed tree: same bits for the same inputs. */
 float grpo_cpu__dot(const float *a, const float *b, int n);
 

@@ -82,6 +82,12 @@ grpo_kernels_cpu_set_portable(int on)
     __atomic_store_n(&portable, on, __ATOMIC_RELAXED);
 }
 
+int
+grpo_cpu__portable(void)
+{
+    return __atomic_load_n(&portable, __ATOMIC_RELAXED);
+}
+
 #ifdef GRPO_HAVE_F16C_PATH
 /* E4M3 -> FP16 is a shift ((b & 0x7f) << 7 | sign << 8) giving the value times 2^-8 exactly,
  * subnormals included; F16C converts 8 at a time to fp32 (exactly, no denormal penalty); one

@@ -4,8 +4,13 @@
  * a fixed tree, blocks added in order) whatever M and the thread count are. */
 #include "kernels/cpu/cpu_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GRPO_NO_CLONES)
+#include <immintrin.h>
+#define GRPO_CPU_FUSED 1
+#endif
 
 #define NB 4   /* weight rows per tile */
 #define KB 512 /* columns per tile (a multiple of 8) */
@@ -143,21 +148,174 @@ typedef struct {
     float *y;
 } gemm_ctx;
 
-/* Software prefetch of tile t's weight rows: rows are short streams (K bytes) read a block at a
- * time, which the hardware prefetchers pick up too late; fetching the next tile while this one is
- * computed keeps decode (M = 1) closer to memory bandwidth. */
+/* Software prefetch of columns [k0, k0 + kb) of tile t's weight rows: rows are short streams read
+ * a block at a time, which the hardware prefetchers pick up too late; fetching the next tile while
+ * this one is computed keeps decode (M = 1) closer to memory bandwidth. */
 static void
-prefetch_tile(const gemm_ctx *c, size_t t)
+prefetch_tile(const gemm_ctx *c, size_t t, int k0, int kb)
 {
     if (t >= (size_t)c->H * (size_t)c->tiles)
         return;
     int h = (int)(t / (size_t)c->tiles), n0 = (int)(t % (size_t)c->tiles) * NB;
     int nn = c->N - n0 < NB ? c->N - n0 : NB;
-    size_t row = (size_t)c->w->cols * grpo_dtype_size(c->w->dt);
-    const char *p = (const char *)c->w->data + (size_t)(h * c->wrs + n0) * row;
-    for (size_t off = 0; off < (size_t)nn * row; off += 64)
-        __builtin_prefetch(p + off, 0, 0);
+    size_t es = grpo_dtype_size(c->w->dt), row = (size_t)c->w->cols * es;
+    const char *p = (const char *)c->w->data + (size_t)(h * c->wrs + n0) * row + (size_t)k0 * es;
+    for (int j = 0; j < nn; j++)
+        for (size_t off = 0; off < (size_t)kb * es; off += 64)
+            __builtin_prefetch(p + (size_t)j * row + off, 0, 0);
 }
+
+/* Columns [k0, k0 + KB) of tile t for rows [0, mm) of x and y: the block of its weight rows
+ * dequantized into wt, then the micro-kernel (which adds to y after the first block). */
+static void
+tile_block(const gemm_ctx *c, size_t t, int k0, int mm, const float *x, float *y, float *wt)
+{
+    int K = c->w->cols, kb = K - k0 < KB ? K - k0 : KB;
+    int h = (int)(t / (size_t)c->tiles), n0 = (int)(t % (size_t)c->tiles) * NB;
+    int nn = c->N - n0 < NB ? c->N - n0 : NB;
+    if (nn < NB)
+        memset(wt, 0, (size_t)NB * KB * sizeof *wt);
+    for (int j = 0; j < nn; j++)
+        grpo_kw_dequant_row(c->w, h * c->wrs + n0 + j, k0, kb, wt + j * KB);
+    dot_tile(mm, x + (size_t)h * (size_t)c->xhs + (size_t)k0, c->ldx, wt, kb, nn,
+             y + (size_t)h * (size_t)c->yhs + (size_t)n0, c->ldy, k0 == 0);
+}
+
+#ifdef GRPO_CPU_FUSED
+/* Decode-sized batches (M <= FUSED_MAX_M rows) are bound by reading the weights once: the fused
+ * kernel converts each 8-wide group of weights in registers and multiplies it in at once, instead
+ * of writing the dequantized tile to memory and reading it back. Its values (the exact dequantized
+ * weights), lanes, contraction, tail and tree are the staged path's, so the bits are the same. */
+#define FUSED_MAX_M 3
+
+/* 8 weights at column k of a row in dtype dt, as grpo_kw_dequant_row gives them: FP8 through the
+ * E4M3 -> FP16 shift (value * 2^-8, exact) and one multiply by scale * 256; BF16 widened. */
+__attribute__((always_inline, target("arch=x86-64-v3"))) static inline grpo_v8f
+fused_w8(grpo_dtype dt, const void *row, int k, __m256 sc256)
+{
+    if (dt == GRPO_DT_F8E4M3) {
+        __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)((const uint8_t *)row + k));
+        __m128i hi = _mm_unpacklo_epi8(_mm_setzero_si128(), b); /* b << 8 per 16-bit lane */
+        __m128i h = _mm_and_si128(_mm_srai_epi16(hi, 1), _mm_set1_epi16((short)0xbfff));
+        return (grpo_v8f)_mm256_mul_ps(_mm256_cvtph_ps(h), sc256);
+    }
+    if (dt == GRPO_DT_BF16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)row + k));
+        return (grpo_v8f)_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16);
+    }
+    return grpo_v8_load((const float *)row + k);
+}
+
+typedef struct {
+    const void *row[NB];   /* weight rows (rows past nn repeat row 0; their sums are dropped) */
+    const float *srow[NB]; /* FP8: each row's line of the scale grid */
+} fused_rows;
+
+/* Rows [0, R) of x against the NB weight rows of fr over all K columns, into y[r][0..nn). */
+__attribute__((always_inline, target("arch=x86-64-v3"))) GRPO_CPU_CONTRACT static inline void
+fused_block(int R, grpo_dtype dt, const gemm_ctx *c, const fused_rows *fr, int r0, int nn,
+            const float *x, float *y)
+{
+    int K = c->w->cols, bc = c->w->bc;
+    float wt[NB * KB]; /* the tail columns only (K not a multiple of 8) */
+    for (int k0 = 0; k0 < K; k0 += KB) {
+        int kb = K - k0 < KB ? K - k0 : KB, kv = kb & ~7;
+        grpo_v8f a[FUSED_MAX_M][NB];
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < NB; j++)
+                a[r][j] = (grpo_v8f){0};
+        for (int k = k0; k < k0 + kv;) {
+            int end = k0 + kv;
+            __m256 sc[NB] = {0};
+            if (dt == GRPO_DT_F8E4M3) {
+                int blk = k / bc;
+                end = (blk + 1) * bc < end ? (blk + 1) * bc : end;
+                for (int j = 0; j < NB; j++)
+                    sc[j] = _mm256_set1_ps(fr->srow[j][blk] * 256.0f);
+            }
+            for (; k < end; k += 8) {
+                grpo_v8f w[NB];
+                for (int j = 0; j < NB; j++)
+                    w[j] = fused_w8(dt, fr->row[j], k, sc[j]);
+                for (int r = 0; r < R; r++) {
+                    grpo_v8f u = grpo_v8_load(x + (size_t)r * (size_t)c->ldx + k);
+                    for (int j = 0; j < NB; j++)
+                        a[r][j] += u * w[j];
+                }
+            }
+        }
+        if (kv < kb)
+            for (int j = 0; j < nn; j++)
+                grpo_kw_dequant_row(c->w, r0 + j, k0 + kv, kb - kv, wt + j * KB + kv);
+        for (int r = 0; r < R; r++)
+            finish_row(a[r], x + (size_t)r * (size_t)c->ldx + k0, wt, kv, kb, nn,
+                       y + (size_t)r * (size_t)c->ldy, k0 == 0);
+    }
+}
+
+/* Tile t for all c->M (<= FUSED_MAX_M) rows; 0 when the tile needs the staged path (an FP8 scale
+ * whose 256-fold is not finite, which the FP16 route cannot carry). */
+__attribute__((target("arch=x86-64-v3"))) GRPO_CPU_CONTRACT static int
+tile_fused(const gemm_ctx *c, size_t t)
+{
+    const grpo_kw *w = c->w;
+    int h = (int)(t / (size_t)c->tiles), n0 = (int)(t % (size_t)c->tiles) * NB;
+    int nn = c->N - n0 < NB ? c->N - n0 : NB, r0 = h * c->wrs + n0;
+    size_t es = grpo_dtype_size(w->dt);
+    fused_rows fr;
+    for (int j = 0; j < NB; j++) {
+        int r = r0 + (j < nn ? j : 0);
+        fr.row[j] = (const char *)w->data + (size_t)r * (size_t)w->cols * es;
+        fr.srow[j] = NULL;
+        if (w->dt == GRPO_DT_F8E4M3) {
+            fr.srow[j] = w->scale + (size_t)((w->row0 + r) / w->br) * (size_t)w->scale_cols;
+            for (int b = 0; b < w->scale_cols; b++)
+                if (!isfinite(fr.srow[j][b] * 256.0f))
+                    return 0;
+        }
+    }
+    const float *x = c->x + (size_t)h * (size_t)c->xhs;
+    float *y = c->y + (size_t)h * (size_t)c->yhs + (size_t)n0;
+    /* R is a constant in each call, so every row block keeps its accumulators in registers */
+#define FUSED_ROWS(R)                                                                              \
+    if (w->dt == GRPO_DT_F8E4M3)                                                                   \
+        fused_block(R, GRPO_DT_F8E4M3, c, &fr, r0, nn, x + (size_t)m * c->ldx,                     \
+                    y + (size_t)m * c->ldy);                                                       \
+    else if (w->dt == GRPO_DT_BF16)                                                                \
+        fused_block(R, GRPO_DT_BF16, c, &fr, r0, nn, x + (size_t)m * c->ldx,                       \
+                    y + (size_t)m * c->ldy);                                                       \
+    else                                                                                           \
+        fused_block(R, GRPO_DT_F32, c, &fr, r0, nn, x + (size_t)m * c->ldx, y + (size_t)m * c->ldy);
+    int m = 0;
+    for (; m + 3 <= c->M; m += 3) {
+        FUSED_ROWS(3)
+    }
+    if (c->M - m == 2) {
+        FUSED_ROWS(2)
+    } else if (c->M - m == 1) {
+        FUSED_ROWS(1)
+    }
+#undef FUSED_ROWS
+    return 1;
+}
+
+/* The fused kernel applies: a decode-sized batch, a dtype it converts, FP8 blocks whose width
+ * keeps the 8-wide groups inside one block, and a CPU whose GEMM clone is the x86-64-v3 one (so
+ * both paths contract alike). */
+static int
+fused_ok(const gemm_ctx *c)
+{
+    static int v3 = -1;
+    if (v3 < 0) {
+        __builtin_cpu_init();
+        v3 = __builtin_cpu_supports("x86-64-v3") ? 1 : 0;
+    }
+    const grpo_kw *w = c->w;
+    return v3 && c->M <= FUSED_MAX_M && !grpo_cpu__portable() &&
+           (w->dt == GRPO_DT_F32 || w->dt == GRPO_DT_BF16 ||
+            (w->dt == GRPO_DT_F8E4M3 && w->bc > 0 && w->bc % 8 == 0));
+}
+#endif
 
 static void
 gemm_range(void *vctx, size_t b, size_t e, int worker)
@@ -166,29 +324,35 @@ gemm_range(void *vctx, size_t b, size_t e, int worker)
     gemm_ctx *c = vctx;
     float wt[NB * KB];
     int K = c->w->cols;
-    /* Rows per pass: as many as fit MB_BYTES (each pass dequantizes the tiles again), a multiple
-     * of 6 (the micro-kernel's row block), 24..192. Blocking never changes a row's arithmetic. */
-    int MB = (int)(MB_BYTES / ((size_t)K * 4)) / 6 * 6;
+#ifdef GRPO_CPU_FUSED
+    if (fused_ok(c)) {
+        for (size_t t = b; t < e; t++) {
+            if (t + 1 < e)
+                prefetch_tile(c, t + 1, 0, K);
+            if (!tile_fused(c, t))
+                for (int k0 = 0; k0 < K; k0 += KB)
+                    tile_block(c, t, k0, c->M, c->x, c->y, wt);
+        }
+        return;
+    }
+#endif
+    /* Rows per pass: as many as keep their KB-column block in L2 (MB_BYTES) across the weight
+     * tiles, a multiple of 6 (the micro-kernel's row block), 24..192. Within a pass the column
+     * blocks go outermost, so each tile block is dequantized once per pass. Blocking never changes
+     * a row's arithmetic: every element still adds its KB blocks in ascending order. */
+    int kc = K < KB ? K : KB;
+    int MB = (int)(MB_BYTES / ((size_t)kc * 4)) / 6 * 6;
     MB = MB < 24 ? 24 : MB > 192 ? 192 : MB;
     for (int m0 = 0; m0 < c->M; m0 += MB) {
         int mm = c->M - m0 < MB ? c->M - m0 : MB;
         const float *x = c->x + (size_t)m0 * (size_t)c->ldx;
         float *y = c->y + (size_t)m0 * (size_t)c->ldy;
-        for (size_t t = b; t < e; t++) {
-            int h = (int)(t / (size_t)c->tiles), n0 = (int)(t % (size_t)c->tiles) * NB;
-            int nn = c->N - n0 < NB ? c->N - n0 : NB;
-            if (m0 == 0 && t + 1 < e)
-                prefetch_tile(c, t + 1);
-            if (nn < NB)
-                memset(wt, 0, sizeof wt);
-            for (int k0 = 0; k0 < K; k0 += KB) {
-                int kb = K - k0 < KB ? K - k0 : KB;
-                for (int j = 0; j < nn; j++)
-                    grpo_kw_dequant_row(c->w, h * c->wrs + n0 + j, k0, kb, wt + j * KB);
-                dot_tile(mm, x + (size_t)h * (size_t)c->xhs + (size_t)k0, c->ldx, wt, kb, nn,
-                         y + (size_t)h * (size_t)c->yhs + (size_t)n0, c->ldy, k0 == 0);
+        for (int k0 = 0; k0 < K; k0 += KB)
+            for (size_t t = b; t < e; t++) {
+                if (t + 1 < e)
+                    prefetch_tile(c, t + 1, k0, K - k0 < KB ? K - k0 : KB);
+                tile_block(c, t, k0, mm, x, y, wt);
             }
-        }
     }
 }
 

@@ -337,12 +337,16 @@ gemm_range(void *vctx, size_t b, size_t e, int worker)
     }
 #endif
     /* Rows per pass: as many as keep their KB-column block in L2 (MB_BYTES) across the weight
-     * tiles, a multiple of 6 (the micro-kernel's row block), 24..192. Within a pass the column
-     * blocks go outermost, so each tile block is dequantized once per pass. Blocking never changes
-     * a row's arithmetic: every element still adds its KB blocks in ascending order. */
+     * tiles, a multiple of 6 (the micro-kernel's row block), 24..192, split evenly. Within a pass
+     * the column blocks go outermost, so each tile block is dequantized once per pass. Blocking
+     * never changes a row's arithmetic: every element still adds its KB blocks in ascending order.
+     */
     int kc = K < KB ? K : KB;
     int MB = (int)(MB_BYTES / ((size_t)kc * 4)) / 6 * 6;
     MB = MB < 24 ? 24 : MB > 192 ? 192 : MB;
+    int passes = (c->M + MB - 1) / MB; /* equal passes: no short last one dequantizing for few */
+    MB = (c->M + passes - 1) / passes;
+    MB = (MB + 5) / 6 * 6;
     for (int m0 = 0; m0 < c->M; m0 += MB) {
         int mm = c->M - m0 < MB ? c->M - m0 : MB;
         const float *x = c->x + (size_t)m0 * (size_t)c->ldx;

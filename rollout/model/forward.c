@@ -28,7 +28,7 @@ typedef struct {
     float *lat, *kvb;       /* naive attention: (max_len, dc), (max_len, H, dn + dv) */
     const float **chunk_pages;
     /* MoE: the T x k assignments sorted by (expert, token) */
-    int32_t *ecnt, *eoff, *slot_tok;
+    int32_t *ecnt, *eoff, *slot_tok, *esplit;
     float *slot_w;
     float *xs, *ys; /* (T*k, H) inputs and outputs per assignment (T <= MOE_PAR_MAX_T) */
     float *wg, *wu; /* per worker (MOE_PAR_MAX_T, moe_intermediate_size) */
@@ -110,6 +110,7 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     size_t Tp = T <= MOE_PAR_MAX_T ? T : 0, Im = (size_t)c->moe_intermediate_size;
     s->ecnt = carve(cv, E * i4);
     s->eoff = carve(cv, (E + 1) * i4);
+    s->esplit = carve(cv, ((size_t)s->n_workers + 1) * i4);
     s->slot_tok = carve(cv, T * K * i4);
     s->slot_w = carve(cv, T * K * f);
     s->xs = carve(cv, Tp * K * H * f);
@@ -365,7 +366,8 @@ typedef struct {
     grpo_model *m;
     const grpo_layer_w *l;
     scratch *s;
-    grpo_kernels serial; /* the backend's ops without its pool: runs on the calling worker */
+    grpo_kernels serial;  /* the backend's ops without its pool: runs on the calling worker */
+    const int32_t *split; /* worker w runs experts [split[w], split[w + 1]) */
 } moe_par_ctx;
 
 static void
@@ -377,7 +379,7 @@ moe_par_range(void *vctx, size_t b, size_t e, int worker)
     float *g = s->wg + (size_t)worker * MOE_PAR_MAX_T * I,
           *u = s->wu + (size_t)worker * MOE_PAR_MAX_T * I;
     grpo_kernels *k = &c->serial;
-    for (size_t x = b; x < e; x++) {
+    for (int x = c->split[b]; x < c->split[e]; x++) {
         int n = s->eoff[x + 1] - s->eoff[x];
         if (n == 0)
             continue;
@@ -389,6 +391,30 @@ moe_par_range(void *vctx, size_t b, size_t e, int worker)
         k->silu_mul(k, n, I, g, I, u, I, g, I);
         k->gemm(k, n, g, I, &w->down, out, H);
     }
+}
+
+/* Cuts the experts into n_workers contiguous runs of about equal work (an active expert costs its
+ * tokens plus a fixed part for reading its weights), so no worker waits long for another. Which
+ * worker runs an expert never changes its results. */
+static void
+moe_par_split(scratch *s, int E)
+{
+    int W = s->n_workers;
+    double total = 0, run = 0;
+    for (int e = 0; e < E; e++) {
+        int n = s->eoff[e + 1] - s->eoff[e];
+        total += n > 0 ? n + 4 : 0;
+    }
+    s->esplit[0] = 0;
+    int w = 1;
+    for (int e = 0; e < E && w < W; e++) {
+        int n = s->eoff[e + 1] - s->eoff[e];
+        run += n > 0 ? n + 4 : 0;
+        while (w < W && run >= total * w / W)
+            s->esplit[w++] = e + 1;
+    }
+    while (w <= W)
+        s->esplit[w++] = E;
 }
 
 /* Routed experts: whole experts in parallel when the batch is small and many are active, else one
@@ -412,9 +438,10 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
         for (int i = 0; i < T * K; i++)
             memcpy(s->xs + (size_t)i * H, s->x + (size_t)s->slot_tok[i] * H,
                    (size_t)H * sizeof(float));
-        moe_par_ctx pc = {m, l, s, *k};
+        moe_par_split(s, E);
+        moe_par_ctx pc = {m, l, s, *k, s->esplit};
         pc.serial.impl = NULL;
-        grpo_kernels_parallel_for(k, (size_t)E, moe_par_range, &pc);
+        grpo_kernels_parallel_for(k, (size_t)s->n_workers, moe_par_range, &pc);
         for (int i = 0; i < T * K; i++) {
             float *a = s->acc + (size_t)s->slot_tok[i] * H, w = s->slot_w[i];
             const float *y = s->ys + (size_t)i * H;

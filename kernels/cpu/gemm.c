@@ -353,7 +353,7 @@ gemm_range(void *vctx, size_t b, size_t e, int worker)
         float *y = c->y + (size_t)m0 * (size_t)c->ldy;
         for (int k0 = 0; k0 < K; k0 += KB)
             for (size_t t = b; t < e; t++) {
-                if (t + 1 < e)
+                if (mm < 24 && t + 1 < e) /* larger passes compute long enough to hide it */
                     prefetch_tile(c, t + 1, k0, K - k0 < KB ? K - k0 : KB);
                 tile_block(c, t, k0, mm, x, y, wt);
             }

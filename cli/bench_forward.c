@@ -23,7 +23,9 @@ usage(FILE *f)
             "  --prompt-len P     prompt tokens per sequence (default 64)\n"
             "  --steps S          decode steps per batch size (default 8)\n"
             "  --threads N        CPU threads (default: all)\n"
-            "  --memcpy-mb M      buffer size for the memcpy measurement (default 256)\n");
+            "  --memcpy-mb M      buffer size for the memcpy measurement (default 256)\n"
+            "  --profile          after each phase, the time per op of the kernel table and\n"
+            "                     the calling thread's wait at the thread pool's barriers\n");
 }
 
 typedef struct {
@@ -84,8 +86,30 @@ step_bytes(grpo_model *m, int B)
     return per_tok + c->n_moe_layers * (distinct - k) * eb;
 }
 
+/* The per-op table of one phase (--profile): each op's share of the phase's wall time. */
+static void
+print_profile(grpo_model *m, const char *phase, int B, double wall)
+{
+    grpo_model_profile p;
+    grpo_model_get_profile(m, &p);
+    printf("\n  batch %d %s: %.1f ms; the calling thread waited %.1f ms (%.1f%%) at %llu pool "
+           "barriers\n",
+           B, phase, wall * 1e3, p.pool_wait_s * 1e3, 100 * p.pool_wait_s / wall,
+           (unsigned long long)p.pool_calls);
+    printf("  %-24s %9s %10s %7s\n", "op", "calls", "ms", "share");
+    double sum = 0;
+    for (int i = 0; i < p.n_ops; i++) {
+        sum += p.seconds[i];
+        if (p.calls[i] > 0)
+            printf("  %-24s %9llu %10.2f %6.1f%%\n", p.op[i], (unsigned long long)p.calls[i],
+                   p.seconds[i] * 1e3, 100 * p.seconds[i] / wall);
+    }
+    printf("  %-24s %9s %10.2f %6.1f%%\n", "(outside the ops)", "", (wall - sum) * 1e3,
+           100 * (wall - sum) / wall);
+}
+
 static int
-bench_batch(grpo_model *m, int B, int P, int S, double *pre_tps, double *dec_tps)
+bench_batch(grpo_model *m, int B, int P, int S, int prof, double *pre_tps, double *dec_tps)
 {
     const grpo_model_config *c = grpo_model_get_config(m);
     size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
@@ -111,10 +135,18 @@ bench_batch(grpo_model *m, int B, int P, int S, double *pre_tps, double *dec_tps
             goto done;
         it[b] = (grpo_fwd_item){s, 0, P, tok + (size_t)b * (P + S)};
     }
+    if (prof && grpo_model_set_profile(m, 1) != GRPO_OK)
+        goto done;
     double t = grpo_now();
     if (grpo_model_forward(m, kv, it, B, lg) != GRPO_OK)
         goto done;
-    *pre_tps = (double)B * P / (grpo_now() - t);
+    double pre = grpo_now() - t;
+    *pre_tps = (double)B * P / pre;
+    if (prof) {
+        grpo_model_set_profile(m, 0);
+        print_profile(m, "prefill", B, pre);
+        grpo_model_set_profile(m, 1);
+    }
     t = grpo_now();
     for (int s = 0; s < S; s++) {
         for (int b = 0; b < B; b++)
@@ -122,7 +154,13 @@ bench_batch(grpo_model *m, int B, int P, int S, double *pre_tps, double *dec_tps
         if (grpo_model_forward(m, kv, it, B, lg) != GRPO_OK)
             goto done;
     }
-    *dec_tps = (double)B * S / (grpo_now() - t);
+    double dec = grpo_now() - t;
+    *dec_tps = (double)B * S / dec;
+    if (prof) {
+        grpo_model_set_profile(m, 0);
+        print_profile(m, "decode", B, dec);
+        printf("\n");
+    }
     rc = 0;
 done:
     free(tok);
@@ -143,7 +181,12 @@ grpo_bench_forward(int argc, char **argv)
     long P = 64, S = 8, threads = 0, mb = 256;
     static const char *const known[] = {"--model", "--batches", "--prompt-len",
                                         "--steps", "--threads", "--memcpy-mb"};
+    int prof = 0;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--profile") == 0) {
+            prof = 1;
+            continue;
+        }
         size_t k = 0;
         while (k < sizeof known / sizeof known[0] && strcmp(argv[i], known[k]) != 0)
             k++;
@@ -198,7 +241,7 @@ grpo_bench_forward(int argc, char **argv)
             break;
         }
         double pre = 0, dec = 0;
-        if (bench_batch(m, (int)B, (int)P, (int)S, &pre, &dec) != 0) {
+        if (bench_batch(m, (int)B, (int)P, (int)S, prof, &pre, &dec) != 0) {
             rc = cli_fail("bench forward");
             break;
         }

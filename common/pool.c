@@ -18,6 +18,9 @@ struct grpo_pool {
     grpo_pool_fn fn;
     void *ctx;
     size_t total, chunks;
+    int timing; /* the caller's barrier accounting (grpo_pool_set_timing) */
+    uint64_t calls;
+    double wait_s;
 };
 
 int
@@ -178,9 +181,31 @@ grpo_pool_parallel_for(grpo_pool *p, size_t n, grpo_pool_fn fn, void *ctx)
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     run_chunk(p, 0);
+    double t0 = p->timing ? grpo_now() : 0;
     spin_wait(p, 1, 0);
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+    if (p->timing) {
+        p->calls++;
+        p->wait_s += grpo_now() - t0;
+    }
+}
+
+void
+grpo_pool_set_timing(grpo_pool *p, int on)
+{
+    if (p == NULL)
+        return;
+    p->timing = on;
+    p->calls = 0;
+    p->wait_s = 0;
+}
+
+void
+grpo_pool_timing(const grpo_pool *p, uint64_t *calls, double *wait_s)
+{
+    *calls = p != NULL ? p->calls : 0;
+    *wait_s = p != NULL ? p->wait_s : 0;
 }

@@ -41,10 +41,12 @@ grpo_kw grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n);
 void grpo_kw_dequant_row(const grpo_kw *w, int32_t r, int32_t c0, int32_t n, float *out);
 
 typedef struct grpo_kernels grpo_kernels;
+struct grpo_kernels_prof;
 struct grpo_kernels {
     const char *name;
     void *impl; /* backend state */
     int n_threads;
+    struct grpo_kernels_prof *prof; /* CPU backend: per-op timing while profiling, else NULL */
 
     /* y(M, N) = x(M, K) . W^T with W (N, K) = (w->rows, w->cols). */
     void (*gemm)(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y,
@@ -108,6 +110,35 @@ int grpo_kernels_cpu_set_gemm_isa(int want);
 /* Calls with less work than this many multiply-adds run on one thread (default 262144; tests set 0
  * to exercise the threaded paths on tiny shapes). Results never depend on it. */
 void grpo_kernels_cpu_set_min_parallel(double work);
+
+/* Per-op profile of the CPU backend: wall time and calls of each op of the table as the caller
+ * saw it (ops called from inside a whole-expert parallel_for are counted in GRPO_KOP_PARALLEL),
+ * and the pool's barrier wait. Timing costs two clock reads per op; off by default. */
+enum {
+    GRPO_KOP_GEMM,
+    GRPO_KOP_GEMM_HEADS,
+    GRPO_KOP_GEMM_T_HEADS,
+    GRPO_KOP_RMSNORM,
+    GRPO_KOP_ROPE,
+    GRPO_KOP_SILU_MUL,
+    GRPO_KOP_EMBED,
+    GRPO_KOP_ROUTER,
+    GRPO_KOP_MLA_NAIVE,
+    GRPO_KOP_MLA_ABSORBED,
+    GRPO_KOP_PARALLEL,
+    GRPO_KOP_N
+};
+extern const char *const grpo_kop_names[GRPO_KOP_N];
+typedef struct grpo_kernels_profile {
+    double seconds[GRPO_KOP_N];
+    uint64_t calls[GRPO_KOP_N];
+    uint64_t pool_calls;
+    double pool_wait_s;
+} grpo_kernels_profile;
+/* on != 0: reset the counters and start timing; 0: stop (the counters stay readable).
+ * GRPO_ENOMEM, or GRPO_EINVAL for a backend without profiling. */
+grpo_err grpo_kernels_cpu_set_profile(grpo_kernels *k, int on);
+void grpo_kernels_cpu_profile(const grpo_kernels *k, grpo_kernels_profile *out);
 
 /* Runs fn over [0, n) on the backend's threads (CPU backend only; deterministic chunking). */
 void grpo_kernels_parallel_for(grpo_kernels *k, size_t n, grpo_pool_fn fn, void *ctx);

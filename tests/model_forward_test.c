@@ -143,6 +143,60 @@ decode_matches_prefill(void **state)
     grpo_kv_destroy(kv);
 }
 
+/* Profiling times every op without changing a bit: the same logits with it on, gemm and both
+ * attention forms counted, and the counters stop when it is turned off. */
+static void
+profile_counts_ops_same_bits(void **state)
+{
+    fx *f = *state;
+    int n = f->e.n, V = f->e.vocab, p0 = 7;
+    float *a = malloc((size_t)V * 2 * sizeof *a), *b = a + V;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            assert_int_equal(grpo_model_set_profile(f->m, 1), GRPO_OK);
+        grpo_kv *kv = new_kv(f->m);
+        int32_t seq;
+        assert_int_equal(grpo_kv_seq_new(kv, &seq), GRPO_OK);
+        grpo_fwd_item it = {seq, 0, p0, f->e.tokens};
+        assert_int_equal(grpo_model_forward(f->m, kv, &it, 1, pass ? b : a), GRPO_OK);
+        for (int t = p0; t < n && t < p0 + 3; t++) {
+            grpo_fwd_item d = {seq, t, 1, f->e.tokens + t};
+            assert_int_equal(grpo_model_forward(f->m, kv, &d, 1, pass ? b : a), GRPO_OK);
+        }
+        grpo_kv_destroy(kv);
+    }
+    assert_memory_equal(a, b, (size_t)V * sizeof *a);
+    assert_int_equal(grpo_model_set_profile(f->m, 0), GRPO_OK);
+    grpo_model_profile p;
+    grpo_model_get_profile(f->m, &p);
+    int L = grpo_model_get_config(f->m)->num_hidden_layers;
+    uint64_t gemm = 0, naive = 0, absorbed = 0;
+    double total = 0;
+    for (int i = 0; i < p.n_ops; i++) {
+        total += p.seconds[i];
+        if (strcmp(p.op[i], "gemm") == 0)
+            gemm = p.calls[i];
+        else if (strcmp(p.op[i], "mla_naive") == 0)
+            naive = p.calls[i];
+        else if (strcmp(p.op[i], "mla_absorbed") == 0)
+            absorbed = p.calls[i];
+    }
+    assert_true(gemm >= (uint64_t)(4 * L * 4)); /* >= 4 projections a layer, 4 forwards */
+    assert_int_equal(naive, (uint64_t)L);        /* one prefill chunk */
+    assert_int_equal(absorbed, (uint64_t)(3 * L));
+    assert_true(total > 0);
+    grpo_model_profile q; /* stopped: another forward leaves the counters alone */
+    grpo_kv *kv = new_kv(f->m);
+    int32_t seq;
+    assert_int_equal(grpo_kv_seq_new(kv, &seq), GRPO_OK);
+    grpo_fwd_item it = {seq, 0, p0, f->e.tokens};
+    assert_int_equal(grpo_model_forward(f->m, kv, &it, 1, a), GRPO_OK);
+    grpo_model_get_profile(f->m, &q);
+    assert_memory_equal(q.calls, p.calls, sizeof p.calls);
+    grpo_kv_destroy(kv);
+    free(a);
+}
+
 typedef struct {
     const tm_expected *e;
     int layers;
@@ -393,6 +447,7 @@ main(void)
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_bf16, teardown),
         cmocka_unit_test_setup_teardown(prefill_matches_transformers, setup_fp8, teardown),
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_fp8, teardown),
+        cmocka_unit_test_setup_teardown(profile_counts_ops_same_bits, setup_fp8, teardown),
         cmocka_unit_test_setup_teardown(prefill_matches_transformers, setup_small, teardown),
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup_small, teardown),
         cmocka_unit_test_setup_teardown(hidden_states_match, setup_small, teardown),

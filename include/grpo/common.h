@@ -102,6 +102,11 @@ int grpo_pool_size(const grpo_pool *p);
 /* Runs fn over [0, n) in at most pool-size chunks (fewer when n is small); blocks until done.
  * The calling thread takes part. Not reentrant: do not call from inside fn. */
 void grpo_pool_parallel_for(grpo_pool *p, size_t n, grpo_pool_fn fn, void *ctx);
+/* Barrier accounting (off by default; costs two clock reads per parallel_for): on != 0 resets
+ * and starts it. *calls: parallel_fors run on the pool since; *wait_s: time the caller spent
+ * waiting for the other threads after finishing its own chunk (load imbalance plus wake-up). */
+void grpo_pool_set_timing(grpo_pool *p, int on);
+void grpo_pool_timing(const grpo_pool *p, uint64_t *calls, double *wait_s);
 int grpo_cpu_count(void);
 
 /* Monotonic clock in seconds. */

@@ -69,6 +69,21 @@ int grpo_model_has_mtp(const grpo_model *m);
 /* Bytes of weights the forward reads per token at batch 1 (dense layers + attention + the
  * top-k routed and shared experts + lm_head), for bandwidth estimates. */
 double grpo_model_bytes_per_token(const grpo_model *m);
+/* Where a CPU forward's time goes: wall seconds and calls per op of the kernel table (GEMMs,
+ * norms, attention forms, router, the whole-expert parallel section), and the time the calling
+ * thread waited at the thread pool's barriers. set_profile(on) resets and starts the counters
+ * (two clock reads per op), set_profile(0) stops them; GRPO_EINVAL on a GPU model. */
+#define GRPO_MODEL_PROFILE_OPS 16
+typedef struct grpo_model_profile {
+    int n_ops;
+    const char *op[GRPO_MODEL_PROFILE_OPS]; /* static strings */
+    double seconds[GRPO_MODEL_PROFILE_OPS];
+    uint64_t calls[GRPO_MODEL_PROFILE_OPS];
+    uint64_t pool_calls;
+    double pool_wait_s;
+} grpo_model_profile;
+grpo_err grpo_model_set_profile(grpo_model *m, int on);
+void grpo_model_get_profile(const grpo_model *m, grpo_model_profile *out);
 
 /* Paged latent-KV pool: pages of GRPO_KV_PAGE tokens x layers x (kv_lora_rank + qk_rope_head_dim)
  * values, refcounted; a page shared by several sequences is copied on write. */

@@ -96,6 +96,10 @@ void grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const
                             const float *qr, const float *const *const *pages_of,
                             const int32_t *len, int page_len, int row_stride, float scale,
                             float *ol);
+/* Profiling (prof.c): adds one whole-expert parallel_for's time; frees the counters. */
+void grpo_cpu__prof_parallel(grpo_kernels *k, double seconds);
+int grpo_cpu__prof_on(const grpo_kernels *k);
+void grpo_cpu__prof_free(grpo_kernels *k);
 /* Nonzero when grpo_kernels_cpu_set_portable asked for the portable paths only. */
 int grpo_cpu__portable(void);
 /* Dot product with 8 interleaved lanes and a fixed tree: same bits for the same inputs. */

@@ -217,7 +217,8 @@ fused_block(int R, grpo_dtype dt, const gemm_ctx *c, const fused_rows *fr, int r
             const float *x, float *y)
 {
     int K = c->w->cols, bc = c->w->bc;
-    float wt[NB * KB]; /* the tail columns only (K not a multiple of 8) */
+    float wt[NB * KB]
+        __attribute__((aligned(64))); /* the tail columns only (K not a multiple of 8) */
     for (int k0 = 0; k0 < K; k0 += KB) {
         int kb = K - k0 < KB ? K - k0 : KB, kv = kb & ~7;
         grpo_v8f a[FUSED_MAX_M][NB];
@@ -322,7 +323,7 @@ gemm_range(void *vctx, size_t b, size_t e, int worker)
 {
     (void)worker;
     gemm_ctx *c = vctx;
-    float wt[NB * KB];
+    float wt[NB * KB] __attribute__((aligned(64)));
     int K = c->w->cols;
 #ifdef GRPO_CPU_FUSED
     if (fused_ok(c)) {

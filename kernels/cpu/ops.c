@@ -24,6 +24,12 @@ grpo_cpu__dot(const float *a, const float *b, int n)
 void
 grpo_kernels_parallel_for(grpo_kernels *k, size_t n, grpo_pool_fn fn, void *ctx)
 {
+    if (k != NULL && grpo_cpu__prof_on(k)) {
+        double t0 = grpo_now();
+        grpo_pool_parallel_for((grpo_pool *)k->impl, n, fn, ctx);
+        grpo_cpu__prof_parallel(k, grpo_now() - t0);
+        return;
+    }
     grpo_pool_parallel_for(k != NULL ? (grpo_pool *)k->impl : NULL, n, fn, ctx);
 }
 
@@ -40,8 +46,8 @@ grpo_cpu__run(grpo_kernels *k, double work, size_t n, grpo_pool_fn fn, void *ctx
 {
     if (work < min_parallel)
         fn(ctx, 0, n, 0);
-    else
-        grpo_kernels_parallel_for(k, n, fn, ctx);
+    else /* the pool directly: an op's own parallel_for is timed with the op */
+        grpo_pool_parallel_for(k != NULL ? (grpo_pool *)k->impl : NULL, n, fn, ctx);
 }
 
 typedef struct {
@@ -239,5 +245,6 @@ grpo_kernels_destroy(grpo_kernels *k)
     if (k == NULL)
         return;
     grpo_pool_destroy((grpo_pool *)k->impl);
+    grpo_cpu__prof_free(k);
     free(k);
 }

@@ -451,3 +451,29 @@ grpo_model_bytes_per_token(const grpo_model *m)
     }
     return b;
 }
+
+grpo_err
+grpo_model_set_profile(grpo_model *m, int on)
+{
+    if (m == NULL)
+        return grpo__fail(GRPO_EINVAL, "model: profile needs a model");
+    return grpo_kernels_cpu_set_profile(m->k, on);
+}
+
+void
+grpo_model_get_profile(const grpo_model *m, grpo_model_profile *out)
+{
+    memset(out, 0, sizeof *out);
+    if (m == NULL)
+        return;
+    grpo_kernels_profile p;
+    grpo_kernels_cpu_profile(m->k, &p);
+    out->n_ops = GRPO_KOP_N < GRPO_MODEL_PROFILE_OPS ? GRPO_KOP_N : GRPO_MODEL_PROFILE_OPS;
+    for (int i = 0; i < out->n_ops; i++) {
+        out->op[i] = grpo_kop_names[i];
+        out->seconds[i] = p.seconds[i];
+        out->calls[i] = p.calls[i];
+    }
+    out->pool_calls = p.pool_calls;
+    out->pool_wait_s = p.pool_wait_s;
+}

@@ -37,9 +37,12 @@ endforeach()
 add_library(grpo_shared SHARED ${grpo_objs})
 target_link_libraries(grpo_shared PRIVATE ${GRPO_LIBRARY_DEPS})
 target_link_options(grpo_shared PRIVATE -Wl,--no-undefined)
-set_target_properties(grpo_shared PROPERTIES OUTPUT_NAME grpo VERSION ${PROJECT_VERSION}
-                      SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}
+set_target_properties(grpo_shared PROPERTIES OUTPUT_NAME grpo
                       LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
+if(NOT SKBUILD) # the Python package carries one plain libgrpo.so (a wheel has no symlinks)
+  set_target_properties(grpo_shared PROPERTIES VERSION ${PROJECT_VERSION}
+                        SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+endif()
 add_library(grpo_static STATIC ${grpo_objs})
 target_link_libraries(grpo_static INTERFACE ${GRPO_LIBRARY_DEPS})
 set_target_properties(grpo_static PROPERTIES OUTPUT_NAME grpo
@@ -53,7 +56,7 @@ set_target_properties(grpo_shared PROPERTIES EXPORT_NAME grpo)
 # The Python package (pyproject.toml, scikit-build-core) takes only the shared library, into the
 # package directory; it finds its system libraries through the ordinary loader path.
 if(SKBUILD)
-  install(TARGETS grpo_shared LIBRARY DESTINATION grpo COMPONENT python NAMELINK_SKIP)
+  install(TARGETS grpo_shared LIBRARY DESTINATION grpo COMPONENT python)
   return()
 endif()
 

@@ -15,4 +15,11 @@ if(Python3_Interpreter_FOUND AND TARGET grpo_shared AND TARGET grpo)
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/python)
     set_tests_properties(python_${t}_test PROPERTIES TIMEOUT 300 LABELS cpu ENVIRONMENT "${py_env}")
   endforeach()
+  # TRL's GRPOTrainer on the demo policy: two CPU steps (slow on a loaded machine: generation runs
+  # transformers' MoE forward on CPU).
+  add_test(NAME python_trl_example
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/trl_rewards.py --steps 2 --check
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(python_trl_example PROPERTIES TIMEOUT 900 LABELS cpu
+                       ENVIRONMENT "${py_env};HF_HUB_OFFLINE=1;HF_DATASETS_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
 endif()

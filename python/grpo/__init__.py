@@ -35,6 +35,10 @@ def default_verifier(math: Optional[Dict[str, Any]] = None, code: Optional[Dict[
     """The shared Verifier whose tasks math, code and format are each their verifier alone, with
     the given verifier configs (docs/verify.md: math {"timeout_ms", "precision", "strict", ...},
     format {"partial"}, code {...}). One per distinct config, kept for the process."""
+    if not (math or code or format):  # the common case, without building a key
+        v = _verifiers.get("{}")
+        if v is not None:
+            return v
     cfgs = {k: v for k, v in (("math", math), ("code", code), ("format", format)) if v}
     key = json.dumps(cfgs, sort_keys=True)
     with _verifiers_lock:

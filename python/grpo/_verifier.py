@@ -1,6 +1,7 @@
 """Verifier: a reward config (include/grpo/verify.h) with its rewarder and a thread pool."""
 import ctypes
 import dataclasses
+import functools
 import json
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -15,7 +16,8 @@ _SAMPLE_KEYS = {"task", "prompt", "completion", "answer", "tests", "language",
 class Verdict:
     """One verifier's outcome: kind is "pass", "fail", "skip", "timeout" or "error"; label is the
     verifier's own verdict ("correct", "wrong", "no-answer", "unparseable-gold", "ok",
-    "failed-tests", ...); details the verifier's JSON record (code: the tests run), or None."""
+    "failed-tests", ...); details is the verifier's JSON record (math: what was compared; code:
+    the counts and the first failure), parsed from details_json on first use, or None."""
     verifier: str
     version: str
     kind: str
@@ -23,7 +25,17 @@ class Verdict:
     score: float
     weight: float
     ms: float
-    details: Optional[Dict[str, Any]] = None
+    details_json: Optional[str] = None
+
+    @functools.cached_property
+    def details(self) -> Optional[Dict[str, Any]]:
+        """details_json parsed (None when the verifier gave none)."""
+        if self.details_json is None:
+            return None
+        try:
+            return json.loads(self.details_json)
+        except ValueError:
+            return {"raw": self.details_json}
 
     @property
     def passed(self) -> bool:
@@ -87,11 +99,7 @@ def _fill(s: n.Sample, d: Dict[str, Any], keep: list) -> None:
 def _term(t: n.Term) -> Verdict:
     details = None
     if t.details_json:
-        raw = ctypes.string_at(t.details_json)
-        try:
-            details = json.loads(raw.decode("utf-8", "replace"))
-        except ValueError:
-            details = {"raw": raw.decode("utf-8", "replace")}
+        details = ctypes.string_at(t.details_json).decode("utf-8", "replace")
     kind = n.KINDS[t.kind] if 0 <= t.kind < len(n.KINDS) else "error"
     return Verdict(t.verifier.decode(errors="replace"), t.version.decode(errors="replace"), kind,
                    t.label.decode(errors="replace"), t.score, t.weight, t.ms, details)

@@ -68,7 +68,10 @@ def _bytes(v: Any) -> Optional[bytes]:
     if isinstance(v, bytes):
         return v
     if isinstance(v, str):
-        return v.encode("utf-8", "surrogateescape")
+        try:  # bytes a lossy decode kept as lone surrogates (errors="surrogateescape") go back
+            return v.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # other lone surrogates: as they are (not valid UTF-8)
+            return v.encode("utf-8", "surrogatepass")
     if isinstance(v, (dict, list)):
         return json.dumps(v).encode()
     if isinstance(v, bool):

@@ -132,6 +132,9 @@ def test_numeric_gold_and_odd_text():
     assert grpo.verify_math(0.5, "$\\boxed{\\frac12}$").passed
     # invalid UTF-8 (surrogate-escaped) and NUL bytes are data, not errors
     assert grpo.verify_math("1", "\udcff\x00 $\\boxed{1}$").kind in ("pass", "fail")
+    assert grpo.verify_math("1", "\ud800 $\\boxed{1}$").kind in ("pass", "fail")
+    assert grpo.verify_code("```python\nprint(1)\n```\ud800", {"inputs": [""], "outputs": ["1"]}
+                            ).label in ("correct", "invalid-source")
     assert grpo.verify_math("1", "").label == "no-answer"
 
 

@@ -8,7 +8,7 @@ if(Python3_Interpreter_FOUND AND TARGET grpo_shared AND TARGET grpo)
       "GRPO_BIN=$<TARGET_FILE:grpo>"
       "GRPO_TEST_PLUGIN_EVIL=$<$<TARGET_EXISTS:test_plugin_evil>:$<TARGET_FILE:test_plugin_evil>>"
       "PYTHONDONTWRITEBYTECODE=1")
-  foreach(t verifiers adapters)
+  foreach(t verifiers adapters engine)
     add_test(NAME python_${t}_test
              COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider
                      ${CMAKE_CURRENT_SOURCE_DIR}/python/test_${t}.py

@@ -9,6 +9,9 @@ client (grpo.bridge, also importable as grpo_bridge). See docs/python.md.
     grpo.verify_format(completion)              -> Verdict   (R1 <think> structure)
     grpo.verify_format_batch(completions)       -> [Verdict]
     grpo.Verifier(config)                       a reward config: .score(sample), .score_batch()
+    grpo.Engine(model_dir).rollout(prompts, group=G, seed=S, temperature=...)
+                                                G completions per prompt in process, with token
+                                                ids, logprobs, rewards, verdicts, advantages
     grpo.trl.math_reward, format_reward, code_reward    TRL GRPOTrainer reward_funcs
     grpo.verl.compute_score                              verl custom_reward_function
     from grpo.compat import math_verify                  parse / verify as math-verify has them
@@ -19,9 +22,10 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _native
 from ._verifier import Reward, Verdict, Verifier
+from .engine import Completion, Engine, Group
 
 __version__ = _native.lib.grpo_version().decode()
-__all__ = ["Reward", "Verdict", "Verifier", "verify_math", "verify_math_batch", "verify_code",
+__all__ = ["Completion", "Engine", "Group", "Reward", "Verdict", "Verifier", "verify_math", "verify_math_batch", "verify_code",
            "verify_code_batch", "verify_format", "verify_format_batch", "default_verifier"]
 
 # Each task is its verifier alone, so the functions below return that verifier's verdict.

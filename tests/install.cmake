@@ -5,5 +5,10 @@ if(TARGET grpo_shared)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/install_test.sh ${CMAKE_BINARY_DIR}
                    ${PROJECT_VERSION}
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-  set_tests_properties(install_test PROPERTIES TIMEOUT 300 LABELS cpu)
+  set(install_flags "")
+  if(GRPO_SANITIZE) # the installed library is instrumented: so must its users be
+    set(install_flags "-fsanitize=address,undefined")
+  endif()
+  set_tests_properties(install_test PROPERTIES TIMEOUT 300 LABELS cpu
+                       ENVIRONMENT "CC=${CMAKE_C_COMPILER};GRPO_CONSUMER_CFLAGS=${install_flags}")
 endif()

@@ -26,18 +26,20 @@ check() { # NAME OUTPUT
 }
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 cc=${CC:-cc}
-# shellcheck disable=SC2046
-$cc -o "$work/pc_shared" "$here/install/consumer.c" $(pkg-config --cflags --libs grpo)
+flags=${GRPO_CONSUMER_CFLAGS:-} # -fsanitize=... when the library is a sanitizer build
+# shellcheck disable=SC2046,SC2086
+$cc $flags -o "$work/pc_shared" "$here/install/consumer.c" $(pkg-config --cflags --libs grpo)
 check "pkg-config shared" "$(LD_LIBRARY_PATH=$prefix/lib "$work/pc_shared" "$version")"
-# shellcheck disable=SC2046
-$cc -o "$work/pc_static" "$here/install/consumer.c" $(pkg-config --cflags grpo) \
+# shellcheck disable=SC2046,SC2086
+$cc $flags -o "$work/pc_static" "$here/install/consumer.c" $(pkg-config --cflags grpo) \
   "$prefix/lib/libgrpo.a" $(pkg-config --libs-only-L --libs-only-l --static grpo | sed 's/-lgrpo//')
 if ldd "$work/pc_static" | grep -q libgrpo; then
   echo "install_test: the static build links libgrpo.so"; exit 1
 fi
 check "pkg-config static" "$("$work/pc_static" "$version")"
 cmake -S "$here/install" -B "$work/cm" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_BUILD_TYPE=Release > "$work/cmake.log"
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$flags" \
+  -DCMAKE_EXE_LINKER_FLAGS="$flags" > "$work/cmake.log"
 cmake --build "$work/cm" > "$work/cmake-build.log"
 check "find_package grpo::grpo" "$("$work/cm/consumer_shared" "$version")"
 check "find_package grpo::grpo_static" "$("$work/cm/consumer_static" "$version")"

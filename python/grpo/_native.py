@@ -41,7 +41,7 @@ class Term(ctypes.Structure):
         ("label", ctypes.c_char * 32),
         ("score", ctypes.c_double),
         ("ms", ctypes.c_double),
-        ("details_json", ctypes.c_void_p),
+        ("details_json", ctypes.c_char_p),  # read as bytes; freed by grpo_reward_result_fini
     ]
 
 

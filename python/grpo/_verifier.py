@@ -100,9 +100,8 @@ def _fill(s: n.Sample, d: Dict[str, Any], keep: list) -> None:
 
 
 def _term(t: n.Term) -> Verdict:
-    details = None
-    if t.details_json:
-        details = ctypes.string_at(t.details_json).decode("utf-8", "replace")
+    raw = t.details_json
+    details = raw.decode("utf-8", "replace") if raw else None
     kind = n.KINDS[t.kind] if 0 <= t.kind < len(n.KINDS) else "error"
     return Verdict(t.verifier.decode(errors="replace"), t.version.decode(errors="replace"), kind,
                    t.label.decode(errors="replace"), t.score, t.weight, t.ms, details)

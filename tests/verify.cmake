@@ -31,3 +31,7 @@ if(TARGET PkgConfig::CMOCKA AND TARGET test_plugin_evil)
                 LIBS grpo_verifiers grpo_common ARGS $<TARGET_FILE:test_plugin_evil>)
   add_dependencies(reward_plugin_kind_test test_plugin_evil)
 endif()
+# A batch scored on a thread pool (grpo_rewarder_score_many) against one-at-a-time scoring.
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(score_many_test SOURCES score_many_test.c LIBS grpo_verifiers grpo_common TIMEOUT 60)
+endif()

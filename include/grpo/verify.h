@@ -112,6 +112,16 @@ grpo_err grpo_rewarder_score(grpo_rewarder *r, const grpo_verifier_sample *sampl
                              grpo_reward_result *out);
 void grpo_reward_result_fini(grpo_reward_result *res);
 
+/* Scores samples[0..n) into out[0..n) on the threads of pool (NULL: on the calling thread), each
+ * thread taking the next unscored sample; blocks until all are scored. errs (NULL or n entries)
+ * gets each sample's grpo_rewarder_score() return (the message of a failure stays on the thread
+ * that met it). Returns GRPO_OK, or the failure of the lowest-numbered sample that failed. Every out[i] is to be freed
+ * with grpo_reward_result_fini(), failed ones too. One call at a time per pool (grpo_pool is not
+ * reentrant). */
+grpo_err grpo_rewarder_score_many(grpo_rewarder *r, grpo_pool *pool,
+                                  const grpo_verifier_sample *samples, size_t n,
+                                  grpo_reward_result *out, grpo_err *errs);
+
 /* The DAPO overlong penalty for a completion of n_tokens under the config's max_tokens (0 when
  * shaping is off or the config has no max_tokens and the sample is not truncated). */
 double grpo_reward_overlong(const grpo_reward_config *cfg, int32_t n_tokens, int32_t truncated);

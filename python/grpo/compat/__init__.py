@@ -1,0 +1,1 @@
+"""Drop-in replacements for other packages' APIs: `from grpo.compat import math_verify`."""

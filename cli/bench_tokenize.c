@@ -18,8 +18,8 @@ static const char USAGE[] =
     "python3 tools/bench_hf_tokenizers.py on the same corpus (HF tokenizers, one rayon thread)\n"
     "and prints its figures and the ratio. Timing never decides anything; this is a report.\n"
     "\n"
-    "  --tokenizer FILE  tokenizer.json (default: the DeepSeek-V3 one in ../shared/data beside\n"
-    "                    the source tree)\n"
+    "  --tokenizer FILE  tokenizer.json (default: the DeepSeek-V3 one in\n"
+    "                    data/deepseek-v3-tokenizer/ in the source tree)\n"
     "  --corpus FILE     corpus.bin from tools/make_tokenizer_fixtures.py (default:\n"
     "                    tests/data/tokenizer/corpus.bin in the source tree)\n"
     "  --repeat N        passes per measurement (default 5)\n"
@@ -164,7 +164,7 @@ grpo_bench_tokenize(int argc, char **argv)
         return CLI_OK;
     }
     char deftok[4096], defcorpus[4096];
-    snprintf(deftok, sizeof deftok, "%s/../shared/data/deepseek-v3-tokenizer/tokenizer.json",
+    snprintf(deftok, sizeof deftok, "%s/data/deepseek-v3-tokenizer/tokenizer.json",
              GRPO_SOURCE_DIR);
     snprintf(defcorpus, sizeof defcorpus, "%s/tests/data/tokenizer/corpus.bin", GRPO_SOURCE_DIR);
     const char *tokp = deftok, *corp = defcorpus;

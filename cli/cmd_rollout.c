@@ -785,7 +785,11 @@ config_json(const args *a)
     cJSON_AddStringToObject(o, "model", a->model);
     cJSON_AddStringToObject(o, "prompts", a->prompts);
     cli_gen_json_config(o, &a->gen);
-    cJSON_AddNumberToObject(o, "seed", (double)a->gen.seed);
+    /* The seed's exact digits: as a double, 2^53 + 1 would read as 2^53 and --resume would take
+     * a run of one seed for the other. Below 10^15 the text is what it always was. */
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->gen.seed);
+    cJSON_AddRawToObject(o, "seed", seed);
     cJSON_AddStringToObject(o, "kv_budget", a->kv_budget);
     if (a->ref_model)
         cJSON_AddStringToObject(o, "ref_model", a->ref_model);

@@ -4,6 +4,8 @@
 #include "common/common_int.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,10 +81,13 @@ cli_gen_parse_opt(const char *cmd, cli_gen_args *g, int c, const char *v)
         return 0;
     case CLI_O_SEED: {
         char *end;
+        errno = 0;
         unsigned long long s = strtoull(v, &end, 0);
-        if (end == v || *end != '\0' || v[0] == '-')
+        if (end == v || *end != '\0' || !isdigit((unsigned char)v[0]))
             return cli_usage(cmd, "--seed %s: expected a non-negative integer", v);
-        g->seed = s;
+        if (errno == ERANGE) /* strtoull clamps to 2^64-1: refuse, never run another seed */
+            return cli_usage(cmd, "--seed %s: beyond 2^64-1, the largest seed", v);
+        g->seed = (uint64_t)s;
         return 0;
     }
     case CLI_O_STOP:

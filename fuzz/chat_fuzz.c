@@ -1,7 +1,8 @@
 /* libFuzzer: `grpo tokenize --messages` and prompts' "messages": grpo_chat_parse_json on arbitrary
  * bytes, then the R1 and V3 templates rendered and encoded with the real DeepSeek-V3 tokenizer
- * (../shared/data, or $GRPO_TOKENIZER). A conversation that parses must render to valid UTF-8
- * that starts with the BOS text, or fail with a message; encoding the rendering must not fail. */
+ * (data/deepseek-v3-tokenizer/, or $GRPO_TOKENIZER). A conversation that parses must render to
+ * valid UTF-8 that starts with the BOS text, or fail with a message; encoding the rendering must
+ * not fail. */
 #include "common/common_int.h"
 #include "grpo/tokenizer.h"
 
@@ -21,8 +22,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     const char *p = getenv("GRPO_TOKENIZER");
     char def[4096];
-    snprintf(def, sizeof def, "%s/../shared/data/deepseek-v3-tokenizer/tokenizer.json",
-             GRPO_SOURCE_DIR);
+    snprintf(def, sizeof def, "%s/data/deepseek-v3-tokenizer/tokenizer.json", GRPO_SOURCE_DIR);
     if (grpo_tokenizer_load(&tok, p ? p : def, NULL) != GRPO_OK) {
         fprintf(stderr, "chat_fuzz: %s\n", grpo_error_last());
         abort();
@@ -53,8 +53,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(text);
         int32_t *ids = NULL;
         size_t n = 0;
-        if (grpo_chat_encode(tok, (grpo_chat_family)fam, chat.msgs, chat.n, 1, &ids, &n) !=
-            GRPO_OK)
+        if (grpo_chat_encode(tok, (grpo_chat_family)fam, chat.msgs, chat.n, 1, &ids, &n) != GRPO_OK)
             abort();
         free(ids);
     }

@@ -1,7 +1,8 @@
 /* libFuzzer: grpo_tokenizer_encode on arbitrary bytes with the DeepSeek-V3 tokenizer.json from
- * ../shared/data (GRPO_TOKENIZER overrides). Checks, beyond ASan/UBSan: decode(encode(s)) == s for
- * every input (invalid UTF-8 is encoded as raw bytes), ids in range, and the streaming decoder's
- * output equals the lossy decode and is valid UTF-8. The first input byte selects the flags. */
+ * data/deepseek-v3-tokenizer/ (GRPO_TOKENIZER overrides). Checks, beyond ASan/UBSan:
+ * decode(encode(s)) == s for every input (invalid UTF-8 is encoded as raw bytes), ids in range, and
+ * the streaming decoder's output equals the lossy decode and is valid UTF-8. The first input byte
+ * selects the flags. */
 #include "common/common_int.h"
 #include "grpo/tokenizer.h"
 
@@ -21,8 +22,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     const char *p = getenv("GRPO_TOKENIZER");
     char def[4096];
-    snprintf(def, sizeof def, "%s/../shared/data/deepseek-v3-tokenizer/tokenizer.json",
-             GRPO_SOURCE_DIR);
+    snprintf(def, sizeof def, "%s/data/deepseek-v3-tokenizer/tokenizer.json", GRPO_SOURCE_DIR);
     if (grpo_tokenizer_load(&tok, p ? p : def, NULL) != GRPO_OK) {
         fprintf(stderr, "tokenizer_fuzz: %s\n", grpo_error_last());
         abort();

@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# Installs everything grpo needs on Debian 12, idempotently:
-#   scripts/setup.sh            build + test dependencies (apt) and the Python packages the tests,
-#                               the client and the example trainer use (pip, pinned)
+# Installs what grpo needs on Debian 12, idempotently:
+#   scripts/setup.sh            what building and running `grpo` needs (apt only: compilers, the
+#                               C libraries, python3 for the code verifier's sandboxed programs)
+#   scripts/setup.sh --tests    also what the tests need: cmocka, clang + libFuzzer, gdb, sqlite3,
+#                               bubblewrap, chromium (the report test), and the pinned Python
+#                               packages of the client, the example trainer and the loop test
+#                               (scripts/requirements.txt: numpy, safetensors, pynng, torch, ...)
 #   scripts/setup.sh --oracles  also the oracle packages tools/ uses to regenerate fixtures
-#                               (math-verify, trl, ...)
+#                               (math-verify, trl, ...); implies --tests
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:-}
+case "$mode" in
+  "" | --tests | --oracles) ;;
+  *) echo "setup: unknown option $mode (expected --tests or --oracles)" >&2; exit 2 ;;
+esac
 
-apt_pkgs=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
-  libsqlite3-dev sqlite3 libgit2-dev libseccomp-dev libnng-dev libcmocka-dev libcjson-dev
-  libpcre2-dev libgmp-dev libmpfr-dev libopenblas-dev bubblewrap python3 python3-pip git
-  gdb) # gdb: the worker tests print every thread's stack of a process that hangs
+# Building and running grpo: build-essential also gives the C compiler the code verifier uses.
+apt_pkgs=(build-essential cmake ninja-build pkg-config
+  libsqlite3-dev libgit2-dev libseccomp-dev libnng-dev libcjson-dev
+  libpcre2-dev libgmp-dev libmpfr-dev libopenblas-dev python3)
+if [ -n "$mode" ]; then
+  # gdb: the worker tests print every thread's stack of a process that hangs; bubblewrap: the
+  # sandbox benchmark's peer; chromium: the report test renders `grpo stats --report` headless.
+  apt_pkgs+=(libcmocka-dev clang libclang-rt-14-dev sqlite3 bubblewrap python3-pip git gdb
+    chromium)
+fi
 
 missing=()
 for p in "${apt_pkgs[@]}"; do
@@ -22,6 +37,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ -z "$mode" ]; then
+  echo "setup: ok"
+  exit 0
 fi
 
 PIP="python3 -m pip"
@@ -49,7 +69,7 @@ PY
   $PIP install "${pip_flags[@]}" -r "$1"
 }
 want_req "$here/scripts/requirements.txt"
-if [ "${1:-}" = "--oracles" ]; then
+if [ "$mode" = "--oracles" ]; then
   want_req "$here/scripts/requirements-oracles.txt"
 fi
 echo "setup: ok"

@@ -6,7 +6,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-scripts/setup.sh
+scripts/setup.sh --tests
 jobs=$(nproc)
 
 echo "== build (Release, -Werror) =="

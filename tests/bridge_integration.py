@@ -24,7 +24,7 @@ try:
     import pynng  # noqa: F401
     import safetensors  # noqa: F401
 except ImportError as e:
-    print("skipped: %s (scripts/setup.sh installs it)" % e)
+    print("skipped: %s (scripts/setup.sh --tests installs it)" % e)
     sys.exit(77)
 
 

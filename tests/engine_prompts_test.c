@@ -63,6 +63,13 @@ test_fail_mode(void **state)
     expect_fail("{\"id\":1,\"prompt\":\"a\"}\n{\"id\":1,\"prompt\":\"b\"}\n", "duplicate id");
     expect_fail("{\"id\":1.5,\"prompt\":\"a\"}", "\"id\"");
     expect_fail("{\"id\":\"\",\"prompt\":\"a\"}", "\"id\" is empty");
+    /* a number id a double cannot hold exactly (2^53 + 1 reads as 2^53): refused, not rounded */
+    expect_fail("{\"id\":9007199254740993,\"prompt\":\"a\"}", "beyond 2^53");
+    expect_fail("{\"id\":1e19,\"prompt\":\"a\"}", "write it as a string");
+    const char *edge = "{\"id\":9007199254740991,\"prompt\":\"a\"}";
+    assert_int_equal(grpo_prompts_parse(&s, edge, strlen(edge), "t.jsonl", 0), GRPO_OK);
+    assert_string_equal(s.items[0].id, "9007199254740991");
+    grpo_prompts_fini(&s);
     expect_fail("{\"id\":1,\"messages\":[{\"content\":\"x\"}]}", "role");
     expect_fail("{\"id\":1,\"prompt\":\"\xff\xfe\"}", "UTF-8");
     /* cJSON would cut the prompt at an escaped NUL: refused, not silently truncated */

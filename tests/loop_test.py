@@ -50,7 +50,7 @@ def main():
         except ImportError:
             missing.append(mod)
     if missing:
-        print("loop_test: skipped: python3 lacks %s (scripts/setup.sh installs "
+        print("loop_test: skipped: python3 lacks %s (scripts/setup.sh --tests installs "
               "scripts/requirements.txt)" % ", ".join(missing))
         sys.exit(77)
     model = os.path.join(ROOT, "models", "demo")

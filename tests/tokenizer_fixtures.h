@@ -1,6 +1,7 @@
 /* Readers for the oracle fixtures of tests/data/tokenizer/ (written by
  * tools/make_tokenizer_fixtures.py; format described there) and the path of the real
- * DeepSeek-V3 tokenizer in ../shared/data. Header-only: each tokenizer test includes it once. */
+ * DeepSeek-V3 tokenizer in data/deepseek-v3-tokenizer/. Header-only: each tokenizer test includes
+ * it once. */
 #ifndef GRPO_TOKENIZER_FIXTURES_H
 #define GRPO_TOKENIZER_FIXTURES_H
 
@@ -41,19 +42,18 @@ fx_path(char *out, size_t cap, const char *name)
     snprintf(out, cap, "%s/tests/data/tokenizer/%s", fx_source_dir(), name);
 }
 
-/* The real DeepSeek-V3 tokenizer.json (../shared/data beside the source tree). Prints a clear
- * message and returns NULL when it is missing. */
+/* The real DeepSeek-V3 tokenizer.json (data/deepseek-v3-tokenizer/ in the repository). Prints a
+ * clear message and returns NULL when it is missing. */
 static inline const char *
 fx_v3_path(void)
 {
     static char p[4096];
-    snprintf(p, sizeof p, "%s/../shared/data/deepseek-v3-tokenizer/tokenizer.json",
-             fx_source_dir());
+    snprintf(p, sizeof p, "%s/data/deepseek-v3-tokenizer/tokenizer.json", fx_source_dir());
     FILE *f = fopen(p, "rb");
     if (f == NULL) {
         fprintf(stderr,
-                "FATAL: %s is missing: the DeepSeek-V3 tokenizer must be in shared/data beside "
-                "the source tree (GRPO_SOURCE_DIR/../shared/data/deepseek-v3-tokenizer/)\n",
+                "FATAL: %s is missing: the DeepSeek-V3 tokenizer ships with the repository "
+                "(GRPO_SOURCE_DIR/data/deepseek-v3-tokenizer/)\n",
                 p);
         return NULL;
     }

@@ -3,7 +3,7 @@
 apply_chat_template (jinja2 over the real templates) and HF tokenizers ids.
 
     python3 tools/check_chat_random.py [--n 2000] [--seed 1] [--grpo build/cli/grpo]
-                                       [--shared ../shared/data/deepseek-v3-tokenizer]
+                                       [--shared data/deepseek-v3-tokenizer]
                                        [--show 2] [--fixture tests/data/tokenizer/chat_random.json]
 
 Templates: "v3" is the chat_template of tokenizer_config.json in --shared; "r1" is DeepSeek-R1's
@@ -353,7 +353,7 @@ def main():
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--grpo", default=os.path.join(ROOT, "build", "cli", "grpo"))
-    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared", "data", "deepseek-v3-tokenizer"))
+    ap.add_argument("--shared", default=os.path.join(ROOT, "data", "deepseek-v3-tokenizer"))
     ap.add_argument("--show", type=int, default=2, help="examples printed per mismatch kind")
     ap.add_argument("--only", help="print examples only of conversations with this feature")
     ap.add_argument("--fixture", help="also write the cases to this JSON file")

@@ -2,7 +2,7 @@
 """Seeded random texts through `grpo tokenize` vs HF `tokenizers` (DeepSeek-V3 tokenizer.json).
 
     python3 tools/check_tokenizer_random.py [--n 3000] [--seed 1] [--grpo build/cli/grpo]
-                                            [--tokenizer ../shared/data/deepseek-v3-tokenizer/tokenizer.json]
+                                            [--tokenizer data/deepseek-v3-tokenizer/tokenizer.json]
                                             [--single 200] [--chat 100]
 
 Texts are mixtures of the categories in CATS (ASCII prose, whitespace runs, digit runs, CJK/kana/
@@ -294,7 +294,7 @@ def main():
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--grpo", default=os.path.join(ROOT, "build", "cli", "grpo"))
-    ap.add_argument("--tokenizer", default=os.path.join(ROOT, "..", "shared", "data", "deepseek-v3-tokenizer", "tokenizer.json"))
+    ap.add_argument("--tokenizer", default=os.path.join(ROOT, "data", "deepseek-v3-tokenizer", "tokenizer.json"))
     ap.add_argument("--chat", type=int, default=100, help="random V3 conversations vs transformers")
     ap.add_argument("--single", type=int, default=150, help="texts also run one process each (+ --no-special)")
     args = ap.parse_args()

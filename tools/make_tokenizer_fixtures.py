@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Oracle fixtures for the C tokenizer (issue 4), made with HF `tokenizers` and `jinja2`.
 
-    python3 tools/make_tokenizer_fixtures.py [--shared ../shared/data/deepseek-v3-tokenizer]
+    python3 tools/make_tokenizer_fixtures.py [--shared data/deepseek-v3-tokenizer]
 
 Writes tests/data/tokenizer/:
   corpus.bin          the test corpus: >= 20,000 strings generated with a fixed seed
@@ -667,8 +667,7 @@ def unicode_tables(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared", "data",
-                                                     "deepseek-v3-tokenizer"))
+    ap.add_argument("--shared", default=os.path.join(ROOT, "data", "deepseek-v3-tokenizer"))
     args = ap.parse_args()
     v3_path = os.path.join(args.shared, "tokenizer.json")
     v3_text = open(v3_path, encoding="utf-8").read()

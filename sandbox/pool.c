@@ -96,6 +96,7 @@ start(grpo_sandbox_pool *pool)
     cmd.limits.mem_bytes = 0; /* each child lowers its own */
     cmd.limits.nproc = 512;
     cmd.limits.nofile = 1024;
+    cmd.limits.tmp_bytes = 16ull << 20; /* one /tmp for every call: kept small (docs/sandbox.md) */
     if ((err = grpo_sandbox_spawn(pool->sb, &cmd, NULL, NULL, 0, &pool->proc)) != GRPO_OK)
         return err;
     int fd = grpo_sandbox_proc_fd(pool->proc);
@@ -222,7 +223,8 @@ decode(const cJSON *h, const char *data, const uint32_t *lens, const grpo_sandbo
     memcpy(res->err, data + lens[0] + lens[1], lens[2]);
     res->err[lens[2]] = '\0';
     res->err_len = lens[2];
-    sbx_classify(res, (int)num(h, "wstatus"), l, flag(h, "timed_out"), flag(h, "output_over"));
+    sbx_classify(res, (int)num(h, "wstatus"), l, flag(h, "timed_out"), flag(h, "output_over"),
+                 false);
     if (flag(h, "memory") && res->status != GRPO_SANDBOX_TIMEOUT)
         res->status = GRPO_SANDBOX_MEMORY;
     if (ret_json && flag(h, "has_ret")) {

@@ -31,7 +31,8 @@ parse_bad(const char *json, const char *needle)
     grpo_reward_config *c = NULL;
     assert_int_not_equal(grpo_reward_config_parse(&c, json, strlen(json), "rewards.json"), 0);
     assert_null(c);
-    if (strstr(grpo_error_last(), needle) == NULL || strstr(grpo_error_last(), "rewards.json") == NULL)
+    if (strstr(grpo_error_last(), needle) == NULL ||
+        strstr(grpo_error_last(), "rewards.json") == NULL)
         fail_msg("message \"%s\" lacks \"%s\"", grpo_error_last(), needle);
 }
 

@@ -141,7 +141,8 @@ test_cli(void **state)
              "[\"1\"]}}' > %s/code.jsonl && %s verify --input %s/code.jsonl --output %s/code.out "
              "2>/dev/null && grep -q '\"verifier\":\"code\"' %s/code.out && "
              "grep -q '\"verifier\":\"format\",\"version\":\"1.0.0\",\"verdict\":\"ok\"' "
-             "%s/code.out", tmpdir, bin, tmpdir, tmpdir, tmpdir, tmpdir);
+             "%s/code.out",
+             tmpdir, bin, tmpdir, tmpdir, tmpdir, tmpdir);
     assert_int_equal(sh(cmd), 0);
     /* a clean file exits 0; a usage error exits 2 */
     write_input(in, mv, false);
@@ -152,8 +153,10 @@ test_cli(void **state)
     snprintf(cmd, sizeof cmd, "%s verify --input %s/none.jsonl 2>/dev/null", bin, tmpdir);
     assert_int_equal(sh(cmd), 1);
     /* a bad reward config is a clear error */
-    snprintf(cmd, sizeof cmd, "echo '{\"tasks\": {\"math\": \"2*nope\"}}' > %s/r.json && "
-             "%s verify --input %s --config %s/r.json 2>%s/err.txt", tmpdir, bin, in, tmpdir, tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "echo '{\"tasks\": {\"math\": \"2*nope\"}}' > %s/r.json && "
+             "%s verify --input %s --config %s/r.json 2>%s/err.txt",
+             tmpdir, bin, in, tmpdir, tmpdir);
     assert_int_equal(sh(cmd), 1);
     snprintf(cmd, sizeof cmd, "grep -q 'r.json: task \"math\" uses verifier \"nope\"' %s/err.txt",
              tmpdir);
@@ -198,11 +201,14 @@ test_usage(void **state)
     assert_int_equal(usage_case(bin, "--input x.jsonl --jobs", "--jobs needs a value"), 2);
     assert_int_equal(usage_case(bin, "--jobs 2", "--input is required"), 2);
     assert_int_equal(usage_case(bin, "--input x.jsonl --plugin-config {}",
-                                "--plugin-config must follow a --plugin"), 2);
-    assert_int_equal(usage_case(bin, "--input x.jsonl --plugin nope",
-                                "--plugin wants NAME=PATH, not \"nope\""), 2);
+                                "--plugin-config must follow a --plugin"),
+                     2);
+    assert_int_equal(
+        usage_case(bin, "--input x.jsonl --plugin nope", "--plugin wants NAME=PATH, not \"nope\""),
+        2);
     assert_int_equal(usage_case(bin, "--input x.jsonl --deadline-ms -1",
-                                "--deadline-ms must be in (0, 3600000], not \"-1\""), 2);
+                                "--deadline-ms must be in (0, 3600000], not \"-1\""),
+                     2);
 }
 
 static const char *plugin_path;
@@ -233,7 +239,8 @@ test_plugin(void **state)
              "echo '{\"tasks\":{\"kw\":\"0.5*kw + 0.25*format\"},\"verifiers\":{\"kw\":"
              "{\"plugin\":\"%s\",\"in_process\":true,\"config\":{\"keyword\":\"QED\"}}}}'"
              " > %s/kw.json && %s verify --input %s/kw.jsonl --output %s --config %s/kw.json"
-             " 2>/dev/null", plugin_path, tmpdir, bin, tmpdir, out, tmpdir);
+             " 2>/dev/null",
+             plugin_path, tmpdir, bin, tmpdir, out, tmpdir);
     assert_int_equal(sh(cmd), 0);
     assert_int_equal(read_output(out, r, 4), 2);
     assert_true(r[0].reward == 0.75 && r[1].reward == 0.25);
@@ -252,15 +259,16 @@ test_deadline(void **state)
         skip();
     char cmd[4096], out[300];
     snprintf(out, sizeof out, "%s/dl.out", tmpdir);
-    snprintf(cmd, sizeof cmd,
-             "printf '%%s\\n' '{\"id\":1,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' "
-             "'{\"id\":2,\"task\":\"evil\",\"completion\":\"x\"}' "
-             "'{\"id\":3,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' > %s/dl.jsonl"
-             " && echo '{\"tasks\":{\"evil\":\"evil\"},\"verifiers\":{\"evil\":{\"plugin\":"
-             "\"%s\",\"in_process\":true,\"config\":\"loop\"}}}' > %s/dl.json && "
-             "%s verify --input %s/dl.jsonl --output %s --config %s/dl.json --jobs 1 "
-             "--deadline-ms 3000 2>/dev/null",
-             tmpdir, evil_path, tmpdir, bin, tmpdir, out, tmpdir);
+    snprintf(
+        cmd, sizeof cmd,
+        "printf '%%s\\n' '{\"id\":1,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' "
+        "'{\"id\":2,\"task\":\"evil\",\"completion\":\"x\"}' "
+        "'{\"id\":3,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' > %s/dl.jsonl"
+        " && echo '{\"tasks\":{\"evil\":\"evil\"},\"verifiers\":{\"evil\":{\"plugin\":"
+        "\"%s\",\"in_process\":true,\"config\":\"loop\"}}}' > %s/dl.json && "
+        "%s verify --input %s/dl.jsonl --output %s --config %s/dl.json --jobs 1 "
+        "--deadline-ms 3000 2>/dev/null",
+        tmpdir, evil_path, tmpdir, bin, tmpdir, out, tmpdir);
     assert_int_equal(sh(cmd), 1);
     outrow r[4];
     assert_int_equal(read_output(out, r, 4), 3);

@@ -31,6 +31,8 @@ extern "C" {
 #define GRPO_SANDBOX_ISO_SECCOMP 0x40u /* seccomp-bpf allowlist */
 #define GRPO_SANDBOX_ISO_NNP 0x80u     /* no_new_privs */
 #define GRPO_SANDBOX_ISO_ALL 0xffu
+/* A memory cgroup per sandbox (where the host delegates one): reported, never required. */
+#define GRPO_SANDBOX_ISO_MEMCG 0x200u
 
 /* Finds what this kernel allows, by trying it in a throwaway child (cached after the first call).
  * *available gets the GRPO_SANDBOX_ISO_* bits that work. */

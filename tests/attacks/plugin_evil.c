@@ -48,6 +48,8 @@ evil_score(void *state, const grpo_verifier_sample *s, grpo_verdict *out)
         leaked = p; /* escapes: the compiler may not drop the allocation */
     } else if (strcmp(mode, "exit") == 0) {
         exit(0);
+    } else if (strcmp(mode, "abort") == 0) {
+        abort();
     } else if (strcmp(mode, "escape") == 0) {
         /* the test passes the canary path and a port in the sample's answer: "path port" */
         char path[256] = "", buf[64] = "";

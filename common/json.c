@@ -113,15 +113,15 @@ as_str(const cJSON *it, const char *key, const char *where, const char **out)
 }
 
 #define DEFINE_GETTERS(NAME, TYPE, CONV, ...)                                                      \
-    grpo_err grpo__json_##NAME(const cJSON *obj, const char *key, const char *where,              \
-                               __VA_ARGS__ TYPE *out)                                             \
+    grpo_err grpo__json_##NAME(const cJSON *obj, const char *key, const char *where,               \
+                               __VA_ARGS__ TYPE *out)                                              \
     {                                                                                              \
         const cJSON *it;                                                                           \
         grpo_err err = get(obj, key, where, &it, true);                                            \
         return err != GRPO_OK ? err : CONV;                                                        \
     }                                                                                              \
-    grpo_err grpo__json_##NAME##_opt(const cJSON *obj, const char *key, const char *where,        \
-                                     __VA_ARGS__ TYPE *out)                                       \
+    grpo_err grpo__json_##NAME##_opt(const cJSON *obj, const char *key, const char *where,         \
+                                     __VA_ARGS__ TYPE *out)                                        \
     {                                                                                              \
         const cJSON *it;                                                                           \
         grpo_err err = get(obj, key, where, &it, false);                                           \
@@ -137,4 +137,19 @@ char *
 grpo__json_print(const cJSON *obj)
 {
     return cJSON_PrintUnformatted(obj);
+}
+
+char *
+grpo__json_print_utf8(const cJSON *obj)
+{
+    char *s = cJSON_PrintUnformatted(obj), *c;
+    size_t n;
+    if (s == NULL)
+        return NULL;
+    n = strlen(s);
+    if (grpo__utf8_valid(s, n))
+        return s;
+    c = grpo__utf8_sanitize(s, n, NULL);
+    free(s);
+    return c;
 }

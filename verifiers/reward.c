@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #define MAX_TASKS 64
 #define MAX_VERIFIERS 32
 
@@ -164,7 +163,8 @@ parse_task(grpo_reward_config *c, const cJSON *item, const char *where)
     if (!cJSON_IsArray(item))
         return grpo__fail(GRPO_EFORMAT,
                           "%s: task \"%s\": expected a string like \"1.0*math + 0.2*format\" or "
-                          "an array of {verifier, weight}", where, item->string);
+                          "an array of {verifier, weight}",
+                          where, item->string);
     t->n = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, item)
@@ -303,8 +303,10 @@ grpo_reward_config_parse(grpo_reward_config **out, const char *json, size_t n, c
     {
         if (strcmp(it->string, "tasks") != 0 && strcmp(it->string, "verifiers") != 0 &&
             strcmp(it->string, "overlong") != 0 && strcmp(it->string, "deadline_ms") != 0) {
-            err = grpo__fail(GRPO_EFORMAT, "%s: unknown key \"%s\" (expected tasks, verifiers, "
-                             "overlong, deadline_ms)", where, it->string);
+            err = grpo__fail(GRPO_EFORMAT,
+                             "%s: unknown key \"%s\" (expected tasks, verifiers, "
+                             "overlong, deadline_ms)",
+                             where, it->string);
             goto done;
         }
     }
@@ -346,7 +348,8 @@ grpo_reward_config_parse(grpo_reward_config **out, const char *json, size_t n, c
                 err = grpo__fail(GRPO_EFORMAT,
                                  "%s: task \"%s\" uses verifier \"%s\", which is not built in "
                                  "(math, format, code) and has no \"plugin\" path under "
-                                 "\"verifiers\"", where, c->tasks[t].name, nm);
+                                 "\"verifiers\"",
+                                 where, c->tasks[t].name, nm);
                 goto done;
             }
         }
@@ -398,6 +401,13 @@ double
 grpo_reward_config_deadline_ms(const grpo_reward_config *cfg)
 {
     return cfg ? cfg->deadline_ms : 0.0;
+}
+
+double
+grpo_reward_hard_deadline_ms(double deadline_ms)
+{
+    double margin = deadline_ms * 0.2;
+    return deadline_ms + (margin > 2000.0 ? margin : 2000.0);
 }
 
 double
@@ -512,6 +522,43 @@ grpo_reward_result_fini(grpo_reward_result *res)
     res->n_terms = 0;
 }
 
+/* Replaces *v with an ERROR verdict labelled label whose details say why. */
+static void
+error_verdict(grpo_verdict *v, const char *label, const char *why)
+{
+    free(v->details_json);
+    memset(v, 0, sizeof *v);
+    v->kind = GRPO_VERDICT_ERROR;
+    snprintf(v->label, sizeof v->label, "%s", label);
+    cJSON *d = cJSON_CreateObject();
+    if (d) {
+        cJSON_AddStringToObject(d, "error", why);
+        v->details_json = cJSON_PrintUnformatted(d);
+        cJSON_Delete(d);
+    }
+}
+
+/* What a verifier (built in or a plugin) returned is checked before it can become a reward: a
+ * kind outside pass..error (the store would refuse the whole group) or a score outside
+ * [GRPO_VERDICT_SCORE_MIN, GRPO_VERDICT_SCORE_MAX] or not finite is an ERROR verdict; a label
+ * that is not UTF-8 gets U+FFFD for its bad bytes. */
+static void
+check_verdict(grpo_verdict *v)
+{
+    char why[128];
+    v->label[sizeof v->label - 1] = '\0';
+    grpo__utf8_sanitize_buf(v->label, sizeof v->label);
+    if ((unsigned)v->kind > (unsigned)GRPO_VERDICT_ERROR) {
+        snprintf(why, sizeof why, "verdict kind %ld is not one of pass..error (0..4)",
+                 (long)v->kind);
+        error_verdict(v, "bad-verdict-kind", why);
+    } else if (!(v->score >= GRPO_VERDICT_SCORE_MIN && v->score <= GRPO_VERDICT_SCORE_MAX)) {
+        snprintf(why, sizeof why, "score %g is outside [%g, %g]", v->score,
+                 (double)GRPO_VERDICT_SCORE_MIN, (double)GRPO_VERDICT_SCORE_MAX);
+        error_verdict(v, "bad-score", why);
+    }
+}
+
 static void
 run_term(rinst *in, const rterm *t, const grpo_verifier_sample *s, grpo_reward_term *out)
 {
@@ -536,22 +583,8 @@ run_term(rinst *in, const rterm *t, const grpo_verifier_sample *s, grpo_reward_t
             memset(&v, 0, sizeof v);
             v.kind = GRPO_VERDICT_ERROR;
             snprintf(v.label, sizeof v.label, "verifier-failed");
-        } else if ((unsigned)v.kind > (unsigned)GRPO_VERDICT_ERROR) {
-            /* an in-process plugin's kind outside pass..error: the store would refuse the whole
-             * group, so it becomes an error verdict (as the sandboxed path's bad reply does) */
-            long bad = (long)v.kind;
-            free(v.details_json);
-            memset(&v, 0, sizeof v);
-            v.kind = GRPO_VERDICT_ERROR;
-            snprintf(v.label, sizeof v.label, "bad-verdict-kind");
-            cJSON *d = cJSON_CreateObject();
-            if (d) {
-                char msg[96];
-                snprintf(msg, sizeof msg, "verdict kind %ld is not one of pass..error (0..4)", bad);
-                cJSON_AddStringToObject(d, "error", msg);
-                v.details_json = cJSON_PrintUnformatted(d);
-                cJSON_Delete(d);
-            }
+        } else {
+            check_verdict(&v);
         }
     }
     out->ms = (grpo_now() - t0) * 1000.0;
@@ -579,8 +612,7 @@ grpo_rewarder_score(grpo_rewarder *r, const grpo_verifier_sample *s, grpo_reward
     for (int k = 0; k < t->n; k++) {
         rinst *in = find_inst(r, t->t[k].name);
         if (in == NULL)
-            return grpo__fail(GRPO_EINTERNAL, "rewarder: verifier \"%s\" not opened",
-                              t->t[k].name);
+            return grpo__fail(GRPO_EINTERNAL, "rewarder: verifier \"%s\" not opened", t->t[k].name);
         grpo_reward_term *term = &out->terms[out->n_terms++];
         run_term(in, &t->t[k], s, term);
         if (term->kind == GRPO_VERDICT_SKIP && term->weight != 0.0)

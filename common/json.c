@@ -133,6 +133,29 @@ DEFINE_GETTERS(num, double, as_num(it, key, where, out), )
 DEFINE_GETTERS(bool, bool, as_bool(it, key, where, out), )
 DEFINE_GETTERS(str, const char *, as_str(it, key, where, out), )
 
+grpo_err
+grpo__json_check_keys(const cJSON *obj, const char *where, const char *const *known)
+{
+    const cJSON *it;
+    if (!cJSON_IsObject(obj))
+        return grpo__fail(GRPO_EFORMAT, "%s: expected a JSON object", where);
+    cJSON_ArrayForEach(it, obj)
+    {
+        int k = 0;
+        while (known[k] && strcmp(known[k], it->string) != 0)
+            k++;
+        if (known[k])
+            continue;
+        char list[512] = "";
+        size_t off = 0;
+        for (k = 0; known[k] && off < sizeof list; k++)
+            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", k ? ", " : "", known[k]);
+        return grpo__fail(GRPO_EFORMAT, "%s: unknown key \"%s\" (expected %s)", where, it->string,
+                          list);
+    }
+    return GRPO_OK;
+}
+
 char *
 grpo__json_print(const cJSON *obj)
 {

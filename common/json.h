@@ -32,6 +32,10 @@ grpo_err grpo__json_num_opt(const cJSON *obj, const char *key, const char *where
 grpo_err grpo__json_bool_opt(const cJSON *obj, const char *key, const char *where, bool *out);
 grpo_err grpo__json_str_opt(const cJSON *obj, const char *key, const char *where, const char **out);
 
+/* Fails with GRPO_EFORMAT naming where and the first key of obj that is not in the
+ * NULL-terminated list known: `WHERE: unknown key "K" (expected a, b, c)`. */
+grpo_err grpo__json_check_keys(const cJSON *obj, const char *where, const char *const *known);
+
 /* Serializes compactly into a heap string (caller frees with free()). */
 char *grpo__json_print(const cJSON *obj);
 /* grpo__json_print for output lines (grpo verify, rollout --out, stats): always valid UTF-8 JSON,

@@ -188,6 +188,12 @@ t_budget(void **s)
     g = score("c", "```c\nint add(int a, int b) { return a + b; }\n```", ADD_CALL);
     assert_int_equal(g.v.kind, GRPO_VERDICT_SKIP);
     assert_string_equal(g.v.label, "bad-tests");
+    /* an unknown config key is refused (a typo would otherwise leave the default in force) */
+    void *typo = NULL;
+    assert_int_not_equal(api->init("{\"memory_mib\": 256}", &typo, &err), 0);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "code config: unknown key \"memory_mib\" (expected time_limit_ms"));
+    free(err);
 }
 
 static void

@@ -64,6 +64,7 @@ struct grpo_reward_config {
     double ol_penalty;
     double deadline_ms;
     bool ol_on;
+    char where[256]; /* the file it came from, for messages ("" for the defaults) */
 };
 
 void
@@ -109,46 +110,55 @@ add_term(rtask *t, const char *name, size_t nlen, double w, const char *where)
     return GRPO_OK;
 }
 
-/* "1.0*math + 0.2*format", "math", "0.5 * code + -0.1*len" */
+static const char *
+skip_space(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    return s;
+}
+
+/* "1.0*math + 0.2*format", "math", "0.5 * code + -0.1*len": terms joined by '+', each an
+ * optional weight and '*' before a verifier name. Anything else - a dangling '+', "+ +", a
+ * weight without a name - is refused, naming the task and the expression. */
 static grpo_err
-parse_terms(rtask *t, const char *s, const char *where)
+parse_terms(rtask *t, const char *expr, const char *where)
 {
     grpo_err err;
+    const char *s = skip_space(expr);
     t->n = 0;
-    while (*s) {
-        while (isspace((unsigned char)*s) || *s == '+')
-            s++;
-        if (*s == 0)
-            break;
+    if (*s == 0)
+        return grpo__fail(GRPO_EFORMAT, "%s: tasks.%s: no verifiers", where, t->name);
+    for (;;) {
         double w = 1.0;
         char *end;
         double v = strtod(s, &end);
         if (end != s) {
             w = v;
-            s = end;
-            while (isspace((unsigned char)*s))
-                s++;
+            s = skip_space(end);
             if (*s != '*')
-                return grpo__fail(GRPO_EFORMAT, "%s: task \"%s\": expected '*' after weight %g",
-                                  where, t->name, v);
-            s++;
-            while (isspace((unsigned char)*s))
-                s++;
+                return grpo__fail(GRPO_EFORMAT,
+                                  "%s: tasks.%s: expected '*' after weight %g in \"%s\"", where,
+                                  t->name, v, expr);
+            s = skip_space(s + 1);
         }
         const char *b = s;
         while (*s && (isalnum((unsigned char)*s) || *s == '_' || *s == '-' || *s == '.'))
             s++;
+        if (s == b)
+            return grpo__fail(GRPO_EFORMAT,
+                              "%s: tasks.%s: expected a verifier name at offset %d of \"%s\"",
+                              where, t->name, (int)(b - expr), expr);
         if ((err = add_term(t, b, (size_t)(s - b), w, where)) != GRPO_OK)
             return err;
-        while (isspace((unsigned char)*s))
-            s++;
-        if (*s && *s != '+')
-            return grpo__fail(GRPO_EFORMAT, "%s: task \"%s\": unexpected '%c' in \"%s\"", where,
-                              t->name, *s, b);
+        s = skip_space(s);
+        if (*s == 0)
+            return GRPO_OK;
+        if (*s != '+')
+            return grpo__fail(GRPO_EFORMAT, "%s: tasks.%s: unexpected '%c' at offset %d of \"%s\"",
+                              where, t->name, *s, (int)(s - expr), expr);
+        s = skip_space(s + 1);
     }
-    if (t->n == 0)
-        return grpo__fail(GRPO_EFORMAT, "%s: task \"%s\": no verifiers", where, t->name);
-    return GRPO_OK;
 }
 
 static grpo_err
@@ -172,8 +182,10 @@ parse_task(grpo_reward_config *c, const cJSON *item, const char *where)
         const char *name;
         double w = 1.0;
         char w2[160];
+        static const char *const keys[] = {"verifier", "weight", NULL};
         snprintf(w2, sizeof w2, "%s: tasks.%s[%d]", where, item->string, t->n);
-        if ((err = grpo__json_str(e, "verifier", w2, &name)) != GRPO_OK ||
+        if ((err = grpo__json_check_keys(e, w2, keys)) != GRPO_OK ||
+            (err = grpo__json_str(e, "verifier", w2, &name)) != GRPO_OK ||
             (err = grpo__json_num_opt(e, "weight", w2, &w)) != GRPO_OK ||
             (err = add_term(t, name, strlen(name), w, where)) != GRPO_OK)
             return err;
@@ -181,6 +193,32 @@ parse_task(grpo_reward_config *c, const cJSON *item, const char *where)
     if (t->n == 0)
         return grpo__fail(GRPO_EFORMAT, "%s: task \"%s\": no verifiers", where, t->name);
     return GRPO_OK;
+}
+
+/* A built-in verifier's config is checked where it is read (unknown keys, types, ranges) by the
+ * verifier's own init, run once here and undone, so the message can name the file and the key's
+ * path. A plugin's config is the plugin's own: its init checks it when the rewarder opens it. */
+static grpo_err
+check_builtin_config(const rverif *v, const char *w2)
+{
+    const grpo_verifier_api *api = grpo_verifier_builtin(v->name);
+    char prefix[64], *e = NULL;
+    void *state = NULL;
+    if (api == NULL || v->config_json == NULL || api->init == NULL)
+        return GRPO_OK;
+    if (api->init(v->config_json, &state, &e) == 0) {
+        if (api->fini)
+            api->fini(state);
+        return GRPO_OK;
+    }
+    /* the verifier's message starts with its own "NAME config: " */
+    snprintf(prefix, sizeof prefix, "%s config: ", v->name);
+    const char *m = e ? e : "invalid";
+    if (strncmp(m, prefix, strlen(prefix)) == 0)
+        m += strlen(prefix);
+    grpo_err err = grpo__fail(GRPO_EFORMAT, "%s.config: %s", w2, m);
+    free(e);
+    return err;
 }
 
 static grpo_err
@@ -197,7 +235,9 @@ parse_verifier(grpo_reward_config *c, const cJSON *item, const char *where)
         return grpo__fail(GRPO_EFORMAT, "%s: name too long", w2);
     if (c->nverifs == MAX_VERIFIERS)
         return grpo__fail(GRPO_EFORMAT, "%s: more than %d verifiers", where, MAX_VERIFIERS);
-    if ((err = grpo__json_str_opt(item, "plugin", w2, &plugin)) != GRPO_OK ||
+    static const char *const keys[] = {"plugin", "in_process", "config", NULL};
+    if ((err = grpo__json_check_keys(item, w2, keys)) != GRPO_OK ||
+        (err = grpo__json_str_opt(item, "plugin", w2, &plugin)) != GRPO_OK ||
         (err = grpo__json_bool_opt(item, "in_process", w2, &inproc)) != GRPO_OK)
         return err;
     rverif *v = &c->verifs[c->nverifs++];
@@ -216,7 +256,7 @@ parse_verifier(grpo_reward_config *c, const cJSON *item, const char *where)
     }
     if (plugin && (v->plugin = strdup(plugin)) == NULL)
         return grpo__fail(GRPO_ENOMEM, "%s: out of memory", w2);
-    return GRPO_OK;
+    return plugin ? GRPO_OK : check_builtin_config(v, w2);
 }
 
 static grpo_err
@@ -226,9 +266,12 @@ parse_overlong(grpo_reward_config *c, const cJSON *o, const char *where)
     int64_t mx = 0, buf = 0;
     double pen = 1.0;
     grpo_err err;
+    static const char *const keys[] = {"max_tokens", "buffer", "penalty", NULL};
     snprintf(w2, sizeof w2, "%s: overlong", where);
     if (!cJSON_IsObject(o))
         return grpo__fail(GRPO_EFORMAT, "%s: expected an object", w2);
+    if ((err = grpo__json_check_keys(o, w2, keys)) != GRPO_OK)
+        return err;
     if ((err = grpo__json_int_opt(o, "max_tokens", w2, 0, INT32_MAX, &mx)) != GRPO_OK ||
         (err = grpo__json_int(o, "buffer", w2, 1, INT32_MAX, &buf)) != GRPO_OK ||
         (err = grpo__json_num_opt(o, "penalty", w2, &pen)) != GRPO_OK)
@@ -299,6 +342,7 @@ grpo_reward_config_parse(grpo_reward_config **out, const char *json, size_t n, c
     }
     if ((err = grpo_reward_config_default(&c)) != GRPO_OK)
         goto done;
+    snprintf(c->where, sizeof c->where, "%s", where);
     cJSON_ArrayForEach(it, j)
     {
         if (strcmp(it->string, "tasks") != 0 && strcmp(it->string, "verifiers") != 0 &&
@@ -481,8 +525,11 @@ open_inst(grpo_rewarder *r, const char *name)
     }
     char *e = NULL;
     if (in->api->init && in->api->init(v ? v->config_json : NULL, &in->state, &e) != 0) {
-        grpo_err err = grpo__fail(GRPO_EINVAL, "verifier \"%s\": init failed: %s", name,
-                                  e ? e : "(no message)");
+        grpo_err err = r->cfg->where[0]
+                           ? grpo__fail(GRPO_EINVAL, "%s: verifiers.%s.config: init failed: %s",
+                                        r->cfg->where, name, e ? e : "(no message)")
+                           : grpo__fail(GRPO_EINVAL, "verifier \"%s\": init failed: %s", name,
+                                        e ? e : "(no message)");
         free(e);
         in->api = NULL;
         return err;

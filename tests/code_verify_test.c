@@ -332,7 +332,7 @@ t_memory_outside_as(void **s)
         grpo__read_file(GRPO_SOURCE_DIR "/tests/attacks/hold_memory.py", 1 << 20, &src, &n),
         GRPO_OK);
     assert_int_equal(grpo__buf_printf(&prog, "```python\n%s```\n", src), GRPO_OK);
-    hold("python", prog.data, "memfd", 768);     /* ENOSYS (held 768 MiB before) */
+    hold("python", prog.data, "memfd", 384); /* ENOSYS (before: 48 memfds x 8 MiB held) */
     hold("python", prog.data, "sysv", 768);      /* ENOSYS (SIGSYS before) */
     hold("python", prog.data, "posix_shm", 768); /* no /dev/shm */
     hold("python", prog.data, "tmpfs", 32);      /* past the pool's 16 MiB /tmp (64 before) */

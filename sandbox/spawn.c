@@ -380,7 +380,7 @@ sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c)
     grpo_err err = open_pipes(w, s, long_lived, &p);
     /* Under ASan an in-process function cannot live within a memory limit (sbx_rlimits_apply). */
     if (err == GRPO_OK && (w->iso & GRPO_SANDBOX_ISO_MEMCG) && !(s->fn != 0 && SBX_ASAN))
-        err = sbx_cg_create(&c->cg, s->lim.mem_bytes);
+        err = sbx_cg_create(&c->cg, s->lim.memcg_bytes ? s->lim.memcg_bytes : s->lim.mem_bytes);
     if (err == GRPO_OK)
         err = start_child(w, s, &p, c);
     if (err != GRPO_OK && c->pid > 0) {

@@ -62,6 +62,8 @@ typedef struct grpo_sandbox_limits {
     uint64_t stdout_max;  /* bytes of stdout kept; more is drained, counted, output-limit */
     uint64_t stderr_max;  /* bytes of stderr kept; more is drained and counted */
     uint64_t output_kill; /* total output after which the program is killed */
+    uint64_t memcg_bytes; /* memory cgroup limit of the whole sandbox, where there is one (see
+                           * docs/sandbox.md); 0: mem_bytes */
 } grpo_sandbox_limits;
 /* 10 s wall, 10 s CPU, 512 MiB AS, 64 MiB files and /tmp, 64 fds, 32 processes, 1 MiB stdout,
  * 64 KiB stderr, killed after 64 MiB of output. */

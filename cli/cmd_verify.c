@@ -41,8 +41,9 @@ static const char *const USAGE =
     "                   Repeatable. Same as describing it under \"verifiers\" in the config.\n"
     "  --plugin-config JSON  the init config (a JSON object) of the last --plugin.\n"
     "  --jobs N         worker threads (default: the number of CPUs).\n"
-    "  --deadline-ms MS hard per-item deadline (default: the config's deadline_ms, 10000). An\n"
-    "                   item past it is written with \"error\": \"deadline exceeded\".\n"
+    "  --deadline-ms MS per-item budget (default: the config's deadline_ms, 10000). An item\n"
+    "                   past it plus a margin of max(2 s, 20%) is written with\n"
+    "                   \"error\": \"deadline exceeded\".\n"
     "\n"
     "A progress line is shown when standard error is a terminal. Exit status: 0 when every line\n"
     "was scored, 1 when some line has an \"error\" (all lines are still written), 2 on usage\n"
@@ -83,7 +84,7 @@ error_line(cJSON *obj, int lineno, const char *raw, size_t rawlen, const char *m
     }
     cJSON_DeleteItemFromObjectCaseSensitive(o, "error");
     cJSON_AddStringToObject(o, "error", msg);
-    char *s = cJSON_PrintUnformatted(o);
+    char *s = grpo__json_print_utf8(o);
     cJSON_Delete(o);
     return s;
 }
@@ -185,7 +186,7 @@ score_line(grpo_rewarder *rw, const item *it, bool *error)
         out = error_line(o, it->lineno, NULL, 0, msg);
     } else {
         add_result(o, &res);
-        out = cJSON_PrintUnformatted(o);
+        out = grpo__json_print_utf8(o);
         cJSON_Delete(o);
         *error = false;
     }
@@ -517,7 +518,8 @@ start_workers(run *r, pthread_t *th, int want)
 static int
 finish(run *r, FILE *out, const char *out_path, double deadline_ms, pthread_t *th, int nth)
 {
-    long errors = write_in_order(r, out, deadline_ms / 1000.0, isatty(2) != 0);
+    long errors =
+        write_in_order(r, out, grpo_reward_hard_deadline_ms(deadline_ms) / 1000.0, isatty(2) != 0);
     if (errors < 0 || fflush(out) != 0 || (out != stdout && fclose(out) != 0)) {
         fprintf(stderr, "grpo verify: %s: write failed: %s\n", out_path ? out_path : "stdout",
                 strerror(errno));

@@ -33,6 +33,14 @@ bool grpo__utf8_valid(const char *s, size_t n);
 /* Length of the longest valid UTF-8 prefix of s[0..n) (n when all of it is valid): the byte
  * offset to name in an "invalid UTF-8" message. */
 size_t grpo__utf8_valid_len(const char *s, size_t n);
+/* A NUL-terminated heap copy of s[0..n) that is valid UTF-8 whatever s holds: every byte that does
+ * not begin a well-formed sequence (a stray continuation byte, a truncated or overlong sequence, a
+ * surrogate, a code point past U+10FFFF) becomes U+FFFD (EF BF BD), one per byte; valid text comes
+ * back byte for byte. *out_len (may be NULL) gets the length. NULL when out of memory. */
+char *grpo__utf8_sanitize(const char *s, size_t n, size_t *out_len);
+/* The same in place for a fixed NUL-terminated buffer of cap bytes (a verdict label): the result
+ * is cut at a character boundary when the replacements make it longer. */
+void grpo__utf8_sanitize_buf(char *buf, size_t cap);
 
 /* Growable byte buffer. */
 typedef struct grpo_buf {

@@ -113,15 +113,15 @@ as_str(const cJSON *it, const char *key, const char *where, const char **out)
 }
 
 #define DEFINE_GETTERS(NAME, TYPE, CONV, ...)                                                      \
-    grpo_err grpo__json_##NAME(const cJSON *obj, const char *key, const char *where,              \
-                               __VA_ARGS__ TYPE *out)                                             \
+    grpo_err grpo__json_##NAME(const cJSON *obj, const char *key, const char *where,               \
+                               __VA_ARGS__ TYPE *out)                                              \
     {                                                                                              \
         const cJSON *it;                                                                           \
         grpo_err err = get(obj, key, where, &it, true);                                            \
         return err != GRPO_OK ? err : CONV;                                                        \
     }                                                                                              \
-    grpo_err grpo__json_##NAME##_opt(const cJSON *obj, const char *key, const char *where,        \
-                                     __VA_ARGS__ TYPE *out)                                       \
+    grpo_err grpo__json_##NAME##_opt(const cJSON *obj, const char *key, const char *where,         \
+                                     __VA_ARGS__ TYPE *out)                                        \
     {                                                                                              \
         const cJSON *it;                                                                           \
         grpo_err err = get(obj, key, where, &it, false);                                           \
@@ -133,8 +133,46 @@ DEFINE_GETTERS(num, double, as_num(it, key, where, out), )
 DEFINE_GETTERS(bool, bool, as_bool(it, key, where, out), )
 DEFINE_GETTERS(str, const char *, as_str(it, key, where, out), )
 
+grpo_err
+grpo__json_check_keys(const cJSON *obj, const char *where, const char *const *known)
+{
+    const cJSON *it;
+    if (!cJSON_IsObject(obj))
+        return grpo__fail(GRPO_EFORMAT, "%s: expected a JSON object", where);
+    cJSON_ArrayForEach(it, obj)
+    {
+        int k = 0;
+        while (known[k] && strcmp(known[k], it->string) != 0)
+            k++;
+        if (known[k])
+            continue;
+        char list[512] = "";
+        size_t off = 0;
+        for (k = 0; known[k] && off < sizeof list; k++)
+            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", k ? ", " : "", known[k]);
+        return grpo__fail(GRPO_EFORMAT, "%s: unknown key \"%s\" (expected %s)", where, it->string,
+                          list);
+    }
+    return GRPO_OK;
+}
+
 char *
 grpo__json_print(const cJSON *obj)
 {
     return cJSON_PrintUnformatted(obj);
+}
+
+char *
+grpo__json_print_utf8(const cJSON *obj)
+{
+    char *s = cJSON_PrintUnformatted(obj), *c;
+    size_t n;
+    if (s == NULL)
+        return NULL;
+    n = strlen(s);
+    if (grpo__utf8_valid(s, n))
+        return s;
+    c = grpo__utf8_sanitize(s, n, NULL);
+    free(s);
+    return c;
 }

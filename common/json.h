@@ -30,10 +30,18 @@ grpo_err grpo__json_int_opt(const cJSON *obj, const char *key, const char *where
                             int64_t hi, int64_t *out);
 grpo_err grpo__json_num_opt(const cJSON *obj, const char *key, const char *where, double *out);
 grpo_err grpo__json_bool_opt(const cJSON *obj, const char *key, const char *where, bool *out);
-grpo_err grpo__json_str_opt(const cJSON *obj, const char *key, const char *where,
-                            const char **out);
+grpo_err grpo__json_str_opt(const cJSON *obj, const char *key, const char *where, const char **out);
+
+/* Fails with GRPO_EFORMAT naming where and the first key of obj that is not in the
+ * NULL-terminated list known: `WHERE: unknown key "K" (expected a, b, c)`. */
+grpo_err grpo__json_check_keys(const cJSON *obj, const char *where, const char *const *known);
 
 /* Serializes compactly into a heap string (caller frees with free()). */
 char *grpo__json_print(const cJSON *obj);
+/* grpo__json_print for output lines (grpo verify, rollout --out, stats): always valid UTF-8 JSON,
+ * whatever bytes the strings in obj carry (cJSON copies them as they came). Invalid bytes become
+ * U+FFFD as grpo__utf8_sanitize says; JSON's own syntax is ASCII, so only string contents change.
+ * NULL when out of memory. */
+char *grpo__json_print_utf8(const cJSON *obj);
 
 #endif

@@ -137,6 +137,50 @@ grpo__utf8_valid(const char *str, size_t n)
     return grpo__utf8_valid_len(str, n) == n;
 }
 
+char *
+grpo__utf8_sanitize(const char *s, size_t n, size_t *out_len)
+{
+    grpo_buf b = {0};
+    size_t i = 0;
+    while (i < n) {
+        size_t ok = grpo__utf8_valid_len(s + i, n - i);
+        if (grpo__buf_append(&b, s + i, ok) != GRPO_OK)
+            goto oom;
+        i += ok;
+        if (i < n) {
+            if (grpo__buf_append(&b, "\xEF\xBF\xBD", 3) != GRPO_OK)
+                goto oom;
+            i++;
+        }
+    }
+    if (grpo__buf_append(&b, "", 1) != GRPO_OK)
+        goto oom;
+    if (out_len)
+        *out_len = b.len - 1;
+    return b.data;
+oom:
+    grpo__buf_fini(&b);
+    return NULL;
+}
+
+void
+grpo__utf8_sanitize_buf(char *buf, size_t cap)
+{
+    size_t n = strnlen(buf, cap), len;
+    if (cap == 0 || grpo__utf8_valid(buf, n))
+        return;
+    char *c = grpo__utf8_sanitize(buf, n, &len);
+    if (c == NULL) { /* out of memory: cut at the first bad byte */
+        buf[grpo__utf8_valid_len(buf, n)] = '\0';
+        return;
+    }
+    if (len > cap - 1)
+        len = grpo__utf8_valid_len(c, cap - 1);
+    memcpy(buf, c, len);
+    buf[len] = '\0';
+    free(c);
+}
+
 grpo_err
 grpo__buf_reserve(grpo_buf *b, size_t extra)
 {

@@ -209,6 +209,9 @@ setup_tmp(const sbx_spec *s, char *msg, size_t n)
 {
     char opts[128];
     uint64_t size = s->lim.tmp_bytes ? s->lim.tmp_bytes : (64u << 20);
+    /* Files in /tmp are memory the address-space limit does not see: at most an eighth of it. */
+    if (s->lim.mem_bytes && size > s->lim.mem_bytes / 8)
+        size = s->lim.mem_bytes / 8 > (1u << 20) ? s->lim.mem_bytes / 8 : (1u << 20);
     if (mkdir("/tmp", 0755) != 0)
         return fail(msg, n, errno, "sandbox: mkdir /tmp");
     snprintf(opts, sizeof opts, "size=%llu,nr_inodes=4096,mode=0700,uid=%d,gid=%d",

@@ -126,18 +126,22 @@ try_seccomp(void)
 
 /* $GRPO_SANDBOX_DISABLE="net,ipc": facilities not to use even where the kernel has them (for a
  * kernel where one misbehaves, and to test the refusal path). */
+/* GRPO_SANDBOX_ISO_* bit i is named iso_names[i] (0x100 is not a facility). */
+static const char *const iso_names[10] = {"user", "pid",     "net", "mount", "ipc",
+                                          "uts",  "seccomp", "nnp", NULL,    "memcg"};
+
 uint32_t
 sbx_iso_disabled_by_env(void)
 {
-    static const char *const names[] = {"user", "pid", "net",     "mount",
-                                        "ipc",  "uts", "seccomp", "nnp"};
     const char *v = getenv("GRPO_SANDBOX_DISABLE");
     uint32_t bits = 0;
     if (v == NULL)
         return 0;
-    for (int i = 0; i < 8; i++) {
-        size_t n = strlen(names[i]);
-        for (const char *p = v; (p = strstr(p, names[i])) != NULL; p += n)
+    for (int i = 0; i < 10; i++) {
+        if (iso_names[i] == NULL)
+            continue;
+        size_t n = strlen(iso_names[i]);
+        for (const char *p = v; (p = strstr(p, iso_names[i])) != NULL; p += n)
             if ((p == v || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
                 bits |= 1u << i;
     }
@@ -169,6 +173,8 @@ sbx_probe_here(void)
     }
     if (try_seccomp())
         bits |= GRPO_SANDBOX_ISO_SECCOMP | GRPO_SANDBOX_ISO_NNP;
+    if (sbx_cg_probe())
+        bits |= GRPO_SANDBOX_ISO_MEMCG;
     cached = bits;
     done = true;
     return bits;
@@ -177,16 +183,14 @@ sbx_probe_here(void)
 const char *
 grpo_sandbox_iso_str(uint32_t bits, char *buf, size_t n)
 {
-    static const char *const names[] = {"user", "pid", "net",     "mount",
-                                        "ipc",  "uts", "seccomp", "nnp"};
     size_t off = 0;
     if (n == 0)
         return buf;
     buf[0] = '\0';
-    for (int i = 0; i < 8; i++) {
-        if (!(bits & (1u << i)))
+    for (int i = 0; i < 10; i++) {
+        if (!(bits & (1u << i)) || iso_names[i] == NULL)
             continue;
-        int k = snprintf(buf + off, n - off, "%s%s", off ? "," : "", names[i]);
+        int k = snprintf(buf + off, n - off, "%s%s", off ? "," : "", iso_names[i]);
         if (k < 0 || (size_t)k >= n - off)
             break;
         off += (size_t)k;

@@ -17,8 +17,15 @@ struct grpo_sandbox_pool {
     grpo_sandbox *sb;
     grpo_sandbox_proc *proc;
     char *preload;
-    char *prefix; /* interpreter prefix shown read-only when outside /usr */
+    char *prefix;      /* interpreter prefix shown read-only when outside /usr */
+    uint64_t cg_bytes; /* the zygote's memory cgroup limit (0: none) */
 };
+
+/* With a memory cgroup the zygote's sandbox is limited to a call's memory plus this much for the
+ * zygote itself (Python, the preload, its /tmp): calls run one at a time, so that bounds what a
+ * call's whole process tree holds, in any form, to its memory limit plus what the zygote leaves
+ * of this allowance. */
+#define ZYGOTE_ALLOWANCE (64ull << 20)
 
 const char *
 grpo_sandbox_python(void)
@@ -96,6 +103,8 @@ start(grpo_sandbox_pool *pool)
     cmd.limits.mem_bytes = 0; /* each child lowers its own */
     cmd.limits.nproc = 512;
     cmd.limits.nofile = 1024;
+    cmd.limits.tmp_bytes = 16ull << 20; /* one /tmp for every call: kept small (docs/sandbox.md) */
+    cmd.limits.memcg_bytes = pool->cg_bytes;
     if ((err = grpo_sandbox_spawn(pool->sb, &cmd, NULL, NULL, 0, &pool->proc)) != GRPO_OK)
         return err;
     int fd = grpo_sandbox_proc_fd(pool->proc);
@@ -222,7 +231,8 @@ decode(const cJSON *h, const char *data, const uint32_t *lens, const grpo_sandbo
     memcpy(res->err, data + lens[0] + lens[1], lens[2]);
     res->err[lens[2]] = '\0';
     res->err_len = lens[2];
-    sbx_classify(res, (int)num(h, "wstatus"), l, flag(h, "timed_out"), flag(h, "output_over"));
+    sbx_classify(res, (int)num(h, "wstatus"), l, flag(h, "timed_out"), flag(h, "output_over"),
+                 false);
     if (flag(h, "memory") && res->status != GRPO_SANDBOX_TIMEOUT)
         res->status = GRPO_SANDBOX_MEMORY;
     if (ret_json && flag(h, "has_ret")) {
@@ -285,6 +295,15 @@ grpo_sandbox_pool_call(grpo_sandbox_pool *pool, const char *fn, const char *args
                            (unsigned long long)l.output_kill, args_json ? args_json : "null");
     if (err != GRPO_OK)
         return err;
+    /* a zygote whose cgroup does not fit this call's memory limit is started again with one that
+     * does (once per pool when every call has the same limit, as a verifier's do) */
+    uint64_t cg = (grpo_sandbox_isolation(pool->sb) & GRPO_SANDBOX_ISO_MEMCG) && l.mem_bytes
+                      ? l.mem_bytes + ZYGOTE_ALLOWANCE
+                      : 0;
+    if (cg != pool->cg_bytes) {
+        stop(pool);
+        pool->cg_bytes = cg;
+    }
     for (int attempt = 0; attempt < 2; attempt++) {
         if (pool->proc == NULL && (err = start(pool)) != GRPO_OK)
             break;

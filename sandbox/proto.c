@@ -199,6 +199,7 @@ put_limits(grpo_wr *w, const grpo_sandbox_limits *l)
     grpo__put_u64(w, l->stdout_max);
     grpo__put_u64(w, l->stderr_max);
     grpo__put_u64(w, l->output_kill);
+    grpo__put_u64(w, l->memcg_bytes);
 }
 
 static void
@@ -214,6 +215,7 @@ get_limits(grpo_rd *r, grpo_sandbox_limits *l)
     l->stdout_max = grpo__get_u64(r);
     l->stderr_max = grpo__get_u64(r);
     l->output_kill = grpo__get_u64(r);
+    l->memcg_bytes = grpo__get_u64(r);
 }
 
 void

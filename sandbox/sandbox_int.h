@@ -7,6 +7,7 @@
 #include "common/codec.h"
 #include "common/common_int.h"
 #include "grpo/sandbox.h"
+#include <limits.h>
 #include <linux/filter.h>
 #include <stdbool.h>
 #include <sys/types.h>
@@ -81,6 +82,19 @@ int sbx_seccomp_install(const sbx_filter *f);
  */
 int sbx_rlimits_apply(const grpo_sandbox_limits *l, bool for_fn);
 
+/* ---- cgroup.c: a memory cgroup per sandbox where the host allows one. */
+typedef struct sbx_cg {
+    char path[PATH_MAX]; /* "" when the sandbox has none */
+} sbx_cg;
+/* Finds a usable memory controller (v2, else v1) and remembers it; false when there is none. */
+bool sbx_cg_probe(void);
+/* A fresh cgroup limited to `limit` bytes, swap included; a no-op (path "") without a usable
+ * controller or without a limit. */
+grpo_err sbx_cg_create(sbx_cg *cg, uint64_t limit);
+grpo_err sbx_cg_attach(const sbx_cg *cg, pid_t pid);
+bool sbx_cg_oom(const sbx_cg *cg); /* an OOM kill happened in it */
+void sbx_cg_destroy(sbx_cg *cg);
+
 /* ---- ns.c: namespaces, id maps, the probe. */
 unsigned long sbx_ns_clone_flags(uint32_t iso);
 /* Writes uid_map/gid_map (and setgroups) of pid: SBX_UID_INSIDE -> host uid. */
@@ -110,6 +124,7 @@ typedef struct sbx_child {
     int ctl_fd;              /* spawn: our end of the control socket */
     int status_fd;           /* run: the sandbox init reports the program's wait status here */
     grpo_sandbox_limits lim; /* for classifying how a long-lived process ended */
+    sbx_cg cg;               /* its memory cgroup, if any */
     double t0;
 } sbx_child;
 grpo_err sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c);
@@ -120,7 +135,7 @@ grpo_err sbx_supervise(const sbx_spec *s, sbx_child *c, grpo_sandbox_result *res
 void sbx_reap_killed(sbx_child *c, grpo_sandbox_result *res, bool killed);
 /* Status from a wait status and the limits (seccomp/memory/cpu classification). */
 void sbx_classify(grpo_sandbox_result *res, int wstatus, const grpo_sandbox_limits *l,
-                  bool timed_out, bool output_over);
+                  bool timed_out, bool output_over, bool oom);
 
 /* ---- worker.c */
 struct sbx_worker {

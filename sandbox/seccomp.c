@@ -7,6 +7,7 @@
 #include "sandbox/sandbox_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
@@ -22,8 +23,10 @@
 /* What ordinary programs, Python, gcc/g++ and as/ld need. Deliberately absent: ptrace, mount,
  * umount2, pivot_root, chroot, unshare, setns, bpf, perf_event_open, keyctl & co, kexec_*,
  * *_module, reboot, swapon/off, acct, settimeofday & co, userfaultfd, io_uring_*,
- * process_vm_readv/writev, open_by_handle_at, setuid & co, SysV IPC, personality, quotactl,
- * add_key, fanotify, mknod, syslog, vhangup, iopl/ioperm, lookup_dcookie, pidfd_getfd. */
+ * process_vm_readv/writev, open_by_handle_at, setuid & co, personality, quotactl, add_key,
+ * fanotify, mknod, syslog, vhangup, iopl/ioperm, lookup_dcookie, pidfd_getfd. Memory that would
+ * live outside the address space (RLIMIT_AS) is refused with an errno rather than killed, see
+ * `deny_unlimited_memory`. */
 /* clang-format off */
 static const char *const allowed[] = {
     "read", "write", "open", "openat", "close", "close_range", "stat", "fstat", "lstat",
@@ -37,7 +40,7 @@ static const char *const allowed[] = {
     "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg", "shutdown", "bind",
     "listen", "getsockname", "getpeername", "setsockopt", "getsockopt", "fork", "vfork",
     "execve", "execveat", "exit", "exit_group", "wait4", "waitid", "kill", "tgkill", "tkill",
-    "uname", "fcntl", "flock", "fsync", "fdatasync", "truncate", "ftruncate", "getdents",
+    "uname", "flock", "fsync", "fdatasync", "truncate", "ftruncate", "getdents",
     "getdents64", "getcwd", "chdir", "fchdir", "rename", "renameat", "renameat2", "mkdir",
     "mkdirat", "rmdir", "creat", "link", "linkat", "unlink", "unlinkat", "symlink",
     "symlinkat", "readlink", "readlinkat", "chmod", "fchmod", "fchmodat", "umask",
@@ -49,7 +52,7 @@ static const char *const allowed[] = {
     "set_tid_address", "set_robust_list", "get_robust_list", "epoll_create", "epoll_create1",
     "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2",
     "timerfd_create", "timerfd_settime", "timerfd_gettime", "signalfd", "signalfd4",
-    "clock_gettime", "clock_getres", "time", "getrandom", "memfd_create", "rseq", "utime",
+    "clock_gettime", "clock_getres", "time", "getrandom", "rseq", "utime",
     "utimes", "utimensat", "futimesat", "fadvise64", "copy_file_range", "splice", "tee",
     "getcpu", "restart_syscall", "get_mempolicy", "mbind", "set_mempolicy", "membarrier",
     "getpriority", "setpriority", "sched_setparam", "capget", "fchown", "chown", "lchown",
@@ -107,6 +110,32 @@ done:
     return err;
 }
 
+/* Memory a process can hold outside its address space, where RLIMIT_AS does not see it: memfd
+ * pages and SysV segments fail with ENOSYS (as on a kernel built without them), and growing a
+ * pipe past its default 64 KiB with F_SETPIPE_SZ fails with EPERM (as past pipe-max-size). POSIX
+ * shm needs /dev/shm, which the sandbox does not have; /tmp is capped by its tmpfs size. */
+static const char *const no_memory[] = {
+    "memfd_create", "shmget", "shmat", "shmdt",      "shmctl", "msgget", "msgsnd",       "msgrcv",
+    "msgctl",       "semget", "semop", "semtimedop", "semctl", "ipc",    "memfd_secret", NULL};
+
+static int
+deny_unlimited_memory(scmp_filter_ctx ctx)
+{
+    int rc;
+    for (int i = 0; no_memory[i]; i++) {
+        int nr = seccomp_syscall_resolve_name(no_memory[i]);
+        if (nr == __NR_SCMP_ERROR)
+            continue;
+        if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0)) < 0)
+            return rc;
+    }
+    if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(fcntl), 1,
+                               SCMP_A1(SCMP_CMP_NE, F_SETPIPE_SZ, 0))) < 0)
+        return rc;
+    return seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1,
+                            SCMP_A1(SCMP_CMP_EQ, F_SETPIPE_SZ, 0));
+}
+
 static int
 add_allowlist(scmp_filter_ctx ctx)
 {
@@ -130,7 +159,7 @@ add_allowlist(scmp_filter_ctx ctx)
     if ((rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
                                SCMP_A0(SCMP_CMP_NE, AF_UNIX, 0))) < 0)
         return rc;
-    return 0;
+    return deny_unlimited_memory(ctx);
 }
 
 grpo_err

@@ -311,7 +311,11 @@ open_pipes(const sbx_worker *w, const sbx_spec *s, bool long_lived, pipes *p)
     } else if (pipe2(p->out, O_CLOEXEC) != 0 || pipe2(p->er, O_CLOEXEC) != 0) {
         return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
     }
-    if (!long_lived && (w->iso & GRPO_SANDBOX_ISO_PID) && pipe2(p->st, O_CLOEXEC) != 0)
+    /* Runs and long-lived functions (plugin workers) get our init as PID 1: a program that is
+     * PID 1 itself ignores its own default-action signals, so abort()'s SIGABRT would not end it
+     * and glibc falls back on a crash (SIGSEGV). A long-lived exec (the zygote) is PID 1. */
+    if ((!long_lived || s->fn != 0) && (w->iso & GRPO_SANDBOX_ISO_PID) &&
+        pipe2(p->st, O_CLOEXEC) != 0)
         return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: pipe");
     return GRPO_OK;
 }
@@ -333,6 +337,8 @@ start_child(sbx_worker *w, const sbx_spec *s, pipes *p, sbx_child *c)
     close_if(&p->rep[1]);
     grpo_err err;
     if ((w->iso & GRPO_SANDBOX_ISO_USER) && (err = sbx_ns_write_maps(c->pid)) != GRPO_OK)
+        return err;
+    if ((err = sbx_cg_attach(&c->cg, c->pid)) != GRPO_OK)
         return err;
     if (write(p->sync[1], "g", 1) != 1)
         return grpo__fail_errno(GRPO_ESYS, errno, "sandbox: releasing the child");
@@ -372,6 +378,9 @@ sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c)
     c->pidfd = c->out_fd = c->err_fd = c->ctl_fd = c->status_fd = -1;
     c->lim = s->lim;
     grpo_err err = open_pipes(w, s, long_lived, &p);
+    /* Under ASan an in-process function cannot live within a memory limit (sbx_rlimits_apply). */
+    if (err == GRPO_OK && (w->iso & GRPO_SANDBOX_ISO_MEMCG) && !(s->fn != 0 && SBX_ASAN))
+        err = sbx_cg_create(&c->cg, s->lim.memcg_bytes ? s->lim.memcg_bytes : s->lim.mem_bytes);
     if (err == GRPO_OK)
         err = start_child(w, s, &p, c);
     if (err != GRPO_OK && c->pid > 0) {
@@ -381,6 +390,8 @@ sbx_spawn_child(sbx_worker *w, const sbx_spec *s, bool long_lived, sbx_child *c)
         c->pid = -1;
         close_if(&c->pidfd);
     }
+    if (err != GRPO_OK)
+        sbx_cg_destroy(&c->cg);
     settle_pipes(&p, long_lived, err == GRPO_OK, c);
     return err;
 }

@@ -111,7 +111,7 @@ looks_like_memory(const grpo_sandbox_result *res, const grpo_sandbox_limits *l)
 
 void
 sbx_classify(grpo_sandbox_result *res, int st, const grpo_sandbox_limits *l, bool timed_out,
-             bool output_over)
+             bool output_over, bool oom)
 {
     bool abnormal;
     res->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -121,6 +121,8 @@ sbx_classify(grpo_sandbox_result *res, int st, const grpo_sandbox_limits *l, boo
      * (a flood is caught within milliseconds), and the answer does not depend on machine load. */
     if (output_over)
         res->status = GRPO_SANDBOX_OUTPUT;
+    else if (oom) /* the memory cgroup killed a process of the tree: exact, and it came first */
+        res->status = GRPO_SANDBOX_MEMORY;
     else if (timed_out)
         res->status = GRPO_SANDBOX_TIMEOUT;
     else if (res->signal == SIGSYS)
@@ -154,29 +156,6 @@ fill_usage(grpo_sandbox_result *res, const struct rusage *ru, double t0)
     res->cpu_ms = (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1000.0 +
                   (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) / 1000.0;
     res->max_rss_kb = (uint64_t)ru->ru_maxrss;
-}
-
-void
-sbx_reap_killed(sbx_child *c, grpo_sandbox_result *res, bool killed)
-{
-    int st;
-    struct rusage ru;
-    if (killed)
-        kill(c->pid, SIGKILL);
-    reap(c, &st, &ru);
-    if (res) {
-        memset(res, 0, sizeof *res);
-        fill_usage(res, &ru, c->t0);
-        sbx_classify(res, st, &c->lim, false, false);
-        res->out = calloc(1, 1);
-        res->err = calloc(1, 1);
-    }
-    if (c->pidfd >= 0)
-        close(c->pidfd);
-    if (c->status_fd >= 0)
-        close(c->status_fd);
-    c->pidfd = c->status_fd = -1;
-    c->pid = -1;
 }
 
 static grpo_err
@@ -280,6 +259,36 @@ collect_status(sbx_child *c, int *st, struct rusage *ru)
     c->status_fd = -1;
 }
 
+void
+sbx_reap_killed(sbx_child *c, grpo_sandbox_result *res, bool killed)
+{
+    int st;
+    struct rusage ru;
+    if (killed && c->status_fd >= 0) {
+        /* our init: it kills the tree and reports the program's status (how it died, if it did
+         * before we came); then it is killed if it has not exited within 250 ms */
+        struct pollfd p = {c->pidfd, POLLIN, 0};
+        kill(c->pid, SIGUSR1);
+        if (c->pidfd < 0 || poll(&p, 1, 250) != 1)
+            kill(c->pid, SIGKILL);
+    } else if (killed) {
+        kill(c->pid, SIGKILL);
+    }
+    collect_status(c, &st, &ru);
+    if (res) {
+        memset(res, 0, sizeof *res);
+        fill_usage(res, &ru, c->t0);
+        sbx_classify(res, st, &c->lim, false, false, sbx_cg_oom(&c->cg));
+        res->out = calloc(1, 1);
+        res->err = calloc(1, 1);
+    }
+    sbx_cg_destroy(&c->cg);
+    if (c->pidfd >= 0)
+        close(c->pidfd);
+    c->pidfd = -1;
+    c->pid = -1;
+}
+
 grpo_err
 sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
 {
@@ -314,7 +323,9 @@ sbx_supervise(const sbx_spec *sp, sbx_child *c, grpo_sandbox_result *res)
         take(&w.s[1], &res->err, &res->err_len) != GRPO_OK)
         err = GRPO_ENOMEM;
     /* stderr past its cap is only truncated: a long traceback is not an output flood. */
-    sbx_classify(res, st, l, w.timed_out, w.killed_out || w.s[0].total > l->stdout_max);
+    sbx_classify(res, st, l, w.timed_out, w.killed_out || w.s[0].total > l->stdout_max,
+                 sbx_cg_oom(&c->cg));
+    sbx_cg_destroy(&c->cg);
     grpo__buf_fini(&w.s[0].keep);
     grpo__buf_fini(&w.s[1].keep);
     close(c->out_fd);

@@ -151,15 +151,31 @@ def _reap_orphans():
             return True
 
 
+def _feed(fd, view, done):
+    # writes what the stdin pipe takes now; closes it when all is written or the child is gone
+    if fd < 0:
+        return fd, view
+    try:
+        while view and not done:
+            view = view[os.write(fd, view):]
+    except BlockingIOError:
+        return fd, view
+    except OSError:
+        pass
+    os.close(fd)
+    return -1, view
+
+
 def _call(hdr, body, ns):
     lim = hdr.get("limits", {})
     fn = ns.get(hdr.get("fn", ""))
     if not callable(fn):
         _send({"error": "no function %r in the preload" % hdr.get("fn")})
         return
-    stdin_fd = os.memfd_create("stdin")
-    os.write(stdin_fd, body)
-    os.lseek(stdin_fd, 0, 0)
+    # stdin is a pipe the loop below feeds (memfd_create is refused to sandboxed code, us too)
+    stdin_fd, in_w = os.pipe()
+    os.set_blocking(in_w, False)
+    in_view = memoryview(body)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     res_r, res_w = os.pipe()
@@ -194,8 +210,10 @@ def _call(hdr, body, ns):
         if left <= 0 and not timed_out and not exited:
             _kill_rest()  # reaping waits for the child's pidfd (wait4 below)
             timed_out = True
+        in_w, in_view = _feed(in_w, in_view, exited)
         watch = list(open_) + ([] if exited else [pidfd])
-        r, _, _ = select.select(watch, [], [], 0.05 if timed_out else max(left, 0) + 0.001)
+        r, _, _ = select.select(watch, [] if in_w < 0 else [in_w], [],
+                                0.05 if timed_out else max(left, 0) + 0.001)
         for fd in r:
             if fd == pidfd:
                 exited = True
@@ -218,6 +236,7 @@ def _call(hdr, body, ns):
             _kill_rest()
             output_killed = True
     wall = (time.monotonic() - t0) * 1000.0
+    _feed(in_w, in_view, True)
     _kill_all()
     for fd in (out_r, err_r, res_r, pidfd):
         os.close(fd)

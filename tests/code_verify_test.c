@@ -188,6 +188,12 @@ t_budget(void **s)
     g = score("c", "```c\nint add(int a, int b) { return a + b; }\n```", ADD_CALL);
     assert_int_equal(g.v.kind, GRPO_VERDICT_SKIP);
     assert_string_equal(g.v.label, "bad-tests");
+    /* an unknown config key is refused (a typo would otherwise leave the default in force) */
+    void *typo = NULL;
+    assert_int_not_equal(api->init("{\"memory_mib\": 256}", &typo, &err), 0);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "code config: unknown key \"memory_mib\" (expected time_limit_ms"));
+    free(err);
 }
 
 static void
@@ -299,6 +305,55 @@ worker(void *arg)
     return NULL;
 }
 
+/* A Python solution holding memory outside its address space (tests/attacks/hold_memory.py):
+ * it prints the expected "held N" only when it got all N MiB, so a sandbox that lets it through
+ * scores it correct. memory_mb is 256 here. */
+static void
+hold(const char *lang, const char *prog, const char *how, int mib)
+{
+    char tests[256];
+    snprintf(tests, sizeof tests, "{\"inputs\": [\"%s %d\"], \"outputs\": [\"held %d\"]}", how, mib,
+             mib);
+    got g = score(lang, prog, tests);
+    if (g.v.score != 0.0 ||
+        (strcmp(g.status, "memory-limit") != 0 && strcmp(g.status, "runtime-error") != 0 &&
+         strcmp(g.status, "wrong-answer") != 0))
+        fail_msg("%s %d MiB: %s %.1f (%s)", how, mib, g.v.label, g.v.score, g.status);
+}
+
+static void
+t_memory_outside_as(void **s)
+{
+    (void)s;
+    grpo_buf prog = {0};
+    char *src = NULL;
+    size_t n = 0;
+    assert_int_equal(
+        grpo__read_file(GRPO_SOURCE_DIR "/tests/attacks/hold_memory.py", 1 << 20, &src, &n),
+        GRPO_OK);
+    assert_int_equal(grpo__buf_printf(&prog, "```python\n%s```\n", src), GRPO_OK);
+    hold("python", prog.data, "memfd", 384);     /* ENOSYS (before: 48 memfds x 8 MiB held) */
+    hold("python", prog.data, "sysv", 768);      /* ENOSYS (SIGSYS before) */
+    hold("python", prog.data, "posix_shm", 768); /* no /dev/shm */
+    hold("python", prog.data, "tmpfs", 32);      /* past the pool's 16 MiB /tmp (64 before) */
+    hold("python", prog.data, "pipes", 768);     /* F_SETPIPE_SZ refused, 64 fds */
+    /* eight processes, each under RLIMIT_AS: only the zygote's memory cgroup sees them all */
+    uint32_t avail = 0;
+    if (grpo_sandbox_probe(&avail) == GRPO_OK && (avail & GRPO_SANDBOX_ISO_MEMCG)) {
+        void *roomy, *save = st; /* on a loaded machine eight children take seconds to fill */
+        char *err = NULL;
+        assert_int_equal(api->init("{\"time_limit_ms\": 30000, \"memory_mb\": 256}", &roomy, &err),
+                         0);
+        st = roomy;
+        hold("python", prog.data, "forks", 768);
+        st = save;
+        api->fini(roomy);
+    } else
+        fprintf(stderr, "  forks: skipped, no memory cgroup on this host\n");
+    grpo__buf_fini(&prog);
+    free(src);
+}
+
 static void
 t_threads(void **s)
 {
@@ -316,10 +371,15 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_python),       cmocka_unit_test(t_limits),
-        cmocka_unit_test(t_native),       cmocka_unit_test(t_fake_pass),
-        cmocka_unit_test(t_budget),       cmocka_unit_test(t_big_output),
-        cmocka_unit_test(t_cross_sample), cmocka_unit_test(t_threads),
+        cmocka_unit_test(t_python),
+        cmocka_unit_test(t_limits),
+        cmocka_unit_test(t_native),
+        cmocka_unit_test(t_fake_pass),
+        cmocka_unit_test(t_budget),
+        cmocka_unit_test(t_big_output),
+        cmocka_unit_test(t_cross_sample),
+        cmocka_unit_test(t_threads),
+        cmocka_unit_test(t_memory_outside_as),
     };
     /* as grpo does before any thread exists (DESIGN.md, fork safety): sandbox workers are forked
      * from the service, never from this process once t_threads runs (a fork from a threaded

@@ -225,6 +225,41 @@ test_utf8(void **state)
     assert_int_equal(grpo__utf8_valid_len("\xc3\xa9\xc3", 3), 2);           /* truncated tail */
     assert_int_equal(grpo__utf8_valid_len("a\xed\xa0\x80\x62", 5), 1);      /* surrogate, b */
     assert_int_equal(grpo__utf8_valid_len("xy\xe4\xb8\xad\xc0\xaf", 7), 5); /* overlong */
+    /* sanitizing: each byte that does not begin a well-formed sequence becomes U+FFFD */
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"", ""},
+        {"h\xc3\xa9llo \xf0\x9f\x98\x80", "h\xc3\xa9llo \xf0\x9f\x98\x80"},
+        {"a\xff"
+         "b",
+         "a\xef\xbf\xbd"
+         "b"},
+        {"\xc3", "\xef\xbf\xbd"},                                   /* truncated */
+        {"\xe4\xb8", "\xef\xbf\xbd\xef\xbf\xbd"},                   /* truncated, 2 bytes */
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},                   /* overlong */
+        {"\xed\xa0\x80x", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx"}, /* surrogate */
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
+        {"\x80\xe4\xb8\xad", "\xef\xbf\xbd\xe4\xb8\xad"}, /* stray continuation */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len = 99;
+        char *c = grpo__utf8_sanitize(cases[i].in, strlen(cases[i].in), &len);
+        assert_non_null(c);
+        assert_string_equal(c, cases[i].out);
+        assert_int_equal(len, strlen(cases[i].out));
+        free(c);
+    }
+    char *z = grpo__utf8_sanitize("a\0\xff", 3, NULL); /* a NUL byte is valid UTF-8 */
+    assert_memory_equal(z, "a\0\xef\xbf\xbd", 6);
+    free(z);
+    /* in a fixed buffer: cut at a character boundary */
+    char lab[8] = "ab\xff\xff\xff";
+    grpo__utf8_sanitize_buf(lab, sizeof lab);
+    assert_string_equal(lab, "ab\xef\xbf\xbd"); /* a second U+FFFD would not fit */
+    char ok[8] = "h\xc3\xa9";
+    grpo__utf8_sanitize_buf(ok, sizeof ok);
+    assert_string_equal(ok, "h\xc3\xa9");
 }
 
 static void

@@ -75,7 +75,8 @@ same(const struct cJSON *a, const mini_cJSON *b, const char *path)
         return 0;
     }
     if (real_type(a) == cJSON_Number &&
-        (memcmp(&a->valuedouble, &b->valuedouble, sizeof(double)) != 0 || a->valueint != b->valueint)) {
+        (memcmp(&a->valuedouble, &b->valuedouble, sizeof(double)) != 0 ||
+         a->valueint != b->valueint)) {
         printf("%s: number %.17g/%d vs %.17g/%d\n", path, a->valuedouble, a->valueint,
                b->valuedouble, b->valueint);
         return 0;
@@ -134,9 +135,12 @@ static void
 fixtures_parse_alike(void **state)
 {
     (void)state;
-    const char *files[] = {"bf16/config.json",     "bf16/expected.json",
-                           "fp8/config.json",      "fp8/expected.json",
-                           "fp8/model.safetensors.index.json", "router/router_case.json"};
+    const char *files[] = {"bf16/config.json",
+                           "bf16/expected.json",
+                           "fp8/config.json",
+                           "fp8/expected.json",
+                           "fp8/model.safetensors.index.json",
+                           "router/router_case.json"};
     const char *src = getenv("GRPO_SOURCE_DIR");
     char p[1024];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
@@ -169,10 +173,35 @@ edge_cases_alike(void **state)
 {
     (void)state;
     const char *cases[] = {
-        "{}", "[]", "0", "-0", "1e400", "-1.5E-3", "123456789012", "\"a\\u00e9\\ud83d\\ude00\"",
-        "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", "[1,]", "{\"a\" 1}", "{\"a\":}", "[1 2]", "\"abc",
-        "\"\\x\"", "01", "1.", ".5", "+1", "tru", "nul", "[[[[[]]]]]", "{\"k\":{\"k\":[null]}}",
-        "  [true , false , null ]  ", "\"\\ud800\"", "{\"a\":1,\"a\":2}", "[1] x", "", " ",
+        "{}",
+        "[]",
+        "0",
+        "-0",
+        "1e400",
+        "-1.5E-3",
+        "123456789012",
+        "\"a\\u00e9\\ud83d\\ude00\"",
+        "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"",
+        "[1,]",
+        "{\"a\" 1}",
+        "{\"a\":}",
+        "[1 2]",
+        "\"abc",
+        "\"\\x\"",
+        "01",
+        "1.",
+        ".5",
+        "+1",
+        "tru",
+        "nul",
+        "[[[[[]]]]]",
+        "{\"k\":{\"k\":[null]}}",
+        "  [true , false , null ]  ",
+        "\"\\ud800\"",
+        "{\"a\":1,\"a\":2}",
+        "[1] x",
+        "",
+        " ",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         assert_true(compare_text(cases[i], strlen(cases[i]), cases[i]));

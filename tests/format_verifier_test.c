@@ -132,8 +132,8 @@ static void
 test_random(void **state)
 {
     (void)state;
-    static const char *const parts[] = {"<think>", "</think>", "x", " ", "\n", "<", "think>",
-                                        "</", "ab"};
+    static const char *const parts[] = {"<think>", "</think>", "x",  " ", "\n",
+                                        "<",       "think>",   "</", "ab"};
     uint64_t rng = 0x1234567;
     char buf[512];
     for (int it = 0; it < 20000; it++) {

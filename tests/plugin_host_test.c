@@ -128,6 +128,29 @@ t_crash_loop_exit(void **state)
     unsetenv("GRPO_PLUGIN_TIMEOUT_MS");
 }
 
+/* abort() in the sandboxed worker is SIGABRT in the verdict (it was SIGSEGV while the worker was
+ * PID 1 of its namespace, where its own SIGABRT is ignored and glibc falls back on a crash). */
+static void
+t_abort_signal(void **state)
+{
+    (void)state;
+    grpo_plugin *p;
+    void *bad;
+    char *err = NULL;
+    assert_int_equal(grpo_plugin_load(&p, evil, 0), GRPO_OK);
+    const grpo_verifier_api *api = grpo_plugin_api(p);
+    assert_int_equal(api->init("abort", &bad, &err), 0);
+    grpo_verdict v = score(api, bad, "x", NULL);
+    fprintf(stderr, "  abort -> %s %s\n", v.label, v.details_json ? v.details_json : "");
+    assert_string_equal(v.label, "plugin-crashed");
+    assert_non_null(v.details_json);
+    assert_non_null(strstr(v.details_json, "\"status\":\"signaled\""));
+    assert_non_null(strstr(v.details_json, "\"signal\":6,"));
+    free(v.details_json);
+    api->fini(bad);
+    grpo_plugin_destroy(p);
+}
+
 static void
 t_leak(void **state)
 {
@@ -213,6 +236,7 @@ main(int argc, char **argv)
         cmocka_unit_test(t_example_same_both_ways),
         cmocka_unit_test(t_refused),
         cmocka_unit_test(t_crash_loop_exit),
+        cmocka_unit_test(t_abort_signal),
         cmocka_unit_test(t_leak),
         cmocka_unit_test(t_escape),
     };

@@ -31,7 +31,8 @@ parse_bad(const char *json, const char *needle)
     grpo_reward_config *c = NULL;
     assert_int_not_equal(grpo_reward_config_parse(&c, json, strlen(json), "rewards.json"), 0);
     assert_null(c);
-    if (strstr(grpo_error_last(), needle) == NULL || strstr(grpo_error_last(), "rewards.json") == NULL)
+    if (strstr(grpo_error_last(), needle) == NULL ||
+        strstr(grpo_error_last(), "rewards.json") == NULL)
         fail_msg("message \"%s\" lacks \"%s\"", grpo_error_last(), needle);
 }
 
@@ -60,6 +61,37 @@ test_parse_errors(void **state)
     parse_bad("{\"deadline_ms\": -1}", "deadline_ms");
     parse_bad("{\"verifiers\": {\"x\": {\"config\": 3}}}", "config");
     parse_bad("{\"tasks\": {\"m\": \"1.0*math\"", "rewards.json");
+    /* malformed expressions, named with the task's path and the expression */
+    parse_bad("{\"tasks\": {\"math\": \"1.0*math +\"}}",
+              "rewards.json: tasks.math: expected a verifier name at offset 10 of \"1.0*math +\"");
+    parse_bad("{\"tasks\": {\"math\": \"math + + format\"}}",
+              "tasks.math: expected a verifier name");
+    parse_bad("{\"tasks\": {\"math\": \"+ math\"}}",
+              "tasks.math: expected a verifier name at offset 0");
+    parse_bad("{\"tasks\": {\"math\": \"0.5*\"}}", "tasks.math: expected a verifier name");
+    parse_bad("{\"tasks\": {\"math\": \"  \"}}", "tasks.math: no verifiers");
+    parse_bad("{\"tasks\": {\"math\": \"math format\"}}", "tasks.math: unexpected 'f'");
+    /* unknown keys: in a verifier entry, in a built-in's config, in a task's term, in overlong */
+    parse_bad("{\"verifiers\": {\"kw\": {\"plugin\": \"x.so\", \"in_proces\": true}}}",
+              "rewards.json: verifiers.kw: unknown key \"in_proces\" (expected plugin, in_process, "
+              "config)");
+    parse_bad("{\"verifiers\": {\"math\": {\"config\": {\"timeout\": 5}}}}",
+              "rewards.json: verifiers.math.config: unknown key \"timeout\" (expected timeout_ms,");
+    parse_bad("{\"verifiers\": {\"format\": {\"config\": {\"partial\": true, \"x\": 1}}}}",
+              "rewards.json: verifiers.format.config: unknown key \"x\" (expected partial)");
+    parse_bad("{\"verifiers\": {\"math\": {\"config\": {\"precision\": 99}}}}",
+              "rewards.json: verifiers.math.config: \"precision\"");
+    parse_bad("{\"tasks\": {\"m\": [{\"verifier\": \"math\", \"wieght\": 1}]}}",
+              "rewards.json: tasks.m[0]: unknown key \"wieght\"");
+    parse_bad("{\"overlong\": {\"buffer\": 10, \"max\": 5}}",
+              "rewards.json: overlong: unknown key \"max\"");
+    /* what is valid stays valid */
+    grpo_reward_config *c = NULL;
+    const char *ok = "{\"tasks\": {\"m\": \" 1.0*math + -0.5 * format \", \"f\": \"format\"},"
+                     "\"verifiers\": {\"math\": {\"config\": {\"precision\": 4}},"
+                     "\"format\": {\"config\": {\"partial\": true}}}}";
+    assert_int_equal(grpo_reward_config_parse(&c, ok, strlen(ok), "rewards.json"), GRPO_OK);
+    grpo_reward_config_destroy(c);
 }
 
 static void

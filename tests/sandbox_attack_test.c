@@ -346,6 +346,62 @@ t_memory_bomb(void **s)
     grpo_sandbox_result_fini(&r);
 }
 
+/* Memory held outside the address space (memfd, SysV and POSIX shm, files in /tmp, full pipes,
+ * and several processes each under RLIMIT_AS): the program asks for more than its memory limit
+ * and reports what it holds. Contained means killed by the memory limit (the cgroup, where there
+ * is one) or still under the limit because the kernel or our filter refused the rest. */
+static void
+expect_contained(const char *name, uint64_t mem_mib, uint32_t nofile, uint64_t ask_mib)
+{
+    grpo_sandbox_result r;
+    grpo_sandbox_limits l;
+    char arg[32];
+    long held = -1;
+    limits(&l);
+    l.mem_bytes = mem_mib << 20;
+    l.nofile = nofile;
+    l.wall_ms = l.cpu_ms = 20000;
+    snprintf(arg, sizeof arg, "%llu", (unsigned long long)ask_mib);
+    run_with(name, arg, &l, 0, &r);
+    const char *h = strstr(r.out, "held_kib=");
+    if (h)
+        held = atol(h + 9);
+    fprintf(stderr, "    %s", r.out);
+    if (r.status == GRPO_SANDBOX_MEMORY) {
+        /* killed at the limit */
+    } else if (r.status != GRPO_SANDBOX_EXITED || held < 0 || held >= (long)(mem_mib << 10)) {
+        fail_msg("%s: status %s, holds %ld KiB under a %llu MiB limit (out: %s)", name,
+                 grpo_sandbox_status_name(r.status), held, (unsigned long long)mem_mib, r.out);
+    }
+    grpo_sandbox_result_fini(&r);
+}
+
+static void
+t_memory_outside_as(void **s)
+{
+    (void)s;
+    need_dangerous();
+    expect_contained("hold_memfd", 128, NOFILE, 512);     /* NOFILE x FSIZE before: 232 MiB */
+    expect_contained("hold_sysv", 128, NOFILE, 512);      /* killed (SIGSYS) before */
+    expect_contained("hold_posix_shm", 128, NOFILE, 512); /* no /dev/shm in the sandbox */
+    expect_contained("hold_tmpfs", 32, NOFILE, 128);      /* /tmp was 64 MiB whatever the limit */
+    expect_contained("hold_pipes", 48, 1024, 256);        /* 1 MiB pipes up to pipe-user-pages */
+}
+
+/* Several processes, each under RLIMIT_AS, hold more together than the limit: only a memory
+ * cgroup sees the whole tree. */
+static void
+t_memory_many_processes(void **s)
+{
+    (void)s;
+    need_dangerous();
+    if (!(grpo_sandbox_isolation(sb) & GRPO_SANDBOX_ISO_MEMCG)) {
+        fprintf(stderr, "skipped: no memory cgroup on this host (docs/sandbox.md)\n");
+        skip();
+    }
+    expect_contained("hold_forks", AS_LIMIT >> 20, NOFILE, 4 * (AS_LIMIT >> 20));
+}
+
 static void
 t_kill_all(void **s)
 {
@@ -534,17 +590,30 @@ main(int argc, char **argv)
         return 2;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(t_spin),        cmocka_unit_test(t_sleep),
-        cmocka_unit_test(t_flood),       cmocka_unit_test(t_fds),
-        cmocka_unit_test(t_net),         cmocka_unit_test(t_read_host),
-        cmocka_unit_test(t_env),         cmocka_unit_test(t_write_outside),
-        cmocka_unit_test(t_seccomp),     cmocka_unit_test(t_clone3),
-        cmocka_unit_test(t_kill_parent), cmocka_unit_test(t_proc),
-        cmocka_unit_test(t_links),       cmocka_unit_test(t_core_and_signals),
-        cmocka_unit_test(t_big_argv),    cmocka_unit_test(t_big_file),
-        cmocka_unit_test(t_daemon),      cmocka_unit_test(t_fork_bomb),
-        cmocka_unit_test(t_nproc),       cmocka_unit_test(t_thread_bomb),
-        cmocka_unit_test(t_memory_bomb), cmocka_unit_test(t_kill_all),
+        cmocka_unit_test(t_spin),
+        cmocka_unit_test(t_sleep),
+        cmocka_unit_test(t_flood),
+        cmocka_unit_test(t_fds),
+        cmocka_unit_test(t_net),
+        cmocka_unit_test(t_read_host),
+        cmocka_unit_test(t_env),
+        cmocka_unit_test(t_write_outside),
+        cmocka_unit_test(t_seccomp),
+        cmocka_unit_test(t_clone3),
+        cmocka_unit_test(t_kill_parent),
+        cmocka_unit_test(t_proc),
+        cmocka_unit_test(t_links),
+        cmocka_unit_test(t_core_and_signals),
+        cmocka_unit_test(t_big_argv),
+        cmocka_unit_test(t_big_file),
+        cmocka_unit_test(t_daemon),
+        cmocka_unit_test(t_fork_bomb),
+        cmocka_unit_test(t_nproc),
+        cmocka_unit_test(t_thread_bomb),
+        cmocka_unit_test(t_memory_bomb),
+        cmocka_unit_test(t_kill_all),
+        cmocka_unit_test(t_memory_outside_as),
+        cmocka_unit_test(t_memory_many_processes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -141,7 +141,8 @@ test_cli(void **state)
              "[\"1\"]}}' > %s/code.jsonl && %s verify --input %s/code.jsonl --output %s/code.out "
              "2>/dev/null && grep -q '\"verifier\":\"code\"' %s/code.out && "
              "grep -q '\"verifier\":\"format\",\"version\":\"1.0.0\",\"verdict\":\"ok\"' "
-             "%s/code.out", tmpdir, bin, tmpdir, tmpdir, tmpdir, tmpdir);
+             "%s/code.out",
+             tmpdir, bin, tmpdir, tmpdir, tmpdir, tmpdir);
     assert_int_equal(sh(cmd), 0);
     /* a clean file exits 0; a usage error exits 2 */
     write_input(in, mv, false);
@@ -152,8 +153,10 @@ test_cli(void **state)
     snprintf(cmd, sizeof cmd, "%s verify --input %s/none.jsonl 2>/dev/null", bin, tmpdir);
     assert_int_equal(sh(cmd), 1);
     /* a bad reward config is a clear error */
-    snprintf(cmd, sizeof cmd, "echo '{\"tasks\": {\"math\": \"2*nope\"}}' > %s/r.json && "
-             "%s verify --input %s --config %s/r.json 2>%s/err.txt", tmpdir, bin, in, tmpdir, tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "echo '{\"tasks\": {\"math\": \"2*nope\"}}' > %s/r.json && "
+             "%s verify --input %s --config %s/r.json 2>%s/err.txt",
+             tmpdir, bin, in, tmpdir, tmpdir);
     assert_int_equal(sh(cmd), 1);
     snprintf(cmd, sizeof cmd, "grep -q 'r.json: task \"math\" uses verifier \"nope\"' %s/err.txt",
              tmpdir);
@@ -198,11 +201,14 @@ test_usage(void **state)
     assert_int_equal(usage_case(bin, "--input x.jsonl --jobs", "--jobs needs a value"), 2);
     assert_int_equal(usage_case(bin, "--jobs 2", "--input is required"), 2);
     assert_int_equal(usage_case(bin, "--input x.jsonl --plugin-config {}",
-                                "--plugin-config must follow a --plugin"), 2);
-    assert_int_equal(usage_case(bin, "--input x.jsonl --plugin nope",
-                                "--plugin wants NAME=PATH, not \"nope\""), 2);
+                                "--plugin-config must follow a --plugin"),
+                     2);
+    assert_int_equal(
+        usage_case(bin, "--input x.jsonl --plugin nope", "--plugin wants NAME=PATH, not \"nope\""),
+        2);
     assert_int_equal(usage_case(bin, "--input x.jsonl --deadline-ms -1",
-                                "--deadline-ms must be in (0, 3600000], not \"-1\""), 2);
+                                "--deadline-ms must be in (0, 3600000], not \"-1\""),
+                     2);
 }
 
 static const char *plugin_path;
@@ -233,7 +239,8 @@ test_plugin(void **state)
              "echo '{\"tasks\":{\"kw\":\"0.5*kw + 0.25*format\"},\"verifiers\":{\"kw\":"
              "{\"plugin\":\"%s\",\"in_process\":true,\"config\":{\"keyword\":\"QED\"}}}}'"
              " > %s/kw.json && %s verify --input %s/kw.jsonl --output %s --config %s/kw.json"
-             " 2>/dev/null", plugin_path, tmpdir, bin, tmpdir, out, tmpdir);
+             " 2>/dev/null",
+             plugin_path, tmpdir, bin, tmpdir, out, tmpdir);
     assert_int_equal(sh(cmd), 0);
     assert_int_equal(read_output(out, r, 4), 2);
     assert_true(r[0].reward == 0.75 && r[1].reward == 0.25);
@@ -252,15 +259,16 @@ test_deadline(void **state)
         skip();
     char cmd[4096], out[300];
     snprintf(out, sizeof out, "%s/dl.out", tmpdir);
-    snprintf(cmd, sizeof cmd,
-             "printf '%%s\\n' '{\"id\":1,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' "
-             "'{\"id\":2,\"task\":\"evil\",\"completion\":\"x\"}' "
-             "'{\"id\":3,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' > %s/dl.jsonl"
-             " && echo '{\"tasks\":{\"evil\":\"evil\"},\"verifiers\":{\"evil\":{\"plugin\":"
-             "\"%s\",\"in_process\":true,\"config\":\"loop\"}}}' > %s/dl.json && "
-             "%s verify --input %s/dl.jsonl --output %s --config %s/dl.json --jobs 1 "
-             "--deadline-ms 3000 2>/dev/null",
-             tmpdir, evil_path, tmpdir, bin, tmpdir, out, tmpdir);
+    snprintf(
+        cmd, sizeof cmd,
+        "printf '%%s\\n' '{\"id\":1,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' "
+        "'{\"id\":2,\"task\":\"evil\",\"completion\":\"x\"}' "
+        "'{\"id\":3,\"task\":\"format\",\"completion\":\"<think>a</think>b\"}' > %s/dl.jsonl"
+        " && echo '{\"tasks\":{\"evil\":\"evil\"},\"verifiers\":{\"evil\":{\"plugin\":"
+        "\"%s\",\"in_process\":true,\"config\":\"loop\"}}}' > %s/dl.json && "
+        "%s verify --input %s/dl.jsonl --output %s --config %s/dl.json --jobs 1 "
+        "--deadline-ms 3000 2>/dev/null",
+        tmpdir, evil_path, tmpdir, bin, tmpdir, out, tmpdir);
     assert_int_equal(sh(cmd), 1);
     outrow r[4];
     assert_int_equal(read_output(out, r, 4), 3);
@@ -270,6 +278,73 @@ test_deadline(void **state)
     assert_true(!r[0].error && r[0].reward == 1.0);
     assert_true(r[1].error);
     assert_true(!r[2].error && r[2].reward == 1.0); /* scored by the replacement worker */
+}
+
+/* A sandboxed plugin that loops: the plugin-timeout verdict, not a deadline error, although the
+ * plugin's timeout equals the item budget. */
+static void
+test_plugin_timeout_wins(void **state)
+{
+    (void)state;
+    const char *bin = getenv("GRPO_BIN");
+    if (bin == NULL || bin[0] == 0 || evil_path == NULL)
+        skip();
+    char cmd[4096], out[300];
+    snprintf(out, sizeof out, "%s/pt.out", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "echo '{\"id\":1,\"task\":\"evil\",\"completion\":\"x\"}' > %s/pt.jsonl && "
+             "echo '{\"tasks\":{\"evil\":\"evil\"},\"verifiers\":{\"evil\":{\"plugin\":"
+             "\"%s\",\"config\":\"loop\"}}}' > %s/pt.json && GRPO_PLUGIN_TIMEOUT_MS=2000 %s "
+             "verify --input %s/pt.jsonl --output %s --config %s/pt.json --deadline-ms 2000 "
+             "2>/dev/null",
+             tmpdir, evil_path, tmpdir, bin, tmpdir, out, tmpdir);
+    assert_int_equal(sh(cmd), 0);
+    outrow r[2];
+    assert_int_equal(read_output(out, r, 2), 1);
+    assert_false(r[0].error);
+    assert_string_equal(r[0].verdict, "plugin-timeout");
+}
+
+/* Bytes that are not UTF-8 in a completion and in a plugin's label: every output line is valid
+ * UTF-8 JSON, each bad byte one U+FFFD, the valid text around it unchanged. */
+static void
+test_invalid_utf8(void **state)
+{
+    (void)state;
+    const char *bin = getenv("GRPO_BIN");
+    if (bin == NULL || bin[0] == 0 || evil_path == NULL)
+        skip();
+    char cmd[4096], in[300], out[300];
+    snprintf(in, sizeof in, "%s/u8.jsonl", tmpdir);
+    snprintf(out, sizeof out, "%s/u8.out", tmpdir);
+    FILE *f = fopen(in, "w");
+    assert_non_null(f);
+    fputs("{\"id\":1,\"task\":\"format\",\"completion\":\"<think>\xff\xfe</"
+          "think>a\xc0\xaf\xe2\x82\"}\n"
+          "{\"id\":2,\"task\":\"evil\",\"completion\":\"\xed\xa0\x80 caf\xc3\xa9\"}\n"
+          "{\"id\":3,\"completion\":\"\xf4\x90\x80\x80\", \"answer\": 1}\n"
+          "{\"id\":\"\xff\", \"completion\": 7}\n",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "echo '{\"tasks\":{\"evil\":\"evil\"},\"verifiers\":{\"evil\":{\"plugin\":"
+             "\"%s\",\"config\":\"badlabel\"}}}' > %s/u8.json && %s verify --input %s "
+             "--output %s --config %s/u8.json 2>/dev/null",
+             evil_path, tmpdir, bin, in, out, tmpdir);
+    assert_int_equal(sh(cmd), 1); /* line 4 is an error line */
+    char *text = NULL;
+    size_t n = 0;
+    assert_int_equal(grpo__read_file(out, 0, &text, &n), GRPO_OK);
+    if (!grpo__utf8_valid(text, n))
+        fail_msg("output is not UTF-8 at byte %zu: %s", grpo__utf8_valid_len(text, n), text);
+    outrow r[5];
+    assert_int_equal(read_output(out, r, 5), 4);
+    assert_non_null(strstr(text, "<think>\xef\xbf\xbd\xef\xbf\xbd</think>a\xef\xbf\xbd\xef\xbf\xbd"
+                                 "\xef\xbf\xbd\xef\xbf\xbd\""));
+    assert_non_null(strstr(text, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd caf\xc3\xa9"));
+    assert_non_null(strstr(text, "bad\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz"));
+    assert_true(r[3].error);
+    free(text);
 }
 
 static int
@@ -294,8 +369,11 @@ main(int argc, char **argv)
 {
     plugin_path = argc > 1 ? argv[1] : NULL;
     evil_path = argc > 2 ? argv[2] : NULL;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli), cmocka_unit_test(test_usage),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli),
+                                       cmocka_unit_test(test_usage),
                                        cmocka_unit_test(test_plugin),
-                                       cmocka_unit_test(test_deadline)};
+                                       cmocka_unit_test(test_deadline),
+                                       cmocka_unit_test(test_plugin_timeout_wins),
+                                       cmocka_unit_test(test_invalid_utf8)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

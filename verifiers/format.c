@@ -21,11 +21,11 @@ typedef struct fstate {
 
 typedef struct fscan {
     int opens, closes;
-    size_t open_end;   /* byte after the first <think> (or 0 when the prompt opened it) */
-    size_t close_at;   /* position of the first </think> */
+    size_t open_end; /* byte after the first <think> (or 0 when the prompt opened it) */
+    size_t close_at; /* position of the first </think> */
     size_t close_end;
-    bool preamble;     /* non-space text before the first <think> */
-    const char *bad;   /* first structural fault, as a verdict label */
+    bool preamble;   /* non-space text before the first <think> */
+    const char *bad; /* first structural fault, as a verdict label */
 } fscan;
 
 static bool
@@ -113,7 +113,9 @@ format_init(const char *config_json, void **state, char **err_out)
         return -1;
     if (config_json && *config_json) {
         bool partial = false;
+        static const char *const keys[] = {"partial", NULL};
         if (grpo__json_parse(config_json, strlen(config_json), "format config", &j) != GRPO_OK ||
+            grpo__json_check_keys(j, "format config", keys) != GRPO_OK ||
             grpo__json_bool_opt(j, "partial", "format config", &partial) != GRPO_OK) {
             *err_out = strdup(grpo_error_last());
             cJSON_Delete(j);
@@ -156,8 +158,13 @@ format_fini(void *state)
 const grpo_verifier_api *
 grpo_verifier_format(void)
 {
-    static const grpo_verifier_api api = {
-        GRPO_VERIFIER_ABI_MAJOR, GRPO_VERIFIER_ABI_MINOR, sizeof(grpo_verifier_api), "format",
-        FORMAT_VERSION, format_init, format_score, format_fini};
+    static const grpo_verifier_api api = {GRPO_VERIFIER_ABI_MAJOR,
+                                          GRPO_VERIFIER_ABI_MINOR,
+                                          sizeof(grpo_verifier_api),
+                                          "format",
+                                          FORMAT_VERSION,
+                                          format_init,
+                                          format_score,
+                                          format_fini};
     return &api;
 }

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #define MAX_TASKS 64
 #define MAX_VERIFIERS 32
 
@@ -65,6 +64,7 @@ struct grpo_reward_config {
     double ol_penalty;
     double deadline_ms;
     bool ol_on;
+    char where[256]; /* the file it came from, for messages ("" for the defaults) */
 };
 
 void
@@ -110,46 +110,55 @@ add_term(rtask *t, const char *name, size_t nlen, double w, const char *where)
     return GRPO_OK;
 }
 
-/* "1.0*math + 0.2*format", "math", "0.5 * code + -0.1*len" */
+static const char *
+skip_space(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    return s;
+}
+
+/* "1.0*math + 0.2*format", "math", "0.5 * code + -0.1*len": terms joined by '+', each an
+ * optional weight and '*' before a verifier name. Anything else - a dangling '+', "+ +", a
+ * weight without a name - is refused, naming the task and the expression. */
 static grpo_err
-parse_terms(rtask *t, const char *s, const char *where)
+parse_terms(rtask *t, const char *expr, const char *where)
 {
     grpo_err err;
+    const char *s = skip_space(expr);
     t->n = 0;
-    while (*s) {
-        while (isspace((unsigned char)*s) || *s == '+')
-            s++;
-        if (*s == 0)
-            break;
+    if (*s == 0)
+        return grpo__fail(GRPO_EFORMAT, "%s: tasks.%s: no verifiers", where, t->name);
+    for (;;) {
         double w = 1.0;
         char *end;
         double v = strtod(s, &end);
         if (end != s) {
             w = v;
-            s = end;
-            while (isspace((unsigned char)*s))
-                s++;
+            s = skip_space(end);
             if (*s != '*')
-                return grpo__fail(GRPO_EFORMAT, "%s: task \"%s\": expected '*' after weight %g",
-                                  where, t->name, v);
-            s++;
-            while (isspace((unsigned char)*s))
-                s++;
+                return grpo__fail(GRPO_EFORMAT,
+                                  "%s: tasks.%s: expected '*' after weight %g in \"%s\"", where,
+                                  t->name, v, expr);
+            s = skip_space(s + 1);
         }
         const char *b = s;
         while (*s && (isalnum((unsigned char)*s) || *s == '_' || *s == '-' || *s == '.'))
             s++;
+        if (s == b)
+            return grpo__fail(GRPO_EFORMAT,
+                              "%s: tasks.%s: expected a verifier name at offset %d of \"%s\"",
+                              where, t->name, (int)(b - expr), expr);
         if ((err = add_term(t, b, (size_t)(s - b), w, where)) != GRPO_OK)
             return err;
-        while (isspace((unsigned char)*s))
-            s++;
-        if (*s && *s != '+')
-            return grpo__fail(GRPO_EFORMAT, "%s: task \"%s\": unexpected '%c' in \"%s\"", where,
-                              t->name, *s, b);
+        s = skip_space(s);
+        if (*s == 0)
+            return GRPO_OK;
+        if (*s != '+')
+            return grpo__fail(GRPO_EFORMAT, "%s: tasks.%s: unexpected '%c' at offset %d of \"%s\"",
+                              where, t->name, *s, (int)(s - expr), expr);
+        s = skip_space(s + 1);
     }
-    if (t->n == 0)
-        return grpo__fail(GRPO_EFORMAT, "%s: task \"%s\": no verifiers", where, t->name);
-    return GRPO_OK;
 }
 
 static grpo_err
@@ -164,7 +173,8 @@ parse_task(grpo_reward_config *c, const cJSON *item, const char *where)
     if (!cJSON_IsArray(item))
         return grpo__fail(GRPO_EFORMAT,
                           "%s: task \"%s\": expected a string like \"1.0*math + 0.2*format\" or "
-                          "an array of {verifier, weight}", where, item->string);
+                          "an array of {verifier, weight}",
+                          where, item->string);
     t->n = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, item)
@@ -172,8 +182,10 @@ parse_task(grpo_reward_config *c, const cJSON *item, const char *where)
         const char *name;
         double w = 1.0;
         char w2[160];
+        static const char *const keys[] = {"verifier", "weight", NULL};
         snprintf(w2, sizeof w2, "%s: tasks.%s[%d]", where, item->string, t->n);
-        if ((err = grpo__json_str(e, "verifier", w2, &name)) != GRPO_OK ||
+        if ((err = grpo__json_check_keys(e, w2, keys)) != GRPO_OK ||
+            (err = grpo__json_str(e, "verifier", w2, &name)) != GRPO_OK ||
             (err = grpo__json_num_opt(e, "weight", w2, &w)) != GRPO_OK ||
             (err = add_term(t, name, strlen(name), w, where)) != GRPO_OK)
             return err;
@@ -181,6 +193,32 @@ parse_task(grpo_reward_config *c, const cJSON *item, const char *where)
     if (t->n == 0)
         return grpo__fail(GRPO_EFORMAT, "%s: task \"%s\": no verifiers", where, t->name);
     return GRPO_OK;
+}
+
+/* A built-in verifier's config is checked where it is read (unknown keys, types, ranges) by the
+ * verifier's own init, run once here and undone, so the message can name the file and the key's
+ * path. A plugin's config is the plugin's own: its init checks it when the rewarder opens it. */
+static grpo_err
+check_builtin_config(const rverif *v, const char *w2)
+{
+    const grpo_verifier_api *api = grpo_verifier_builtin(v->name);
+    char prefix[64], *e = NULL;
+    void *state = NULL;
+    if (api == NULL || v->config_json == NULL || api->init == NULL)
+        return GRPO_OK;
+    if (api->init(v->config_json, &state, &e) == 0) {
+        if (api->fini)
+            api->fini(state);
+        return GRPO_OK;
+    }
+    /* the verifier's message starts with its own "NAME config: " */
+    snprintf(prefix, sizeof prefix, "%s config: ", v->name);
+    const char *m = e ? e : "invalid";
+    if (strncmp(m, prefix, strlen(prefix)) == 0)
+        m += strlen(prefix);
+    grpo_err err = grpo__fail(GRPO_EFORMAT, "%s.config: %s", w2, m);
+    free(e);
+    return err;
 }
 
 static grpo_err
@@ -197,7 +235,9 @@ parse_verifier(grpo_reward_config *c, const cJSON *item, const char *where)
         return grpo__fail(GRPO_EFORMAT, "%s: name too long", w2);
     if (c->nverifs == MAX_VERIFIERS)
         return grpo__fail(GRPO_EFORMAT, "%s: more than %d verifiers", where, MAX_VERIFIERS);
-    if ((err = grpo__json_str_opt(item, "plugin", w2, &plugin)) != GRPO_OK ||
+    static const char *const keys[] = {"plugin", "in_process", "config", NULL};
+    if ((err = grpo__json_check_keys(item, w2, keys)) != GRPO_OK ||
+        (err = grpo__json_str_opt(item, "plugin", w2, &plugin)) != GRPO_OK ||
         (err = grpo__json_bool_opt(item, "in_process", w2, &inproc)) != GRPO_OK)
         return err;
     rverif *v = &c->verifs[c->nverifs++];
@@ -216,7 +256,7 @@ parse_verifier(grpo_reward_config *c, const cJSON *item, const char *where)
     }
     if (plugin && (v->plugin = strdup(plugin)) == NULL)
         return grpo__fail(GRPO_ENOMEM, "%s: out of memory", w2);
-    return GRPO_OK;
+    return plugin ? GRPO_OK : check_builtin_config(v, w2);
 }
 
 static grpo_err
@@ -226,9 +266,12 @@ parse_overlong(grpo_reward_config *c, const cJSON *o, const char *where)
     int64_t mx = 0, buf = 0;
     double pen = 1.0;
     grpo_err err;
+    static const char *const keys[] = {"max_tokens", "buffer", "penalty", NULL};
     snprintf(w2, sizeof w2, "%s: overlong", where);
     if (!cJSON_IsObject(o))
         return grpo__fail(GRPO_EFORMAT, "%s: expected an object", w2);
+    if ((err = grpo__json_check_keys(o, w2, keys)) != GRPO_OK)
+        return err;
     if ((err = grpo__json_int_opt(o, "max_tokens", w2, 0, INT32_MAX, &mx)) != GRPO_OK ||
         (err = grpo__json_int(o, "buffer", w2, 1, INT32_MAX, &buf)) != GRPO_OK ||
         (err = grpo__json_num_opt(o, "penalty", w2, &pen)) != GRPO_OK)
@@ -299,12 +342,15 @@ grpo_reward_config_parse(grpo_reward_config **out, const char *json, size_t n, c
     }
     if ((err = grpo_reward_config_default(&c)) != GRPO_OK)
         goto done;
+    snprintf(c->where, sizeof c->where, "%s", where);
     cJSON_ArrayForEach(it, j)
     {
         if (strcmp(it->string, "tasks") != 0 && strcmp(it->string, "verifiers") != 0 &&
             strcmp(it->string, "overlong") != 0 && strcmp(it->string, "deadline_ms") != 0) {
-            err = grpo__fail(GRPO_EFORMAT, "%s: unknown key \"%s\" (expected tasks, verifiers, "
-                             "overlong, deadline_ms)", where, it->string);
+            err = grpo__fail(GRPO_EFORMAT,
+                             "%s: unknown key \"%s\" (expected tasks, verifiers, "
+                             "overlong, deadline_ms)",
+                             where, it->string);
             goto done;
         }
     }
@@ -346,7 +392,8 @@ grpo_reward_config_parse(grpo_reward_config **out, const char *json, size_t n, c
                 err = grpo__fail(GRPO_EFORMAT,
                                  "%s: task \"%s\" uses verifier \"%s\", which is not built in "
                                  "(math, format, code) and has no \"plugin\" path under "
-                                 "\"verifiers\"", where, c->tasks[t].name, nm);
+                                 "\"verifiers\"",
+                                 where, c->tasks[t].name, nm);
                 goto done;
             }
         }
@@ -398,6 +445,13 @@ double
 grpo_reward_config_deadline_ms(const grpo_reward_config *cfg)
 {
     return cfg ? cfg->deadline_ms : 0.0;
+}
+
+double
+grpo_reward_hard_deadline_ms(double deadline_ms)
+{
+    double margin = deadline_ms * 0.2;
+    return deadline_ms + (margin > 2000.0 ? margin : 2000.0);
 }
 
 double
@@ -471,8 +525,11 @@ open_inst(grpo_rewarder *r, const char *name)
     }
     char *e = NULL;
     if (in->api->init && in->api->init(v ? v->config_json : NULL, &in->state, &e) != 0) {
-        grpo_err err = grpo__fail(GRPO_EINVAL, "verifier \"%s\": init failed: %s", name,
-                                  e ? e : "(no message)");
+        grpo_err err = r->cfg->where[0]
+                           ? grpo__fail(GRPO_EINVAL, "%s: verifiers.%s.config: init failed: %s",
+                                        r->cfg->where, name, e ? e : "(no message)")
+                           : grpo__fail(GRPO_EINVAL, "verifier \"%s\": init failed: %s", name,
+                                        e ? e : "(no message)");
         free(e);
         in->api = NULL;
         return err;
@@ -512,6 +569,43 @@ grpo_reward_result_fini(grpo_reward_result *res)
     res->n_terms = 0;
 }
 
+/* Replaces *v with an ERROR verdict labelled label whose details say why. */
+static void
+error_verdict(grpo_verdict *v, const char *label, const char *why)
+{
+    free(v->details_json);
+    memset(v, 0, sizeof *v);
+    v->kind = GRPO_VERDICT_ERROR;
+    snprintf(v->label, sizeof v->label, "%s", label);
+    cJSON *d = cJSON_CreateObject();
+    if (d) {
+        cJSON_AddStringToObject(d, "error", why);
+        v->details_json = cJSON_PrintUnformatted(d);
+        cJSON_Delete(d);
+    }
+}
+
+/* What a verifier (built in or a plugin) returned is checked before it can become a reward: a
+ * kind outside pass..error (the store would refuse the whole group) or a score outside
+ * [GRPO_VERDICT_SCORE_MIN, GRPO_VERDICT_SCORE_MAX] or not finite is an ERROR verdict; a label
+ * that is not UTF-8 gets U+FFFD for its bad bytes. */
+static void
+check_verdict(grpo_verdict *v)
+{
+    char why[128];
+    v->label[sizeof v->label - 1] = '\0';
+    grpo__utf8_sanitize_buf(v->label, sizeof v->label);
+    if ((unsigned)v->kind > (unsigned)GRPO_VERDICT_ERROR) {
+        snprintf(why, sizeof why, "verdict kind %ld is not one of pass..error (0..4)",
+                 (long)v->kind);
+        error_verdict(v, "bad-verdict-kind", why);
+    } else if (!(v->score >= GRPO_VERDICT_SCORE_MIN && v->score <= GRPO_VERDICT_SCORE_MAX)) {
+        snprintf(why, sizeof why, "score %g is outside [%g, %g]", v->score,
+                 (double)GRPO_VERDICT_SCORE_MIN, (double)GRPO_VERDICT_SCORE_MAX);
+        error_verdict(v, "bad-score", why);
+    }
+}
+
 static void
 run_term(rinst *in, const rterm *t, const grpo_verifier_sample *s, grpo_reward_term *out)
 {
@@ -536,22 +630,8 @@ run_term(rinst *in, const rterm *t, const grpo_verifier_sample *s, grpo_reward_t
             memset(&v, 0, sizeof v);
             v.kind = GRPO_VERDICT_ERROR;
             snprintf(v.label, sizeof v.label, "verifier-failed");
-        } else if ((unsigned)v.kind > (unsigned)GRPO_VERDICT_ERROR) {
-            /* an in-process plugin's kind outside pass..error: the store would refuse the whole
-             * group, so it becomes an error verdict (as the sandboxed path's bad reply does) */
-            long bad = (long)v.kind;
-            free(v.details_json);
-            memset(&v, 0, sizeof v);
-            v.kind = GRPO_VERDICT_ERROR;
-            snprintf(v.label, sizeof v.label, "bad-verdict-kind");
-            cJSON *d = cJSON_CreateObject();
-            if (d) {
-                char msg[96];
-                snprintf(msg, sizeof msg, "verdict kind %ld is not one of pass..error (0..4)", bad);
-                cJSON_AddStringToObject(d, "error", msg);
-                v.details_json = cJSON_PrintUnformatted(d);
-                cJSON_Delete(d);
-            }
+        } else {
+            check_verdict(&v);
         }
     }
     out->ms = (grpo_now() - t0) * 1000.0;
@@ -579,8 +659,7 @@ grpo_rewarder_score(grpo_rewarder *r, const grpo_verifier_sample *s, grpo_reward
     for (int k = 0; k < t->n; k++) {
         rinst *in = find_inst(r, t->t[k].name);
         if (in == NULL)
-            return grpo__fail(GRPO_EINTERNAL, "rewarder: verifier \"%s\" not opened",
-                              t->t[k].name);
+            return grpo__fail(GRPO_EINTERNAL, "rewarder: verifier \"%s\" not opened", t->t[k].name);
         grpo_reward_term *term = &out->terms[out->n_terms++];
         run_term(in, &t->t[k], s, term);
         if (term->kind == GRPO_VERDICT_SKIP && term->weight != 0.0)

@@ -56,6 +56,12 @@ kw_init(const char *config_json, void **state, char **err_out)
     memcpy(s->keyword, v + 1, n);
     if ((v = find_value(config_json, "reward")) != NULL)
         s->reward = strtod(v, NULL);
+    if (!(s->reward >= GRPO_VERDICT_SCORE_MIN && s->reward <= GRPO_VERDICT_SCORE_MAX)) {
+        if (err_out) /* the host would make every such verdict a "bad-score" error */
+            *err_out = strdup("keyword plugin: reward must be in [0, 1]");
+        free(s);
+        return 1;
+    }
     *state = s;
     return 0;
 }

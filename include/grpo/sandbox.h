@@ -31,6 +31,8 @@ extern "C" {
 #define GRPO_SANDBOX_ISO_SECCOMP 0x40u /* seccomp-bpf allowlist */
 #define GRPO_SANDBOX_ISO_NNP 0x80u     /* no_new_privs */
 #define GRPO_SANDBOX_ISO_ALL 0xffu
+/* A memory cgroup per sandbox (where the host delegates one): reported, never required. */
+#define GRPO_SANDBOX_ISO_MEMCG 0x200u
 
 /* Finds what this kernel allows, by trying it in a throwaway child (cached after the first call).
  * *available gets the GRPO_SANDBOX_ISO_* bits that work. */
@@ -60,6 +62,8 @@ typedef struct grpo_sandbox_limits {
     uint64_t stdout_max;  /* bytes of stdout kept; more is drained, counted, output-limit */
     uint64_t stderr_max;  /* bytes of stderr kept; more is drained and counted */
     uint64_t output_kill; /* total output after which the program is killed */
+    uint64_t memcg_bytes; /* memory cgroup limit of the whole sandbox, where there is one (see
+                           * docs/sandbox.md); 0: mem_bytes */
 } grpo_sandbox_limits;
 /* 10 s wall, 10 s CPU, 512 MiB AS, 64 MiB files and /tmp, 64 fds, 32 processes, 1 MiB stdout,
  * 64 KiB stderr, killed after 64 MiB of output. */

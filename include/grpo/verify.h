@@ -1,10 +1,10 @@
 /* grpo/verify.h: the built-in verifiers (math, format, code), the plugin host, and reward
  * composition over them. Each verifier is a grpo_verifier_api table (grpo/verifier.h).
  *
- * Reward composition: a reward config (JSON, see docs/verify.md) maps task types to weighted sums of
- * verifiers, e.g. math = 1.0*math + 0.2*format, with optional DAPO overlong shaping. A rewarder built
- * from it scores one sample at a time; grpo_rewarder_score() is thread-safe, so the rollout engine and
- * `grpo verify` call it from many threads on completed groups as they arrive. */
+ * Reward composition: a reward config (JSON, see docs/verify.md) maps task types to weighted sums
+ * of verifiers, e.g. math = 1.0*math + 0.2*format, with optional DAPO overlong shaping. A rewarder
+ * built from it scores one sample at a time; grpo_rewarder_score() is thread-safe, so the rollout
+ * engine and `grpo verify` call it from many threads on completed groups as they arrive. */
 #ifndef GRPO_VERIFY_H
 #define GRPO_VERIFY_H
 
@@ -43,20 +43,20 @@ const grpo_verifier_api *grpo_verifier_builtin(const char *name);
  * JSON shape (every key optional; absent keys take the defaults shown):
  *   {
  *     "tasks": { "math":   "1.0*math + 0.2*format",
- *                "code":   [{"verifier": "code", "weight": 1.0}, {"verifier": "format", "weight": 0.2}],
- *                "format": "1.0*format" },
- *     "verifiers": { "math":   {"config": {"timeout_ms": 2000}},
+ *                "code":   [{"verifier": "code", "weight": 1.0}, {"verifier": "format", "weight":
+ * 0.2}], "format": "1.0*format" }, "verifiers": { "math":   {"config": {"timeout_ms": 2000}},
  *                    "myplug": {"plugin": "/path/libmyplug.so", "in_process": false,
  *                               "config": {...}} },
  *     "overlong": { "max_tokens": 4096, "buffer": 512, "penalty": 1.0 },
  *     "deadline_ms": 10000
  *   }
  * A verifier's "config" is handed to its init() as JSON text (an object) or as is (a string).
- * A task's terms are a string "w*name + w*name" or an array of {verifier, weight}. A name that is not
- * built in must be described under "verifiers" with a "plugin" path. "overlong" enables the DAPO soft
- * penalty: 0 up to max_tokens - buffer, then growing linearly to -penalty at max_tokens (and -penalty
- * beyond it or for a truncated sample); max_tokens 0 or absent means the sample's max_tokens.
- * deadline_ms is the per-sample budget (used by `grpo verify` as the hard per-item deadline). */
+ * A task's terms are a string "w*name + w*name" or an array of {verifier, weight}. A name that is
+ * not built in must be described under "verifiers" with a "plugin" path. "overlong" enables the
+ * DAPO soft penalty: 0 up to max_tokens - buffer, then growing linearly to -penalty at max_tokens
+ * (and -penalty beyond it or for a truncated sample); max_tokens 0 or absent means the sample's
+ * max_tokens. deadline_ms is the per-sample budget (used by `grpo verify` as the hard per-item
+ * deadline). */
 typedef struct grpo_reward_config grpo_reward_config;
 
 /* Parses n bytes of JSON; `where` names the source in messages (e.g. the file path).
@@ -67,6 +67,11 @@ grpo_err grpo_reward_config_parse(grpo_reward_config **out, const char *json, si
 grpo_err grpo_reward_config_load(grpo_reward_config **out, const char *path);
 /* The per-sample deadline of the config in milliseconds. */
 double grpo_reward_config_deadline_ms(const grpo_reward_config *cfg);
+/* The hard stop for one sample whose budget is deadline_ms: the budget plus a margin of
+ * max(2000 ms, 20%), so that a verifier's own limit that ends at the budget (a sandboxed
+ * plugin's per-call timeout, 10 s by default like the budget) gives its verdict, e.g.
+ * "plugin-timeout", before the caller gives the sample up. */
+double grpo_reward_hard_deadline_ms(double deadline_ms);
 /* The defaults: math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format,
  * format = 1.0*format, no overlong shaping, deadline 10 s. */
 grpo_err grpo_reward_config_default(grpo_reward_config **out);
@@ -94,13 +99,13 @@ typedef struct grpo_reward_term {
 } grpo_reward_term;
 
 typedef struct grpo_reward_result {
-    double reward;          /* sum of weight * score over terms, plus overlong (0 when skipped) */
-    double overlong;        /* the overlong penalty added (<= 0) */
-    int32_t skipped;        /* 1: a weighted verifier said SKIP (e.g. unparseable gold): exclude the
-                             * sample from advantages instead of scoring it 0 */
+    double reward;   /* sum of weight * score over terms, plus overlong (0 when skipped) */
+    double overlong; /* the overlong penalty added (<= 0) */
+    int32_t skipped; /* 1: a weighted verifier said SKIP (e.g. unparseable gold): exclude the
+                      * sample from advantages instead of scoring it 0 */
     int32_t n_terms;
     grpo_reward_term terms[GRPO_REWARD_MAX_TERMS];
-    double ms;              /* wall time of the whole scoring */
+    double ms; /* wall time of the whole scoring */
 } grpo_reward_result;
 
 /* Scores one sample with the verifiers of its task (sample->task; NULL means "math").

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -13,13 +14,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/shm.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -72,6 +77,190 @@ dump_file(const char *path)
     close(fd);
     buf[k > 0 ? k : 0] = '\0';
     printf("read %s: %s\n", path, buf);
+}
+
+/* Memory held outside the address space: each hold_* tries to keep `mib` MiB and returns how many
+ * it holds. Blocks of 1 MiB; a failed step is reported with its errno and ends the attempt. */
+static char mib_block[1 << 20];
+
+static int
+write_mib(int fd, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (write(fd, mib_block, sizeof mib_block) != (ssize_t)sizeof mib_block)
+            return i;
+    return n;
+}
+
+static int
+hold_memfd(int mib)
+{
+    int held = 0;
+    signal(SIGXFSZ, SIG_IGN); /* RLIMIT_FSIZE caps each memfd: open the next one */
+    while (held < mib) {
+        int fd = (int)syscall(SYS_memfd_create, "hold", 0);
+        if (fd < 0) {
+            report("memfd_create", -1);
+            break;
+        }
+        int k = write_mib(fd, mib - held);
+        held += k;
+        if (k == 0) {
+            report("write", -1);
+            break;
+        }
+    }
+    return held;
+}
+
+static int
+hold_sysv(int mib)
+{
+    int held = 0;
+    while (held < mib) {
+        int id = shmget(IPC_PRIVATE, 8 << 20, IPC_CREAT | 0600);
+        if (id < 0) {
+            report("shmget", -1);
+            break;
+        }
+        char *p = shmat(id, NULL, 0);
+        if (p == (void *)-1) {
+            report("shmat", -1);
+            break;
+        }
+        memset(p, 1, 8 << 20); /* the pages stay with the segment after shmdt */
+        shmdt(p);
+        held += 8;
+    }
+    return held;
+}
+
+static int
+hold_posix_shm(int mib)
+{
+    int held = 0;
+    for (int i = 0; held < mib; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "/hold-%d", i);
+        int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+        if (fd < 0) {
+            report("shm_open", -1);
+            break;
+        }
+        int k = write_mib(fd, 8);
+        held += k;
+        close(fd);
+        if (k < 8) {
+            report("write", -1);
+            break;
+        }
+    }
+    return held;
+}
+
+static int
+hold_tmpfs(int mib)
+{
+    int held = 0;
+    signal(SIGXFSZ, SIG_IGN);
+    for (int i = 0; held < mib; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "/tmp/hold-%d", i);
+        int fd = open(name, O_CREAT | O_WRONLY, 0600);
+        if (fd < 0) {
+            report("open", -1);
+            break;
+        }
+        int k = write_mib(fd, 4);
+        held += k;
+        close(fd);
+        if (k < 4) {
+            report("write", -1);
+            break;
+        }
+    }
+    return held;
+}
+
+/* Pipes grown to 1 MiB where allowed and filled; returns KiB held. */
+static long
+hold_pipes_kib(long kib)
+{
+    long held = 0;
+    int grow_failed = 0;
+    while (held < kib) {
+        int p[2];
+        if (pipe(p) != 0) {
+            report("pipe", -1);
+            break;
+        }
+        if (fcntl(p[1], F_SETPIPE_SZ, 1 << 20) < 0 && !grow_failed++)
+            report("setpipe_sz", -1);
+        fcntl(p[1], F_SETFL, O_NONBLOCK);
+        for (;;) {
+            ssize_t k = write(p[1], mib_block, 4096);
+            if (k <= 0)
+                break;
+            held += k / 1024;
+        }
+    }
+    return held;
+}
+
+/* Children that each touch `each` MiB of their own address space and wait: the tree holds
+ * n * each although every process is under RLIMIT_AS. */
+static int
+hold_forks(int n, int each)
+{
+    int ready[2], held = 0;
+    if (pipe(ready) != 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            char *p = malloc((size_t)each << 20);
+            if (p)
+                memset(p, 1, (size_t)each << 20);
+            if (write(ready[1], p ? "y" : "n", 1) != 1)
+                _exit(1);
+            for (;;)
+                pause();
+        }
+        if (pid < 0) {
+            report("fork", -1);
+            break;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        char c;
+        struct pollfd pf = {ready[0], POLLIN, 0};
+        if (poll(&pf, 1, 3000) != 1 || read(ready[0], &c, 1) != 1)
+            break; /* a child was killed */
+        if (c == 'y')
+            held += each;
+    }
+    return held;
+}
+
+static int
+hold(const char *how, const char *arg)
+{
+    int mib = atoi(arg);
+    long held_kib;
+    if (!strcmp(how, "hold_memfd"))
+        held_kib = 1024L * hold_memfd(mib);
+    else if (!strcmp(how, "hold_sysv"))
+        held_kib = 1024L * hold_sysv(mib);
+    else if (!strcmp(how, "hold_posix_shm"))
+        held_kib = 1024L * hold_posix_shm(mib);
+    else if (!strcmp(how, "hold_tmpfs"))
+        held_kib = 1024L * hold_tmpfs(mib);
+    else if (!strcmp(how, "hold_pipes"))
+        held_kib = hold_pipes_kib(1024L * mib);
+    else
+        held_kib = 1024L * hold_forks(8, mib / 8);
+    printf("held_kib=%ld\n", held_kib);
+    return 0;
 }
 
 int
@@ -130,6 +319,8 @@ main(int argc, char **argv)
             memset(p, 1, 1 << 20); /* NULL once the limit is hit: a crash near the limit */
         }
     }
+    if (!strncmp(a, "hold_", 5))
+        return hold(a, arg);
     if (!strcmp(a, "spin")) {
         volatile uint64_t x = 0;
         for (;;)

@@ -48,6 +48,8 @@ evil_score(void *state, const grpo_verifier_sample *s, grpo_verdict *out)
         leaked = p; /* escapes: the compiler may not drop the allocation */
     } else if (strcmp(mode, "exit") == 0) {
         exit(0);
+    } else if (strcmp(mode, "abort") == 0) {
+        abort();
     } else if (strcmp(mode, "escape") == 0) {
         /* the test passes the canary path and a port in the sample's answer: "path port" */
         char path[256] = "", buf[64] = "";
@@ -77,9 +79,13 @@ evil_score(void *state, const grpo_verifier_sample *s, grpo_verdict *out)
     }
     out->kind = GRPO_VERDICT_PASS;
     if (strcmp(mode, "badkind") == 0)
-        out->kind = (grpo_verdict_kind)99; /* a kind the host does not know */
+        out->kind = (grpo_verdict_kind)99;              /* a kind the host does not know */
     out->score = (double)(s->completion_len % 7) / 7.0; /* something that depends on the input */
     snprintf(out->label, sizeof out->label, "evil-%s", mode);
+    if (strncmp(mode, "score:", 6) == 0) /* "score:1e300", "score:nan", ...: that score */
+        out->score = strtod(mode + 6, NULL);
+    if (strcmp(mode, "badlabel") == 0) /* raw bytes that are not UTF-8 */
+        snprintf(out->label, sizeof out->label, "bad\xff\xfe\xc0\xafz\xe2\x82");
     return 0;
 }
 

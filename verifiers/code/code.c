@@ -68,12 +68,24 @@ parse_config(code_state *s, const char *json)
     int64_t t = 4000, ct = 20000, mem = 512, cmem = 2048, budget = 60000;
     bool stop = false;
     double tol = 1e-6;
-    const char *w = "code verifier config";
+    const char *w = "code config";
+    static const char *const keys[] = {"time_limit_ms",
+                                       "compile_time_limit_ms",
+                                       "memory_mb",
+                                       "compile_memory_mb",
+                                       "max_tests",
+                                       "sample_time_limit_ms",
+                                       "stop_on_first_failure",
+                                       "float_tolerance",
+                                       "require_isolation",
+                                       NULL};
     s->max_tests = 0;
     s->require = GRPO_SANDBOX_ISO_ALL;
     if (json && *json) {
         if ((err = grpo__json_parse(json, strlen(json), w, &c)) != GRPO_OK)
             return err;
+        if ((err = grpo__json_check_keys(c, w, keys)) != GRPO_OK)
+            goto done;
         if ((err = grpo__json_int_opt(c, "time_limit_ms", w, 1, 600000, &t)) != GRPO_OK ||
             (err = grpo__json_int_opt(c, "compile_time_limit_ms", w, 1, 600000, &ct)) != GRPO_OK ||
             (err = grpo__json_int_opt(c, "memory_mb", w, 16, 65536, &mem)) != GRPO_OK ||

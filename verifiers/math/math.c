@@ -73,8 +73,9 @@ mgrade_opts_default(mgrade_opts *o)
 const char *
 mverdict_label(mverdict v)
 {
-    static const char *const l[] = {"correct", "wrong", "no-answer", "unparseable-answer",
-                                    "unparseable-gold", "timeout", "error"};
+    static const char *const l[] = {
+        "correct",          "wrong",   "no-answer", "unparseable-answer",
+        "unparseable-gold", "timeout", "error"};
     return (unsigned)v < sizeof l / sizeof l[0] ? l[v] : "error";
 }
 
@@ -176,7 +177,8 @@ after_think(const char *s, size_t n, bool opened_by_prompt, size_t *out_n, bool 
 static bool
 looks_like_solution(const char *s, size_t n)
 {
-    static const char *const marks[] = {"$", "\\boxed", "\\fbox", "\\(", "\\[", "nswer", "</think>"};
+    static const char *const marks[] = {"$",   "\\boxed", "\\fbox",  "\\(",
+                                        "\\[", "nswer",   "</think>"};
     for (size_t k = 0; k < sizeof marks / sizeof marks[0]; k++) {
         size_t l = strlen(marks[k]);
         for (size_t i = 0; i + l <= n; i++)
@@ -260,7 +262,10 @@ math_init(const char *config_json, void **state, char **err_out)
         return -1;
     mgrade_opts_default(o);
     if (config_json && *config_json) {
-        if ((err = grpo__json_parse(config_json, strlen(config_json), "math config", &j)) != 0)
+        static const char *const keys[] = {"timeout_ms", "max_steps", "precision", "last_number",
+                                           "think",      "strict",    NULL};
+        if ((err = grpo__json_parse(config_json, strlen(config_json), "math config", &j)) != 0 ||
+            (err = grpo__json_check_keys(j, "math config", keys)) != 0)
             goto done;
         int64_t ms = (int64_t)(o->timeout_s * 1000), steps = o->max_steps, prec = 6;
         bool ln = false, think = true, strict = true;
@@ -343,8 +348,13 @@ math_fini(void *state)
 const grpo_verifier_api *
 grpo_verifier_math(void)
 {
-    static const grpo_verifier_api api = {
-        GRPO_VERIFIER_ABI_MAJOR, GRPO_VERIFIER_ABI_MINOR, sizeof(grpo_verifier_api), "math",
-        MATH_VERSION, math_init, math_score, math_fini};
+    static const grpo_verifier_api api = {GRPO_VERIFIER_ABI_MAJOR,
+                                          GRPO_VERIFIER_ABI_MINOR,
+                                          sizeof(grpo_verifier_api),
+                                          "math",
+                                          MATH_VERSION,
+                                          math_init,
+                                          math_score,
+                                          math_fini};
     return &api;
 }

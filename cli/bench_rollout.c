@@ -25,6 +25,7 @@ typedef struct bench_args {
     int prompt_len, G, new_tokens, threads;
     const char *kv_budget;
     int hf;
+    unsigned scenarios; /* bit w set: run scenario w (0 shared, 1 independent, 2 batch-1) */
 } bench_args;
 
 typedef struct bench_result {
@@ -49,10 +50,33 @@ usage(FILE *f)
                "  --new N            tokens generated per sample (default 64)\n"
                "  --threads N        forward threads (default: all CPUs)\n"
                "  --kv-budget B      KV pool bytes (default 1G)\n"
+               "  --scenarios LIST   comma-separated subset of shared,independent,batch1\n"
+               "                     (default: all three, in that order)\n"
                "  --no-hf            skip the HF transformers peer (python3\n"
                "                     tools/bench_hf_generate.py: generate with\n"
                "                     num_return_sequences=G on the same prompt ids)\n"
                "  --help             this text\n");
+}
+
+static const char *const scenario_keys[3] = {"shared", "independent", "batch1"};
+
+/* Sets *mask from a comma-separated list of scenario_keys; -1 for an unknown or empty name. */
+static int
+parse_scenarios(const char *list, unsigned *mask)
+{
+    *mask = 0;
+    const char *p = list;
+    for (;;) {
+        size_t n = strcspn(p, ","), w = 0;
+        while (w < 3 && (strlen(scenario_keys[w]) != n || strncmp(p, scenario_keys[w], n) != 0))
+            w++;
+        if (w == 3)
+            return -1;
+        *mask |= 1u << w;
+        if (p[n] == 0)
+            return 0;
+        p += n + 1;
+    }
 }
 
 /* Deterministic prompt tokens in [2, vocab) for prompt k. */
@@ -295,9 +319,10 @@ hf_peer(const bench_args *a, int32_t vocab, double shared_tps)
     printf("| transformers generate (G sequences) | %.1f | %.2f | %llu | %llu | - | %.1f |\n",
            h.tps, h.secs, (unsigned long long)h.prefilled, (unsigned long long)h.forwards,
            h.rss_mib);
-    printf("\ngrpo shared-prefix vs transformers: %.1fx (%s, fp32, python3 "
-           "tools/bench_hf_generate.py)\n",
-           h.tps > 0 ? shared_tps / h.tps : 0.0, h.versions);
+    if (shared_tps > 0) /* the shared scenario ran */
+        printf("\ngrpo shared-prefix vs transformers: %.1fx (%s, fp32, python3 "
+               "tools/bench_hf_generate.py)\n",
+               h.tps > 0 ? shared_tps / h.tps : 0.0, h.versions);
     return CLI_OK;
 }
 
@@ -308,12 +333,16 @@ grpo_bench_rollout(int argc, char **argv)
         usage(stdout);
         return CLI_OK;
     }
-    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1};
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"prompt-len", required_argument, 0, 'l'},
-        {"group", required_argument, 0, 'g'},   {"new", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'}, {"kv-budget", required_argument, 0, 'k'},
-        {"no-hf", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1, 7u};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"prompt-len", required_argument, 0, 'l'},
+                                         {"group", required_argument, 0, 'g'},
+                                         {"new", required_argument, 0, 'n'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"kv-budget", required_argument, 0, 'k'},
+                                         {"no-hf", no_argument, 0, 'h'},
+                                         {"scenarios", required_argument, 0, 's'},
+                                         {0, 0, 0, 0}};
     int c;
     optind = 1;
     opterr = 0;
@@ -330,6 +359,13 @@ grpo_bench_rollout(int argc, char **argv)
             break;
         case 'h':
             a.hf = 0;
+            continue;
+        case 's':
+            if (parse_scenarios(optarg, &a.scenarios) != 0)
+                return cli_usage(CMD,
+                                 "--scenarios %s: expected a comma-separated subset of "
+                                 "shared,independent,batch1",
+                                 optarg);
             continue;
         case 'l':
             a.prompt_len = v;
@@ -380,6 +416,8 @@ grpo_bench_rollout(int argc, char **argv)
     double shared_tps = 0;
     int32_t vocab = 0;
     for (int w = 0; w < 3; w++) {
+        if (!(a.scenarios & 1u << w))
+            continue;
         bench_result r;
         long rss = 0;
         if (fork_scenario(&a, w, &r, &rss) != 0) {
@@ -390,8 +428,9 @@ grpo_bench_rollout(int argc, char **argv)
                r.secs > 0 ? (double)r.tokens / r.secs : 0.0, r.secs,
                (unsigned long long)r.prefilled, (unsigned long long)r.forwards,
                (double)r.peak_pages * (double)r.page_bytes / 1048576.0, (double)rss / 1024.0);
+        vocab = r.vocab;
         if (w == 0)
-            shared_tps = r.secs > 0 ? (double)r.tokens / r.secs : 0.0, vocab = r.vocab;
+            shared_tps = r.secs > 0 ? (double)r.tokens / r.secs : 0.0;
         fflush(stdout);
     }
     return a.hf ? hf_peer(&a, vocab, shared_tps) : CLI_OK;

@@ -1,7 +1,8 @@
 /* `grpo bench rollout` plumbing on the tiny models (no timing is checked): the three grpo rows,
  * and the HF transformers peer's row run with the same workload (G*L prefill tokens, N forwards)
  * on a BF16 and an FP8 (dequantized) model, or a "skipped" line when python3 cannot import torch;
- * --no-hf leaves the peer out. Needs GRPO_BIN (set by ctest). */
+ * --no-hf leaves the peer out; --scenarios runs only the rows it names and refuses unknown names.
+ * Needs GRPO_BIN (set by ctest). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -104,13 +105,50 @@ no_hf(void **s)
     assert_null(strstr(out, "transformers"));
 }
 
+static void
+scenarios_subset(void **s)
+{
+    (void)s;
+    int rc = bench("bf16", "--no-hf --scenarios independent,shared");
+    if (rc == -2)
+        skip();
+    assert_int_equal(rc, 0);
+    const char *sh = strstr(out, "| 1 prompt x G (shared prefill + pages) |");
+    const char *in = strstr(out, "| G independent prompts x 1 |");
+    assert_non_null(sh);
+    assert_non_null(in);
+    assert_true(sh < in); /* the table keeps its own order, not the list's */
+    assert_null(strstr(out, "| 1 prompt x G, batch-1 decode |"));
+    assert_int_equal(bench("bf16", "--no-hf --scenarios batch1"), 0);
+    assert_non_null(strstr(out, "| 1 prompt x G, batch-1 decode |"));
+    assert_null(strstr(out, "| G independent prompts x 1 |"));
+    assert_null(strstr(out, "| 1 prompt x G (shared prefill + pages) |"));
+}
+
+static void
+scenarios_bad(void **s)
+{
+    (void)s;
+    static const char *const bad[] = {"--scenarios shared,bogus", "--scenarios ''",
+                                      "--scenarios shared,", "--scenarios sharedx"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char extra[128];
+        snprintf(extra, sizeof extra, "--no-hf %s 2>/dev/null", bad[i]);
+        int rc = bench("bf16", extra);
+        if (rc == -2)
+            skip();
+        assert_int_equal(rc, 2); /* a usage error, before any scenario runs */
+        assert_null(strstr(out, "| scenario |"));
+    }
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(peer_bf16),
-        cmocka_unit_test(peer_fp8),
-        cmocka_unit_test(no_hf),
+        cmocka_unit_test(peer_bf16),     cmocka_unit_test(peer_fp8),
+        cmocka_unit_test(no_hf),         cmocka_unit_test(scenarios_subset),
+        cmocka_unit_test(scenarios_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

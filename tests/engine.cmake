@@ -26,7 +26,7 @@ endif()
 # `grpo bench rollout` plumbing, with the transformers peer (tools/bench_hf_generate.py) when
 # python3 has torch; no timing is checked.
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_models/bf16/config.json)
-  grpo_add_test(bench_rollout_cli_test SOURCES bench_rollout_cli_test.c TIMEOUT 120)
+  grpo_add_test(bench_rollout_cli_test SOURCES bench_rollout_cli_test.c TIMEOUT 300)
   add_dependencies(bench_rollout_cli_test grpo)
 endif()
 # `grpo bench gemm`: the table's rows and agreement with OpenBLAS sgemm (no timing is checked).

@@ -217,6 +217,15 @@ gemm_all_dtypes(void **state)
                     assert_true(fabs(yt[(size_t)r * 2 * K + h * K + c] - want) <=
                                 1e-6 * (mag + 1e-30));
                 }
+        /* one and two rows alone (the fused decode path on x86-64-v3): the batch's bits */
+        float *yt1 = malloc((size_t)2 * 2 * K * 4);
+        for (int r = 0; r + 2 <= M; r += 2)
+            for (int rows = 1; rows <= 2; rows++) {
+                k1->gemm_t_heads(k1, rows, 2, x + (size_t)r * K, K, 65, &m.w, 65, 65, yt1, 2 * K,
+                                 K);
+                assert_memory_equal(yt1, yt + (size_t)r * 2 * K, (size_t)rows * 2 * K * 4);
+            }
+        free(yt1);
         free_mat(&m);
     }
     free(yt);

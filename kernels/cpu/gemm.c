@@ -423,6 +423,55 @@ typedef struct {
     float *y;
 } gemmt_ctx;
 
+#ifdef GRPO_CPU_FUSED
+/* Decode-sized gemm_t (M <= 2): each weight row's CB columns converted in registers and added in
+ * at once, rows d in order, multiply then add: tile_axpy's arithmetic without the staged tile.
+ * 0 when the tile needs the staged path (a dtype or block shape it does not take). */
+__attribute__((target("arch=x86-64-v3"))) static int
+tile_t_fused(const gemmt_ctx *c, int h, int c0)
+{
+    const grpo_kw *w = c->w;
+    if (c->M > 2 || grpo_cpu__portable() ||
+        !(w->dt == GRPO_DT_F32 || w->dt == GRPO_DT_BF16 ||
+          (w->dt == GRPO_DT_F8E4M3 && w->bc % CB == 0)))
+        return 0;
+    static int v3 = -1;
+    if (v3 < 0) {
+        __builtin_cpu_init();
+        v3 = __builtin_cpu_supports("x86-64-v3") ? 1 : 0;
+    }
+    if (!v3)
+        return 0;
+    size_t es = grpo_dtype_size(w->dt);
+    for (int m = 0; m < c->M; m++) {
+        const float *xr = c->x + (size_t)m * (size_t)c->ldx + (size_t)h * (size_t)c->xhs;
+        grpo_v8f acc[CB / 8];
+        for (int i = 0; i < CB / 8; i++)
+            acc[i] = (grpo_v8f){0};
+        for (int d = 0; d < c->K; d++) {
+            int r = h * c->wrs + d;
+            const char *row = (const char *)w->data + (size_t)r * (size_t)w->cols * es;
+            __m256 sc = _mm256_setzero_ps();
+            if (w->dt == GRPO_DT_F8E4M3) {
+                float s256 = w->scale[(size_t)((w->row0 + r) / w->br) * (size_t)w->scale_cols +
+                                      (size_t)(c0 / w->bc)] *
+                             256.0f;
+                if (!isfinite(s256))
+                    return 0; /* the staged path then writes every row */
+                sc = _mm256_set1_ps(s256);
+            }
+            grpo_v8f xv = (grpo_v8f){0} + xr[d];
+            for (int i = 0; i < CB / 8; i++)
+                acc[i] += xv * fused_w8(w->dt, row, c0 + 8 * i, sc);
+        }
+        float *yr = c->y + (size_t)m * (size_t)c->ldy + (size_t)h * (size_t)c->yhs + (size_t)c0;
+        for (int i = 0; i < CB / 8; i++)
+            grpo_v8_store(yr + 8 * i, acc[i]);
+    }
+    return 1;
+}
+#endif
+
 static void
 gemmt_range(void *vctx, size_t b, size_t e, int worker)
 {
@@ -435,6 +484,10 @@ gemmt_range(void *vctx, size_t b, size_t e, int worker)
     for (size_t t = b; t < e; t++) {
         int h = (int)(t / (size_t)c->tiles), c0 = (int)(t % (size_t)c->tiles) * CB;
         int cb = N - c0 < CB ? N - c0 : CB;
+#ifdef GRPO_CPU_FUSED
+        if (cb == CB && tile_t_fused(c, h, c0))
+            continue;
+#endif
         if (cb < CB)
             memset(wt, 0, (size_t)c->K * CB * sizeof *wt);
         for (int d = 0; d < c->K; d++)

@@ -117,6 +117,16 @@ own_dir(const char *fstype, const char *opt, const char *path, char *dir, size_t
     return found;
 }
 
+/* rmdir of a cgroup the kernel may still be tearing down (or bringing up): a few tries. */
+static void
+rmdir_retry(const char *path)
+{
+    for (int i = 0; i < 200 && rmdir(path) != 0 && errno == EBUSY; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Can we make a child cgroup under dir and set its memory limit? */
 static bool
 try_child(const char *dir, int version)
@@ -127,7 +137,7 @@ try_child(const char *dir, int version)
     if (mkdir(probe, 0700) != 0 && errno != EEXIST)
         return false;
     ok = write_file(probe, version == 2 ? "memory.max" : "memory.limit_in_bytes", "67108864") == 0;
-    rmdir(probe);
+    rmdir_retry(probe);
     return ok;
 }
 
@@ -234,10 +244,6 @@ sbx_cg_destroy(sbx_cg *cg)
         return;
     if (g.version == 2)
         write_file(cg->path, "cgroup.kill", "1");
-    /* The tree is gone once its init is reaped; the kernel may still be tearing it down. */
-    for (int i = 0; i < 200 && rmdir(cg->path) != 0 && errno == EBUSY; i++) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    rmdir_retry(cg->path); /* the tree is gone once its init is reaped */
     cg->path[0] = '\0';
 }

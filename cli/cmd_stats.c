@@ -513,6 +513,26 @@ parse_args(stats_args *a, int argc, char **argv)
     return 0;
 }
 
+/* With --run: GRPO_ENOTFOUND unless the store has that run (an unknown run is an error, not an
+ * empty table). */
+static grpo_err
+check_run(grpo_store *s, const stats_args *a)
+{
+    grpo_stats_opts ro = {.by = GRPO_STATS_BY_RUN};
+    grpo_stats_table *t = NULL;
+    if (a->o.run_id <= 0)
+        return GRPO_OK;
+    grpo_err err = grpo_store_stats(&t, s, &ro);
+    int found = 0;
+    for (int32_t i = 0; err == GRPO_OK && i < t->n_rows; i++)
+        found |= (int64_t)num(t, i, "run_id") == a->o.run_id;
+    if (err == GRPO_OK && !found)
+        err = grpo__fail(GRPO_ENOTFOUND, "%s: no run %lld (the store has %d; see --by run)", a->db,
+                         (long long)a->o.run_id, (int)t->n_rows);
+    grpo_stats_table_free(t);
+    return err;
+}
+
 /* The table for a->o, and with --report the per-run table too. */
 static grpo_err
 query(const stats_args *a, grpo_stats_table **t, grpo_stats_table **runs)
@@ -522,7 +542,7 @@ query(const stats_args *a, grpo_stats_table **t, grpo_stats_table **runs)
     grpo_stats_opts ro = a->o;
     ro.by = GRPO_STATS_BY_RUN;
     grpo_err err;
-    if ((err = grpo_store_open(&s, a->db, &so)) == GRPO_OK &&
+    if ((err = grpo_store_open(&s, a->db, &so)) == GRPO_OK && (err = check_run(s, a)) == GRPO_OK &&
         (err = grpo_store_stats(t, s, &a->o)) == GRPO_OK && a->report)
         err = grpo_store_stats(runs, s, &ro);
     grpo_store_close(s);

@@ -273,8 +273,9 @@ parse_budget(const char *s, uint64_t *bytes, uint64_t *tokens)
 {
     char *end;
     *bytes = *tokens = 0;
+    errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (end != s && s[0] != '-' &&
+    if (end != s && s[0] != '-' && errno == 0 &&
         (strcmp(end, "t") == 0 || strcmp(end, "tok") == 0 || strcmp(end, "tokens") == 0)) {
         *tokens = v;
         return v > 0 ? 0 : -1;

@@ -40,8 +40,10 @@ static const char usage_text[] =
     "  --k K              the k of pass@k for --by prompt (default 8)\n"
     "  --report FILE      write one self-contained HTML file with SVG charts of reward mean\n"
     "                     (+/- std), completion length (mean/p50/p95) and pass/zero-std/truncated\n"
-    "                     fractions against step, the runs' provenance and the per-step table;\n"
-    "                     prints nothing else\n"
+    "                     fractions against step (a mark per step, so one step shows), the runs'\n"
+    "                     provenance, solve rate bars and pass@k per prompt, pass rate bars and\n"
+    "                     latency percentiles per verifier, per-worker rows and the per-step\n"
+    "                     table; prints nothing else\n"
     "  -h, --help         this help\n";
 
 static int
@@ -277,16 +279,22 @@ chart(FILE *f, const grpo_stats_table *t, const char *title, const series *sv, i
             "<rect x=\"%d\" y=\"%d\" width=\"%g\" height=\"%g\" fill=\"#fff\" "
             "stroke=\"#888\"/>\n",
             ML, MT, pw, ph);
-    for (double y = y0; y <= y1 + ys * 1e-9; y += ys)
+    for (int k = 0; y0 + k * ys <= y1 + ys * 1e-9; k++) {
+        double y = y0 + k * ys; /* by index, so no -5.55e-17 from summing steps */
         fprintf(f,
                 "<line x1=\"%d\" x2=\"%g\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                 "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g</text>\n",
                 ML, ML + pw, PY(y), PY(y), ML - 5, PY(y) + 4, fabs(y) < ys * 1e-9 ? 0 : y);
-    for (double x = ceil(x0 / xs) * xs; x <= x1 + xs * 1e-9; x += xs)
+    }
+    for (int k = 0; ceil(x0 / xs) * xs + k * xs <= x1 + xs * 1e-9; k++) {
+        double x = ceil(x0 / xs) * xs + k * xs;
+        if (fabs(x) < xs * 1e-9)
+            x = 0;
         fprintf(f,
                 "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%g\" y2=\"%g\" stroke=\"#888\"/>"
                 "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\" font-size=\"11\">%g</text>\n",
                 PX(x), PX(x), MT + ph, MT + ph + 4, PX(x), MT + ph + 16, x);
+    }
     fprintf(f, "<text x=\"%g\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">step</text>\n",
             ML + pw / 2, H - 6);
     for (int k = 0; k < ns; k++) {
@@ -324,6 +332,12 @@ chart(FILE *f, const grpo_stats_table *t, const char *title, const series *sv, i
         }
         if (open)
             fputs("\"/>\n", f);
+        for (int32_t i = 0; i < t->n_rows; i++) { /* a mark per step: a one-step run shows */
+            double x = num(t, i, "step"), y = num(t, i, sv[k].col);
+            if (!isnan(y))
+                fprintf(f, "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
+                        PX(x), PY(y), sv[k].color);
+        }
         fprintf(f,
                 "<line x1=\"%g\" x2=\"%g\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>"
                 "<text x=\"%g\" y=\"%d\" font-size=\"12\">%s</text>\n",
@@ -380,9 +394,65 @@ html_table(FILE *f, const grpo_stats_table *t, const char *const *cols)
     fputs("</table>\n", f);
 }
 
+/* The report's tables beside the per-step one (NULL when not queried). */
+typedef struct report_tables {
+    grpo_stats_table *runs, *prompts, *verifiers, *workers;
+} report_tables;
+
+static void
+report_tables_free(report_tables *r)
+{
+    grpo_stats_table_free(r->runs);
+    grpo_stats_table_free(r->prompts);
+    grpo_stats_table_free(r->verifiers);
+    grpo_stats_table_free(r->workers);
+}
+
+/* One horizontal bar per row of t: column col (a fraction in [0, 1]) labelled by label_col. */
+static void
+bars(FILE *f, const grpo_stats_table *t, const char *label_col, const char *col, const char *color)
+{
+    enum { BW = 480, BH = 16, LW = 160 };
+    int j = col_index(t, label_col);
+    char label[256];
+    fprintf(
+        f, "<svg class=\"bars\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\">\n",
+        LW + BW + 60, (int)t->n_rows * (BH + 4) + 4);
+    for (int32_t i = 0; i < t->n_rows; i++) {
+        double v = num(t, i, col), y = 2 + i * (BH + 4);
+        label[0] = '\0';
+        if (j >= 0)
+            cell_text(&t->cells[(size_t)i * t->n_cols + j], label, sizeof label, 0);
+        fprintf(f, "<text x=\"%d\" y=\"%.0f\" text-anchor=\"end\" font-size=\"11\">", LW - 6,
+                y + BH - 4);
+        html_escape(label, f);
+        fprintf(f,
+                "</text><rect class=\"bar\" x=\"%d\" y=\"%.0f\" width=\"%.1f\" height=\"%d\" "
+                "fill=\"%s\"/><text x=\"%.1f\" y=\"%.0f\" font-size=\"11\">%.3g</text>\n",
+                LW, y, isnan(v) ? 0 : v * BW, BH, color, LW + (isnan(v) ? 0 : v * BW) + 4,
+                y + BH - 4, isnan(v) ? 0 : v);
+    }
+    fputs("</svg>\n", f);
+}
+
+/* The per-prompt, per-verifier and (for pooled runs) per-worker sections. */
+static void
+report_sections(FILE *f, const report_tables *rt)
+{
+    fputs("<h2>Per prompt: solve rate and pass@k</h2>\n", f);
+    bars(f, rt->prompts, "prompt_id", "solve_rate", "#1f77b4");
+    html_table(f, rt->prompts, NULL);
+    fputs("<h2>Per verifier: pass rate and latency (ms)</h2>\n", f);
+    bars(f, rt->verifiers, "verifier", "pass_rate", "#9467bd");
+    html_table(f, rt->verifiers, NULL);
+    if (rt->workers && rt->workers->n_rows > 0) {
+        fputs("<h2>Per worker</h2>\n", f);
+        html_table(f, rt->workers, NULL);
+    }
+}
+
 static int
-write_report(const char *path, const char *db, const grpo_stats_table *t,
-             const grpo_stats_table *runs)
+write_report(const char *path, const char *db, const grpo_stats_table *t, const report_tables *rt)
 {
     static const char *const run_cols[] = {
         "run_id",      "status",       "started_at",     "command_line",
@@ -412,10 +482,11 @@ write_report(const char *path, const char *db, const grpo_stats_table *t,
     html_escape(db, f);
     fprintf(f, "</code>; %d step rows; made by grpo %s</p>\n", (int)t->n_rows, grpo_version());
     fputs("<h2>Runs</h2>\n", f);
-    html_table(f, runs, run_cols);
+    html_table(f, rt->runs, run_cols);
     chart(f, t, "Reward mean against step", reward, 1);
     chart(f, t, "Completion length (tokens) against step", length, 3);
     chart(f, t, "Fractions against step", frac, 3);
+    report_sections(f, rt);
     fputs("<h2>Per step</h2>\n", f);
     html_table(f, t, NULL);
     fputs("</body></html>\n", f);
@@ -513,18 +584,52 @@ parse_args(stats_args *a, int argc, char **argv)
     return 0;
 }
 
-/* The table for a->o, and with --report the per-run table too. */
+/* With --run: GRPO_ENOTFOUND unless the store has that run (an unknown run is an error, not an
+ * empty table). */
 static grpo_err
-query(const stats_args *a, grpo_stats_table **t, grpo_stats_table **runs)
+check_run(grpo_store *s, const stats_args *a)
+{
+    grpo_stats_opts ro = {.by = GRPO_STATS_BY_RUN};
+    grpo_stats_table *t = NULL;
+    if (a->o.run_id <= 0)
+        return GRPO_OK;
+    grpo_err err = grpo_store_stats(&t, s, &ro);
+    int found = 0;
+    for (int32_t i = 0; err == GRPO_OK && i < t->n_rows; i++)
+        found |= (int64_t)num(t, i, "run_id") == a->o.run_id;
+    if (err == GRPO_OK && !found)
+        err = grpo__fail(GRPO_ENOTFOUND, "%s: no run %lld (the store has %d; see --by run)", a->db,
+                         (long long)a->o.run_id, (int)t->n_rows);
+    grpo_stats_table_free(t);
+    return err;
+}
+
+/* The report's other tables, with a->o's run and step filters. */
+static grpo_err
+query_report(grpo_store *s, const stats_args *a, report_tables *rt)
+{
+    static const grpo_stats_by bys[] = {GRPO_STATS_BY_RUN, GRPO_STATS_BY_PROMPT,
+                                        GRPO_STATS_BY_VERIFIER, GRPO_STATS_BY_WORKER};
+    grpo_stats_table **outs[] = {&rt->runs, &rt->prompts, &rt->verifiers, &rt->workers};
+    grpo_err err = GRPO_OK;
+    for (int k = 0; k < 4 && err == GRPO_OK; k++) {
+        grpo_stats_opts o = a->o;
+        o.by = bys[k];
+        err = grpo_store_stats(outs[k], s, &o);
+    }
+    return err;
+}
+
+/* The table for a->o, and with --report the report's other tables too. */
+static grpo_err
+query(const stats_args *a, grpo_stats_table **t, report_tables *rt)
 {
     grpo_store *s = NULL;
     grpo_store_opts so = {.read_only = 1};
-    grpo_stats_opts ro = a->o;
-    ro.by = GRPO_STATS_BY_RUN;
     grpo_err err;
-    if ((err = grpo_store_open(&s, a->db, &so)) == GRPO_OK &&
+    if ((err = grpo_store_open(&s, a->db, &so)) == GRPO_OK && (err = check_run(s, a)) == GRPO_OK &&
         (err = grpo_store_stats(t, s, &a->o)) == GRPO_OK && a->report)
-        err = grpo_store_stats(runs, s, &ro);
+        err = query_report(s, a, rt);
     grpo_store_close(s);
     return err;
 }
@@ -536,11 +641,12 @@ grpo_cmd_stats(int argc, char **argv)
     int rc = parse_args(&a, argc, argv);
     if (rc != 0)
         return rc < 0 ? CLI_OK : rc;
-    grpo_stats_table *t = NULL, *runs = NULL;
-    if (query(&a, &t, &runs) != GRPO_OK)
+    grpo_stats_table *t = NULL;
+    report_tables rt = {0};
+    if (query(&a, &t, &rt) != GRPO_OK)
         rc = cli_fail("stats");
     else if (a.report)
-        rc = write_report(a.report, a.db, t, runs);
+        rc = write_report(a.report, a.db, t, &rt);
     else if (strcmp(a.format, "csv") == 0)
         print_csv(t, stdout);
     else if (strcmp(a.format, "json") == 0)
@@ -548,7 +654,7 @@ grpo_cmd_stats(int argc, char **argv)
     else
         print_table(t, stdout);
     grpo_stats_table_free(t);
-    grpo_stats_table_free(runs);
+    report_tables_free(&rt);
     if (rc == CLI_OK && fflush(stdout) != 0)
         rc = CLI_FAIL;
     return rc;

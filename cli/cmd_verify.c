@@ -6,6 +6,7 @@
 #include "common/json.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -105,6 +106,51 @@ opt_int(const cJSON *o, const char *k)
                : 0;
 }
 
+/* The optional input fields and the JSON types each may have (null or absent always may). */
+enum { T_STR = 1, T_NUM = 2, T_BOOL = 4, T_ARR = 8, T_OBJ = 16, T_INT = 32 };
+static const struct {
+    const char *key;
+    int types;
+    const char *expected;
+} optional_fields[] = {
+    {"task", T_STR, "a string"},
+    {"prompt", T_STR, "a string"},
+    {"language", T_STR, "a string"},
+    {"answer", T_STR | T_NUM, "a string or a number"},
+    {"tests", T_STR | T_ARR | T_OBJ, "a string, an array or an object"},
+    {"prompt_opens_think", T_BOOL, "true or false"},
+    {"truncated", T_BOOL, "true or false"},
+    {"n_tokens", T_INT, "an integer in [0, 2e9)"},
+    {"max_tokens", T_INT, "an integer in [0, 2e9)"},
+};
+
+static int
+type_of(const cJSON *v)
+{
+    if (cJSON_IsNumber(v))
+        return v->valuedouble >= 0 && v->valuedouble < 2e9 &&
+                       v->valuedouble == floor(v->valuedouble)
+                   ? T_NUM | T_INT
+                   : T_NUM;
+    return cJSON_IsString(v) ? T_STR : cJSON_IsBool(v) ? T_BOOL : cJSON_IsArray(v) ? T_ARR : T_OBJ;
+}
+
+/* 0 when every optional field present has an allowed type; else -1 with msg naming the field
+ * (a wrong type is refused, not read as absent: "truncated": "yes" is no false). */
+static int
+check_types(const cJSON *o, int lineno, char *msg, size_t cap)
+{
+    for (size_t k = 0; k < sizeof optional_fields / sizeof optional_fields[0]; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, optional_fields[k].key);
+        if (v == NULL || cJSON_IsNull(v) || (type_of(v) & optional_fields[k].types) != 0)
+            continue;
+        snprintf(msg, cap, "line %d: \"%s\" must be %s", lineno, optional_fields[k].key,
+                 optional_fields[k].expected);
+        return -1;
+    }
+    return 0;
+}
+
 static void
 add_result(cJSON *o, const grpo_reward_result *res)
 {
@@ -155,6 +201,8 @@ score_line(grpo_rewarder *rw, const item *it, bool *error)
         snprintf(msg, sizeof msg, "line %d: \"completion\" is missing or not a string", it->lineno);
         return error_line(o, it->lineno, NULL, 0, msg);
     }
+    if (check_types(o, it->lineno, msg, sizeof msg) != 0)
+        return error_line(o, it->lineno, NULL, 0, msg);
     grpo_verifier_sample s = {0};
     s.task = opt_str(o, "task");
     s.prompt = opt_str(o, "prompt");

@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -303,6 +304,34 @@ file_uri(const char *path, const char *query)
     return u;
 }
 
+/* SQLite reports a database it could not create as ENOENT (the errno of its read-only retry);
+ * the real reason is the folder's. Returns that errno, or 0 when the folder looks writable. */
+static int
+create_errno(const char *path)
+{
+    char *dir = strdup(path);
+    if (dir == NULL)
+        return 0;
+    char *slash = strrchr(dir, '/');
+    const char *d = slash == NULL ? "." : slash == dir ? "/" : (*slash = '\0', dir);
+    int e = faccessat(AT_FDCWD, d, W_OK | X_OK, AT_EACCESS) != 0 ? errno : 0;
+    free(dir);
+    return e;
+}
+
+/* The error of a failed read-write open of a file that does not exist yet, when its folder says
+ * why (permission, read-only file system, no such folder); else 0. */
+static grpo_err
+create_fail(const grpo_store *s)
+{
+    int e;
+    if (s->opts.read_only || access(s->path, F_OK) == 0 || errno != ENOENT ||
+        (e = create_errno(s->path)) == 0)
+        return GRPO_OK;
+    return grpo__fail_errno(grpo__err_from_errno(e), e, "store: %s: cannot create the database",
+                            s->path);
+}
+
 static grpo_err
 open_db(grpo_store *s, int immutable)
 {
@@ -314,6 +343,9 @@ open_db(grpo_store *s, int immutable)
     int rc = sqlite3_open_v2(immutable ? uri : s->path, &s->db,
                              flags | SQLITE_OPEN_NOMUTEX | (immutable ? SQLITE_OPEN_URI : 0), NULL);
     free(uri);
+    grpo_err err;
+    if (rc != SQLITE_OK && (err = create_fail(s)) != GRPO_OK)
+        return err;
     return rc != SQLITE_OK ? grpo_store__db_fail(s, rc, "opening") : configure(s);
 }
 

@@ -635,15 +635,24 @@ test_cli_report(void **state)
     assert_true(n > 1000);
     /* One self-contained file: three inline charts, nothing fetched from elsewhere. */
     assert_int_equal(strncmp(html, "<!DOCTYPE html>", 15), 0);
-    assert_int_equal(count(html, "<svg "), 3);
+    /* three charts against step, then solve-rate and pass-rate bars (per prompt, verifier) */
+    assert_int_equal(count(html, "<svg "), 5);
+    assert_int_equal(count(html, "<svg class=\"bars\""), 2);
     assert_int_equal(count(html, "src="), 0);
     assert_int_equal(count(html, "href="), 0);
     /* Each series is one polyline per run: reward (1) + length (3) + fractions (3), 2 runs. */
     assert_int_equal(count(html, "<polyline"), 7 * 2);
     assert_non_null(strstr(html, "Reward mean against step"));
     assert_non_null(strstr(html, "Completion length"));
-    /* The runs table (header + 2 runs), then the per-step table with a row per (run, step). */
-    assert_int_equal(count(html, "<tr>"), 1 + 2 + 1 + STEPS + 3);
+    /* The runs table (header + 2 runs), ..., the per-step table with a row per (run, step). */
+    char *steps = strstr(html, "<h2>Per step</h2>"), *charts = strstr(html, "<figure>");
+    assert_non_null(steps);
+    assert_non_null(charts);
+    assert_non_null(strstr(html, "<h2>Per prompt: solve rate and pass@k</h2>"));
+    assert_non_null(strstr(html, "<h2>Per verifier: pass rate and latency (ms)</h2>"));
+    assert_int_equal(count(steps, "<tr>"), 1 + STEPS + 3);
+    *charts = '\0';
+    assert_int_equal(count(html, "<tr>"), 1 + 2);
     assert_non_null(strstr(html, "<th>repo_commit</th>"));
     free(html);
 }

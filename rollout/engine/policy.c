@@ -48,6 +48,12 @@ open_tokenizer(grpo_policy *p, const char *model_dir, const grpo_policy_opts *o)
     grpo_err err = grpo_tokenizer_load(&p->tok, path, &to);
     if (err != GRPO_OK)
         return err;
+    const grpo_model_config *cfg = grpo_model_get_config(p->model);
+    if (grpo_tokenizer_vocab_size(p->tok) > cfg->vocab_size)
+        return grpo__fail(GRPO_EINVAL,
+                          "%s: ids run to %d, beyond the model's vocabulary of %d (vocab_size in "
+                          "%s/config.json): a prompt using one would index past the embedding",
+                          path, grpo_tokenizer_vocab_size(p->tok) - 1, cfg->vocab_size, model_dir);
     if (grpo_tokenizer_eos_id(p->tok) >= 0)
         p->eos = grpo_tokenizer_eos_id(p->tok);
     p->bos = grpo_tokenizer_bos_id(p->tok);
@@ -68,7 +74,13 @@ kv_open(grpo_policy *p, const grpo_model_config *cfg, const grpo_policy_opts *o)
             return err;
         page = grpo_kv_page_bytes(probe);
         grpo_kv_destroy(probe);
-        bytes = (o->kv_budget_tokens + GRPO_KV_PAGE - 1) / GRPO_KV_PAGE * page;
+        size_t pages =
+            o->kv_budget_tokens / GRPO_KV_PAGE + (o->kv_budget_tokens % GRPO_KV_PAGE != 0);
+        if (pages > INT32_MAX)
+            return grpo__fail(GRPO_EINVAL,
+                              "kv: a budget of %zu tokens is %zu pages; a pool holds at most %d",
+                              o->kv_budget_tokens, pages, INT32_MAX);
+        bytes = pages * page;
     }
     return grpo_kv_create(&p->kv, cfg, bytes);
 }

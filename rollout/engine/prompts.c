@@ -206,6 +206,25 @@ add_line(grpo_prompt_set *set, size_t *cap, const char *s, size_t n, const char 
     return GRPO_OK;
 }
 
+/* One warning for every math prompt (task "math", the default) without an "answer": the math
+ * verifier has nothing to compare with, so their completions get no math reward. */
+static void
+warn_no_answer(const grpo_prompt_set *set, const char *where)
+{
+    size_t n = 0;
+    int64_t first = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        const grpo_prompt *p = &set->items[i];
+        if ((p->task == NULL || strcmp(p->task, "math") == 0) && p->answer == NULL && n++ == 0)
+            first = p->line;
+    }
+    if (n > 0)
+        grpo_log(GRPO_LOG_WARN,
+                 "%s: %zu math prompt%s (task \"math\" or none) without an \"answer\", the "
+                 "first at line %lld: the math verifier cannot grade them",
+                 where, n, n == 1 ? "" : "s", (long long)first);
+}
+
 static int
 blank(const char *s, size_t n)
 {
@@ -237,6 +256,8 @@ grpo_prompts_parse(grpo_prompt_set *out, const char *text, size_t len, const cha
         err = grpo__fail(GRPO_EFORMAT, "%s: no prompts", where);
     if (err != GRPO_OK)
         grpo_prompts_fini(out);
+    else
+        warn_no_answer(out, where);
     return err;
 }
 

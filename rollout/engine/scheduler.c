@@ -139,6 +139,10 @@ check_request(const grpo_rollout *r, const grpo_rollout_request *q)
             return grpo__fail(GRPO_EINVAL, "rollout: stop string %d is empty or over %d bytes", i,
                               GRPO_ROLLOUT_MAX_STOP_LEN);
     }
+    for (int32_t i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= r->be.vocab)
+            return grpo__fail(GRPO_EINVAL, "rollout: stop id %d is outside the vocabulary (0..%d)",
+                              p->stop_ids[i], r->be.vocab - 1);
     if (p->n_stop_strings > 0 && r->opts.token_bytes == NULL)
         return grpo__fail(GRPO_EINVAL, "rollout: stop strings need a tokenizer (token_bytes)");
     for (int32_t i = 0; i < q->n_prompt; i++)

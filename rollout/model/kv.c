@@ -18,11 +18,16 @@ grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes)
     kv->row = cfg->kv_lora_rank + cfg->qk_rope_head_dim;
     kv->page_floats = (size_t)kv->n_layers * GRPO_KV_PAGE * (size_t)kv->row;
     kv->n_pages = budget_bytes / (kv->page_floats * sizeof(float));
-    if (kv->n_pages == 0 || kv->n_pages > INT32_MAX) {
-        size_t pb = kv->page_floats * sizeof(float);
+    size_t pb = kv->page_floats * sizeof(float), n = kv->n_pages;
+    if (n == 0 || n > INT32_MAX) {
         free(kv);
-        return grpo__fail(GRPO_EINVAL, "kv: a budget of %zu bytes holds no page of %zu bytes",
-                          budget_bytes, pb);
+        if (n == 0)
+            return grpo__fail(GRPO_EINVAL, "kv: a budget of %zu bytes holds no page of %zu bytes",
+                              budget_bytes, pb);
+        return grpo__fail(GRPO_EINVAL,
+                          "kv: a budget of %zu bytes is %zu pages of %zu bytes; a pool holds at "
+                          "most %d pages (%zu bytes)",
+                          budget_bytes, n, pb, INT32_MAX, (size_t)INT32_MAX * pb);
     }
     /* calloc of a large block is lazily backed: untouched pages cost nothing */
     kv->mem = calloc(kv->n_pages, kv->page_floats * sizeof(float));

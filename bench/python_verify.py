@@ -6,7 +6,8 @@ in the same process and run.
 
 Math: the R1 pairs and random pairs of tests/data/math (gold, completion), graded by
   - math-verify (PyPI math_verify: parse("$gold$"), parse(completion), verify), one at a time;
-  - grpo.verify_math, one call at a time (p50/p99 of each call's wall time seen from Python);
+  - grpo.verify_math, one call at a time (p50/p99 of each call's wall time seen from Python,
+    and of the time inside the verifier, Verdict.ms);
   - grpo.verify_math_batch, all pairs in one call (on libgrpo's thread pool, GIL released), and
     in batches of 64 (the size of one GRPO group).
 Code: the Python programs of tests/data/code/cases.jsonl that finish (correct, wrong, partly
@@ -56,15 +57,18 @@ def bench_math_verify(rows):
 
 
 def bench_grpo_single(grpo, rows):
-    lat, correct = [], 0
+    lat, inside, correct = [], [], 0
     t0 = time.perf_counter()
     for r in rows:
         a = time.perf_counter()
-        correct += int(grpo.verify_math(r["gold"], r["completion"]).passed)
+        v = grpo.verify_math(r["gold"], r["completion"])
         lat.append((time.perf_counter() - a) * 1000)
+        inside.append(v.ms)  # the verifier's own time, measured in C
+        correct += int(v.passed)
     total = time.perf_counter() - t0
     return dict(n=len(rows), s=total, per_s=len(rows) / total, p50_ms=pct(lat, 0.5),
-                p99_ms=pct(lat, 0.99), correct=correct)
+                p99_ms=pct(lat, 0.99), verifier_p50_ms=pct(inside, 0.5),
+                verifier_p99_ms=pct(inside, 0.99), correct=correct)
 
 
 def bench_grpo_batch(grpo, rows, size):
@@ -161,6 +165,8 @@ def main():
     s = res["grpo_single"]
     print("  %-28s %12.0f %10.3f %10.3f" % ("grpo.verify_math, one call", s["per_s"],
                                              s["p50_ms"], s["p99_ms"]))
+    print("  %-28s %12s %10.3f %10.3f" % ("  (inside the verifier)", "",
+                                           s["verifier_p50_ms"], s["verifier_p99_ms"]))
     for k, label in (("grpo_batch_64", "grpo batch of 64"), ("grpo_batch_all", "grpo batch, all")):
         b = res[k]
         print("  %-28s %12.0f %10s %10s   (per batch: p50 %.2f ms, p99 %.2f ms)"

@@ -15,7 +15,8 @@ if(Python3_Interpreter_FOUND AND TARGET grpo_shared AND TARGET grpo)
       execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=lib${rt}.so
                       OUTPUT_VARIABLE ${rt}_rt OUTPUT_STRIP_TRAILING_WHITESPACE)
     endforeach()
-    list(APPEND py_env "LD_PRELOAD=${asan_rt}:${ubsan_rt}" "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1")
+    list(APPEND py_env "LD_PRELOAD=${asan_rt}:${ubsan_rt}"
+         "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1")
   endif()
   set(py_labels cpu)
   if(GRPO_SANITIZE AND NOT CMAKE_C_COMPILER_ID STREQUAL "GNU")
@@ -33,8 +34,10 @@ if(Python3_Interpreter_FOUND AND TARGET grpo_shared AND TARGET grpo)
   # transformers' MoE forward on CPU). Not under the sanitizers: torch in a preloaded-ASan process
   # tests neither, and the verifiers it calls are covered by the tests above.
   add_test(NAME python_trl_example
-           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/trl_rewards.py --steps 2 --check
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/trl_rewards.py
+                   --steps 2 --check
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set(trl_env ${py_env} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false)
   set_tests_properties(python_trl_example PROPERTIES TIMEOUT 900 LABELS "cpu;nosan"
-                       ENVIRONMENT "${py_env};HF_HUB_OFFLINE=1;HF_DATASETS_OFFLINE=1;TOKENIZERS_PARALLELISM=false")
+                       ENVIRONMENT "${trl_env}")
 endif()

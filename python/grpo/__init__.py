@@ -25,8 +25,9 @@ from ._verifier import Reward, Verdict, Verifier
 from .engine import Completion, Engine, Group
 
 __version__ = _native.lib.grpo_version().decode()
-__all__ = ["Completion", "Engine", "Group", "Reward", "Verdict", "Verifier", "verify_math", "verify_math_batch", "verify_code",
-           "verify_code_batch", "verify_format", "verify_format_batch", "default_verifier"]
+__all__ = ["Completion", "Engine", "Group", "Reward", "Verdict", "Verifier", "verify_math",
+           "verify_math_batch", "verify_code", "verify_code_batch", "verify_format",
+           "verify_format_batch", "default_verifier"]
 
 # Each task is its verifier alone, so the functions below return that verifier's verdict.
 _ALONE = {"math": "1.0*math", "code": "1.0*code", "format": "1.0*format"}

@@ -11,7 +11,9 @@ import grpo
 from conftest import DATA, read_jsonl
 
 ALONE = {"tasks": {"math": "1.0*math", "code": "1.0*code", "format": "1.0*format"}}
-CODE_CFG = {"time_limit_ms": 1500, "memory_mb": 256}
+# 4 s per test (the default): a right program must not time out on a loaded machine or under
+# the sanitizers
+CODE_CFG = {"time_limit_ms": 4000, "memory_mb": 256}
 
 
 def math_rows():
@@ -72,8 +74,9 @@ def test_composed_rewards_agree_with_cli(math_cli, run_cli_verify):
 
 def test_code_agrees_with_cli(run_cli_verify):
     rows = read_jsonl(DATA / "code" / "cases.jsonl")
-    cli = run_cli_verify(rows, {"tasks": {"code": "1.0*code"},
+    cli = run_cli_verify(rows, {"tasks": {"code": "1.0*code"}, "deadline_ms": 120000,
                                 "verifiers": {"code": {"config": CODE_CFG}}})
+    assert all("error" not in c for c in cli), [c.get("error") for c in cli]
     py = [r for r in rows if r["language"] == "python"]
     got = grpo.verify_code_batch([r["completion"] for r in py], [r.get("tests") for r in py],
                                  config=CODE_CFG)
@@ -97,7 +100,8 @@ def test_code_batch_with_languages(run_cli_verify):
     rows = read_jsonl(DATA / "code" / "cases.jsonl")
     rows = [r for r in rows if r["id"] in ("c-correct", "c-compile-error", "cpp-correct",
                                            "py-partial")]
-    cfg = {"tasks": {"code": "1.0*code"}, "verifiers": {"code": {"config": CODE_CFG}}}
+    cfg = {"tasks": {"code": "1.0*code"}, "verifiers": {"code": {"config": CODE_CFG}},
+           "deadline_ms": 120000}
     cli = run_cli_verify(rows, cfg)
     with grpo.Verifier(cfg, threads=2) as v:
         got = v.score_batch([{k: r[k] for k in r if k != "id"} for r in rows])

@@ -10,6 +10,7 @@
 #include "common/common_int.h"
 #include "grpo/bridge.h"
 #include "grpo/rollout.h"
+#include "grpo/run.h"
 #include "grpo/store.h"
 #include "grpo/verify.h"
 
@@ -42,6 +43,7 @@ typedef struct args {
 /* What a worker needs about a prompt; the group's user pointer. */
 typedef struct prompt_ctx {
     const grpo_prompt *p;
+    int64_t item; /* its index in the prompt set */
     char *rendered;
     int64_t store_prompt_id;
     char *sampling_json;
@@ -56,14 +58,16 @@ typedef struct run_ctx {
     char run_id_str[32];
     grpo_rewarder *rewarder;
     grpo_bridge_publisher *pub;
-    cli_store_persist persist;
+    grpo_run_persist persist;
+    grpo_run_lock *lock; /* the run is this process's */
     FILE *out;
     pthread_mutex_t mu; /* guards out and the totals below */
     grpo_err first_err;
     char first_msg[512];
     size_t groups_done, groups_handled, zero_std_groups, samples;
-    size_t already; /* --resume: groups the resumed run had recorded */
-    int resumed;    /* run_id is a resumed run */
+    size_t already, skipped; /* --resume: groups the resumed run had recorded; skipped samples */
+    int resumed;             /* run_id is a resumed run */
+    int finished;            /* --resume found the run finished: nothing to sample */
     int opens_think;
     double reward_sum;
     uint64_t tokens;
@@ -349,256 +353,93 @@ note_error(run_ctx *c, grpo_err err)
     pthread_mutex_unlock(&c->mu);
 }
 
-typedef struct scored {
-    grpo_reward_result *res;
-    double *rewards, *adv;
-    uint8_t zero_var;
-} scored;
-
+/* One line per completion of the group, written together and flushed (the store already holds
+ * the group: a resumed run repairs the file from it). */
 static grpo_err
-verify_group(run_ctx *c, grpo_rollout_group *g, scored *sc)
+write_jsonl(run_ctx *c, const grpo_rollout_group *rg, const grpo_run_group *g)
 {
-    prompt_ctx *pc = g->user;
-    int32_t G = g->n_samples;
-    for (int32_t i = 0; i < G; i++) {
-        grpo_rollout_sample *s = &g->samples[i];
-        grpo_verifier_sample vs = {0};
-        vs.task = pc->p->task ? pc->p->task : "math";
-        vs.prompt = pc->rendered;
-        vs.completion = s->text ? s->text : "";
-        vs.completion_len = s->text ? s->text_len : 0;
-        vs.answer = pc->p->answer;
-        vs.tests_json = pc->p->tests_json;
-        vs.language = pc->p->language;
-        vs.extra_json = pc->p->record_json;
-        vs.prompt_opens_think = c->opens_think;
-        vs.n_tokens = s->n_tokens;
-        vs.max_tokens = c->a->gen.max_new;
-        vs.truncated = s->finish == GRPO_ROLLOUT_FINISH_LENGTH;
-        grpo_err err = grpo_rewarder_score(c->rewarder, &vs, &sc->res[i]);
-        if (err != GRPO_OK)
-            return err;
-        sc->rewards[i] = sc->res[i].reward;
-    }
-    return cli_group_advantages(sc->rewards, G, sc->adv, &sc->zero_var);
-}
-
-static grpo_err
-store_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
-{
-    prompt_ctx *pc = g->user;
-    int32_t G = g->n_samples;
-    grpo_completion_rec *cr = calloc((size_t)G, sizeof *cr);
-    grpo_reward_rec *rr = calloc((size_t)G * GRPO_REWARD_MAX_TERMS, sizeof *rr);
+    const prompt_ctx *pc = rg->user;
+    grpo_buf b = {0};
     grpo_err err = GRPO_OK;
-    if (cr == NULL || rr == NULL) {
-        err = GRPO_ENOMEM;
-        goto done;
+    for (int32_t i = 0; i < g->n_samples && err == GRPO_OK; i++) {
+        const grpo_rollout_sample *s = &rg->samples[i];
+        const grpo_run_sample *x = &g->samples[i];
+        grpo_run_line l = {0};
+        l.run_id = c->run_id, l.group = g->item, l.prompt_id = pc->p->id;
+        l.task = pc->p->task, l.answer = pc->p->answer;
+        l.sample = x->index, l.finish = x->finish, l.n_tokens = x->n_tokens;
+        l.text = x->text, l.text_len = x->text_len;
+        l.reward = x->score.reward, l.advantage = x->advantage, l.skipped = x->score.skipped;
+        l.tokens = x->tokens, l.logprobs = x->logprobs;
+        l.logprobs_processed = s->logprob_processed, l.ref_logprobs = s->ref_logprob;
+        l.rescored_logprobs = s->policy_logprob;
+        char *line = grpo_run_line_json(&l);
+        err = line ? grpo__buf_append(&b, line, strlen(line)) : GRPO_ENOMEM;
+        if (err == GRPO_OK)
+            err = grpo__buf_append(&b, "\n", 1);
+        free(line);
     }
-    for (int32_t i = 0; i < G; i++) {
-        const grpo_rollout_sample *s = &g->samples[i];
-        const grpo_reward_result *res = &sc->res[i];
-        grpo_completion_rec *r = &cr[i];
-        r->sample_index = s->index;
-        r->n_tokens = s->n_tokens;
-        r->token_ids = s->tokens;
-        r->token_logprobs = s->logprob_raw;
-        r->text = s->text ? s->text : "";
-        r->text_len = s->text ? s->text_len : 0;
-        r->finish_reason = cli_store_finish(s->finish);
-        for (int32_t k = 0; k < s->n_tokens; k++)
-            r->logprob_sum += s->logprob_raw[k];
-        r->gen_ms = (s->t_done - g->t_admit) * 1e3;
-        r->first_token_ms = g->t_first_token > 0 ? (g->t_first_token - g->t_admit) * 1e3 : 0;
-        r->has_reward = 1, r->reward = res->reward, r->correct = -1;
-        r->n_rewards = res->n_terms;
-        r->rewards = rr + (size_t)i * GRPO_REWARD_MAX_TERMS;
-        for (int32_t t = 0; t < res->n_terms; t++) {
-            const grpo_reward_term *tm = &res->terms[t];
-            rr[(size_t)i * GRPO_REWARD_MAX_TERMS + t] =
-                (grpo_reward_rec){tm->verifier, tm->version,      tm->kind, tm->label,
-                                  tm->score,    tm->details_json, tm->ms};
-        }
-        r->has_advantage = 1, r->advantage = sc->adv[i];
-        if (s->ref_logprob) {
-            double kmax = 0, ksum = 0;
-            for (int32_t k = 0; k < s->n_tokens; k++) {
-                double kl = grpo_kl_token(GRPO_KL_K3, s->logprob_raw[k], s->ref_logprob[k]);
-                ksum += kl, kmax = kl > kmax ? kl : kmax;
-                r->ref_logprob_sum += s->ref_logprob[k];
-            }
-            r->kl_mean = s->n_tokens ? ksum / s->n_tokens : 0, r->kl_max = kmax;
-        }
-    }
-    grpo_group_rec gr = {0};
-    /* step = the policy version that sampled the group: 0 without a trainer; with --publish each
-     * new weights version is a training step, so `grpo stats --by step` is the reward curve */
-    gr.run_id = c->run_id, gr.step = g->policy_version, gr.prompt_id = pc->store_prompt_id;
-    gr.policy_version = g->policy_version, gr.seed = c->a->gen.seed;
-    gr.sampling_json = pc->sampling_json, gr.max_tokens = c->a->gen.max_new;
-    gr.started_at = (double)time(NULL) - (g->t_done - g->t_submit);
-    gr.finished_at = (double)time(NULL);
-    gr.gen_ms = (g->t_done - g->t_admit) * 1e3;
-    gr.prefill_ms = g->t_first_token > 0 ? (g->t_first_token - g->t_admit) * 1e3 : 0;
-    gr.n_completions = G, gr.completions = cr;
-    err = grpo_store_put_group(c->store, &gr);
-done:
-    free(cr), free(rr);
+    pthread_mutex_lock(&c->mu);
+    if (err == GRPO_OK && (fwrite(b.data, 1, b.len, c->out) != b.len || fflush(c->out) != 0))
+        err = grpo__fail_errno(GRPO_EIO, errno, "%s: write failed", c->a->out);
+    pthread_mutex_unlock(&c->mu);
+    grpo__buf_fini(&b);
     return err;
 }
 
-static void
-json_floats(cJSON *o, const char *key, const float *v, int32_t n)
-{
-    cJSON *arr = cJSON_AddArrayToObject(o, key);
-    for (int32_t i = 0; i < n; i++)
-        cJSON_AddItemToArray(arr, cJSON_CreateNumber(v[i]));
-}
-
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one. */
-static size_t
-utf8_seq(const unsigned char *s, size_t n)
-{
-    size_t len = s[0] < 0x80                    ? 1
-                 : s[0] >= 0xC2 && s[0] <= 0xDF ? 2
-                 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
-                 : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
-                                                : 0;
-    if (len == 0 || len > n || (len > 1 && !grpo__utf8_valid((const char *)s, len)))
-        return 0;
-    return s[0] == 0 ? 0 : len; /* NUL cannot travel in a C string */
-}
-
-/* Model output may be invalid UTF-8 (or hold NUL): JSON needs text, so each bad byte becomes
- * U+FFFD here (the store keeps the exact bytes). The caller frees the result. */
-static char *
-utf8_lossy(const char *text, size_t n)
-{
-    grpo_buf b = {0};
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq((const unsigned char *)text + i, n - i);
-        if (grpo__buf_append(&b, l ? text + i : "\xEF\xBF\xBD", l ? l : 3) != GRPO_OK)
-            break;
-        i += l ? l : 1;
-    }
-    if (grpo__buf_append(&b, "", 1) != GRPO_OK) {
-        grpo__buf_fini(&b);
-        return NULL;
-    }
-    return b.data;
-}
-
 static grpo_err
-write_jsonl(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
+publish_group(run_ctx *c, const grpo_run_group *g)
 {
-    prompt_ctx *pc = g->user;
-    for (int32_t i = 0; i < g->n_samples; i++) {
-        const grpo_rollout_sample *s = &g->samples[i];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "run_id", (double)c->run_id);
-        cJSON_AddNumberToObject(o, "group", (double)g->id);
-        cJSON_AddStringToObject(o, "prompt_id", pc->p->id);
-        cJSON_AddNumberToObject(o, "sample", s->index);
-        cJSON_AddStringToObject(o, "finish", grpo_rollout_finish_name(s->finish));
-        cJSON_AddNumberToObject(o, "n_tokens", s->n_tokens);
-        char *text = utf8_lossy(s->text ? s->text : "", s->text ? s->text_len : 0);
-        cJSON_AddStringToObject(o, "text", text ? text : "");
-        free(text);
-        cJSON_AddNumberToObject(o, "reward", sc->rewards[i]);
-        cJSON_AddNumberToObject(o, "advantage", sc->adv[i]);
-        if (pc->p->task)
-            cJSON_AddStringToObject(o, "task", pc->p->task);
-        if (pc->p->answer)
-            cJSON_AddStringToObject(o, "answer", pc->p->answer);
-        cJSON *tk = cJSON_AddArrayToObject(o, "tokens");
-        for (int32_t k = 0; k < s->n_tokens; k++)
-            cJSON_AddItemToArray(tk, cJSON_CreateNumber(s->tokens[k]));
-        json_floats(o, "logprobs", s->logprob_raw, s->n_tokens);
-        if (s->logprob_processed)
-            json_floats(o, "logprobs_processed", s->logprob_processed, s->n_tokens);
-        if (s->ref_logprob)
-            json_floats(o, "ref_logprobs", s->ref_logprob, s->n_tokens);
-        if (s->policy_logprob)
-            json_floats(o, "rescored_logprobs", s->policy_logprob, s->n_tokens);
-        char *line = cJSON_PrintUnformatted(o);
-        cJSON_Delete(o);
-        if (line == NULL)
-            return GRPO_ENOMEM;
-        pthread_mutex_lock(&c->mu);
-        fputs(line, c->out);
-        fputc('\n', c->out);
-        pthread_mutex_unlock(&c->mu);
-        free(line);
-    }
-    return GRPO_OK;
-}
-
-static grpo_err
-publish_group(run_ctx *c, const grpo_rollout_group *g, const scored *sc)
-{
-    prompt_ctx *pc = g->user;
-    int32_t G = g->n_samples, P = g->n_prompt;
-    size_t T = 0;
-    int has_ref = g->samples[0].ref_logprob != NULL;
-    for (int32_t i = 0; i < G; i++)
-        T += (size_t)P + (size_t)g->samples[i].n_tokens;
     grpo_batch *b = NULL;
-    grpo_err err =
-        grpo_batch_create(&b, c->run_id_str, (size_t)G, T, has_ref ? GRPO_BATCH_HAS_REF : 0);
-    if (err != GRPO_OK)
-        return err;
-    b->batch_id = c->run_id << 32 | (int64_t)g->id; /* unique per store */
-    b->step = g->policy_version, b->policy_version = g->policy_version;
-    if ((err = grpo_batch_set_str(b, &b->sampling_json, pc->sampling_json)) != GRPO_OK)
-        goto done;
-    size_t at = 0;
-    for (int32_t i = 0; i < G; i++) {
-        const grpo_rollout_sample *s = &g->samples[i];
-        cli_batch_row row = {s->tokens,     s->logprob_raw, has_ref ? s->ref_logprob : NULL,
-                             s->n_tokens,   s->index,       sc->adv[i],
-                             sc->rewards[i]};
-        cli_batch_put_row(b, &at, i, g->prompt, P, (int64_t)g->id, &row);
-    }
-    err = grpo_bridge_publish(c->pub, b, -1);
-done:
+    grpo_err err = grpo_run_batch(&b, g);
+    if (err == GRPO_OK)
+        err = grpo_bridge_publish(c->pub, b, -1);
     grpo_batch_destroy(b);
     return err;
 }
 
-static grpo_err
-handle_group(run_ctx *c, grpo_rollout_group *g)
+static void
+add_totals(run_ctx *c, const grpo_run_group *g)
 {
-    int32_t G = g->n_samples;
-    scored sc = {0};
-    sc.res = calloc((size_t)G, sizeof *sc.res);
-    sc.rewards = calloc((size_t)G, sizeof *sc.rewards);
-    sc.adv = calloc((size_t)G, sizeof *sc.adv);
-    grpo_err err = sc.res && sc.rewards && sc.adv ? GRPO_OK : GRPO_ENOMEM;
-    if (err == GRPO_OK)
-        err = verify_group(c, g, &sc);
-    if (err == GRPO_OK)
-        err = store_group(c, g, &sc);
-    if (err == GRPO_OK && c->out)
-        err = write_jsonl(c, g, &sc);
-    int aborted = 0; /* a cancelled group is recorded, never sent to a trainer */
-    for (int32_t i = 0; i < G; i++)
-        aborted |= g->samples[i].finish == GRPO_ROLLOUT_FINISH_ABORT;
-    if (err == GRPO_OK && c->pub && !aborted)
-        err = publish_group(c, g, &sc);
-    if (err == GRPO_OK) {
-        pthread_mutex_lock(&c->mu);
-        c->groups_done++;
-        c->zero_std_groups += (sc.zero_var & GRPO_GROUP_ZERO_VAR) != 0;
-        for (int32_t i = 0; i < G; i++) {
-            c->reward_sum += sc.rewards[i];
-            c->tokens += (uint64_t)g->samples[i].n_tokens;
-        }
-        c->samples += (size_t)G;
-        pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&c->mu);
+    c->groups_done++;
+    c->zero_std_groups += (g->flags & GRPO_GROUP_ZERO_VAR) != 0;
+    for (int32_t i = 0; i < g->n_samples; i++) {
+        const grpo_run_sample *s = &g->samples[i];
+        c->skipped += s->score.skipped != 0;
+        c->reward_sum += s->score.skipped ? 0.0 : s->score.reward;
+        c->tokens += (uint64_t)s->n_tokens;
     }
-    for (int32_t i = 0; sc.res && i < G; i++)
-        grpo_reward_result_fini(&sc.res[i]);
-    free(sc.res), free(sc.rewards), free(sc.adv);
+    c->samples += (size_t)g->n_samples;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The steps of a finished group: score, advantages, record, --out lines, publish. */
+static grpo_err
+handle_group(run_ctx *c, grpo_rollout_group *rg)
+{
+    prompt_ctx *pc = rg->user;
+    grpo_run_group g = {0};
+    grpo_err err = grpo_run_group_from_rollout(&g, rg);
+    /* step = the policy version that sampled the group: 0 without a trainer; with --publish each
+     * new weights version is a training step, so `grpo stats --by step` is the reward curve */
+    g.run_id = c->run_id, g.item = pc->item, g.store_prompt_id = pc->store_prompt_id;
+    g.step = rg->policy_version, g.seed = c->a->gen.seed, g.max_tokens = c->a->gen.max_new;
+    g.sampling_json = pc->sampling_json;
+    grpo_run_prompt rp = {pc->p, pc->rendered, c->opens_think};
+    if (err == GRPO_OK)
+        err = grpo_run_score(&g, c->rewarder, &rp);
+    if (err == GRPO_OK)
+        err = grpo_run_advantages(&g);
+    if (err == GRPO_OK)
+        err = grpo_run_record(c->store, &g, NULL, 0);
+    if (err == GRPO_OK && c->out)
+        err = write_jsonl(c, rg, &g);
+    if (err == GRPO_OK && c->pub && !grpo_run_group_aborted(&g)) /* a cancelled group is */
+        err = publish_group(c, &g); /* recorded, never sent to a trainer */
+    if (err == GRPO_OK)
+        add_totals(c, &g);
+    grpo_run_group_fini(&g);
     return err;
 }
 
@@ -630,44 +471,14 @@ run_token_bytes(const void *ctx, int32_t id, size_t *len)
     return grpo_policy_token_bytes(((const run_ctx *)ctx)->pol, id, len);
 }
 
-/* A model directory for weights version v: links to every file of the running model's directory
- * except its weights, and model.safetensors -> the new file. It stays beside the store so `grpo
+/* The model directory of weights version v: DB.weights/runN-vV, beside the store, so that `grpo
  * replay` can load that version later. */
 static grpo_err
 weights_dir(const run_ctx *c, const grpo_weights_update *u, char *out, size_t cap)
 {
-    char src[PATH_MAX], link[PATH_MAX + 300], target[PATH_MAX + 300];
-    if (realpath(c->a->model, src) == NULL)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", c->a->model);
-    snprintf(out, cap, "%s.weights", c->a->db);
-    mkdir(out, 0755);
     snprintf(out, cap, "%s.weights/run%lld-v%lld", c->a->db, (long long)c->run_id,
              (long long)u->version);
-    if (mkdir(out, 0755) != 0 && errno != EEXIST)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", out);
-    DIR *d = opendir(src);
-    if (d == NULL)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", src);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (e->d_name[0] == '.' || (n > 12 && strcmp(e->d_name + n - 12, ".safetensors") == 0) ||
-            strstr(e->d_name, ".safetensors.index") != NULL)
-            continue;
-        snprintf(link, sizeof link, "%s/%s", out, e->d_name);
-        snprintf(target, sizeof target, "%s/%s", src, e->d_name);
-        unlink(link);
-        if (symlink(target, link) != 0) {
-            closedir(d);
-            return grpo__fail_errno(GRPO_EIO, errno, "%s", link);
-        }
-    }
-    closedir(d);
-    snprintf(link, sizeof link, "%s/model.safetensors", out);
-    unlink(link);
-    if (symlink(u->path, link) != 0)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", link);
-    return GRPO_OK;
+    return grpo_run_weights_dir(out, c->a->model, u->path);
 }
 
 /* With no group in flight: load the new weights, swap them into the scheduler (and the rescoring
@@ -733,7 +544,7 @@ submit_all(run_ctx *c, const grpo_prompt_set *ps, prompt_ctx *pcs, size_t *n_sub
         const grpo_prompt *p = &ps->items[i];
         int32_t *ids = NULL;
         size_t n = 0;
-        pcs[i].p = p;
+        pcs[i].p = p, pcs[i].item = (int64_t)i;
         err = grpo_policy_encode(c->pol, p, &ids, &n, &pcs[i].rendered);
         if (err != GRPO_OK && a->gen.skip_bad) {
             fprintf(stderr, "grpo rollout: skipping prompt %s (line %lld): %s\n", p->id,
@@ -826,39 +637,96 @@ typedef struct setup {
     prompt_ctx *pcs;
 } setup;
 
-/* With --resume, the newest unfinished run with this config (its interrupted groups dropped);
- * else, or when there is none, a new run. */
+/* Locks the run found for --resume, drops its groups an interrupt cut short and reopens it. */
+static grpo_err
+resume_run(run_ctx *c, const args *a, const char *sha)
+{
+    int64_t dropped = 0;
+    grpo_err err = grpo_run_lock_take(&c->lock, a->db, c->run_id);
+    if (err == GRPO_OK &&
+        (err = grpo_store_run_prepare_resume(c->store, c->run_id, sha, &dropped)) == GRPO_OK &&
+        (err = grpo_store_run_reopen(c->store, c->run_id)) == GRPO_OK)
+        fprintf(stderr,
+                "grpo rollout: resuming run %lld from %s (%lld groups cut short by the "
+                "interrupt are sampled again)\n",
+                (long long)c->run_id, a->db, (long long)dropped);
+    c->resumed = err == GRPO_OK;
+    return err;
+}
+
+/* --resume with nothing unfinished: the newest finished run with these options, if any, is left
+ * as it is (nothing to sample; --out is completed from the store, never truncated). */
+static grpo_err
+find_finished(run_ctx *c, const args *a, const char *cfg)
+{
+    grpo_err err = grpo_store_run_find_finished(&c->run_id, c->store, cfg);
+    if (err != GRPO_OK || c->run_id == 0)
+        return err;
+    if ((err = grpo_run_lock_take(&c->lock, a->db, c->run_id)) == GRPO_OK) {
+        c->finished = 1;
+        fprintf(stderr,
+                "grpo rollout: --resume: run %lld in %s with these options finished; "
+                "nothing to sample\n",
+                (long long)c->run_id, a->db);
+    }
+    return err;
+}
+
+/* With --resume, the newest unfinished run with this config (its interrupted groups dropped), or
+ * the newest finished one (left as it is); else, or when there is none, a new run. */
 static grpo_err
 begin_run(run_ctx *c, setup *su, const args *a, int argc, char **argv, const char *sha)
 {
     grpo_err err = GRPO_OK;
-    char *cfg = config_json(a);
-    int64_t dropped = 0;
-    if (cfg == NULL) {
+    char *cfg = config_json(a), *cmdline = cli_join_argv(argc, argv);
+    if (cfg == NULL || cmdline == NULL) {
         err = grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
         goto done;
     }
     if (a->resume && (err = grpo_store_run_find(&c->run_id, c->store, cfg)) != GRPO_OK)
         goto done;
     if (c->run_id > 0) {
-        if ((err = grpo_store_run_prepare_resume(c->store, c->run_id, sha, &dropped)) == GRPO_OK &&
-            (err = grpo_store_run_reopen(c->store, c->run_id)) == GRPO_OK)
-            fprintf(stderr,
-                    "grpo rollout: resuming run %lld from %s (%lld groups cut short by the "
-                    "interrupt are sampled again)\n",
-                    (long long)c->run_id, a->db, (long long)dropped);
-        c->resumed = err == GRPO_OK;
+        err = resume_run(c, a, sha);
         goto done;
     }
+    if (a->resume && ((err = find_finished(c, a, cfg)) != GRPO_OK || c->finished))
+        goto done;
     if (a->resume)
         fprintf(stderr,
                 "grpo rollout: --resume: no unfinished run with these options in %s; "
                 "starting a new one\n",
                 a->db);
-    err = cli_run_begin(&c->run_id, c->store, argc, argv, cfg, &su->ps, a->prompts);
+    err = grpo_run_store_begin(&c->run_id, c->store, cmdline, cfg, &su->ps, a->prompts);
+    if (err == GRPO_OK)
+        err = grpo_run_lock_take(&c->lock, a->db, c->run_id);
 done:
-    free(cfg);
+    free(cfg), free(cmdline);
     return err;
+}
+
+/* --out: a new run's file is started afresh; a resumed (or finished) run's is first made to hold
+ * exactly the completions the store records, then appended to. */
+static grpo_err
+open_out(run_ctx *c, setup *su, const args *a)
+{
+    size_t rebuilt = 0, dropped = 0;
+    grpo_err err;
+    if (!c->resumed && !c->finished) {
+        if ((c->out = fopen(a->out, "w")) == NULL)
+            return grpo__fail_errno(GRPO_EIO, errno, "%s: cannot open for writing", a->out);
+        return GRPO_OK;
+    }
+    if ((err = grpo_run_repair_jsonl(a->out, c->store, c->run_id, &su->ps, &rebuilt, &dropped)) !=
+        GRPO_OK)
+        return err;
+    if (rebuilt || dropped)
+        fprintf(stderr,
+                "grpo rollout: %s: %zu lines rebuilt from the store, %zu torn, repeated or "
+                "superseded lines dropped\n",
+                a->out, rebuilt, dropped);
+    if (!c->finished && (c->out = fopen(a->out, "a")) == NULL)
+        return grpo__fail_errno(GRPO_EIO, errno, "%s: cannot open for appending", a->out);
+    return GRPO_OK;
 }
 
 static grpo_err
@@ -916,14 +784,16 @@ open_all(run_ctx *c, setup *su, args *a, int argc, char **argv, size_t *budget_p
         snprintf(loc, sizeof loc, "%s", a->model);
     if ((err = grpo_store_put_policy_version(c->store, c->run_id, 0, loc, sha)) != GRPO_OK)
         return err;
-    if (a->out && (c->out = fopen(a->out, c->resumed ? "a" : "w")) == NULL)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s: cannot open for writing", a->out);
+    if (a->out && (err = open_out(c, su, a)) != GRPO_OK)
+        return err;
+    if (c->finished)
+        return GRPO_OK;
     if (a->publish) {
         grpo_bridge_opts bo;
         grpo_bridge_opts_default(&bo);
         bo.run_id = c->run_id_str;
         bo.window = a->window;
-        cli_store_persist_init(&c->persist, c->store, c->run_id);
+        grpo_run_persist_init(&c->persist, c->store, c->run_id);
         bo.persist = &c->persist.persist;
         if ((err = grpo_bridge_publisher_create(&c->pub, a->publish, &bo)) != GRPO_OK)
             return err;
@@ -941,9 +811,12 @@ summary(run_ctx *c, double secs)
            secs > 0 ? (double)c->tokens / secs : 0.0);
     printf("reward mean %.4f, zero-std groups %.1f%%, peak groups in flight %d, peak KV pages %zu"
            " of %zu\n",
-           c->samples ? c->reward_sum / (double)c->samples : 0.0,
+           c->samples > c->skipped ? c->reward_sum / (double)(c->samples - c->skipped) : 0.0,
            c->groups_done ? 100.0 * (double)c->zero_std_groups / (double)c->groups_done : 0.0,
            st.peak_groups_in_flight, st.peak_pages_used, st.budget_pages);
+    if (c->skipped)
+        printf("%zu completions skipped by the verifiers (no advantage, not in the mean)\n",
+               c->skipped);
 }
 
 static volatile sig_atomic_t interrupted;
@@ -1115,16 +988,17 @@ grpo_cmd_rollout(int argc, char **argv)
     pthread_t *th = calloc((size_t)a.verify_threads, sizeof *th);
     int n_th = 0;
     grpo_err err = th ? open_all(&c, &su, &a, argc, argv, &budget_pages) : GRPO_ENOMEM;
-    if (err == GRPO_OK)
+    if (err == GRPO_OK && !c.finished)
         err = start_engine(&c, &su, &a, budget_pages);
-    if (err == GRPO_OK)
+    if (err == GRPO_OK && !c.finished)
         err = submit_and_start(&c, &su, &a, th, &n_th, &submitted);
     double t0 = grpo_now();
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    if (err == GRPO_OK)
+    if (err == GRPO_OK && !c.finished)
         err = drive(&c, &su, &a, submitted, t0);
-    err = finish_run(&c, th, n_th, err, submitted, t0);
+    if (!c.finished || err != GRPO_OK)
+        err = finish_run(&c, th, n_th, err, submitted, t0);
     grpo_bridge_publisher_destroy(c.pub);
     if (c.out)
         fclose(c.out);
@@ -1133,6 +1007,7 @@ grpo_cmd_rollout(int argc, char **argv)
         err = cerr;
         cli_fail(CMD);
     }
+    grpo_run_unlock(c.lock);
     teardown(&c, &su, th);
     return err == GRPO_OK ? CLI_OK : CLI_FAIL;
 }

@@ -9,6 +9,7 @@
 #include "common/common_int.h"
 #include "grpo/bridge.h"
 #include "grpo/rollout.h"
+#include "grpo/run.h"
 #include "grpo/store.h"
 #include "grpo/workers.h"
 
@@ -63,7 +64,8 @@ typedef struct serve {
     grpo_lease_table *leases;
     grpo_wserver *srv;
     grpo_bridge_publisher *pub;
-    cli_store_persist persist;
+    grpo_run_persist persist;
+    grpo_run_lock *lock; /* the run is this process's */
     grpo_wpolicy policy;
     char weights_path[4096], weights_sha[65];
     grpo_wparams params;
@@ -287,7 +289,7 @@ open_run(serve *c, int argc, char **argv)
 {
     const args *a = c->a;
     grpo_err err;
-    char *cfg = config_json(a);
+    char *cfg = config_json(a), *cmdline = NULL;
     if (cfg == NULL)
         return grpo__fail(GRPO_ENOMEM, "serve: out of memory");
     if ((err = grpo_store_open(&c->store, a->db, NULL)) != GRPO_OK)
@@ -295,15 +297,23 @@ open_run(serve *c, int argc, char **argv)
     if (!a->new_run && (err = grpo_store_run_find(&c->run_id, c->store, cfg)) != GRPO_OK)
         goto done;
     if (c->run_id > 0) {
-        fprintf(stderr, "grpo serve: resuming run %lld from %s\n", (long long)c->run_id, a->db);
-        err = grpo_store_run_reopen(c->store, c->run_id);
+        if ((err = grpo_run_lock_take(&c->lock, a->db, c->run_id)) == GRPO_OK)
+            fprintf(stderr, "grpo serve: resuming run %lld from %s\n", (long long)c->run_id, a->db);
+        if (err == GRPO_OK)
+            err = grpo_store_run_reopen(c->store, c->run_id);
         goto done;
     }
-    err = cli_run_begin(&c->run_id, c->store, argc, argv, cfg, &c->ps, a->prompts);
+    if ((cmdline = cli_join_argv(argc, argv)) == NULL) {
+        err = grpo__fail(GRPO_ENOMEM, "serve: out of memory");
+        goto done;
+    }
+    err = grpo_run_store_begin(&c->run_id, c->store, cmdline, cfg, &c->ps, a->prompts);
+    if (err == GRPO_OK)
+        err = grpo_run_lock_take(&c->lock, a->db, c->run_id);
     if (err == GRPO_OK) /* version 0 is whatever --model the workers were started with */
         err = grpo_store_put_policy_version(c->store, c->run_id, 0, "worker --model", NULL);
 done:
-    free(cfg);
+    free(cfg), free(cmdline);
     snprintf(c->run_id_str, sizeof c->run_id_str, "%lld", (long long)c->run_id);
     return err;
 }
@@ -515,103 +525,36 @@ hand_over(serve *c, void *bytes, size_t len)
     return err;
 }
 
-/* The group as the trainer's batch, encoded (the caller frees *bytes). */
-static grpo_err
-encode_group(serve *c, const grpo_wresult *r, size_t item, const double *rewards, const double *adv,
-             void **bytes, size_t *len)
-{
-    int32_t G = r->n_samples, P = r->n_prompt;
-    size_t T = 0;
-    for (int32_t i = 0; i < G; i++)
-        T += (size_t)P + (size_t)r->samples[i].n_tokens;
-    grpo_batch *b = NULL;
-    grpo_err err = grpo_batch_create(&b, c->run_id_str, (size_t)G, T, 0);
-    if (err != GRPO_OK)
-        return err;
-    b->batch_id = c->run_id << 32 | (int64_t)item; /* as the caller's g.batch_id */
-    b->step = 0, b->policy_version = r->policy_version;
-    size_t at = 0;
-    for (int32_t i = 0; i < G; i++) {
-        const grpo_wsample *s = &r->samples[i];
-        cli_batch_row row = {s->tokens, s->logprobs, NULL,      s->n_tokens,
-                             s->index,  adv[i],      rewards[i]};
-        cli_batch_put_row(b, &at, i, r->prompt, P, (int64_t)item, &row);
-    }
-    err = grpo_batch_encode(b, bytes, len);
-    grpo_batch_destroy(b);
-    return err;
-}
-
+/* The steps of a group a worker returned: its verdicts as the scores, advantages, then the record
+ * with its batch in one transaction (a crash never leaves a recorded group whose batch the
+ * trainer will not get; a restart resends unacknowledged ones), and the batch to the trainer. */
 static grpo_err
 record_group(serve *c, const grpo_wmsg *req, size_t item, int32_t attempt)
 {
-    const grpo_wresult *r = &req->result;
-    int32_t G = r->n_samples;
-    grpo_completion_rec *cr = calloc((size_t)G, sizeof *cr);
-    grpo_reward_rec *rr = calloc((size_t)G * GRPO_WORKERS_MAX_TERMS, sizeof *rr);
-    double *rewards = calloc((size_t)G, sizeof *rewards), *adv = calloc((size_t)G, sizeof *adv);
+    grpo_run_group g = {0};
     char *sj = sampling_json(c->a, &c->ps.items[item]);
     void *batch = NULL;
     size_t batch_len = 0;
-    grpo_err err = GRPO_OK;
-    if (!cr || !rr || !rewards || !adv || !sj) {
-        err = grpo__fail(GRPO_ENOMEM, "serve: out of memory");
-        goto done;
-    }
-    for (int32_t i = 0; i < G; i++)
-        rewards[i] = r->samples[i].reward;
-    if ((err = cli_group_advantages(rewards, G, adv, NULL)) != GRPO_OK)
-        goto done;
-    int aborted = 0;
-    for (int32_t i = 0; i < G; i++) {
-        const grpo_wsample *s = &r->samples[i];
-        grpo_completion_rec *x = &cr[i];
-        x->sample_index = s->index, x->n_tokens = s->n_tokens;
-        x->token_ids = s->tokens, x->token_logprobs = s->logprobs;
-        x->text = s->text, x->text_len = s->text_len;
-        x->finish_reason = cli_store_finish(s->finish);
-        aborted |= s->finish == GRPO_ROLLOUT_FINISH_ABORT;
-        for (int32_t k = 0; k < s->n_tokens; k++)
-            x->logprob_sum += s->logprobs[k];
-        x->gen_ms = r->gen_ms;
-        x->has_reward = 1, x->reward = s->reward, x->correct = -1;
-        x->n_rewards = s->n_terms;
-        x->rewards = rr + (size_t)i * GRPO_WORKERS_MAX_TERMS;
-        for (int32_t t = 0; t < s->n_terms; t++) {
-            const grpo_wterm *tm = &s->terms[t];
-            rr[(size_t)i * GRPO_WORKERS_MAX_TERMS + t] =
-                (grpo_reward_rec){tm->verifier, tm->version,      tm->kind, tm->label,
-                                  tm->score,    tm->details_json, tm->ms};
-        }
-        x->has_advantage = 1, x->advantage = adv[i];
-    }
-    grpo_group_rec g = {0};
-    g.run_id = c->run_id, g.step = 0, g.prompt_id = c->prompt_ids[item];
-    g.policy_version = r->policy_version, g.seed = c->a->gen.seed;
-    g.sampling_json = sj, g.max_tokens = c->a->gen.max_new;
+    grpo_err err = sj ? grpo_run_group_from_wire(&g, &req->result)
+                      : grpo__fail(GRPO_ENOMEM, "serve: out of memory");
+    g.run_id = c->run_id, g.item = (int64_t)item, g.store_prompt_id = c->prompt_ids[item];
+    g.step = 0, g.seed = c->a->gen.seed, g.max_tokens = c->a->gen.max_new, g.sampling_json = sj;
     g.finished_at = wall_now();
     g.started_at = c->issued_at[item] > 0 ? c->issued_at[item] : g.finished_at;
-    g.gen_ms = r->gen_ms, g.verify_ms = r->verify_ms;
     g.worker_id = req->worker_id, g.lease_attempt = attempt;
-    g.n_completions = G, g.completions = cr;
-    /* The trainer's batch is stored with the group (one transaction): a crash never leaves a
-     * recorded group whose batch the trainer will not get; a restart resends unacknowledged ones.
-     */
-    if (c->pub && !aborted) {
-        g.batch_id = c->run_id << 32 | (int64_t)item;
-        if ((err = encode_group(c, r, item, rewards, adv, &batch, &batch_len)) != GRPO_OK)
-            goto done;
-        g.batch = batch, g.batch_len = batch_len;
-    }
-    if ((err = grpo_store_put_group(c->store, &g)) != GRPO_OK)
-        goto done;
-    if ((err = grpo_store_lease_group_done(c->store, c->run_id, 0, c->prompt_ids[item],
-                                           c->a->gen.seed, attempt)) != GRPO_OK)
-        goto done;
-    if (batch != NULL)
+    if (err == GRPO_OK)
+        err = grpo_run_advantages(&g);
+    if (err == GRPO_OK && c->pub && !grpo_run_group_aborted(&g))
+        err = grpo_run_batch_encode(&batch, &batch_len, &g);
+    if (err == GRPO_OK)
+        err = grpo_run_record(c->store, &g, batch, batch_len);
+    if (err == GRPO_OK)
+        err = grpo_store_lease_group_done(c->store, c->run_id, 0, c->prompt_ids[item],
+                                          c->a->gen.seed, attempt);
+    if (err == GRPO_OK && batch != NULL)
         err = hand_over(c, batch, batch_len), batch = NULL;
-done:
-    free(cr), free(rr), free(rewards), free(adv), free(sj), free(batch);
+    grpo_run_group_fini(&g);
+    free(sj), free(batch);
     return err;
 }
 
@@ -849,7 +792,7 @@ open_publisher(serve *c)
     bo.max_staleness = c->a->max_staleness;
     snprintf(wdir, sizeof wdir, "%s.weights", c->a->db);
     bo.weights_dir = wdir;
-    cli_store_persist_init(&c->persist, c->store, c->run_id);
+    grpo_run_persist_init(&c->persist, c->store, c->run_id);
     bo.persist = &c->persist.persist;
     return grpo_bridge_publisher_create(&c->pub, c->a->publish, &bo);
 }
@@ -957,6 +900,7 @@ grpo_cmd_serve(int argc, char **argv)
         snprintf(msg, sizeof msg, "%s", grpo_error_last());
     }
     serve_fini(&c);
+    grpo_run_unlock(c.lock);
     if (err != GRPO_OK)
         fprintf(stderr, "grpo serve: %s\n", msg);
     return err == GRPO_OK ? CLI_OK : CLI_FAIL;

@@ -7,6 +7,7 @@
 #include "cli/run_common.h"
 #include "common/common_int.h"
 #include "grpo/rollout.h"
+#include "grpo/run.h"
 #include "grpo/verify.h"
 #include "grpo/workers.h"
 
@@ -330,41 +331,15 @@ open_policy(worker *w, const char *dir, grpo_policy **out)
     return grpo_policy_open(out, dir, &po);
 }
 
-/* A model directory for new weights: links to the model's files except its weights, and
- * model.safetensors -> the new file (on a filesystem this host shares with the trainer). */
+/* A model directory for new weights: $TMPDIR/grpo-worker-PID-vV (the weights file is on a
+ * filesystem this host shares with the trainer). */
 static grpo_err
 weights_dir(const worker *w, const char *weights, int64_t version, char *out, size_t cap)
 {
-    char src[PATH_MAX], link[PATH_MAX + 300], target[PATH_MAX + 300];
-    if (realpath(w->a->model, src) == NULL)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", w->a->model);
     const char *tmp = getenv("TMPDIR");
     snprintf(out, cap, "%s/grpo-worker-%ld-v%lld", tmp && tmp[0] ? tmp : "/tmp", (long)getpid(),
              (long long)version);
-    if (mkdir(out, 0755) != 0 && errno != EEXIST)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", out);
-    DIR *d = opendir(src);
-    if (d == NULL)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", src);
-    struct dirent *e;
-    grpo_err err = GRPO_OK;
-    while (err == GRPO_OK && (e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (e->d_name[0] == '.' || (n > 12 && strcmp(e->d_name + n - 12, ".safetensors") == 0) ||
-            strstr(e->d_name, ".safetensors.index") != NULL)
-            continue;
-        snprintf(link, sizeof link, "%s/%s", out, e->d_name);
-        snprintf(target, sizeof target, "%s/%s", src, e->d_name);
-        unlink(link);
-        if (symlink(target, link) != 0)
-            err = grpo__fail_errno(GRPO_EIO, errno, "%s", link);
-    }
-    closedir(d);
-    snprintf(link, sizeof link, "%s/model.safetensors", out);
-    unlink(link);
-    if (err == GRPO_OK && symlink(weights, link) != 0)
-        err = grpo__fail_errno(GRPO_EIO, errno, "%s", link);
-    return err;
+    return grpo_run_weights_dir(out, w->a->model, weights);
 }
 
 static grpo_err create_engine(worker *w, int64_t version);
@@ -500,33 +475,6 @@ ensure_engine(worker *w)
     return err == GRPO_OK ? create_engine(w, 0) : err;
 }
 
-static grpo_err
-score_group(worker *w, const grpo_rollout_group *g, grpo_reward_result *res)
-{
-    const job *j = g->user;
-    const grpo_prompt *p = &j->ps.items[0];
-    for (int32_t i = 0; i < g->n_samples; i++) {
-        const grpo_rollout_sample *s = &g->samples[i];
-        grpo_verifier_sample vs = {0};
-        vs.task = p->task ? p->task : "math";
-        vs.prompt = j->rendered;
-        vs.completion = s->text ? s->text : "";
-        vs.completion_len = s->text ? s->text_len : 0;
-        vs.answer = p->answer;
-        vs.tests_json = p->tests_json;
-        vs.language = p->language;
-        vs.extra_json = p->record_json;
-        vs.prompt_opens_think = grpo_policy_opens_think(w->pol);
-        vs.n_tokens = s->n_tokens;
-        vs.max_tokens = w->params.max_new_tokens;
-        vs.truncated = s->finish == GRPO_ROLLOUT_FINISH_LENGTH;
-        grpo_err err = grpo_rewarder_score(w->rewarder, &vs, &res[i]);
-        if (err != GRPO_OK)
-            return err;
-    }
-    return GRPO_OK;
-}
-
 /* Sends a result until the coordinator answers (it may be restarting). */
 static grpo_err
 send_result(worker *w, const grpo_wmsg *req)
@@ -553,59 +501,66 @@ send_result(worker *w, const grpo_wmsg *req)
     }
 }
 
-static grpo_err
-return_group(worker *w, grpo_rollout_group *g)
+/* The group's scores as the wire's samples (terms: G x GRPO_REWARD_MAX_TERMS). */
+static void
+wire_samples(const grpo_run_group *g, grpo_wsample *ws, grpo_wterm *terms)
 {
-    job *j = g->user;
-    int32_t G = g->n_samples;
-    grpo_reward_result *res = calloc((size_t)G, sizeof *res);
-    grpo_wsample *ws = calloc((size_t)G, sizeof *ws);
-    grpo_wterm *terms = calloc((size_t)G * GRPO_REWARD_MAX_TERMS, sizeof *terms);
-    grpo_err err = res && ws && terms ? GRPO_OK : grpo__fail(GRPO_ENOMEM, "worker: out of memory");
-    int aborted = 0;
-    for (int32_t i = 0; i < G; i++)
-        aborted |= g->samples[i].finish == GRPO_ROLLOUT_FINISH_ABORT;
-    double tv = grpo_now();
-    if (err == GRPO_OK && !aborted)
-        err = score_group(w, g, res);
-    tv = grpo_now() - tv;
-    if (err == GRPO_OK && !aborted) {
-        for (int32_t i = 0; i < G; i++) {
-            const grpo_rollout_sample *s = &g->samples[i];
-            grpo_wsample *x = &ws[i];
-            x->index = s->index, x->finish = s->finish, x->n_tokens = s->n_tokens;
-            x->tokens = s->tokens, x->logprobs = s->logprob_raw;
-            x->text = s->text ? s->text : "", x->text_len = s->text ? (uint32_t)s->text_len : 0;
-            x->reward = res[i].reward, x->skipped = res[i].skipped;
-            x->n_terms = res[i].n_terms;
-            x->terms = terms + (size_t)i * GRPO_REWARD_MAX_TERMS;
-            for (int32_t t = 0; t < res[i].n_terms; t++) {
-                grpo_reward_term *tm = &res[i].terms[t];
-                x->terms[t] = (grpo_wterm){tm->verifier,
-                                           tm->version,
-                                           tm->label[0] ? tm->label : NULL,
-                                           tm->details_json,
-                                           (int32_t)tm->kind,
-                                           tm->score,
-                                           tm->ms};
-            }
-            w->tokens += (uint64_t)s->n_tokens;
+    for (int32_t i = 0; i < g->n_samples; i++) {
+        const grpo_run_sample *s = &g->samples[i];
+        grpo_wsample *x = &ws[i];
+        x->index = s->index, x->finish = s->finish, x->n_tokens = s->n_tokens;
+        x->tokens = (int32_t *)s->tokens, x->logprobs = (float *)s->logprobs;
+        x->text = s->text ? (char *)s->text : "", x->text_len = (uint32_t)s->text_len;
+        x->reward = s->score.reward, x->skipped = s->score.skipped;
+        x->n_terms = s->score.n_terms;
+        x->terms = terms + (size_t)i * GRPO_REWARD_MAX_TERMS;
+        for (int32_t t = 0; t < s->score.n_terms; t++) {
+            const grpo_reward_term *tm = &s->score.terms[t];
+            x->terms[t] = (grpo_wterm){(char *)tm->verifier,
+                                       (char *)tm->version,
+                                       tm->label[0] ? (char *)tm->label : NULL,
+                                       tm->details_json,
+                                       (int32_t)tm->kind,
+                                       tm->score,
+                                       tm->ms};
         }
+    }
+}
+
+/* Scores a finished group and sends it to the coordinator (a cancelled one is dropped). */
+static grpo_err
+return_group(worker *w, grpo_rollout_group *rg)
+{
+    job *j = rg->user;
+    int32_t G = rg->n_samples;
+    grpo_run_group g = {0};
+    grpo_wsample *ws = calloc((size_t)G + 1, sizeof *ws);
+    grpo_wterm *terms = calloc(((size_t)G + 1) * GRPO_REWARD_MAX_TERMS, sizeof *terms);
+    grpo_err err = ws && terms ? grpo_run_group_from_rollout(&g, rg)
+                               : grpo__fail(GRPO_ENOMEM, "worker: out of memory");
+    g.max_tokens = w->params.max_new_tokens;
+    grpo_run_prompt rp = {&j->ps.items[0], j->rendered, grpo_policy_opens_think(w->pol)};
+    int aborted = err == GRPO_OK && grpo_run_group_aborted(&g);
+    if (err == GRPO_OK && !aborted)
+        err = grpo_run_score(&g, w->rewarder, &rp);
+    if (err == GRPO_OK && !aborted) {
+        wire_samples(&g, ws, terms);
+        for (int32_t i = 0; i < G; i++)
+            w->tokens += (uint64_t)g.samples[i].n_tokens;
         grpo_wmsg req = {0};
         req.type = GRPO_WMSG_RESULT;
         req.worker_id = (char *)w->a->id;
         grpo_wresult *r = &req.result;
-        r->lease_id = j->lease_id, r->attempt = j->attempt, r->policy_version = g->policy_version;
+        r->lease_id = j->lease_id, r->attempt = j->attempt, r->policy_version = g.policy_version;
         r->prompt_id = j->prompt_id, r->n_prompt = j->n_prompt, r->prompt = j->prompt;
-        r->gen_ms = (g->t_done - g->t_admit) * 1e3, r->verify_ms = tv * 1e3;
+        r->gen_ms = g.gen_ms, r->verify_ms = g.verify_ms;
         r->n_samples = G, r->samples = ws;
         err = send_result(w, &req);
         w->groups_done++;
     }
     held_remove(w, j->lease_id);
-    for (int32_t i = 0; res && i < G; i++)
-        grpo_reward_result_fini(&res[i]);
-    free(res), free(ws), free(terms);
+    grpo_run_group_fini(&g);
+    free(ws), free(terms);
     job_free(j);
     double el = grpo_now() - w->t_start;
     pthread_mutex_lock(&w->mu);

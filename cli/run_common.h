@@ -1,6 +1,6 @@
-/* What `grpo rollout`, `grpo serve` and `grpo worker` share: the generation flags (parsing, --help
- * text, their JSON records), the store as the bridge publisher's persistence, group advantages,
- * run provenance and the bundled-model lookup. One piece of code serves the three commands. */
+/* What `grpo rollout`, `grpo serve` and `grpo worker` share on the command line: the generation
+ * flags (parsing, --help text, their JSON records) and the bundled-model lookup. The steps of a
+ * run are in run/ (grpo/run.h). */
 #ifndef GRPO_CLI_RUN_COMMON_H
 #define GRPO_CLI_RUN_COMMON_H
 
@@ -76,33 +76,6 @@ void cli_gen_json_config(cJSON *o, const cli_gen_args *g);
 /* Adds the arrays "stop" and "stop_ids" to o. */
 void cli_gen_json_stops(cJSON *o, const cli_gen_args *g);
 
-/* ---- the store as the bridge publisher's persistence: batches survive a crash until acked ---- */
-
-typedef struct cli_store_persist {
-    grpo_store *store;
-    int64_t run_id;
-    grpo_bridge_persist persist; /* ctx = this struct */
-} cli_store_persist;
-
-/* Fills sp for the run's batches in store; pass &sp->persist as grpo_bridge_opts.persist. */
-void cli_store_persist_init(cli_store_persist *sp, grpo_store *store, int64_t run_id);
-
-/* ---- a group as a trainer batch ---- */
-
-/* One sample of a group: its completion, logprobs (ref_logprobs may be NULL), advantage, reward. */
-typedef struct cli_batch_row {
-    const int32_t *tokens;
-    const float *logprobs, *ref_logprobs;
-    int32_t n_tokens, sample_idx;
-    double advantage, reward;
-} cli_batch_row;
-
-/* Writes sequence i of b at token offset *at (advanced past it): the P prompt tokens, then the
- * completion with loss mask 1, its logprobs and, when given, reference logprobs; and the row's
- * seq_offsets[i + 1], prompt_lens, advantages, rewards, group_ids and sample_idx. */
-void cli_batch_put_row(grpo_batch *b, size_t *at, int32_t i, const int32_t *prompt, int32_t P,
-                       int64_t group_id, const cli_batch_row *r);
-
 /* ---- the rest ---- */
 
 /* Runs getopt_long over argv (argv[0] the subcommand) with opts, calling opt(ctx, c, optarg) for
@@ -114,14 +87,6 @@ int cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* "grpo ARGV..." (argv without the program name), for a run's command line; NULL on ENOMEM. */
 char *cli_join_argv(int argc, char **argv);
-/* Begins a run in s with this process's command line (argv as cli_join_argv takes it),
- * config_json, and the prompts' provenance: for a git: prompts spec its repository and commit,
- * else prompts_path. */
-grpo_err cli_run_begin(int64_t *run_id, grpo_store *s, int argc, char **argv,
-                       const char *config_json, const grpo_prompt_set *ps,
-                       const char *prompts_path);
-/* Group-relative advantages of G rewards (grpo_adv_opts_default); zero_var may be NULL. */
-grpo_err cli_group_advantages(const double *rewards, int32_t G, double *adv, uint8_t *zero_var);
 /* Finds the bundled path rel (a model directory holding config.json when want_dir) under the
  * working directory, then the source tree; 1 with its path in out, else 0. */
 int cli_bundled(const char *rel, char *out, size_t cap, int want_dir);

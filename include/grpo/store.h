@@ -219,6 +219,9 @@ typedef struct grpo_stored_completion {
     /* its rewards */
     int32_t n_rewards;
     grpo_stored_reward *rewards;
+    /* its advantage: has_advantage 0 when none was recorded (a skipped completion) */
+    int32_t has_advantage;
+    double advantage;
 } grpo_stored_completion;
 
 /* GRPO_ENOTFOUND when no completion has that id. */
@@ -229,6 +232,9 @@ grpo_err grpo_store_find_completion(int64_t *completion_id, grpo_store *s, int64
                                     int64_t step, int64_t prompt_id, uint64_t seed,
                                     int32_t sample_index);
 void grpo_stored_completion_free(grpo_stored_completion *c);
+/* The ids of every completion of a run, by group id then sample index (flushes first). The
+ * caller frees *ids. */
+grpo_err grpo_store_run_completions(int64_t **ids, size_t *n, grpo_store *s, int64_t run_id);
 
 /* ---- batches for the trainer bridge --------------------------------------------------------- */
 
@@ -319,6 +325,9 @@ grpo_err grpo_store_lease_group_done(grpo_store *s, int64_t run_id, int64_t step
 /* The newest run whose config_json is exactly config_json and whose status is not "ok" (a run a
  * restarted coordinator resumes); *run_id = 0 when there is none. */
 grpo_err grpo_store_run_find(int64_t *run_id, grpo_store *s, const char *config_json);
+/* The newest run whose config_json is exactly config_json and whose status is "ok" (finished);
+ * *run_id = 0 when there is none. */
+grpo_err grpo_store_run_find_finished(int64_t *run_id, grpo_store *s, const char *config_json);
 /* Marks a resumed run as running again (status "running", no end time). */
 grpo_err grpo_store_run_reopen(grpo_store *s, int64_t run_id);
 /* Prepares run_id for `grpo rollout --resume`: the run must have been sampled only from policy

@@ -1,0 +1,180 @@
+/* grpo/run.h: a rollout run as a library.
+ *
+ * run/ wires the modules together; the `grpo` command (cli/) only parses flags and prints. Every
+ * step of a run is written once, over one type, the scored group (grpo_run_group): a group of G
+ * completions of one prompt, wherever it was generated (in this process, or by a worker of a
+ * pool), with each completion's score and advantage. The steps, in the order a run takes them:
+ *
+ *   score       grpo_run_score: the rewarder's verdicts and reward for every completion
+ *   advantages  grpo_run_advantages: group-relative advantages over the scored completions; a
+ *               completion the verifiers skipped (grpo_reward_result.skipped, e.g. an unparseable
+ *               gold answer) gets none, and the group's statistics exclude it
+ *   record      grpo_run_record: the group into the store, in one transaction (with its batch)
+ *   batch       grpo_run_batch / grpo_run_batch_encode: the group as a trainer batch; a skipped
+ *               completion has loss mask 0 on every token and advantage 0
+ *   publish     the bridge publisher, made durable by the store (grpo_run_persist)
+ *   weight swap grpo_run_weights_dir: a model directory for a new weights file
+ *   resume      grpo_run_lock (one process per run) and grpo_run_repair_jsonl (the JSONL output
+ *               made to hold every recorded completion exactly once, from the store)
+ *
+ * Conventions as everywhere: out-parameters first, grpo_err returns with a message in
+ * grpo_error_last(), _fini/_release accept a zeroed or NULL argument.
+ */
+#ifndef GRPO_RUN_H
+#define GRPO_RUN_H
+
+#include "grpo/bridge.h"
+#include "grpo/common.h"
+#include "grpo/rollout.h"
+#include "grpo/store.h"
+#include "grpo/verify.h"
+#include "grpo/workers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the scored group ------------------------------------------------------------------------ */
+
+/* One completion of a group. The token, logprob and text pointers are views into whatever the
+ * group was made from (a grpo_rollout_group, a worker's result), which must outlive it. */
+typedef struct grpo_run_sample {
+    int32_t index;  /* sample index in the group, 0..G-1 */
+    int32_t finish; /* grpo_rollout_finish */
+    int32_t n_tokens;
+    const int32_t *tokens;     /* (n_tokens) */
+    const float *logprobs;     /* (n_tokens) raw sampling log-probabilities */
+    const float *ref_logprobs; /* (n_tokens) reference policy's, or NULL */
+    const char *text;          /* decoded text, text_len bytes, or NULL */
+    size_t text_len;
+    double gen_ms, first_token_ms;
+    grpo_reward_result score; /* set by grpo_run_score (or copied from a worker); owned */
+    double advantage;         /* set by grpo_run_advantages; 0 when score.skipped */
+} grpo_run_sample;
+
+typedef struct grpo_run_group {
+    int64_t run_id;          /* the store's run */
+    int64_t item;            /* the prompt's index in the run's prompt set (batch group id) */
+    int64_t store_prompt_id; /* the prompt's row in the store */
+    int64_t step;            /* the group's step in the store and the batch */
+    int64_t policy_version;  /* the policy that sampled it */
+    uint64_t seed;           /* the run's seed */
+    int32_t max_tokens;      /* the generation limit */
+    const int32_t *prompt;   /* (n_prompt) prompt token ids */
+    int32_t n_prompt;
+    const char *sampling_json; /* or NULL */
+    const char *worker_id;     /* the worker that made it, or NULL (this process) */
+    int32_t lease_attempt;
+    double started_at, finished_at; /* Unix seconds */
+    double prefill_ms, gen_ms, verify_ms;
+    int32_t n_samples;
+    grpo_run_sample *samples; /* (n_samples), owned */
+    uint8_t flags;            /* GRPO_GROUP_* bits of the advantages step */
+} grpo_run_group;
+
+/* Allocates g->samples for n samples (zeroed); the rest of *g is left to the caller. */
+grpo_err grpo_run_group_init(grpo_run_group *g, int32_t n_samples);
+/* Frees the samples and their scores' details. */
+void grpo_run_group_fini(grpo_run_group *g);
+/* Views of a group the engine finished: tokens, logprobs, text, timings, policy version. */
+grpo_err grpo_run_group_from_rollout(grpo_run_group *g, const grpo_rollout_group *rg);
+/* Views of a group a worker returned, with copies of its verdicts as each sample's score. */
+grpo_err grpo_run_group_from_wire(grpo_run_group *g, const grpo_wresult *r);
+/* 1 when a completion of the group was cancelled (finish ABORT): recorded, never published. */
+int grpo_run_group_aborted(const grpo_run_group *g);
+
+/* The verifier's view of the prompt a group answers. */
+typedef struct grpo_run_prompt {
+    const grpo_prompt *prompt; /* task, answer, tests, language, the JSONL record */
+    const char *rendered;      /* the prompt as the model saw it (chat template applied) */
+    int32_t opens_think;       /* the template opened a <think> block */
+} grpo_run_prompt;
+
+/* The score step: every sample's score from the rewarder (thread-safe on one rewarder), and
+ * g->verify_ms. Fails only as grpo_rewarder_score does (unknown task, memory). */
+grpo_err grpo_run_score(grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *p);
+/* The advantages step (grpo_adv_opts_default): group-relative advantages over the samples not
+ * skipped; a skipped sample gets advantage 0 and is left out of the group's mean and std.
+ * g->flags gets the group's GRPO_GROUP_* bits (GRPO_GROUP_ZERO_VAR when all are skipped). */
+grpo_err grpo_run_advantages(grpo_run_group *g);
+/* The record step: the group, its completions, verdicts and advantages (none for a skipped
+ * sample), and KL summaries where reference logprobs are present, in one transaction; with
+ * batch (encoded by grpo_run_batch_encode) also the trainer batch grpo_run_batch_id(g). */
+grpo_err grpo_run_record(grpo_store *s, const grpo_run_group *g, const void *batch,
+                         size_t batch_len);
+/* The batch step: the group as a trainer batch (prompt + completion per row; loss mask 1 on the
+ * completion's tokens, 0 for a skipped sample's; reference logprobs when the group has them).
+ * The caller owns *out (grpo_batch_destroy). */
+grpo_err grpo_run_batch(grpo_batch **out, const grpo_run_group *g);
+/* grpo_run_batch, encoded (the caller frees *bytes). */
+grpo_err grpo_run_batch_encode(void **bytes, size_t *len, const grpo_run_group *g);
+/* The batch id of a group: unique per store, (run_id << 32) | item. */
+int64_t grpo_run_batch_id(const grpo_run_group *g);
+
+/* ---- the run in the store ------------------------------------------------------------------- */
+
+/* Begins a run in s: the command line, config_json, and the prompts' provenance (for a git:
+ * prompts spec its repository and commit, else prompts_path). */
+grpo_err grpo_run_store_begin(int64_t *run_id, grpo_store *s, const char *command_line,
+                              const char *config_json, const grpo_prompt_set *ps,
+                              const char *prompts_path);
+
+/* The store as the bridge publisher's persistence: batches survive a crash until acknowledged.
+ * Pass &rp->persist as grpo_bridge_opts.persist; rp must outlive the publisher. */
+typedef struct grpo_run_persist {
+    grpo_store *store;
+    int64_t run_id;
+    grpo_bridge_persist persist; /* ctx = this struct */
+} grpo_run_persist;
+
+void grpo_run_persist_init(grpo_run_persist *rp, grpo_store *store, int64_t run_id);
+
+/* ---- weight swap ---------------------------------------------------------------------------- */
+
+/* Makes dir (and its parent, if missing) a model directory for new weights: a link to every file
+ * of model_dir except its safetensors, and model.safetensors -> weights_path. */
+grpo_err grpo_run_weights_dir(const char *dir, const char *model_dir, const char *weights_path);
+
+/* ---- resume --------------------------------------------------------------------------------- */
+
+/* One process writes a run at a time. grpo_run_lock takes an exclusive lock on run_id of the
+ * store at db_path (an open-file-description lock on a byte range of DB_PATH.lock, released
+ * when the process ends however it ends) and writes this process's pid and host beside it.
+ * When another process holds it: GRPO_ESTATE, "DB: run N is being written by pid P on host H".
+ * *out is the lock; grpo_run_unlock releases it. */
+typedef struct grpo_run_lock grpo_run_lock;
+
+grpo_err grpo_run_lock_take(grpo_run_lock **out, const char *db_path, int64_t run_id);
+void grpo_run_unlock(grpo_run_lock *l);
+
+/* Makes the JSONL file at path hold, for run_id, exactly one whole line per completion the store
+ * records for the run, and nothing else of that run: a torn last line, duplicated lines and lines
+ * of groups the store does not hold (cut short by an interrupt and dropped on resume) go; lines
+ * of recorded completions the file lacks (still buffered when the process was killed) are
+ * rebuilt from the store. Lines of other runs are kept as they are. The file is replaced
+ * atomically (write beside it, then rename). ps: the run's prompts (for the prompt ids, task and
+ * answer of rebuilt lines). *n_rebuilt, *n_dropped (may be NULL): lines rebuilt and dropped.
+ * A missing file is created. */
+grpo_err grpo_run_repair_jsonl(const char *path, grpo_store *s, int64_t run_id,
+                               const grpo_prompt_set *ps, size_t *n_rebuilt, size_t *n_dropped);
+
+/* One completion as a JSONL line of `grpo rollout --out` (malloc'd, no newline). Text that is
+ * not valid UTF-8 has each bad byte replaced by U+FFFD. Optional arrays are NULL when absent. */
+typedef struct grpo_run_line {
+    int64_t run_id, group;
+    const char *prompt_id, *task, *answer;
+    int32_t sample, finish, n_tokens;
+    const char *text;
+    size_t text_len;
+    double reward, advantage;
+    int32_t skipped; /* 1: "skipped": true and no "advantage" */
+    const int32_t *tokens;
+    const float *logprobs, *logprobs_processed, *ref_logprobs, *rescored_logprobs;
+} grpo_run_line;
+
+char *grpo_run_line_json(const grpo_run_line *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

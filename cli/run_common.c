@@ -3,19 +3,10 @@
 #include "cli/cli.h"
 #include "common/common_int.h"
 
-#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-void
-cli_gen_defaults(cli_gen_args *g)
-{
-    memset(g, 0, sizeof *g);
-    g->G = 64, g->max_new = 1024, g->logprobs = GRPO_LOGPROBS_RAW;
-    grpo_sampling_default(&g->s);
-}
 
 int
 cli_gen_is_opt(int c)
@@ -46,7 +37,7 @@ cli_parse_long(const char *s, long lo, long hi, long *out)
 }
 
 int
-cli_gen_parse_opt(const char *cmd, cli_gen_args *g, int c, const char *v)
+cli_gen_parse_opt(const char *cmd, grpo_run_gen *g, int c, const char *v)
 {
     long n;
     switch (c) {
@@ -140,42 +131,6 @@ cli_gen_help_logprobs(FILE *f)
           "                       softmax(logits/T) before top-p/top-k/min-p (what trainers\n"
           "                       recompute); processed is under the truncated distribution\n",
           f);
-}
-
-void
-cli_gen_json_sampling(cJSON *o, const cli_gen_args *g, const char *prompt_id)
-{
-    char seed[32];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)g->seed);
-    cJSON_AddNumberToObject(o, "temperature", g->s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", g->s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", g->s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", g->s.min_p);
-    cJSON_AddNumberToObject(o, "max_new_tokens", g->max_new);
-    cJSON_AddStringToObject(o, "seed", seed);
-    cJSON_AddStringToObject(o, "prompt_id", prompt_id);
-}
-
-void
-cli_gen_json_config(cJSON *o, const cli_gen_args *g)
-{
-    cJSON_AddNumberToObject(o, "group", g->G);
-    cJSON_AddNumberToObject(o, "max_new_tokens", g->max_new);
-    cJSON_AddNumberToObject(o, "temperature", g->s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", g->s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", g->s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", g->s.min_p);
-}
-
-void
-cli_gen_json_stops(cJSON *o, const cli_gen_args *g)
-{
-    cJSON *st = cJSON_AddArrayToObject(o, "stop");
-    for (int i = 0; i < g->n_stop; i++)
-        cJSON_AddItemToArray(st, cJSON_CreateString(g->stop[i]));
-    cJSON *si = cJSON_AddArrayToObject(o, "stop_ids");
-    for (int i = 0; i < g->n_stop_ids; i++)
-        cJSON_AddItemToArray(si, cJSON_CreateNumber(g->stop_ids[i]));
 }
 
 /* ---- the rest ---- */

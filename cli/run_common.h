@@ -1,29 +1,16 @@
 /* What `grpo rollout`, `grpo serve` and `grpo worker` share on the command line: the generation
- * flags (parsing, --help text, their JSON records) and the bundled-model lookup. The steps of a
- * run are in run/ (grpo/run.h). */
+ * flags (parsing and --help text; they fill a grpo_run_gen) and the bundled-model lookup. The
+ * steps of a run are in run/ (grpo/run.h). */
 #ifndef GRPO_CLI_RUN_COMMON_H
 #define GRPO_CLI_RUN_COMMON_H
 
-#include "grpo/bridge.h"
-#include "grpo/rollout.h"
-#include "grpo/store.h"
+#include "grpo/run.h"
 
 #include <getopt.h>
 #include <stdio.h>
 
-typedef struct cJSON cJSON;
-
 /* ---- generation flags: --group --max-new-tokens --temperature --top-p --top-k --min-p --seed
  * --stop --stop-id --logprobs --on-bad-line ---- */
-
-typedef struct cli_gen_args {
-    int G, max_new, logprobs, skip_bad;
-    grpo_sampling s;
-    uint64_t seed;
-    int n_stop, n_stop_ids;
-    const char *stop[GRPO_ROLLOUT_MAX_STOP];
-    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
-} cli_gen_args;
 
 /* getopt_long values of the generation flags (a command's own options stay below 1000). */
 enum {
@@ -55,28 +42,15 @@ enum {
         "on-bad-line", required_argument, 0, CLI_O_BADLINE                                         \
     }
 
-/* Defaults: group 64, max-new-tokens 1024, grpo_sampling_default, seed 0, raw logprobs, fail on
- * a bad line, no stops. */
-void cli_gen_defaults(cli_gen_args *g);
 /* True when getopt_long's c is one of the generation flags. */
 int cli_gen_is_opt(int c);
 /* Parses one generation flag; 0, or CLI_USAGE after "grpo CMD: --flag VALUE: ..." on stderr. */
-int cli_gen_parse_opt(const char *cmd, cli_gen_args *g, int c, const char *v);
+int cli_gen_parse_opt(const char *cmd, grpo_run_gen *g, int c, const char *v);
 /* Help lines: --group .. --min-p, then (after the command's own --seed lines) --stop, --stop-id;
  * --logprobs and --on-bad-line. */
 void cli_gen_help_sampling(FILE *f);
 void cli_gen_help_stops(FILE *f);
 void cli_gen_help_logprobs(FILE *f);
-
-/* Adds temperature, top_p, top_k, min_p, max_new_tokens, seed (a string) and prompt_id to o: the
- * first keys of a group's sampling_json. */
-void cli_gen_json_sampling(cJSON *o, const cli_gen_args *g, const char *prompt_id);
-/* Adds group, max_new_tokens, temperature, top_p, top_k and min_p to o (a run's config_json). */
-void cli_gen_json_config(cJSON *o, const cli_gen_args *g);
-/* Adds the arrays "stop" and "stop_ids" to o. */
-void cli_gen_json_stops(cJSON *o, const cli_gen_args *g);
-
-/* ---- the rest ---- */
 
 /* Runs getopt_long over argv (argv[0] the subcommand) with opts, calling opt(ctx, c, optarg) for
  * each option; an unknown option, a missing value or a positional argument is a usage error.

@@ -89,7 +89,7 @@ int
 grpo_run_group_aborted(const grpo_run_group *g)
 {
     for (int32_t i = 0; i < g->n_samples; i++)
-        if (g->samples[i].finish == GRPO_ROLLOUT_FINISH_ABORT)
+        if (g->samples[i].finish == GRPO_FINISH_ABORT)
             return 1;
     return 0;
 }
@@ -113,7 +113,7 @@ grpo_run_score(grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *p)
         vs.prompt_opens_think = p->opens_think;
         vs.n_tokens = s->n_tokens;
         vs.max_tokens = g->max_tokens;
-        vs.truncated = s->finish == GRPO_ROLLOUT_FINISH_LENGTH;
+        vs.truncated = s->finish == GRPO_FINISH_LENGTH;
         grpo_reward_result_fini(&s->score);
         grpo_err err = grpo_rewarder_score(rw, &vs, &s->score);
         if (err != GRPO_OK)

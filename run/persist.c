@@ -1,8 +1,8 @@
 /* The run in the store: its beginning with provenance, and the store as the bridge publisher's
  * persistence (a batch is kept until the trainer acknowledges it, across crashes of either). */
-#include "common/common_int.h"
-#include "grpo/run.h"
+#include "run/run_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +16,19 @@ grpo_run_store_begin(int64_t *run_id, grpo_store *s, const char *command_line,
     ri.dataset_path = ps->git_repo ? ps->git_repo : prompts_path;
     ri.dataset_rev = ps->git_repo ? ps->git_commit : NULL;
     return grpo_store_run_begin(run_id, s, &ri);
+}
+
+grpo_err
+grpo_run__end(grpo_store *s, int64_t run_id, int cancelled, grpo_err err)
+{
+    char msg[600];
+    if (s == NULL || run_id <= 0)
+        return err;
+    snprintf(msg, sizeof msg, "%s", grpo_error_last());
+    grpo_store_run_end(s, run_id, cancelled ? "interrupted" : err == GRPO_OK ? "ok" : "failed");
+    if (err != GRPO_OK)
+        grpo__fail(err, "%s", msg[0] ? msg : grpo_err_name(err));
+    return err;
 }
 
 static grpo_err

@@ -7,22 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The store's finish reason (GRPO_FINISH_*) for the engine's; anything else is ABORT. */
-static int32_t
-store_finish(int32_t f)
-{
-    switch (f) {
-    case GRPO_ROLLOUT_FINISH_EOS:
-        return GRPO_FINISH_EOS;
-    case GRPO_ROLLOUT_FINISH_STOP:
-        return GRPO_FINISH_STOP;
-    case GRPO_ROLLOUT_FINISH_LENGTH:
-        return GRPO_FINISH_LENGTH;
-    default:
-        return GRPO_FINISH_ABORT;
-    }
-}
-
 /* Per-token KL (k3) to the reference policy: mean, max and the reference's logprob sum. */
 static void
 kl_summary(const grpo_run_sample *s, grpo_completion_rec *r)
@@ -45,7 +29,7 @@ completion_rec(const grpo_run_sample *s, grpo_completion_rec *r, grpo_reward_rec
     r->token_logprobs = s->logprobs;
     r->text = s->text ? s->text : "";
     r->text_len = s->text ? s->text_len : 0;
-    r->finish_reason = store_finish(s->finish);
+    r->finish_reason = s->finish >= GRPO_FINISH_EOS ? s->finish : GRPO_FINISH_ABORT;
     for (int32_t k = 0; k < s->n_tokens; k++)
         r->logprob_sum += s->logprobs[k];
     r->gen_ms = s->gen_ms, r->first_token_ms = s->first_token_ms;

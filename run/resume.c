@@ -144,7 +144,7 @@ grpo_run_line_json(const grpo_run_line *l)
     cJSON_AddNumberToObject(o, "group", (double)l->group);
     cJSON_AddStringToObject(o, "prompt_id", l->prompt_id);
     cJSON_AddNumberToObject(o, "sample", l->sample);
-    cJSON_AddStringToObject(o, "finish", grpo_rollout_finish_name(l->finish));
+    cJSON_AddStringToObject(o, "finish", grpo_finish_name(l->finish));
     cJSON_AddNumberToObject(o, "n_tokens", l->n_tokens);
     char *text = utf8_lossy(l->text ? l->text : "", l->text ? l->text_len : 0);
     cJSON_AddStringToObject(o, "text", text ? text : "");
@@ -306,15 +306,6 @@ scan_file(repair *r, const char *path)
     return err;
 }
 
-/* The store's finish reason (GRPO_FINISH_*) as the engine's, for the line's name. */
-static int32_t
-engine_finish(int32_t store_finish)
-{
-    static const int32_t map[] = {GRPO_ROLLOUT_FINISH_EOS, GRPO_ROLLOUT_FINISH_STOP,
-                                  GRPO_ROLLOUT_FINISH_LENGTH, GRPO_ROLLOUT_FINISH_ABORT};
-    return store_finish >= 0 && store_finish < 4 ? map[store_finish] : GRPO_ROLLOUT_FINISH_ABORT;
-}
-
 static grpo_err
 rebuild(repair *r, const rec_key *k)
 {
@@ -327,7 +318,7 @@ rebuild(repair *r, const rec_key *k)
     grpo_run_line l = {0};
     l.run_id = r->run_id, l.group = k->item, l.prompt_id = p ? p->id : "";
     l.task = p ? p->task : NULL, l.answer = p ? p->answer : NULL;
-    l.sample = c->sample_index, l.finish = engine_finish(c->finish_reason);
+    l.sample = c->sample_index, l.finish = c->finish_reason;
     l.n_tokens = c->n_tokens, l.text = c->text, l.text_len = c->text_len;
     l.reward = c->reward, l.advantage = c->advantage, l.skipped = !c->has_advantage;
     l.tokens = c->token_ids, l.logprobs = c->token_logprobs;

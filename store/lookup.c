@@ -46,16 +46,6 @@ static const char *const completion_sql =
     " LEFT JOIN policy_versions pv ON pv.run_id = g.run_id AND pv.version = g.policy_version"
     " WHERE c.id = ?";
 
-static int32_t
-finish_code(const char *f)
-{
-    static const char *const names[] = {"eos", "stop", "length", "abort"};
-    for (int32_t i = 0; f && i < 4; i++)
-        if (strcmp(f, names[i]) == 0)
-            return i;
-    return GRPO_FINISH_ABORT;
-}
-
 static void
 read_completion(sqlite3_stmt *st, grpo_stored_completion *c, int *oom)
 {
@@ -68,7 +58,9 @@ read_completion(sqlite3_stmt *st, grpo_stored_completion *c, int *oom)
     c->seed = (uint64_t)sqlite3_column_int64(st, 6);
     c->sample_index = sqlite3_column_int(st, 7);
     c->n_tokens = sqlite3_column_int(st, 8);
-    c->finish_reason = finish_code((const char *)sqlite3_column_text(st, 9));
+    c->finish_reason = grpo_finish_parse((const char *)sqlite3_column_text(st, 9));
+    if (c->finish_reason == GRPO_FINISH_NONE)
+        c->finish_reason = GRPO_FINISH_ABORT;
     c->max_tokens = sqlite3_column_int(st, 10);
     c->correct = sqlite3_column_type(st, 11) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 11);
     c->token_ids = col_blob(st, 12, c->n_tokens, oom);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[] = "/tmp/grpo_resume_cli_XXXXXX";
@@ -56,6 +57,16 @@ slurp(const char *name)
     return buf;
 }
 
+/* slurp into a buffer that stays (for a quick strstr) */
+static const char *
+slurp_static(const char *name)
+{
+    static char *last;
+    free(last);
+    last = slurp(name);
+    return last ? last : "";
+}
+
 static int
 setup(void **state)
 {
@@ -78,7 +89,7 @@ teardown(void **state)
 
 #define ROLL                                                                                       \
     "%s rollout --model %s/tests/data/tiny_models/bf16 --prompts %s/data/tiny_prompts.jsonl "      \
-    "--group 8 --max-new-tokens 32 --temperature 1.0"
+    "--group 8 --max-new-tokens 32 --temperature 1.0 --threads 1"
 
 static int
 cmp_str(const void *a, const void *b)
@@ -115,14 +126,25 @@ sorted_lines(const char *name, int *n)
 /* The reference: the lines of an uninterrupted run (run 1 of its own store). */
 static char *ref;
 static int ref_n;
+static double ref_secs; /* how long the reference run took, start to end */
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static void
 make_ref(void)
 {
     if (ref)
         return;
+    double t0 = now_s();
     assert_int_equal(run(ROLL " --db %s/ref.db --out %s/ref.jsonl", bin, src, src, tmpdir, tmpdir),
                      0);
+    ref_secs = now_s() - t0;
     ref = sorted_lines("ref.jsonl", &ref_n);
     assert_int_equal(ref_n, 32);
 }
@@ -137,24 +159,30 @@ expect_ref(const char *name)
     free(got);
 }
 
-/* Killed with SIGKILL at several points (before the first group, between groups, late), then
- * resumed until it finishes: the lines equal the uninterrupted run's. */
+/* Killed with SIGKILL at six points of the run's time, then resumed until it finishes: the lines
+ * equal the uninterrupted run's, and at least one kill left groups recorded and others not. */
 static void
 test_kill_anywhere(void **state)
 {
     (void)state;
     make_ref();
-    static const char *const delays[] = {"0.3", "0.7", "0.9", "1.1", "1.3"};
-    for (size_t d = 0; d < sizeof delays / sizeof delays[0]; d++) {
+    /* kill points spread over the reference run's time: before the run begins, between groups,
+     * inside the last ones */
+    static const double at[] = {0.15, 0.35, 0.5, 0.65, 0.8, 0.9};
+    int cut = 0; /* kills that left the run unfinished, with groups recorded */
+    for (size_t d = 0; d < sizeof at / sizeof at[0]; d++) {
         run("rm -f %s/k.db* %s/k.jsonl", tmpdir, tmpdir);
-        run("timeout -s KILL %s " ROLL " --db %s/k.db --out %s/k.jsonl", delays[d], bin, src, src,
-            tmpdir, tmpdir);
+        run("timeout -s KILL %.3f " ROLL " --db %s/k.db --out %s/k.jsonl", at[d] * ref_secs, bin,
+            src, src, tmpdir, tmpdir);
         int rc = 1;
-        for (int tries = 0; tries < 3 && rc != 0; tries++)
+        for (int tries = 0; tries < 3 && rc != 0; tries++) {
             rc = run(ROLL " --db %s/k.db --out %s/k.jsonl --resume", bin, src, src, tmpdir, tmpdir);
+            cut += tries == 0 && strstr(slurp_static("out.txt"), "resuming run 1") != NULL;
+        }
         assert_int_equal(rc, 0);
         expect_ref("k.jsonl");
     }
+    assert_true(cut >= 1);
 }
 
 /* The store lost nothing but the file did: a torn last line, the lines of a recorded group
@@ -184,7 +212,7 @@ test_repair(void **state)
                      0);
     assert_int_equal(
         run(ROLL " --db %s/r.db --out %s/r.jsonl --resume", bin, src, src, tmpdir, tmpdir), 0);
-    assert_non_null(strstr(slurp("out.txt"), "lines rebuilt from the store"));
+    assert_non_null(strstr(slurp_static("out.txt"), "lines rebuilt from the store"));
     expect_ref("r.jsonl");
 }
 
@@ -200,7 +228,7 @@ test_resume_finished(void **state)
                      0);
     assert_int_equal(
         run(ROLL " --db %s/f.db --out %s/f.jsonl --resume", bin, src, src, tmpdir, tmpdir), 0);
-    assert_non_null(strstr(slurp("out.txt"), "finished; nothing to sample"));
+    assert_non_null(strstr(slurp_static("out.txt"), "finished; nothing to sample"));
     expect_ref("f.jsonl");
     sqlite3 *h;
     sqlite3_stmt *st;
@@ -234,10 +262,10 @@ test_locked(void **state)
     gethostname(host, sizeof host - 1);
     snprintf(want, sizeof want, "run 1 is being written by pid %ld on host %s", (long)getpid(),
              host);
-    assert_non_null(strstr(slurp("out.txt"), want));
+    assert_non_null(strstr(slurp_static("out.txt"), want));
     grpo_run_unlock(l);
     assert_int_equal(run(ROLL " --db %s --resume", bin, src, src, db), 0);
-    assert_non_null(strstr(slurp("out.txt"), "resuming run 1"));
+    assert_non_null(strstr(slurp_static("out.txt"), "resuming run 1"));
 }
 
 /* A gold answer that cannot be parsed: the math verifier skips; those completions get no
@@ -259,7 +287,7 @@ test_skipped(void **state)
                          "%s/s.db --out %s/s.jsonl",
                          bin, src, tmpdir, tmpdir, tmpdir),
                      0);
-    assert_non_null(strstr(slurp("out.txt"), "4 completions skipped by the verifiers"));
+    assert_non_null(strstr(slurp_static("out.txt"), "4 completions skipped by the verifiers"));
     int n = 0;
     char *lines = sorted_lines("s.jsonl", &n);
     assert_int_equal(n, 8);

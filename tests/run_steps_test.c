@@ -36,7 +36,7 @@ make_group(grpo_run_group *g, const double *rewards, const int *skip)
         grpo_run_sample *s = &g->samples[i];
         for (int k = 0; k < 3; k++)
             toks[i][k] = 10 * i + k, lps[i][k] = -0.25f * (float)(k + 1);
-        s->index = i, s->finish = GRPO_ROLLOUT_FINISH_EOS, s->n_tokens = 3;
+        s->index = i, s->finish = GRPO_FINISH_EOS, s->n_tokens = 3;
         s->tokens = toks[i], s->logprobs = lps[i], s->text = "t", s->text_len = 1;
         s->score.reward = rewards[i], s->score.skipped = skip[i];
     }

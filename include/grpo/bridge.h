@@ -9,7 +9,7 @@
  *      trainer, at least once, with acknowledgements, a bounded window K of unacknowledged
  *      batches (backpressure) and resume from the first unacknowledged batch after a restart of
  *      either side. Durability comes from a small persistence interface (grpo_bridge_persist):
- *      the CLI wires the SQLite store into it; a file spool is provided here for tests.
+ *      run/ wires the SQLite store into it (grpo/run.h); a file spool is provided here for tests.
  *   4. Weight updates, trainer to rollout: a safetensors file (a path on a shared filesystem plus
  *      its sha256, or sent inline in chunks and assembled here), validated, with its version.
  *

@@ -34,13 +34,191 @@
 extern "C" {
 #endif
 
+/* ---- the run: its options and the run object ------------------------------------------------ */
+
+/* How completions are generated (the flags --group .. --on-bad-line of `grpo rollout`). */
+typedef struct grpo_run_gen {
+    int32_t G;        /* samples per prompt (default 64) */
+    int32_t max_new;  /* generation limit per sample (default 1024) */
+    int32_t logprobs; /* GRPO_LOGPROBS_* bits (default raw) */
+    int32_t skip_bad; /* 1: skip a bad prompts line (counted, logged); 0: fail (default) */
+    grpo_sampling s;  /* grpo_sampling_default */
+    uint64_t seed;    /* the run seed (default 0) */
+    int32_t n_stop, n_stop_ids;
+    const char *stop[GRPO_ROLLOUT_MAX_STOP];
+    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
+} grpo_run_gen;
+
+void grpo_run_gen_default(grpo_run_gen *g);
+
+/* A rollout run in this process: what `grpo rollout` does. Strings are borrowed for the run's
+ * life. NULL means "not given" unless said otherwise. */
+typedef struct grpo_run_opts {
+    const char *model;         /* model directory (required) */
+    const char *prompts;       /* prompts JSONL, or git:REPO@REV:path (required) */
+    const char *db;            /* the store (default "grpo.db") */
+    const char *out;           /* JSONL of every completion, or NULL */
+    const char *publish;       /* a trainer's NNG URL, or NULL */
+    const char *tokenizer;     /* tokenizer.json (default: the model directory's) */
+    const char *template_name; /* r1 (default), v3, none */
+    const char *ref_model;     /* reference model: ref logprobs and KL summaries */
+    const char *reward_config; /* reward composition (default: grpo_reward_config_default) */
+    const char *kv_budget;     /* the budget as given, recorded in the run's config ("1G") */
+    const char *command_line;  /* recorded with the run (default "grpo") */
+    uint64_t kv_bytes;         /* KV budget in bytes, or */
+    uint64_t kv_tokens;        /* in tokens (one of the two, else the backend's pool) */
+    int32_t threads;           /* forward threads (0 = all CPUs) */
+    int32_t verify_threads;    /* verifier threads (default 2) */
+    int32_t max_pending;       /* finished groups waiting before admission pauses (default 8) */
+    int32_t window;            /* unacknowledged batches before publishing blocks (default 4) */
+    int32_t max_batch;         /* decode rows per forward (default 256) */
+    int32_t gpu;               /* >= 0: the CUDA backend (the device chosen by the caller) */
+    int32_t rescore;           /* recompute policy logprobs by teacher forcing */
+    int32_t resume;            /* continue the newest unfinished run with these options */
+    grpo_run_gen gen;
+} grpo_run_opts;
+
+void grpo_run_opts_default(grpo_run_opts *o);
+
+typedef struct grpo_run grpo_run;
+
+typedef struct grpo_run_stats {
+    int64_t run_id;
+    int32_t resumed;    /* a run that was interrupted is being continued */
+    int32_t finished;   /* resume found the run finished: nothing was sampled */
+    int32_t cancelled;  /* grpo_run_cancel was called */
+    int64_t dropped;    /* resume: groups cut short by an interrupt, sampled again */
+    size_t already;     /* resume: groups already recorded */
+    size_t submitted;   /* groups to sample in this process */
+    size_t out_rebuilt; /* resume: --out lines rebuilt from the store */
+    size_t out_dropped; /* resume: --out lines dropped (torn, repeated, superseded) */
+    size_t groups_done; /* groups scored and recorded */
+    size_t completions; /* their completions */
+    size_t skipped;     /* completions the verifiers skipped */
+    size_t zero_std_groups;
+    double reward_mean; /* over the completions not skipped */
+    uint64_t tokens;    /* generated */
+    double seconds;     /* since generation started */
+    grpo_rollout_stats engine;
+} grpo_run_stats;
+
+/* Opens everything a run owns: the prompts, the policy (and reference), the rewarder, the store
+ * (a new run, or with opts->resume the newest unfinished one with these options, locked, its
+ * interrupted groups dropped and --out repaired; or the newest finished one, left as it is), the
+ * JSONL output and the publisher. The caller owns *out (grpo_run_close), also after a failure. */
+grpo_err grpo_run_open(grpo_run **out, const grpo_run_opts *opts);
+/* Samples every prompt not yet recorded, scores, records, writes and publishes each group as it
+ * finishes (verifier threads overlap generation), swaps in new weights a trainer sends between
+ * groups, waits for the trainer's acknowledgements, and records the run's status. progress (may
+ * be NULL) is called from this thread after every engine step and once at the end. Nothing to do
+ * for a finished run. Returns the run's outcome: GRPO_ECANCELED after grpo_run_cancel. */
+typedef void (*grpo_run_progress_fn)(void *ctx, const grpo_run_stats *st, int final);
+grpo_err grpo_run_execute(grpo_run *r, grpo_run_progress_fn progress, void *ctx);
+/* Asks a running grpo_run_execute to stop: groups in flight finish as aborted (recorded, sampled
+ * again on resume). Async-signal-safe. */
+void grpo_run_cancel(grpo_run *r);
+void grpo_run_get_stats(grpo_run *r, grpo_run_stats *st);
+/* Closes the publisher, the output and the store, releases the run's lock, frees the rest.
+ * Returns the store's close status. NULL is harmless. */
+grpo_err grpo_run_close(grpo_run *r);
+
+/* ---- the coordinator of a worker pool (`grpo serve`) ----------------------------------------- */
+
+/* It owns the prompt stream, the store (the single writer), the advantages and the trainer
+ * bridge; workers (grpo_worker) pull prompt groups as leases with deadlines, generate and score
+ * them, and send them back; a lapsed or disconnected worker's lease is issued again. */
+typedef struct grpo_coord_opts {
+    const char *prompts;       /* prompts JSONL or git: spec (required) */
+    const char *db;            /* the store (default "grpo.db") */
+    const char *listen;        /* where workers connect (required) */
+    const char *publish;       /* a trainer's NNG URL, or NULL */
+    const char *template_name; /* sent to the workers, or NULL (theirs) */
+    const char *command_line;  /* recorded with the run */
+    int32_t new_run;           /* 1: never resume an unfinished run with these options */
+    int32_t window;            /* unacknowledged batches before new leases wait (default 4) */
+    int32_t max_staleness;     /* policy versions a result may lag (-1 any; default 1) */
+    int32_t max_leases;        /* leases one worker may hold (default 8) */
+    double lease_timeout;      /* seconds after the last heartbeat (default 30) */
+    double linger;             /* seconds of "stop" answers after the last group (default 2) */
+    double backup_after;       /* tail backups after this many seconds; < 0 off (default) */
+    grpo_run_gen gen;
+} grpo_coord_opts;
+
+void grpo_coord_opts_default(grpo_coord_opts *o);
+
+typedef struct grpo_coord grpo_coord;
+
+typedef struct grpo_coord_stats {
+    int64_t run_id;
+    int32_t resumed; /* an unfinished run with these options is continued */
+    size_t items, done, leased, already;
+    size_t workers, workers_alive; /* seen, and heard from within a lease timeout */
+    size_t held;                   /* recorded groups' batches waiting for the trainer's window */
+    uint64_t held_total;           /* batches that ever waited */
+    uint64_t recorded, duplicates, stale, refused, requests;
+    uint64_t issued, reissued, backups, expired;
+    double seconds; /* since grpo_coord_open */
+} grpo_coord_stats;
+
+typedef void (*grpo_coord_progress_fn)(void *ctx, const grpo_coord_stats *st, int final);
+
+/* Loads the prompts, listens (a bad URL fails before the store is touched), begins or resumes
+ * the run (locked), and opens the publisher. The caller owns *out (grpo_coord_close). */
+grpo_err grpo_coord_open(grpo_coord **out, const grpo_coord_opts *opts);
+/* Answers workers until every group is recorded (then lingers) or grpo_coord_cancel; waits for
+ * the trainer's acknowledgements; records the run's status. progress (may be NULL) is called
+ * after every request or timeout. GRPO_ECANCELED after a cancel. */
+grpo_err grpo_coord_serve(grpo_coord *c, grpo_coord_progress_fn progress, void *ctx);
+void grpo_coord_cancel(grpo_coord *c); /* async-signal-safe */
+void grpo_coord_get_stats(grpo_coord *c, grpo_coord_stats *st);
+/* Closes the publisher, the store (its close status is returned) and the listener; NULL is
+ * harmless. */
+grpo_err grpo_coord_close(grpo_coord *c);
+
+/* ---- a worker of a pool (`grpo worker`) ------------------------------------------------------ */
+
+typedef struct grpo_worker_opts {
+    const char *connect;       /* the coordinator's URL (required) */
+    const char *model;         /* model directory (required) */
+    const char *id;            /* this worker's id in the store and stats (required) */
+    const char *tokenizer;     /* tokenizer.json (default: the model directory's) */
+    const char *template_name; /* when the coordinator names none (default r1) */
+    const char *reward_config; /* reward composition (default: grpo_reward_config_default) */
+    uint64_t kv_bytes;         /* KV cache budget (default 1 GiB) */
+    int32_t threads;           /* forward threads (0 = all CPUs) */
+    int32_t gpu;               /* >= 0: the CUDA backend */
+    int32_t inflight;          /* groups generated at once (default 2) */
+    int32_t step_delay_ms;     /* sleep after every engine step (fault-injection tests) */
+    double give_up_s;          /* > 0: fail when the coordinator is silent this long */
+} grpo_worker_opts;
+
+void grpo_worker_opts_default(grpo_worker_opts *o);
+
+typedef struct grpo_worker grpo_worker;
+
+typedef struct grpo_worker_stats {
+    uint64_t groups_done, tokens;
+    int64_t version; /* the policy version loaded */
+    double seconds;
+} grpo_worker_stats;
+
+/* Opens the rewarder and the coordinator's client and starts the heartbeats; the model opens
+ * with the first work. The caller owns *out (grpo_worker_close), also after a failure. */
+grpo_err grpo_worker_open(grpo_worker **out, const grpo_worker_opts *opts);
+/* Pulls, generates, scores and returns groups until the coordinator says stop (GRPO_OK) or
+ * grpo_worker_cancel (GRPO_ECANCELED). */
+grpo_err grpo_worker_run(grpo_worker *w);
+void grpo_worker_cancel(grpo_worker *w); /* async-signal-safe */
+void grpo_worker_get_stats(grpo_worker *w, grpo_worker_stats *st);
+void grpo_worker_close(grpo_worker *w);
+
 /* ---- the scored group ------------------------------------------------------------------------ */
 
 /* One completion of a group. The token, logprob and text pointers are views into whatever the
  * group was made from (a grpo_rollout_group, a worker's result), which must outlive it. */
 typedef struct grpo_run_sample {
     int32_t index;  /* sample index in the group, 0..G-1 */
-    int32_t finish; /* grpo_rollout_finish */
+    int32_t finish; /* grpo_finish */
     int32_t n_tokens;
     const int32_t *tokens;     /* (n_tokens) */
     const float *logprobs;     /* (n_tokens) raw sampling log-probabilities */

@@ -107,13 +107,6 @@ grpo_err grpo_store_put_prompt(int64_t *prompt_id, grpo_store *s, const grpo_pro
 
 /* ---- groups: completions, rewards, advantages ---------------------------------------------- */
 
-typedef enum grpo_finish_reason {
-    GRPO_FINISH_EOS = 0,     /* the model emitted EOS */
-    GRPO_FINISH_STOP = 1,    /* a stop string or stop token matched */
-    GRPO_FINISH_LENGTH = 2,  /* cut at max_tokens */
-    GRPO_FINISH_ABORT = 3    /* cancelled (shutdown, lease lost, error) */
-} grpo_finish_reason;
-
 /* One verifier's verdict on one completion (mirrors grpo_verdict of verifier.h). */
 typedef struct grpo_reward_rec {
     const char *verifier;       /* e.g. "math" */
@@ -132,7 +125,7 @@ typedef struct grpo_completion_rec {
     const float *token_logprobs;   /* n_tokens logprobs of the sampled tokens, or NULL */
     const char *text;              /* decoded text (may hold NUL when text_len is given) */
     size_t text_len;               /* 0: strlen(text) */
-    int32_t finish_reason;         /* a grpo_finish_reason */
+    int32_t finish_reason;         /* a grpo_finish */
     double logprob_sum;
     double first_token_ms, gen_ms; /* time to first token, total generation time */
     /* The reward used for the advantage. has_reward = 0: the sum of the scores of the rewards

@@ -173,7 +173,7 @@ test_lock(void **state)
     assert_int_equal(grpo_run_lock_take(&a, db, 2), GRPO_OK);
     assert_int_equal(grpo_run_lock_take(&b, db, 2), GRPO_ESTATE);
     assert_null(b);
-    char pid[64];
+    char pid[256];
     snprintf(pid, sizeof pid, "pid %ld on host %s", (long)getpid(), host);
     assert_non_null(strstr(grpo_error_last(), "run 2 is being written by"));
     assert_non_null(strstr(grpo_error_last(), pid));

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,7 +90,7 @@ teardown(void **state)
 
 #define ROLL                                                                                       \
     "%s rollout --model %s/tests/data/tiny_models/bf16 --prompts %s/data/tiny_prompts.jsonl "      \
-    "--group 8 --max-new-tokens 32 --temperature 1.0 --threads 1"
+    "--group 8 --max-new-tokens 32 --temperature 1.0 --threads 1 --kv-budget 1088t"
 
 static int
 cmp_str(const void *a, const void *b)
@@ -159,8 +160,61 @@ expect_ref(const char *name)
     free(got);
 }
 
-/* Killed with SIGKILL at six points of the run's time, then resumed until it finishes: the lines
- * equal the uninterrupted run's, and at least one kill left groups recorded and others not. */
+/* Resumes k.db until it finishes, then expects the reference lines; 1 when the first resume
+ * continued a run (groups recorded, others not). */
+static int
+resume_to_end(void)
+{
+    int rc = 1, cut = 0;
+    for (int tries = 0; tries < 3 && rc != 0; tries++) {
+        rc = run(ROLL " --db %s/k.db --out %s/k.jsonl --resume", bin, src, src, tmpdir, tmpdir);
+        cut |= tries == 0 && strstr(slurp_static("out.txt"), "resuming run 1") != NULL;
+    }
+    assert_int_equal(rc, 0);
+    expect_ref("k.jsonl");
+    return cut;
+}
+
+/* Groups recorded in k.db so far (0 while it cannot be read). */
+static int
+groups_recorded(const char *db)
+{
+    sqlite3 *h = NULL;
+    sqlite3_stmt *st = NULL;
+    int n = 0;
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(h, "SELECT count(*) FROM groups", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return n;
+}
+
+/* SIGKILL as soon as the store holds `want` groups (one group is in flight at a time: the KV
+ * budget), so the kill surely falls between recorded and unrecorded groups. */
+static void
+kill_after_groups(int want)
+{
+    char cmd[4096], db[600];
+    snprintf(db, sizeof db, "%s/k.db", tmpdir);
+    snprintf(cmd, sizeof cmd, "exec " ROLL " --db %s --out %s/k.jsonl > /dev/null 2>&1", bin, src,
+             src, db, tmpdir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 30000 && groups_recorded(db) < want; i++)
+        usleep(1000);
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+}
+
+/* Killed with SIGKILL at six points of the run's time and right after its first and third
+ * groups, then resumed until it finishes: the lines equal the uninterrupted run's. */
 static void
 test_kill_anywhere(void **state)
 {
@@ -169,20 +223,17 @@ test_kill_anywhere(void **state)
     /* kill points spread over the reference run's time: before the run begins, between groups,
      * inside the last ones */
     static const double at[] = {0.15, 0.35, 0.5, 0.65, 0.8, 0.9};
-    int cut = 0; /* kills that left the run unfinished, with groups recorded */
     for (size_t d = 0; d < sizeof at / sizeof at[0]; d++) {
         run("rm -f %s/k.db* %s/k.jsonl", tmpdir, tmpdir);
         run("timeout -s KILL %.3f " ROLL " --db %s/k.db --out %s/k.jsonl", at[d] * ref_secs, bin,
             src, src, tmpdir, tmpdir);
-        int rc = 1;
-        for (int tries = 0; tries < 3 && rc != 0; tries++) {
-            rc = run(ROLL " --db %s/k.db --out %s/k.jsonl --resume", bin, src, src, tmpdir, tmpdir);
-            cut += tries == 0 && strstr(slurp_static("out.txt"), "resuming run 1") != NULL;
-        }
-        assert_int_equal(rc, 0);
-        expect_ref("k.jsonl");
+        resume_to_end();
     }
-    assert_true(cut >= 1);
+    for (int want = 1; want <= 3; want += 2) {
+        run("rm -f %s/k.db* %s/k.jsonl", tmpdir, tmpdir);
+        kill_after_groups(want);
+        assert_int_equal(resume_to_end(), 1);
+    }
 }
 
 /* The store lost nothing but the file did: a torn last line, the lines of a recorded group

@@ -103,7 +103,6 @@ typedef struct grpo_gen_params {
 /* Defaults: grpo_sampling_default, max_new_tokens 1024, no eos, no stops, raw logprobs. */
 void grpo_gen_params_default(grpo_gen_params *p);
 
-
 /* ---- Backend: what the scheduler needs from a model ---- */
 
 /* The scheduler calls only these. grpo_rollout_backend_model() fills one for grpo_model + grpo_kv;

@@ -275,4 +275,3 @@ grpo_gen_params_default(grpo_gen_params *p)
     p->eos_id = -1;
     p->logprobs = GRPO_LOGPROBS_RAW;
 }
-

@@ -2,7 +2,8 @@
  * samples: advantages over the rest only (checked against the z-score of the scored rewards by
  * hand), no advantage recorded and loss mask 0 for the skipped, the group's flags from the
  * scored ones; the score step with a real rewarder marks an unparseable gold as skipped; the run
- * lock refuses a second holder, naming the run, pid and host. */
+ * lock refuses a second holder, naming the run, pid and host; work with a hard deadline per item
+ * comes back in order past a hung item. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,8 @@
 #include "store_test_util.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,14 +189,76 @@ test_lock(void **state)
     tu_rmrf(dir);
 }
 
+/* grpo_run_ordered: item 2 never returns (a hung verifier); it is delivered as late past the
+ * deadline, the items after it still run (a new thread takes the stuck one's place) and come
+ * in input order, and the stuck thread is counted. The ctx stays alive (static): the stuck
+ * thread still holds it when the test ends. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t never;
+    char got[16];
+    int n_got, late_for;
+} ord = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, "", 0, -1};
+
+static char *
+ord_work(void *ctx, size_t i, int *error)
+{
+    (void)ctx;
+    if (i == 2) { /* hangs */
+        pthread_mutex_lock(&ord.mu);
+        for (;;)
+            pthread_cond_wait(&ord.never, &ord.mu);
+    }
+    usleep(1000 * (unsigned)(5 - i)); /* later items finish first */
+    *error = 0;
+    char *r = malloc(2);
+    r[0] = (char)('a' + i), r[1] = 0;
+    return r;
+}
+
+static char *
+ord_late(void *ctx, size_t i, double ms)
+{
+    (void)ctx;
+    ord.late_for = (int)i;
+    assert_true(ms == 200.0);
+    char *r = malloc(2);
+    r[0] = 'X', r[1] = 0;
+    return r;
+}
+
+static int
+ord_deliver(void *ctx, size_t i, char *res, int error)
+{
+    (void)ctx;
+    assert_int_equal(error, i == 2);
+    ord.got[ord.n_got++] = res[0];
+    free(res);
+    return 0;
+}
+
+static void
+test_ordered_deadline(void **state)
+{
+    (void)state;
+    grpo_run_ordered_fns fns = {ord_work, ord_late, ord_deliver, NULL};
+    size_t stuck = 9;
+    double t0 = (double)time(NULL);
+    assert_int_equal(grpo_run_ordered(6, 2, 200, &fns, NULL, &stuck), GRPO_OK);
+    assert_true((double)time(NULL) - t0 < 30);
+    ord.got[ord.n_got] = 0;
+    assert_string_equal(ord.got, "abXdef");
+    assert_int_equal(ord.late_for, 2);
+    assert_int_equal(stuck, 1);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_advantages_skip),
-        cmocka_unit_test(test_record_skip),
-        cmocka_unit_test(test_score_unparseable_gold),
-        cmocka_unit_test(test_lock),
+        cmocka_unit_test(test_advantages_skip),        cmocka_unit_test(test_record_skip),
+        cmocka_unit_test(test_score_unparseable_gold), cmocka_unit_test(test_lock),
+        cmocka_unit_test(test_ordered_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -212,6 +212,31 @@ void grpo_worker_cancel(grpo_worker *w); /* async-signal-safe */
 void grpo_worker_get_stats(grpo_worker *w, grpo_worker_stats *st);
 void grpo_worker_close(grpo_worker *w);
 
+/* ---- work with a hard deadline per item (`grpo verify`) ----------------------------------------
+ */
+
+typedef struct grpo_run_ordered_fns {
+    /* On a pool thread: item i's result (malloc'd, or NULL); *error = 1 when it is an error. */
+    char *(*work)(void *ctx, size_t i, int *error);
+    /* On the caller's thread, for an item past its deadline: the result to deliver instead. */
+    char *(*late)(void *ctx, size_t i, double deadline_ms);
+    /* On the caller's thread, in input order; takes (frees) result. Nonzero stops the run. */
+    int (*deliver)(void *ctx, size_t i, char *result, int error);
+    /* On the caller's thread now and then while it waits (may be NULL). */
+    void (*waiting)(void *ctx, size_t delivered, size_t n);
+} grpo_run_ordered_fns;
+
+/* Does n items on `threads` threads with a hard deadline of deadline_ms per item (from when a
+ * thread takes it), delivering results in input order as they come. An item past its deadline
+ * is delivered as late() says; the thread stuck in it is left to itself (what it returns later
+ * is dropped) and a new thread takes its place, so the other items keep their time. Returns
+ * GRPO_EIO when deliver() stopped the run, GRPO_ESYS when no thread could start. *stuck (may be
+ * NULL) gets how many threads are still inside work(): while any is, ctx and whatever work()
+ * uses must stay alive (the process may exit; it must not free them). The pool's own memory
+ * goes with the last thread out. */
+grpo_err grpo_run_ordered(size_t n, int32_t threads, double deadline_ms,
+                          const grpo_run_ordered_fns *fns, void *ctx, size_t *stuck);
+
 /* ---- the scored group ------------------------------------------------------------------------ */
 
 /* One completion of a group. The token, logprob and text pointers are views into whatever the

@@ -14,11 +14,16 @@
  *               completion has loss mask 0 on every token and advantage 0
  *   publish     the bridge publisher, made durable by the store (grpo_run_persist)
  *   weight swap grpo_run_weights_dir: a model directory for a new weights file
- *   resume      grpo_run_lock (one process per run) and grpo_run_repair_jsonl (the JSONL output
- *               made to hold every recorded completion exactly once, from the store)
+ *   resume      grpo_run_lock_take (one process per run) and grpo_run_repair_jsonl (the JSONL
+ *               output made to hold every recorded completion exactly once, from the store)
+ *
+ * Over the steps: the run object of `grpo rollout` (grpo_run_opts, grpo_run_open, grpo_run_execute:
+ * it owns the policy, the scheduler, the rewarder, the store and the publisher), the coordinator
+ * (grpo_coord_*, `grpo serve`) and the worker (grpo_worker_*, `grpo worker`) of a pool, and work
+ * with a hard deadline per item in input order (grpo_run_ordered, `grpo verify`).
  *
  * Conventions as everywhere: out-parameters first, grpo_err returns with a message in
- * grpo_error_last(), _fini/_release accept a zeroed or NULL argument.
+ * grpo_error_last(), _fini/_close/_unlock accept NULL.
  */
 #ifndef GRPO_RUN_H
 #define GRPO_RUN_H

@@ -47,8 +47,5 @@ int cli_parse_size(const char *s, uint64_t *out);
  * initialises CUDA) so that the model's CUDA backend (device 0 as visible) runs on it. Returns 0
  * or CLI_USAGE (with the message printed). gpu < 0: nothing to do. */
 int cli_select_gpu(const char *cmd, int gpu, int want_threads);
-/* The store's finish reason (GRPO_FINISH_*) for the engine's (GRPO_ROLLOUT_FINISH_*); anything
- * but EOS, STOP and LENGTH is ABORT. (cli/finish.c) */
-int cli_store_finish(int32_t rollout_finish);
 
 #endif

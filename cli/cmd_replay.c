@@ -128,15 +128,14 @@ compare(const grpo_stored_completion *c, const grpo_rollout_sample *s)
             return 0;
         }
     }
-    if (c->n_tokens != s->n_tokens || c->finish_reason != cli_store_finish(s->finish)) {
+    if (c->n_tokens != s->n_tokens || c->finish_reason != (int32_t)s->finish) {
         printf("completion %lld: DIFFERENT length or finish: recorded %d tokens, regenerated %d "
                "(%s)\n",
-               (long long)c->completion_id, c->n_tokens, s->n_tokens,
-               grpo_rollout_finish_name(s->finish));
+               (long long)c->completion_id, c->n_tokens, s->n_tokens, grpo_finish_name(s->finish));
         return 0;
     }
     printf("completion %lld: bit-identical (%d tokens, %s, logprobs %s)\n",
-           (long long)c->completion_id, s->n_tokens, grpo_rollout_finish_name(s->finish),
+           (long long)c->completion_id, s->n_tokens, grpo_finish_name(s->finish),
            c->token_logprobs ? "equal" : "not recorded");
     return 1;
 }

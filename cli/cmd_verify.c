@@ -1,14 +1,14 @@
 /* `grpo verify`: scores a JSONL file of completions with the reward config's verifiers, in
- * parallel, with a hard per-item deadline, writing one output line per input line in input order.
- * A bad line becomes an output line with an "error" field; the run goes on. */
+ * parallel, with a hard per-item deadline (grpo_run_ordered in run/), writing one output line per
+ * input line in input order. A bad line becomes an output line with an "error" field; the run
+ * goes on. */
 #include "cli/cli.h"
+#include "grpo/run.h"
 
 #include "common/json.h"
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,18 +54,17 @@ typedef struct item {
     const char *line;
     size_t len;
     int lineno;
-    char *out;      /* the output line (malloc'd), set once done */
-    double started; /* grpo_now() when a worker took it; 0 = not started */
-    bool done, abandoned, error;
 } item;
 
+/* What the scoring threads share (grpo_run_ordered's ctx). */
 typedef struct run {
     grpo_rewarder *rw;
     item *items;
     size_t n;
-    atomic_size_t next;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    FILE *out;
+    long errors;
+    int write_failed;
+    double t0;
 } run;
 
 /* The input object (or a stub for unparseable lines) with an "error" field. */
@@ -186,11 +185,11 @@ add_result(cJSON *o, const grpo_reward_result *res)
 
 /* Scores one line; returns the output line (malloc'd). *error is set for error lines. */
 static char *
-score_line(grpo_rewarder *rw, const item *it, bool *error)
+score_line(grpo_rewarder *rw, const item *it, int *error)
 {
     cJSON *o = cJSON_ParseWithLength(it->line, it->len);
     char msg[300];
-    *error = true;
+    *error = 1;
     if (o == NULL || !cJSON_IsObject(o)) {
         snprintf(msg, sizeof msg, "line %d: not a JSON object", it->lineno);
         cJSON_Delete(o);
@@ -236,7 +235,7 @@ score_line(grpo_rewarder *rw, const item *it, bool *error)
         add_result(o, &res);
         out = grpo__json_print_utf8(o);
         cJSON_Delete(o);
-        *error = false;
+        *error = 0;
     }
     grpo_reward_result_fini(&res);
     free(tests_json);
@@ -245,100 +244,49 @@ score_line(grpo_rewarder *rw, const item *it, bool *error)
     return out;
 }
 
-static void *
-worker(void *arg)
+static char *
+work(void *ctx, size_t i, int *error)
 {
-    run *r = arg;
-    for (;;) {
-        size_t i = atomic_fetch_add(&r->next, 1);
-        if (i >= r->n)
-            return NULL;
-        item *it = &r->items[i];
-        pthread_mutex_lock(&r->mu);
-        it->started = grpo_now();
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-        bool error = false;
-        char *out = score_line(r->rw, it, &error);
-        pthread_mutex_lock(&r->mu);
-        if (it->abandoned) {
-            free(out);
-        } else {
-            it->out = out;
-            it->error = error || out == NULL;
-            it->done = true;
-        }
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-    }
+    run *r = ctx;
+    return score_line(r->rw, &r->items[i], error);
+}
+
+/* An item past the deadline: written with an "error" field. */
+static char *
+late(void *ctx, size_t i, double deadline_ms)
+{
+    const item *it = &((run *)ctx)->items[i];
+    char msg[160];
+    snprintf(msg, sizeof msg, "line %d: deadline exceeded (%.0f ms)", it->lineno, deadline_ms);
+    cJSON *o = cJSON_ParseWithLength(it->line, it->len);
+    char *line = error_line(cJSON_IsObject(o) ? o : NULL, it->lineno, it->line, it->len, msg);
+    if (o && !cJSON_IsObject(o))
+        cJSON_Delete(o);
+    return line;
+}
+
+static int
+deliver(void *ctx, size_t i, char *line, int error)
+{
+    run *r = ctx;
+    (void)i;
+    r->errors += error;
+    int bad = line == NULL || fputs(line, r->out) == EOF || fputc('\n', r->out) == EOF;
+    free(line);
+    r->write_failed |= bad;
+    return bad;
 }
 
 static void
-progress(size_t done, size_t n, double t0, bool final)
+progress(void *ctx, size_t done, size_t n)
 {
-    double dt = grpo_now() - t0;
+    run *r = ctx;
+    double dt = grpo_now() - r->t0;
+    if (!isatty(2))
+        return;
     fprintf(stderr, "\rgrpo verify: %zu/%zu lines, %.1f lines/s%s", done, n,
-            dt > 0 ? done / dt : 0.0, final ? "\n" : "");
+            dt > 0 ? done / dt : 0.0, done == n ? "\n" : "");
     fflush(stderr);
-}
-
-/* Writes items in order as they complete; an item past its deadline is written as an error.
- * Returns the number of error lines, or -1 on a write failure. */
-static long
-write_in_order(run *r, FILE *out, double deadline_s, bool tty)
-{
-    long errors = 0;
-    double t0 = grpo_now(), last = 0;
-    pthread_mutex_lock(&r->mu);
-    for (size_t i = 0; i < r->n; i++) {
-        item *it = &r->items[i];
-        while (!it->done) {
-            double now = grpo_now();
-            if (it->started > 0 && now - it->started > deadline_s) {
-                char msg[160];
-                snprintf(msg, sizeof msg, "line %d: deadline exceeded (%.0f ms)", it->lineno,
-                         deadline_s * 1000);
-                cJSON *o = cJSON_ParseWithLength(it->line, it->len);
-                it->out =
-                    error_line(cJSON_IsObject(o) ? o : NULL, it->lineno, it->line, it->len, msg);
-                if (o && !cJSON_IsObject(o))
-                    cJSON_Delete(o);
-                it->abandoned = it->done = it->error = true;
-                /* its worker is stuck: start another so the remaining lines keep their jobs */
-                pthread_t extra;
-                if (pthread_create(&extra, NULL, worker, r) == 0)
-                    pthread_detach(extra);
-                break;
-            }
-            if (tty && now - last > 0.2) {
-                progress(i, r->n, t0, false);
-                last = now;
-            }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        }
-        char *line = it->out;
-        it->out = NULL;
-        errors += it->error;
-        pthread_mutex_unlock(&r->mu);
-        int bad = line == NULL || fputs(line, out) == EOF || fputc('\n', out) == EOF;
-        free(line);
-        pthread_mutex_lock(&r->mu);
-        if (bad) {
-            pthread_mutex_unlock(&r->mu);
-            return -1;
-        }
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (tty)
-        progress(r->n, r->n, t0, true);
-    return errors;
 }
 
 /* Splits text into non-blank lines. */
@@ -366,7 +314,6 @@ split_lines(char *text, size_t len, size_t *n_out)
                 v = nv;
                 cap *= 2;
             }
-            memset(&v[n], 0, sizeof v[n]);
             v[n].line = text + i;
             v[n].len = j - i;
             v[n].lineno = lineno;
@@ -547,44 +494,38 @@ parse_args(verify_args *a, int argc, char **argv)
     return a->in_path == NULL ? cli_usage("verify", "--input is required") : 0;
 }
 
-/* Starts up to `want` scoring threads (no more than there are lines) into th; returns how many
- * started (0 on failure). */
+/* Scores every line (grpo_run_ordered: a hard deadline per line, output in input order), then
+ * reports; returns the exit code. *stuck: threads left inside a verifier past the deadline
+ * (then r and the rewarder must outlive this process's return). */
 static int
-start_workers(run *r, pthread_t *th, int want)
+finish(run *r, const char *out_path, double deadline_ms, int jobs, size_t *stuck)
 {
-    int n = want;
-    if ((size_t)n > r->n)
-        n = r->n > 0 ? (int)r->n : 1;
-    for (int k = 0; k < n; k++)
-        if (pthread_create(&th[k], NULL, worker, r) != 0)
-            return k;
-    return n;
-}
-
-/* Writes every line in input order, then reports; returns the exit code. A worker stuck past the
- * deadline is not joined: the process exits, which ends it. */
-static int
-finish(run *r, FILE *out, const char *out_path, double deadline_ms, pthread_t *th, int nth)
-{
-    long errors =
-        write_in_order(r, out, grpo_reward_hard_deadline_ms(deadline_ms) / 1000.0, isatty(2) != 0);
-    if (errors < 0 || fflush(out) != 0 || (out != stdout && fclose(out) != 0)) {
+    grpo_run_ordered_fns fns = {work, late, deliver, progress};
+    r->t0 = grpo_now();
+    grpo_err err =
+        grpo_run_ordered(r->n, jobs, grpo_reward_hard_deadline_ms(deadline_ms), &fns, r, stuck);
+    if (err == GRPO_OK)
+        progress(r, r->n, r->n);
+    if (err != GRPO_OK && !r->write_failed)
+        return cli_fail("verify");
+    if (r->write_failed || fflush(r->out) != 0 || (r->out != stdout && fclose(r->out) != 0)) {
         fprintf(stderr, "grpo verify: %s: write failed: %s\n", out_path ? out_path : "stdout",
                 strerror(errno));
-        _exit(CLI_FAIL); /* workers may still be running on the items */
+        return CLI_FAIL;
     }
-    if (errors > 0)
-        fprintf(stderr, "grpo verify: %ld of %zu lines have an \"error\" field\n", errors, r->n);
-    int rc = errors > 0 ? CLI_FAIL : CLI_OK;
-    for (size_t i = 0; i < r->n; i++)
-        if (r->items[i].abandoned) {
-            fflush(NULL);
-            _exit(rc);
-        }
-    for (int k = 0; k < nth; k++)
-        pthread_join(th[k], NULL);
-    return rc;
+    if (r->errors > 0)
+        fprintf(stderr, "grpo verify: %ld of %zu lines have an \"error\" field\n", r->errors, r->n);
+    return r->errors > 0 ? CLI_FAIL : CLI_OK;
 }
+
+/* A verifier thread still stuck past its deadline uses the rewarder, its config and the input:
+ * they are kept (reachable) for as long as the process lives instead of freed under it. */
+static struct {
+    grpo_reward_config *cfg;
+    grpo_rewarder *rw;
+    char *text;
+    item *items;
+} kept_for_stuck;
 
 int
 grpo_cmd_verify(int argc, char **argv)
@@ -601,19 +542,17 @@ grpo_cmd_verify(int argc, char **argv)
     grpo_reward_config *cfg = NULL;
     grpo_rewarder *rw = NULL;
     char *text = NULL;
-    size_t len = 0;
+    size_t len = 0, stuck = 0;
     FILE *out = NULL;
     run r = {0};
-    pthread_t *th = NULL;
-    int nth = (int)(a.jobs > 0 ? a.jobs : grpo_cpu_count());
+    int jobs = (int)(a.jobs > 0 ? a.jobs : grpo_cpu_count());
     if (build_config(&cfg, a.cfg_path, a.pl, a.npl) != GRPO_OK ||
         grpo_rewarder_create(&rw, cfg) != GRPO_OK ||
         read_input(a.in_path, &text, &len) != GRPO_OK) {
         rc = cli_fail("verify");
         goto done;
     }
-    if ((r.items = split_lines(text, len, &r.n)) == NULL ||
-        (th = calloc((size_t)nth, sizeof *th)) == NULL) {
+    if ((r.items = split_lines(text, len, &r.n)) == NULL) {
         fprintf(stderr, "grpo verify: out of memory\n");
         goto done;
     }
@@ -622,21 +561,20 @@ grpo_cmd_verify(int argc, char **argv)
                 strerror(errno));
         goto done;
     }
-    r.rw = rw;
-    atomic_init(&r.next, 0);
-    pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv, NULL);
-    if ((nth = start_workers(&r, th, nth)) == 0) {
-        fprintf(stderr, "grpo verify: cannot start worker threads\n");
-        goto done;
-    }
-    rc = finish(&r, out, a.out_path,
-                a.deadline_ms > 0 ? a.deadline_ms : grpo_reward_config_deadline_ms(cfg), th, nth);
+    r.rw = rw, r.out = out;
+    rc = finish(&r, a.out_path,
+                a.deadline_ms > 0 ? a.deadline_ms : grpo_reward_config_deadline_ms(cfg), jobs,
+                &stuck);
     out = NULL; /* closed by finish */
 done:
     if (out && out != stdout)
         fclose(out);
-    free(th);
+    if (stuck > 0) { /* see kept_for_stuck */
+        kept_for_stuck.cfg = cfg, kept_for_stuck.rw = rw;
+        kept_for_stuck.text = text, kept_for_stuck.items = r.items;
+        fflush(NULL);
+        return rc;
+    }
     free(r.items);
     free(text);
     grpo_rewarder_destroy(rw);

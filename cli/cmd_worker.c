@@ -1,25 +1,20 @@
-/* `grpo worker`: a rollout worker (issue 11). Pulls prompt groups from a coordinator (`grpo
- * serve`), generates them with the rollout engine, scores them with the verifiers, and returns
- * the groups; a second thread heartbeats the leases it holds. It follows policy-version changes
- * the coordinator announces: it stops pulling, finishes its in-flight groups (or drops them when
- * the staleness bound is 0), loads the new weights and carries on. */
+/* `grpo worker`: the flags, the help and what is printed for a rollout worker, which is run/
+ * (grpo/run.h: grpo_worker_open, grpo_worker_run): it pulls prompt groups from a coordinator
+ * (`grpo serve`), generates, scores and returns them, and follows policy-version changes. */
 #include "cli/cli.h"
 #include "cli/run_common.h"
 #include "common/common_int.h"
 #include "grpo/rollout.h"
+#include "grpo/run.h"
 #include "grpo/verify.h"
 #include "grpo/workers.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define CMD "worker"
@@ -31,44 +26,6 @@ typedef struct args {
     uint64_t kv_bytes;
     char id[GRPO_WORKERS_MAX_ID + 1];
 } args;
-
-/* One lease being generated; the group's user pointer. */
-typedef struct job {
-    uint64_t lease_id;
-    int32_t attempt;
-    char *prompt_id;
-    grpo_prompt_set ps; /* the one prompt record */
-    char *rendered;
-    int32_t *prompt;
-    int32_t n_prompt;
-    int64_t version;
-} job;
-
-typedef struct worker {
-    const args *a;
-    grpo_wclient *cli;
-    grpo_policy *pol;
-    grpo_rollout *r;
-    grpo_rewarder *rewarder;
-    grpo_reward_config *rcfg;
-    grpo_wparams params; /* a copy of the first WORK's */
-    int have_params;
-    int64_t version;   /* loaded policy version */
-    grpo_wpolicy want; /* newest the coordinator announced */
-    char want_path[4096], want_sha[65];
-    int stopping, dropping;
-    uint64_t groups_done, tokens;
-    double t_start;
-
-    pthread_mutex_t mu; /* guards held[], n_held and tok_s, shared with the heartbeat thread */
-    uint64_t held[GRPO_WORKERS_MAX_LEASES];
-    int n_held;
-    double tok_s;
-    double hb_interval;
-    int hb_stop;
-    pthread_t hb;
-    int hb_started;
-} worker;
 
 static void
 usage(FILE *f)
@@ -236,481 +193,13 @@ parse_args(args *a, int argc, char **argv)
     return 0;
 }
 
-static volatile sig_atomic_t interrupted;
+static grpo_worker *volatile the_worker;
 
 static void
 on_signal(int sig)
 {
     (void)sig;
-    interrupted = 1;
-}
-
-/* ---- heartbeats ---- */
-
-static void *
-heartbeat_main(void *arg)
-{
-    worker *w = arg;
-    grpo_wclient *cli = NULL;
-    if (grpo_wclient_create(&cli, w->a->connect) != GRPO_OK)
-        return NULL;
-    double next = grpo_now();
-    for (;;) {
-        pthread_mutex_lock(&w->mu);
-        int stop = w->hb_stop;
-        pthread_mutex_unlock(&w->mu);
-        if (stop)
-            break;
-        if (grpo_now() < next) {
-            usleep(50000);
-            continue;
-        }
-        grpo_wmsg req = {0}, rep;
-        req.type = GRPO_WMSG_HEARTBEAT;
-        req.worker_id = (char *)w->a->id;
-        pthread_mutex_lock(&w->mu);
-        req.n_ids = w->n_held;
-        uint64_t ids[GRPO_WORKERS_MAX_LEASES];
-        memcpy(ids, w->held, sizeof ids);
-        req.tokens_per_s = w->tok_s;
-        req.worker_version = w->version;
-        req.groups_done = w->groups_done;
-        double iv = w->hb_interval;
-        pthread_mutex_unlock(&w->mu);
-        req.ids = ids;
-        next = grpo_now() + iv;
-        if (req.n_ids > 0 && grpo_wclient_call(cli, &req, &rep, (int)(iv * 1000)) == GRPO_OK)
-            grpo_wmsg_fini(&rep);
-    }
-    grpo_wclient_destroy(cli);
-    return NULL;
-}
-
-static void
-held_add(worker *w, uint64_t id, double lease_timeout)
-{
-    pthread_mutex_lock(&w->mu);
-    if (w->n_held < GRPO_WORKERS_MAX_LEASES)
-        w->held[w->n_held++] = id;
-    double iv = lease_timeout / 4;
-    w->hb_interval = iv < 0.05 ? 0.05 : iv > 10 ? 10 : iv;
-    pthread_mutex_unlock(&w->mu);
-}
-
-static void
-held_remove(worker *w, uint64_t id)
-{
-    pthread_mutex_lock(&w->mu);
-    for (int i = 0; i < w->n_held; i++)
-        if (w->held[i] == id) {
-            w->held[i] = w->held[--w->n_held];
-            break;
-        }
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* ---- policy ---- */
-
-static const char *
-token_bytes(const void *ctx, int32_t id, size_t *len)
-{
-    return grpo_policy_token_bytes(((const worker *)ctx)->pol, id, len);
-}
-
-static grpo_err
-open_policy(worker *w, const char *dir, grpo_policy **out)
-{
-    const args *a = w->a;
-    grpo_policy_opts po = {.tokenizer = a->tokenizer,
-                           .template_name =
-                               w->params.template_name ? w->params.template_name : a->template_name,
-                           .n_threads = a->threads,
-                           .kv_budget_bytes = (size_t)a->kv_bytes,
-                           .backend = a->gpu >= 0};
-    return grpo_policy_open(out, dir, &po);
-}
-
-/* A model directory for new weights: links to the model's files except its weights, and
- * model.safetensors -> the new file (on a filesystem this host shares with the trainer). */
-static grpo_err
-weights_dir(const worker *w, const char *weights, int64_t version, char *out, size_t cap)
-{
-    char src[PATH_MAX], link[PATH_MAX + 300], target[PATH_MAX + 300];
-    if (realpath(w->a->model, src) == NULL)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", w->a->model);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(out, cap, "%s/grpo-worker-%ld-v%lld", tmp && tmp[0] ? tmp : "/tmp", (long)getpid(),
-             (long long)version);
-    if (mkdir(out, 0755) != 0 && errno != EEXIST)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", out);
-    DIR *d = opendir(src);
-    if (d == NULL)
-        return grpo__fail_errno(GRPO_EIO, errno, "%s", src);
-    struct dirent *e;
-    grpo_err err = GRPO_OK;
-    while (err == GRPO_OK && (e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (e->d_name[0] == '.' || (n > 12 && strcmp(e->d_name + n - 12, ".safetensors") == 0) ||
-            strstr(e->d_name, ".safetensors.index") != NULL)
-            continue;
-        snprintf(link, sizeof link, "%s/%s", out, e->d_name);
-        snprintf(target, sizeof target, "%s/%s", src, e->d_name);
-        unlink(link);
-        if (symlink(target, link) != 0)
-            err = grpo__fail_errno(GRPO_EIO, errno, "%s", link);
-    }
-    closedir(d);
-    snprintf(link, sizeof link, "%s/model.safetensors", out);
-    unlink(link);
-    if (err == GRPO_OK && symlink(weights, link) != 0)
-        err = grpo__fail_errno(GRPO_EIO, errno, "%s", link);
-    return err;
-}
-
-static grpo_err create_engine(worker *w, int64_t version);
-
-/* With no group in flight: a new engine over the new weights (the old engine may be cancelled,
- * which is final, when in-flight groups were dropped). */
-static grpo_err
-swap_policy(worker *w)
-{
-    char dir[PATH_MAX];
-    grpo_policy *np = NULL;
-    grpo_err err = weights_dir(w, w->want_path, w->want.version, dir, sizeof dir);
-    if (err == GRPO_OK)
-        err = open_policy(w, dir, &np);
-    if (err != GRPO_OK)
-        return err;
-    grpo_rollout_destroy(w->r);
-    w->r = NULL;
-    grpo_policy_close(w->pol);
-    w->pol = np;
-    if ((err = create_engine(w, w->want.version)) != GRPO_OK)
-        return err;
-    pthread_mutex_lock(&w->mu);
-    w->version = w->want.version;
-    pthread_mutex_unlock(&w->mu);
-    fprintf(stderr, "grpo worker %s: policy version %lld\n", w->a->id, (long long)w->version);
-    return GRPO_OK;
-}
-
-/* Every reply names the coordinator's policy: remember a newer one. */
-static void
-note_policy(worker *w, const grpo_wpolicy *p)
-{
-    if (p->version <= w->want.version || p->weights_path == NULL)
-        return;
-    w->want.version = p->version, w->want.max_staleness = p->max_staleness;
-    snprintf(w->want_path, sizeof w->want_path, "%s", p->weights_path);
-    snprintf(w->want_sha, sizeof w->want_sha, "%s", p->sha256 ? p->sha256 : "");
-    if (p->max_staleness == 0 && !w->dropping && w->r != NULL) {
-        w->dropping = 1; /* groups of the old version would be refused: stop them now */
-        grpo_rollout_cancel(w->r);
-    }
-}
-
-/* ---- leases in, groups out ---- */
-
-static grpo_err
-copy_params(worker *w, const grpo_wparams *p)
-{
-    if (w->have_params)
-        return GRPO_OK;
-    w->params = *p;
-    w->params.template_name = p->template_name ? strdup(p->template_name) : NULL;
-    for (int i = 0; i < p->n_stop; i++)
-        w->params.stop[i] = strdup(p->stop[i]);
-    w->have_params = 1;
-    return GRPO_OK;
-}
-
-static void
-job_free(job *j)
-{
-    if (j == NULL)
-        return;
-    free(j->prompt_id), free(j->rendered), free(j->prompt);
-    grpo_prompts_fini(&j->ps);
-    free(j);
-}
-
-static grpo_err
-submit_lease(worker *w, const grpo_wlease *l)
-{
-    job *j = calloc(1, sizeof *j);
-    if (j == NULL || (j->prompt_id = strdup(l->prompt_id)) == NULL) {
-        free(j);
-        return grpo__fail(GRPO_ENOMEM, "worker: out of memory");
-    }
-    j->lease_id = l->lease_id, j->attempt = l->attempt, j->version = w->version;
-    size_t n = 0;
-    grpo_err err = grpo_prompts_parse(&j->ps, l->record_json, strlen(l->record_json), "lease", 0);
-    if (err == GRPO_OK && j->ps.n != 1)
-        err = grpo__fail(GRPO_EFORMAT, "worker: lease %llx holds %zu prompts",
-                         (unsigned long long)l->lease_id, j->ps.n);
-    if (err == GRPO_OK)
-        err = grpo_policy_encode(w->pol, &j->ps.items[0], &j->prompt, &n, &j->rendered);
-    if (err != GRPO_OK) {
-        job_free(j);
-        return err;
-    }
-    j->n_prompt = (int32_t)n;
-    const grpo_wparams *p = &w->params;
-    grpo_rollout_request q = {0};
-    q.prompt = j->prompt, q.n_prompt = j->n_prompt, q.group_size = p->group_size;
-    q.seed = p->seed, q.prompt_key = grpo_rollout_prompt_key(l->prompt_id);
-    grpo_gen_params_default(&q.params);
-    q.params.sampling = p->sampling;
-    q.params.max_new_tokens = p->max_new_tokens;
-    q.params.eos_id = grpo_policy_eos_id(w->pol);
-    q.params.logprobs = p->logprobs;
-    q.params.n_stop_ids = p->n_stop_ids;
-    memcpy(q.params.stop_ids, p->stop_ids, sizeof p->stop_ids);
-    q.params.n_stop_strings = p->n_stop;
-    for (int k = 0; k < p->n_stop; k++)
-        q.params.stop_strings[k] = p->stop[k];
-    q.user = j;
-    if ((err = grpo_rollout_submit(w->r, &q, NULL)) != GRPO_OK) {
-        job_free(j);
-        return err;
-    }
-    held_add(w, l->lease_id, l->timeout_s);
-    return GRPO_OK;
-}
-
-static grpo_err
-create_engine(worker *w, int64_t version)
-{
-    grpo_rollout_opts ro = {0};
-    ro.sample_threads = w->a->threads > 0 ? w->a->threads : grpo_cpu_count();
-    ro.token_bytes = token_bytes;
-    ro.token_bytes_ctx = w;
-    grpo_err err = grpo_rollout_create(&w->r, grpo_policy_backend(w->pol), &ro);
-    if (err == GRPO_OK && version != 0) /* stamps the groups with the version */
-        err = grpo_rollout_set_policy(w->r, grpo_policy_backend(w->pol), version);
-    return err;
-}
-
-static grpo_err
-ensure_engine(worker *w)
-{
-    if (w->r != NULL)
-        return GRPO_OK;
-    grpo_err err = open_policy(w, w->a->model, &w->pol);
-    return err == GRPO_OK ? create_engine(w, 0) : err;
-}
-
-static grpo_err
-score_group(worker *w, const grpo_rollout_group *g, grpo_reward_result *res)
-{
-    const job *j = g->user;
-    const grpo_prompt *p = &j->ps.items[0];
-    for (int32_t i = 0; i < g->n_samples; i++) {
-        const grpo_rollout_sample *s = &g->samples[i];
-        grpo_verifier_sample vs = {0};
-        vs.task = p->task ? p->task : "math";
-        vs.prompt = j->rendered;
-        vs.completion = s->text ? s->text : "";
-        vs.completion_len = s->text ? s->text_len : 0;
-        vs.answer = p->answer;
-        vs.tests_json = p->tests_json;
-        vs.language = p->language;
-        vs.extra_json = p->record_json;
-        vs.prompt_opens_think = grpo_policy_opens_think(w->pol);
-        vs.n_tokens = s->n_tokens;
-        vs.max_tokens = w->params.max_new_tokens;
-        vs.truncated = s->finish == GRPO_ROLLOUT_FINISH_LENGTH;
-        grpo_err err = grpo_rewarder_score(w->rewarder, &vs, &res[i]);
-        if (err != GRPO_OK)
-            return err;
-    }
-    return GRPO_OK;
-}
-
-/* Sends a result until the coordinator answers (it may be restarting). */
-static grpo_err
-send_result(worker *w, const grpo_wmsg *req)
-{
-    double since = grpo_now();
-    for (;;) {
-        grpo_wmsg rep;
-        grpo_err err = grpo_wclient_call(w->cli, req, &rep, 5000);
-        if (err == GRPO_OK) {
-            if (rep.type == GRPO_WMSG_ACK) {
-                note_policy(w, &rep.policy);
-                if (rep.status == GRPO_WACK_REFUSED || rep.status == GRPO_WACK_STALE)
-                    fprintf(stderr, "grpo worker %s: the coordinator %s group %s\n", w->a->id,
-                            rep.status == GRPO_WACK_STALE ? "found stale" : "refused",
-                            req->result.prompt_id);
-            } else if (rep.type == GRPO_WMSG_ERROR) {
-                fprintf(stderr, "grpo worker %s: coordinator: %s\n", w->a->id, rep.message);
-            }
-            grpo_wmsg_fini(&rep);
-            return GRPO_OK;
-        }
-        if (interrupted || (w->a->give_up_s > 0 && grpo_now() - since > w->a->give_up_s))
-            return err;
-    }
-}
-
-static grpo_err
-return_group(worker *w, grpo_rollout_group *g)
-{
-    job *j = g->user;
-    int32_t G = g->n_samples;
-    grpo_reward_result *res = calloc((size_t)G, sizeof *res);
-    grpo_wsample *ws = calloc((size_t)G, sizeof *ws);
-    grpo_wterm *terms = calloc((size_t)G * GRPO_REWARD_MAX_TERMS, sizeof *terms);
-    grpo_err err = res && ws && terms ? GRPO_OK : grpo__fail(GRPO_ENOMEM, "worker: out of memory");
-    int aborted = 0;
-    for (int32_t i = 0; i < G; i++)
-        aborted |= g->samples[i].finish == GRPO_ROLLOUT_FINISH_ABORT;
-    double tv = grpo_now();
-    if (err == GRPO_OK && !aborted)
-        err = score_group(w, g, res);
-    tv = grpo_now() - tv;
-    if (err == GRPO_OK && !aborted) {
-        for (int32_t i = 0; i < G; i++) {
-            const grpo_rollout_sample *s = &g->samples[i];
-            grpo_wsample *x = &ws[i];
-            x->index = s->index, x->finish = s->finish, x->n_tokens = s->n_tokens;
-            x->tokens = s->tokens, x->logprobs = s->logprob_raw;
-            x->text = s->text ? s->text : "", x->text_len = s->text ? (uint32_t)s->text_len : 0;
-            x->reward = res[i].reward, x->skipped = res[i].skipped;
-            x->n_terms = res[i].n_terms;
-            x->terms = terms + (size_t)i * GRPO_REWARD_MAX_TERMS;
-            for (int32_t t = 0; t < res[i].n_terms; t++) {
-                grpo_reward_term *tm = &res[i].terms[t];
-                x->terms[t] = (grpo_wterm){tm->verifier,
-                                           tm->version,
-                                           tm->label[0] ? tm->label : NULL,
-                                           tm->details_json,
-                                           (int32_t)tm->kind,
-                                           tm->score,
-                                           tm->ms};
-            }
-            w->tokens += (uint64_t)s->n_tokens;
-        }
-        grpo_wmsg req = {0};
-        req.type = GRPO_WMSG_RESULT;
-        req.worker_id = (char *)w->a->id;
-        grpo_wresult *r = &req.result;
-        r->lease_id = j->lease_id, r->attempt = j->attempt, r->policy_version = g->policy_version;
-        r->prompt_id = j->prompt_id, r->n_prompt = j->n_prompt, r->prompt = j->prompt;
-        r->gen_ms = (g->t_done - g->t_admit) * 1e3, r->verify_ms = tv * 1e3;
-        r->n_samples = G, r->samples = ws;
-        err = send_result(w, &req);
-        w->groups_done++;
-    }
-    held_remove(w, j->lease_id);
-    for (int32_t i = 0; res && i < G; i++)
-        grpo_reward_result_fini(&res[i]);
-    free(res), free(ws), free(terms);
-    job_free(j);
-    double el = grpo_now() - w->t_start;
-    pthread_mutex_lock(&w->mu);
-    w->tok_s = el > 0 ? (double)w->tokens / el : 0;
-    pthread_mutex_unlock(&w->mu);
-    return err;
-}
-
-/* Asks for up to `want` groups. *retry_at: when to ask again if nothing came. */
-static grpo_err
-pull(worker *w, int want, double *retry_at)
-{
-    grpo_wmsg req = {0}, rep;
-    req.type = GRPO_WMSG_PULL;
-    req.worker_id = (char *)w->a->id;
-    req.want = want;
-    req.worker_version = w->version;
-    req.groups_done = w->groups_done;
-    pthread_mutex_lock(&w->mu);
-    req.tokens_per_s = w->tok_s;
-    pthread_mutex_unlock(&w->mu);
-    grpo_err err = grpo_wclient_call(w->cli, &req, &rep, 2000);
-    if (err == GRPO_ETIMEOUT) {
-        *retry_at = grpo_now() + 0.2;
-        return GRPO_ETIMEOUT;
-    }
-    if (err != GRPO_OK)
-        return err;
-    switch (rep.type) {
-    case GRPO_WMSG_WORK:
-        note_policy(w, &rep.policy);
-        if ((err = copy_params(w, &rep.params)) == GRPO_OK)
-            err = ensure_engine(w);
-        if (err == GRPO_OK && w->want.version > w->version) /* joined after a weight update */
-            err = swap_policy(w);
-        for (int32_t i = 0; err == GRPO_OK && i < rep.n_leases; i++)
-            err = submit_lease(w, &rep.leases[i]);
-        break;
-    case GRPO_WMSG_WAIT:
-        note_policy(w, &rep.policy);
-        *retry_at = grpo_now() + rep.retry_ms / 1000.0;
-        break;
-    case GRPO_WMSG_STOP: /* every group is recorded: what is still in flight is a duplicate */
-        w->stopping = 1;
-        if (w->r)
-            grpo_rollout_cancel(w->r);
-        break;
-    case GRPO_WMSG_ERROR:
-        err = grpo__fail(GRPO_ESTATE, "worker: the coordinator says: %s", rep.message);
-        break;
-    default:
-        err = grpo__fail(GRPO_EFORMAT, "worker: unexpected %s reply to a pull",
-                         grpo_wmsg_type_name(rep.type));
-    }
-    grpo_wmsg_fini(&rep);
-    return err;
-}
-
-static grpo_err
-worker_loop(worker *w)
-{
-    double retry_at = 0, last_answer = grpo_now();
-    grpo_err err = GRPO_OK;
-    while (err == GRPO_OK && !interrupted) {
-        grpo_rollout_stats st = {0};
-        if (w->r)
-            grpo_rollout_get_stats(w->r, &st);
-        int in_flight = (int)(st.groups_submitted - st.groups_done);
-        int swap_pending = w->want.version > w->version;
-        if (w->stopping && in_flight == 0)
-            break;
-        if (swap_pending && in_flight == 0 && w->r) {
-            grpo_rollout_group *g;
-            while ((g = grpo_rollout_pop(w->r, 0)) != NULL) /* leftovers of a drop */
-                err = return_group(w, g), grpo_rollout_group_free(g);
-            if (err == GRPO_OK && (err = swap_policy(w)) == GRPO_OK)
-                w->dropping = 0;
-            continue;
-        }
-        if (!w->stopping && (!swap_pending || w->r == NULL) && in_flight < w->a->inflight &&
-            grpo_now() >= retry_at) {
-            grpo_err perr = pull(w, w->a->inflight - in_flight, &retry_at);
-            if (perr == GRPO_OK)
-                last_answer = grpo_now();
-            else if (perr != GRPO_ETIMEOUT)
-                err = perr;
-            else if (w->a->give_up_s > 0 && grpo_now() - last_answer > w->a->give_up_s)
-                err = grpo__fail(GRPO_ETIMEOUT, "worker: no answer from %s for %.0f s",
-                                 w->a->connect, w->a->give_up_s);
-            continue;
-        }
-        int busy = 0;
-        if (w->r && in_flight > 0 && (err = grpo_rollout_step(w->r, &busy)) != GRPO_OK)
-            break;
-        if (busy && w->a->step_delay_ms > 0)
-            usleep((useconds_t)w->a->step_delay_ms * 1000);
-        grpo_rollout_group *g;
-        while (err == GRPO_OK && w->r && (g = grpo_rollout_pop(w->r, 0)) != NULL) {
-            err = return_group(w, g);
-            grpo_rollout_group_free(g);
-        }
-        if (!busy && in_flight == 0)
-            usleep(20000);
-    }
-    return err;
+    grpo_worker_cancel(the_worker);
 }
 
 int
@@ -724,67 +213,35 @@ grpo_cmd_worker(int argc, char **argv)
     int rc = parse_args(&a, argc, argv);
     if (rc != 0)
         return rc;
-    worker w;
-    memset(&w, 0, sizeof w);
-    w.a = &a;
-    w.hb_interval = 1.0;
-    w.t_start = grpo_now();
-    pthread_mutex_init(&w.mu, NULL);
-    grpo_err err = a.reward_config ? grpo_reward_config_load(&w.rcfg, a.reward_config)
-                                   : grpo_reward_config_default(&w.rcfg);
-    if (err == GRPO_OK)
-        err = grpo_rewarder_create(&w.rewarder, w.rcfg);
-    if (err == GRPO_OK && a.gpu >= 0) /* fail before joining: the model opens with the first work */
-        err = grpo_model_backend_check(1);
-    if (err == GRPO_OK)
-        err = grpo_wclient_create(&w.cli, a.connect);
-    if (err == GRPO_OK) {
-        if (pthread_create(&w.hb, NULL, heartbeat_main, &w) != 0)
-            err = grpo__fail(GRPO_ESYS, "worker: cannot start the heartbeat thread");
-        else
-            w.hb_started = 1;
-    }
+    grpo_worker_opts o;
+    grpo_worker_opts_default(&o);
+    o.connect = a.connect, o.model = a.model, o.id = a.id, o.tokenizer = a.tokenizer;
+    o.template_name = a.template_name, o.reward_config = a.reward_config;
+    o.kv_bytes = a.kv_bytes, o.threads = a.threads, o.gpu = a.gpu, o.inflight = a.inflight;
+    o.step_delay_ms = a.step_delay_ms, o.give_up_s = a.give_up_s;
+    grpo_worker *w = NULL;
+    grpo_err err = grpo_worker_open(&w, &o);
     if (err == GRPO_OK) {
         fprintf(stderr, "grpo worker %s: model %s, coordinator %s\n", a.id, a.model, a.connect);
+        the_worker = w;
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
         signal(SIGPIPE, SIG_IGN);
-        err = worker_loop(&w);
+        err = grpo_worker_run(w);
     }
-    if (w.hb_started) {
-        pthread_mutex_lock(&w.mu);
-        w.hb_stop = 1;
-        pthread_mutex_unlock(&w.mu);
-        pthread_join(w.hb, NULL);
-    }
-    if (err == GRPO_OK && interrupted)
-        err = grpo__fail(GRPO_ECANCELED, "interrupted; the coordinator re-issues its leases");
     char msg[600] = "";
-    if (err != GRPO_OK)
+    if (err != GRPO_OK) {
         snprintf(msg, sizeof msg, "%s", grpo_error_last());
-    else
+    } else {
+        grpo_worker_stats st;
+        grpo_worker_get_stats(w, &st);
         fprintf(stderr, "grpo worker %s: %llu groups, %llu tokens in %.1f s\n", a.id,
-                (unsigned long long)w.groups_done, (unsigned long long)w.tokens,
-                grpo_now() - w.t_start);
-    if (w.r) { /* finish what is in flight as aborted, so every job is handed back and freed */
-        grpo_rollout_cancel(w.r);
-        grpo_rollout_run(w.r);
-        grpo_rollout_close(w.r);
-        grpo_rollout_group *g;
-        while ((g = grpo_rollout_pop(w.r, 0)) != NULL) {
-            job_free(g->user);
-            grpo_rollout_group_free(g);
-        }
+                (unsigned long long)st.groups_done, (unsigned long long)st.tokens, st.seconds);
     }
-    grpo_rollout_destroy(w.r);
-    grpo_policy_close(w.pol);
-    grpo_wclient_destroy(w.cli);
-    grpo_rewarder_destroy(w.rewarder);
-    grpo_reward_config_destroy(w.rcfg);
-    free(w.params.template_name);
-    for (int i = 0; i < w.params.n_stop; i++)
-        free(w.params.stop[i]);
-    pthread_mutex_destroy(&w.mu);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    the_worker = NULL;
+    grpo_worker_close(w);
     if (err != GRPO_OK)
         fprintf(stderr, "grpo worker %s: %s\n", a.id, msg);
     return err == GRPO_OK ? CLI_OK : CLI_FAIL;

@@ -11,14 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-void
-cli_gen_defaults(cli_gen_args *g)
-{
-    memset(g, 0, sizeof *g);
-    g->G = 64, g->max_new = 1024, g->logprobs = GRPO_LOGPROBS_RAW;
-    grpo_sampling_default(&g->s);
-}
-
 int
 cli_gen_is_opt(int c)
 {
@@ -48,7 +40,7 @@ cli_parse_long(const char *s, long lo, long hi, long *out)
 }
 
 int
-cli_gen_parse_opt(const char *cmd, cli_gen_args *g, int c, const char *v)
+cli_gen_parse_opt(const char *cmd, grpo_run_gen *g, int c, const char *v)
 {
     long n;
     switch (c) {
@@ -147,135 +139,6 @@ cli_gen_help_logprobs(FILE *f)
           f);
 }
 
-void
-cli_gen_json_sampling(cJSON *o, const cli_gen_args *g, const char *prompt_id)
-{
-    char seed[32];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)g->seed);
-    cJSON_AddNumberToObject(o, "temperature", g->s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", g->s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", g->s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", g->s.min_p);
-    cJSON_AddNumberToObject(o, "max_new_tokens", g->max_new);
-    cJSON_AddStringToObject(o, "seed", seed);
-    cJSON_AddStringToObject(o, "prompt_id", prompt_id);
-}
-
-void
-cli_gen_json_config(cJSON *o, const cli_gen_args *g)
-{
-    cJSON_AddNumberToObject(o, "group", g->G);
-    cJSON_AddNumberToObject(o, "max_new_tokens", g->max_new);
-    cJSON_AddNumberToObject(o, "temperature", g->s.temperature);
-    cJSON_AddNumberToObject(o, "top_p", g->s.top_p);
-    cJSON_AddNumberToObject(o, "top_k", g->s.top_k);
-    cJSON_AddNumberToObject(o, "min_p", g->s.min_p);
-}
-
-void
-cli_gen_json_stops(cJSON *o, const cli_gen_args *g)
-{
-    cJSON *st = cJSON_AddArrayToObject(o, "stop");
-    for (int i = 0; i < g->n_stop; i++)
-        cJSON_AddItemToArray(st, cJSON_CreateString(g->stop[i]));
-    cJSON *si = cJSON_AddArrayToObject(o, "stop_ids");
-    for (int i = 0; i < g->n_stop_ids; i++)
-        cJSON_AddItemToArray(si, cJSON_CreateNumber(g->stop_ids[i]));
-}
-
-/* ---- store persistence ---- */
-
-static grpo_err
-persist_put(void *ctx, int64_t id, const void *bytes, size_t len)
-{
-    cli_store_persist *sp = ctx;
-    grpo_batch_info in;
-    int status;
-    grpo_err err = grpo_batch_peek_info(bytes, len, &in);
-    if (err == GRPO_OK)
-        err = grpo_store_batch_status(sp->store, id, &status);
-    if (err != GRPO_OK || status != GRPO_BATCH_ABSENT) /* stored already: the contract's no-op */
-        return err;
-    return grpo_store_put_batch(sp->store, id, sp->run_id, in.step, 1, bytes, len);
-}
-
-static int
-persist_is_acked(void *ctx, int64_t id)
-{
-    int status;
-    return grpo_store_batch_status(((cli_store_persist *)ctx)->store, id, &status) == GRPO_OK &&
-           status == GRPO_BATCH_ACKED;
-}
-
-static grpo_err
-persist_ack(void *ctx, int64_t id)
-{
-    return grpo_store_ack_batch(((cli_store_persist *)ctx)->store, id);
-}
-
-static grpo_err
-persist_sent(void *ctx, int64_t id)
-{
-    return grpo_store_mark_published(((cli_store_persist *)ctx)->store, id);
-}
-
-typedef struct {
-    grpo_bridge_unacked_fn fn;
-    void *arg;
-    grpo_err err;
-} unacked_adapter;
-
-static int
-unacked_one(void *ctx, int64_t id, int64_t step, int32_t n_groups, int32_t published,
-            const void *bytes, size_t len)
-{
-    unacked_adapter *u = ctx;
-    (void)step, (void)n_groups, (void)published;
-    u->err = u->fn(u->arg, id, bytes, len);
-    return u->err != GRPO_OK;
-}
-
-static grpo_err
-persist_list(void *ctx, grpo_bridge_unacked_fn fn, void *arg)
-{
-    cli_store_persist *sp = ctx;
-    unacked_adapter u = {fn, arg, GRPO_OK};
-    grpo_err err = grpo_store_unacked_batches(sp->store, sp->run_id, unacked_one, &u);
-    return err != GRPO_OK ? err : u.err;
-}
-
-void
-cli_store_persist_init(cli_store_persist *sp, grpo_store *store, int64_t run_id)
-{
-    sp->store = store, sp->run_id = run_id;
-    sp->persist = (grpo_bridge_persist){sp,           persist_put,      persist_ack,
-                                        persist_list, persist_is_acked, persist_sent};
-}
-
-/* ---- a group as a trainer batch ---- */
-
-void
-cli_batch_put_row(grpo_batch *b, size_t *at, int32_t i, const int32_t *prompt, int32_t P,
-                  int64_t group_id, const cli_batch_row *r)
-{
-    size_t o = *at;
-    memcpy(b->tokens + o, prompt, (size_t)P * sizeof *b->tokens);
-    memcpy(b->tokens + o + P, r->tokens, (size_t)r->n_tokens * sizeof *b->tokens);
-    for (int32_t k = 0; k < r->n_tokens; k++) {
-        b->loss_mask[o + P + k] = 1;
-        b->logprobs[o + P + k] = r->logprobs[k];
-        if (r->ref_logprobs)
-            b->ref_logprobs[o + P + k] = r->ref_logprobs[k];
-    }
-    *at = o + (size_t)P + (size_t)r->n_tokens;
-    b->seq_offsets[i + 1] = (int64_t)*at;
-    b->prompt_lens[i] = P;
-    b->advantages[i] = (float)r->advantage;
-    b->rewards[i] = (float)r->reward;
-    b->group_ids[i] = group_id;
-    b->sample_idx[i] = r->sample_idx;
-}
-
 /* ---- the rest ---- */
 
 int
@@ -310,30 +173,6 @@ cli_join_argv(int argc, char **argv)
     for (int i = 0; i < argc; i++)
         strcat(s, " "), strcat(s, argv[i]);
     return s;
-}
-
-grpo_err
-cli_run_begin(int64_t *run_id, grpo_store *s, int argc, char **argv, const char *config_json,
-              const grpo_prompt_set *ps, const char *prompts_path)
-{
-    char *cmdline = cli_join_argv(argc, argv);
-    grpo_run_info ri = {0};
-    ri.command_line = cmdline ? cmdline : "grpo";
-    ri.config_json = config_json;
-    ri.dataset_path = ps->git_repo ? ps->git_repo : prompts_path;
-    ri.dataset_rev = ps->git_repo ? ps->git_commit : NULL;
-    grpo_err err = grpo_store_run_begin(run_id, s, &ri);
-    free(cmdline);
-    return err;
-}
-
-grpo_err
-cli_group_advantages(const double *rewards, int32_t G, double *adv, uint8_t *zero_var)
-{
-    grpo_adv_opts ao;
-    grpo_adv_opts_default(&ao);
-    int64_t offs[2] = {0, G};
-    return grpo_advantages(&ao, rewards, (size_t)G, offs, 1, NULL, adv, zero_var);
 }
 
 static int

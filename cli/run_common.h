@@ -1,29 +1,16 @@
-/* What `grpo rollout`, `grpo serve` and `grpo worker` share: the generation flags (parsing, --help
- * text, their JSON records), the store as the bridge publisher's persistence, group advantages,
- * run provenance and the bundled-model lookup. One piece of code serves the three commands. */
+/* What `grpo rollout`, `grpo serve` and `grpo worker` share on the command line: the generation
+ * flags (parsing and --help text; they fill a grpo_run_gen) and the bundled-model lookup. The
+ * steps of a run are in run/ (grpo/run.h). */
 #ifndef GRPO_CLI_RUN_COMMON_H
 #define GRPO_CLI_RUN_COMMON_H
 
-#include "grpo/bridge.h"
-#include "grpo/rollout.h"
-#include "grpo/store.h"
+#include "grpo/run.h"
 
 #include <getopt.h>
 #include <stdio.h>
 
-typedef struct cJSON cJSON;
-
 /* ---- generation flags: --group --max-new-tokens --temperature --top-p --top-k --min-p --seed
  * --stop --stop-id --logprobs --on-bad-line ---- */
-
-typedef struct cli_gen_args {
-    int G, max_new, logprobs, skip_bad;
-    grpo_sampling s;
-    uint64_t seed;
-    int n_stop, n_stop_ids;
-    const char *stop[GRPO_ROLLOUT_MAX_STOP];
-    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
-} cli_gen_args;
 
 /* getopt_long values of the generation flags (a command's own options stay below 1000). */
 enum {
@@ -55,55 +42,15 @@ enum {
         "on-bad-line", required_argument, 0, CLI_O_BADLINE                                         \
     }
 
-/* Defaults: group 64, max-new-tokens 1024, grpo_sampling_default, seed 0, raw logprobs, fail on
- * a bad line, no stops. */
-void cli_gen_defaults(cli_gen_args *g);
 /* True when getopt_long's c is one of the generation flags. */
 int cli_gen_is_opt(int c);
 /* Parses one generation flag; 0, or CLI_USAGE after "grpo CMD: --flag VALUE: ..." on stderr. */
-int cli_gen_parse_opt(const char *cmd, cli_gen_args *g, int c, const char *v);
+int cli_gen_parse_opt(const char *cmd, grpo_run_gen *g, int c, const char *v);
 /* Help lines: --group .. --min-p, then (after the command's own --seed lines) --stop, --stop-id;
  * --logprobs and --on-bad-line. */
 void cli_gen_help_sampling(FILE *f);
 void cli_gen_help_stops(FILE *f);
 void cli_gen_help_logprobs(FILE *f);
-
-/* Adds temperature, top_p, top_k, min_p, max_new_tokens, seed (a string) and prompt_id to o: the
- * first keys of a group's sampling_json. */
-void cli_gen_json_sampling(cJSON *o, const cli_gen_args *g, const char *prompt_id);
-/* Adds group, max_new_tokens, temperature, top_p, top_k and min_p to o (a run's config_json). */
-void cli_gen_json_config(cJSON *o, const cli_gen_args *g);
-/* Adds the arrays "stop" and "stop_ids" to o. */
-void cli_gen_json_stops(cJSON *o, const cli_gen_args *g);
-
-/* ---- the store as the bridge publisher's persistence: batches survive a crash until acked ---- */
-
-typedef struct cli_store_persist {
-    grpo_store *store;
-    int64_t run_id;
-    grpo_bridge_persist persist; /* ctx = this struct */
-} cli_store_persist;
-
-/* Fills sp for the run's batches in store; pass &sp->persist as grpo_bridge_opts.persist. */
-void cli_store_persist_init(cli_store_persist *sp, grpo_store *store, int64_t run_id);
-
-/* ---- a group as a trainer batch ---- */
-
-/* One sample of a group: its completion, logprobs (ref_logprobs may be NULL), advantage, reward. */
-typedef struct cli_batch_row {
-    const int32_t *tokens;
-    const float *logprobs, *ref_logprobs;
-    int32_t n_tokens, sample_idx;
-    double advantage, reward;
-} cli_batch_row;
-
-/* Writes sequence i of b at token offset *at (advanced past it): the P prompt tokens, then the
- * completion with loss mask 1, its logprobs and, when given, reference logprobs; and the row's
- * seq_offsets[i + 1], prompt_lens, advantages, rewards, group_ids and sample_idx. */
-void cli_batch_put_row(grpo_batch *b, size_t *at, int32_t i, const int32_t *prompt, int32_t P,
-                       int64_t group_id, const cli_batch_row *r);
-
-/* ---- the rest ---- */
 
 /* Runs getopt_long over argv (argv[0] the subcommand) with opts, calling opt(ctx, c, optarg) for
  * each option; an unknown option, a missing value or a positional argument is a usage error.
@@ -114,14 +61,6 @@ int cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* "grpo ARGV..." (argv without the program name), for a run's command line; NULL on ENOMEM. */
 char *cli_join_argv(int argc, char **argv);
-/* Begins a run in s with this process's command line (argv as cli_join_argv takes it),
- * config_json, and the prompts' provenance: for a git: prompts spec its repository and commit,
- * else prompts_path. */
-grpo_err cli_run_begin(int64_t *run_id, grpo_store *s, int argc, char **argv,
-                       const char *config_json, const grpo_prompt_set *ps,
-                       const char *prompts_path);
-/* Group-relative advantages of G rewards (grpo_adv_opts_default); zero_var may be NULL. */
-grpo_err cli_group_advantages(const double *rewards, int32_t G, double *adv, uint8_t *zero_var);
 /* Finds the bundled path rel (a model directory holding config.json when want_dir) under the
  * working directory, then the source tree; 1 with its path in out, else 0. */
 int cli_bundled(const char *rel, char *out, size_t cap, int want_dir);

@@ -19,7 +19,8 @@ set(GRPO_LIBRARY_MODULES
     grpo_verify_math
     grpo_verify_code
     grpo_verifiers
-    grpo_bridge)
+    grpo_bridge
+    grpo_run)
 
 # What libgrpo needs from the system: pkg-config names (grpo.pc; NNG has no .pc on Debian 12, so
 # it is -lnng there) and the imported targets of this build.

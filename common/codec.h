@@ -1,4 +1,4 @@
-/* The little-endian binary codec under the wire protocols (rollout/workers/wire.c, sandbox/proto.c,
+/* The little-endian binary codec under the wire protocols (run/workers/wire.c, sandbox/proto.c,
  * verifiers/code/plugin.c): a writer that grows a heap buffer and a reader bounded by its buffer.
  *
  * Format: integers fixed-width little-endian; f32/f64 their IEEE-754 bits as u32/u64 (NaN payloads

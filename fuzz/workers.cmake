@@ -1,4 +1,4 @@
-# rollout/workers/: the worker-protocol decoder (every message a coordinator or worker receives
+# run/workers/: the worker-protocol decoder (every message a coordinator or worker receives
 # from the network) on arbitrary bytes. The workers library is instrumented in fuzz builds so
 # libFuzzer sees its coverage.
 target_compile_options(grpo_workers PRIVATE -fsanitize=fuzzer-no-link,address,undefined)

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/time.h>
 
-static const char *const finish_names[] = {"eos", "stop", "length", "abort"};
 static const char *const kind_names[] = {"pass", "fail", "skip", "timeout", "error"};
 
 enum { MAX_G = 1 << 16, MAX_REWARDS = 1 << 10 };
@@ -37,9 +36,9 @@ grpo_store__check_group(const grpo_group_rec *g)
                               "range or repeated",
                               (int)i, (int)si);
         seen[si / 64] |= 1ull << (si % 64);
-        if (c->n_tokens < 0 || c->finish_reason < 0 || c->finish_reason > GRPO_FINISH_ABORT ||
-            c->n_rewards < 0 || c->n_rewards > MAX_REWARDS ||
-            (c->n_rewards > 0 && c->rewards == NULL))
+        if (c->n_tokens < 0 || c->finish_reason < GRPO_FINISH_EOS ||
+            c->finish_reason > GRPO_FINISH_ABORT || c->n_rewards < 0 ||
+            c->n_rewards > MAX_REWARDS || (c->n_rewards > 0 && c->rewards == NULL))
             return grpo__fail(GRPO_EINVAL,
                               "store: put_group: completion %d: bad n_tokens, "
                               "finish_reason or n_rewards",
@@ -219,7 +218,7 @@ insert_completion(grpo_store *s, const grpo_group_rec *g, int64_t gid, const grp
     sqlite3_bind_int64(st, 3, g->step);
     sqlite3_bind_int(st, 4, c->sample_index);
     sqlite3_bind_int(st, 5, c->n_tokens);
-    sqlite3_bind_text(st, 6, finish_names[c->finish_reason], -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, grpo_finish_name((grpo_finish)c->finish_reason), -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 7, c->logprob_sum);
     sqlite3_bind_double(st, 8, c->first_token_ms);
     sqlite3_bind_double(st, 9, c->gen_ms);

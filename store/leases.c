@@ -130,6 +130,24 @@ grpo_store_run_find(int64_t *run_id, grpo_store *s, const char *config_json)
     return err;
 }
 
+grpo_err
+grpo_store_run_find_finished(int64_t *run_id, grpo_store *s, const char *config_json)
+{
+    grpo_err err;
+    *run_id = 0;
+    if (s == NULL || config_json == NULL)
+        return grpo__fail(GRPO_EINVAL, "store: run_find_finished: NULL argument");
+    if ((err = grpo_store_flush(s)) != GRPO_OK)
+        return err;
+    pthread_mutex_lock(&s->mu);
+    err = run_stmt(s,
+                   "SELECT id FROM runs WHERE config_json = ? AND status = 'ok' "
+                   "ORDER BY id DESC LIMIT 1",
+                   "finding a finished run", bind_text1, config_json, run_id);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
 static void
 bind_id(sqlite3_stmt *st, const void *arg)
 {

@@ -40,20 +40,11 @@ static const char *const completion_sql =
     "SELECT c.id, c.group_id, g.run_id, g.step, g.prompt_id, g.policy_version, g.seed,"
     " c.sample_index, c.n_tokens, c.finish_reason, g.max_tokens, c.correct, c.token_ids,"
     " c.token_logprobs, c.text, c.logprob_sum, c.reward, g.sampling_json, pv.location,"
-    " pv.sha256, p.dataset, p.idx, p.text, p.messages_json, p.gold_json, p.tests_json"
-    " FROM completions c JOIN groups g ON g.id = c.group_id JOIN prompts p ON p.id = g.prompt_id"
+    " pv.sha256, p.dataset, p.idx, p.text, p.messages_json, p.gold_json, p.tests_json,"
+    " c.advantage FROM completions c JOIN groups g ON g.id = c.group_id JOIN prompts p ON p.id = "
+    "g.prompt_id"
     " LEFT JOIN policy_versions pv ON pv.run_id = g.run_id AND pv.version = g.policy_version"
     " WHERE c.id = ?";
-
-static int32_t
-finish_code(const char *f)
-{
-    static const char *const names[] = {"eos", "stop", "length", "abort"};
-    for (int32_t i = 0; f && i < 4; i++)
-        if (strcmp(f, names[i]) == 0)
-            return i;
-    return GRPO_FINISH_ABORT;
-}
 
 static void
 read_completion(sqlite3_stmt *st, grpo_stored_completion *c, int *oom)
@@ -67,7 +58,9 @@ read_completion(sqlite3_stmt *st, grpo_stored_completion *c, int *oom)
     c->seed = (uint64_t)sqlite3_column_int64(st, 6);
     c->sample_index = sqlite3_column_int(st, 7);
     c->n_tokens = sqlite3_column_int(st, 8);
-    c->finish_reason = finish_code((const char *)sqlite3_column_text(st, 9));
+    c->finish_reason = grpo_finish_parse((const char *)sqlite3_column_text(st, 9));
+    if (c->finish_reason == GRPO_FINISH_NONE)
+        c->finish_reason = GRPO_FINISH_ABORT;
     c->max_tokens = sqlite3_column_int(st, 10);
     c->correct = sqlite3_column_type(st, 11) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 11);
     c->token_ids = col_blob(st, 12, c->n_tokens, oom);
@@ -85,6 +78,8 @@ read_completion(sqlite3_stmt *st, grpo_stored_completion *c, int *oom)
     c->prompt_messages_json = col_str(st, 23, oom);
     c->gold_json = col_str(st, 24, oom);
     c->tests_json = col_str(st, 25, oom);
+    c->has_advantage = sqlite3_column_type(st, 26) != SQLITE_NULL;
+    c->advantage = sqlite3_column_double(st, 26);
 }
 
 static grpo_err
@@ -199,6 +194,49 @@ grpo_store_find_completion(int64_t *completion_id, grpo_store *s, int64_t run_id
         err = grpo_store__db_fail(s, rc, "finding a completion");
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static grpo_err
+push_id(int64_t **ids, size_t *n, size_t *cap, int64_t id)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 256;
+        int64_t *t = realloc(*ids, nc * sizeof *t);
+        if (t == NULL)
+            return grpo__fail(GRPO_ENOMEM, "store: run_completions: out of memory");
+        *ids = t, *cap = nc;
+    }
+    (*ids)[(*n)++] = id;
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_store_run_completions(int64_t **ids, size_t *n, grpo_store *s, int64_t run_id)
+{
+    sqlite3_stmt *st = NULL;
+    size_t cap = 0;
+    *ids = NULL, *n = 0;
+    grpo_err err = grpo_store_flush(s);
+    if (err != GRPO_OK)
+        return err;
+    pthread_mutex_lock(&s->mu);
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT c.id FROM completions c JOIN groups g ON g.id = c.group_id"
+                                " WHERE g.run_id = ? ORDER BY g.id, c.sample_index",
+                                -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        sqlite3_bind_int64(st, 1, run_id);
+    while (err == GRPO_OK && rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        err = push_id(ids, n, &cap, sqlite3_column_int64(st, 0));
+        rc = SQLITE_OK;
+    }
+    if (err == GRPO_OK && rc != SQLITE_DONE)
+        err = grpo_store__db_fail(s, rc, "listing a run's completions");
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    if (err != GRPO_OK)
+        free(*ids), *ids = NULL, *n = 0;
     return err;
 }
 

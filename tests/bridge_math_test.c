@@ -430,6 +430,51 @@ test_group_of_one_and_bad_input(void **state)
     assert_true(adv[4] > 0 && adv[3] < 0);
 }
 
+/* Excluded sequences (a verifier said SKIP): advantage exactly 0, their rewards never read, and
+ * the group's mean and std taken over the scored ones only: the same numbers as the group
+ * without them, computed by hand. */
+static void
+test_advantages_masked(void **state)
+{
+    (void)state;
+    double r[7] = {1, NAN, 0, 1, 0.5, 0.5, NAN}, adv[7];
+    uint8_t inc[7] = {1, 0, 1, 1, 1, 1, 0}, fl[3];
+    int64_t off[4] = {0, 4, 6, 7};
+    grpo_adv_opts o;
+    grpo_adv_opts_default(&o);
+    assert_int_equal(grpo_advantages_masked(&o, r, 7, off, 3, NULL, inc, adv, fl), GRPO_OK);
+    /* group 0 scored {1, 0, 1}: mean 2/3, unbiased std sqrt(1/3) */
+    double m = 2.0 / 3.0, sd = sqrt(((1 - m) * (1 - m) * 2 + m * m) / 2.0);
+    assert_true(fabs(adv[0] - (1 - m) / (sd + 1e-6)) < 1e-12);
+    assert_true(adv[1] == 0.0);
+    assert_true(fabs(adv[2] - (0 - m) / (sd + 1e-6)) < 1e-12);
+    assert_true(fabs(adv[3] - adv[0]) < 1e-15);
+    assert_int_equal(fl[0], 0);
+    /* group 1 all equal; group 2 nothing scored */
+    assert_true(adv[4] == 0.0 && adv[5] == 0.0 && adv[6] == 0.0);
+    assert_int_equal(fl[1], GRPO_GROUP_ZERO_VAR);
+    assert_int_equal(fl[2], GRPO_GROUP_ZERO_VAR);
+    /* the plain call sees the NaN and refuses; NULL include is the plain call */
+    assert_int_equal(grpo_advantages(&o, r, 7, off, 3, NULL, adv, fl), GRPO_EINVAL);
+    double r2[4] = {1, 0, 0, 1};
+    int64_t off2[2] = {0, 4};
+    double a1[4], a2[4];
+    assert_int_equal(grpo_advantages(&o, r2, 4, off2, 1, NULL, a1, fl), GRPO_OK);
+    assert_int_equal(grpo_advantages_masked(&o, r2, 4, off2, 1, NULL, NULL, a2, fl), GRPO_OK);
+    assert_memory_equal(a1, a2, sizeof a1);
+    /* REINFORCE++ whitening over the scored ones only: the excluded do not shift the mean */
+    o.kind = GRPO_ADV_REINFORCE_PP_BASELINE;
+    double r3[5] = {1, 0, 5, 0, 1}, w3[5] = {1, 1, 1, 1, 1}, a3[5], ref[4];
+    uint8_t inc3[5] = {1, 1, 0, 1, 1};
+    int64_t off3[3] = {0, 3, 5}, offr[3] = {0, 2, 4};
+    double rr[4] = {1, 0, 0, 1};
+    assert_int_equal(grpo_advantages_masked(&o, r3, 5, off3, 2, w3, inc3, a3, fl), GRPO_OK);
+    assert_int_equal(grpo_advantages(&o, rr, 4, offr, 2, NULL, ref, NULL), GRPO_OK);
+    assert_true(a3[2] == 0.0);
+    assert_true(fabs(a3[0] - ref[0]) < 1e-12 && fabs(a3[1] - ref[1]) < 1e-12);
+    assert_true(fabs(a3[3] - ref[2]) < 1e-12 && fabs(a3[4] - ref[3]) < 1e-12);
+}
+
 int
 main(void)
 {
@@ -441,6 +486,7 @@ main(void)
         cmocka_unit_test(test_dynamic_sampling),
         cmocka_unit_test(test_overlong_mask_and_kl_reward),
         cmocka_unit_test(test_group_of_one_and_bad_input),
+        cmocka_unit_test(test_advantages_masked),
     };
     return cmocka_run_group_tests(tests, load, unload);
 }

@@ -208,7 +208,7 @@ test_budget(void **state)
         for (int k = 0; k < 4; k++) {
             for (int i = 0; i < 4; i++) {
                 assert_int_equal(res[k]->samples[i].n_tokens, 12);
-                assert_int_equal(res[k]->samples[i].finish, GRPO_ROLLOUT_FINISH_LENGTH);
+                assert_int_equal(res[k]->samples[i].finish, GRPO_FINISH_LENGTH);
             }
             grpo_rollout_group_free(res[k]);
         }
@@ -246,13 +246,13 @@ test_stop_strings(void **state)
         const grpo_rollout_sample *f = &free_run[0]->samples[i], *s = &stopped[0]->samples[i];
         const char *hit = strstr(f->text, st1); /* tokens are 2 bytes: token k covers 2k, 2k+1 */
         if (hit == NULL) {
-            assert_int_equal(s->finish, GRPO_ROLLOUT_FINISH_LENGTH);
+            assert_int_equal(s->finish, GRPO_FINISH_LENGTH);
             assert_int_equal(s->n_tokens, 30);
             continue;
         }
         size_t end = (size_t)(hit - f->text) + strlen(st1);
         int32_t expect_tokens = (int32_t)((end + 1) / 2);
-        assert_int_equal(s->finish, GRPO_ROLLOUT_FINISH_STOP);
+        assert_int_equal(s->finish, GRPO_FINISH_STOP);
         assert_int_equal(s->stop_string, 0);
         assert_int_equal(s->n_tokens, expect_tokens);
         assert_int_equal(s->text_len, end); /* text ends right after the stop string */
@@ -396,7 +396,7 @@ test_queue_and_cancel(void **state)
     assert_int_equal(run_all(&g, res, 4), 4);
     for (int k = 0; k < 4; k++) {
         for (int i = 0; i < 2; i++) {
-            assert_int_equal(res[k]->samples[i].finish, GRPO_ROLLOUT_FINISH_ABORT);
+            assert_int_equal(res[k]->samples[i].finish, GRPO_FINISH_ABORT);
             assert_true(res[k]->samples[i].n_tokens < 40);
         }
         grpo_rollout_group_free(res[k]);
@@ -430,7 +430,7 @@ test_bad_requests(void **state)
     for (int i = 0; i < 3; i++) {
         assert_int_equal(res[0]->samples[i].n_tokens, 1);
         assert_int_equal(res[0]->samples[i].tokens[0], res[0]->samples[0].tokens[0]);
-        assert_int_equal(res[0]->samples[i].finish, GRPO_ROLLOUT_FINISH_LENGTH);
+        assert_int_equal(res[0]->samples[i].finish, GRPO_FINISH_LENGTH);
         assert_true(res[0]->samples[i].logprob_processed[0] == 0.0f);
     }
     grpo_rollout_group_free(res[0]);

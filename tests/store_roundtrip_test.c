@@ -421,7 +421,9 @@ groups_roundtrip(int async)
     t[0].c[1].sample_index = 1;
     t[0].c[0].finish_reason = 9;
     assert_int_equal(grpo_store_put_group(s, &bad), GRPO_EINVAL);
-    t[0].c[0].finish_reason = 0;
+    t[0].c[0].finish_reason = GRPO_FINISH_NONE; /* still running: never stored */
+    assert_int_equal(grpo_store_put_group(s, &bad), GRPO_EINVAL);
+    t[0].c[0].finish_reason = GRPO_FINISH_EOS;
     /* Nothing invalid reached the writer: the store still works. */
     assert_int_equal(grpo_store_put_group(s, &bad), GRPO_OK);
     assert_int_equal(grpo_store_flush(s), GRPO_OK);

@@ -1,4 +1,4 @@
-# rollout/workers/ + grpo serve / grpo worker (issue 11): the wire codec and the lease table
+# run/workers/ + grpo serve / grpo worker (issue 11): the wire codec and the lease table
 # (cmocka), and real processes on loopback driven by tests/workers/workers_integration.py:
 # failover (SIGKILL + SIGSTOP of workers), coordinator restart, a short load test, and new weights
 # from a Python trainer on the bridge mid-run (tests/workers/workers_trainer.py).

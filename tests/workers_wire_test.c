@@ -245,7 +245,7 @@ test_smallest_samples(void **state)
     int32_t prompt[1] = {7};
     memset(smp, 0, sizeof smp);
     for (int i = 0; i < 64; i++)
-        smp[i].index = i, smp[i].finish = GRPO_ROLLOUT_FINISH_EOS, smp[i].text = "";
+        smp[i].index = i, smp[i].finish = GRPO_FINISH_EOS, smp[i].text = "";
     grpo_wmsg m, d;
     memset(&m, 0, sizeof m);
     m.type = GRPO_WMSG_RESULT, m.worker_id = "w";

@@ -4,6 +4,7 @@
 #include "trainer_bridge/bridge_int.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void
@@ -217,6 +218,59 @@ grpo_advantages(const grpo_adv_opts *o, const double *rewards, size_t n, const i
             memset(adv + b, 0, len * sizeof *adv);
     }
     return GRPO_OK;
+}
+
+/* The included sequences of include[] packed into the front of the scratch arrays, with their
+ * groups' offsets; *m gets how many. */
+static void
+pack_included(const double *rewards, const int64_t *offsets, size_t n_groups, const double *weights,
+              const uint8_t *include, double *r, double *w, int64_t *offs, size_t *m)
+{
+    size_t k = 0;
+    offs[0] = 0;
+    for (size_t g = 0; g < n_groups; g++) {
+        for (int64_t i = offsets[g]; i < offsets[g + 1]; i++)
+            if (include[i]) {
+                r[k] = rewards[i];
+                w[k] = weights ? weights[i] : 1.0;
+                k++;
+            }
+        offs[g + 1] = (int64_t)k;
+    }
+    *m = k;
+}
+
+grpo_err
+grpo_advantages_masked(const grpo_adv_opts *o, const double *rewards, size_t n,
+                       const int64_t *offsets, size_t n_groups, const double *weights,
+                       const uint8_t *include, double *adv, uint8_t *group_flags)
+{
+    if (include == NULL)
+        return grpo_advantages(o, rewards, n, offsets, n_groups, weights, adv, group_flags);
+    grpo_err err = grpo_bridge__check_groups(offsets, n_groups, n, "advantages");
+    if (err != GRPO_OK)
+        return err;
+    double *r = malloc((n ? n : 1) * sizeof *r), *w = malloc((n ? n : 1) * sizeof *w);
+    double *a = malloc((n ? n : 1) * sizeof *a);
+    int64_t *offs = malloc((n_groups + 1) * sizeof *offs);
+    size_t m = 0;
+    if (r == NULL || w == NULL || a == NULL || offs == NULL) {
+        err = grpo__fail(GRPO_ENOMEM, "advantages: out of memory for %zu sequences", n);
+        goto done;
+    }
+    pack_included(rewards, offsets, n_groups, weights, include, r, w, offs, &m);
+    if ((err = grpo_advantages(o, r, m, offs, n_groups, weights ? w : NULL, a, group_flags)) !=
+        GRPO_OK)
+        goto done;
+    for (size_t g = 0, k = 0; g < n_groups; g++) {
+        for (int64_t i = offsets[g]; i < offsets[g + 1]; i++)
+            adv[i] = include[i] ? a[k++] : 0.0;
+        if (group_flags && offs[g + 1] == offs[g])
+            group_flags[g] = GRPO_GROUP_ZERO_VAR; /* nothing scored: no signal */
+    }
+done:
+    free(r), free(w), free(a), free(offs);
+    return err;
 }
 
 /* ---- dynamic sampling ---------------------------------------------------------------------- */

@@ -9,7 +9,7 @@
  *      trainer, at least once, with acknowledgements, a bounded window K of unacknowledged
  *      batches (backpressure) and resume from the first unacknowledged batch after a restart of
  *      either side. Durability comes from a small persistence interface (grpo_bridge_persist):
- *      the CLI wires the SQLite store into it; a file spool is provided here for tests.
+ *      run/ wires the SQLite store into it (grpo/run.h); a file spool is provided here for tests.
  *   4. Weight updates, trainer to rollout: a safetensors file (a path on a shared filesystem plus
  *      its sha256, or sent inline in chunks and assembled here), validated, with its version.
  *
@@ -76,6 +76,16 @@ void grpo_adv_opts_default(grpo_adv_opts *o);
 grpo_err grpo_advantages(const grpo_adv_opts *o, const double *rewards, size_t n,
                          const int64_t *offsets, size_t n_groups, const double *weights,
                          double *adv, uint8_t *group_flags);
+
+/* grpo_advantages over the included sequences only: include (n, may be NULL = all) marks each
+ * sequence 1 (scored) or 0 (excluded, e.g. a verifier said SKIP). An excluded sequence gets an
+ * advantage of exactly 0, its reward is never read (it may be NaN), and every statistic (group
+ * mean and std, the batch std, the whitening) is taken over the included ones alone, as if the
+ * excluded were not in the batch. A group with no included sequence is flagged
+ * GRPO_GROUP_ZERO_VAR. Allocates scratch space: GRPO_ENOMEM when that fails. */
+grpo_err grpo_advantages_masked(const grpo_adv_opts *o, const double *rewards, size_t n,
+                                const int64_t *offsets, size_t n_groups, const double *weights,
+                                const uint8_t *include, double *adv, uint8_t *group_flags);
 
 /* Dynamic sampling (DAPO): decide which groups to keep and how many more groups the scheduler
  * should sample to fill a batch of target_groups. */

@@ -49,6 +49,19 @@ const char *grpo_err_name(grpo_err err);
 /* Clears this thread's message. */
 void grpo_error_clear(void);
 
+/* How a completion ended: one enum for the engine, the store, the worker protocol and the JSONL. */
+typedef enum grpo_finish {
+    GRPO_FINISH_NONE = 0,   /* still running (never stored) */
+    GRPO_FINISH_EOS = 1,    /* sampled the end-of-sequence id */
+    GRPO_FINISH_STOP = 2,   /* a stop id or stop string */
+    GRPO_FINISH_LENGTH = 3, /* max_new_tokens (or the model's context) reached */
+    GRPO_FINISH_ABORT = 4   /* cancelled (interrupt, lease lost, error) */
+} grpo_finish;
+/* "eos", "stop", "length", "abort" (as the store writes them), "running" for NONE. */
+const char *grpo_finish_name(grpo_finish f);
+/* The reason named so, or GRPO_FINISH_NONE for any other text (or NULL). */
+grpo_finish grpo_finish_parse(const char *name);
+
 /* Logging to stderr. Level from GRPO_LOG=error|warn|info|debug (default info) or set here. */
 typedef enum grpo_log_level {
     GRPO_LOG_ERROR = 0,

@@ -12,5 +12,6 @@
 #include "grpo/bridge.h"
 #include "grpo/store.h"
 #include "grpo/workers.h"
+#include "grpo/run.h"
 
 #endif

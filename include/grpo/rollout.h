@@ -89,9 +89,9 @@ int grpo_logprobs_parse(const char *s);
 typedef struct grpo_gen_params {
     grpo_sampling sampling;
     int32_t max_new_tokens; /* > 0 */
-    int32_t eos_id;         /* < 0: none. Finishes with GRPO_ROLLOUT_FINISH_EOS */
+    int32_t eos_id;         /* < 0: none. Finishes with GRPO_FINISH_EOS */
     int32_t n_stop_ids;
-    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP]; /* finish with GRPO_ROLLOUT_FINISH_STOP (token kept) */
+    int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP]; /* finish with GRPO_FINISH_STOP (token kept) */
     int32_t n_stop_strings;
     /* Matched on the decoded bytes of the completion, across token boundaries; the text ends right
      * after the first occurrence (the stop string included), the tokens at the one completing it.
@@ -102,16 +102,6 @@ typedef struct grpo_gen_params {
 
 /* Defaults: grpo_sampling_default, max_new_tokens 1024, no eos, no stops, raw logprobs. */
 void grpo_gen_params_default(grpo_gen_params *p);
-
-typedef enum grpo_rollout_finish {
-    GRPO_ROLLOUT_FINISH_NONE = 0,   /* still running */
-    GRPO_ROLLOUT_FINISH_EOS = 1,    /* sampled the end-of-sequence id */
-    GRPO_ROLLOUT_FINISH_STOP = 2,   /* a stop id or stop string */
-    GRPO_ROLLOUT_FINISH_LENGTH = 3, /* max_new_tokens (or the model's context) reached */
-    GRPO_ROLLOUT_FINISH_ABORT = 4   /* cancelled */
-} grpo_rollout_finish;
-/* "eos", "stop", "length", "abort" ("running" for NONE). */
-const char *grpo_rollout_finish_name(grpo_rollout_finish f);
 
 /* ---- Backend: what the scheduler needs from a model ---- */
 
@@ -180,7 +170,7 @@ typedef struct grpo_rollout_request {
 
 typedef struct grpo_rollout_sample {
     int32_t index; /* sample index (sample0 + i) */
-    grpo_rollout_finish finish;
+    grpo_finish finish;
     int32_t stop_string; /* index of the stop string that matched, else -1 */
     int32_t n_tokens;
     int32_t *tokens;
@@ -239,7 +229,7 @@ grpo_err grpo_rollout_run(grpo_rollout *r);
 grpo_rollout_group *grpo_rollout_pop(grpo_rollout *r, int wait);
 /* No more submits; wakes waiting pop() callers when nothing is left. */
 void grpo_rollout_close(grpo_rollout *r);
-/* Finishes every running sequence with GRPO_ROLLOUT_FINISH_ABORT at the next step; queued groups
+/* Finishes every running sequence with GRPO_FINISH_ABORT at the next step; queued groups
  * come out with every sample aborted and empty. Thread-safe. */
 void grpo_rollout_cancel(grpo_rollout *r);
 void grpo_rollout_get_stats(grpo_rollout *r, grpo_rollout_stats *out);

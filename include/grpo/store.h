@@ -107,13 +107,6 @@ grpo_err grpo_store_put_prompt(int64_t *prompt_id, grpo_store *s, const grpo_pro
 
 /* ---- groups: completions, rewards, advantages ---------------------------------------------- */
 
-typedef enum grpo_finish_reason {
-    GRPO_FINISH_EOS = 0,     /* the model emitted EOS */
-    GRPO_FINISH_STOP = 1,    /* a stop string or stop token matched */
-    GRPO_FINISH_LENGTH = 2,  /* cut at max_tokens */
-    GRPO_FINISH_ABORT = 3    /* cancelled (shutdown, lease lost, error) */
-} grpo_finish_reason;
-
 /* One verifier's verdict on one completion (mirrors grpo_verdict of verifier.h). */
 typedef struct grpo_reward_rec {
     const char *verifier;       /* e.g. "math" */
@@ -132,7 +125,7 @@ typedef struct grpo_completion_rec {
     const float *token_logprobs;   /* n_tokens logprobs of the sampled tokens, or NULL */
     const char *text;              /* decoded text (may hold NUL when text_len is given) */
     size_t text_len;               /* 0: strlen(text) */
-    int32_t finish_reason;         /* a grpo_finish_reason */
+    int32_t finish_reason;         /* a grpo_finish */
     double logprob_sum;
     double first_token_ms, gen_ms; /* time to first token, total generation time */
     /* The reward used for the advantage. has_reward = 0: the sum of the scores of the rewards
@@ -219,6 +212,9 @@ typedef struct grpo_stored_completion {
     /* its rewards */
     int32_t n_rewards;
     grpo_stored_reward *rewards;
+    /* its advantage: has_advantage 0 when none was recorded (a skipped completion) */
+    int32_t has_advantage;
+    double advantage;
 } grpo_stored_completion;
 
 /* GRPO_ENOTFOUND when no completion has that id. */
@@ -229,6 +225,9 @@ grpo_err grpo_store_find_completion(int64_t *completion_id, grpo_store *s, int64
                                     int64_t step, int64_t prompt_id, uint64_t seed,
                                     int32_t sample_index);
 void grpo_stored_completion_free(grpo_stored_completion *c);
+/* The ids of every completion of a run, by group id then sample index (flushes first). The
+ * caller frees *ids. */
+grpo_err grpo_store_run_completions(int64_t **ids, size_t *n, grpo_store *s, int64_t run_id);
 
 /* ---- batches for the trainer bridge --------------------------------------------------------- */
 
@@ -319,6 +318,9 @@ grpo_err grpo_store_lease_group_done(grpo_store *s, int64_t run_id, int64_t step
 /* The newest run whose config_json is exactly config_json and whose status is not "ok" (a run a
  * restarted coordinator resumes); *run_id = 0 when there is none. */
 grpo_err grpo_store_run_find(int64_t *run_id, grpo_store *s, const char *config_json);
+/* The newest run whose config_json is exactly config_json and whose status is "ok" (finished);
+ * *run_id = 0 when there is none. */
+grpo_err grpo_store_run_find_finished(int64_t *run_id, grpo_store *s, const char *config_json);
 /* Marks a resumed run as running again (status "running", no end time). */
 grpo_err grpo_store_run_reopen(grpo_store *s, int64_t run_id);
 /* Prepares run_id for `grpo rollout --resume`: the run must have been sampled only from policy

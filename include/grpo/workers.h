@@ -89,7 +89,7 @@ typedef struct grpo_wterm {
 
 typedef struct grpo_wsample {
     int32_t index;  /* sample index in the group */
-    int32_t finish; /* grpo_rollout_finish */
+    int32_t finish; /* grpo_finish */
     int32_t n_tokens;
     int32_t *tokens; /* n_tokens */
     float *logprobs; /* n_tokens (raw) */

@@ -275,20 +275,3 @@ grpo_gen_params_default(grpo_gen_params *p)
     p->eos_id = -1;
     p->logprobs = GRPO_LOGPROBS_RAW;
 }
-
-const char *
-grpo_rollout_finish_name(grpo_rollout_finish f)
-{
-    switch (f) {
-    case GRPO_ROLLOUT_FINISH_EOS:
-        return "eos";
-    case GRPO_ROLLOUT_FINISH_STOP:
-        return "stop";
-    case GRPO_ROLLOUT_FINISH_LENGTH:
-        return "length";
-    case GRPO_ROLLOUT_FINISH_ABORT:
-        return "abort";
-    default:
-        return "running";
-    }
-}

@@ -326,11 +326,11 @@ emit(grpo_rollout *r, group_state *gs, int32_t i, int32_t tok, float lr, float l
     r->st.tokens_generated++;
     s->pending = tok;
     if (tok == p->eos_id) {
-        o->finish = GRPO_ROLLOUT_FINISH_EOS;
+        o->finish = GRPO_FINISH_EOS;
         return GRPO_OK;
     }
     if (is_stop_id(p, tok)) {
-        o->finish = GRPO_ROLLOUT_FINISH_STOP;
+        o->finish = GRPO_FINISH_STOP;
         return GRPO_OK;
     }
     if (r->opts.token_bytes) {
@@ -343,13 +343,13 @@ emit(grpo_rollout *r, group_state *gs, int32_t i, int32_t tok, float lr, float l
         if (k >= 0) {
             s->text.len = end;
             o->stop_string = k;
-            o->finish = GRPO_ROLLOUT_FINISH_STOP;
+            o->finish = GRPO_FINISH_STOP;
             return GRPO_OK;
         }
     }
     if (o->n_tokens >= p->max_new_tokens ||
         (r->be.max_context > 0 && gs->g->n_prompt + o->n_tokens >= r->be.max_context))
-        o->finish = GRPO_ROLLOUT_FINISH_LENGTH;
+        o->finish = GRPO_FINISH_LENGTH;
     return GRPO_OK;
 }
 
@@ -659,7 +659,7 @@ apply_draw(grpo_rollout *r, const draw *d)
     if (err != GRPO_OK)
         return err;
     d->gs->s[d->sample].phase = PH_DECODE;
-    if (d->gs->g->samples[d->sample].finish != GRPO_ROLLOUT_FINISH_NONE)
+    if (d->gs->g->samples[d->sample].finish != GRPO_FINISH_NONE)
         return finish_sample(r, d->gs, d->sample);
     return GRPO_OK;
 }
@@ -722,7 +722,7 @@ abort_all(grpo_rollout *r)
     for (group_state *gs = r->active; gs && err == GRPO_OK; gs = gs->next)
         for (int32_t i = 0; i < gs->g->n_samples && err == GRPO_OK; i++)
             if (gs->s[i].phase != PH_DONE) {
-                gs->g->samples[i].finish = GRPO_ROLLOUT_FINISH_ABORT;
+                gs->g->samples[i].finish = GRPO_FINISH_ABORT;
                 err = finish_sample(r, gs, i);
             }
     return err == GRPO_OK ? reap(r) : err;

@@ -401,8 +401,7 @@ get_sample(rd *r, grpo_wsample *s)
     s->finish = get_i32(r, "sample.finish");
     if (r->err == GRPO_OK && (s->index < 0 || s->index >= GRPO_WORKERS_MAX_GROUP))
         bad(r, "sample.index", "out of range");
-    if (r->err == GRPO_OK &&
-        (s->finish < GRPO_ROLLOUT_FINISH_EOS || s->finish > GRPO_ROLLOUT_FINISH_ABORT))
+    if (r->err == GRPO_OK && (s->finish < GRPO_FINISH_EOS || s->finish > GRPO_FINISH_ABORT))
         bad(r, "sample.finish", "not a finish reason");
     s->n_tokens = get_count(r, "sample.n_tokens", 0, GRPO_WORKERS_MAX_TOKENS, 8);
     s->tokens = get_array(r, (size_t)s->n_tokens, sizeof *s->tokens);

@@ -1,0 +1,151 @@
+/* The scored group (grpo_run_group): made from the engine's group or a worker's result, then the
+ * score and advantages steps over it. A sample the verifiers skipped takes no part in its
+ * group's advantages (grpo_reward_result.skipped). */
+#include "common/common_int.h"
+#include "grpo/run.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+grpo_err
+grpo_run_group_init(grpo_run_group *g, int32_t n_samples)
+{
+    g->n_samples = n_samples;
+    g->samples = calloc(n_samples > 0 ? (size_t)n_samples : 1, sizeof *g->samples);
+    return g->samples ? GRPO_OK
+                      : grpo__fail(GRPO_ENOMEM, "run: out of memory for %d samples", n_samples);
+}
+
+void
+grpo_run_group_fini(grpo_run_group *g)
+{
+    if (g == NULL)
+        return;
+    for (int32_t i = 0; g->samples && i < g->n_samples; i++)
+        grpo_reward_result_fini(&g->samples[i].score);
+    free(g->samples);
+    g->samples = NULL, g->n_samples = 0;
+}
+
+grpo_err
+grpo_run_group_from_rollout(grpo_run_group *g, const grpo_rollout_group *rg)
+{
+    grpo_err err = grpo_run_group_init(g, rg->n_samples);
+    if (err != GRPO_OK)
+        return err;
+    double first = rg->t_first_token > 0 ? (rg->t_first_token - rg->t_admit) * 1e3 : 0;
+    for (int32_t i = 0; i < rg->n_samples; i++) {
+        const grpo_rollout_sample *s = &rg->samples[i];
+        grpo_run_sample *x = &g->samples[i];
+        x->index = s->index, x->finish = s->finish, x->n_tokens = s->n_tokens;
+        x->tokens = s->tokens, x->logprobs = s->logprob_raw, x->ref_logprobs = s->ref_logprob;
+        x->text = s->text, x->text_len = s->text ? s->text_len : 0;
+        x->gen_ms = (s->t_done - rg->t_admit) * 1e3, x->first_token_ms = first;
+    }
+    g->policy_version = rg->policy_version;
+    g->prompt = rg->prompt, g->n_prompt = rg->n_prompt;
+    g->finished_at = (double)time(NULL);
+    g->started_at = g->finished_at - (rg->t_done - rg->t_submit);
+    g->gen_ms = (rg->t_done - rg->t_admit) * 1e3, g->prefill_ms = first;
+    return GRPO_OK;
+}
+
+/* A worker's verdict as a reward term (strings cut to the term's fields). */
+static grpo_err
+term_from_wire(grpo_reward_term *t, const grpo_wterm *w)
+{
+    snprintf(t->verifier, sizeof t->verifier, "%s", w->verifier ? w->verifier : "");
+    snprintf(t->version, sizeof t->version, "%s", w->version ? w->version : "");
+    snprintf(t->label, sizeof t->label, "%s", w->label ? w->label : "");
+    t->kind = (grpo_verdict_kind)w->kind, t->score = w->score, t->ms = w->ms;
+    if (w->details_json && (t->details_json = strdup(w->details_json)) == NULL)
+        return grpo__fail(GRPO_ENOMEM, "run: out of memory");
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_run_group_from_wire(grpo_run_group *g, const grpo_wresult *r)
+{
+    grpo_err err = grpo_run_group_init(g, r->n_samples);
+    for (int32_t i = 0; err == GRPO_OK && i < r->n_samples; i++) {
+        const grpo_wsample *s = &r->samples[i];
+        grpo_run_sample *x = &g->samples[i];
+        x->index = s->index, x->finish = s->finish, x->n_tokens = s->n_tokens;
+        x->tokens = s->tokens, x->logprobs = s->logprobs;
+        x->text = s->text, x->text_len = s->text_len, x->gen_ms = r->gen_ms;
+        x->score.reward = s->reward, x->score.skipped = s->skipped;
+        for (int32_t t = 0; err == GRPO_OK && t < s->n_terms && t < GRPO_REWARD_MAX_TERMS; t++)
+            if ((err = term_from_wire(&x->score.terms[t], &s->terms[t])) == GRPO_OK)
+                x->score.n_terms = t + 1;
+    }
+    g->policy_version = r->policy_version;
+    g->prompt = r->prompt, g->n_prompt = r->n_prompt;
+    g->gen_ms = r->gen_ms, g->verify_ms = r->verify_ms;
+    return err;
+}
+
+int
+grpo_run_group_aborted(const grpo_run_group *g)
+{
+    for (int32_t i = 0; i < g->n_samples; i++)
+        if (g->samples[i].finish == GRPO_FINISH_ABORT)
+            return 1;
+    return 0;
+}
+
+grpo_err
+grpo_run_score(grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *p)
+{
+    const grpo_prompt *pr = p->prompt;
+    double t0 = grpo_now();
+    for (int32_t i = 0; i < g->n_samples; i++) {
+        grpo_run_sample *s = &g->samples[i];
+        grpo_verifier_sample vs = {0};
+        vs.task = pr->task ? pr->task : "math";
+        vs.prompt = p->rendered;
+        vs.completion = s->text ? s->text : "";
+        vs.completion_len = s->text ? s->text_len : 0;
+        vs.answer = pr->answer;
+        vs.tests_json = pr->tests_json;
+        vs.language = pr->language;
+        vs.extra_json = pr->record_json;
+        vs.prompt_opens_think = p->opens_think;
+        vs.n_tokens = s->n_tokens;
+        vs.max_tokens = g->max_tokens;
+        vs.truncated = s->finish == GRPO_FINISH_LENGTH;
+        grpo_reward_result_fini(&s->score);
+        grpo_err err = grpo_rewarder_score(rw, &vs, &s->score);
+        if (err != GRPO_OK)
+            return err;
+    }
+    g->verify_ms = (grpo_now() - t0) * 1e3;
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_run_advantages(grpo_run_group *g)
+{
+    int32_t G = g->n_samples;
+    double *rewards = calloc(G > 0 ? (size_t)G : 1, sizeof *rewards);
+    double *adv = calloc(G > 0 ? (size_t)G : 1, sizeof *adv);
+    uint8_t *include = calloc(G > 0 ? (size_t)G : 1, 1);
+    grpo_err err = GRPO_OK;
+    if (rewards == NULL || adv == NULL || include == NULL) {
+        err = grpo__fail(GRPO_ENOMEM, "run: out of memory for %d advantages", G);
+        goto done;
+    }
+    for (int32_t i = 0; i < G; i++) {
+        rewards[i] = g->samples[i].score.reward;
+        include[i] = !g->samples[i].score.skipped;
+    }
+    grpo_adv_opts ao;
+    grpo_adv_opts_default(&ao);
+    int64_t offs[2] = {0, G};
+    err = grpo_advantages_masked(&ao, rewards, (size_t)G, offs, 1, NULL, include, adv, &g->flags);
+    for (int32_t i = 0; err == GRPO_OK && i < G; i++)
+        g->samples[i].advantage = adv[i];
+done:
+    free(rewards), free(adv), free(include);
+    return err;
+}

@@ -1,0 +1,12 @@
+# run/: the steps of a run over one scored group (skipped samples, record, batch), the score step
+# with the default rewarder, and the run lock.
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_run)
+  grpo_add_test(run_steps_test SOURCES run_steps_test.c LIBS grpo_run grpo_common m TIMEOUT 60)
+endif()
+# `grpo rollout --resume` end to end: kills at any point, JSONL repair from the store, a finished
+# run, a locked run, skipped completions.
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_models/bf16/config.json)
+  grpo_add_test(rollout_resume_cli_test SOURCES rollout_resume_cli_test.c LIBS grpo_run grpo_common
+                PkgConfig::SQLITE3 PkgConfig::CJSON TIMEOUT 300)
+  add_dependencies(rollout_resume_cli_test grpo)
+endif()

@@ -25,10 +25,12 @@ Prints a Markdown table of medians and ranges, the ratios, and the load average 
 the end. The GGUF is read with llama.cpp's gguf-py (from the source tree of --llama-build).
 """
 import argparse
+import copy
 import json
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -311,6 +313,27 @@ def table(peer, a):
     return "\n".join(lines)
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_rounds(peer, a):
+    """Runs the rounds; on SIGINT or SIGTERM keeps the complete rounds' figures and returns how
+    many there were. Each round's table so far goes to stderr as it completes."""
+    signal.signal(signal.SIGTERM, _terminate)
+    t0, kept, done = time.time(), {}, 0
+    try:
+        for i in range(a.rounds):
+            peer.round(i)
+            done, kept = i + 1, copy.deepcopy((peer.res, peer.memcpy))
+            print(f"# round {done}/{a.rounds} done, {time.time() - t0:.0f} s, load average "
+                  f"{os.getloadavg()[0]:.2f}\n{table(peer, a)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        if done:
+            peer.res, peer.memcpy = kept
+    return done
+
+
 def main(argv=None):
     a = parse_args(argv)
     try:
@@ -319,18 +342,18 @@ def main(argv=None):
         tensors, ne, nu = read_gguf(a.gguf, src)
         peer.llama_bytes = gguf_decode_bytes(tensors, ne, nu)
         load0 = os.getloadavg()
-        t0 = time.time()
-        for i in range(a.rounds):
-            peer.round(i)
-            print(f"# round {i + 1}/{a.rounds} done, {time.time() - t0:.0f} s, load average "
-                  f"{os.getloadavg()[0]:.2f}", file=sys.stderr)
+        done = run_rounds(peer, a)
         load1 = os.getloadavg()
     except PeerError as e:
         print(f"llamacpp_peer: {e}", file=sys.stderr)
         return 1
+    if done == 0:
+        print("llamacpp_peer: interrupted before the end of the first round", file=sys.stderr)
+        return 1
     print(table(peer, a))
     rec = getattr(peer, "llama_rec", {})
-    print(f"\n{a.rounds} alternating rounds, {a.threads} threads each, "
+    cut = f" (interrupted: {done} of {a.rounds})" if done < a.rounds else ""
+    print(f"\n{done} alternating rounds{cut}, {a.threads} threads each, "
           f"{time.strftime('%Y-%m-%d', time.gmtime())}; load average (1/5/15 min) "
           f"{load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f} at the start, "
           f"{load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f} at the end, {os.cpu_count()} CPUs.")

@@ -170,21 +170,22 @@ done:
     return rc;
 }
 
-int
-grpo_bench_forward(int argc, char **argv)
+typedef struct {
+    const char *model, *batches;
+    long P, S, threads, mb;
+    int prof;
+} fwd_args;
+
+/* Flags into *x; returns 0, or the usage error's exit code. */
+static int
+parse_args(fwd_args *x, int argc, char **argv)
 {
-    if (cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return CLI_OK;
-    }
-    const char *model = NULL, *batches = "1,8,64";
-    long P = 64, S = 8, threads = 0, mb = 256;
+    *x = (fwd_args){NULL, "1,8,64", 64, 8, 0, 256, 0};
     static const char *const known[] = {"--model", "--batches", "--prompt-len",
                                         "--steps", "--threads", "--memcpy-mb"};
-    int prof = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--profile") == 0) {
-            prof = 1;
+            x->prof = 1;
             continue;
         }
         size_t k = 0;
@@ -197,23 +198,38 @@ grpo_bench_forward(int argc, char **argv)
         const char *a = argv[i], *v = argv[++i];
         char *end = NULL;
         if (strcmp(a, "--model") == 0)
-            model = v;
+            x->model = v;
         else if (strcmp(a, "--batches") == 0)
-            batches = v;
-        else if (strcmp(a, "--prompt-len") == 0 && (P = strtol(v, &end, 10)) > 0 && !*end)
+            x->batches = v;
+        else if (strcmp(a, "--prompt-len") == 0 && (x->P = strtol(v, &end, 10)) > 0 && !*end)
             continue;
-        else if (strcmp(a, "--steps") == 0 && (S = strtol(v, &end, 10)) > 0 && !*end)
+        else if (strcmp(a, "--steps") == 0 && (x->S = strtol(v, &end, 10)) > 0 && !*end)
             continue;
-        else if (strcmp(a, "--threads") == 0 && (threads = strtol(v, &end, 10)) >= 0 &&
-                 threads <= 1024 && end != v && !*end)
+        else if (strcmp(a, "--threads") == 0 && (x->threads = strtol(v, &end, 10)) >= 0 &&
+                 x->threads <= 1024 && end != v && !*end)
             continue;
-        else if (strcmp(a, "--memcpy-mb") == 0 && (mb = strtol(v, &end, 10)) > 0 && !*end)
+        else if (strcmp(a, "--memcpy-mb") == 0 && (x->mb = strtol(v, &end, 10)) > 0 && !*end)
             continue;
         else
             return cli_usage("bench forward", "bad option or value: %s %s", a, v);
     }
-    if (model == NULL)
-        return cli_usage("bench forward", "--model DIR is required");
+    return x->model == NULL ? cli_usage("bench forward", "--model DIR is required") : 0;
+}
+
+int
+grpo_bench_forward(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    fwd_args x;
+    int rc = parse_args(&x, argc, argv);
+    if (rc != 0)
+        return rc;
+    const char *model = x.model, *batches = x.batches;
+    long P = x.P, S = x.S, threads = x.threads, mb = x.mb;
+    int prof = x.prof;
     grpo_model *m = NULL;
     grpo_model_opts mo = {(int)threads, 0, 0};
     double tl = grpo_now();
@@ -232,7 +248,7 @@ grpo_bench_forward(int argc, char **argv)
     printf("%6s %14s %14s %16s %12s\n", "batch", "prefill tok/s", "decode tok/s", "weights/step MB",
            "weight GB/s");
     const char *p = batches;
-    int rc = CLI_OK;
+    rc = CLI_OK;
     while (*p) {
         char *end;
         long B = strtol(p, &end, 10);

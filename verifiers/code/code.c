@@ -497,6 +497,53 @@ details(const outcome *o, code_lang lang, uint32_t iso, const char *extra_key, c
     return out;
 }
 
+/* A verdict reached before anything runs: kind, label and details (status, msg may be NULL). */
+static void
+verdict_early(grpo_verdict *v, grpo_verdict_kind kind, const char *label, code_lang lang,
+              const char *status, const char *msg)
+{
+    v->kind = kind;
+    set_label(v, label);
+    v->details_json = details(NULL, lang, 0, status, msg);
+}
+
+/* The checks before anything runs, in order: the language, the tests, the program extracted from
+ * the completion, its encoding, call-based tests outside Python. Returns the program (the caller
+ * frees it), or NULL with the verdict in *v (an outcome, not an error). */
+static char *
+code_prepare(const grpo_verifier_sample *smp, int lang, code_tests *t, grpo_verdict *v)
+{
+    if (lang < 0) {
+        verdict_early(v, GRPO_VERDICT_SKIP, "bad-language", CODE_PY, "error", "unknown language");
+        return NULL;
+    }
+    if (grpo_code__tests_parse(smp->tests_json, t) != GRPO_OK) {
+        verdict_early(v, GRPO_VERDICT_SKIP, smp->tests_json ? "bad-tests" : "no-tests",
+                      (code_lang)lang, "error", grpo_error_last());
+        return NULL;
+    }
+    char *code = grpo_code__extract(smp->completion, smp->completion ? smp->completion_len : 0,
+                                    (code_lang)lang, smp->prompt_opens_think != 0);
+    if (code == NULL) {
+        verdict_early(v, GRPO_VERDICT_FAIL, "no-code", (code_lang)lang, NULL, NULL);
+        return NULL;
+    }
+    const char *why = NULL, *label = NULL;
+    grpo_verdict_kind kind = GRPO_VERDICT_FAIL;
+    if (!grpo__utf8_valid(code, strlen(code))) { /* no compiler or interpreter takes it */
+        label = "invalid-source", why = "source is not valid UTF-8";
+    } else if (lang != CODE_PY && t->call_based) {
+        kind = GRPO_VERDICT_SKIP, label = "bad-tests";
+        why = "call-based tests (fn_name) need language python";
+    }
+    if (label != NULL) {
+        verdict_early(v, kind, label, (code_lang)lang, "error", why);
+        free(code);
+        return NULL;
+    }
+    return code;
+}
+
 static int
 code_score(void *state, const grpo_verifier_sample *smp, grpo_verdict *v)
 {
@@ -504,7 +551,6 @@ code_score(void *state, const grpo_verifier_sample *smp, grpo_verdict *v)
     code_tests t;
     outcome o;
     grpo_err err = GRPO_OK;
-    char *code = NULL;
     runner *rn = NULL;
     bool compile_error = false;
     grpo_buf diag = {0};
@@ -513,40 +559,13 @@ code_score(void *state, const grpo_verifier_sample *smp, grpo_verdict *v)
     memset(&o, 0, sizeof o);
     memset(&t, 0, sizeof t);
     o.failed_test = -1;
-    v->kind = GRPO_VERDICT_SKIP;
-    if (lang < 0) {
-        set_label(v, "bad-language");
-        v->details_json = details(NULL, CODE_PY, 0, "error", "unknown language");
-        return 0;
-    }
-    if (grpo_code__tests_parse(smp->tests_json, &t) != GRPO_OK) {
-        set_label(v, smp->tests_json ? "bad-tests" : "no-tests");
-        v->details_json = details(NULL, (code_lang)lang, 0, "error", grpo_error_last());
+    char *code = code_prepare(smp, lang, &t, v);
+    if (code == NULL)
         goto done;
-    }
-    v->kind = GRPO_VERDICT_FAIL;
-    code = grpo_code__extract(smp->completion, smp->completion ? smp->completion_len : 0,
-                              (code_lang)lang, smp->prompt_opens_think != 0);
-    if (code == NULL) {
-        set_label(v, "no-code");
-        v->details_json = details(NULL, (code_lang)lang, 0, NULL, NULL);
-        goto done;
-    }
-    if (!grpo__utf8_valid(code, strlen(code))) { /* no compiler or interpreter takes it */
-        set_label(v, "invalid-source");
-        v->details_json = details(NULL, (code_lang)lang, 0, "error", "source is not valid UTF-8");
-        goto done;
-    }
+    v->kind = GRPO_VERDICT_FAIL; /* until the tests pass */
     int n = (s->max_tests > 0 && t.n > s->max_tests) ? (int)s->max_tests : t.n;
     o.total = n;
     o.t0 = grpo_now();
-    if (lang != CODE_PY && t.call_based) {
-        v->kind = GRPO_VERDICT_SKIP;
-        set_label(v, "bad-tests");
-        v->details_json = details(NULL, (code_lang)lang, 0, "error",
-                                  "call-based tests (fn_name) need language python");
-        goto done;
-    }
     if ((rn = runner_get(s)) == NULL) {
         err = grpo__fail(GRPO_ENOMEM, "code verifier: out of memory");
         goto done;

@@ -300,21 +300,27 @@ tile_fused(const gemm_ctx *c, size_t t)
     return 1;
 }
 
-/* The fused kernel applies: a decode-sized batch, a dtype it converts, FP8 blocks whose width
- * keeps the 8-wide groups inside one block, and a CPU whose GEMM clone is the x86-64-v3 one (so
- * both paths contract alike). */
+/* The fused kernels take these weights: a dtype they convert, FP8 blocks whose width keeps each
+ * group of `group` columns inside one block, the fast paths allowed, and a CPU whose GEMM clones
+ * are the x86-64-v3 ones (so fused and staged paths contract alike). */
 static int
-fused_ok(const gemm_ctx *c)
+fused_weights_ok(const grpo_kw *w, int group)
 {
     static int v3 = -1;
     if (v3 < 0) {
         __builtin_cpu_init();
         v3 = __builtin_cpu_supports("x86-64-v3") ? 1 : 0;
     }
-    const grpo_kw *w = c->w;
-    return v3 && c->M <= FUSED_MAX_M && !grpo_cpu__portable() &&
+    return v3 && !grpo_cpu__portable() &&
            (w->dt == GRPO_DT_F32 || w->dt == GRPO_DT_BF16 ||
-            (w->dt == GRPO_DT_F8E4M3 && w->bc > 0 && w->bc % 8 == 0));
+            (w->dt == GRPO_DT_F8E4M3 && w->bc > 0 && w->bc % group == 0));
+}
+
+/* The fused GEMM applies: a decode-sized batch over weights it takes. */
+static int
+fused_ok(const gemm_ctx *c)
+{
+    return c->M <= FUSED_MAX_M && fused_weights_ok(c->w, 8);
 }
 #endif
 
@@ -426,22 +432,12 @@ typedef struct {
 #ifdef GRPO_CPU_FUSED
 /* Decode-sized gemm_t (M <= 2): each weight row's CB columns converted in registers and added in
  * at once, rows d in order, multiply then add: tile_axpy's arithmetic without the staged tile.
- * 0 when the tile needs the staged path (a dtype or block shape it does not take). */
+ * Called when c->M <= 2 and fused_weights_ok(w, CB); 0 when the tile needs the staged path (an
+ * FP8 scale whose 256-fold is not finite). */
 __attribute__((target("arch=x86-64-v3"))) static int
 tile_t_fused(const gemmt_ctx *c, int h, int c0)
 {
     const grpo_kw *w = c->w;
-    if (c->M > 2 || grpo_cpu__portable() ||
-        !(w->dt == GRPO_DT_F32 || w->dt == GRPO_DT_BF16 ||
-          (w->dt == GRPO_DT_F8E4M3 && w->bc % CB == 0)))
-        return 0;
-    static int v3 = -1;
-    if (v3 < 0) {
-        __builtin_cpu_init();
-        v3 = __builtin_cpu_supports("x86-64-v3") ? 1 : 0;
-    }
-    if (!v3)
-        return 0;
     size_t es = grpo_dtype_size(w->dt);
     for (int m = 0; m < c->M; m++) {
         const float *xr = c->x + (size_t)m * (size_t)c->ldx + (size_t)h * (size_t)c->xhs;
@@ -481,11 +477,14 @@ gemmt_range(void *vctx, size_t b, size_t e, int worker)
     if (wt == NULL)
         abort(); /* a few KB; nothing sensible to do without them */
     int N = c->w->cols;
+#ifdef GRPO_CPU_FUSED
+    int fuse = c->M <= 2 && fused_weights_ok(c->w, CB);
+#endif
     for (size_t t = b; t < e; t++) {
         int h = (int)(t / (size_t)c->tiles), c0 = (int)(t % (size_t)c->tiles) * CB;
         int cb = N - c0 < CB ? N - c0 : CB;
 #ifdef GRPO_CPU_FUSED
-        if (cb == CB && tile_t_fused(c, h, c0))
+        if (fuse && cb == CB && tile_t_fused(c, h, c0))
             continue;
 #endif
         if (cb < CB)

@@ -138,22 +138,13 @@ grpo_kernels_cpu_set_profile(grpo_kernels *k, int on)
         k->router = p_router;
         k->mla_naive = p_mla_naive;
         k->mla_absorbed = p_mla_absorbed;
-    } else if (!on && pr->on) { /* the plain entries again; the counters stay readable */
-        k->gemm = pr->orig.gemm;
-        k->gemm_heads = pr->orig.gemm_heads;
-        k->gemm_t_heads = pr->orig.gemm_t_heads;
-        k->rmsnorm = pr->orig.rmsnorm;
-        k->rope = pr->orig.rope;
-        k->silu_mul = pr->orig.silu_mul;
-        k->embed = pr->orig.embed;
-        k->router = pr->orig.router;
-        k->mla_naive = pr->orig.mla_naive;
-        k->mla_absorbed = pr->orig.mla_absorbed;
+    } else if (!on && pr->on) { /* the table as it was (pr->orig.prof is pr): counters stay */
+        *k = pr->orig;
     }
     if (on) {
         memset(&pr->p, 0, sizeof pr->p);
         grpo_pool_set_timing((grpo_pool *)k->impl, 1);
-    } else {
+    } else if (pr->on) { /* the pool's figures as they stood when profiling stopped */
         grpo_pool_timing((grpo_pool *)k->impl, &pr->p.pool_calls, &pr->p.pool_wait_s);
         grpo_pool_set_timing((grpo_pool *)k->impl, 0);
     }

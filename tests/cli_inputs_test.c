@@ -18,22 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char tmpdir[] = "/tmp/grpo_cli_inputs_XXXXXX";
-static const char *bin, *src;
-
-/* Runs a shell command; returns its exit status; stdout+stderr go to tmpdir/out.txt. */
-static int
-run(const char *fmt, ...)
-{
-    char cmd[4096], full[4400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s > %s/out.txt 2>&1", cmd, tmpdir);
-    int rc = system(full);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+#include "tests/cli_testutil.h"
 
 static const char *
 out_txt(void)
@@ -81,26 +66,6 @@ exec_sql(const char *db, const char *sql)
     assert_int_equal(sqlite3_open(db, &h), SQLITE_OK);
     assert_int_equal(sqlite3_exec(h, sql, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(h);
-}
-
-static int
-setup(void **state)
-{
-    (void)state;
-    bin = getenv("GRPO_BIN");
-    src = getenv("GRPO_SOURCE_DIR");
-    if (bin == NULL || bin[0] == 0 || src == NULL || mkdtemp(tmpdir) == NULL)
-        return -1;
-    return 0;
-}
-
-static int
-teardown(void **state)
-{
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "chmod -R u+w %s; rm -rf %s", tmpdir, tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 #define ROLL                                                                                       \

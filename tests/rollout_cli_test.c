@@ -21,56 +21,16 @@
 #include <string.h>
 #include <unistd.h>
 
-static char tmpdir[] = "/tmp/grpo_rollout_cli_XXXXXX";
-static const char *bin, *src;
+#include "tests/cli_testutil.h"
 
-/* Runs a shell command; returns its exit status; stdout+stderr go to tmpdir/out.txt. */
-static int
-run(const char *fmt, ...)
-{
-    char cmd[4096], full[4400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s > %s/out.txt 2>&1", cmd, tmpdir);
-    int rc = system(full);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
+/* tmpdir/name, valid until the next call; NULL when it cannot be opened. */
 static char *
 slurp(const char *name)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
-static int
-setup(void **state)
-{
-    (void)state;
-    bin = getenv("GRPO_BIN");
-    src = getenv("GRPO_SOURCE_DIR");
-    if (bin == NULL || bin[0] == 0 || src == NULL || mkdtemp(tmpdir) == NULL)
-        return -1;
-    return 0;
-}
-
-static int
-teardown(void **state)
-{
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    static char *last;
+    free(last);
+    last = slurp_alloc(name);
+    return last;
 }
 
 #define ROLL                                                                                       \

@@ -22,41 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static char tmpdir[] = "/tmp/grpo_resume_cli_XXXXXX";
-static const char *bin, *src;
-
-/* Runs a shell command; returns its exit status; stdout+stderr go to tmpdir/out.txt. */
-static int
-run(const char *fmt, ...)
-{
-    char cmd[4096], full[4400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s > %s/out.txt 2>&1", cmd, tmpdir);
-    int rc = system(full);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static char *
-slurp(const char *name)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
+#include "tests/cli_testutil.h"
 
 /* slurp into a buffer that stays (for a quick strstr) */
 static const char *
@@ -64,28 +30,8 @@ slurp_static(const char *name)
 {
     static char *last;
     free(last);
-    last = slurp(name);
+    last = slurp_alloc(name);
     return last ? last : "";
-}
-
-static int
-setup(void **state)
-{
-    (void)state;
-    bin = getenv("GRPO_BIN");
-    src = getenv("GRPO_SOURCE_DIR");
-    if (bin == NULL || bin[0] == 0 || src == NULL || mkdtemp(tmpdir) == NULL)
-        return -1;
-    return 0;
-}
-
-static int
-teardown(void **state)
-{
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 #define ROLL                                                                                       \
@@ -103,7 +49,7 @@ cmp_str(const void *a, const void *b)
 static char *
 sorted_lines(const char *name, int *n)
 {
-    char *text = slurp(name);
+    char *text = slurp_alloc(name);
     assert_non_null(text);
     size_t len = strlen(text);
     assert_true(len == 0 || text[len - 1] == '\n');

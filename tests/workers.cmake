@@ -1,4 +1,4 @@
-# run/workers/ + grpo serve / grpo worker (issue 11): the wire codec and the lease table
+# run/workers/ + grpo serve / grpo worker: the wire codec and the lease table
 # (cmocka), and real processes on loopback driven by tests/workers/workers_integration.py:
 # failover (SIGKILL + SIGSTOP of workers), coordinator restart, a short load test, and new weights
 # from a Python trainer on the bridge mid-run (tests/workers/workers_trainer.py).
@@ -13,15 +13,17 @@ if(TARGET grpo AND Python3_Interpreter_FOUND)
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
                      ${scenario} --grpo $<TARGET_FILE:grpo>
              WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-    set_tests_properties(workers_${scenario} PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77)
+    set_tests_properties(workers_${scenario} PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-nng.supp")
   endforeach()
   # The weight-update scenarios carried a label "racy" (run alone and retried) while a hang inside
-  # NNG 1.5.2 was being worked around (docs/workers.md, "The NNG hang"); dropped in session 3
+  # NNG 1.5.2 was being worked around (docs/workers.md, "The NNG hang"); dropped
   # after 0 failures in 95 + 314 sanitizer runs of them (110 of those after the codec change) with other jobs loading the machine.
   # the same weight update with --max-staleness 1: workers finish their old-version groups
   add_test(NAME workers_weights_finish
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
                    weights --staleness 1 --grpo $<TARGET_FILE:grpo>
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-  set_tests_properties(workers_weights_finish PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77)
+  set_tests_properties(workers_weights_finish PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-nng.supp")
 endif()

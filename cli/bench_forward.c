@@ -24,6 +24,9 @@ usage(FILE *f)
             "  --steps S          decode steps per batch size (default 8)\n"
             "  --threads N        CPU threads (default: all)\n"
             "  --memcpy-mb M      buffer size for the memcpy measurement (default 256)\n"
+            "  --numerics N       exact (default: fp32, matches transformers) or q8 (weights\n"
+            "                     and activations in int8 per 32 columns; docs/model.md);\n"
+            "                     with q8, also its accuracy against the exact path\n"
             "  --profile          after each phase, the time per op of the kernel table and\n"
             "                     the calling thread's wait at the thread pool's barriers\n");
 }
@@ -108,15 +111,24 @@ print_profile(grpo_model *m, const char *phase, int B, double wall)
            100 * (wall - sum) / wall);
 }
 
-static int
-bench_batch(grpo_model *m, int B, int P, int S, int prof, double *pre_tps, double *dec_tps)
+/* A KV pool for B sequences of n tokens, or NULL. */
+static grpo_kv *
+kv_for(const grpo_model *m, int B, int n)
 {
     const grpo_model_config *c = grpo_model_get_config(m);
     size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
                   (c->kv_lora_rank + c->qk_rope_head_dim) * sizeof(float);
-    size_t pages = (size_t)B * ((size_t)(P + S) / GRPO_KV_PAGE + 2);
+    size_t pages = (size_t)B * ((size_t)n / GRPO_KV_PAGE + 2);
     grpo_kv *kv = NULL;
-    if (grpo_kv_create(&kv, c, pages * page) != GRPO_OK)
+    return grpo_kv_create(&kv, c, pages * page) == GRPO_OK ? kv : NULL;
+}
+
+static int
+bench_batch(grpo_model *m, int B, int P, int S, int prof, double *pre_tps, double *dec_tps)
+{
+    const grpo_model_config *c = grpo_model_get_config(m);
+    grpo_kv *kv = kv_for(m, B, P + S);
+    if (kv == NULL)
         return -1;
     int32_t *tok = malloc((size_t)B * (P + S) * sizeof *tok);
     grpo_fwd_item *it = malloc((size_t)B * sizeof *it);
@@ -170,19 +182,105 @@ done:
     return rc;
 }
 
+/* log-softmax of n logits into lp (double). */
+static void
+log_softmax(const float *l, int n, double *lp)
+{
+    double mx = -INFINITY, z = 0;
+    for (int i = 0; i < n; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    for (int i = 0; i < n; i++)
+        z += exp(l[i] - mx);
+    for (int i = 0; i < n; i++)
+        lp[i] = l[i] - mx - log(z);
+}
+
+typedef struct {
+    double kl, max_dlp, top1;
+    int n;
+} acc_stats;
+
+/* One position: KL(exact || other), |dlogprob| of the exact argmax, argmax agreement. */
+static void
+acc_add(acc_stats *a, const float *le, const float *lo, int V, double *pe, double *po)
+{
+    log_softmax(le, V, pe);
+    log_softmax(lo, V, po);
+    int ae = 0, ao = 0;
+    double kl = 0;
+    for (int i = 0; i < V; i++) {
+        kl += exp(pe[i]) * (pe[i] - po[i]);
+        ae = pe[i] > pe[ae] ? i : ae;
+        ao = po[i] > po[ao] ? i : ao;
+    }
+    double d = fabs(pe[ae] - po[ae]);
+    a->kl += kl;
+    a->max_dlp = d > a->max_dlp ? d : a->max_dlp;
+    a->top1 += ae == ao;
+    a->n++;
+}
+
+/* Teacher-forced on the same random tokens: a P-token prefill and S decode steps of one sequence
+ * on the model as loaded (m) and on the exact path (loaded again), logits compared per position.
+ */
+static int
+accuracy(grpo_model *m, const char *dir, int threads, int P, int S)
+{
+    grpo_model *e = NULL;
+    grpo_model_opts eo = {threads, 0, 0, GRPO_NUMERICS_EXACT};
+    if (grpo_model_load(&e, dir, &eo) != GRPO_OK)
+        return -1;
+    const grpo_model_config *c = grpo_model_get_config(m);
+    int V = c->vocab_size, rc = -1;
+    grpo_kv *ke = kv_for(e, 1, P + S), *ko = kv_for(m, 1, P + S);
+    int32_t *tok = malloc((size_t)(P + S) * sizeof *tok);
+    float *le = malloc((size_t)V * sizeof *le), *lo = malloc((size_t)V * sizeof *lo);
+    double *pe = malloc((size_t)V * sizeof *pe), *po = malloc((size_t)V * sizeof *po);
+    acc_stats a = {0};
+    int32_t se, so;
+    if (ke == NULL || ko == NULL || tok == NULL || le == NULL || lo == NULL || pe == NULL ||
+        po == NULL || grpo_kv_seq_new(ke, &se) != GRPO_OK || grpo_kv_seq_new(ko, &so) != GRPO_OK)
+        goto done;
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    for (int i = 0; i < P + S; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        tok[i] = (int32_t)(r % (uint64_t)V);
+    }
+    for (int s = 0; s <= S; s++) {
+        int pos = s == 0 ? 0 : P + s - 1, n = s == 0 ? P : 1;
+        grpo_fwd_item ie = {se, pos, n, tok + pos}, io = {so, pos, n, tok + pos};
+        if (grpo_model_forward(e, ke, &ie, 1, le) != GRPO_OK ||
+            grpo_model_forward(m, ko, &io, 1, lo) != GRPO_OK)
+            goto done;
+        acc_add(&a, le, lo, V, pe, po);
+    }
+    printf("\naccuracy of numerics %s against exact, %d positions (a %d-token prompt, then %d "
+           "decode steps, teacher-forced):\n  mean KL(exact || %s) %.3g nats, top-1 agreement "
+           "%.1f%%, largest |d logprob| of exact's top token %.3g\n",
+           grpo_numerics_name(grpo_model_numerics(m)), a.n, P, S,
+           grpo_numerics_name(grpo_model_numerics(m)), a.kl / a.n, 100.0 * a.top1 / a.n, a.max_dlp);
+    rc = 0;
+done:
+    free(tok), free(le), free(lo), free(pe), free(po);
+    grpo_kv_destroy(ke);
+    grpo_kv_destroy(ko);
+    grpo_model_destroy(e);
+    return rc;
+}
+
 typedef struct {
     const char *model, *batches;
     long P, S, threads, mb;
-    int prof;
+    int prof, numerics;
 } fwd_args;
 
 /* Flags into *x; returns 0, or the usage error's exit code. */
 static int
 parse_args(fwd_args *x, int argc, char **argv)
 {
-    *x = (fwd_args){NULL, "1,8,64", 64, 8, 0, 256, 0};
-    static const char *const known[] = {"--model", "--batches", "--prompt-len",
-                                        "--steps", "--threads", "--memcpy-mb"};
+    *x = (fwd_args){NULL, "1,8,64", 64, 8, 0, 256, 0, GRPO_NUMERICS_EXACT};
+    static const char *const known[] = {"--model",   "--batches",   "--prompt-len", "--steps",
+                                        "--threads", "--memcpy-mb", "--numerics"};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--profile") == 0) {
             x->prof = 1;
@@ -210,7 +308,10 @@ parse_args(fwd_args *x, int argc, char **argv)
             continue;
         else if (strcmp(a, "--memcpy-mb") == 0 && (x->mb = strtol(v, &end, 10)) > 0 && !*end)
             continue;
-        else
+        else if (strcmp(a, "--numerics") == 0) {
+            if (grpo_numerics_parse(v, &x->numerics) != GRPO_OK)
+                return cli_usage("bench forward", "--numerics: %s", grpo_error_last());
+        } else
             return cli_usage("bench forward", "bad option or value: %s %s", a, v);
     }
     return x->model == NULL ? cli_usage("bench forward", "--model DIR is required") : 0;
@@ -231,7 +332,7 @@ grpo_bench_forward(int argc, char **argv)
     long P = x.P, S = x.S, threads = x.threads, mb = x.mb;
     int prof = x.prof;
     grpo_model *m = NULL;
-    grpo_model_opts mo = {(int)threads, 0, 0};
+    grpo_model_opts mo = {(int)threads, 0, 0, x.numerics};
     double tl = grpo_now();
     if (grpo_model_load(&m, model, &mo) != GRPO_OK)
         return cli_fail("bench forward");
@@ -239,9 +340,9 @@ grpo_bench_forward(int argc, char **argv)
     int nt = threads > 0 ? (int)threads : grpo_cpu_count();
     double bw1 = memcpy_gbps((size_t)mb, 1), bwn = memcpy_gbps((size_t)mb, nt);
     const grpo_model_config *c = grpo_model_get_config(m);
-    printf("model %s: %d layers, hidden %d, %d experts top-%d, %s; loaded in %.2f s\n", model,
-           c->num_hidden_layers, c->hidden_size, c->n_routed_experts, c->num_experts_per_tok,
-           c->fp8 ? "FP8" : "BF16/F32", tl);
+    printf("model %s: %d layers, hidden %d, %d experts top-%d, %s, numerics %s; loaded in %.2f s\n",
+           model, c->num_hidden_layers, c->hidden_size, c->n_routed_experts, c->num_experts_per_tok,
+           c->fp8 ? "FP8" : "BF16/F32", grpo_numerics_name(x.numerics), tl);
     printf("threads %d; memcpy (read+write) %.2f GB/s with 1 thread, %.2f GB/s with %d\n", nt, bw1,
            bwn, nt);
     printf("prompt %ld tokens, %ld decode steps\n\n", P, S);
@@ -266,6 +367,9 @@ grpo_bench_forward(int argc, char **argv)
         fflush(stdout);
         p = *end == ',' ? end + 1 : end;
     }
+    if (rc == CLI_OK && x.numerics != GRPO_NUMERICS_EXACT &&
+        accuracy(m, model, (int)threads, (int)P, (int)S) != 0)
+        rc = cli_fail("bench forward");
     grpo_model_destroy(m);
     return rc;
 }

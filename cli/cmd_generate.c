@@ -319,7 +319,7 @@ grpo_cmd_generate(int argc, char **argv)
     if (o.prompt != NULL && (rc = tokenize(&o, &tk, &ids, &n)) != CLI_OK)
         return rc;
     grpo_model *m = NULL;
-    grpo_model_opts mo = {(int)o.threads, 0, 0};
+    grpo_model_opts mo = {(int)o.threads, 0, 0, 0};
     if (grpo_model_load(&m, o.model, &mo) != GRPO_OK) {
         free(ids);
         grpo_tokenizer_destroy(tk);

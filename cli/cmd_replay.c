@@ -36,6 +36,7 @@ typedef struct recorded {
     uint64_t seed;
     char prompt_id[512], template_name[16], tokenizer[4096];
     int32_t prompt_tokens;
+    int numerics;
     char *stops[GRPO_ROLLOUT_MAX_STOP];
 } recorded;
 
@@ -78,6 +79,10 @@ parse_recorded(const char *json, recorded *r)
         (err = json_str(o, "template", r->template_name, sizeof r->template_name)))
         goto done;
     json_str(o, "tokenizer", r->tokenizer, sizeof r->tokenizer); /* optional */
+    char nm[16] = "exact";                                       /* optional: exact */
+    json_str(o, "numerics", nm, sizeof nm);
+    if ((err = grpo_numerics_parse(nm, &r->numerics)) != GRPO_OK)
+        goto done;
     grpo_error_clear();
     grpo_gen_params_default(&r->params);
     r->params.sampling = (grpo_sampling){(float)t, (float)tp, (int32_t)tk, (float)mp};
@@ -155,7 +160,8 @@ regenerate(const grpo_stored_completion *c, const recorded *rec, const char *mod
     grpo_policy_opts po = {.tokenizer = rec->tokenizer[0] ? rec->tokenizer : NULL,
                            .template_name = rec->template_name,
                            .n_threads = threads,
-                           .kv_budget_tokens = tokens};
+                           .kv_budget_tokens = tokens,
+                           .numerics = rec->numerics};
     if (strcmp(rec->template_name, "bytes") == 0)
         po.template_name = "none";
     grpo_err err = grpo_policy_open(&pol, model, &po);

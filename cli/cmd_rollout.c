@@ -79,6 +79,9 @@ usage(FILE *f)
           "  --max-batch N        decode rows per forward (default 256; bounds the logits\n"
           "                       buffer: N x vocab floats)\n"
           "  --threads N          forward threads (default: all CPUs)\n"
+          "  --numerics N         exact (default: fp32, matches transformers) or q8 (CPU: FP8\n"
+          "                       weights and activations in int8 per 32 columns, faster,\n"
+          "                       not exact; recorded, so replay and --resume use it too)\n"
           "  --gpu N              run the model on GPU N (CUDA build; CUDA_VISIBLE_DEVICES=N):\n"
           "                       the CUDA kernels with exact fp32 GEMMs, operands staged per\n"
           "                       op (docs/cuda.md)\n"
@@ -136,7 +139,8 @@ enum {
     O_PENDING,
     O_WINDOW,
     O_MAXBATCH,
-    O_RESUME
+    O_RESUME,
+    O_NUMERICS
 };
 
 static const struct option long_opts[] = {
@@ -158,6 +162,7 @@ static const struct option long_opts[] = {
     {"publish-window", required_argument, 0, O_WINDOW},
     {"max-batch", required_argument, 0, O_MAXBATCH},
     {"resume", no_argument, 0, O_RESUME},
+    {"numerics", required_argument, 0, O_NUMERICS},
     CLI_GEN_LONG_OPTS,
     {0, 0, 0, 0},
 };
@@ -228,6 +233,10 @@ parse_opt(void *ctx, int c, const char *v)
         if (cli_parse_long(v, 0, 1023, &n) != 0)
             return cli_usage(CMD, "--gpu %s: a device index in [0, 1023]", v);
         a->gpu = (int)n;
+        return 0;
+    case O_NUMERICS:
+        if (grpo_numerics_parse(v, &a->numerics) != GRPO_OK)
+            return cli_usage(CMD, "--numerics: %s", grpo_error_last());
         return 0;
     default:
         return cli_gen_is_opt(c) ? cli_gen_parse_opt(CMD, &a->gen, c, v)

@@ -15,6 +15,7 @@ grpo_dtype_size(grpo_dtype dt)
     case GRPO_DT_F16:
         return 2;
     case GRPO_DT_F8E4M3:
+    case GRPO_DT_Q8:
         return 1;
     }
     return 0;
@@ -32,6 +33,8 @@ grpo_dtype_name(grpo_dtype dt)
         return "F16";
     case GRPO_DT_F8E4M3:
         return "F8_E4M3";
+    case GRPO_DT_Q8:
+        return "Q8";
     }
     return "?";
 }

@@ -16,24 +16,36 @@ typedef enum grpo_dtype {
     GRPO_DT_F32 = 0,
     GRPO_DT_BF16 = 1,
     GRPO_DT_F16 = 2,
-    GRPO_DT_F8E4M3 = 3
+    GRPO_DT_F8E4M3 = 3,
+    GRPO_DT_Q8 = 4 /* int8 with one F32 scale per GRPO_Q8_BLOCK columns of a row (CPU only) */
 } grpo_dtype;
+
+#define GRPO_Q8_BLOCK 32
 
 size_t grpo_dtype_size(grpo_dtype dt);
 const char *grpo_dtype_name(grpo_dtype dt);
 
 /* A weight matrix (rows = output features, cols = input features), row-major in its file dtype.
- * FP8 weights carry a (ceil(R/br), ceil(C/bc)) F32 grid `scale` (the checkpoint's weight_scale_inv:
+ * FP8 (and Q8) weights carry a (ceil(R/br), ceil(C/bc)) F32 grid `scale` (the checkpoint's weight_scale_inv:
  * value = fp8 * scale), where R is the full matrix's row count. A view of rows [row0, row0+rows) of
  * a bigger matrix keeps `scale` pointing at the full grid and `data` at its first row. */
 typedef struct grpo_kw {
     const void *data;
     grpo_dtype dt;
     int32_t rows, cols;
-    const float *scale; /* FP8 only */
+    const float *scale; /* FP8 and Q8 only */
     int32_t br, bc, scale_cols;
     int32_t row0;
 } grpo_kw;
+
+/* Q8 weights (the GRPO_NUMERICS_Q8 option, kernels/cpu/q8.c): value = q * scale[row][col / 32],
+ * scale a (rows, cols / 32) grid (br = 1, bc = 32). grpo_kw_to_q8 requantizes src (any other
+ * dtype, cols a multiple of 32) into q (rows * cols) and scale (rows * cols / 32): each block of
+ * 32 exact dequantized values gets d = amax / 127 and q = rint(v / d); -1 when src does not
+ * qualify or memory runs out. grpo_kw_q8 is the matrix over those buffers. A GEMM over Q8
+ * weights quantizes its activations the same way per row and block (not the exact fp32 path). */
+int grpo_kw_to_q8(const grpo_kw *src, int8_t *q, float *scale);
+grpo_kw grpo_kw_q8(const int8_t *q, const float *scale, int32_t rows, int32_t cols);
 
 /* Rows [r0, r0+n) of w as a view. */
 grpo_kw grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n);

@@ -25,6 +25,9 @@ sampling_json(const grpo_run_opts *a, const grpo_policy *pol, const grpo_prompt 
     cJSON_AddNumberToObject(o, "eos_id", eos);
     grpo_run__json_stops(o, &a->gen);
     cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
+    int nm = grpo_model_numerics(grpo_policy_model((grpo_policy *)pol));
+    if (nm != GRPO_NUMERICS_EXACT) /* what grpo replay must load the model with */
+        cJSON_AddStringToObject(o, "numerics", grpo_numerics_name(nm));
     txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return txt;
@@ -182,7 +185,8 @@ swap_weights(grpo_run *c, const grpo_weights_update *u)
                            .n_threads = a->threads,
                            .kv_budget_bytes = (size_t)a->kv_bytes,
                            .kv_budget_tokens = (size_t)a->kv_tokens,
-                           .backend = a->gpu >= 0};
+                           .backend = a->gpu >= 0,
+                           .numerics = a->numerics};
     grpo_err err = weights_dir(c, u, dir, sizeof dir);
     if (err == GRPO_OK)
         err = grpo_policy_open(&np, dir, &po);

@@ -26,6 +26,8 @@ config_json(const grpo_run_opts *a)
         cJSON_AddStringToObject(o, "ref_model", a->ref_model);
     if (a->reward_config)
         cJSON_AddStringToObject(o, "reward_config", a->reward_config);
+    if (a->numerics != GRPO_NUMERICS_EXACT) /* exact runs' configs read as they always did */
+        cJSON_AddStringToObject(o, "numerics", grpo_numerics_name(a->numerics));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -115,7 +117,8 @@ open_all(grpo_run *c, const grpo_run_opts *a)
                            .n_threads = a->threads,
                            .kv_budget_bytes = (size_t)bytes,
                            .kv_budget_tokens = (size_t)tokens,
-                           .backend = a->gpu >= 0};
+                           .backend = a->gpu >= 0,
+                           .numerics = a->numerics};
     if ((err = grpo_policy_open(&c->pol, a->model, &po)) != GRPO_OK)
         return err;
     const grpo_rollout_backend *be = grpo_policy_backend(c->pol);
@@ -127,7 +130,8 @@ open_all(grpo_run *c, const grpo_run_opts *a)
         grpo_policy_opts ro = {.tokenizer = a->tokenizer,
                                .template_name = a->template_name,
                                .n_threads = a->threads,
-                               .backend = a->gpu >= 0};
+                               .backend = a->gpu >= 0,
+                               .numerics = a->numerics};
         if ((err = grpo_policy_open(&c->ref, a->ref_model, &ro)) != GRPO_OK)
             return err;
         if (grpo_policy_backend(c->ref)->vocab != be->vocab)

@@ -236,6 +236,103 @@ gemm_all_dtypes(void **state)
     grpo_kernels_destroy(k3);
 }
 
+/* The test's own Q8 quantization of n values (kernels.h: d = amax / 127, q = rint(v * 127 / amax)).
+ */
+static void
+q8_quant(const float *v, int n, int8_t *q, float *d)
+{
+    for (int b = 0; b < n / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(v[b * 32 + i]));
+        d[b] = amax / 127.0f;
+        float id = amax > 0 ? 127.0f / amax : 0;
+        for (int i = 0; i < 32; i++)
+            q[b * 32 + i] = (int8_t)rintf(v[b * 32 + i] * id);
+    }
+}
+
+/* The Q8 option: FP8 weights requantized per 32 columns as the definition says; the GEMM equals
+ * the definition's arithmetic bit for bit (integer lanes of 4 columns, fma by dw * dx per block in
+ * order, the 8-lane tree) on the AVX2 and the portable kernel, whatever M and the thread count;
+ * and stays within 2% of sum |x.w| of the exact product. */
+static void
+gemm_q8_option(void **state)
+{
+    (void)state;
+    grpo_kernels *k1 = NULL, *k3 = NULL;
+    grpo_kernels_cpu_set_min_parallel(0);
+    assert_int_equal(grpo_kernels_cpu_create(&k1, 1), GRPO_OK);
+    assert_int_equal(grpo_kernels_cpu_create(&k3, 3), GRPO_OK);
+    const int M = 7, N = 130, K = 320, S = K / 32;
+    mat m;
+    make_mat(&m, GRPO_DT_F8E4M3, N, K);
+    int8_t *wq = malloc((size_t)N * K), *xq = malloc((size_t)M * K), *tq = malloc(K);
+    float *wd = malloc((size_t)N * S * 4), *xd = malloc((size_t)M * S * 4), *td = malloc(S * 4);
+    float *x = malloc((size_t)M * K * 4), *y = malloc((size_t)M * N * 4), *y1 = malloc(N * 4);
+    float *row = malloc(K * 4);
+    assert_int_equal(grpo_kw_to_q8(&m.w, wq, wd), 0);
+    for (int n = 0; n < N; n++) { /* the requantization, against the test's own */
+        for (int c = 0; c < K; c++)
+            row[c] = (float)m.ref[(size_t)n * K + c];
+        q8_quant(row, K, tq, td);
+        assert_memory_equal(tq, wq + (size_t)n * K, K);
+        assert_memory_equal(td, wd + (size_t)n * S, S * 4);
+    }
+    grpo_kw w = grpo_kw_q8(wq, wd, N, K);
+    for (int i = 0; i < M * K; i++)
+        x[i] = frand() * (i % 7 == 0 ? 30.0f : 1.0f);
+    for (int i = 0; i < K; i++)
+        x[3 * K + i] = 0; /* an all-zero row: scale 0, output 0 */
+    for (int r = 0; r < M; r++)
+        q8_quant(x + (size_t)r * K, K, xq + (size_t)r * K, xd + (size_t)r * S);
+    for (int portable = 0; portable < 2; portable++) {
+        grpo_kernels_cpu_set_portable(portable);
+        k3->gemm(k3, M, x, K, &w, y, N);
+        double worst = 0;
+        for (int r = 0; r < M; r++)
+            for (int n = 0; n < N; n++) {
+                float acc[8] = {0};
+                double exact = 0, mag = 0;
+                for (int b = 0; b < S; b++) {
+                    float sc = wd[(size_t)n * S + b] * xd[(size_t)r * S + b];
+                    for (int l = 0; l < 8; l++) {
+                        int32_t t = 0;
+                        for (int i = 0; i < 4; i++) {
+                            size_t c = (size_t)b * 32 + (size_t)l * 4 + (size_t)i;
+                            t += wq[(size_t)n * K + c] * xq[(size_t)r * K + c];
+                        }
+                        acc[l] = fmaf((float)t, sc, acc[l]);
+                    }
+                }
+                float want = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                             ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+                assert_memory_equal(&want, &y[r * N + n], 4);
+                for (int c = 0; c < K; c++) {
+                    exact += (double)x[r * K + c] * m.ref[(size_t)n * K + c];
+                    mag += fabs((double)x[r * K + c] * m.ref[(size_t)n * K + c]);
+                }
+                double e = fabs(y[r * N + n] - exact) / (mag > 0 ? mag : 1);
+                worst = e > worst ? e : worst;
+            }
+        assert_true(worst < 2e-2);
+        for (int r = 0; r < M; r++) { /* one row alone, one thread: the same bits */
+            k1->gemm(k1, 1, x + (size_t)r * K, K, &w, y1, N);
+            assert_memory_equal(y1, y + (size_t)r * N, (size_t)N * 4);
+        }
+    }
+    grpo_kernels_cpu_set_portable(0);
+    mat bad; /* K not a multiple of 32: refused */
+    make_mat(&bad, GRPO_DT_BF16, 4, 40);
+    assert_int_equal(grpo_kw_to_q8(&bad.w, wq, wd), -1);
+    free_mat(&bad);
+    free_mat(&m);
+    free(wq), free(xq), free(tq), free(wd), free(xd), free(td), free(x), free(y), free(y1);
+    free(row);
+    grpo_kernels_destroy(k1);
+    grpo_kernels_destroy(k3);
+}
+
 /* The AVX-512VL GEMM micro-kernel (6 rows at a time) gives the bits of the AVX2 one (3 rows) for
  * every batch size, ragged K (several KB blocks and a tail) and every dtype; and a weight row's
  * outputs do not depend on the tile it falls in. */
@@ -485,6 +582,7 @@ main(void)
         cmocka_unit_test(e4m3_values),     cmocka_unit_test(fp8_paths_agree),
         cmocka_unit_test(gemm_all_dtypes), cmocka_unit_test(gemm_isa_same_bits),
         cmocka_unit_test(mla_attention),   cmocka_unit_test(router_follows_reference),
+        cmocka_unit_test(gemm_q8_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

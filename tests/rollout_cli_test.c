@@ -118,6 +118,50 @@ test_rollout_replay(void **state)
     assert_int_equal(run("%s replay --db %s", bin, db1), 2);
 }
 
+#define ROLL_FP8                                                                                   \
+    "%s rollout --model %s/tests/data/tiny_models/fp8 --prompts %s/data/tiny_prompts.jsonl"        \
+    " --group 4 --max-new-tokens 12 --temperature 1.0"
+
+/* --numerics q8: the same completions with 1 and 2 threads, other completions than the exact
+ * path's, the numerics recorded with each group, and replay bit-identical from the record. */
+static void
+test_numerics_q8(void **state)
+{
+    (void)state;
+    char dq[512], dq1[512], de[512];
+    snprintf(dq, sizeof dq, "%s/q8.db", tmpdir);
+    snprintf(dq1, sizeof dq1, "%s/q8t1.db", tmpdir);
+    snprintf(de, sizeof de, "%s/exact.db", tmpdir);
+    assert_int_equal(run(ROLL_FP8 " --db %s --threads 2 --numerics q8", bin, src, src, dq), 0);
+    assert_int_equal(run(ROLL_FP8 " --db %s --threads 1 --numerics q8", bin, src, src, dq1), 0);
+    assert_int_equal(run(ROLL_FP8 " --db %s --threads 2", bin, src, src, de), 0);
+    static char b1[1 << 16], b2[1 << 16], b3[1 << 16];
+    size_t n1 = token_blobs(dq, b1, sizeof b1), n2 = token_blobs(dq1, b2, sizeof b2);
+    size_t n3 = token_blobs(de, b3, sizeof b3);
+    assert_true(n1 > 0);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    assert_true(n1 != n3 || memcmp(b1, b3, n1) != 0); /* not the exact path's */
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(dq, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h,
+                                        "SELECT count(*) FROM groups WHERE sampling_json LIKE "
+                                        "'%\"numerics\":\"q8\"%'",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 4);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    for (int id = 1; id <= 16; id += 5) {
+        assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, dq, id), 0);
+        assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
+    }
+    assert_int_equal(run(ROLL_FP8 " --db %s --numerics fp4", bin, src, src, dq), 2);
+    assert_non_null(strstr(slurp("out.txt"), "expected \"exact\" or \"q8\""));
+}
+
 static void
 test_budget_and_bad_lines(void **state)
 {
@@ -497,9 +541,13 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rollout_replay), cmocka_unit_test(test_budget_and_bad_lines),
-        cmocka_unit_test(test_publish),        cmocka_unit_test(test_gpu_flag),
-        cmocka_unit_test(test_resume),         cmocka_unit_test(test_weights_update),
+        cmocka_unit_test(test_rollout_replay),
+        cmocka_unit_test(test_numerics_q8),
+        cmocka_unit_test(test_budget_and_bad_lines),
+        cmocka_unit_test(test_publish),
+        cmocka_unit_test(test_gpu_flag),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_weights_update),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -43,11 +43,23 @@ typedef struct grpo_model_config {
 
 typedef struct grpo_model grpo_model;
 
+/* Numerics of the forward. EXACT: fp32 activations, weights dequantized exactly (matches
+ * transformers). Q8 (CPU backend only): FP8 projection and expert weights requantized at load to
+ * int8 per 32 columns and activations quantized per row and 32 columns at each of those GEMMs,
+ * integer dot products (llama.cpp's Q8_0 numerics); faster on AVX2 CPUs, not the exact path:
+ * docs/model.md gives its measured accuracy. Both keep outputs independent of batch and threads. */
+typedef enum grpo_numerics { GRPO_NUMERICS_EXACT = 0, GRPO_NUMERICS_Q8 = 1 } grpo_numerics;
+
 typedef struct grpo_model_opts {
     int n_threads; /* CPU threads for the forward; <= 0: all CPUs */
     int backend;   /* 0 = CPU, 1 = CUDA (when built) */
     int load_mtp;  /* keep the MTP module (layer num_hidden_layers) when present */
+    int numerics;  /* grpo_numerics (0 = exact) */
 } grpo_model_opts;
+
+/* "exact" or "q8" into *out; GRPO_EINVAL naming the accepted values otherwise. */
+grpo_err grpo_numerics_parse(const char *s, int *out);
+const char *grpo_numerics_name(int numerics);
 
 /* GRPO_OK when grpo_model_load() can use `backend` here: 0 always; 1 when this build has the CUDA
  * backend, its module loads and a device is visible (else the reason, as grpo_model_load would
@@ -66,6 +78,8 @@ grpo_err grpo_model_config_parse(grpo_model_config *cfg, const char *json, size_
                                  const char *where);
 /* True when the checkpoint's MTP module (layer num_hidden_layers) was found and loaded. */
 int grpo_model_has_mtp(const grpo_model *m);
+/* The numerics the model was loaded with (grpo_numerics). */
+int grpo_model_numerics(const grpo_model *m);
 /* Bytes of weights the forward reads per token at batch 1 (dense layers + attention + the
  * top-k routed and shared experts + lm_head), for bandwidth estimates. */
 double grpo_model_bytes_per_token(const grpo_model *m);

@@ -78,6 +78,7 @@ typedef struct grpo_run_opts {
     int32_t window;            /* unacknowledged batches before publishing blocks (default 4) */
     int32_t max_batch;         /* decode rows per forward (default 256) */
     int32_t gpu;               /* >= 0: the CUDA backend (the device chosen by the caller) */
+    int32_t numerics;          /* grpo_numerics of the policy and reference (0 = exact) */
     int32_t rescore;           /* recompute policy logprobs by teacher forcing */
     int32_t resume;            /* continue the newest unfinished run with these options */
     grpo_run_gen gen;

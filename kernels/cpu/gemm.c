@@ -391,6 +391,10 @@ grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int
                 memset(y + (size_t)m * ldy + (size_t)h * yhs, 0, (size_t)N * 4);
         return;
     }
+    if (w->dt == GRPO_DT_Q8) {
+        grpo_cpu__gemm_q8(k, M, H, x, ldx, xhs, w, wrs, N, y, ldy, yhs);
+        return;
+    }
     grpo_cpu__run(k, (double)M * H * N * w->cols, (size_t)H * (size_t)c.tiles, gemm_range, &c);
 }
 

@@ -27,7 +27,10 @@ _vp, _cp, _i32, _u64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.
 class _PolicyOpts(ctypes.Structure):  # grpo_policy_opts
     _fields_ = [("tokenizer", _cp), ("template_name", _cp), ("n_threads", ctypes.c_int),
                 ("kv_budget_bytes", ctypes.c_size_t), ("kv_budget_tokens", ctypes.c_size_t),
-                ("backend", ctypes.c_int)]
+                ("backend", ctypes.c_int), ("numerics", ctypes.c_int)]
+
+
+NUMERICS = {"exact": 0, "q8": 1}  # grpo_numerics
 
 
 class _Prompt(ctypes.Structure):  # grpo_prompt
@@ -171,15 +174,20 @@ class Engine:
     template: chat template "r1" (default), "v3" or "none"; tokenizer: another tokenizer.json;
     threads: forward threads (0: all CPUs); kv_budget_tokens / kv_budget_bytes: the KV pool
     (default 1 GiB); reward_config: the reward composition (grpo.Verifier's config; default
-    math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format, format = 1.0*format)."""
+    math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format, format = 1.0*format);
+    numerics: "exact" (default: fp32, matches transformers) or "q8" (CPU: FP8 weights and the
+    activations in int8 per 32 columns; faster batch-1 decode, not exact: docs/model.md)."""
 
     def __init__(self, model_dir: str, *, template: str = "r1", tokenizer: Optional[str] = None,
                  threads: int = 0, kv_budget_tokens: int = 0, kv_budget_bytes: int = 0,
-                 reward_config: Union[None, str, Dict[str, Any]] = None, verify_threads: int = 2):
+                 reward_config: Union[None, str, Dict[str, Any]] = None, verify_threads: int = 2,
+                 numerics: str = "exact"):
+        if numerics not in NUMERICS:
+            raise ValueError(f"numerics {numerics!r}: expected one of {sorted(NUMERICS)}")
         self._pol = _vp()
         self._verifier = Verifier(reward_config, threads=verify_threads)
         po = _PolicyOpts(tokenizer.encode() if tokenizer else None, template.encode(), threads,
-                         kv_budget_bytes, kv_budget_tokens, 0)
+                         kv_budget_bytes, kv_budget_tokens, 0, NUMERICS[numerics])
         _check(_lib.grpo_policy_open(ctypes.byref(self._pol), str(model_dir).encode(),
                                      ctypes.byref(po)), str(model_dir))
         self.template = _lib.grpo_policy_template(self._pol).decode()

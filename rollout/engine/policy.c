@@ -100,6 +100,7 @@ grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opt
     grpo_model_opts mo = {0};
     mo.n_threads = o.n_threads;
     mo.backend = o.backend;
+    mo.numerics = o.numerics;
     grpo_err err = grpo_model_load(&p->model, model_dir, &mo);
     if (err != GRPO_OK)
         goto done;

@@ -325,7 +325,7 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
 grpo_err
 grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
 {
-    grpo_model_opts defaults = {0, 0, 1};
+    grpo_model_opts defaults = {0, 0, 1, 0};
     if (opts == NULL)
         opts = &defaults;
     *out = NULL;
@@ -336,6 +336,10 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
 #endif
     if (opts->backend != 0 && opts->backend != 1)
         return grpo__fail(GRPO_EINVAL, "model: unknown backend %d", opts->backend);
+    if (opts->numerics != GRPO_NUMERICS_EXACT && opts->numerics != GRPO_NUMERICS_Q8)
+        return grpo__fail(GRPO_EINVAL, "model: unknown numerics %d", opts->numerics);
+    if (opts->numerics == GRPO_NUMERICS_Q8 && opts->backend != 0)
+        return grpo__fail(GRPO_EUNSUPPORTED, "model: numerics q8 is a CPU backend option");
     grpo_model *m = calloc(1, sizeof *m);
     if (m == NULL || (m->dir = strdup(dir)) == NULL) {
         free(m);
@@ -354,6 +358,9 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
         (err = grpo_model__bind_weights(m, opts->load_mtp)) != GRPO_OK ||
         (err = rope_init(m)) != GRPO_OK || (err = open_kernels(m, opts)) != GRPO_OK)
         goto done;
+    m->numerics = opts->numerics;
+    if (m->numerics == GRPO_NUMERICS_Q8)
+        err = grpo_model__requant_q8(m);
 done:
     cJSON_Delete(cj);
     free(cpath);
@@ -421,9 +428,33 @@ static double
 kw_bytes(const grpo_kw *w)
 {
     double b = (double)w->rows * w->cols * (double)grpo_dtype_size(w->dt);
-    if (w->dt == GRPO_DT_F8E4M3)
+    if (w->dt == GRPO_DT_F8E4M3 || w->dt == GRPO_DT_Q8)
         b += 4.0 * ((w->rows + w->br - 1) / w->br) * w->scale_cols;
     return b;
+}
+
+int
+grpo_model_numerics(const grpo_model *m)
+{
+    return m->numerics;
+}
+
+grpo_err
+grpo_numerics_parse(const char *s, int *out)
+{
+    if (s != NULL && strcmp(s, "exact") == 0)
+        *out = GRPO_NUMERICS_EXACT;
+    else if (s != NULL && strcmp(s, "q8") == 0)
+        *out = GRPO_NUMERICS_Q8;
+    else
+        return grpo__fail(GRPO_EINVAL, "numerics \"%s\": expected \"exact\" or \"q8\"", s ? s : "");
+    return GRPO_OK;
+}
+
+const char *
+grpo_numerics_name(int numerics)
+{
+    return numerics == GRPO_NUMERICS_Q8 ? "q8" : "exact";
 }
 
 static double

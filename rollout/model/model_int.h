@@ -98,11 +98,14 @@ struct grpo_model {
     void (*debug_hidden)(void *ctx, int stage, int rows, int hidden, const float *h);
     void *debug_ctx;
     void *scratch; /* the forward's grow-only scratch block (forward.c) */
+    int numerics;  /* grpo_numerics */
     int naive_heads; /* tests: heads per naive-attention group (0 = default) */
     size_t scratch_size;
 };
 
 grpo_err grpo_model__bind_weights(grpo_model *m, int load_mtp);
+/* The Q8 numerics option: FP8 GEMM weights requantized into owned buffers (requant.c). */
+grpo_err grpo_model__requant_q8(grpo_model *m);
 void *grpo_model__own(grpo_model *m, size_t bytes);
 
 /* ---- KV pool ---- */

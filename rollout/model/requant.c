@@ -1,0 +1,70 @@
+/* The Q8 numerics option: after binding, every FP8 matrix the forward multiplies with the plain
+ * GEMM (projections, dense and expert MLPs, the lm_head when it is FP8) is requantized to int8
+ * with one scale per 32 columns (kernels.h, GRPO_DT_Q8) into buffers the model owns. kv_b stays
+ * in FP8: attention applies it per head (gemm_heads / gemm_t_heads), on the exact path. BF16 and
+ * F32 matrices (the embedding, a BF16 lm_head, the router) stay as they are. */
+#include "rollout/model/model_int.h"
+
+#include <stdlib.h>
+
+static grpo_err
+requant(grpo_model *m, grpo_kw *w)
+{
+    if (w->data == NULL || w->dt != GRPO_DT_F8E4M3 || w->cols % GRPO_Q8_BLOCK != 0)
+        return GRPO_OK;
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    int8_t *q = grpo_model__own(m, n);
+    float *s = grpo_model__own(m, n / GRPO_Q8_BLOCK * sizeof *s);
+    if (q == NULL || s == NULL || grpo_kw_to_q8(w, q, s) != 0)
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory requantizing to Q8");
+    *w = grpo_kw_q8(q, s, w->rows, w->cols);
+    return GRPO_OK;
+}
+
+static grpo_err
+requant_mlp(grpo_model *m, grpo_mlp_w *w)
+{
+    grpo_err err;
+    if ((err = requant(m, &w->gate)) != GRPO_OK || (err = requant(m, &w->up)) != GRPO_OK)
+        return err;
+    return requant(m, &w->down);
+}
+
+static grpo_err
+requant_layer(grpo_model *m, grpo_layer_w *l)
+{
+    grpo_kw *mats[] = {&l->q_proj, &l->q_a, &l->q_b, &l->kv_a, &l->o};
+    grpo_err err = GRPO_OK;
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0] && err == GRPO_OK; i++)
+        err = requant(m, mats[i]);
+    if (err == GRPO_OK && !l->moe)
+        return requant_mlp(m, &l->mlp);
+    for (int e = 0; err == GRPO_OK && e < m->cfg.n_routed_experts; e++)
+        err = requant_mlp(m, &l->experts[e]);
+    if (err == GRPO_OK && m->cfg.n_shared_experts > 0)
+        err = requant_mlp(m, &l->shared);
+    return err;
+}
+
+grpo_err
+grpo_model__requant_q8(grpo_model *m)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_err err = GRPO_OK;
+    if (m->lm_head.data != m->embed.data) /* a tied head is the embedding: a row lookup too */
+        err = requant(m, &m->lm_head);
+    for (int i = 0; err == GRPO_OK && i < c->num_hidden_layers; i++) {
+        err = requant_layer(m, &m->layers[i]);
+        if (i % 8 == 7 || i == c->num_hidden_layers - 1)
+            grpo_log(GRPO_LOG_DEBUG, "model: Q8 requantization, layer %d of %d", i + 1,
+                     c->num_hidden_layers);
+    }
+    if (err == GRPO_OK && m->mtp != NULL) {
+        err = requant_layer(m, &m->mtp->layer);
+        if (err == GRPO_OK)
+            err = requant(m, &m->mtp->eh_proj);
+        if (err == GRPO_OK && m->mtp->head.data != m->embed.data)
+            err = requant(m, &m->mtp->head);
+    }
+    return err;
+}

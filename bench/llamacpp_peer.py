@@ -58,6 +58,8 @@ def parse_args(argv=None):
     ap.add_argument("--group", type=int, default=64, help="G (default 64)")
     ap.add_argument("--new", type=int, default=64, help="N (default 64)")
     ap.add_argument("--memcpy-mb", type=int, default=256)
+    ap.add_argument("--numerics", default="exact", choices=["exact", "q8"],
+                    help="grpo's numerics (grpo rollout --help): exact (default) or q8")
     ap.add_argument("--only", default="decode,prefill,shared,indep",
                     help="comma-separated measures to run (default all)")
     ap.add_argument("--verbose", action="store_true", help="echo each command and its time")
@@ -223,7 +225,8 @@ class Peer:
         a = self.a
         out = run([a.grpo, "bench", "forward", "--model", a.model, "--batches", "1,1",
                    "--prompt-len", str(a.prompt_len), "--steps", str(a.decode_steps),
-                   "--threads", str(a.threads), "--memcpy-mb", str(a.memcpy_mb)], a.verbose)
+                   "--threads", str(a.threads), "--memcpy-mb", str(a.memcpy_mb),
+                   "--numerics", a.numerics], a.verbose)
         f = parse_grpo_forward(out)
         self.memcpy.append(f["memcpy_gbps"])
         if "prefill" in a.only:
@@ -252,7 +255,7 @@ class Peer:
         a = self.a
         out = run([a.grpo, "bench", "rollout", "--model", a.model, "--no-hf", "--scenarios", scen,
                    "--prompt-len", str(a.prompt_len), "--group", str(a.group), "--new", str(a.new),
-                   "--threads", str(a.threads)], a.verbose)
+                   "--threads", str(a.threads), "--numerics", a.numerics], a.verbose)
         self.add((key, "grpo"), parse_grpo_rollout(out, label))
 
     def llama_batched(self, shared, key):
@@ -301,7 +304,8 @@ def table(peer, a):
             ("shared", f"1 prompt x {G} samples x {N} tokens, incl. prefill (generated tok/s)",
              False),
             ("indep", f"{G} independent {P}-token prompts x {N} tokens (generated tok/s)", False)]
-    lines = ["| measure | grpo (median, range) | llama.cpp (median, range) | grpo/llama.cpp |",
+    lines = [f"| measure | grpo, numerics {a.numerics} (median, range) | llama.cpp (median, range) "
+             "| grpo/llama.cpp |",
              "|---|---|---|---|"]
     for key, name, pct in rows:
         g, ll = peer.res.get((key, "grpo"), []), peer.res.get((key, "llama"), [])

@@ -26,6 +26,7 @@ typedef struct bench_args {
     const char *kv_budget;
     int hf;
     unsigned scenarios; /* bit w set: run scenario w (0 shared, 1 independent, 2 batch-1) */
+    int numerics;       /* grpo_numerics */
 } bench_args;
 
 typedef struct bench_result {
@@ -49,6 +50,7 @@ usage(FILE *f)
                "  --group G          samples, and independent prompts (default 64)\n"
                "  --new N            tokens generated per sample (default 64)\n"
                "  --threads N        forward threads (default: all CPUs)\n"
+               "  --numerics N       exact (default) or q8 (grpo rollout --help)\n"
                "  --kv-budget B      KV pool bytes (default 1G)\n"
                "  --scenarios LIST   comma-separated subset of shared,independent,batch1\n"
                "                     (default: all three, in that order)\n"
@@ -98,6 +100,7 @@ run_scenario(const bench_args *a, int which, bench_result *out)
     po.template_name = "none";
     po.n_threads = a->threads;
     po.kv_budget_bytes = (size_t)budget;
+    po.numerics = a->numerics;
     grpo_policy *pol = NULL;
     grpo_rollout *r = NULL;
     int32_t *prompts = NULL;
@@ -333,16 +336,13 @@ grpo_bench_rollout(int argc, char **argv)
         usage(stdout);
         return CLI_OK;
     }
-    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1, 7u};
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"prompt-len", required_argument, 0, 'l'},
-                                         {"group", required_argument, 0, 'g'},
-                                         {"new", required_argument, 0, 'n'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"kv-budget", required_argument, 0, 'k'},
-                                         {"no-hf", no_argument, 0, 'h'},
-                                         {"scenarios", required_argument, 0, 's'},
-                                         {0, 0, 0, 0}};
+    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1, 7u, GRPO_NUMERICS_EXACT};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},    {"prompt-len", required_argument, 0, 'l'},
+        {"group", required_argument, 0, 'g'},    {"new", required_argument, 0, 'n'},
+        {"threads", required_argument, 0, 't'},  {"kv-budget", required_argument, 0, 'k'},
+        {"no-hf", no_argument, 0, 'h'},          {"scenarios", required_argument, 0, 's'},
+        {"numerics", required_argument, 0, 'q'}, {0, 0, 0, 0}};
     int c;
     optind = 1;
     opterr = 0;
@@ -357,6 +357,10 @@ grpo_bench_rollout(int argc, char **argv)
         case 'k':
             a.kv_budget = optarg;
             break;
+        case 'q':
+            if (grpo_numerics_parse(optarg, &a.numerics) != GRPO_OK)
+                return cli_usage(CMD, "--numerics: %s", grpo_error_last());
+            continue;
         case 'h':
             a.hf = 0;
             continue;

@@ -117,11 +117,13 @@ _SIGS = {
     "grpo_rollout_pop": (ctypes.POINTER(_Group), [_vp, ctypes.c_int]),
     "grpo_rollout_group_free": (None, [ctypes.POINTER(_Group)]),
     "grpo_adv_opts_default": (None, [ctypes.POINTER(_AdvOpts)]),
-    "grpo_advantages": (ctypes.c_int, [ctypes.POINTER(_AdvOpts), ctypes.POINTER(ctypes.c_double),
-                                       ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64),
-                                       ctypes.c_size_t, ctypes.POINTER(ctypes.c_double),
-                                       ctypes.POINTER(ctypes.c_double),
-                                       ctypes.POINTER(ctypes.c_uint8)]),
+    "grpo_advantages_masked": (ctypes.c_int, [ctypes.POINTER(_AdvOpts),
+                                              ctypes.POINTER(ctypes.c_double), ctypes.c_size_t,
+                                              ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t,
+                                              ctypes.POINTER(ctypes.c_double),
+                                              ctypes.POINTER(ctypes.c_uint8),
+                                              ctypes.POINTER(ctypes.c_double),
+                                              ctypes.POINTER(ctypes.c_uint8)]),
 }
 _lib = n.lib
 for _name, (_res, _args) in _SIGS.items():
@@ -299,7 +301,7 @@ class Engine:
                   "max_tokens": max_new, "truncated": fin == "length"}
                  for (_, raw, toks, _, fin) in samples]
         rewards = self._verifier.score_batch(batch)
-        adv, zero = _advantages([r.reward for r in rewards])
+        adv, zero = _advantages([r.reward for r in rewards], [r.skipped for r in rewards])
         return Group(pid, rec, ids, rendered,
                      [Completion(idx, raw.decode("utf-8", "replace"), raw, toks, lps, fin, r, a)
                       for (idx, raw, toks, lps, fin), r, a in zip(samples, rewards, adv)], zero)
@@ -323,14 +325,18 @@ class Engine:
             pass
 
 
-def _advantages(rewards: List[float]):
-    """GRPO advantages of one group (grpo_advantages with its defaults, as `grpo rollout`)."""
+def _advantages(rewards: List[float], skipped: Sequence[bool]):
+    """GRPO advantages of one group, as `grpo rollout` computes them (grpo_run_advantages:
+    grpo_advantages_masked with its defaults): a sample the verifiers skipped gets 0 and is left
+    out of the group's mean and std."""
     g = len(rewards)
     o = _AdvOpts()
     _lib.grpo_adv_opts_default(ctypes.byref(o))
     r = (ctypes.c_double * g)(*rewards)
+    inc = (ctypes.c_uint8 * g)(*[0 if s else 1 for s in skipped])
     adv = (ctypes.c_double * g)()
     offs = (ctypes.c_int64 * 2)(0, g)
     flags = (ctypes.c_uint8 * 1)()
-    _check(_lib.grpo_advantages(ctypes.byref(o), r, g, offs, 1, None, adv, flags), "advantages")
+    _check(_lib.grpo_advantages_masked(ctypes.byref(o), r, g, offs, 1, None, inc, adv, flags),
+           "advantages")
     return list(adv), bool(flags[0] & 1)

@@ -77,3 +77,19 @@ def test_bad_input_is_an_error(engine):
         engine.rollout(["hi"], temperature=-1)
     with pytest.raises(RuntimeError, match="nosuchdir"):
         grpo.Engine(str(ROOT / "nosuchdir"))
+
+
+def test_skipped_samples_get_no_advantage():
+    """A sample the verifiers skipped (e.g. unreadable gold) gets advantage 0 and is left out of
+    its group's statistics: the others' advantages are those of the group without it (what
+    `grpo rollout` does through grpo_run_advantages)."""
+    from grpo.engine import _advantages
+    rewards = [1.0, 0.0, 1.0, 7.5, 0.2]
+    adv, zero = _advantages(rewards, [False, False, False, True, False])
+    alone, zero_alone = _advantages([1.0, 0.0, 1.0, 0.2], [False] * 4)
+    assert adv[3] == 0.0 and not zero and not zero_alone
+    assert [adv[i] for i in (0, 1, 2, 4)] == alone
+    plain, _ = _advantages(rewards, [False] * 5)
+    assert plain[0] != adv[0]  # the skipped reward would have moved the mean
+    adv, zero = _advantages([0.0, 1.0], [True, True])
+    assert adv == [0.0, 0.0] and zero

@@ -18,6 +18,7 @@ int grpo_cmd_serve(int argc, char **argv);
 int grpo_cmd_worker(int argc, char **argv);
 int grpo_cmd_replay(int argc, char **argv);
 int grpo_cmd_bench(int argc, char **argv);
+int grpo_cmd_plan(int argc, char **argv);
 
 int grpo_bench_store(int argc, char **argv);
 int grpo_bench_forward(int argc, char **argv);

@@ -137,4 +137,40 @@ grpo_err grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item 
 #ifdef __cplusplus
 }
 #endif
+/* ---- capacity planning (`grpo plan`; rollout/model/plan.c) ---- */
+typedef enum grpo_kv_dtype { GRPO_KV_F32 = 0, GRPO_KV_BF16 = 1, GRPO_KV_FP8 = 2 } grpo_kv_dtype;
+/* Bytes of one token's latent cache row in one layer: f32 4 x (kv_lora_rank + rope dim); BF16
+ * half that; FP8 (the FlashMLA / vLLM fp8_e4m3 layout) the latent in E4M3 with one fp32 scale per
+ * 128 values and the rope key in BF16 (656 B for DeepSeek-V3). */
+double grpo_kv_row_bytes(const grpo_model_config *c, int kv_dtype);
+
+typedef struct grpo_plan_opts {
+    int32_t gpus;         /* routed experts split over them; the rest replicated (default 8) */
+    double gpu_mem_bytes; /* per GPU (default an H200: 143,771 MiB) */
+    double mem_fraction;  /* of it for weights + KV cache; the rest for activations (0.90) */
+    int32_t kv_dtype;     /* grpo_kv_dtype (default BF16) */
+    int32_t group;        /* samples per prompt G (default 64) */
+    int64_t ctx;          /* tokens per sample, prompt included (default 32768) */
+    int64_t prompt;       /* tokens of it shared by the group's samples (default 0) */
+    int32_t mtp;          /* count the checkpoint's MTP modules on every GPU */
+} grpo_plan_opts;
+
+typedef struct grpo_plan {
+    double params_total, params_mtp;      /* parameters (MTP modules apart) */
+    double weights_total, weights_mtp;    /* bytes in the checkpoint's dtypes */
+    double weights_replicated;            /* attention, dense layers, shared experts, vocab */
+    double weights_experts;               /* all routed experts */
+    double weights_per_gpu;               /* replicated + this GPU's experts (+ MTP if asked) */
+    int32_t experts_per_gpu, fits;        /* fits: weights leave room for a KV cache */
+    double kv_bytes_per_token;            /* every layer's latent row */
+    double kv_bytes_per_gpu;              /* memory left for the cache on each GPU */
+    int64_t tokens_per_gpu, tokens_total; /* cache capacity in whole pages */
+    int64_t tokens_per_group;             /* one group at ctx: shared prompt pages + G samples */
+    int64_t groups_per_gpu, groups_total; /* groups at ctx that fit at once */
+    int64_t max_ctx_at_group;             /* longest ctx per sample with one group per GPU */
+} grpo_plan;
+
+void grpo_plan_opts_default(grpo_plan_opts *o);
+grpo_err grpo_plan_compute(const grpo_model_config *c, const grpo_plan_opts *o, grpo_plan *p);
+
 #endif

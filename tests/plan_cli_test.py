@@ -1,0 +1,74 @@
+"""`grpo plan` on DeepSeek-R1's config (tests/data/plan) for 8 x H200, against figures worked out
+by hand here: the checkpoint's layout counted tensor by tensor (FP8 projections with an fp32
+scale per 128 x 128 block, BF16 embedding / lm_head / router / norms, fp32 router bias)."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+GRPO = os.environ.get("GRPO_BIN") or sys.argv[1]
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "plan",
+                      "deepseek-r1-config.json")
+H, V, L, DENSE, E, I, MI = 7168, 129280, 61, 3, 256, 18432, 2048
+
+
+def fp8(rows, cols):
+    return rows * cols + 4 * math.ceil(rows / 128) * math.ceil(cols / 128)
+
+
+# attention: q_a 1536x7168, q_b 24576x1536, kv_a 576x7168, kv_b 32768x512, o 7168x16384
+ATTN = fp8(1536, H) + fp8(128 * 192, 1536) + fp8(576, H) + fp8(128 * 256, 512) + fp8(H, 128 * 128)
+NORMS = 2 * (2 * H + 1536 + 512)
+MLP = lambda n: 2 * fp8(n, H) + fp8(H, n)
+DENSE_LAYER = ATTN + NORMS + MLP(I)
+MOE_LAYER = ATTN + NORMS + 2 * E * H + 4 * E + MLP(MI)  # router, bias, one shared expert
+REPLICATED = DENSE * DENSE_LAYER + (L - DENSE) * MOE_LAYER + 2 * (2 * V * H) + 2 * H
+EXPERTS = (L - DENSE) * E * MLP(MI)
+PER_GPU = REPLICATED + EXPERTS // 8
+MEM = 0.90 * 143771 * 1048576
+
+
+def plan(*args):
+    p = subprocess.run([GRPO, "plan", "--config", CONFIG, "--json", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def main():
+    # 3 dense layers x 583,483,392 + 58 MoE layers x 11,507,286,272 + 2 x 129280 x 7168 + 7168
+    want_params = 3 * 583_483_392 + 58 * 11_507_286_272 + 2 * V * H + H
+    assert want_params == 671_026_419_200
+    r = plan()
+    assert r["params"] == want_params, r
+    assert r["weights_bytes"] == REPLICATED + EXPERTS, (r["weights_bytes"], REPLICATED + EXPERTS)
+    assert r["experts_per_gpu"] == 32 and r["weights_per_gpu_bytes"] == PER_GPU, r
+    assert r["kv_bytes_per_token"] == 61 * 1152 == 70_272  # BF16: 576 values x 2 B x 61 layers
+    tokens = math.floor((MEM - PER_GPU) / (70_272 * 64)) * 64
+    assert r["tokens_per_gpu"] == tokens and r["tokens_total"] == 8 * tokens, r
+    # a group of 64 x 32768 tokens (2,097,152) is larger than a GPU's cache: none fits whole
+    assert r["tokens_per_group"] == 64 * 32768 and r["groups_total"] == 0, r
+    assert r["max_ctx_at_group"] == tokens // 64 // 64 * 64, r
+    # FP8 cache: 512 B latent + 4 x 4 B scales + 64 x 2 B rope key = 656 B per layer
+    f = plan("--kv-dtype", "fp8", "--ctx", "4096", "--prompt", "1024")
+    assert f["kv_bytes_per_token"] == 61 * 656 == 40_016, f
+    pages = math.floor((MEM - PER_GPU) / (40_016 * 64))
+    per_group = 1024 // 64 + 64 * math.ceil((4096 - 1024) / 64)  # 16 + 64 x 48 pages
+    assert f["tokens_per_group"] == per_group * 64, f
+    assert f["groups_per_gpu"] == pages // per_group and f["groups_total"] == 8 * (pages // per_group)
+    # one GPU cannot hold the weights: said, not a negative capacity
+    one = plan("--gpus", "1")
+    assert one["fits"] is False and one["tokens_per_gpu"] == 0, one
+    for bad in (["--kv-dtype", "int4"], ["--gpus", "0"], ["--prompt", "40000"], ["--ctx", "1.5"]):
+        p = subprocess.run([GRPO, "plan", "--config", CONFIG, *bad], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr.strip(), (bad, p.returncode, p.stderr)
+    p = subprocess.run([GRPO, "plan", "--config", CONFIG + ".missing"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1 and "missing" in p.stderr, p.stderr
+    print("plan_cli_test: ok")
+
+
+if __name__ == "__main__":
+    main()

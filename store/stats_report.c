@@ -83,18 +83,26 @@ static const char kl_sql[] =
     " FROM stats_completions WHERE kl_mean IS NOT NULL AND ref_logprob_sum IS NOT NULL"
     " GROUP BY run_id, step ORDER BY run_id, step";
 
-/* The ?4 lowest completion ids of each (run, verifier, kind); text is cut in C (cut_texts). */
+/* ?4 completions of each (run, verifier, kind): the first of each prompt (lowest completion id)
+ * in prompt order of their ids, then the second of each, and so on, so the examples differ;
+ * text is cut in C (grpo_store__cut_texts). */
 static const char example_sql[] =
-    "v AS (SELECT run_id, verifier, kind, label, completion_id,"
-    " row_number() OVER (PARTITION BY run_id, verifier, kind ORDER BY completion_id, idx) AS rank,"
-    " count(*) OVER (PARTITION BY run_id, verifier, kind) AS verdicts FROM stats_rewards)"
+    "v0 AS (SELECT r.run_id AS run_id, r.verifier AS verifier, r.kind AS kind, r.label AS label,"
+    " r.completion_id AS completion_id, r.idx AS idx, g.prompt_id AS prompt_id,"
+    " row_number() OVER (PARTITION BY r.run_id, r.verifier, r.kind, g.prompt_id"
+    " ORDER BY r.completion_id, r.idx) AS per_prompt"
+    " FROM stats_rewards AS r JOIN completions AS c ON c.id = r.completion_id"
+    " JOIN groups AS g ON g.id = c.group_id),"
+    " v AS (SELECT *, row_number() OVER (PARTITION BY run_id, verifier, kind"
+    " ORDER BY per_prompt, completion_id, idx) AS rank,"
+    " count(*) OVER (PARTITION BY run_id, verifier, kind) AS verdicts FROM v0)"
     " SELECT v.run_id AS run_id, v.verifier AS verifier, v.kind AS kind, v.verdicts AS verdicts,"
     " v.rank AS rank, v.label AS label, c.id AS completion_id, c.step AS step,"
-    " g.prompt_id AS prompt_id, c.sample_index AS sample_index, c.reward AS reward,"
+    " v.prompt_id AS prompt_id, c.sample_index AS sample_index, c.reward AS reward,"
     " c.finish_reason AS finish_reason, c.n_tokens AS n_tokens,"
     " coalesce(length(CAST(c.text AS BLOB)), 0) AS text_bytes, coalesce(c.text, '') AS text,"
     " 0 AS text_cut"
-    " FROM v JOIN completions AS c ON c.id = v.completion_id JOIN groups AS g ON g.id = c.group_id"
+    " FROM v JOIN completions AS c ON c.id = v.completion_id"
     " WHERE v.rank <= ?4 ORDER BY v.run_id, v.verifier, v.kind, v.rank";
 
 const char *

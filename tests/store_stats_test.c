@@ -11,6 +11,8 @@
 
 #include "store_test_util.h"
 
+#include "common/common_int.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <sys/wait.h>
@@ -834,12 +836,26 @@ check_examples(int64_t run, int per, int text_bytes)
                 for (int g = 0; g < n_groups; g++)
                     for (int i = 0; i < groups[g].g; i++)
                         total += groups[g].run == rn && groups[g].kind[i][j] == kind;
-                int rank = 0;
-                for (int g = 0; g < n_groups && rank < want; g++)
-                    for (int i = 0; i < groups[g].g && rank < want; i++) {
-                        const rawgroup *x = &groups[g];
-                        if (x->run != rn || x->kind[i][j] != kind)
+                /* the candidates in insertion (id) order, with their index within their prompt */
+                int cg[STEPS * PROMPTS * MAXG], ci[STEPS * PROMPTS * MAXG],
+                    cp[STEPS * PROMPTS * MAXG];
+                int nc = 0;
+                for (int g = 0; g < n_groups; g++)
+                    for (int i = 0; i < groups[g].g; i++) {
+                        if (groups[g].run != rn || groups[g].kind[i][j] != kind)
                             continue;
+                        cg[nc] = g, ci[nc] = i, cp[nc] = 0;
+                        for (int e = 0; e < nc; e++)
+                            cp[nc] += groups[cg[e]].prompt == groups[g].prompt;
+                        nc++;
+                    }
+                int rank = 0;
+                for (int level = 0; rank < want && level < nc; level++)
+                    for (int e = 0; e < nc && rank < want; e++) {
+                        if (cp[e] != level)
+                            continue;
+                        const rawgroup *x = &groups[cg[e]];
+                        int i = ci[e];
                         rank++;
                         assert_int_equal((int64_t)get(&r, row, "run_id"), rn);
                         assert_string_equal(get_s(&r, row, "verifier"), verifiers[v]);
@@ -855,7 +871,7 @@ check_examples(int64_t run, int per, int text_bytes)
                         int len = (int)strlen(x->text[i]);
                         assert_int_equal((int)get(&r, row, "text_bytes"), len);
                         char cut[1000];
-                        if (x == &groups[0] && i == 0) {
+                        if (cg[e] == 0 && i == 0) {
                             odd_text_cut(cut, max), odd_seen = 1;
                             assert_int_equal((int)get(&r, row, "text_cut"), 1);
                         } else { /* ASCII: cut at max exactly */
@@ -1037,6 +1053,57 @@ test_pass_at_k_function(void **state)
 }
 
 #ifdef STORE_TEST_CLI
+static int count(const char *hay, const char *needle);
+
+/* A report's axis tick labels carry no exponent (the -5.55e-17 of a float-noise range). */
+static void
+assert_plain_ticks(const char *html)
+{
+    for (const char *p = html; (p = strstr(p, "class=\"tick\"")) != NULL; p++) {
+        const char *v = strchr(p, '>'), *e = v ? strchr(v, '<') : NULL;
+        assert_non_null(e);
+        for (const char *q = v + 1; q < e; q++)
+            if (*q == 'e')
+                fail_msg("tick label %.*s", (int)(e - v - 1), v + 1);
+    }
+}
+
+static char *
+read_report(const char *db, const char *path)
+{
+    char args[1024], *out = NULL;
+    snprintf(args, sizeof args, "stats --db '%s' --report '%s'", db, path);
+    assert_int_equal(run_grpo(&out, args), 0);
+    free(out);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *html = calloc(1, 1 << 20);
+    size_t n = fread(html, 1, (1 << 20) - 1, f);
+    fclose(f);
+    assert_true(n > 1000);
+    return html;
+}
+
+/* The one-group store of test_degenerate: histograms with one bar, no throughput (the group took
+ * no time) and no KL said in words, no exponent tick anywhere. */
+static void
+test_cli_report_degenerate(void **state)
+{
+    (void)state;
+    char one[300], path[320];
+    snprintf(one, sizeof one, "%s/one.db", dir);
+    snprintf(path, sizeof path, "%s/one.html", dir);
+    char *html = read_report(one, path);
+    assert_int_equal(count(html, "<svg class=\"hist\""), 2);
+    assert_int_equal(count(html, "<rect class=\"hbar\""), 2);
+    assert_int_equal(count(html, "<svg class=\"chart\""), 3); /* the step charts */
+    /* tokens/s and completions/s: no data; KL: no reference policy */
+    assert_int_equal(count(html, "class=\"nodata\""), 3);
+    assert_non_null(strstr(html, "no completion in the selection was sampled with a reference"));
+    assert_plain_ticks(html);
+    free(html);
+}
+
 static int
 count(const char *hay, const char *needle)
 {
@@ -1105,13 +1172,35 @@ test_cli_report(void **state)
     assert_true(n > 1000);
     /* One self-contained file: three inline charts, nothing fetched from elsewhere. */
     assert_int_equal(strncmp(html, "<!DOCTYPE html>", 15), 0);
-    /* three charts against step, then solve-rate and pass-rate bars (per prompt, verifier) */
-    assert_int_equal(count(html, "<svg "), 5);
-    assert_int_equal(count(html, "<svg class=\"bars\""), 2);
+    /* Line charts: three against step, tokens/s and completions/s over time, KL against step;
+     * reward and length histograms; bars per finish reason, prompt, verifier and (a pool: worker
+     * w-odd) worker. */
+    assert_int_equal(count(html, "<svg "), 12);
+    assert_int_equal(count(html, "<svg class=\"chart\""), 6);
+    assert_int_equal(count(html, "<svg class=\"hist\""), 2);
+    assert_int_equal(count(html, "<svg class=\"bars\""), 4);
+    assert_int_equal(count(html, "class=\"nodata\""), 0);
     assert_int_equal(count(html, "src="), 0);
     assert_int_equal(count(html, "href="), 0);
-    /* Each series is one polyline per run: reward (1) + length (3) + fractions (3), 2 runs. */
-    assert_int_equal(count(html, "<polyline"), 7 * 2);
+    assert_int_equal(count(html, "<script"), 0);
+    /* Each series is one polyline per run: reward (1) + length (3) + fractions (3), 2 runs; the
+     * two throughput series, 2 runs; KL (3 series), both runs have steps with a reference. */
+    assert_int_equal(count(html, "<polyline"), 7 * 2 + 2 * 2 + 3 * 2);
+    /* a mark per time bin (20) and run in each throughput chart */
+    char *tp = strstr(html, "Generated tokens per second over the run");
+    assert_non_null(tp);
+    char *tp_end = strstr(tp, "</figure>");
+    *tp_end = '\0';
+    assert_int_equal(count(tp, "<circle class=\"pt\""), 20 * 2);
+    *tp_end = '<';
+    assert_true(grpo__utf8_valid(html, n));
+    /* the first completion's text, escaped, its invalid byte replaced, cut with a marker */
+    assert_non_null(strstr(html, "<pre>\xef\xbf\xbd&lt;b&gt;&amp;\xc3\xa9"));
+    assert_null(strstr(html, "<b>&"));
+    assert_non_null(strstr(html, "cut here: the first 599 bytes of 805 shown"));
+    assert_non_null(strstr(html, "<h2>Example completions per verdict</h2>"));
+    assert_non_null(strstr(html, "<h3>run 1: math, timeout ("));
+    assert_plain_ticks(html);
     assert_non_null(strstr(html, "Reward mean against step"));
     assert_non_null(strstr(html, "Completion length"));
     /* The runs table (header + 2 runs), ..., the per-step table with a row per (run, step). */
@@ -1147,6 +1236,7 @@ main(void)
 #ifdef STORE_TEST_CLI
         cmocka_unit_test(test_cli_formats_and_errors),
         cmocka_unit_test(test_cli_report),
+        cmocka_unit_test(test_cli_report_degenerate),
 #endif
     };
     return cmocka_run_group_tests(tests, setup, teardown);

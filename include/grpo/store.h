@@ -319,8 +319,9 @@ typedef struct grpo_stats_table {
  *                (their difference), logprob_gap_max (largest per-completion |gap| per token)
  *   example      verifier, kind, verdicts (of that kind), rank, label, completion_id, step,
  *                prompt_id, sample_index, reward, finish_reason, n_tokens, text_bytes (stored),
- *                text (cut at a character boundary to text_bytes), text_cut (1 when cut); the
- *                `examples` lowest completion ids of each (run, verifier, kind) */
+ *                text (cut at a character boundary to text_bytes), text_cut (1 when cut);
+ *                `examples` of each (run, verifier, kind): the lowest completion id of each
+ *                prompt in id order, then the second lowest of each, and so on */
 grpo_err grpo_store_stats(grpo_stats_table **out, grpo_store *s, const grpo_stats_opts *opts);
 void grpo_stats_table_free(grpo_stats_table *t);
 

@@ -1104,6 +1104,59 @@ test_cli_report_degenerate(void **state)
     free(html);
 }
 
+/* The tick labels of the first chart are distinct. */
+static void
+assert_distinct_ticks(const char *html)
+{
+    char ticks[64][32];
+    int n = 0;
+    const char *end = strstr(html, "</figure>");
+    for (const char *p = html; (p = strstr(p, "class=\"tick\"")) != NULL && p < end; p++) {
+        const char *v = strchr(p, '>') + 1, *e = strchr(v, '<');
+        assert_true(n < 64 && e - v < 32);
+        snprintf(ticks[n], sizeof ticks[n], "%.*s", (int)(e - v), v);
+        for (int k = 0; k < n; k++)
+            if (strcmp(ticks[k], ticks[n]) == 0 && strchr(ticks[n], '.') != NULL)
+                fail_msg("repeated tick label %s", ticks[n]);
+        n++;
+    }
+    assert_true(n >= 4);
+}
+
+/* Two steps whose reward means differ by float noise (0.1 + 0.2 against 0.3): the reward axis is
+ * padded around 0.3, not cut into 1e-17 steps (which printed 0.3 six times). */
+static void
+test_cli_report_float_noise(void **state)
+{
+    (void)state;
+    char db[300], path[320];
+    snprintf(db, sizeof db, "%s/noise.db", dir);
+    snprintf(path, sizeof path, "%s/noise.html", dir);
+    grpo_store *s = NULL;
+    grpo_store_opts so = {0};
+    assert_int_equal(grpo_store_open(&s, db, &so), GRPO_OK);
+    int64_t run, prompt;
+    assert_int_equal(grpo_store_run_begin(&run, s, NULL), GRPO_OK);
+    grpo_prompt_rec pr = {"noise", 0, "p", NULL, NULL, NULL};
+    assert_int_equal(grpo_store_put_prompt(&prompt, s, &pr), GRPO_OK);
+    uint64_t rng = 7;
+    for (int step = 0; step < 2; step++) {
+        tu_group t;
+        tu_group_make(&t, &rng, run, step, prompt, 1, 1, MAXTOK, 2 - step);
+        t.r[0].kind = 0, t.r[0].score = step ? 0.3 : 0.1;
+        if (step == 0)
+            t.r[1].kind = 0, t.r[1].score = 0.2;
+        assert_int_equal(grpo_store_put_group(s, &t.g), GRPO_OK);
+        tu_group_free(&t);
+    }
+    assert_int_equal(grpo_store_close(s), GRPO_OK);
+    assert_true(0.1 + 0.2 != 0.3);
+    char *html = read_report(db, path);
+    assert_plain_ticks(html);
+    assert_distinct_ticks(strstr(html, "Reward mean against step"));
+    free(html);
+}
+
 static int
 count(const char *hay, const char *needle)
 {
@@ -1237,6 +1290,7 @@ main(void)
         cmocka_unit_test(test_cli_formats_and_errors),
         cmocka_unit_test(test_cli_report),
         cmocka_unit_test(test_cli_report_degenerate),
+        cmocka_unit_test(test_cli_report_float_noise),
 #endif
     };
     return cmocka_run_group_tests(tests, setup, teardown);

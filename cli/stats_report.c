@@ -368,9 +368,21 @@ band(FILE *f, const grpo_stats_table *t, const chart_spec *c, const series *s, c
     fputs("\"/>\n", f);
 }
 
-/* One polyline per run (runs are not joined), then a mark per value. */
+static int run_slot(const grpo_stats_table *t, int64_t r, int *n);
+
+/* The colour of row i: the series', or with per_run the run's. */
+static const char *
+color_of(const grpo_stats_table *t, int32_t i, const series *s, int per_run)
+{
+    int nr;
+    return per_run ? palette[run_slot(t, (int64_t)num(t, i, "run_id"), &nr) % 8] : s->color;
+}
+
+/* One polyline per run (runs are not joined), then a mark per value; per_run: a colour per run
+ * instead of the series'. */
 static void
-line(FILE *f, const grpo_stats_table *t, const chart_spec *c, const series *s, const frame *fr)
+line(FILE *f, const grpo_stats_table *t, const chart_spec *c, const series *s, const frame *fr,
+     int per_run)
 {
     int64_t run = INT64_MIN;
     int open = 0;
@@ -384,7 +396,7 @@ line(FILE *f, const grpo_stats_table *t, const chart_spec *c, const series *s, c
             fputs("\"/>\n", f), open = 0;
         if (!open)
             fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
-                    s->color);
+                    color_of(t, i, s, per_run));
         open = 1, run = r;
         fprintf(f, "%.1f,%.1f ", px(fr, x), py(fr, y));
     }
@@ -398,7 +410,8 @@ line(FILE *f, const grpo_stats_table *t, const chart_spec *c, const series *s, c
         fprintf(f,
                 "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\">"
                 "<title>run %lld: %s</title></circle>\n",
-                px(fr, x), py(fr, y), s->color, (long long)num(t, i, "run_id"), v);
+                px(fr, x), py(fr, y), color_of(t, i, s, per_run), (long long)num(t, i, "run_id"),
+                v);
     }
 }
 
@@ -414,14 +427,25 @@ chart(FILE *f, const grpo_stats_table *t, const chart_spec *c)
         fputs("</figure>\n", f);
         return;
     }
+    int nr;
+    run_slot(t, 0, &nr);
+    int per_run = c->ns == 1 && nr > 1; /* one series: tell the runs apart by colour */
     svg_open(f, "chart", c->title);
     y_axis(f, &fr, c->x_label);
     x_ticks(f, &fr);
     for (int k = 0; k < c->ns; k++) {
         if (c->sv[k].band_col)
             band(f, t, c, &c->sv[k], &fr);
-        line(f, t, c, &c->sv[k], &fr);
-        legend(f, k, c->sv[k].color, c->sv[k].label);
+        line(f, t, c, &c->sv[k], &fr, per_run);
+        if (!per_run)
+            legend(f, k, c->sv[k].color, c->sv[k].label);
+    }
+    for (int32_t i = 0, r = 0; per_run && i < n_rows(t); i++) {
+        char lab[160];
+        if (i > 0 && num(t, i, "run_id") == num(t, i - 1, "run_id"))
+            continue;
+        snprintf(lab, sizeof lab, "%s, run %lld", c->sv[0].label, (long long)num(t, i, "run_id"));
+        legend(f, r, palette[r % 8], lab), r++;
     }
     fputs("</svg></figure>\n", f);
 }

@@ -1,6 +1,6 @@
-/* `grpo stats`: the questions people ask of a run, answered from the store's views (per step,
- * verifier, prompt or worker) as a table, CSV or JSON, or as one self-contained HTML report with
- * SVG charts of reward and completion length against step. */
+/* `grpo stats`: the questions people ask of a run, answered from the store's stats queries (per
+ * step, verifier, prompt, worker, run, finish reason, histogram bin, time bin, KL step or example
+ * completion) as a table, CSV or JSON, or as one self-contained HTML report (cli/stats_report.c). */
 #include "cli/cli.h"
 #include "cli/stats_report.h"
 #include "common/common_int.h"
@@ -65,6 +65,7 @@ static const char usage_text[] =
     "                     per-worker rows (tokens/s bars for a grpo serve pool); KL to the\n"
     "                     reference policy when recorded; example completions per verdict\n"
     "                     (escaped, cut at --text-bytes); the per-step table. Prints nothing\n"
+    "                     else\n"
     "  -h, --help         this help\n";
 
 static int

@@ -15,7 +15,8 @@ static const char finish_sql[] =
 
 /* Equal-width bins over [lo, hi] of every selected run's rewards, a row per run and bin. */
 static const char reward_hist_sql[] =
-    "x AS (SELECT run_id, reward AS v FROM stats_completions WHERE reward IS NOT NULL),"
+    "x AS MATERIALIZED (SELECT run_id, reward AS v FROM stats_completions"
+    " WHERE reward IS NOT NULL),"
     " p AS (SELECT lo, hi, CASE WHEN hi > lo THEN ?4 ELSE 1 END AS nb FROM"
     " (SELECT min(v) AS lo, max(v) AS hi FROM x) WHERE lo IS NOT NULL),"
     " rt AS (SELECT run_id, count(*) AS total FROM x GROUP BY run_id),"
@@ -31,7 +32,7 @@ static const char reward_hist_sql[] =
 
 /* Integer bins of width w = ceil((hi - lo + 1) / bins) over the completions' token counts. */
 static const char length_hist_sql[] =
-    "x AS (SELECT run_id, n_tokens AS v FROM stats_completions),"
+    "x AS MATERIALIZED (SELECT run_id, n_tokens AS v FROM stats_completions),"
     " p0 AS (SELECT lo, hi, (hi - lo + ?4) / ?4 AS w FROM"
     " (SELECT min(v) AS lo, max(v) AS hi FROM x) WHERE lo IS NOT NULL),"
     " p AS (SELECT lo, hi, w, (hi - lo) / w + 1 AS nb FROM p0),"
@@ -49,7 +50,8 @@ static const char length_hist_sql[] =
  * spread over its own span in proportion to the overlap, or put whole in the bin of its start
  * when it took no time. */
 static const char time_sql[] =
-    "gs AS (SELECT run_id, started_at AS t0, max(finished_at, started_at) AS t1, g, tokens"
+    "gs AS MATERIALIZED (SELECT run_id, started_at AS t0, max(finished_at, started_at) AS t1,"
+    " g, tokens"
     " FROM stats_groups WHERE started_at IS NOT NULL AND finished_at IS NOT NULL),"
     " p AS (SELECT run_id, min(t0) AS lo, max(t1) AS hi,"
     " CASE WHEN max(t1) > min(t0) THEN ?4 ELSE 1 END AS nb FROM gs GROUP BY run_id),"
@@ -58,17 +60,20 @@ static const char time_sql[] =
     " e AS (SELECT run_id, i, nb, lo, hi, lo + i * (hi - lo) / nb AS b0,"
     " CASE WHEN i = nb - 1 THEN hi ELSE lo + (i + 1) * (hi - lo) / nb END AS b1 FROM b),"
     " w AS (SELECT e.run_id AS run_id, e.i AS i, CASE WHEN gs.t1 > gs.t0"
-    " THEN max(0.0, min(gs.t1, e.b1) - max(gs.t0, e.b0)) / (gs.t1 - gs.t0)"
-    " WHEN e.i = CASE WHEN e.hi > e.lo"
-    " THEN min(CAST((gs.t0 - e.lo) / (e.hi - e.lo) * e.nb AS INTEGER), e.nb - 1) ELSE 0 END"
-    " THEN 1.0 ELSE 0.0 END AS share, gs.g AS g, gs.tokens AS tokens"
-    " FROM e JOIN gs ON gs.run_id = e.run_id)"
+    " THEN (min(gs.t1, e.b1) - max(gs.t0, e.b0)) / (gs.t1 - gs.t0) ELSE 1.0 END AS share,"
+    " gs.g AS g, gs.tokens AS tokens"
+    " FROM e JOIN gs ON gs.run_id = e.run_id AND CASE WHEN gs.t1 > gs.t0"
+    " THEN gs.t1 > e.b0 AND gs.t0 < e.b1"
+    " ELSE e.i = CASE WHEN e.hi > e.lo"
+    " THEN min(CAST((gs.t0 - e.lo) / (e.hi - e.lo) * e.nb AS INTEGER), e.nb - 1) ELSE 0 END END)"
     " SELECT e.run_id AS run_id, e.i AS bin, e.b0 - e.lo AS t_start_s, e.b1 - e.lo AS t_end_s,"
-    " sum(w.share > 0) AS groups, sum(w.share * w.g) AS completions,"
-    " sum(w.share * w.tokens) AS tokens,"
-    " CASE WHEN e.b1 > e.b0 THEN sum(w.share * w.g) / (e.b1 - e.b0) END AS completions_per_s,"
-    " CASE WHEN e.b1 > e.b0 THEN sum(w.share * w.tokens) / (e.b1 - e.b0) END AS tokens_per_s"
-    " FROM e JOIN w ON w.run_id = e.run_id AND w.i = e.i"
+    " count(w.i) AS groups, coalesce(sum(w.share * w.g), 0.0) AS completions,"
+    " coalesce(sum(w.share * w.tokens), 0.0) AS tokens,"
+    " CASE WHEN e.b1 > e.b0 THEN coalesce(sum(w.share * w.g), 0.0) / (e.b1 - e.b0) END"
+    " AS completions_per_s,"
+    " CASE WHEN e.b1 > e.b0 THEN coalesce(sum(w.share * w.tokens), 0.0) / (e.b1 - e.b0) END"
+    " AS tokens_per_s"
+    " FROM e LEFT JOIN w ON w.run_id = e.run_id AND w.i = e.i"
     " GROUP BY e.run_id, e.i ORDER BY e.run_id, e.i";
 
 /* Completions recorded with a reference policy (kl_mean stored) only. */
@@ -83,19 +88,21 @@ static const char kl_sql[] =
     " FROM stats_completions WHERE kl_mean IS NOT NULL AND ref_logprob_sum IS NOT NULL"
     " GROUP BY run_id, step ORDER BY run_id, step";
 
-/* ?4 completions of each (run, verifier, kind): the first of each prompt (lowest completion id)
- * in prompt order of their ids, then the second of each, and so on, so the examples differ;
- * text is cut in C (grpo_store__cut_texts). */
+/* ?4 completions of each (run, verifier, kind), chosen among its first 64 * ?4 verdicts (by
+ * completion id; a bound, so a big run's report does not sort every verdict by prompt): the first
+ * of each prompt in id order, then the second of each, and so on, so the examples differ; text is
+ * cut in C (grpo_store__cut_texts). */
 static const char example_sql[] =
-    "v0 AS (SELECT r.run_id AS run_id, r.verifier AS verifier, r.kind AS kind, r.label AS label,"
-    " r.completion_id AS completion_id, r.idx AS idx, g.prompt_id AS prompt_id,"
+    "r0 AS (SELECT run_id, verifier, kind, label, completion_id, idx,"
+    " row_number() OVER (PARTITION BY run_id, verifier, kind ORDER BY completion_id, idx) AS k,"
+    " count(*) OVER (PARTITION BY run_id, verifier, kind) AS verdicts FROM stats_rewards),"
+    " v0 AS (SELECT r.*, g.prompt_id AS prompt_id,"
     " row_number() OVER (PARTITION BY r.run_id, r.verifier, r.kind, g.prompt_id"
     " ORDER BY r.completion_id, r.idx) AS per_prompt"
-    " FROM stats_rewards AS r JOIN completions AS c ON c.id = r.completion_id"
-    " JOIN groups AS g ON g.id = c.group_id),"
+    " FROM r0 AS r JOIN completions AS c ON c.id = r.completion_id"
+    " JOIN groups AS g ON g.id = c.group_id WHERE r.k <= 64 * ?4),"
     " v AS (SELECT *, row_number() OVER (PARTITION BY run_id, verifier, kind"
-    " ORDER BY per_prompt, completion_id, idx) AS rank,"
-    " count(*) OVER (PARTITION BY run_id, verifier, kind) AS verdicts FROM v0)"
+    " ORDER BY per_prompt, completion_id, idx) AS rank FROM v0)"
     " SELECT v.run_id AS run_id, v.verifier AS verifier, v.kind AS kind, v.verdicts AS verdicts,"
     " v.rank AS rank, v.label AS label, c.id AS completion_id, c.step AS step,"
     " v.prompt_id AS prompt_id, c.sample_index AS sample_index, c.reward AS reward,"

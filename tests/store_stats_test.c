@@ -844,6 +844,8 @@ check_examples(int64_t run, int per, int text_bytes)
                     for (int i = 0; i < groups[g].g; i++) {
                         if (groups[g].run != rn || groups[g].kind[i][j] != kind)
                             continue;
+                        if (nc == 64 * want) /* chosen among the first 64 * want only */
+                            break;
                         cg[nc] = g, ci[nc] = i, cp[nc] = 0;
                         for (int e = 0; e < nc; e++)
                             cp[nc] += groups[cg[e]].prompt == groups[g].prompt;

@@ -470,8 +470,9 @@ run_slot(const grpo_stats_table *t, int64_t r, int *n)
     return 0;
 }
 
+/* A bin's label: its value, an inclusive integer range, or [lo, hi) ([lo, hi] for the last). */
 static void
-bin_label(char *buf, size_t n, double lo, double hi, int integer)
+bin_label(char *buf, size_t n, double lo, double hi, int integer, int last)
 {
     char a[32], b[32];
     fmt_num(a, sizeof a, lo);
@@ -481,7 +482,7 @@ bin_label(char *buf, size_t n, double lo, double hi, int integer)
     else if (integer)
         snprintf(buf, n, "%s-%s", a, b);
     else
-        snprintf(buf, n, "[%s, %s)", a, b);
+        snprintf(buf, n, "[%s, %s%c", a, b, last ? ']' : ')');
 }
 
 static void
@@ -496,7 +497,7 @@ hist_bars(FILE *f, const grpo_stats_table *t, const frame *fr, int nb, int integ
         int b = (int)num(t, i, "bin"), r = run_slot(t, (int64_t)num(t, i, "run_id"), &nr);
         double n = num(t, i, "n"), lo = num(t, i, "lo"), hi = num(t, i, "hi");
         double x = ML + b * slot + slot * 0.05 + r * bw;
-        bin_label(lab, sizeof lab, lo, hi, integer);
+        bin_label(lab, sizeof lab, lo, hi, integer, b == nb - 1);
         fprintf(f,
                 "<rect class=\"hbar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
                 "fill=\"%s\"><title>run %lld, %s: %.0f</title></rect>\n",

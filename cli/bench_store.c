@@ -220,8 +220,11 @@ bench(const char *path, int64_t n_compl, tmpl *t)
            " machine's load does not inflate)\n\n");
     printf("%-40s %8s %8s %9s\n", "grpo stats on the result (open + query)", "rows", "seconds",
            "cpu s");
-    static const char *const names[] = {"--by step", "--by verifier", "--by prompt", "--by worker"};
-    for (int by = 0; by < 4; by++) {
+    static const char *const names[] = {"--by step",        "--by verifier",    "--by prompt",
+                                        "--by worker",      "--by run",         "--by finish",
+                                        "--by reward-hist", "--by length-hist", "--by time",
+                                        "--by kl",          "--by example"};
+    for (int by = 0; by < (int)(sizeof names / sizeof names[0]); by++) {
         double sec, c0 = cpu_now();
         int32_t rows;
         if (time_stats(path, (grpo_stats_by)by, &sec, &rows) != 0)

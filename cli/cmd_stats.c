@@ -1,7 +1,8 @@
-/* `grpo stats`: the questions people ask of a run, answered from the store's views (per step,
- * verifier, prompt or worker) as a table, CSV or JSON, or as one self-contained HTML report with
- * SVG charts of reward and completion length against step. */
+/* `grpo stats`: the questions people ask of a run, answered from the store's stats queries (per
+ * step, verifier, prompt, worker, run, finish reason, histogram bin, time bin, KL step or example
+ * completion) as a table, CSV or JSON, or as one self-contained HTML report (cli/stats_report.c). */
 #include "cli/cli.h"
+#include "cli/stats_report.h"
 #include "common/common_int.h"
 
 #include <errno.h>
@@ -12,8 +13,9 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: grpo stats --db FILE [--by step|verifier|prompt|worker|run] [--format table|csv|json]\n"
-    "                  [--step-range A:B] [--run ID] [--k K] [--report FILE.html]\n"
+    "usage: grpo stats --db FILE [--by KEY] [--format table|csv|json] [--step-range A:B]\n"
+    "                  [--run ID] [--k K] [--bins N] [--examples N] [--text-bytes N]\n"
+    "                  [--report FILE.html]\n"
     "\n"
     "Reads a provenance database (opened read-only) and prints one row per group of --by:\n"
     "  step      groups, completions, reward mean/std, frac_reward_zero_std (groups whose\n"
@@ -27,23 +29,43 @@ static const char usage_text[] =
     "  run       per run: status, times, command line, host, version, git commit/branch/dirty\n"
     "            of the working and dataset repositories, groups, completions, tokens, steps,\n"
     "            mean reward\n"
+    "  finish    per run and finish reason (eos, stop, length, abort): completions, fraction,\n"
+    "            mean length and reward\n"
+    "  reward-hist, length-hist\n"
+    "            per run and bin: the bin's edges, count and fraction (--bins equal bins over\n"
+    "            the selection's range, shared by its runs; integer bins for lengths)\n"
+    "  time      per run and time bin (--bins over its first group start to last finish):\n"
+    "            groups active, completions, tokens, completions/s and tokens/s\n"
+    "  kl        per run and step, completions with a reference policy only: KL per token,\n"
+    "            max KL, logprob per token of the sampler and of the reference, their gap\n"
+    "  example   --examples completions per run, verifier and verdict kind, with their text\n"
+    "            (valid UTF-8, cut at --text-bytes on a character boundary, text_cut 1)\n"
     "Percentiles are nearest-rank; standard deviations divide by n; skipped verdicts are not\n"
-    "scored. The definitions are the views in schemas/003_stats.sql.\n"
+    "scored. The definitions are the views in schemas/003_stats.sql and the queries of\n"
+    "store/stats_report.c.\n"
     "\n"
     "options:\n"
     "  --db FILE          the database written by grpo rollout (required)\n"
-    "  --by KEY           step (default), verifier, prompt, worker or run\n"
+    "  --by KEY           step (default), verifier, prompt, worker, run, finish, reward-hist,\n"
+    "                     length-hist, time, kl or example\n"
     "  --format F         table (default, aligned text), csv (header + rows) or json (an array\n"
     "                     with one object per row; numbers are JSON numbers, missing values null)\n"
     "  --step-range A:B   only steps A..B inclusive; either end may be left out (\"10:\", \":5\")\n"
     "  --run ID           only run ID (default: every run; rows carry run_id)\n"
     "  --k K              the k of pass@k for --by prompt (default 8)\n"
-    "  --report FILE      write one self-contained HTML file with SVG charts of reward mean\n"
-    "                     (+/- std), completion length (mean/p50/p95) and pass/zero-std/truncated\n"
-    "                     fractions against step (a mark per step, so one step shows), the runs'\n"
-    "                     provenance, solve rate bars and pass@k per prompt, pass rate bars and\n"
-    "                     latency percentiles per verifier, per-worker rows and the per-step\n"
-    "                     table; prints nothing else\n"
+    "  --bins N           bins of the histograms and of --by time (default 20, at most 1000)\n"
+    "  --examples N       completions per verdict kind for --by example (default 3)\n"
+    "  --text-bytes N     example texts cut to N bytes (default 600)\n"
+    "  --report FILE      write one self-contained HTML file: the runs' provenance; charts of\n"
+    "                     reward mean (+/- std), completion length (mean/p50/p95) and pass/\n"
+    "                     zero-std/truncated fractions against step (a mark per step, so one\n"
+    "                     step shows); reward and length histograms and finish reasons;\n"
+    "                     tokens/s and completions/s over the run's wall time; solve rate bars\n"
+    "                     and pass@k per prompt; pass rate bars and latency per verifier;\n"
+    "                     per-worker rows (tokens/s bars for a grpo serve pool); KL to the\n"
+    "                     reference policy when recorded; example completions per verdict\n"
+    "                     (escaped, cut at --text-bytes); the per-step table. Prints nothing\n"
+    "                     else\n"
     "  -h, --help         this help\n";
 
 static int
@@ -78,22 +100,14 @@ parse_range(const char *s, grpo_stats_opts *o)
 /* ---- text output ------------------------------------------------------------------------------
  */
 
+/* A cell for the aligned table: on one line (control characters as spaces). */
 static void
-cell_text(const grpo_stats_cell *c, char *buf, size_t n, int exact)
+table_cell(const grpo_stats_cell *c, char *buf, size_t n)
 {
-    switch (c->type) {
-    case GRPO_STATS_INT:
-        snprintf(buf, n, "%lld", (long long)c->i);
-        break;
-    case GRPO_STATS_REAL:
-        snprintf(buf, n, exact ? "%.17g" : "%.6g", c->r);
-        break;
-    case GRPO_STATS_TEXT:
-        snprintf(buf, n, "%s", c->s);
-        break;
-    default:
-        buf[0] = '\0';
-    }
+    stats_cell_text(c, buf, n, 0);
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20)
+            *p = ' ';
 }
 
 static void
@@ -106,7 +120,7 @@ print_table(const grpo_stats_table *t, FILE *f)
     for (int32_t j = 0; j < t->n_cols; j++) {
         w[j] = (int)strlen(t->cols[j]);
         for (int32_t i = 0; i < t->n_rows; i++) {
-            cell_text(&t->cells[(size_t)i * t->n_cols + j], buf, sizeof buf, 0);
+            table_cell(&t->cells[(size_t)i * t->n_cols + j], buf, sizeof buf);
             if ((int)strlen(buf) > w[j])
                 w[j] = (int)strlen(buf);
         }
@@ -117,7 +131,7 @@ print_table(const grpo_stats_table *t, FILE *f)
     for (int32_t i = 0; i < t->n_rows; i++) {
         for (int32_t j = 0; j < t->n_cols; j++) {
             const grpo_stats_cell *c = &t->cells[(size_t)i * t->n_cols + j];
-            cell_text(c, buf, sizeof buf, 0);
+            table_cell(c, buf, sizeof buf);
             fprintf(f, "%s%*s", j ? "  " : "", w[j], c->type == GRPO_STATS_NULL ? "-" : buf);
         }
         fputc('\n', f);
@@ -159,7 +173,7 @@ print_csv(const grpo_stats_table *t, FILE *f)
             if (c->type == GRPO_STATS_TEXT)
                 print_csv_field(c->s, f);
             else {
-                cell_text(c, buf, sizeof buf, 1);
+                stats_cell_text(c, buf, sizeof buf, 1);
                 fputs(buf, f);
             }
         }
@@ -196,305 +210,13 @@ print_json(const grpo_stats_table *t, FILE *f)
             else if (c->type == GRPO_STATS_NULL || (c->type == GRPO_STATS_REAL && !isfinite(c->r)))
                 fputs("null", f);
             else {
-                cell_text(c, buf, sizeof buf, 1);
+                stats_cell_text(c, buf, sizeof buf, 1);
                 fputs(buf, f);
             }
         }
         fputs("}", f);
     }
     fputs(t->n_rows ? "\n]\n" : "]\n", f);
-}
-
-/* ---- HTML report --------------------------------------------------------------------------------
- */
-
-static int
-col_index(const grpo_stats_table *t, const char *name)
-{
-    for (int32_t j = 0; j < t->n_cols; j++)
-        if (strcmp(t->cols[j], name) == 0)
-            return j;
-    return -1;
-}
-
-/* Cell (i, name) as a double; NAN when missing. */
-static double
-num(const grpo_stats_table *t, int32_t i, const char *name)
-{
-    int j = col_index(t, name);
-    if (j < 0)
-        return NAN;
-    const grpo_stats_cell *c = &t->cells[(size_t)i * t->n_cols + j];
-    return c->type == GRPO_STATS_INT ? (double)c->i : c->type == GRPO_STATS_REAL ? c->r : NAN;
-}
-
-typedef struct {
-    const char *col, *label, *color;
-    const char *band_col; /* draw col +/- band_col as a shaded band, or NULL */
-} series;
-
-static double
-nice_step(double span, int ticks)
-{
-    double raw = span / ticks, mag = pow(10, floor(log10(raw))), r = raw / mag;
-    return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
-}
-
-enum { W = 720, H = 300, ML = 60, MR = 150, MT = 30, MB = 40 };
-
-static void
-chart(FILE *f, const grpo_stats_table *t, const char *title, const series *sv, int ns)
-{
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    for (int32_t i = 0; i < t->n_rows; i++) {
-        double x = num(t, i, "step");
-        for (int k = 0; k < ns; k++) {
-            double y = num(t, i, sv[k].col), b = sv[k].band_col ? num(t, i, sv[k].band_col) : 0;
-            if (isnan(y) || isnan(x))
-                continue;
-            if (isnan(b))
-                b = 0;
-            x0 = fmin(x0, x), x1 = fmax(x1, x);
-            y0 = fmin(y0, y - b), y1 = fmax(y1, y + b);
-        }
-    }
-    fprintf(f,
-            "<figure><figcaption>%s</figcaption>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-            "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n",
-            title, W, H, W, H);
-    if (!isfinite(x0)) {
-        fprintf(f, "<text x=\"%d\" y=\"%d\">no data</text></svg></figure>\n", W / 2 - 30, H / 2);
-        return;
-    }
-    if (x1 == x0)
-        x0 -= 1, x1 += 1;
-    if (y1 == y0)
-        y0 -= y0 == 0 ? 1 : fabs(y0) * 0.1, y1 += y1 == 0 ? 1 : fabs(y1) * 0.1;
-    double ys = nice_step(y1 - y0, 5), xs = nice_step(x1 - x0, 8);
-    y0 = floor(y0 / ys) * ys, y1 = ceil(y1 / ys) * ys;
-    double pw = W - ML - MR, ph = H - MT - MB;
-#define PX(x) (ML + ((x)-x0) / (x1 - x0) * pw)
-#define PY(y) (MT + (1 - ((y)-y0) / (y1 - y0)) * ph)
-    fprintf(f,
-            "<rect x=\"%d\" y=\"%d\" width=\"%g\" height=\"%g\" fill=\"#fff\" "
-            "stroke=\"#888\"/>\n",
-            ML, MT, pw, ph);
-    for (int k = 0; y0 + k * ys <= y1 + ys * 1e-9; k++) {
-        double y = y0 + k * ys; /* by index, so no -5.55e-17 from summing steps */
-        fprintf(f,
-                "<line x1=\"%d\" x2=\"%g\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g</text>\n",
-                ML, ML + pw, PY(y), PY(y), ML - 5, PY(y) + 4, fabs(y) < ys * 1e-9 ? 0 : y);
-    }
-    for (int k = 0; ceil(x0 / xs) * xs + k * xs <= x1 + xs * 1e-9; k++) {
-        double x = ceil(x0 / xs) * xs + k * xs;
-        if (fabs(x) < xs * 1e-9)
-            x = 0;
-        fprintf(f,
-                "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%g\" y2=\"%g\" stroke=\"#888\"/>"
-                "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\" font-size=\"11\">%g</text>\n",
-                PX(x), PX(x), MT + ph, MT + ph + 4, PX(x), MT + ph + 16, x);
-    }
-    fprintf(f, "<text x=\"%g\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">step</text>\n",
-            ML + pw / 2, H - 6);
-    for (int k = 0; k < ns; k++) {
-        /* One polyline per run, so runs are not joined to each other. */
-        int64_t run = INT64_MIN;
-        int open = 0;
-        if (sv[k].band_col) {
-            fprintf(f, "<polygon fill=\"%s\" fill-opacity=\"0.15\" stroke=\"none\" points=\"",
-                    sv[k].color);
-            for (int32_t i = 0; i < t->n_rows; i++) {
-                double y = num(t, i, sv[k].col), b = num(t, i, sv[k].band_col);
-                if (!isnan(y) && !isnan(b))
-                    fprintf(f, "%.1f,%.1f ", PX(num(t, i, "step")), PY(y + b));
-            }
-            for (int32_t i = t->n_rows - 1; i >= 0; i--) {
-                double y = num(t, i, sv[k].col), b = num(t, i, sv[k].band_col);
-                if (!isnan(y) && !isnan(b))
-                    fprintf(f, "%.1f,%.1f ", PX(num(t, i, "step")), PY(y - b));
-            }
-            fputs("\"/>\n", f);
-        }
-        for (int32_t i = 0; i < t->n_rows; i++) {
-            double x = num(t, i, "step"), y = num(t, i, sv[k].col);
-            int64_t r = (int64_t)num(t, i, "run_id");
-            if (isnan(y))
-                continue;
-            if (r != run && open)
-                fputs("\"/>\n", f), open = 0;
-            if (!open)
-                fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
-                        sv[k].color),
-                    open = 1;
-            run = r;
-            fprintf(f, "%.1f,%.1f ", PX(x), PY(y));
-        }
-        if (open)
-            fputs("\"/>\n", f);
-        for (int32_t i = 0; i < t->n_rows; i++) { /* a mark per step: a one-step run shows */
-            double x = num(t, i, "step"), y = num(t, i, sv[k].col);
-            if (!isnan(y))
-                fprintf(f, "<circle class=\"pt\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
-                        PX(x), PY(y), sv[k].color);
-        }
-        fprintf(f,
-                "<line x1=\"%g\" x2=\"%g\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>"
-                "<text x=\"%g\" y=\"%d\" font-size=\"12\">%s</text>\n",
-                ML + pw + 10, ML + pw + 30, MT + 10 + 18 * k, MT + 10 + 18 * k, sv[k].color,
-                ML + pw + 35, MT + 14 + 18 * k, sv[k].label);
-    }
-#undef PX
-#undef PY
-    fputs("</svg></figure>\n", f);
-}
-
-static void
-html_escape(const char *s, FILE *f)
-{
-    for (; *s; s++) {
-        if (*s == '<')
-            fputs("&lt;", f);
-        else if (*s == '>')
-            fputs("&gt;", f);
-        else if (*s == '&')
-            fputs("&amp;", f);
-        else
-            fputc(*s, f);
-    }
-}
-
-/* Writes table t as an HTML table, with only the columns named in cols (NULL: all). */
-static void
-html_table(FILE *f, const grpo_stats_table *t, const char *const *cols)
-{
-    char buf[256];
-    int idx[64], n = 0;
-    for (int32_t j = 0; j < t->n_cols && n < 64; j++) {
-        int keep = cols == NULL;
-        for (int k = 0; cols && cols[k]; k++)
-            keep |= strcmp(cols[k], t->cols[j]) == 0;
-        if (keep)
-            idx[n++] = j;
-    }
-    fputs("<table><tr>", f);
-    for (int k = 0; k < n; k++)
-        fprintf(f, "<th>%s</th>", t->cols[idx[k]]);
-    fputs("</tr>\n", f);
-    for (int32_t i = 0; i < t->n_rows; i++) {
-        fputs("<tr>", f);
-        for (int k = 0; k < n; k++) {
-            cell_text(&t->cells[(size_t)i * t->n_cols + idx[k]], buf, sizeof buf, 0);
-            fputs("<td>", f);
-            html_escape(buf, f);
-            fputs("</td>", f);
-        }
-        fputs("</tr>\n", f);
-    }
-    fputs("</table>\n", f);
-}
-
-/* The report's tables beside the per-step one (NULL when not queried). */
-typedef struct report_tables {
-    grpo_stats_table *runs, *prompts, *verifiers, *workers;
-} report_tables;
-
-static void
-report_tables_free(report_tables *r)
-{
-    grpo_stats_table_free(r->runs);
-    grpo_stats_table_free(r->prompts);
-    grpo_stats_table_free(r->verifiers);
-    grpo_stats_table_free(r->workers);
-}
-
-/* One horizontal bar per row of t: column col (a fraction in [0, 1]) labelled by label_col. */
-static void
-bars(FILE *f, const grpo_stats_table *t, const char *label_col, const char *col, const char *color)
-{
-    enum { BW = 480, BH = 16, LW = 160 };
-    int j = col_index(t, label_col);
-    char label[256];
-    fprintf(
-        f, "<svg class=\"bars\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\">\n",
-        LW + BW + 60, (int)t->n_rows * (BH + 4) + 4);
-    for (int32_t i = 0; i < t->n_rows; i++) {
-        double v = num(t, i, col), y = 2 + i * (BH + 4);
-        label[0] = '\0';
-        if (j >= 0)
-            cell_text(&t->cells[(size_t)i * t->n_cols + j], label, sizeof label, 0);
-        fprintf(f, "<text x=\"%d\" y=\"%.0f\" text-anchor=\"end\" font-size=\"11\">", LW - 6,
-                y + BH - 4);
-        html_escape(label, f);
-        fprintf(f,
-                "</text><rect class=\"bar\" x=\"%d\" y=\"%.0f\" width=\"%.1f\" height=\"%d\" "
-                "fill=\"%s\"/><text x=\"%.1f\" y=\"%.0f\" font-size=\"11\">%.3g</text>\n",
-                LW, y, isnan(v) ? 0 : v * BW, BH, color, LW + (isnan(v) ? 0 : v * BW) + 4,
-                y + BH - 4, isnan(v) ? 0 : v);
-    }
-    fputs("</svg>\n", f);
-}
-
-/* The per-prompt, per-verifier and (for pooled runs) per-worker sections. */
-static void
-report_sections(FILE *f, const report_tables *rt)
-{
-    fputs("<h2>Per prompt: solve rate and pass@k</h2>\n", f);
-    bars(f, rt->prompts, "prompt_id", "solve_rate", "#1f77b4");
-    html_table(f, rt->prompts, NULL);
-    fputs("<h2>Per verifier: pass rate and latency (ms)</h2>\n", f);
-    bars(f, rt->verifiers, "verifier", "pass_rate", "#9467bd");
-    html_table(f, rt->verifiers, NULL);
-    if (rt->workers && rt->workers->n_rows > 0) {
-        fputs("<h2>Per worker</h2>\n", f);
-        html_table(f, rt->workers, NULL);
-    }
-}
-
-static int
-write_report(const char *path, const char *db, const grpo_stats_table *t, const report_tables *rt)
-{
-    static const char *const run_cols[] = {
-        "run_id",      "status",       "started_at",     "command_line",
-        "host",        "grpo_version", "repo_commit",    "repo_branch",
-        "repo_dirty",  "dataset_path", "dataset_commit", "groups",
-        "completions", "first_step",   "last_step",      NULL};
-    static const series reward[] = {
-        {"reward_mean", "mean (band: +/- std)", "#1f77b4", "reward_std"}};
-    static const series length[] = {{"len_mean", "mean", "#2ca02c", NULL},
-                                    {"len_p50", "p50", "#ff7f0e", NULL},
-                                    {"len_p95", "p95", "#d62728", NULL}};
-    static const series frac[] = {{"pass_rate", "pass rate", "#9467bd", NULL},
-                                  {"frac_reward_zero_std", "zero-std groups", "#8c564b", NULL},
-                                  {"frac_truncated", "cut at max length", "#e377c2", NULL}};
-    FILE *f = fopen(path, "w");
-    if (f == NULL) {
-        fprintf(stderr, "grpo stats: %s: cannot write the report: %s\n", path, strerror(errno));
-        return CLI_FAIL;
-    }
-    fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>grpo run "
-          "report</title>\n<style>body{font-family:sans-serif;margin:2em;color:#222}"
-          "figure{margin:1em 0}figcaption{font-weight:bold;margin-bottom:.3em}"
-          "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
-          "padding:2px 6px;text-align:right}</style>\n</head><body>\n<h1>grpo run report</h1>\n"
-          "<p>database: <code>",
-          f);
-    html_escape(db, f);
-    fprintf(f, "</code>; %d step rows; made by grpo %s</p>\n", (int)t->n_rows, grpo_version());
-    fputs("<h2>Runs</h2>\n", f);
-    html_table(f, rt->runs, run_cols);
-    chart(f, t, "Reward mean against step", reward, 1);
-    chart(f, t, "Completion length (tokens) against step", length, 3);
-    chart(f, t, "Fractions against step", frac, 3);
-    report_sections(f, rt);
-    fputs("<h2>Per step</h2>\n", f);
-    html_table(f, t, NULL);
-    fputs("</body></html>\n", f);
-    if (fclose(f) != 0) {
-        fprintf(stderr, "grpo stats: %s: writing the report failed: %s\n", path, strerror(errno));
-        return CLI_FAIL;
-    }
-    return CLI_OK;
 }
 
 /* ---- the command
@@ -506,18 +228,51 @@ typedef struct stats_args {
     grpo_stats_opts o;
 } stats_args;
 
+/* A numeric option: --run, --k, --bins, --examples or --text-bytes. */
+static int
+parse_num_opt(stats_args *a, int c, const char *v)
+{
+    static const struct {
+        int c;
+        const char *name;
+        int64_t max;
+    } lim[] = {{'r', "--run", INT64_MAX},
+               {'k', "--k", 1000000},
+               {'n', "--bins", 1000},
+               {'e', "--examples", 1000},
+               {'t', "--text-bytes", 1 << 20}};
+    int64_t n;
+    for (size_t k = 0; k < sizeof lim / sizeof lim[0]; k++) {
+        if (lim[k].c != c)
+            continue;
+        if (parse_i64(v, &n) != 0 || n <= 0 || n > lim[k].max)
+            return cli_usage("stats", "%s: \"%s\" is not an integer in 1..%lld", lim[k].name, v,
+                             (long long)lim[k].max);
+        if (c == 'r')
+            a->o.run_id = n;
+        else
+            *(c == 'k'   ? &a->o.pass_k
+              : c == 'n' ? &a->o.bins
+              : c == 'e' ? &a->o.examples
+                         : &a->o.text_bytes) = (int32_t)n;
+        return 0;
+    }
+    return cli_usage("stats", "unknown or incomplete option \"%s\"", v);
+}
+
 /* One option; returns 0, or CLI_USAGE with the message printed. */
 static int
 parse_opt(stats_args *a, int c, const char *v)
 {
-    static const char *const bys[] = {"step", "verifier", "prompt", "worker", "run"};
-    int64_t n;
+    static const char *const bys[] = {"step", "verifier", "prompt",      "worker",
+                                      "run",  "finish",   "reward-hist", "length-hist",
+                                      "time", "kl",       "example"};
     switch (c) {
     case 'd':
         a->db = v;
         return 0;
     case 'b':
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < (int)(sizeof bys / sizeof bys[0]); i++)
             if (strcmp(v, bys[i]) == 0) {
                 a->o.by = (grpo_stats_by)i;
                 return 0;
@@ -532,21 +287,11 @@ parse_opt(stats_args *a, int c, const char *v)
         return parse_range(v, &a->o) != 0
                    ? cli_usage("stats", "--step-range: \"%s\" is not A:B with A <= B", v)
                    : 0;
-    case 'r':
-        if (parse_i64(v, &n) != 0 || n <= 0)
-            return cli_usage("stats", "--run: \"%s\" is not a positive run id", v);
-        a->o.run_id = n;
-        return 0;
-    case 'k':
-        if (parse_i64(v, &n) != 0 || n <= 0 || n > 1000000)
-            return cli_usage("stats", "--k: \"%s\" is not a positive integer", v);
-        a->o.pass_k = (int32_t)n;
-        return 0;
     case 'o':
         a->report = v;
         return 0;
     default:
-        return cli_usage("stats", "unknown or incomplete option \"%s\"", v);
+        return parse_num_opt(a, c, v);
     }
 }
 
@@ -560,6 +305,9 @@ parse_args(stats_args *a, int argc, char **argv)
                                              {"step-range", required_argument, NULL, 's'},
                                              {"run", required_argument, NULL, 'r'},
                                              {"k", required_argument, NULL, 'k'},
+                                             {"bins", required_argument, NULL, 'n'},
+                                             {"examples", required_argument, NULL, 'e'},
+                                             {"text-bytes", required_argument, NULL, 't'},
                                              {"report", required_argument, NULL, 'o'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
@@ -595,8 +343,8 @@ check_run(grpo_store *s, const stats_args *a)
         return GRPO_OK;
     grpo_err err = grpo_store_stats(&t, s, &ro);
     int found = 0;
-    for (int32_t i = 0; err == GRPO_OK && i < t->n_rows; i++)
-        found |= (int64_t)num(t, i, "run_id") == a->o.run_id;
+    for (int32_t i = 0; err == GRPO_OK && i < t->n_rows; i++) /* run_id is the first column */
+        found |= t->cells[(size_t)i * t->n_cols].i == a->o.run_id;
     if (err == GRPO_OK && !found)
         err = grpo__fail(GRPO_ENOTFOUND, "%s: no run %lld (the store has %d; see --by run)", a->db,
                          (long long)a->o.run_id, (int)t->n_rows);
@@ -604,18 +352,17 @@ check_run(grpo_store *s, const stats_args *a)
     return err;
 }
 
-/* The report's other tables, with a->o's run and step filters. */
+/* The report's tables, with a->o's run and step filters and bins. */
 static grpo_err
 query_report(grpo_store *s, const stats_args *a, report_tables *rt)
 {
-    static const grpo_stats_by bys[] = {GRPO_STATS_BY_RUN, GRPO_STATS_BY_PROMPT,
-                                        GRPO_STATS_BY_VERIFIER, GRPO_STATS_BY_WORKER};
-    grpo_stats_table **outs[] = {&rt->runs, &rt->prompts, &rt->verifiers, &rt->workers};
+    grpo_stats_table **slots[REPORT_N_TABLES];
+    report_table_slots(rt, slots);
     grpo_err err = GRPO_OK;
-    for (int k = 0; k < 4 && err == GRPO_OK; k++) {
+    for (int k = 0; k < REPORT_N_TABLES && err == GRPO_OK; k++) {
         grpo_stats_opts o = a->o;
-        o.by = bys[k];
-        err = grpo_store_stats(outs[k], s, &o);
+        o.by = report_bys[k];
+        err = grpo_store_stats(slots[k], s, &o);
     }
     return err;
 }
@@ -627,9 +374,8 @@ query(const stats_args *a, grpo_stats_table **t, report_tables *rt)
     grpo_store *s = NULL;
     grpo_store_opts so = {.read_only = 1};
     grpo_err err;
-    if ((err = grpo_store_open(&s, a->db, &so)) == GRPO_OK && (err = check_run(s, a)) == GRPO_OK &&
-        (err = grpo_store_stats(t, s, &a->o)) == GRPO_OK && a->report)
-        err = query_report(s, a, rt);
+    if ((err = grpo_store_open(&s, a->db, &so)) == GRPO_OK && (err = check_run(s, a)) == GRPO_OK)
+        err = a->report ? query_report(s, a, rt) : grpo_store_stats(t, s, &a->o);
     grpo_store_close(s);
     return err;
 }
@@ -646,7 +392,7 @@ grpo_cmd_stats(int argc, char **argv)
     if (query(&a, &t, &rt) != GRPO_OK)
         rc = cli_fail("stats");
     else if (a.report)
-        rc = write_report(a.report, a.db, t, &rt);
+        rc = report_write(a.report, a.db, &rt);
     else if (strcmp(a.format, "csv") == 0)
         print_csv(t, stdout);
     else if (strcmp(a.format, "json") == 0)

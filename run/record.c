@@ -44,6 +44,8 @@ completion_rec(const grpo_run_sample *s, grpo_completion_rec *r, grpo_reward_rec
     r->has_advantage = !s->score.skipped, r->advantage = s->advantage;
     if (s->ref_logprobs)
         kl_summary(s, r);
+    else
+        r->no_ref = 1;
 }
 
 int64_t

@@ -228,9 +228,11 @@ insert_completion(grpo_store *s, const grpo_group_rec *g, int64_t gid, const grp
         sqlite3_bind_int(st, 11, correct);
     if (c->has_advantage) {
         sqlite3_bind_double(st, 12, c->advantage);
-        sqlite3_bind_double(st, 13, c->kl_mean);
-        sqlite3_bind_double(st, 14, c->kl_max);
-        sqlite3_bind_double(st, 15, c->ref_logprob_sum);
+        if (!c->no_ref) {
+            sqlite3_bind_double(st, 13, c->kl_mean);
+            sqlite3_bind_double(st, 14, c->kl_max);
+            sqlite3_bind_double(st, 15, c->ref_logprob_sum);
+        }
     }
     /* x86 and arm64 are little-endian, the blobs' documented order. */
     if (c->token_ids)

@@ -100,10 +100,16 @@ view_body(const char *create_sql, const char *name)
     return skip_space(p + 2);
 }
 
-/* Builds the query text: the view itself, or its body with filtered stats_* inputs. */
+/* Builds the query text: the view itself, or its body with filtered stats_* inputs; a report
+ * query always with them. */
 static grpo_err
 build_query(grpo_store *s, const grpo_stats_opts *o, grpo_buf *q)
 {
+    int is_select = 0;
+    const char *report = grpo_store__report_sql(o->by, &is_select);
+    if (report != NULL)
+        return grpo__buf_printf(q, "WITH RECURSIVE %s%s %s", filtered_inputs, is_select ? "" : ",",
+                                report);
     const char *view = view_names[o->by];
     int filtered = o->run_id > 0 || o->has_step_range;
     grpo_err err = GRPO_OK;
@@ -194,9 +200,11 @@ add_row(grpo_stats_table *t, sqlite3_stmt *st, size_t *cap)
             break;
         case SQLITE_NULL:
             break;
-        default:
+        default: /* text (or a blob) as valid UTF-8 whatever its bytes */
             row[j].type = GRPO_STATS_TEXT;
-            if ((row[j].s = strdup((const char *)sqlite3_column_text(st, j))) == NULL)
+            const char *txt = (const char *)sqlite3_column_text(st, j);
+            size_t len = (size_t)sqlite3_column_bytes(st, j);
+            if ((row[j].s = grpo__utf8_sanitize(txt ? txt : "", txt ? len : 0, NULL)) == NULL)
                 return 0;
         }
     }
@@ -230,8 +238,14 @@ grpo_store_stats(grpo_stats_table **out, grpo_store *s, const grpo_stats_opts *o
     *out = NULL;
     if (opts == NULL)
         opts = &defaults;
-    if (s == NULL || opts->by < GRPO_STATS_BY_STEP || opts->by > GRPO_STATS_BY_RUN)
+    if (s == NULL || opts->by < GRPO_STATS_BY_STEP || opts->by > GRPO_STATS_BY_EXAMPLE)
         return grpo__fail(GRPO_EINVAL, "store: stats: NULL store or unknown grouping");
+    if (opts->bins < 0 || opts->bins > 1000 || opts->examples < 0 || opts->examples > 1000 ||
+        opts->text_bytes < 0)
+        return grpo__fail(GRPO_EINVAL,
+                          "store: stats: bins %d or examples %d outside 1..1000, or text_bytes %d "
+                          "negative",
+                          (int)opts->bins, (int)opts->examples, (int)opts->text_bytes);
     if ((err = grpo_store_flush(s)) != GRPO_OK)
         return err;
     grpo_stats_table *t = calloc(1, sizeof *t);
@@ -245,12 +259,18 @@ grpo_store_stats(grpo_stats_table **out, grpo_store *s, const grpo_stats_opts *o
         err = grpo_store__db_fail(s, rc, "preparing the stats query");
         goto done;
     }
-    if (opts->run_id > 0 || opts->has_step_range) {
+    if (opts->run_id > 0 || opts->has_step_range || opts->by >= GRPO_STATS_BY_FINISH) {
         sqlite3_bind_int64(st, 1, opts->run_id);
         sqlite3_bind_int64(st, 2, opts->has_step_range ? opts->step_min : INT64_MIN);
         sqlite3_bind_int64(st, 3, opts->has_step_range ? opts->step_max : INT64_MAX);
     }
+    if (opts->by == GRPO_STATS_BY_EXAMPLE)
+        sqlite3_bind_int(st, 4, opts->examples > 0 ? opts->examples : 3);
+    else if (opts->by >= GRPO_STATS_BY_REWARD_HIST)
+        sqlite3_bind_int(st, 4, opts->bins > 0 ? opts->bins : 20);
     err = run_query(s, st, t);
+    if (err == GRPO_OK && opts->by == GRPO_STATS_BY_EXAMPLE)
+        err = grpo_store__cut_texts(t, opts->text_bytes > 0 ? opts->text_bytes : 600);
 done:
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);

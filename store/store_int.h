@@ -82,6 +82,13 @@ grpo_err grpo_store__writer_error(grpo_store *s);
 /* Registers SQL functions used by the stats queries (grpo_pass_at_k, sqrt if missing). */
 grpo_err grpo_store__register_functions(grpo_store *s);
 
+/* The SQL of a report query (by >= GRPO_STATS_BY_FINISH; store/stats_report.c), to follow
+ * "WITH RECURSIVE <stats_* inputs>": *is_select says whether it is a SELECT (else more CTEs,
+ * then the SELECT). NULL for the other groupings. */
+const char *grpo_store__report_sql(grpo_stats_by by, int *is_select);
+/* The example query's text column cut to text_bytes at a character boundary, text_cut set. */
+grpo_err grpo_store__cut_texts(grpo_stats_table *t, int32_t text_bytes);
+
 /* Inserts a batch row (s->mu held, inside or outside a transaction). */
 grpo_err grpo_store__insert_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t step,
                                   int32_t n_groups, const void *bytes, size_t len);

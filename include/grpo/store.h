@@ -142,6 +142,8 @@ typedef struct grpo_completion_rec {
     double advantage;
     double kl_mean, kl_max;        /* per-token KL to the reference policy: mean and max */
     double ref_logprob_sum;        /* sum of the reference policy's logprobs of the tokens */
+    int32_t no_ref;                /* 1: sampled without a reference policy, so the three KL
+                                    * fields above are not stored (NULL) */
 } grpo_completion_rec;
 
 typedef struct grpo_group_rec {
@@ -260,7 +262,13 @@ typedef enum grpo_stats_by {
     GRPO_STATS_BY_VERIFIER = 1,  /* one row per verifier name + version */
     GRPO_STATS_BY_PROMPT = 2,    /* one row per prompt */
     GRPO_STATS_BY_WORKER = 3,    /* one row per worker id */
-    GRPO_STATS_BY_RUN = 4        /* one row per run: provenance and totals */
+    GRPO_STATS_BY_RUN = 4,       /* one row per run: provenance and totals */
+    GRPO_STATS_BY_FINISH = 5,    /* one row per run and finish reason */
+    GRPO_STATS_BY_REWARD_HIST = 6, /* a histogram of completion rewards: a row per run and bin */
+    GRPO_STATS_BY_LENGTH_HIST = 7, /* a histogram of completion lengths (tokens), likewise */
+    GRPO_STATS_BY_TIME = 8,      /* throughput over the run's wall time: a row per run and bin */
+    GRPO_STATS_BY_KL = 9,        /* per run and step: KL and logprob gap to the reference policy */
+    GRPO_STATS_BY_EXAMPLE = 10   /* a few completions per run, verifier and verdict kind */
 } grpo_stats_by;
 
 typedef struct grpo_stats_opts {
@@ -269,6 +277,9 @@ typedef struct grpo_stats_opts {
     int32_t has_step_range;
     int64_t step_min, step_max;  /* inclusive, when has_step_range */
     int32_t pass_k;              /* by prompt: also report pass@k for this k (0 = 8) */
+    int32_t bins;                /* histograms and time: number of bins (0 = 20; 1..1000) */
+    int32_t examples;            /* by example: completions per verdict kind (0 = 3; 1..1000) */
+    int32_t text_bytes;          /* by example: text cut to at most this many bytes (0 = 600) */
 } grpo_stats_opts;
 
 /* A result table: cells are row-major; each is a number, a string, or null. */
@@ -286,8 +297,31 @@ typedef struct grpo_stats_table {
     grpo_stats_cell *cells;      /* n_rows * n_cols */
 } grpo_stats_table;
 
-/* Runs the stats query (the views in schemas/) and returns its rows. The caller frees *out with
- * grpo_stats_table_free(). */
+/* Runs the stats query (the views in schemas/ for step..run, the queries of store/stats_report.c
+ * for finish..example) and returns its rows. Text cells are valid UTF-8 whatever the stored bytes
+ * (grpo__utf8_sanitize's U+FFFD per invalid byte). The caller frees *out with
+ * grpo_stats_table_free().
+ *
+ * Columns of the report queries (every row starts with run_id; shared bin edges across runs):
+ *   finish       finish_reason, completions, frac, len_mean, reward_mean
+ *   reward_hist  bin, lo, hi, n, frac: bins of equal width over [min, max] of the rewards of the
+ *                selected completions (one bin when all are equal); a value v is in bin
+ *                min(floor((v - min) / (max - min) * bins), bins - 1)
+ *   length_hist  bin, lo, hi (inclusive token counts), n, frac: integer bins of width
+ *                ceil((max - min + 1) / bins)
+ *   time         bin, t_start_s, t_end_s (from the run's first group start), groups (active in
+ *                the bin), completions, tokens, completions_per_s, tokens_per_s: the run's span
+ *                from its first group's start to its last group's finish in equal bins; a group's
+ *                completions and tokens are spread over its own [started_at, finished_at] in
+ *                proportion to the overlap (all in one bin when it took no time)
+ *   kl           step, completions (those with a reference policy), kl_per_token (token-weighted
+ *                mean of kl_mean), kl_max, logprob_per_token, ref_logprob_per_token, logprob_gap
+ *                (their difference), logprob_gap_max (largest per-completion |gap| per token)
+ *   example      verifier, kind, verdicts (of that kind), rank, label, completion_id, step,
+ *                prompt_id, sample_index, reward, finish_reason, n_tokens, text_bytes (stored),
+ *                text (cut at a character boundary to text_bytes), text_cut (1 when cut);
+ *                `examples` of each (run, verifier, kind): the lowest completion id of each
+ *                prompt in id order, then the second lowest of each, and so on */
 grpo_err grpo_store_stats(grpo_stats_table **out, grpo_store *s, const grpo_stats_opts *opts);
 void grpo_stats_table_free(grpo_stats_table *t);
 

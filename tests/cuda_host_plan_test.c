@@ -133,6 +133,17 @@ test_fp8_layout(void **state)
     assert_int_equal(grpo_cuda_fp8_workspace(64, 7168), 458752 + 14336);
     /* Ragged: 3 x 200 -> 600 -> 768 bytes; 2 blocks x 4 x 4 = 32 -> 256. */
     assert_int_equal(grpo_cuda_fp8_workspace(3, 200), 768 + 256);
+    /* cuBLASLt FP8: DeepSeek-V3's K (7168: 56 blocks; 2048: 16; 18432: 144; 1536: 12) pass with M
+     * a multiple of 4; a scale row of 5 blocks (K = 640), M = 1 or 6, or N = 200 do not */
+    assert_true(grpo_cuda_fp8_lt_shape_ok(64, 7168, 7168));
+    assert_true(grpo_cuda_fp8_lt_shape_ok(4, 1536, 7168) &&
+                grpo_cuda_fp8_lt_shape_ok(8, 7168, 2048));
+    assert_true(grpo_cuda_fp8_lt_shape_ok(4, 7168, 18432) &&
+                grpo_cuda_fp8_lt_shape_ok(4, 24576, 1536));
+    assert_false(grpo_cuda_fp8_lt_shape_ok(64, 256, 640));
+    assert_false(grpo_cuda_fp8_lt_shape_ok(1, 7168, 7168) ||
+                 grpo_cuda_fp8_lt_shape_ok(6, 7168, 7168));
+    assert_false(grpo_cuda_fp8_lt_shape_ok(64, 200, 7168) || grpo_cuda_fp8_lt_shape_ok(0, 16, 512));
 }
 
 static void

@@ -167,7 +167,15 @@ lt_run(cu_state *s, cudaDataType_t in, int M, int N, int K, const void *x, const
     LT(cublasLtMatmulPreferenceCreate(&pref));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz,
                                             sizeof wsz));
-    LT(cublasLtMatmulAlgoGetHeuristic(s->lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
+    /* INVALID_VALUE / NOT_SUPPORTED from the heuristic: this shape is not for cuBLASLt (the caller
+     * falls back to the generic kernel), not a failure of the run */
+    st = cublasLtMatmulAlgoGetHeuristic(s->lt, op, la, lb, ld, ld, pref, 1, &heur, &found);
+    if (st == CUBLAS_STATUS_INVALID_VALUE || st == CUBLAS_STATUS_NOT_SUPPORTED)
+        found = 0;
+    else if (st != CUBLAS_STATUS_SUCCESS) {
+        err = grpo_cu__lt_err(st, "cublasLtMatmulAlgoGetHeuristic");
+        goto done;
+    }
     if (found == 0) {
         err = grpo__fail(GRPO_EUNSUPPORTED, "cuBLASLt: no algorithm for %s M=%d N=%d K=%d",
                          in == CUDA_R_8F_E4M3 ? "FP8" : "BF16", M, N, K);
@@ -218,7 +226,8 @@ grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, flo
 {
     int N = w->rows, K = w->cols;
     int aligned = M > 0 && K % 16 == 0 && N % 16 == 0 && ldy % 4 == 0;
-    if (s->policy == GRPO_CUDA_GEMM_FAST && aligned && w->dt == GRPO_DT_F8E4M3 && w->br == 128 &&
+    if (s->policy == GRPO_CUDA_GEMM_FAST && aligned && grpo_cuda_fp8_lt_shape_ok(M, N, K) &&
+        w->dt == GRPO_DT_F8E4M3 && w->br == 128 &&
         w->bc == 128 && w->row0 % 128 == 0 && w->scale_cols == (K + 127) / 128) {
         size_t qb = ((size_t)M * K + 255) / 256 * 256;
         grpo_err err = grpo_cu__reserve(&s->ws[0], grpo_cuda_fp8_workspace(M, K));

@@ -30,6 +30,13 @@ grpo_cuda_fp8_workspace(int64_t M, int64_t K)
 }
 
 int
+grpo_cuda_fp8_lt_shape_ok(int64_t M, int64_t N, int64_t K)
+{
+    int64_t kb = (K + GRPO_CUDA_QBLK - 1) / GRPO_CUDA_QBLK;
+    return M > 0 && N > 0 && K > 0 && M % 4 == 0 && N % 16 == 0 && K % 16 == 0 && kb % 4 == 0;
+}
+
+int
 grpo_cuda_mla_chunk(int32_t len)
 {
     /* Short sequences: one block per (sequence, head group); long ones: chunks of 512 positions
@@ -117,8 +124,9 @@ grpo_moe_plan_init(grpo_moe_plan *p, int M, int top_k, int E, const int32_t *idx
     }
     for (size_t i = 0; i < n; i++) {
         if (idx[i] < 0 || idx[i] >= E) {
-            grpo_err err = grpo__fail(GRPO_EINVAL, "cuda: token %zu slot %zu routed to expert %d of %d",
-                                      i / (size_t)top_k, i % (size_t)top_k, (int)idx[i], E);
+            grpo_err err =
+                grpo__fail(GRPO_EINVAL, "cuda: token %zu slot %zu routed to expert %d of %d",
+                           i / (size_t)top_k, i % (size_t)top_k, (int)idx[i], E);
             grpo_moe_plan_fini(p);
             return err;
         }

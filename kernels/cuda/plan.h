@@ -23,6 +23,13 @@ int64_t grpo_cuda_ascale_ld(int64_t M);
  * each rounded up to 256 bytes. */
 size_t grpo_cuda_fp8_workspace(int64_t M, int64_t K);
 
+/* Whether cuBLASLt's block-scaled FP8 GEMM may take y (M, N) = x (M, K) . W (N, K)^T as the
+ * checkpoint lays its scales out: M a multiple of 4 (the VEC128 activation scales), N and K of 16
+ * (FP8 tensor-core tiles), and the weight scale grid's rows (ceil(K / 128) blocks) a multiple of
+ * 4 floats (BLK128x128 reads them 16-byte aligned; the checkpoint grid is unpadded). Other shapes
+ * take the generic kernel: never wrong scales. */
+int grpo_cuda_fp8_lt_shape_ok(int64_t M, int64_t N, int64_t K);
+
 /* ---- MLA absorbed decode: split of the positions over blocks ----
  * A sequence of len positions is cut into ceil(len / chunk) chunks of `chunk` positions (a multiple
  * of the page, 64). The chunk depends only on len (never on the batch), so each output is reduced

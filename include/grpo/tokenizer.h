@@ -43,7 +43,7 @@ typedef struct grpo_tokenizer_opts {
 /* Loads a byte-level BPE tokenizer. `path` is a tokenizer.json or a directory holding one.
  * Supported: model BPE (vocab; merges as "a b" strings or [a, b] pairs; ignore_merges; no
  * dropout, subword prefix/suffix), added tokens (special or not, lstrip, rstrip, normalized),
- * normalizer null or an empty Sequence, pre-tokenizer ByteLevel (GPT-2 regex when use_regex,
+ * normalizer null, NFC (through ICU) or a Sequence of those, pre-tokenizer ByteLevel (GPT-2 regex when use_regex,
  * add_prefix_space) or a Sequence of Split(Regex|String, Isolated|Removed, invert) then ByteLevel,
  * decoder ByteLevel. Anything else (single_word tokens, other normalizers, pre-tokenizers or
  * decoders) is refused with GRPO_EUNSUPPORTED naming the field; malformed files give GRPO_EFORMAT.

@@ -105,6 +105,7 @@ struct grpo_tokenizer {
     tok_stage stages[TOK_MAX_STAGES];
     int n_stages;
     bool has_bytelevel;
+    bool nfc; /* normalizer NFC (Qwen): pieces between non-normalized added tokens */
     /* config */
     int32_t bos, eos;
     char *bos_text; /* content of the BOS token, for the chat template ("" if none) */
@@ -172,6 +173,9 @@ void grpo_tok__trie_fini(tok_trie *t);
  * sequence yields length 1 and *cp = UINT32_MAX. */
 size_t grpo_tok__utf8_next(const unsigned char *s, size_t n, size_t i, uint32_t *cp);
 bool grpo_tok__is_whitespace(uint32_t cp); /* Unicode White_Space, as Rust char::is_whitespace */
+
+/* The NFC form of s[0..n) into out (replacing its contents); invalid UTF-8 bytes pass through. */
+grpo_err grpo_tok__nfc(const unsigned char *s, size_t n, grpo_buf *out);
 
 /* Loader pieces (load.c) used by config.c */
 grpo_err grpo_tok__read_config(grpo_tokenizer *tok, const char *path, bool must_exist);

@@ -209,6 +209,31 @@ test_family_detect(void **state)
     free(text);
     grpo_tokenizer_destroy(t);
     remove(cfg);
+    /* R1-Distill's template of January 2025 (no "<think>\n" in the prompt) is not R1's: refused,
+     * not rendered as R1 although it has DeepSeek's role tokens and </think> */
+    char jpath[4096], *tmpl;
+    size_t tl;
+    snprintf(jpath, sizeof jpath, "%s/data/chat-templates/r1-distill.jinja", fx_source_dir());
+    assert_int_equal(grpo__read_file(jpath, 0, &tmpl, &tl), GRPO_OK);
+    char *hit = strstr(tmpl, "<think>\\n'}}");
+    assert_non_null(hit);
+    memmove(hit, hit + strlen("<think>\\n"), strlen(hit + strlen("<think>\\n")) + 1);
+    cJSON *cj = cJSON_CreateObject();
+    cJSON_AddStringToObject(cj, "chat_template", tmpl);
+    char *cs = cJSON_PrintUnformatted(cj);
+    f = fopen(cfg, "w");
+    assert_non_null(f);
+    fputs(cs, f);
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/tokenizer.json", fx_family_dir("r1-distill-qwen"));
+    assert_int_equal(grpo_tokenizer_load(&t, dir, &o), GRPO_OK);
+    assert_int_equal(grpo_tokenizer_chat_family(t), GRPO_CHAT_NONE);
+    assert_int_equal(grpo_chat_render(t, GRPO_CHAT_NONE, &m, 1, 1, &text, &len), GRPO_EUNSUPPORTED);
+    grpo_tokenizer_destroy(t);
+    remove(cfg);
+    free(cs);
+    cJSON_Delete(cj);
+    free(tmpl);
     for (int fam = 0; fam <= GRPO_CHAT_R1_DISTILL; fam++)
         assert_int_equal(grpo_chat_family_parse(grpo_chat_family_name((grpo_chat_family)fam)), fam);
 }

@@ -62,6 +62,11 @@ family_of(const char *tmpl, const char *hex)
             return known_templates[i].family;
     if (strstr(tmpl, "<｜Assistant｜>") == NULL || strstr(tmpl, "<｜User｜>") == NULL)
         return GRPO_CHAT_NONE;
+    /* The R1-Distill structure (the last system prompt only) in a text that is not the one
+     * implemented (e.g. its January 2025 version without "<think>\n" in the prompt): rendering it
+     * as R1 or V3 would be a guess. */
+    if (strstr(tmpl, "{% set ns.system_prompt = message['content'] %}") != NULL)
+        return GRPO_CHAT_NONE;
     if (strstr(tmpl, "<think>") != NULL || strstr(tmpl, "</think>") != NULL)
         return GRPO_CHAT_R1;
     return GRPO_CHAT_V3;

@@ -22,8 +22,9 @@ usage(FILE *f)
            "  --prompt TEXT        prompt text, encoded with the tokenizer (BOS prepended);\n"
            "                       give exactly one of --prompt and --prompt-ids\n"
            "  --tokenizer PATH     tokenizer.json or its directory for --prompt (default: DIR)\n"
-           "  --chat r1|v3         with --prompt: render it as one user turn of that chat\n"
-           "                       template, generation prompt included\n"
+           "  --chat NAME          with --prompt: render it as one user turn of that chat\n"
+           "                       template, generation prompt included (v3, r1, r1-distill,\n"
+           "                       qwen2.5, qwen3, qwen3-nothink, llama3, llama3.1)\n"
            "  --max-new-tokens N   tokens to generate (default 32; prompt + N must fit the\n"
            "                       model's max_position_embeddings)\n"
            "  --temperature T      0 = greedy (default 0)\n"
@@ -142,7 +143,8 @@ parse_args(int argc, char **argv, opts *o)
     if ((o->prompt == NULL) == (o->ids == NULL))
         return cli_usage("generate", "give exactly one of --prompt TEXT and --prompt-ids IDS");
     if (o->chat != NULL && (o->prompt == NULL || grpo_chat_family_parse(o->chat) < 0))
-        return cli_usage("generate", "--chat takes v3 or r1 and needs --prompt");
+        return cli_usage("generate", "--chat takes a template name (v3, r1, r1-distill, qwen2.5, "
+                                     "qwen3, qwen3-nothink, llama3, llama3.1) and needs --prompt");
     return CLI_OK;
 }
 

@@ -7,6 +7,7 @@
 #include "common/common_int.h"
 #include "grpo/bridge.h"
 #include "grpo/rollout.h"
+#include "grpo/tokenizer.h"
 #include "grpo/run.h"
 #include "grpo/store.h"
 #include "grpo/verify.h"
@@ -52,7 +53,9 @@ usage(FILE *f)
           "                       (default 0)\n",
           f);
     cli_gen_help_stops(f);
-    fputs("  --template NAME      chat template: r1 (default), v3, none\n"
+    fputs("  --template NAME      chat template: r1 (default), v3, qwen2.5, qwen3, qwen3-nothink,\n"
+          "                       llama3, llama3.1, r1-distill, none, or auto (the template of\n"
+          "                       the tokenizer_config.json; refused when grpo does not know it)\n"
           "  --tokenizer PATH     tokenizer.json (default: the model directory's)\n"
           "  --db FILE            SQLite store (default grpo.db)\n"
           "  --out FILE.jsonl     also write one JSON line per completion; a skipped one\n"
@@ -204,8 +207,11 @@ parse_opt(void *ctx, int c, const char *v)
         a->reward_config = v;
         return 0;
     case O_TEMPLATE:
-        if (strcmp(v, "r1") != 0 && strcmp(v, "v3") != 0 && strcmp(v, "none") != 0)
-            return cli_usage(CMD, "--template %s: expected r1, v3 or none", v);
+        if (strcmp(v, "auto") != 0 && grpo_chat_family_parse(v) < 0)
+            return cli_usage(CMD,
+                             "--template %s: expected auto, r1, v3, qwen2.5, qwen3, "
+                             "qwen3-nothink, llama3, llama3.1, r1-distill or none",
+                             v);
         a->template_name = v;
         return 0;
     case O_TOKENIZER:

@@ -66,7 +66,7 @@ usage(FILE *f)
         "                       the sample index only, never on which worker made them\n",
         f);
     cli_gen_help_stops(f);
-    fputs("  --template NAME      chat template: r1, v3, none (default: the worker's, r1)\n", f);
+    fputs("  --template NAME      chat template (as grpo rollout; default: the worker's, r1)\n", f);
     cli_gen_help_logprobs(f);
     fputs("  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
           "  --help               this text\n\n"

@@ -8,11 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* --chat NAME: a family, or auto (GRPO_CHAT_NONE: the tokenizer's own template); -1 if unknown. */
+static int
+chat_family(const char *name)
+{
+    if (strcmp(name, "auto") == 0)
+        return GRPO_CHAT_NONE;
+    int f = grpo_chat_family_parse(name);
+    return f == GRPO_CHAT_NONE ? -1 : f;
+}
+
 static const char USAGE[] =
     "usage: grpo tokenize --tokenizer FILE [--r1] [--bos] [--no-special]\n"
     "       grpo tokenize --tokenizer FILE --decode [--skip-special] [--lossy]\n"
-    "       grpo tokenize --tokenizer FILE --chat r1|v3 --messages FILE.json [--text]\n"
-    "       grpo tokenize --tokenizer FILE --chat r1|v3 --messages FILE.jsonl --jsonl\n"
+    "       grpo tokenize --tokenizer FILE --chat NAME --messages FILE.json [--text]\n"
+    "       grpo tokenize --tokenizer FILE --chat NAME --messages FILE.jsonl --jsonl\n"
     "\n"
     "Encodes all of stdin (one UTF-8 text) with a byte-level BPE tokenizer.json and prints the\n"
     "ids on one line, separated by single spaces. Identical to HF tokenizers'\n"
@@ -29,8 +39,10 @@ static const char USAGE[] =
     "                       byte, with no added newline\n"
     "  --skip-special       with --decode: leave out special tokens\n"
     "  --lossy              with --decode: replace invalid UTF-8 by U+FFFD (as HF decode does)\n"
-    "  --chat r1|v3         render the conversation of --messages with that chat template and\n"
-    "                       print its ids, generation prompt included (r1 implies --r1)\n"
+    "  --chat NAME          render the conversation of --messages with that chat template and\n"
+    "                       print its ids, generation prompt included: v3, r1 (implies --r1),\n"
+    "                       qwen2.5, qwen3, qwen3-nothink, llama3, llama3.1, r1-distill, or auto\n"
+    "                       (the template of the tokenizer_config.json, refused when unknown)\n"
     "  --messages FILE      a JSON array of {\"role\", \"content\"[, \"tool_calls\"]} messages, "
     "or\n"
     "                       an object with a \"messages\" array\n"
@@ -91,10 +103,13 @@ parse(int argc, char **argv, opts *o)
         return cli_usage("tokenize", "--tokenizer FILE is required");
     if (o->chat != NULL && o->messages == NULL)
         return cli_usage("tokenize", "--chat needs --messages FILE.json");
-    if (o->chat != NULL && grpo_chat_family_parse(o->chat) <= 0)
-        return cli_usage("tokenize", "--chat must be r1 or v3, not \"%s\"", o->chat);
+    if (o->chat != NULL && chat_family(o->chat) < 0)
+        return cli_usage("tokenize",
+                         "--chat must be auto, v3, r1, qwen2.5, qwen3, qwen3-nothink, llama3, "
+                         "llama3.1 or r1-distill, not \"%s\"",
+                         o->chat);
     if (o->messages != NULL && o->chat == NULL)
-        return cli_usage("tokenize", "--messages needs --chat r1|v3");
+        return cli_usage("tokenize", "--messages needs --chat NAME");
     if (o->jsonl && (o->chat == NULL || o->text))
         return cli_usage("tokenize", "--jsonl needs --chat and prints text and ids (no --text)");
     if (o->decode && o->chat != NULL)
@@ -252,7 +267,7 @@ do_chat_jsonl(grpo_tokenizer *tok, const opts *o)
     char *data = NULL, where[4200];
     size_t len = 0, lineno = 0;
     bool io_fail = false, all_ok = true;
-    grpo_chat_family fam = (grpo_chat_family)grpo_chat_family_parse(o->chat);
+    grpo_chat_family fam = (grpo_chat_family)chat_family(o->chat);
     if (grpo__read_file(o->messages, (size_t)1 << 31, &data, &len) != GRPO_OK)
         return cli_fail("tokenize");
     for (size_t at = 0; at < len && !io_fail;) {
@@ -281,7 +296,7 @@ do_chat(grpo_tokenizer *tok, const opts *o)
     int32_t *ids = NULL;
     grpo_chat chat = {0};
     int rc = CLI_OK;
-    grpo_chat_family fam = (grpo_chat_family)grpo_chat_family_parse(o->chat);
+    grpo_chat_family fam = (grpo_chat_family)chat_family(o->chat);
     if (grpo__read_file(o->messages, (size_t)1 << 30, &json, &jlen) != GRPO_OK ||
         grpo_chat_parse_json(&chat, json, jlen, o->messages) != GRPO_OK)
         rc = cli_fail("tokenize");

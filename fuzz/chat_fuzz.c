@@ -39,7 +39,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         return 0;
     }
-    for (int fam = GRPO_CHAT_V3; fam <= GRPO_CHAT_R1; fam++) {
+    for (int fam = GRPO_CHAT_V3; fam <= GRPO_CHAT_R1_DISTILL; fam++) {
         char *text = NULL;
         size_t len = 0;
         if (grpo_chat_render(tok, (grpo_chat_family)fam, chat.msgs, chat.n, (int)(size & 1), &text,

@@ -234,7 +234,7 @@ test_budget_and_bad_lines(void **state)
     assert_int_equal(run("%s rollout --top-p 2", bin), 2);
     assert_int_equal(run("%s rollout --bogus", bin), 2);
     assert_int_equal(run("%s rollout --template chatml", bin), 2); /* usage, before any work */
-    assert_non_null(strstr(slurp("out.txt"), "expected r1, v3 or none"));
+    assert_non_null(strstr(slurp("out.txt"), "expected auto, r1, v3, qwen2.5, qwen3"));
     /* a --publish URL the bridge cannot listen on is a usage error, on one line, before any work
      * (the store is not even created) */
     assert_int_equal(run(ROLL " --group 2 --max-new-tokens 4 --db %s/pub.db --publish foo://x", bin,

@@ -17,8 +17,9 @@ typedef struct fx_item {
     size_t len;
     int32_t *ids;
     size_t n;
-    int flag;     /* decode: skip_special */
-    size_t index; /* encode: index into the corpus */
+    int flag;      /* decode: skip_special */
+    size_t index;  /* encode: index into the corpus */
+    uint32_t hash; /* hash files: FNV-1a 64 (low half) of the ids, n their count */
 } fx_item;
 
 typedef struct fx_file {
@@ -109,6 +110,18 @@ fx_ids(const fx_file *f, size_t *pos, fx_item *it)
 }
 
 /* kind: 'C' corpus, 'E' encodings by index, 'T' texts with ids, 'D' decodes. */
+/* A hash-file record: v(n), then the 4-byte little-endian hash. */
+static inline int
+fx_hashed(const fx_file *f, size_t *pos, fx_item *it)
+{
+    if (fx_varint(f, pos, &it->n) != 0 || f->len - *pos < 4)
+        return -1;
+    const unsigned char *b = (const unsigned char *)f->buf + *pos;
+    it->hash = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    *pos += 4;
+    return 0;
+}
+
 static inline int
 fx_load(fx_file *f, const char *name, char kind)
 {
@@ -138,6 +151,8 @@ fx_load(fx_file *f, const char *name, char kind)
             rc = fx_varint(f, &pos, &it->index) != 0 ? -1 : fx_ids(f, &pos, it);
         else if (kind == 'T')
             rc = fx_bytes(f, &pos, it) != 0 ? -1 : fx_ids(f, &pos, it);
+        else if (kind == 'H')
+            rc = fx_hashed(f, &pos, it);
         else
             rc = (fx_varint(f, &pos, &flag) != 0 || fx_ids(f, &pos, it) != 0)
                      ? -1
@@ -160,6 +175,28 @@ fx_free(fx_file *f)
     free(f->items);
     free(f->buf);
     memset(f, 0, sizeof *f);
+}
+
+/* The low half of the FNV-1a 64 hash of ids as little-endian uint32, as the hash files hold. */
+static inline uint32_t
+fx_ids_hash(const int32_t *ids, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++)
+            h = (h ^ (((uint32_t)ids[i] >> (8 * k)) & 0xFF)) * 0x100000001b3ULL;
+    return (uint32_t)h;
+}
+
+/* Directory of a tokenizer unpacked from data/family-tokenizers/tokenizers.tar.xz into the build
+ * tree ("qwen2.5", "llama3.1", ...). */
+static inline const char *
+fx_family_dir(const char *variant)
+{
+    static char p[4096];
+    const char *b = getenv("GRPO_BINARY_DIR");
+    snprintf(p, sizeof p, "%s/family-tokenizers/%s", b != NULL && b[0] ? b : "../build", variant);
+    return p;
 }
 
 /* Prints the first difference between two id sequences. */

@@ -290,13 +290,16 @@ void grpo_prompts_fini(grpo_prompt_set *set);
 typedef struct grpo_policy grpo_policy;
 
 typedef struct grpo_policy_opts {
-    const char *tokenizer;     /* tokenizer.json or a directory; NULL: the model directory's */
-    const char *template_name; /* "r1" (default), "v3" or "none" (plain text, BOS first) */
-    int n_threads;             /* forward threads; <= 0: all CPUs */
-    size_t kv_budget_bytes;    /* KV pool size; 0: 1 GiB */
-    size_t kv_budget_tokens;   /* > 0: a pool of exactly ceil(tokens / GRPO_KV_PAGE) pages */
-    int backend;               /* grpo_model_opts.backend: 0 CPU, 1 CUDA (device 0 as visible) */
-    int numerics;              /* grpo_model_opts.numerics: 0 exact, GRPO_NUMERICS_Q8 */
+    const char *tokenizer; /* tokenizer.json or a directory; NULL: the model directory's */
+    /* "r1" (default), "v3", "r1-distill", "qwen2.5", "qwen3", "qwen3-nothink", "llama3",
+     * "llama3.1", "auto" (the tokenizer_config.json's template; GRPO_EUNSUPPORTED naming the
+     * file when grpo does not implement it) or "none" (plain text, BOS first) */
+    const char *template_name;
+    int n_threads;           /* forward threads; <= 0: all CPUs */
+    size_t kv_budget_bytes;  /* KV pool size; 0: 1 GiB */
+    size_t kv_budget_tokens; /* > 0: a pool of exactly ceil(tokens / GRPO_KV_PAGE) pages */
+    int backend;             /* grpo_model_opts.backend: 0 CPU, 1 CUDA (device 0 as visible) */
+    int numerics;            /* grpo_model_opts.numerics: 0 exact, GRPO_NUMERICS_Q8 */
 } grpo_policy_opts;
 
 grpo_err grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opts *opts);
@@ -307,9 +310,10 @@ grpo_model *grpo_policy_model(grpo_policy *p);
 grpo_kv *grpo_policy_kv(grpo_policy *p);
 /* EOS id of the tokenizer (else the model config's), or -1. */
 int32_t grpo_policy_eos_id(const grpo_policy *p);
-/* Nonzero when the rendered prompt ends with the R1 "<think>\n" opening. */
+/* Nonzero when the rendered prompt ends with the R1 "<think>\n" opening (r1, r1-distill). */
 int grpo_policy_opens_think(const grpo_policy *p);
-/* "r1", "v3", "none" or "bytes" (the byte tokenizer). */
+/* The template's name (grpo_chat_family_name: "r1", "v3", "qwen2.5", ...), "none", or "bytes"
+ * (the byte tokenizer). */
 const char *grpo_policy_template(const grpo_policy *p);
 /* grpo_token_bytes_fn over the policy's tokenizer; ctx is the policy. */
 const char *grpo_policy_token_bytes(const void *policy, int32_t id, size_t *len);

@@ -18,7 +18,13 @@ typedef struct grpo_tokenizer grpo_tokenizer;
 typedef enum grpo_chat_family {
     GRPO_CHAT_NONE = 0, /* no known template (generic tokenizer) */
     GRPO_CHAT_V3 = 1,   /* DeepSeek-V3: generation prompt "<｜Assistant｜>" */
-    GRPO_CHAT_R1 = 2    /* DeepSeek-R1: drops old reasoning; prompt "<｜Assistant｜><think>\n" */
+    GRPO_CHAT_R1 = 2,   /* DeepSeek-R1: drops old reasoning; prompt "<｜Assistant｜><think>\n" */
+    GRPO_CHAT_QWEN25 = 3,         /* Qwen2.5 Instruct: ChatML with its default system prompt */
+    GRPO_CHAT_QWEN3 = 4,          /* Qwen3, thinking on (enable_thinking unset or true) */
+    GRPO_CHAT_QWEN3_NO_THINK = 5, /* Qwen3 with enable_thinking=false: an empty think block */
+    GRPO_CHAT_LLAMA3 = 6,         /* Meta-Llama-3 Instruct (3.0) */
+    GRPO_CHAT_LLAMA31 = 7,        /* Llama 3.1 / 3.3 Instruct (no tools, date "26 Jul 2024") */
+    GRPO_CHAT_R1_DISTILL = 8      /* DeepSeek-R1-Distill-Qwen/-Llama: prompt "...<think>\n" */
 } grpo_chat_family;
 
 /* Ids DeepSeek-R1 gives to <think> and </think> (placeholder tokens in the V3 file). */
@@ -43,11 +49,12 @@ typedef struct grpo_tokenizer_opts {
 /* Loads a byte-level BPE tokenizer. `path` is a tokenizer.json or a directory holding one.
  * Supported: model BPE (vocab; merges as "a b" strings or [a, b] pairs; ignore_merges; no
  * dropout, subword prefix/suffix), added tokens (special or not, lstrip, rstrip, normalized),
- * normalizer null or an empty Sequence, pre-tokenizer ByteLevel (GPT-2 regex when use_regex,
- * add_prefix_space) or a Sequence of Split(Regex|String, Isolated|Removed, invert) then ByteLevel,
- * decoder ByteLevel. Anything else (single_word tokens, other normalizers, pre-tokenizers or
- * decoders) is refused with GRPO_EUNSUPPORTED naming the field; malformed files give GRPO_EFORMAT.
- * opts may be NULL (defaults). On success the caller owns *out (free with grpo_tokenizer_destroy).
+ * normalizer null, NFC (through ICU) or a Sequence of those, pre-tokenizer ByteLevel (GPT-2 regex
+ * when use_regex, add_prefix_space) or a Sequence of Split(Regex|String, Isolated|Removed, invert)
+ * then ByteLevel, decoder ByteLevel. Anything else (single_word tokens, other normalizers,
+ * pre-tokenizers or decoders) is refused with GRPO_EUNSUPPORTED naming the field; malformed files
+ * give GRPO_EFORMAT. opts may be NULL (defaults). On success the caller owns *out (free with
+ * grpo_tokenizer_destroy).
  */
 grpo_err grpo_tokenizer_load(grpo_tokenizer **out, const char *path,
                              const grpo_tokenizer_opts *opts);
@@ -64,8 +71,11 @@ int32_t grpo_tokenizer_vocab_size(const grpo_tokenizer *tok);
  * "<｜begin▁of▁sentence｜>"/"<｜end▁of▁sentence｜>" when present, else -1. */
 int32_t grpo_tokenizer_bos_id(const grpo_tokenizer *tok);
 int32_t grpo_tokenizer_eos_id(const grpo_tokenizer *tok);
-/* The chat family: R1 when loaded with opts.r1 or when tokenizer_config.json's template ends its
- * generation prompt with <think>, V3 for the DeepSeek-V3 template, else GRPO_CHAT_NONE. */
+/* The chat family of tokenizer_config.json's chat_template: the Qwen, Llama 3 and R1-Distill
+ * templates by the sha256 of their text (trailing whitespace aside); otherwise R1 when loaded with
+ * opts.r1 or when a DeepSeek template has <think>, V3 for DeepSeek-V3's; else GRPO_CHAT_NONE (no
+ * template, or one not implemented: rendering with the tokenizer's own family then fails naming
+ * the file). */
 grpo_chat_family grpo_tokenizer_chat_family(const grpo_tokenizer *tok);
 
 /* Id of a token given by its content: an added token's content ("<｜end▁of▁sentence｜>", "<think>")
@@ -176,8 +186,10 @@ typedef struct grpo_chat {
 grpo_err grpo_chat_parse_json(grpo_chat *out, const char *json, size_t len, const char *where);
 void grpo_chat_fini(grpo_chat *c);
 
-/* "v3", "r1" (or "none") to a family; -1 for anything else. */
+/* "v3", "r1", "qwen2.5", "qwen3", "qwen3-nothink", "llama3", "llama3.1", "r1-distill" (or
+ * "none") to a family; -1 for anything else. grpo_chat_family_name is the inverse. */
 int grpo_chat_family_parse(const char *name);
+const char *grpo_chat_family_name(grpo_chat_family family);
 
 #ifdef __cplusplus
 }

@@ -173,7 +173,8 @@ class Group:
 class Engine:
     """A model directory (config.json, safetensors, tokenizer.json) opened for rollouts.
 
-    template: chat template "r1" (default), "v3" or "none"; tokenizer: another tokenizer.json;
+    template: chat template "r1" (default), "v3", "r1-distill", "qwen2.5", "qwen3",
+    "qwen3-nothink", "llama3", "llama3.1", "auto" or "none"; tokenizer: another tokenizer.json;
     threads: forward threads (0: all CPUs); kv_budget_tokens / kv_budget_bytes: the KV pool
     (default 1 GiB); reward_config: the reward composition (grpo.Verifier's config; default
     math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format, format = 1.0*format);

@@ -30,9 +30,13 @@ open_tokenizer(grpo_policy *p, const char *model_dir, const grpo_policy_opts *o)
 {
     char path[4096];
     const char *t = o->template_name ? o->template_name : "r1";
-    int fam = grpo_chat_family_parse(t);
+    bool automatic = strcmp(t, "auto") == 0; /* the template of the tokenizer_config.json */
+    int fam = automatic ? GRPO_CHAT_NONE : grpo_chat_family_parse(t);
     if (fam < 0)
-        return grpo__fail(GRPO_EINVAL, "template \"%s\": expected r1, v3 or none", t);
+        return grpo__fail(GRPO_EINVAL,
+                          "template \"%s\": expected auto, r1, v3, qwen2.5, qwen3, qwen3-nothink, "
+                          "llama3, llama3.1, r1-distill or none",
+                          t);
     p->family = (grpo_chat_family)fam;
     if (o->tokenizer == NULL) {
         snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
@@ -48,6 +52,9 @@ open_tokenizer(grpo_policy *p, const char *model_dir, const grpo_policy_opts *o)
     grpo_err err = grpo_tokenizer_load(&p->tok, path, &to);
     if (err != GRPO_OK)
         return err;
+    /* auto with no known template: the renderer's refusal names the file and the template */
+    if (automatic && (p->family = grpo_tokenizer_chat_family(p->tok)) == GRPO_CHAT_NONE)
+        return grpo_chat_render(p->tok, GRPO_CHAT_NONE, NULL, 0, 1, &(char *){NULL}, NULL);
     const grpo_model_config *cfg = grpo_model_get_config(p->model);
     if (grpo_tokenizer_vocab_size(p->tok) > cfg->vocab_size)
         return grpo__fail(GRPO_EINVAL,
@@ -161,7 +168,9 @@ grpo_policy_eos_id(const grpo_policy *p)
 int
 grpo_policy_opens_think(const grpo_policy *p)
 {
-    return p->tok != NULL && p->family == GRPO_CHAT_R1;
+    /* R1's and the R1-Distill templates end the prompt with "<think>\n"; Qwen3's leaves opening
+     * it to the model (and with thinking off closes an empty block itself). */
+    return p->tok != NULL && (p->family == GRPO_CHAT_R1 || p->family == GRPO_CHAT_R1_DISTILL);
 }
 
 const char *
@@ -169,7 +178,7 @@ grpo_policy_template(const grpo_policy *p)
 {
     if (p->tok == NULL)
         return "bytes";
-    return p->family == GRPO_CHAT_R1 ? "r1" : p->family == GRPO_CHAT_V3 ? "v3" : "none";
+    return grpo_chat_family_name(p->family);
 }
 
 const char *

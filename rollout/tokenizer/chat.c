@@ -1,6 +1,7 @@
-/* The DeepSeek-V3 and DeepSeek-R1 chat templates, transcribed from their Jinja source statement by
- * statement (including their quirks, e.g. the never-reset is_first flag of tool calls), and the
- * JSON form of a conversation. tests/data/tokenizer/chat_*.json holds jinja2's renderings. */
+/* The DeepSeek-V3, DeepSeek-R1 and R1-Distill chat templates, transcribed from their Jinja source
+ * statement by statement (including their quirks, e.g. the never-reset is_first flag of tool
+ * calls), the dispatch to the Qwen and Llama ones, and the JSON form of a conversation.
+ * tests/data/tokenizer/chat_*.json holds jinja2's renderings. */
 #include "rollout/tokenizer/tok_int.h"
 #include "common/json.h"
 
@@ -188,6 +189,35 @@ r1_assistant(render *r, size_t i, const grpo_chat_message *m)
     put(r, U_EOS);
 }
 
+/* R1-Distill: V3's tool-call branch (content null), R1's reasoning cut otherwise. */
+static void
+distill_assistant(render *r, size_t i, const grpo_chat_message *m)
+{
+    if (content_is_none(m)) {
+        v3_assistant(r, i, m);
+        return;
+    }
+    const char *c = content_text(r, i, m);
+    if (c == NULL)
+        return;
+    put(r, r->is_tool ? U_OUTS_END : U_ASSISTANT);
+    put(r, r->is_tool ? c : after_think(c));
+    r->is_tool = false;
+    put(r, U_EOS);
+}
+
+/* R1-Distill keeps only the last system prompt, printed with {{ }}: null shows as "None". */
+static void
+distill_system(render *r, const grpo_chat_message *msgs, size_t n)
+{
+    const grpo_chat_message *last = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (role_is(&msgs[i], "system"))
+            last = &msgs[i];
+    if (last != NULL)
+        put(r, last->content == NULL ? "None" : last->content);
+}
+
 static void
 tool_output(render *r, size_t i, const grpo_chat_message *m, grpo_chat_family fam)
 {
@@ -198,7 +228,7 @@ tool_output(render *r, size_t i, const grpo_chat_message *m, grpo_chat_family fa
     if (r->is_output_first)
         put(r, U_OUTS_BEGIN U_OUT_BEGIN);
     else
-        put(r, fam == GRPO_CHAT_V3 ? "\n" U_OUT_BEGIN : U_OUT_BEGIN);
+        put(r, fam != GRPO_CHAT_R1 ? "\n" U_OUT_BEGIN : U_OUT_BEGIN);
     r->is_output_first = false;
     put(r, c);
     put(r, U_OUT_END);
@@ -218,12 +248,49 @@ render_messages(render *r, grpo_chat_family fam, const grpo_chat_message *msgs, 
         } else if (role_is(m, "assistant")) {
             if (fam == GRPO_CHAT_V3)
                 v3_assistant(r, i, m);
+            else if (fam == GRPO_CHAT_R1_DISTILL)
+                distill_assistant(r, i, m);
             else
                 r1_assistant(r, i, m);
         } else if (role_is(m, "tool")) {
             tool_output(r, i, m, fam);
         } /* any other role, or none: the templates have no branch for it */
     }
+}
+
+static void
+deepseek(render *r, const grpo_tokenizer *tok, grpo_chat_family fam, const grpo_chat_message *msgs,
+         size_t n, int add_generation_prompt)
+{
+    put(r, tok->bos_text);
+    if (fam == GRPO_CHAT_R1_DISTILL)
+        distill_system(r, msgs, n);
+    else
+        system_prompt(r, msgs, n);
+    render_messages(r, fam, msgs, n);
+    if (r->is_tool)
+        put(r, U_OUTS_END);
+    if (add_generation_prompt && !r->is_tool)
+        put(r, fam != GRPO_CHAT_V3 ? U_ASSISTANT "<think>\n" : U_ASSISTANT);
+}
+
+/* The family to render with: the one asked for, else the tokenizer's own (refused, naming the
+ * file, when its template is not one we implement). */
+static grpo_err
+pick_family(const grpo_tokenizer *tok, grpo_chat_family *fam)
+{
+    if (*fam == GRPO_CHAT_NONE)
+        *fam = tok->family;
+    if (*fam > GRPO_CHAT_NONE && *fam <= GRPO_CHAT_R1_DISTILL)
+        return GRPO_OK;
+    if (tok->template_unknown != NULL)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "chat: %s is not a chat template grpo implements; choose one of v3, r1, "
+                          "qwen2.5, qwen3, qwen3-nothink, llama3, llama3.1, r1-distill",
+                          tok->template_unknown);
+    return grpo__fail(GRPO_EUNSUPPORTED, "chat: the tokenizer has no chat template; choose one "
+                                         "of v3, r1, qwen2.5, qwen3, qwen3-nothink, llama3, "
+                                         "llama3.1, r1-distill");
 }
 
 grpo_err
@@ -233,21 +300,23 @@ grpo_chat_render(const grpo_tokenizer *tok, grpo_chat_family fam, const grpo_cha
     *text = NULL;
     if (len != NULL)
         *len = 0;
-    if (fam == GRPO_CHAT_NONE)
-        fam = tok->family;
-    if (fam != GRPO_CHAT_V3 && fam != GRPO_CHAT_R1)
-        return grpo__fail(GRPO_EUNSUPPORTED,
-                          "chat: the tokenizer has no DeepSeek chat template; choose v3 or r1");
+    grpo_err err = pick_family(tok, &fam);
+    if (err != GRPO_OK)
+        return err;
     if (n == 0) /* transformers' apply_chat_template fails on an empty list too */
         return grpo__fail(GRPO_EINVAL, "chat: the conversation has no messages");
     render r = {{0}, GRPO_OK, false, false, true};
-    put(&r, tok->bos_text);
-    system_prompt(&r, msgs, n);
-    render_messages(&r, fam, msgs, n);
-    if (r.is_tool)
-        put(&r, U_OUTS_END);
-    if (add_generation_prompt && !r.is_tool)
-        put(&r, fam == GRPO_CHAT_R1 ? U_ASSISTANT "<think>\n" : U_ASSISTANT);
+    if (fam >= GRPO_CHAT_QWEN25 && fam <= GRPO_CHAT_QWEN3_NO_THINK) {
+        tok_out o = {{0}, GRPO_OK};
+        grpo_chat__qwen(&o, fam, msgs, n, add_generation_prompt);
+        r.b = o.b, r.err = o.err;
+    } else if (fam == GRPO_CHAT_LLAMA3 || fam == GRPO_CHAT_LLAMA31) {
+        tok_out o = {{0}, GRPO_OK};
+        grpo_chat__llama(&o, tok, fam, msgs, n, add_generation_prompt);
+        r.b = o.b, r.err = o.err;
+    } else {
+        deepseek(&r, tok, fam, msgs, n, add_generation_prompt);
+    }
     if (r.err == GRPO_OK && r.b.data == NULL) /* an empty result is allocated and terminated too */
         r.err = grpo__buf_append(&r.b, "", 0);
     if (r.err != GRPO_OK) {
@@ -275,18 +344,30 @@ grpo_chat_encode(const grpo_tokenizer *tok, grpo_chat_family family, const grpo_
     return err;
 }
 
+static const char *const family_names[] = {
+    "none", "v3", "r1", "qwen2.5", "qwen3", "qwen3-nothink", "llama3", "llama3.1", "r1-distill"};
+
 int
 grpo_chat_family_parse(const char *name)
 {
     if (name == NULL)
         return -1;
-    if (strcmp(name, "v3") == 0 || strcmp(name, "V3") == 0)
+    if (strcmp(name, "V3") == 0)
         return GRPO_CHAT_V3;
-    if (strcmp(name, "r1") == 0 || strcmp(name, "R1") == 0)
+    if (strcmp(name, "R1") == 0)
         return GRPO_CHAT_R1;
-    if (strcmp(name, "none") == 0)
-        return GRPO_CHAT_NONE;
+    for (int i = 0; i < (int)(sizeof family_names / sizeof family_names[0]); i++)
+        if (strcmp(name, family_names[i]) == 0)
+            return i;
     return -1;
+}
+
+const char *
+grpo_chat_family_name(grpo_chat_family family)
+{
+    if ((int)family < 0 || (int)family >= (int)(sizeof family_names / sizeof family_names[0]))
+        return "unknown";
+    return family_names[family];
 }
 
 /* ---- JSON ---- */

@@ -152,16 +152,32 @@ strip_right(const unsigned char *text, size_t j, size_t hi)
 
 static grpo_err split_added(enc *e, int level, size_t start, size_t end);
 
+/* A piece between non-normalized added tokens is normalized (NFC for Qwen) before the normalized
+ * added tokens are looked for in it, as in HF. */
+static grpo_err
+normalized_piece(enc *e, size_t a, size_t b)
+{
+    grpo_buf nb = {0};
+    grpo_err err = grpo_tok__nfc(e->text + a, b - a, &nb);
+    if (err == GRPO_OK && nb.len > 0) {
+        enc sub = *e;
+        sub.text = (const unsigned char *)nb.data;
+        err = split_added(&sub, 1, 0, nb.len);
+    }
+    grpo__buf_fini(&nb);
+    return err;
+}
+
 static grpo_err
 gap(enc *e, int level, size_t a, size_t b)
 {
     if (level == 0)
-        return split_added(e, 1, a, b);
+        return e->tok->nfc ? normalized_piece(e, a, b) : split_added(e, 1, a, b);
     return pretok(e, 0, e->text + a, b - a);
 }
 
 /* Level 0 extracts the non-normalized added tokens from [start, end), level 1 the normalized
- * ones from each remaining piece (there is no normalizer, so both see the same text). */
+ * ones from each remaining piece (after the normalizer, when there is one). */
 static grpo_err
 split_added(enc *e, int level, size_t start, size_t end)
 {

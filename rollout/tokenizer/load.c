@@ -68,8 +68,9 @@ type_of(const cJSON *o)
 
 /* ---- normalizer ---- */
 
+/* None, NFC (Qwen), or a Sequence of those. */
 static grpo_err
-check_normalizer(const cJSON *n, const char *where)
+check_normalizer(grpo_tokenizer *tok, const cJSON *n, const char *where)
 {
     if (n == NULL || cJSON_IsNull(n))
         return GRPO_OK;
@@ -78,6 +79,10 @@ check_normalizer(const cJSON *n, const char *where)
     const char *t = type_of(n);
     if (t == NULL)
         return grpo__fail(GRPO_EFORMAT, "%s: normalizer has no \"type\"", where);
+    if (strcmp(t, "NFC") == 0) {
+        tok->nfc = true;
+        return GRPO_OK;
+    }
     if (strcmp(t, "Sequence") != 0)
         return unsupported(where, "normalizer", t);
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
@@ -87,7 +92,7 @@ check_normalizer(const cJSON *n, const char *where)
     const cJSON *it;
     cJSON_ArrayForEach(it, list)
     {
-        grpo_err err = check_normalizer(it, where);
+        grpo_err err = check_normalizer(tok, it, where);
         if (err != GRPO_OK)
             return err;
     }
@@ -684,7 +689,7 @@ read_tokenizer(grpo_tokenizer *tok, const cJSON *root, const char *where, bool r
         return grpo__fail(GRPO_EFORMAT, "%s: expected a JSON object at the top level", where);
     grpo_err err = read_model(tok, root, where, r1);
     if (err == GRPO_OK)
-        err = check_normalizer(cJSON_GetObjectItemCaseSensitive(root, "normalizer"), where);
+        err = check_normalizer(tok, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), where);
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (err == GRPO_OK && (pre == NULL || cJSON_IsNull(pre)))
         err = unsupported(where, "pre_tokenizer", "null (byte-level BPE needs ByteLevel)");

@@ -105,10 +105,12 @@ struct grpo_tokenizer {
     tok_stage stages[TOK_MAX_STAGES];
     int n_stages;
     bool has_bytelevel;
+    bool nfc; /* normalizer NFC (Qwen): pieces between non-normalized added tokens */
     /* config */
     int32_t bos, eos;
     char *bos_text; /* content of the BOS token, for the chat template ("" if none) */
     grpo_chat_family family;
+    char *template_unknown; /* "file: sha256 ..." of a chat_template not implemented, or NULL */
     /* scratch pool */
     int cache_slots; /* 0: no cache */
     atomic_int busy[TOK_POOL];
@@ -172,6 +174,27 @@ void grpo_tok__trie_fini(tok_trie *t);
  * sequence yields length 1 and *cp = UINT32_MAX. */
 size_t grpo_tok__utf8_next(const unsigned char *s, size_t n, size_t i, uint32_t *cp);
 bool grpo_tok__is_whitespace(uint32_t cp); /* Unicode White_Space, as Rust char::is_whitespace */
+
+/* The NFC form of s[0..n) into out (replacing its contents); invalid UTF-8 bytes pass through. */
+grpo_err grpo_tok__nfc(const unsigned char *s, size_t n, grpo_buf *out);
+
+/* ---- chat templates (chat.c: DeepSeek; chat_qwen.c, chat_llama.c) ---- */
+typedef struct tok_out {
+    grpo_buf b;
+    grpo_err err;
+} tok_out;
+void grpo_chat__put(tok_out *o, const char *s);
+void grpo_chat__putn(tok_out *o, const char *s, size_t n);
+void grpo_chat__fail(tok_out *o, size_t i, const grpo_chat_message *m, const char *what);
+bool grpo_chat__role_is(const grpo_chat_message *m, const char *role);
+/* json.dumps(s, ensure_ascii=False), as transformers' tojson filter writes a string. */
+void grpo_chat__put_json_str(tok_out *o, const char *s);
+/* Python's str.strip() / strip(chars) bounds of s[0..n): *a, *b. */
+void grpo_chat__py_strip(const char *s, size_t n, size_t *a, size_t *b);
+void grpo_chat__qwen(tok_out *o, grpo_chat_family fam, const grpo_chat_message *msgs, size_t n,
+                     int add_generation_prompt);
+void grpo_chat__llama(tok_out *o, const grpo_tokenizer *tok, grpo_chat_family fam,
+                      const grpo_chat_message *msgs, size_t n, int add_generation_prompt);
 
 /* Loader pieces (load.c) used by config.c */
 grpo_err grpo_tok__read_config(grpo_tokenizer *tok, const char *path, bool must_exist);

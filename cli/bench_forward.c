@@ -113,7 +113,7 @@ bench_batch(grpo_model *m, int B, int P, int S, int prof, double *pre_tps, doubl
 {
     const grpo_model_config *c = grpo_model_get_config(m);
     size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
-                  (c->kv_lora_rank + c->qk_rope_head_dim) * sizeof(float);
+                  grpo_model_kv_row(c) * sizeof(float);
     size_t pages = (size_t)B * ((size_t)(P + S) / GRPO_KV_PAGE + 2);
     grpo_kv *kv = NULL;
     if (grpo_kv_create(&kv, c, pages * page) != GRPO_OK)

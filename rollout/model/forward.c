@@ -1,8 +1,9 @@
-/* The DeepSeek-V3 forward over a ragged batch: embedding, per layer RMSNorm + MLA (naive form for
- * prefill chunks, absorbed form for single decode tokens, both over the paged latent cache) +
- * dense MLP or MoE, then the final norm and lm_head. fp32 activations; every op goes through the
- * kernel table. Each row's result depends only on its own item (tokens, positions, cache), never
- * on the other items of the batch nor on the thread count. */
+/* The forward over a ragged batch: embedding, per layer RMSNorm + attention (DeepSeek-V3's MLA:
+ * naive form for prefill chunks, absorbed form for single decode tokens, both over the paged latent
+ * cache; or the GQA families' attention, forward_gqa.c) + dense MLP or MoE, then the final norm and
+ * lm_head. fp32 activations; every op goes through the kernel table. Each row's result depends only
+ * on its own item (tokens, positions, cache), never on the other items of the batch nor on the
+ * thread count. */
 #include "rollout/model/model_int.h"
 
 #include <stdlib.h>
@@ -77,6 +78,12 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     size_t qk = (size_t)(c->qk_nope_head_dim + c->qk_rope_head_dim), dc = (size_t)c->kv_lora_rank;
     size_t dr = (size_t)c->qk_rope_head_dim, dv = (size_t)c->v_head_dim;
     size_t dn = (size_t)c->qk_nope_head_dim, I = (size_t)c->intermediate_size;
+    if (c->arch !=
+        GRPO_ARCH_DEEPSEEK_V3) { /* GQA: q and ao are (T, heads, head_dim), kva (T, row) */
+        qk = dv = (size_t)c->head_dim;
+        dc = grpo_model_kv_row(c);
+        dr = dn = 0;
+    }
     size_t mi = (size_t)c->moe_intermediate_size *
                 (size_t)(c->n_shared_experts > 1 ? c->n_shared_experts : 1);
     I = mi > I ? mi : I;
@@ -161,7 +168,7 @@ static grpo_err
 check_items(const grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items)
 {
     const grpo_model_config *c = &m->cfg;
-    if (kv->n_layers != c->num_hidden_layers || kv->row != c->kv_lora_rank + c->qk_rope_head_dim)
+    if (kv->n_layers != c->num_hidden_layers || (size_t)kv->row != grpo_model_kv_row(c))
         return grpo__fail(GRPO_EINVAL, "model: the KV pool was made for another model config");
     size_t need = 0;
     for (int i = 0; i < n_items; i++) {
@@ -293,6 +300,9 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
     int dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim, dc = c->kv_lora_rank;
     int qk = dn + dr, row = dc + dr;
     k->rmsnorm(k, T, s->h, H, l->attn_norm, H, c->rms_norm_eps, s->x, H);
+    if (c->arch != GRPO_ARCH_DEEPSEEK_V3)
+        return grpo_model__attn_gqa(m, kv, l, layer, items, n_items, t0_of, T, s->pos, s->x, s->q,
+                                    s->kva, s->ao, s->tmp, s->h);
     if (c->q_lora_rank > 0) {
         k->gemm(k, T, s->x, H, &l->q_a, s->qa, c->q_lora_rank);
         k->rmsnorm(k, T, s->qa, c->q_lora_rank, l->q_a_norm, c->q_lora_rank, MLA_NORM_EPS, s->qa,

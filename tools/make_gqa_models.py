@@ -7,6 +7,8 @@ Writes tests/data/gqa_models/NAME/ (see the README there), one model per entry o
   expected_hidden.f32 (layers+1, T, hidden): output_hidden_states, for debugging,
   expected_decode.f32 (steps, vocab): the logits of each greedy decode step of generate() (KV
   cache), from a 6-token prompt,
+  and qwen2_rollout/ (config.json + model.safetensors only): a qwen2 model of the bundled demo
+  tokenizer's vocabulary for the `grpo rollout` end-to-end test,
 all little-endian float32, from transformers' Qwen2ForCausalLM / LlamaForCausalLM /
 Qwen3ForCausalLM in float32 with eager attention on exactly the weights in the file (the FP8 model's
 oracle runs on the dequantized weights).
@@ -173,6 +175,31 @@ def build(out_dir, name, family, dtype, kw, seed):
     print(name, "max|logit|", float(np.abs(logits).max()), "greedy margin", f"{margin:.3g}")
 
 
+def build_rollout_model(out_dir, seed=200):
+    """A qwen2 model sized to the bundled demo tokenizer (models/demo/tokenizer.json, 1,024 ids)
+    for the `grpo rollout` end-to-end test: config.json and model.safetensors only (random
+    weights; its forward is the one the fixtures above check)."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, rope_theta=1e6,
+                      tie_word_embeddings=False, max_position_embeddings=2048, bos_token_id=0,
+                      eos_token_id=1)
+    model = Qwen2ForCausalLM(cfg).float().eval()
+    files, _ = to_files(randomize(model, gen), "bf16")
+    d = os.path.join(out_dir, "qwen2_rollout")
+    os.makedirs(d, exist_ok=True)
+    conf = cfg.to_dict()
+    for k in ("transformers_version", "dtype", "_name_or_path"):
+        conf.pop(k, None)
+    conf["architectures"] = ["Qwen2ForCausalLM"]
+    conf["torch_dtype"] = "bfloat16"
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(conf, f, indent=2, sort_keys=True)
+    save_file({k: files[k] for k in sorted(files)}, os.path.join(d, "model.safetensors"))
+    print("qwen2_rollout")
+
+
 def random_models(out_dir, n, seed):
     """n models of random shapes and options across the families (for the fuzz check)."""
     rng = random.Random(seed)
@@ -214,6 +241,7 @@ def main():
         return
     for i, (name, family, dtype, kw) in enumerate(MODELS):
         build(a.out, name, family, dtype, kw, 100 + i)
+    build_rollout_model(a.out)
 
 
 if __name__ == "__main__":

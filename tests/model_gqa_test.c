@@ -17,7 +17,8 @@
 #define MAXV 512
 
 static const char *const fixtures[] = {"qwen2_tied",     "qwen2_mqa_f16", "llama3_bf16",
-                                       "llama_bias_f32", "qwen3_bf16",    "qwen3_fp8"};
+                                       "llama_bias_f32", "qwen3_bf16",    "qwen3_fp8",
+                                       "qwen3_moe_norm", "qwen3_moe_64x8"};
 #define N_FIX (sizeof fixtures / sizeof fixtures[0])
 
 typedef struct {
@@ -377,6 +378,13 @@ config_fields_read(void **state)
     assert_int_equal(parse_patched("qwen3_fp8", "{", "{", &c), GRPO_OK);
     assert_int_equal(c.arch, GRPO_ARCH_QWEN3);
     assert_true(c.qk_norm && c.fp8 && c.head_dim == 20);
+    assert_int_equal(parse_patched("qwen3_moe_64x8", "{", "{", &c), GRPO_OK);
+    assert_int_equal(c.arch, GRPO_ARCH_QWEN3_MOE);
+    assert_true(c.qk_norm && !c.norm_topk_prob && c.n_routed_experts == 64);
+    assert_true(c.num_experts_per_tok == 8 && c.moe_intermediate_size == 8);
+    assert_int_equal(c.n_moe_layers, 2);
+    assert_int_equal(parse_patched("qwen3_moe_norm", "{", "{", &c), GRPO_OK);
+    assert_true(c.norm_topk_prob);
     /* qwen3 without head_dim: transformers' default 128, not hidden / heads */
     assert_int_equal(parse_patched("qwen3_bf16", "\"head_dim\": 32,", "", &c), GRPO_OK);
     assert_int_equal(c.head_dim, 128);
@@ -409,7 +417,15 @@ config_refused_by_name(void **state)
         {"qwen2_tied", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
          "num_key_value_heads"},
         {"qwen3_bf16", "\"head_dim\": 32", "\"head_dim\": 7", "head_dim"},
-        {"qwen3_bf16", "\"model_type\": \"qwen3\"", "\"model_type\": \"qwen3_moe\"", "model_type"},
+        {"qwen3_bf16", "\"model_type\": \"qwen3\"", "\"model_type\": \"deepseek_v2\"",
+         "model_type"},
+        {"qwen3_bf16", "\"model_type\": \"qwen3\"", "\"model_type\": \"qwen3_moe\"", "num_experts"},
+        {"qwen3_moe_norm", "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2",
+         "decoder_sparse_step"},
+        {"qwen3_moe_norm", "\"mlp_only_layers\": []", "\"mlp_only_layers\": [0]",
+         "mlp_only_layers"},
+        {"qwen3_moe_norm", "\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 17",
+         "num_experts_per_tok"},
         {"llama3_bf16", "\"pretraining_tp\": 1", "\"pretraining_tp\": 2", "pretraining_tp"},
         {"qwen2_tied", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 0", "rms_norm_eps"},
         {"qwen2_tied", "{", "{\"quantization_config\": {\"quant_method\": \"awq\"}, ",

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Builds tiny random dense GQA models (qwen2, llama, qwen3) and what transformers computes for them.
+"""Builds tiny random GQA models (qwen2, llama, qwen3, qwen3_moe) and what transformers computes
+for them.
 
 Writes tests/data/gqa_models/NAME/ (see the README there), one model per entry of MODELS:
   config.json, model.safetensors, expected.json (tokens, sizes, greedy prompt and tokens),
@@ -10,7 +11,7 @@ Writes tests/data/gqa_models/NAME/ (see the README there), one model per entry o
   and qwen2_rollout/ (config.json + model.safetensors only): a qwen2 model of the bundled demo
   tokenizer's vocabulary for the `grpo rollout` end-to-end test,
 all little-endian float32, from transformers' Qwen2ForCausalLM / LlamaForCausalLM /
-Qwen3ForCausalLM in float32 with eager attention on exactly the weights in the file (the FP8 model's
+Qwen3ForCausalLM / Qwen3MoeForCausalLM in float32 with eager attention on exactly the weights in the file (the FP8 model's
 oracle runs on the dequantized weights).
 
 Run from the repository root: python3 tools/make_gqa_models.py [--out tests/data/gqa_models]
@@ -30,13 +31,14 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_tiny_models import bf16, fp8_quant  # noqa: E402
 
 CLASSES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM),
-           "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+           "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+           "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM)}
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 64}
 
@@ -66,6 +68,16 @@ MODELS = [
     ("qwen3_fp8", "qwen3", "fp8", dict(
         vocab_size=192, hidden_size=64, intermediate_size=136, num_hidden_layers=2,
         num_attention_heads=6, num_key_value_heads=2, head_dim=20, rope_theta=1e6,
+        tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=512)),
+    ("qwen3_moe_norm", "qwen3_moe", "bf16", dict(
+        vocab_size=256, hidden_size=48, intermediate_size=64, moe_intermediate_size=16,
+        num_experts=16, num_experts_per_tok=4, norm_topk_prob=True, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=1e6,
+        tie_word_embeddings=False, rms_norm_eps=1e-6, max_position_embeddings=512)),
+    ("qwen3_moe_64x8", "qwen3_moe", "bf16", dict(
+        vocab_size=160, hidden_size=32, intermediate_size=64, moe_intermediate_size=8,
+        num_experts=64, num_experts_per_tok=8, norm_topk_prob=False, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=24, rope_theta=1e6,
         tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=512)),
 ]
 SEQ = 70  # longer than one KV page (64)
@@ -124,6 +136,26 @@ def greedy(model, prompt, vocab):
     return out.sequences[0, prompt.shape[1]:].tolist(), logits.numpy(), margin
 
 
+def routing_gap(model, ids):
+    """The smallest gap between the k-th and (k+1)-th router probability over every token and
+    sparse layer (relative to the k-th): a near-tie could choose other experts under rounding."""
+    gaps = []
+
+    def hook(mod, inp, out):
+        x = inp[0].reshape(-1, inp[0].shape[-1]).float()
+        p = torch.softmax(x @ mod.weight.float().t(), dim=-1).sort(-1, descending=True)[0]
+        k = model.config.num_experts_per_tok
+        gaps.append(float(((p[:, k - 1] - p[:, k]) / p[:, k - 1]).min()))
+
+    hs = [l.mlp.gate.register_forward_hook(hook) for l in model.model.layers
+          if hasattr(l.mlp, "gate")]
+    with torch.no_grad():
+        model(ids)
+    for h in hs:
+        h.remove()
+    return min(gaps) if gaps else 1.0
+
+
 def build(out_dir, name, family, dtype, kw, seed):
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -142,6 +174,9 @@ def build(out_dir, name, family, dtype, kw, seed):
     logits = out.logits[0].float().numpy()
     hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
     prompt = ids[:, :PROMPT]
+    gap = routing_gap(model, ids)
+    if gap < 1e-4:
+        raise SystemExit(f"{name}: router top-k gap {gap:.2g} too small; change the seed")
     gtok, dec, margin = greedy(model, prompt, cfg.vocab_size)
     if margin < 1e-4:
         raise SystemExit(f"{name}: greedy top-2 margin {margin:.2g} too small; change the seed")
@@ -172,7 +207,8 @@ def build(out_dir, name, family, dtype, kw, seed):
                    "greedy_prompt": prompt[0].tolist(), "greedy_tokens": gtok,
                    "greedy_margin": margin, "torch": torch.__version__,
                    "oracle": f"transformers {mcls.__name__} fp32 eager"}, f, indent=1)
-    print(name, "max|logit|", float(np.abs(logits).max()), "greedy margin", f"{margin:.3g}")
+    print(name, "max|logit|", float(np.abs(logits).max()), "greedy margin", f"{margin:.3g}",
+          "router gap", f"{gap:.3g}")
 
 
 def build_rollout_model(out_dir, seed=200):

@@ -56,7 +56,8 @@ typedef enum grpo_model_arch {
     GRPO_ARCH_DEEPSEEK_V3 = 0, /* MLA + MoE (DeepSeek-V3/R1, Moonlight) */
     GRPO_ARCH_QWEN2 = 1,       /* Qwen2/Qwen2.5, R1-Distill-Qwen: GQA with q/k/v biases */
     GRPO_ARCH_LLAMA = 2,       /* Llama 3.x, R1-Distill-Llama: GQA, llama3 rope scaling */
-    GRPO_ARCH_QWEN3 = 3        /* Qwen3 dense: GQA with per-head q/k RMSNorm */
+    GRPO_ARCH_QWEN3 = 3,       /* Qwen3 dense: GQA with per-head q/k RMSNorm */
+    GRPO_ARCH_QWEN3_MOE = 4    /* Qwen3 MoE: qwen3 attention, softmax top-k router, no shared */
 } grpo_model_arch;
 
 /* Floats the KV cache keeps per token per layer: kv_lora_rank + qk_rope_head_dim for MLA (the

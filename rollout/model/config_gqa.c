@@ -1,7 +1,7 @@
-/* config.json of the dense GQA families: qwen2 (Qwen2/Qwen2.5, R1-Distill-Qwen), llama (Llama 3.x,
- * R1-Distill-Llama) and qwen3. Every field that changes the computation is read as transformers'
- * classes of the same names read it; what we do not implement (sliding windows, rope types other
- * than default and llama3, partial rotary, MLP biases, ...) is refused by name. */
+/* config.json of the GQA families: qwen2 (Qwen2/Qwen2.5, R1-Distill-Qwen), llama (Llama 3.x,
+ * R1-Distill-Llama), qwen3 and qwen3_moe. Every field that changes the computation is read as
+ * transformers' classes of the same names read it; what we do not implement (sliding windows, rope
+ * types other than default and llama3, partial rotary, MLP biases, ...) is refused by name. */
 #include "rollout/model/model_int.h"
 #include "common/json.h"
 
@@ -19,6 +19,7 @@ static const family families[] = {
     {"qwen2", GRPO_ARCH_QWEN2},
     {"llama", GRPO_ARCH_LLAMA},
     {"qwen3", GRPO_ARCH_QWEN3},
+    {"qwen3_moe", GRPO_ARCH_QWEN3_MOE},
 };
 
 static grpo_err
@@ -195,7 +196,9 @@ parse_dims(grpo_model_config *c, const cJSON *j, const char *w)
     c->num_key_value_heads = c->num_attention_heads;
     /* transformers: head_dim from the config when set (Qwen3Config defaults it to 128), else
      * hidden_size / num_attention_heads */
-    c->head_dim = c->arch == GRPO_ARCH_QWEN3 ? 128 : c->hidden_size / c->num_attention_heads;
+    c->head_dim = c->arch == GRPO_ARCH_QWEN3 || c->arch == GRPO_ARCH_QWEN3_MOE
+                      ? 128
+                      : c->hidden_size / c->num_attention_heads;
     if ((err = get_int(j, "num_key_value_heads", w, 1, 0, &c->num_key_value_heads)) != GRPO_OK ||
         (err = get_int(j, "head_dim", w, 1, 0, &c->head_dim)) != GRPO_OK)
         return err;
@@ -229,7 +232,7 @@ parse_attn(grpo_model_config *c, const cJSON *j, const char *w)
         c->qkv_bias = ab;
         c->o_bias = ab;
     }
-    c->qk_norm = c->arch == GRPO_ARCH_QWEN3;
+    c->qk_norm = c->arch == GRPO_ARCH_QWEN3 || c->arch == GRPO_ARCH_QWEN3_MOE;
     return GRPO_OK;
 }
 
@@ -260,6 +263,39 @@ parse_rest(grpo_model_config *c, const cJSON *j, const char *w)
     return GRPO_OK;
 }
 
+/* qwen3_moe's sparse blocks (Qwen3MoeSparseMoeBlock): num_experts experts, softmax router, top
+ * num_experts_per_tok, renormalized when norm_topk_prob; every layer sparse (decoder_sparse_step
+ * 1, no mlp_only_layers: Qwen3-30B-A3B and -235B-A22B), anything else refused. */
+static grpo_err
+parse_moe(grpo_model_config *c, const cJSON *j, const char *w)
+{
+    int32_t step = 1;
+    grpo_err err;
+    if ((err = get_int(j, "num_experts", w, 1, 1, &c->n_routed_experts)) != GRPO_OK ||
+        (err = get_int(j, "num_experts_per_tok", w, 1, 1, &c->num_experts_per_tok)) != GRPO_OK ||
+        (err = get_int(j, "moe_intermediate_size", w, 1, 1, &c->moe_intermediate_size)) !=
+            GRPO_OK ||
+        (err = get_int(j, "decoder_sparse_step", w, 1, 0, &step)) != GRPO_OK ||
+        (err = get_bool(j, "norm_topk_prob", w, &c->norm_topk_prob)) != GRPO_OK)
+        return err;
+    if (step != 1)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: \"decoder_sparse_step\" is %d; only 1 (every layer sparse) is "
+                          "supported",
+                          w, step);
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers");
+    if (mo != NULL && !cJSON_IsNull(mo) && (!cJSON_IsArray(mo) || cJSON_GetArraySize(mo) > 0))
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: \"mlp_only_layers\" must be empty (dense layers in a qwen3_moe "
+                          "model are not supported)",
+                          w);
+    if (c->num_experts_per_tok > c->n_routed_experts || c->num_experts_per_tok > 256)
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: \"num_experts_per_tok\" %d exceeds num_experts %d (or 256)", w,
+                          c->num_experts_per_tok, c->n_routed_experts);
+    return GRPO_OK;
+}
+
 grpo_err
 grpo_model__config_gqa(grpo_model_config *c, const cJSON *j, const char *w, const char *mt)
 {
@@ -269,7 +305,7 @@ grpo_model__config_gqa(grpo_model_config *c, const cJSON *j, const char *w, cons
     if (f == nf)
         return grpo__fail(GRPO_EUNSUPPORTED,
                           "%s: \"model_type\" is \"%s\"; supported: deepseek_v3, qwen2, llama, "
-                          "qwen3",
+                          "qwen3, qwen3_moe",
                           w, mt);
     c->arch = families[f].arch;
     c->rope_interleave = 0; /* rotate_half: pairs (i, i + head_dim / 2) */
@@ -278,6 +314,9 @@ grpo_model__config_gqa(grpo_model_config *c, const cJSON *j, const char *w, cons
         (err = check_window(j, w)) != GRPO_OK || (err = check_refused(j, w)) != GRPO_OK ||
         (err = parse_rest(c, j, w)) != GRPO_OK)
         return err;
+    if (c->arch == GRPO_ARCH_QWEN3_MOE && (err = parse_moe(c, j, w)) != GRPO_OK)
+        return err;
+    c->n_moe_layers = c->n_routed_experts > 0 ? c->num_hidden_layers : 0;
     c->softmax_scale = (float)(1.0 / sqrt((double)c->head_dim));
     c->rope_attn_factor = 1.0f;
     c->n_group = 1;

@@ -437,8 +437,11 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
     grpo_kernels *k = m->k;
     int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
     k->gemm(k, T, s->x, H, &l->router, s->rl, E);
-    k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
-              c->routed_scaling_factor, s->ri, s->rw);
+    if (c->arch == GRPO_ARCH_QWEN3_MOE)
+        grpo_model__route_softmax(T, s->rl, E, K, c->norm_topk_prob, s->ri, s->rw);
+    else
+        k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
+                  c->routed_scaling_factor, s->ri, s->rw);
     route_sort(c, s);
     memset(s->acc, 0, (size_t)T * H * sizeof(float));
     int active = 0;

@@ -1,9 +1,11 @@
-/* The attention of the dense GQA families (qwen2, llama, qwen3) inside the forward: q/k/v
+/* The attention of the GQA families (qwen2, llama, qwen3, qwen3_moe) inside the forward: q/k/v
  * projections (+ biases), qwen3's per-head q/k RMSNorm, rope over the whole head (rotate_half),
  * keys and values appended to the paged cache, then one gqa_attn call for every item of the
- * batch, prefill chunks and decode tokens alike, and o_proj (+ bias) added to the residual. */
+ * batch, prefill chunks and decode tokens alike, and o_proj (+ bias) added to the residual.
+ * Also qwen3_moe's softmax router (the experts run in forward.c's MoE). */
 #include "rollout/model/model_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,4 +111,52 @@ grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int laye
     for (size_t i = 0; i < (size_t)T * H; i++)
         h[i] += tmp[i];
     return GRPO_OK;
+}
+
+/* One row: p (E), the logits, becomes the softmax; the top_k chosen by repeated arg-max (lower id
+ * on ties); their sum taken in that (descending) order, as torch.topk's output is summed. */
+static void
+route_row(float *p, int E, int top_k, int norm, int32_t *idx, float *wts)
+{
+    float mx = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++)
+        mx = p[e] > mx ? p[e] : mx;
+    for (int e = 0; e < E; e++)
+        sum += (p[e] = expf(p[e] - mx));
+    for (int e = 0; e < E; e++)
+        p[e] /= sum;
+    for (int j = 0; j < top_k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (p[e] >= 0 && (best < 0 || p[e] > p[best]))
+                best = e;
+        idx[j] = best;
+        wts[j] = p[best];
+        p[best] = -1.0f; /* taken */
+    }
+    float tot = 0.0f;
+    for (int j = 0; j < top_k; j++)
+        tot += wts[j];
+    for (int j = 0; j < top_k; j++) /* ascending expert order, as the MoE combine expects */
+        for (int i = j + 1; i < top_k; i++)
+            if (idx[i] < idx[j]) {
+                int32_t ti = idx[i];
+                float tw = wts[i];
+                idx[i] = idx[j];
+                wts[i] = wts[j];
+                idx[j] = ti;
+                wts[j] = tw;
+            }
+    if (norm)
+        for (int j = 0; j < top_k; j++)
+            wts[j] /= tot;
+}
+
+void
+grpo_model__route_softmax(int M, float *logits, int E, int top_k, int norm, int32_t *idx,
+                          float *wts)
+{
+    for (int m = 0; m < M; m++)
+        route_row(logits + (size_t)m * E, E, top_k, norm, idx + (size_t)m * top_k,
+                  wts + (size_t)m * top_k);
 }

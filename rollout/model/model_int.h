@@ -117,6 +117,11 @@ struct grpo_model {
 
 grpo_err grpo_model__bind_weights(grpo_model *m, int load_mtp);
 void *grpo_model__own(grpo_model *m, size_t bytes);
+/* Qwen3-MoE's router on fp32 logits (M, E) (Qwen3MoeSparseMoeBlock), overwritten with the
+ * probabilities: softmax, the top_k largest (ties to the lower expert id), divided by their sum
+ * when norm. idx (M, top_k) in ascending expert order, wts (M, top_k). Row by row, fixed order. */
+void grpo_model__route_softmax(int M, float *logits, int E, int top_k, int norm, int32_t *idx,
+                               float *wts);
 /* A matrix (rows, cols) in F32/BF16/F16 (F8_E4M3 + NAME_scale_inv when config.json declares fp8);
  * a vector of n values as an owned fp32 copy. Shapes and dtypes checked, messages name the file. */
 grpo_err grpo_model__bind_mat(grpo_model *m, const char *name, int rows, int cols, grpo_kw *out);

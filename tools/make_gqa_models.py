@@ -18,7 +18,7 @@ Run from the repository root: python3 tools/make_gqa_models.py [--out tests/data
 (torch 2.9.1, transformers 4.57.6; fixed seeds).
 
 `--random N --seed S --out DIR` instead writes N models with random shapes of every family into DIR
-(not committed), for tools/check_random_configs.py --gqa.
+(not committed); tools/check_random_gqa.py runs them against `grpo generate`.
 """
 import argparse
 import json
@@ -145,6 +145,8 @@ def routing_gap(model, ids):
         x = inp[0].reshape(-1, inp[0].shape[-1]).float()
         p = torch.softmax(x @ mod.weight.float().t(), dim=-1).sort(-1, descending=True)[0]
         k = model.config.num_experts_per_tok
+        if k >= p.shape[1]:  # every expert chosen: no tie can matter
+            return
         gaps.append(float(((p[:, k - 1] - p[:, k]) / p[:, k - 1]).min()))
 
     hs = [l.mlp.gate.register_forward_hook(hook) for l in model.model.layers
@@ -156,7 +158,7 @@ def routing_gap(model, ids):
     return min(gaps) if gaps else 1.0
 
 
-def build(out_dir, name, family, dtype, kw, seed):
+def build(out_dir, name, family, dtype, kw, seed, prompt_len=PROMPT):
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     ccls, mcls = CLASSES[family]
@@ -173,7 +175,7 @@ def build(out_dir, name, family, dtype, kw, seed):
         out = model(ids, output_hidden_states=True)
     logits = out.logits[0].float().numpy()
     hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
-    prompt = ids[:, :PROMPT]
+    prompt = ids[:, :prompt_len]
     gap = routing_gap(model, ids)
     if gap < 1e-4:
         raise SystemExit(f"{name}: router top-k gap {gap:.2g} too small; change the seed")
@@ -236,34 +238,36 @@ def build_rollout_model(out_dir, seed=200):
     print("qwen2_rollout")
 
 
-def random_models(out_dir, n, seed):
-    """n models of random shapes and options across the families (for the fuzz check)."""
-    rng = random.Random(seed)
-    made = []
-    for i in range(n):
-        family = rng.choice(sorted(CLASSES))
-        kvh = rng.choice([1, 2, 3])
-        heads = kvh * rng.choice([1, 2, 3, 4])
-        hd = 2 * rng.randint(2, 20)
-        kw = dict(vocab_size=rng.randint(40, 300), hidden_size=rng.randint(8, 96),
-                  intermediate_size=rng.randint(8, 160), num_hidden_layers=rng.randint(1, 3),
-                  num_attention_heads=heads, num_key_value_heads=kvh,
-                  rope_theta=rng.choice([1e4, 5e5, 1e6]), rms_norm_eps=rng.choice([1e-6, 1e-5]),
-                  tie_word_embeddings=rng.random() < 0.5, max_position_embeddings=1024)
-        if family != "qwen2" or rng.random() < 0.5:
-            kw["head_dim"] = hd
-        if family == "qwen2" and "head_dim" not in kw:
-            kw["hidden_size"] = heads * hd
-        if family != "qwen2":
-            kw["attention_bias"] = rng.random() < 0.3
-        if rng.random() < 0.4:
-            kw["rope_scaling"] = dict(LLAMA3, factor=rng.choice([2.0, 8.0, 32.0]),
-                                      original_max_position_embeddings=rng.choice([16, 64, 256]))
-        dtype = rng.choice(["bf16", "f16", "f32", "fp8"])
-        name = f"r{i:03d}_{family}_{dtype}"
-        build(out_dir, name, family, dtype, kw, seed * 1000 + i)
-        made.append(name)
-    return made
+def random_cfg(i, seed):
+    """Random shapes and options for model i of a seeded series: (name, family, dtype, config)."""
+    rng = random.Random(seed * 1000 + i)
+    family = rng.choice(sorted(CLASSES))
+    kvh = rng.choice([1, 2, 3])
+    heads = kvh * rng.choice([1, 2, 3, 4])
+    hd = 2 * rng.randint(2, 20)
+    kw = dict(vocab_size=rng.randint(40, 300), hidden_size=rng.randint(8, 96),
+              intermediate_size=rng.randint(8, 160), num_hidden_layers=rng.randint(1, 3),
+              num_attention_heads=heads, num_key_value_heads=kvh,
+              rope_theta=rng.choice([1e4, 5e5, 1e6]), rms_norm_eps=rng.choice([1e-6, 1e-5]),
+              tie_word_embeddings=rng.random() < 0.5, max_position_embeddings=1024)
+    if family != "qwen2" or rng.random() < 0.5:
+        kw["head_dim"] = hd
+    if family == "qwen2" and "head_dim" not in kw:
+        kw["hidden_size"] = heads * hd
+    if family != "qwen2":
+        kw["attention_bias"] = rng.random() < 0.3
+    if rng.random() < 0.4:
+        kw["rope_scaling"] = dict(LLAMA3, factor=rng.choice([2.0, 8.0, 32.0]),
+                                  low_freq_factor=rng.choice([1.0, 2.0]),
+                                  high_freq_factor=rng.choice([4.0, 8.0]),
+                                  original_max_position_embeddings=rng.choice([16, 64, 256]))
+    if family == "qwen3_moe":
+        e = rng.choice([4, 8, 16, 32, 128])
+        kw.update(num_experts=e, num_experts_per_tok=rng.randint(1, min(8, e)),
+                  moe_intermediate_size=rng.randint(4, 24), norm_topk_prob=rng.random() < 0.5,
+                  hidden_size=min(kw["hidden_size"], 48))
+    dtype = rng.choice(["bf16", "f16", "f32", "fp8"])
+    return f"r{i:03d}_{family}_{dtype}", family, dtype, kw
 
 
 def main():
@@ -273,7 +277,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     if a.random:
-        random_models(a.out, a.random, a.seed)
+        for i in range(a.random):
+            name, family, dtype, kw = random_cfg(i, a.seed)
+            build(a.out, name, family, dtype, kw, a.seed * 1000 + i)
         return
     for i, (name, family, dtype, kw) in enumerate(MODELS):
         build(a.out, name, family, dtype, kw, 100 + i)

@@ -76,6 +76,9 @@ test_qwen2_rollout_replay(void **state)
         for (int s = 0; s < G; s++) {
             assert_string_equal(r2[p][s], r1[p][s]);
             differ += s > 0 && strcmp(r2[p][s], r2[p][0]) != 0;
+        }
+    for (int p = 0; p < PROMPTS; p++)
+        for (int s = 0; s < G; s++) {
             free(r2[p][s]);
             free(r1[p][s]);
         }

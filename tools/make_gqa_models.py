@@ -19,6 +19,8 @@ Run from the repository root: python3 tools/make_gqa_models.py [--out tests/data
 
 `--random N --seed S --out DIR` instead writes N models with random shapes of every family into DIR
 (not committed); tools/check_random_gqa.py runs them against `grpo generate`.
+`--bench-model DIR` writes a random model of Qwen2.5-0.5B's shapes (BF16, ~1 GB, not committed) for
+`grpo bench forward` and `grpo bench rollout`.
 """
 import argparse
 import json
@@ -238,6 +240,52 @@ def build_rollout_model(out_dir, seed=200):
     print("qwen2_rollout")
 
 
+def build_bench(d, seed=5):
+    """Qwen2.5-0.5B's shapes with random BF16 weights (not committed; about 1 GB) for
+    `grpo bench forward` / `grpo bench rollout`: hidden 896, 24 layers, 14 heads / 2 KV heads of
+    64, intermediate 4864, vocab 151936, tied embeddings, q/k/v biases, theta 1e6."""
+    gen = torch.Generator().manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                      num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                      rope_theta=1e6, tie_word_embeddings=True, max_position_embeddings=32768,
+                      rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=151643)
+    H, I, q, kv = 896, 4864, 14 * 64, 2 * 64
+    t = {}
+
+    def lin(name, rows, cols, bias=False):
+        t[name + ".weight"] = (torch.randn(rows, cols, generator=gen) / math.sqrt(cols)).to(
+            torch.bfloat16)
+        if bias:
+            t[name + ".bias"] = (0.1 * torch.randn(rows, generator=gen)).to(torch.bfloat16)
+
+    def vec(name, n):
+        t[name] = (1.0 + 0.1 * torch.randn(n, generator=gen)).to(torch.bfloat16)
+
+    t["model.embed_tokens.weight"] = (torch.randn(cfg.vocab_size, H, generator=gen) * 0.05).to(
+        torch.bfloat16)
+    vec("model.norm.weight", H)
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        vec(p + "input_layernorm.weight", H)
+        vec(p + "post_attention_layernorm.weight", H)
+        lin(p + "self_attn.q_proj", q, H, True)
+        lin(p + "self_attn.k_proj", kv, H, True)
+        lin(p + "self_attn.v_proj", kv, H, True)
+        lin(p + "self_attn.o_proj", H, q)
+        lin(p + "mlp.gate_proj", I, H)
+        lin(p + "mlp.up_proj", I, H)
+        lin(p + "mlp.down_proj", H, I)
+    os.makedirs(d, exist_ok=True)
+    conf = cfg.to_dict()
+    for k in ("transformers_version", "dtype", "_name_or_path"):
+        conf.pop(k, None)
+    conf.update(architectures=["Qwen2ForCausalLM"], torch_dtype="bfloat16")
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(conf, f, indent=2, sort_keys=True)
+    save_file(t, os.path.join(d, "model.safetensors"))
+    print(d, sum(v.numel() for v in t.values()) / 1e6, "M parameters")
+
+
 def random_cfg(i, seed):
     """Random shapes and options for model i of a seeded series: (name, family, dtype, config)."""
     rng = random.Random(seed * 1000 + i)
@@ -275,7 +323,11 @@ def main():
     ap.add_argument("--out", default="tests/data/gqa_models")
     ap.add_argument("--random", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--bench-model", help="write the Qwen2.5-0.5B-shaped bench model here")
     a = ap.parse_args()
+    if a.bench_model:
+        build_bench(a.bench_model)
+        return
     if a.random:
         for i in range(a.random):
             name, family, dtype, kw = random_cfg(i, a.seed)

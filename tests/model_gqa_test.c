@@ -390,6 +390,10 @@ config_fields_read(void **state)
     assert_int_equal(c.head_dim, 128);
     assert_int_equal(parse_patched("qwen2_tied", "\"layer_types\"", "\"ignored_key\"", &c),
                      GRPO_OK);
+    /* as R1-Distill-Qwen's config.json: a sliding_window size with use_sliding_window false */
+    assert_int_equal(parse_patched("qwen2_tied", "\"sliding_window\": null",
+                                   "\"sliding_window\": 4096, \"use_mrope\": false", &c),
+                     GRPO_OK);
 }
 
 static void
@@ -413,6 +417,7 @@ config_refused_by_name(void **state)
         {"llama3_bf16", "\"mlp_bias\": false", "\"mlp_bias\": true", "mlp_bias"},
         {"llama3_bf16", "{", "{\"partial_rotary_factor\": 0.5, ", "partial_rotary_factor"},
         {"qwen2_tied", "{", "{\"attention_sinks\": true, ", "attention_sinks"},
+        {"qwen2_tied", "{", "{\"use_mrope\": true, ", "use_mrope"},
         {"qwen2_tied", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act"},
         {"qwen2_tied", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
          "num_key_value_heads"},

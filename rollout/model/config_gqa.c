@@ -94,15 +94,18 @@ check_refused(const cJSON *j, const char *w)
         if (present(j, absent[i]))
             return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"%s\" is not supported", w, absent[i]);
     double prf = 1.0;
-    int32_t mlp_bias = 0, tp = 1;
+    int32_t mlp_bias = 0, tp = 1, mrope = 0;
     grpo_err err;
     if ((err = grpo__json_num_opt(j, "partial_rotary_factor", w, &prf)) != GRPO_OK ||
         (err = get_bool(j, "mlp_bias", w, &mlp_bias)) != GRPO_OK ||
+        (err = get_bool(j, "use_mrope", w, &mrope)) != GRPO_OK ||
         (err = get_int(j, "pretraining_tp", w, 1, 0, &tp)) != GRPO_OK)
         return err;
     if (prf != 1.0)
         return grpo__fail(GRPO_EUNSUPPORTED,
                           "%s: \"partial_rotary_factor\" is %g; only 1 is supported", w, prf);
+    if (mrope)
+        return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"use_mrope\": true is not supported", w);
     if (mlp_bias)
         return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"mlp_bias\": true is not supported", w);
     if (tp != 1)

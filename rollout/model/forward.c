@@ -78,11 +78,13 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     size_t qk = (size_t)(c->qk_nope_head_dim + c->qk_rope_head_dim), dc = (size_t)c->kv_lora_rank;
     size_t dr = (size_t)c->qk_rope_head_dim, dv = (size_t)c->v_head_dim;
     size_t dn = (size_t)c->qk_nope_head_dim, I = (size_t)c->intermediate_size;
-    if (c->arch !=
-        GRPO_ARCH_DEEPSEEK_V3) { /* GQA: q and ao are (T, heads, head_dim), kva (T, row) */
+    /* GQA: q and ao are (T, heads, head_dim), kva (T, row); the MLA-only buffers are empty */
+    size_t Bm = B, Lm = L;
+    if (c->arch != GRPO_ARCH_DEEPSEEK_V3) {
         qk = dv = (size_t)c->head_dim;
         dc = grpo_model_kv_row(c);
         dr = dn = 0;
+        Bm = Lm = 0;
     }
     size_t mi = (size_t)c->moe_intermediate_size *
                 (size_t)(c->n_shared_experts > 1 ? c->n_shared_experts : 1);
@@ -106,11 +108,11 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->rl = carve(cv, T * E * f);
     s->rw = carve(cv, T * K * f);
     s->ri = carve(cv, T * K * i4);
-    s->qd = carve(cv, B * nh * qk * f);
-    s->ql = carve(cv, B * nh * dc * f);
-    s->qr = carve(cv, B * nh * dr * f);
-    s->ol = carve(cv, B * nh * dc * f);
-    s->od = carve(cv, B * nh * dv * f);
+    s->qd = carve(cv, Bm * nh * qk * f);
+    s->ql = carve(cv, Bm * nh * dc * f);
+    s->qr = carve(cv, Bm * nh * dr * f);
+    s->ol = carve(cv, Bm * nh * dc * f);
+    s->od = carve(cv, Bm * nh * dv * f);
     s->pages_of = carve(cv, (B + 1) * pp);
     s->page_ptrs = carve(cv, ((B > 0 ? B : 1) * (size_t)s->max_pages + 1) * pp);
     s->lens = carve(cv, (B + 1) * i4);
@@ -124,11 +126,11 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->ys = carve(cv, Tp * K * H * f);
     s->wg = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
     s->wu = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
-    s->lat = carve(cv, L * dc * f);
+    s->lat = carve(cv, Lm * dc * f);
     size_t hg = (size_t)s->hg;
-    s->kvb = carve(cv, L * hg * (dn + dv) * f);
-    s->qg = carve(cv, (L > 0 ? T : 0) * hg * qk * f);
-    s->og = carve(cv, (L > 0 ? T : 0) * hg * dv * f);
+    s->kvb = carve(cv, Lm * hg * (dn + dv) * f);
+    s->qg = carve(cv, (Lm > 0 ? T : 0) * hg * qk * f);
+    s->og = carve(cv, (Lm > 0 ? T : 0) * hg * dv * f);
     s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
 }
 

@@ -446,6 +446,22 @@ config_refused_by_name(void **state)
     }
 }
 
+/* The CUDA table has no GQA attention yet: asking for it fails at load time with a message (the
+ * CUDA build names the model_type it runs; a CPU-only build says the backend is not built). */
+static void
+cuda_refused(void **state)
+{
+    (void)state;
+    char d[512];
+    grpo_model *m = (grpo_model *)1;
+    grpo_model_opts o = {1, 1, 0};
+    assert_int_not_equal(grpo_model_load(&m, gqa_dir("qwen2_tied", d, sizeof d), &o), GRPO_OK);
+    assert_null(m);
+    const char *e = grpo_error_last();
+    if (strstr(e, "runs only deepseek_v3") == NULL && strstr(e, "not built") == NULL)
+        fail_msg("unexpected message: %s", e);
+}
+
 int
 main(void)
 {
@@ -457,6 +473,7 @@ main(void)
         cmocka_unit_test(greedy_matches_transformers),
         cmocka_unit_test(fork_equals_private_prompts),
         cmocka_unit_test(batch_and_threads_invariant),
+        cmocka_unit_test(cuda_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

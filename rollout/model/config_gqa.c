@@ -22,6 +22,88 @@ static const family families[] = {
     {"qwen3_moe", GRPO_ARCH_QWEN3_MOE},
 };
 
+/* Keys these families' configs carry that are read here, inert at inference (dropout, aux
+ * losses, window sizes while windows are off) or generation defaults; any other key is logged at
+ * debug level, so that a new field is noticed rather than silently ignored. */
+static const char *const known_keys[] = {"architectures",
+                                         "model_type",
+                                         "torch_dtype",
+                                         "dtype",
+                                         "transformers_version",
+                                         "_name_or_path",
+                                         "vocab_size",
+                                         "hidden_size",
+                                         "intermediate_size",
+                                         "num_hidden_layers",
+                                         "num_attention_heads",
+                                         "num_key_value_heads",
+                                         "head_dim",
+                                         "hidden_act",
+                                         "rms_norm_eps",
+                                         "rope_theta",
+                                         "rope_scaling",
+                                         "rope_parameters",
+                                         "max_position_embeddings",
+                                         "tie_word_embeddings",
+                                         "attention_bias",
+                                         "attention_dropout",
+                                         "mlp_bias",
+                                         "pretraining_tp",
+                                         "use_sliding_window",
+                                         "sliding_window",
+                                         "max_window_layers",
+                                         "layer_types",
+                                         "use_mrope",
+                                         "quantization_config",
+                                         "bos_token_id",
+                                         "eos_token_id",
+                                         "pad_token_id",
+                                         "initializer_range",
+                                         "use_cache",
+                                         "num_experts",
+                                         "num_experts_per_tok",
+                                         "moe_intermediate_size",
+                                         "norm_topk_prob",
+                                         "decoder_sparse_step",
+                                         "mlp_only_layers",
+                                         "output_router_logits",
+                                         "router_aux_loss_coef",
+                                         "partial_rotary_factor",
+                                         "id2label",
+                                         "label2id",
+                                         "return_dict",
+                                         "output_hidden_states",
+                                         "output_attentions",
+                                         "torchscript",
+                                         "is_decoder",
+                                         "is_encoder_decoder",
+                                         "use_bfloat16",
+                                         "tokenizer_class",
+                                         "problem_type",
+                                         "temperature",
+                                         "top_k",
+                                         "top_p",
+                                         "do_sample",
+                                         "max_length",
+                                         "min_length",
+                                         "repetition_penalty",
+                                         "num_beams",
+                                         NULL};
+
+static void
+log_unknown(const cJSON *j, const char *w)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j)
+    {
+        size_t i = 0;
+        while (known_keys[i] != NULL && strcmp(known_keys[i], it->string) != 0)
+            i++;
+        if (known_keys[i] == NULL)
+            grpo_log(GRPO_LOG_DEBUG, "%s: ignoring key \"%s\"", w, it->string);
+    }
+}
+
 static grpo_err
 get_int(const cJSON *j, const char *key, const char *w, int64_t lo, int req, int32_t *out)
 {
@@ -320,6 +402,7 @@ grpo_model__config_gqa(grpo_model_config *c, const cJSON *j, const char *w, cons
     if (c->arch == GRPO_ARCH_QWEN3_MOE && (err = parse_moe(c, j, w)) != GRPO_OK)
         return err;
     c->n_moe_layers = c->n_routed_experts > 0 ? c->num_hidden_layers : 0;
+    log_unknown(j, w);
     c->softmax_scale = (float)(1.0 / sqrt((double)c->head_dim));
     c->rope_attn_factor = 1.0f;
     c->n_group = 1;

@@ -446,6 +446,72 @@ config_refused_by_name(void **state)
     }
 }
 
+/* The published checkpoints' config.json key sets and values (written out here for the fields
+ * that matter): each parses, with the derived fields the forward uses. */
+static void
+published_configs_parse(void **state)
+{
+    (void)state;
+    static const char *const qwen25_05b = /* Qwen2.5-0.5B-Instruct, transformers 4.43 */
+        "{\"architectures\": [\"Qwen2ForCausalLM\"], \"attention_dropout\": 0.0, "
+        "\"bos_token_id\": 151643, \"eos_token_id\": 151645, \"hidden_act\": \"silu\", "
+        "\"hidden_size\": 896, \"initializer_range\": 0.02, \"intermediate_size\": 4864, "
+        "\"max_position_embeddings\": 32768, \"max_window_layers\": 21, \"model_type\": "
+        "\"qwen2\", \"num_attention_heads\": 14, \"num_hidden_layers\": 24, "
+        "\"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, "
+        "\"sliding_window\": 32768, \"tie_word_embeddings\": true, \"torch_dtype\": "
+        "\"bfloat16\", \"transformers_version\": \"4.43.1\", \"use_cache\": true, "
+        "\"use_sliding_window\": false, \"vocab_size\": 151936}";
+    static const char *const distill_qwen_15b_v5 = /* R1-Distill-Qwen-1.5B's shapes, v5 style */
+        "{\"model_type\": \"qwen2\", \"hidden_size\": 1536, \"intermediate_size\": 8960, "
+        "\"num_hidden_layers\": 28, \"num_attention_heads\": 12, \"num_key_value_heads\": 2, "
+        "\"max_position_embeddings\": 131072, \"vocab_size\": 151936, \"rms_norm_eps\": 1e-06, "
+        "\"rope_parameters\": {\"rope_theta\": 10000.0, \"rope_type\": \"default\"}, "
+        "\"layer_types\": [\"full_attention\", \"full_attention\"], \"sliding_window\": null, "
+        "\"use_sliding_window\": false, \"use_mrope\": false, \"tie_word_embeddings\": false, "
+        "\"bos_token_id\": 151646, \"eos_token_id\": 151643}";
+    static const char *const llama31_8b = /* Llama-3.1-8B-Instruct, R1-Distill-Llama-8B */
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, "
+        "\"attention_dropout\": 0.0, \"bos_token_id\": 128000, \"eos_token_id\": [128001, "
+        "128008, 128009], \"hidden_act\": \"silu\", \"hidden_size\": 4096, "
+        "\"intermediate_size\": 14336, \"max_position_embeddings\": 131072, \"mlp_bias\": "
+        "false, \"model_type\": \"llama\", \"num_attention_heads\": 32, \"num_hidden_layers\": "
+        "32, \"num_key_value_heads\": 8, \"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, "
+        "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": "
+        "4.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, "
+        "\"rope_theta\": 500000.0, \"tie_word_embeddings\": false, \"vocab_size\": 128256}";
+    static const char *const qwen3_30b_a3b =
+        "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"attention_bias\": false, "
+        "\"decoder_sparse_step\": 1, \"eos_token_id\": 151645, \"head_dim\": 128, "
+        "\"hidden_act\": \"silu\", \"hidden_size\": 2048, \"intermediate_size\": 6144, "
+        "\"max_position_embeddings\": 40960, \"max_window_layers\": 48, \"mlp_only_layers\": [], "
+        "\"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": 768, \"norm_topk_prob\": "
+        "true, \"num_attention_heads\": 32, \"num_experts\": 128, \"num_experts_per_tok\": 8, "
+        "\"num_hidden_layers\": 48, \"num_key_value_heads\": 4, \"output_router_logits\": "
+        "false, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000.0, "
+        "\"router_aux_loss_coef\": 0.001, \"sliding_window\": null, \"tie_word_embeddings\": "
+        "false, \"use_sliding_window\": false, \"vocab_size\": 151936}";
+    grpo_model_config c;
+    assert_int_equal(grpo_model_config_parse(&c, qwen25_05b, strlen(qwen25_05b), "q"), GRPO_OK);
+    assert_true(c.arch == GRPO_ARCH_QWEN2 && c.head_dim == 64 && c.qkv_bias &&
+                c.tie_word_embeddings);
+    assert_int_equal(grpo_model_kv_row(&c), 2 * 2 * 64);
+    assert_int_equal(c.eos_token_id, 151645);
+    assert_int_equal(
+        grpo_model_config_parse(&c, distill_qwen_15b_v5, strlen(distill_qwen_15b_v5), "d"),
+        GRPO_OK);
+    assert_true(c.head_dim == 128 && c.rope_theta == 10000.0 && !c.tie_word_embeddings);
+    assert_int_equal(grpo_model_config_parse(&c, llama31_8b, strlen(llama31_8b), "l"), GRPO_OK);
+    assert_true(c.arch == GRPO_ARCH_LLAMA && c.rope_llama3 && c.head_dim == 128);
+    assert_true(c.llama3_original_max_position == 8192 && c.eos_token_id == 128001);
+    assert_true(!c.qkv_bias && !c.o_bias && c.num_key_value_heads == 8);
+    assert_int_equal(grpo_model_config_parse(&c, qwen3_30b_a3b, strlen(qwen3_30b_a3b), "m"),
+                     GRPO_OK);
+    assert_true(c.arch == GRPO_ARCH_QWEN3_MOE && c.qk_norm && c.norm_topk_prob);
+    assert_true(c.n_routed_experts == 128 && c.num_experts_per_tok == 8 && c.n_moe_layers == 48);
+    assert_int_equal(grpo_model_kv_row(&c), 2 * 4 * 128);
+}
+
 /* The CUDA table has no GQA attention yet: asking for it fails at load time with a message (the
  * CUDA build names the model_type it runs; a CPU-only build says the backend is not built). */
 static void
@@ -474,6 +540,7 @@ main(void)
         cmocka_unit_test(fork_equals_private_prompts),
         cmocka_unit_test(batch_and_threads_invariant),
         cmocka_unit_test(cuda_refused),
+        cmocka_unit_test(published_configs_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -383,6 +383,7 @@ config_fields_read(void **state)
     assert_true(c.qk_norm && !c.norm_topk_prob && c.n_routed_experts == 64);
     assert_true(c.num_experts_per_tok == 8 && c.moe_intermediate_size == 8);
     assert_int_equal(c.n_moe_layers, 2);
+    assert_string_equal(grpo_model_type_name(&c), "qwen3_moe");
     assert_int_equal(parse_patched("qwen3_moe_norm", "{", "{", &c), GRPO_OK);
     assert_true(c.norm_topk_prob);
     /* qwen3 without head_dim: transformers' default 128, not hidden / heads */
@@ -503,6 +504,7 @@ published_configs_parse(void **state)
     assert_true(c.head_dim == 128 && c.rope_theta == 10000.0 && !c.tie_word_embeddings);
     assert_int_equal(grpo_model_config_parse(&c, llama31_8b, strlen(llama31_8b), "l"), GRPO_OK);
     assert_true(c.arch == GRPO_ARCH_LLAMA && c.rope_llama3 && c.head_dim == 128);
+    assert_string_equal(grpo_model_type_name(&c), "llama");
     assert_true(c.llama3_original_max_position == 8192 && c.eos_token_id == 128001);
     assert_true(!c.qkv_bias && !c.o_bias && c.num_key_value_heads == 8);
     assert_int_equal(grpo_model_config_parse(&c, qwen3_30b_a3b, strlen(qwen3_30b_a3b), "m"),

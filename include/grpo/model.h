@@ -60,6 +60,9 @@ typedef enum grpo_model_arch {
     GRPO_ARCH_QWEN3_MOE = 4    /* Qwen3 MoE: qwen3 attention, softmax top-k router, no shared */
 } grpo_model_arch;
 
+/* The config's model_type as config.json spells it ("deepseek_v3", "qwen2", ...); static. */
+const char *grpo_model_type_name(const grpo_model_config *cfg);
+
 /* Floats the KV cache keeps per token per layer: kv_lora_rank + qk_rope_head_dim for MLA (the
  * latent and the rope key), 2 x num_key_value_heads x head_dim for GQA (keys then values). */
 size_t grpo_model_kv_row(const grpo_model_config *cfg);

@@ -411,3 +411,12 @@ grpo_model__config_gqa(grpo_model_config *c, const cJSON *j, const char *w, cons
     c->routed_scaling_factor = 1.0f;
     return GRPO_OK;
 }
+
+const char *
+grpo_model_type_name(const grpo_model_config *cfg)
+{
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+        if ((int32_t)families[f].arch == cfg->arch)
+            return families[f].name;
+    return "deepseek_v3";
+}

@@ -116,8 +116,8 @@ static grpo_kv *
 kv_for(const grpo_model *m, int B, int n)
 {
     const grpo_model_config *c = grpo_model_get_config(m);
-    size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
-                  (c->kv_lora_rank + c->qk_rope_head_dim) * sizeof(float);
+    size_t page =
+        (size_t)GRPO_KV_PAGE * c->num_hidden_layers * grpo_model_kv_row(c) * sizeof(float);
     size_t pages = (size_t)B * ((size_t)n / GRPO_KV_PAGE + 2);
     grpo_kv *kv = NULL;
     return grpo_kv_create(&kv, c, pages * page) == GRPO_OK ? kv : NULL;
@@ -340,9 +340,11 @@ grpo_bench_forward(int argc, char **argv)
     int nt = threads > 0 ? (int)threads : grpo_cpu_count();
     double bw1 = memcpy_gbps((size_t)mb, 1), bwn = memcpy_gbps((size_t)mb, nt);
     const grpo_model_config *c = grpo_model_get_config(m);
-    printf("model %s: %d layers, hidden %d, %d experts top-%d, %s, numerics %s; loaded in %.2f s\n",
-           model, c->num_hidden_layers, c->hidden_size, c->n_routed_experts, c->num_experts_per_tok,
-           c->fp8 ? "FP8" : "BF16/F32", grpo_numerics_name(x.numerics), tl);
+    printf("model %s: %s, %d layers, hidden %d, %d experts top-%d, %s, numerics %s; loaded in "
+           "%.2f s\n",
+           model, grpo_model_type_name(c), c->num_hidden_layers, c->hidden_size,
+           c->n_routed_experts, c->num_experts_per_tok, c->fp8 ? "FP8" : "BF16/F32",
+           grpo_numerics_name(x.numerics), tl);
     printf("threads %d; memcpy (read+write) %.2f GB/s with 1 thread, %.2f GB/s with %d\n", nt, bw1,
            bwn, nt);
     printf("prompt %ld tokens, %ld decode steps\n\n", P, S);

@@ -173,7 +173,7 @@ gen_open(gen *g, int np)
                          "max_position_embeddings (%d)",
                          np, g->o->max_new, (int)c->max_position_embeddings);
     size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
-                  (c->kv_lora_rank + c->qk_rope_head_dim) * sizeof(float);
+                  grpo_model_kv_row(c) * sizeof(float);
     size_t pages = (size_t)(np + g->o->max_new) / GRPO_KV_PAGE + 2;
     if (grpo_kv_create(&g->kv, c, pages * page) != GRPO_OK)
         return cli_fail("generate");

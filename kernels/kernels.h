@@ -107,6 +107,18 @@ struct grpo_kernels {
     void (*mla_absorbed)(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
                          const float *qr, const float *const *const *pages_of, const int32_t *len,
                          int page_len, int row_stride, float scale, float *ol);
+    /* Grouped-query attention over the paged K/V cache for B items (prefill chunks and decode
+     * tokens alike). Item b's n[b] queries are rows q0[b] .. q0[b]+n[b]-1 of q and out, at
+     * positions pos0[b] .. pos0[b]+n[b]-1, and attend causally to positions 0 .. pos0[b]+n[b]-1
+     * of its cache (pages_of[b]; the row of position j at page[j / page_len] + (j % page_len) *
+     * row_stride holds keys (KVH, d), then values (KVH, d) from v_off). Query head h reads KV
+     * head h / (H / KVH). q (rows, H, d) rotated; out (rows, H, d). Each output depends only on
+     * its own query and cache rows: the same bits whether its item is a chunk or one token.
+     * NULL in a backend without it (the CUDA one for now). */
+    void (*gqa_attn)(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n,
+                     const int32_t *pos0, int H, int KVH, int d, const float *q,
+                     const float *const *const *pages_of, int page_len, int row_stride, int v_off,
+                     float scale, float *out);
 };
 
 /* The CPU backend with its own thread pool (n_threads <= 0: all CPUs). */
@@ -137,6 +149,7 @@ enum {
     GRPO_KOP_ROUTER,
     GRPO_KOP_MLA_NAIVE,
     GRPO_KOP_MLA_ABSORBED,
+    GRPO_KOP_GQA_ATTN,
     GRPO_KOP_PARALLEL,
     GRPO_KOP_N
 };

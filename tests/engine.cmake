@@ -35,3 +35,8 @@ if(TARGET grpo)
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_gemm_cli_test.sh $<TARGET_FILE:grpo>)
   set_tests_properties(bench_gemm_cli_test PROPERTIES TIMEOUT 120 LABELS "cpu;cli")
 endif()
+# `grpo rollout` / `grpo replay` on a qwen2-architecture model with the demo tokenizer.
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${PROJECT_SOURCE_DIR}/models/demo/tokenizer.json)
+  grpo_add_test(rollout_gqa_cli_test SOURCES rollout_gqa_cli_test.c LIBS PkgConfig::CJSON TIMEOUT 300)
+  add_dependencies(rollout_gqa_cli_test grpo)
+endif()

@@ -13,3 +13,11 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo)
   grpo_add_test(model_cli_test SOURCES model_cli_test.c LIBS grpo_common TIMEOUT 120)
   add_dependencies(model_cli_test grpo)
 endif()
+# The dense GQA families (qwen2, llama, qwen3) against transformers fixtures
+# (tests/data/gqa_models, from tools/make_gqa_models.py).
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(model_gqa_test SOURCES model_gqa_test.c LIBS grpo_model TIMEOUT 300)
+endif()
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(kernels_gqa_test SOURCES kernels_gqa_test.c LIBS grpo_kernels grpo_common m TIMEOUT 120)
+endif()

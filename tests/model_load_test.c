@@ -290,7 +290,7 @@ bad_config_refused(void **state)
     } cases[] = {
         {"\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\"", "scoring_func"},
         {"\"topk_method\": \"noaux_tc\"", "\"topk_method\": \"greedy\"", "topk_method"},
-        {"\"model_type\": \"deepseek_v3\"", "\"model_type\": \"llama\"", "model_type"},
+        {"\"model_type\": \"deepseek_v3\"", "\"model_type\": \"mistral\"", "model_type"},
         {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act"},
         {"\"n_group\": 4", "\"n_group\": 3", "n_group"},
         {"\"rope_type\": \"yarn\"", "\"rope_type\": \"linear\"", "rope_scaling"},

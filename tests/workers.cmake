@@ -16,6 +16,25 @@ if(TARGET grpo AND Python3_Interpreter_FOUND)
     set_tests_properties(workers_${scenario} PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77
       ENVIRONMENT "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-nng.supp")
   endforeach()
+  # the pool serving a qwen2-architecture model (GQA attention, biases, tied embeddings): the
+  # failover scenario's groups equal grpo rollout's
+  add_test(NAME workers_failover_qwen2
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
+                   failover --model ${CMAKE_CURRENT_SOURCE_DIR}/data/gqa_models/qwen2_tied
+                   --grpo $<TARGET_FILE:grpo>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(workers_failover_qwen2 PROPERTIES TIMEOUT 150 LABELS cpu
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-nng.supp")
+  # new weights from a Python trainer mid-run, on a qwen3 model (q/k norms, untied lm_head)
+  add_test(NAME workers_weights_qwen3
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
+                   weights --model ${CMAKE_CURRENT_SOURCE_DIR}/data/gqa_models/qwen3_bf16
+                   --grpo $<TARGET_FILE:grpo>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(workers_weights_qwen3 PROPERTIES TIMEOUT 150 LABELS cpu
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-nng.supp")
   # The weight-update scenarios carried a label "racy" (run alone and retried) while a hang inside
   # NNG 1.5.2 was being worked around (docs/workers.md, "The NNG hang"); dropped
   # after 0 failures in 95 + 314 sanitizer runs of them (110 of those after the codec change) with other jobs loading the machine.

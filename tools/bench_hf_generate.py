@@ -41,7 +41,14 @@ except ImportError as e:
 
 
 def load_model(model_dir):
-    """fp32 DeepseekV3ForCausalLM with the directory's weights (FP8 ones dequantized), its config."""
+    """fp32 DeepseekV3ForCausalLM with the directory's weights (FP8 ones dequantized), its config;
+    any other model_type (qwen2, llama, qwen3, ...) through AutoModelForCausalLM in fp32."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        mt = json.load(f).get("model_type")
+    if mt != "deepseek_v3":
+        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir,
+                                                                  torch_dtype=torch.float32)
+        return model.eval(), model.config
     try:
         model, _ = weights.load_policy(model_dir)
     except ValueError as e:

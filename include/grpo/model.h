@@ -39,7 +39,33 @@ typedef struct grpo_model_config {
     float softmax_scale;     /* qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2 if nonzero */
     float rope_attn_factor;  /* transformers' YaRN attention_factor multiplying cos and sin */
     int32_t n_moe_layers;    /* layers with a routed MoE (the rest are dense MLP) */
+    /* The family (model_type) and, for the dense GQA families, their attention: */
+    int32_t arch;                /* grpo_model_arch */
+    int32_t num_key_value_heads; /* GQA: query heads per KV head = heads / this */
+    int32_t head_dim;            /* GQA: per-head width of q, k and v */
+    int32_t qkv_bias;            /* bool: q/k/v projections carry biases (qwen2, attention_bias) */
+    int32_t o_bias;              /* bool: o_proj carries a bias (attention_bias of llama/qwen3) */
+    int32_t qk_norm;             /* bool: per-head RMSNorm of q and k before rope (qwen3) */
+    int32_t rope_llama3;         /* bool: rope_scaling type "llama3" */
+    double llama3_factor, llama3_low_freq_factor, llama3_high_freq_factor;
+    int32_t llama3_original_max_position;
 } grpo_model_config;
+
+/* model_type values grpo computes. */
+typedef enum grpo_model_arch {
+    GRPO_ARCH_DEEPSEEK_V3 = 0, /* MLA + MoE (DeepSeek-V3/R1, Moonlight) */
+    GRPO_ARCH_QWEN2 = 1,       /* Qwen2/Qwen2.5, R1-Distill-Qwen: GQA with q/k/v biases */
+    GRPO_ARCH_LLAMA = 2,       /* Llama 3.x, R1-Distill-Llama: GQA, llama3 rope scaling */
+    GRPO_ARCH_QWEN3 = 3,       /* Qwen3 dense: GQA with per-head q/k RMSNorm */
+    GRPO_ARCH_QWEN3_MOE = 4    /* Qwen3 MoE: qwen3 attention, softmax top-k router, no shared */
+} grpo_model_arch;
+
+/* The config's model_type as config.json spells it ("deepseek_v3", "qwen2", ...); static. */
+const char *grpo_model_type_name(const grpo_model_config *cfg);
+
+/* Floats the KV cache keeps per token per layer: kv_lora_rank + qk_rope_head_dim for MLA (the
+ * latent and the rope key), 2 x num_key_value_heads x head_dim for GQA (keys then values). */
+size_t grpo_model_kv_row(const grpo_model_config *cfg);
 
 typedef struct grpo_model grpo_model;
 
@@ -99,8 +125,9 @@ typedef struct grpo_model_profile {
 grpo_err grpo_model_set_profile(grpo_model *m, int on);
 void grpo_model_get_profile(const grpo_model *m, grpo_model_profile *out);
 
-/* Paged latent-KV pool: pages of GRPO_KV_PAGE tokens x layers x (kv_lora_rank + qk_rope_head_dim)
- * values, refcounted; a page shared by several sequences is copied on write. */
+/* Paged KV pool: pages of GRPO_KV_PAGE tokens x layers x grpo_model_kv_row(cfg) values (the MLA
+ * latent rows, or per-KV-head key and value rows), refcounted; a page shared by several sequences
+ * is copied on write. */
 #define GRPO_KV_PAGE 64
 typedef struct grpo_kv grpo_kv;
 grpo_err grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes);
@@ -115,7 +142,7 @@ size_t grpo_kv_pages_total(const grpo_kv *kv);
 size_t grpo_kv_pages_used(const grpo_kv *kv);
 size_t grpo_kv_page_bytes(const grpo_kv *kv);
 /* The cache holds fp32 values for now: [normalized kv_lora latent | rotated rope key] per token
- * per layer. */
+ * per layer for MLA; [rotated keys (kv heads, head_dim) | values (kv heads, head_dim)] for GQA. */
 
 /* One forward over a ragged batch: item i appends n tokens to sequence seq at positions
  * pos0..pos0+n-1 (a prefill chunk or a single decode token; pos0 must equal the sequence's current

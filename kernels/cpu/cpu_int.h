@@ -99,6 +99,10 @@ void grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const
                             const float *qr, const float *const *const *pages_of,
                             const int32_t *len, int page_len, int row_stride, float scale,
                             float *ol);
+void grpo_cpu__gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n,
+                        const int32_t *pos0, int H, int KVH, int d, const float *q,
+                        const float *const *const *pages_of, int page_len, int row_stride,
+                        int v_off, float scale, float *out);
 /* Profiling (prof.c): adds one whole-expert parallel_for's time; frees the counters. */
 void grpo_cpu__prof_parallel(grpo_kernels *k, double seconds);
 int grpo_cpu__prof_on(const grpo_kernels *k);

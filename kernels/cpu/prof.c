@@ -14,17 +14,9 @@ struct grpo_kernels_prof {
     int on;
 };
 
-const char *const grpo_kop_names[GRPO_KOP_N] = {"gemm",
-                                                "gemm_heads",
-                                                "gemm_t_heads",
-                                                "rmsnorm",
-                                                "rope",
-                                                "silu_mul",
-                                                "embed",
-                                                "router",
-                                                "mla_naive",
-                                                "mla_absorbed",
-                                                "experts (parallel_for)"};
+const char *const grpo_kop_names[GRPO_KOP_N] = {
+    "gemm",  "gemm_heads", "gemm_t_heads", "rmsnorm",      "rope",     "silu_mul",
+    "embed", "router",     "mla_naive",    "mla_absorbed", "gqa_attn", "experts (parallel_for)"};
 
 /* Runs CALL through the original entry; times it when k is the pooled table. */
 #define TIMED(OP, CALL)                                                                            \
@@ -113,6 +105,15 @@ p_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, c
           mla_absorbed(k, B, H, dc, dr, ql, qr, pages_of, len, page_len, row_stride, scale, ol));
 }
 
+static void
+p_gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n, const int32_t *pos0, int H,
+           int KVH, int d, const float *q, const float *const *const *pages_of, int page_len,
+           int row_stride, int v_off, float scale, float *out)
+{
+    TIMED(GRPO_KOP_GQA_ATTN, gqa_attn(k, B, q0, n, pos0, H, KVH, d, q, pages_of, page_len,
+                                      row_stride, v_off, scale, out));
+}
+
 grpo_err
 grpo_kernels_cpu_set_profile(grpo_kernels *k, int on)
 {
@@ -138,6 +139,7 @@ grpo_kernels_cpu_set_profile(grpo_kernels *k, int on)
         k->router = p_router;
         k->mla_naive = p_mla_naive;
         k->mla_absorbed = p_mla_absorbed;
+        k->gqa_attn = p_gqa_attn;
     } else if (!on && pr->on) { /* the table as it was (pr->orig.prof is pr): counters stay */
         *k = pr->orig;
     }

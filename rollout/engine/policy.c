@@ -75,7 +75,7 @@ kv_open(grpo_policy *p, const grpo_model_config *cfg, const grpo_policy_opts *o)
     if (o->kv_budget_tokens > 0) {
         grpo_kv *probe = NULL;
         size_t page = (size_t)GRPO_KV_PAGE * (size_t)cfg->num_hidden_layers *
-                      (size_t)(cfg->kv_lora_rank + cfg->qk_rope_head_dim) * 8; /* fp64 bound */
+                      grpo_model_kv_row(cfg) * 8; /* fp64 bound */
         grpo_err err = grpo_kv_create(&probe, cfg, page);
         if (err != GRPO_OK)
             return err;

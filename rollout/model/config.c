@@ -1,5 +1,6 @@
-/* config.json of model_type deepseek_v3: every field that changes the computation is read and
- * checked; values we do not implement are refused by name rather than ignored. */
+/* config.json of model_type deepseek_v3 (the dense GQA families are in config_gqa.c): every field
+ * that changes the computation is read and checked; values we do not implement are refused by
+ * name rather than ignored. */
 #include "rollout/model/model_int.h"
 #include "common/json.h"
 
@@ -210,8 +211,8 @@ parse_rope(grpo_model_config *c, const cJSON *rs, const char *w)
     return GRPO_OK;
 }
 
-static grpo_err
-parse_quant(grpo_model_config *c, const cJSON *q, const char *w)
+grpo_err
+grpo_model__config_quant(grpo_model_config *c, const cJSON *q, const char *w)
 {
     char where[512];
     snprintf(where, sizeof where, "%s: quantization_config", w);
@@ -245,8 +246,8 @@ parse_quant(grpo_model_config *c, const cJSON *q, const char *w)
     return GRPO_OK;
 }
 
-static grpo_err
-parse_token_id(const cJSON *j, const char *key, const char *w, int32_t *out)
+grpo_err
+grpo_model__config_token_id(const cJSON *j, const char *key, const char *w, int32_t *out)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
     if (cJSON_IsArray(it)) /* several EOS ids: the first is the one we stop on by default */
@@ -381,10 +382,7 @@ grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *w
     if ((err = grpo__json_str(j, "model_type", w, &mt)) != GRPO_OK)
         return err;
     if (strcmp(mt, "deepseek_v3") != 0)
-        return grpo__fail(GRPO_EUNSUPPORTED,
-                          "%s: \"model_type\" is \"%s\"; only \"deepseek_v3\" "
-                          "is supported",
-                          w, mt);
+        return grpo_model__config_gqa(c, j, w, mt);
     if ((err = parse_dims(c, j, w)) != GRPO_OK || (err = parse_moe(c, j, w)) != GRPO_OK)
         return err;
     double eps = c->rms_norm_eps;
@@ -399,8 +397,8 @@ grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *w
         (err = opt_str_is(j, "hidden_act", w, "silu")) != GRPO_OK ||
         (err = grpo__json_bool_opt(j, "attention_bias", w, &attn_bias)) != GRPO_OK ||
         (err = opt_int(j, "pretraining_tp", w, 1, &tp)) != GRPO_OK ||
-        (err = parse_token_id(j, "bos_token_id", w, &c->bos_token_id)) != GRPO_OK ||
-        (err = parse_token_id(j, "eos_token_id", w, &c->eos_token_id)) != GRPO_OK)
+        (err = grpo_model__config_token_id(j, "bos_token_id", w, &c->bos_token_id)) != GRPO_OK ||
+        (err = grpo_model__config_token_id(j, "eos_token_id", w, &c->eos_token_id)) != GRPO_OK)
         return err;
     if (attn_bias)
         return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"attention_bias\": true is not supported", w);
@@ -417,7 +415,7 @@ grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *w
     if (!(c->rope_theta > 0))
         return grpo__fail(GRPO_EFORMAT, "%s: \"rope_theta\" must be positive", w);
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
-    if (q != NULL && !cJSON_IsNull(q) && (err = parse_quant(c, q, w)) != GRPO_OK)
+    if (q != NULL && !cJSON_IsNull(q) && (err = grpo_model__config_quant(c, q, w)) != GRPO_OK)
         return err;
     const cJSON *it;
     cJSON_ArrayForEach(it, j)

@@ -1,8 +1,9 @@
-/* The DeepSeek-V3 forward over a ragged batch: embedding, per layer RMSNorm + MLA (naive form for
- * prefill chunks, absorbed form for single decode tokens, both over the paged latent cache) +
- * dense MLP or MoE, then the final norm and lm_head. fp32 activations; every op goes through the
- * kernel table. Each row's result depends only on its own item (tokens, positions, cache), never
- * on the other items of the batch nor on the thread count. */
+/* The forward over a ragged batch: embedding, per layer RMSNorm + attention (DeepSeek-V3's MLA:
+ * naive form for prefill chunks, absorbed form for single decode tokens, both over the paged latent
+ * cache; or the GQA families' attention, forward_gqa.c) + dense MLP or MoE, then the final norm and
+ * lm_head. fp32 activations; every op goes through the kernel table. Each row's result depends only
+ * on its own item (tokens, positions, cache), never on the other items of the batch nor on the
+ * thread count. */
 #include "rollout/model/model_int.h"
 
 #include <stdlib.h>
@@ -77,6 +78,14 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     size_t qk = (size_t)(c->qk_nope_head_dim + c->qk_rope_head_dim), dc = (size_t)c->kv_lora_rank;
     size_t dr = (size_t)c->qk_rope_head_dim, dv = (size_t)c->v_head_dim;
     size_t dn = (size_t)c->qk_nope_head_dim, I = (size_t)c->intermediate_size;
+    /* GQA: q and ao are (T, heads, head_dim), kva (T, row); the MLA-only buffers are empty */
+    size_t Bm = B, Lm = L;
+    if (c->arch != GRPO_ARCH_DEEPSEEK_V3) {
+        qk = dv = (size_t)c->head_dim;
+        dc = grpo_model_kv_row(c);
+        dr = dn = 0;
+        Bm = Lm = 0;
+    }
     size_t mi = (size_t)c->moe_intermediate_size *
                 (size_t)(c->n_shared_experts > 1 ? c->n_shared_experts : 1);
     I = mi > I ? mi : I;
@@ -99,11 +108,11 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->rl = carve(cv, T * E * f);
     s->rw = carve(cv, T * K * f);
     s->ri = carve(cv, T * K * i4);
-    s->qd = carve(cv, B * nh * qk * f);
-    s->ql = carve(cv, B * nh * dc * f);
-    s->qr = carve(cv, B * nh * dr * f);
-    s->ol = carve(cv, B * nh * dc * f);
-    s->od = carve(cv, B * nh * dv * f);
+    s->qd = carve(cv, Bm * nh * qk * f);
+    s->ql = carve(cv, Bm * nh * dc * f);
+    s->qr = carve(cv, Bm * nh * dr * f);
+    s->ol = carve(cv, Bm * nh * dc * f);
+    s->od = carve(cv, Bm * nh * dv * f);
     s->pages_of = carve(cv, (B + 1) * pp);
     s->page_ptrs = carve(cv, ((B > 0 ? B : 1) * (size_t)s->max_pages + 1) * pp);
     s->lens = carve(cv, (B + 1) * i4);
@@ -117,11 +126,11 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->ys = carve(cv, Tp * K * H * f);
     s->wg = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
     s->wu = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
-    s->lat = carve(cv, L * dc * f);
+    s->lat = carve(cv, Lm * dc * f);
     size_t hg = (size_t)s->hg;
-    s->kvb = carve(cv, L * hg * (dn + dv) * f);
-    s->qg = carve(cv, (L > 0 ? T : 0) * hg * qk * f);
-    s->og = carve(cv, (L > 0 ? T : 0) * hg * dv * f);
+    s->kvb = carve(cv, Lm * hg * (dn + dv) * f);
+    s->qg = carve(cv, (Lm > 0 ? T : 0) * hg * qk * f);
+    s->og = carve(cv, (Lm > 0 ? T : 0) * hg * dv * f);
     s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
 }
 
@@ -161,7 +170,7 @@ static grpo_err
 check_items(const grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items)
 {
     const grpo_model_config *c = &m->cfg;
-    if (kv->n_layers != c->num_hidden_layers || kv->row != c->kv_lora_rank + c->qk_rope_head_dim)
+    if (kv->n_layers != c->num_hidden_layers || (size_t)kv->row != grpo_model_kv_row(c))
         return grpo__fail(GRPO_EINVAL, "model: the KV pool was made for another model config");
     size_t need = 0;
     for (int i = 0; i < n_items; i++) {
@@ -293,6 +302,9 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
     int dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim, dc = c->kv_lora_rank;
     int qk = dn + dr, row = dc + dr;
     k->rmsnorm(k, T, s->h, H, l->attn_norm, H, c->rms_norm_eps, s->x, H);
+    if (c->arch != GRPO_ARCH_DEEPSEEK_V3)
+        return grpo_model__attn_gqa(m, kv, l, layer, items, n_items, t0_of, T, s->pos, s->x, s->q,
+                                    s->kva, s->ao, s->tmp, s->h);
     if (c->q_lora_rank > 0) {
         k->gemm(k, T, s->x, H, &l->q_a, s->qa, c->q_lora_rank);
         k->rmsnorm(k, T, s->qa, c->q_lora_rank, l->q_a_norm, c->q_lora_rank, MLA_NORM_EPS, s->qa,
@@ -427,8 +439,11 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
     grpo_kernels *k = m->k;
     int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
     k->gemm(k, T, s->x, H, &l->router, s->rl, E);
-    k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
-              c->routed_scaling_factor, s->ri, s->rw);
+    if (c->arch == GRPO_ARCH_QWEN3_MOE)
+        grpo_model__route_softmax(T, s->rl, E, K, c->norm_topk_prob, s->ri, s->rw);
+    else
+        k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
+                  c->routed_scaling_factor, s->ri, s->rw);
     route_sort(c, s);
     memset(s->acc, 0, (size_t)T * H * sizeof(float));
     int active = 0;

@@ -1,11 +1,19 @@
-/* The paged latent-KV pool: pages of GRPO_KV_PAGE tokens x layers x (kv_lora_rank +
- * qk_rope_head_dim) fp32 values, refcounted. A fork shares every page of its parent; a page with
- * more than one owner is copied before it is written (only ever the last, partial page, because
- * sequences only append). */
+/* The paged KV pool: pages of GRPO_KV_PAGE tokens x layers x grpo_model_kv_row() fp32 values
+ * (MLA latent rows or GQA key/value rows), refcounted. A fork shares every page of its parent; a
+ * page with more than one owner is copied before it is written (only ever the last, partial page,
+ * because sequences only append). */
 #include "rollout/model/model_int.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+size_t
+grpo_model_kv_row(const grpo_model_config *cfg)
+{
+    if (cfg->arch == GRPO_ARCH_DEEPSEEK_V3)
+        return (size_t)cfg->kv_lora_rank + (size_t)cfg->qk_rope_head_dim;
+    return 2 * (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim;
+}
 
 grpo_err
 grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes)
@@ -15,7 +23,7 @@ grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes)
     if (kv == NULL)
         return grpo__fail(GRPO_ENOMEM, "kv: out of memory");
     kv->n_layers = cfg->num_hidden_layers;
-    kv->row = cfg->kv_lora_rank + cfg->qk_rope_head_dim;
+    kv->row = (int32_t)grpo_model_kv_row(cfg);
     kv->page_floats = (size_t)kv->n_layers * GRPO_KV_PAGE * (size_t)kv->row;
     kv->n_pages = budget_bytes / (kv->page_floats * sizeof(float));
     size_t pb = kv->page_floats * sizeof(float), n = kv->n_pages;

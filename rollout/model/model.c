@@ -170,12 +170,31 @@ done:
     return err;
 }
 
-/* Rope inverse frequencies, YaRN-corrected as DeepSeek's reference and transformers do. */
+/* transformers' _compute_llama3_parameters, in its float32 arithmetic: long wavelengths divided
+ * by factor, short ones kept, a smooth blend between. */
+static float
+llama3_freq(const grpo_model_config *c, float f)
+{
+    float factor = (float)c->llama3_factor, lo = (float)c->llama3_low_freq_factor;
+    float hi = (float)c->llama3_high_freq_factor, old = (float)c->llama3_original_max_position;
+    float wavelen = (float)(2 * M_PI) / f;
+    double low_wl = (double)c->llama3_original_max_position / c->llama3_low_freq_factor;
+    double high_wl = (double)c->llama3_original_max_position / c->llama3_high_freq_factor;
+    if (wavelen < high_wl)
+        return f;
+    if (wavelen > low_wl)
+        return f / factor;
+    float smooth = (old / wavelen - lo) / (hi - lo);
+    return (1 - smooth) * f / factor + smooth * f;
+}
+
+/* Rope inverse frequencies, YaRN-corrected as DeepSeek's reference and transformers do (MLA), or
+ * over the whole head (GQA), llama3-scaled when configured. */
 static grpo_err
 rope_init(grpo_model *m)
 {
     const grpo_model_config *c = &m->cfg;
-    int dim = c->qk_rope_head_dim, half = dim / 2;
+    int dim = c->arch == GRPO_ARCH_DEEPSEEK_V3 ? c->qk_rope_head_dim : c->head_dim, half = dim / 2;
     m->inv_freq = grpo_model__own(m, (size_t)half * sizeof(float));
     if (m->inv_freq == NULL)
         return grpo__fail(GRPO_ENOMEM, "model: out of memory");
@@ -193,7 +212,7 @@ rope_init(grpo_model *m)
         float pf = powf((float)base, (float)(2 * i) / (float)dim);
         float extra = 1.0f / pf;
         if (!c->rope_yarn) {
-            m->inv_freq[i] = extra;
+            m->inv_freq[i] = c->rope_llama3 ? llama3_freq(c, extra) : extra;
             continue;
         }
         float inter = 1.0f / ((float)c->yarn_factor * pf);
@@ -307,6 +326,11 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
 {
     if (opts->backend == 0)
         return grpo_kernels_cpu_create(&m->k, opts->n_threads);
+    if (m->cfg.arch != GRPO_ARCH_DEEPSEEK_V3)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: the CUDA backend runs only deepseek_v3 models (the GQA attention "
+                          "of this model_type is CPU-only)",
+                          m->dir);
 #ifdef GRPO_MODEL_CUDA
     grpo_err err = grpo_model_backend_check(1);
     if (err != GRPO_OK)
@@ -472,6 +496,7 @@ grpo_model_bytes_per_token(const grpo_model *m)
         const grpo_layer_w *l = &m->layers[i];
         b += c->q_lora_rank > 0 ? kw_bytes(&l->q_a) + kw_bytes(&l->q_b) : kw_bytes(&l->q_proj);
         b += kw_bytes(&l->kv_a) + kw_bytes(&l->kv_b) + kw_bytes(&l->o);
+        b += kw_bytes(&l->k_proj) + kw_bytes(&l->v_proj); /* GQA (zero for MLA) */
         if (!l->moe) {
             b += mlp_bytes(&l->mlp);
             continue;

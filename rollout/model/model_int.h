@@ -52,6 +52,15 @@ void grpo_model__st_close(grpo_st_file *f);
 
 /* ---- config ---- */
 grpo_err grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *where);
+/* The dense GQA families (qwen2, llama, qwen3) of model_type mt (config_gqa.c); refuses any
+ * other model_type by name. */
+grpo_err grpo_model__config_gqa(grpo_model_config *c, const cJSON *j, const char *where,
+                                const char *mt);
+/* quantization_config (fp8 e4m3 with block scales only), shared by every family. */
+grpo_err grpo_model__config_quant(grpo_model_config *c, const cJSON *q, const char *where);
+/* A token id, or the first of a list of them; absent or null leaves *out. */
+grpo_err grpo_model__config_token_id(const cJSON *j, const char *key, const char *where,
+                                     int32_t *out);
 
 /* ---- weights ---- */
 typedef struct grpo_mlp_w {
@@ -66,6 +75,10 @@ typedef struct grpo_layer_w {
     grpo_kw router;
     float *bias; /* e_score_correction_bias, NULL when absent */
     grpo_mlp_w *experts, shared;
+    /* GQA (q_proj and o above): */
+    grpo_kw k_proj, v_proj;
+    float *q_bias, *k_bias, *v_bias, *o_bias; /* NULL when the family has none */
+    float *q_norm, *k_norm;                   /* qwen3: per-head RMSNorm weights (head_dim) */
 } grpo_layer_w;
 
 typedef struct grpo_mtp_w {
@@ -97,8 +110,8 @@ struct grpo_model {
      * (stage num_hidden_layers + 1). */
     void (*debug_hidden)(void *ctx, int stage, int rows, int hidden, const float *h);
     void *debug_ctx;
-    void *scratch; /* the forward's grow-only scratch block (forward.c) */
-    int numerics;  /* grpo_numerics */
+    void *scratch;   /* the forward's grow-only scratch block (forward.c) */
+    int numerics;    /* grpo_numerics */
     int naive_heads; /* tests: heads per naive-attention group (0 = default) */
     size_t scratch_size;
 };
@@ -107,6 +120,25 @@ grpo_err grpo_model__bind_weights(grpo_model *m, int load_mtp);
 /* The Q8 numerics option: FP8 GEMM weights requantized into owned buffers (requant.c). */
 grpo_err grpo_model__requant_q8(grpo_model *m);
 void *grpo_model__own(grpo_model *m, size_t bytes);
+/* Qwen3-MoE's router on fp32 logits (M, E) (Qwen3MoeSparseMoeBlock), overwritten with the
+ * probabilities: softmax, the top_k largest (ties to the lower expert id), divided by their sum
+ * when norm. idx (M, top_k) in ascending expert order, wts (M, top_k). Row by row, fixed order. */
+void grpo_model__route_softmax(int M, float *logits, int E, int top_k, int norm, int32_t *idx,
+                               float *wts);
+/* A matrix (rows, cols) in F32/BF16/F16 (F8_E4M3 + NAME_scale_inv when config.json declares fp8);
+ * a vector of n values as an owned fp32 copy. Shapes and dtypes checked, messages name the file. */
+grpo_err grpo_model__bind_mat(grpo_model *m, const char *name, int rows, int cols, grpo_kw *out);
+grpo_err grpo_model__bind_vec(grpo_model *m, const char *name, int n, float **out);
+/* GQA attention weights of one layer (weights_gqa.c), names as transformers writes them. */
+grpo_err grpo_model__bind_attn_gqa(grpo_model *m, const char *pre, grpo_layer_w *l);
+/* The forward's GQA attention over every item of the batch (forward_gqa.c): x (T, hidden) normed
+ * inputs at positions pos (T); appends each token's keys/values to the cache and adds o_proj of
+ * the attention output to h (T, hidden). q, kv, ao: scratch of T x heads x head_dim, T x
+ * grpo_model_kv_row() and T x heads x head_dim floats; t0_of[i]: item i's first row. */
+grpo_err grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
+                              const grpo_fwd_item *items, int n_items, const int32_t *t0_of, int T,
+                              const int32_t *pos, const float *x, float *q, float *kvr, float *ao,
+                              float *tmp, float *h);
 
 /* ---- KV pool ---- */
 typedef struct grpo_kv_seq {
@@ -115,7 +147,7 @@ typedef struct grpo_kv_seq {
 } grpo_kv_seq;
 
 struct grpo_kv {
-    int32_t n_layers, row; /* row = kv_lora_rank + qk_rope_head_dim floats */
+    int32_t n_layers, row; /* row = grpo_model_kv_row(cfg) floats */
     size_t page_floats;    /* n_layers * GRPO_KV_PAGE * row */
     size_t n_pages;
     float *mem;

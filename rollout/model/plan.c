@@ -94,6 +94,10 @@ grpo_err
 grpo_plan_compute(const grpo_model_config *c, const grpo_plan_opts *o, grpo_plan *p)
 {
     memset(p, 0, sizeof *p);
+    if (c->arch != GRPO_ARCH_DEEPSEEK_V3)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "plan: model_type \"%s\": only deepseek_v3 (MLA latent cache) is planned",
+                          grpo_model_type_name(c));
     if (o->gpus < 1 || o->group < 1 || o->ctx < 1 || o->prompt < 0 || o->prompt >= o->ctx ||
         !(o->gpu_mem_bytes > 0) || !(o->mem_fraction > 0 && o->mem_fraction <= 1) ||
         o->kv_dtype < GRPO_KV_F32 || o->kv_dtype > GRPO_KV_FP8)

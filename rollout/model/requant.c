@@ -33,7 +33,7 @@ requant_mlp(grpo_model *m, grpo_mlp_w *w)
 static grpo_err
 requant_layer(grpo_model *m, grpo_layer_w *l)
 {
-    grpo_kw *mats[] = {&l->q_proj, &l->q_a, &l->q_b, &l->kv_a, &l->o};
+    grpo_kw *mats[] = {&l->q_proj, &l->q_a, &l->q_b, &l->kv_a, &l->o, &l->k_proj, &l->v_proj};
     grpo_err err = GRPO_OK;
     for (size_t i = 0; i < sizeof mats / sizeof mats[0] && err == GRPO_OK; i++)
         err = requant(m, mats[i]);

@@ -168,6 +168,18 @@ bind_vec(grpo_model *m, const char *name, int n, float **out)
     return GRPO_OK;
 }
 
+grpo_err
+grpo_model__bind_mat(grpo_model *m, const char *name, int rows, int cols, grpo_kw *out)
+{
+    return bind_mat(m, name, rows, cols, out);
+}
+
+grpo_err
+grpo_model__bind_vec(grpo_model *m, const char *name, int n, float **out)
+{
+    return bind_vec(m, name, n, out);
+}
+
 #define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
 
 static grpo_err
@@ -254,7 +266,8 @@ bind_layer(grpo_model *m, int i, grpo_layer_w *l)
                         &l->attn_norm)) != GRPO_OK ||
         (err = bind_vec(m, NAME(n, "%spost_attention_layernorm.weight", pre), c->hidden_size,
                         &l->mlp_norm)) != GRPO_OK ||
-        (err = bind_attn(m, pre, l)) != GRPO_OK)
+        (err = c->arch == GRPO_ARCH_DEEPSEEK_V3 ? bind_attn(m, pre, l)
+                                                : grpo_model__bind_attn_gqa(m, pre, l)) != GRPO_OK)
         return err;
     l->moe = c->n_routed_experts > 0 && i >= c->first_k_dense_replace;
     if (l->moe)

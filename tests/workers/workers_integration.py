@@ -621,8 +621,12 @@ def main():
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--keep", help="work in this folder and keep it")
     ap.add_argument("--staleness", type=int, default=0, help="weights: --max-staleness")
+    ap.add_argument("--model", help="model directory (default: tests/data/tiny_models/bf16)")
     a = ap.parse_args()
     a.grpo = os.path.abspath(a.grpo)
+    if a.model:
+        global MODEL
+        MODEL = os.path.abspath(a.model)
     if not os.path.exists(os.path.join(MODEL, "config.json")):
         print("no tiny model at " + MODEL)
         sys.exit(77)

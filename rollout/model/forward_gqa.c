@@ -1,0 +1,162 @@
+/* The attention of the GQA families (qwen2, llama, qwen3, qwen3_moe) inside the forward: q/k/v
+ * projections (+ biases), qwen3's per-head q/k RMSNorm, rope over the whole head (rotate_half),
+ * keys and values appended to the paged cache, then one gqa_attn call for every item of the
+ * batch, prefill chunks and decode tokens alike, and o_proj (+ bias) added to the residual.
+ * Also qwen3_moe's softmax router (the experts run in forward.c's MoE). */
+#include "rollout/model/model_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* y[t][0..n) += b for T rows at stride ld. */
+static void
+add_bias(float *y, int T, int n, int ld, const float *b)
+{
+    if (b == NULL)
+        return;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < n; i++)
+            y[(size_t)t * ld + i] += b[i];
+}
+
+/* q (T, H, d), kvr (T, row) = [k (KVH, d) | v (KVH, d)]: projections, biases, norms, rope. */
+static void
+project(grpo_model *m, const grpo_layer_w *l, int T, const int32_t *pos, const float *x, float *q,
+        float *kvr)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_kernels *k = m->k;
+    int H = c->hidden_size, nh = c->num_attention_heads, kvh = c->num_key_value_heads;
+    int d = c->head_dim, qd = nh * d, kd = kvh * d, row = 2 * kd;
+    k->gemm(k, T, x, H, &l->q_proj, q, qd);
+    k->gemm(k, T, x, H, &l->k_proj, kvr, row);
+    k->gemm(k, T, x, H, &l->v_proj, kvr + kd, row);
+    add_bias(q, T, qd, qd, l->q_bias);
+    add_bias(kvr, T, kd, row, l->k_bias);
+    add_bias(kvr + kd, T, kd, row, l->v_bias);
+    if (c->qk_norm) {
+        k->rmsnorm(k, T * nh, q, d, l->q_norm, d, c->rms_norm_eps, q, d);
+        for (int g = 0; g < kvh; g++)
+            k->rmsnorm(k, T, kvr + (size_t)g * d, row, l->k_norm, d, c->rms_norm_eps,
+                       kvr + (size_t)g * d, row);
+    }
+    k->rope(k, T, q, qd, nh, d, d, pos, m->inv_freq, 1.0f, 0);
+    k->rope(k, T, kvr, row, kvh, d, d, pos, m->inv_freq, 1.0f, 0);
+}
+
+/* Per item: its rows, positions and page pointers for this layer (one block, freed by caller). */
+static void *
+item_tables(const grpo_kv *kv, int layer, const grpo_fwd_item *items, int n_items,
+            const int32_t *t0_of, int32_t **q0, int32_t **n, int32_t **pos0,
+            const float ***pages_of)
+{
+    size_t np = 0;
+    for (int i = 0; i < n_items; i++)
+        np += (size_t)kv->seqs[items[i].seq].n_pages;
+    size_t bytes = (size_t)n_items * (3 * sizeof(int32_t) + sizeof(void *)) + np * sizeof(void *);
+    char *blk = malloc(bytes + sizeof(void *));
+    if (blk == NULL)
+        return NULL;
+    *pages_of = (const float **)blk; /* pointers first: aligned */
+    const float **pp = (const float **)(blk + (size_t)n_items * sizeof(void *));
+    int32_t *ints = (int32_t *)(pp + np);
+    *q0 = ints;
+    *n = ints + n_items;
+    *pos0 = ints + 2 * n_items;
+    for (int i = 0; i < n_items; i++) {
+        const grpo_kv_seq *s = &kv->seqs[items[i].seq];
+        ((const float *const **)*pages_of)[i] = pp;
+        for (int32_t p = 0; p < s->n_pages; p++)
+            *pp++ = grpo_kv__page(kv, s->pages[p], layer);
+        (*q0)[i] = t0_of[i];
+        (*n)[i] = items[i].n;
+        (*pos0)[i] = items[i].pos0;
+    }
+    return blk;
+}
+
+grpo_err
+grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
+                     const grpo_fwd_item *items, int n_items, const int32_t *t0_of, int T,
+                     const int32_t *pos, const float *x, float *q, float *kvr, float *ao,
+                     float *tmp, float *h)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_kernels *k = m->k;
+    if (k->gqa_attn == NULL)
+        return grpo__fail(GRPO_EUNSUPPORTED, "model: the %s backend has no GQA attention", k->name);
+    int H = c->hidden_size, nh = c->num_attention_heads, kvh = c->num_key_value_heads;
+    int d = c->head_dim, row = 2 * kvh * d;
+    project(m, l, T, pos, x, q, kvr);
+    for (int i = 0; i < n_items; i++) { /* append [keys | values] to the cache */
+        const grpo_kv_seq *sq = &kv->seqs[items[i].seq];
+        for (int j = 0; j < items[i].n; j++) {
+            int p = items[i].pos0 + j;
+            float *dst = grpo_kv__page(kv, sq->pages[p / GRPO_KV_PAGE], layer) +
+                         (size_t)(p % GRPO_KV_PAGE) * row;
+            memcpy(dst, kvr + (size_t)(t0_of[i] + j) * row, (size_t)row * sizeof(float));
+        }
+    }
+    int32_t *q0, *n, *pos0;
+    const float **pages_of;
+    void *blk = item_tables(kv, layer, items, n_items, t0_of, &q0, &n, &pos0, &pages_of);
+    if (blk == NULL)
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+    k->gqa_attn(k, n_items, q0, n, pos0, nh, kvh, d, q, (const float *const *const *)pages_of,
+                GRPO_KV_PAGE, row, kvh * d, c->softmax_scale, ao);
+    free(blk);
+    k->gemm(k, T, ao, nh * d, &l->o, tmp, H);
+    add_bias(tmp, T, H, H, l->o_bias);
+    for (size_t i = 0; i < (size_t)T * H; i++)
+        h[i] += tmp[i];
+    return GRPO_OK;
+}
+
+/* One row: p (E), the logits, becomes the softmax; the top_k chosen by repeated arg-max (lower id
+ * on ties); their sum taken in that (descending) order, as torch.topk's output is summed. */
+static void
+route_row(float *p, int E, int top_k, int norm, int32_t *idx, float *wts)
+{
+    float mx = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++)
+        mx = p[e] > mx ? p[e] : mx;
+    for (int e = 0; e < E; e++)
+        sum += (p[e] = expf(p[e] - mx));
+    for (int e = 0; e < E; e++)
+        p[e] /= sum;
+    for (int j = 0; j < top_k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (p[e] >= 0 && (best < 0 || p[e] > p[best]))
+                best = e;
+        idx[j] = best;
+        wts[j] = p[best];
+        p[best] = -1.0f; /* taken */
+    }
+    float tot = 0.0f;
+    for (int j = 0; j < top_k; j++)
+        tot += wts[j];
+    for (int j = 0; j < top_k; j++) /* ascending expert order, as the MoE combine expects */
+        for (int i = j + 1; i < top_k; i++)
+            if (idx[i] < idx[j]) {
+                int32_t ti = idx[i];
+                float tw = wts[i];
+                idx[i] = idx[j];
+                wts[i] = wts[j];
+                idx[j] = ti;
+                wts[j] = tw;
+            }
+    if (norm)
+        for (int j = 0; j < top_k; j++)
+            wts[j] /= tot;
+}
+
+void
+grpo_model__route_softmax(int M, float *logits, int E, int top_k, int norm, int32_t *idx,
+                          float *wts)
+{
+    for (int m = 0; m < M; m++)
+        route_row(logits + (size_t)m * E, E, top_k, norm, idx + (size_t)m * top_k,
+                  wts + (size_t)m * top_k);
+}

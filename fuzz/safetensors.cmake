@@ -1,4 +1,4 @@
-# libFuzzer target on the safetensors header parser (issue 3). The model library is instrumented
+# libFuzzer target on the safetensors header parser. The model library is instrumented
 # in fuzz builds (coverage + ASan/UBSan on the parser itself, not just on the harness).
 if(TARGET grpo_model)
   target_compile_options(grpo_model PRIVATE -fsanitize=fuzzer-no-link,address,undefined)

@@ -1,4 +1,4 @@
-/* Leases of distributed workers (issue 11): every lease the coordinator hands out is a row of the
+/* Leases of distributed workers: every lease the coordinator hands out is a row of the
  * `leases` table (schemas/002_workers.sql), and a restarted coordinator finds the run it resumes.
  * Statements are prepared per call: there is one lease per group, next to a group insert. */
 #include "store/store_int.h"

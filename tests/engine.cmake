@@ -1,4 +1,4 @@
-# rollout/engine (issue 5): Philox, the sampler, stop strings, prompts JSONL, the scheduler.
+# rollout/engine: Philox, the sampler, stop strings, prompts JSONL, the scheduler.
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
   grpo_add_test(engine_sampler_test SOURCES engine_sampler_test.c LIBS grpo_engine grpo_common m
                 TIMEOUT 120)

@@ -1,4 +1,4 @@
-# kernels/cuda (issue 10). Host-side planning tests run everywhere (label cpu; the planning library
+# kernels/cuda. Host-side planning tests run everywhere (label cpu; the planning library
 # is plain C, so it is built here too when the CUDA backend is off). GPU tests (label gpu) compare
 # every CUDA op, the GPU sampler and the tiny models with the CPU backend; they exit 77 without a
 # device. They are plain C (no cmocka) so GRPO_GPU_ONLY hosts can build them. See tests/gpu/run.sh.

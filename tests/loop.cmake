@@ -1,4 +1,4 @@
-# The whole GRPO loop, short (issue 12): grpo rollout --publish on the demo policy with
+# The whole GRPO loop, short: grpo rollout --publish on the demo policy with
 # examples/train_grpo.py (PyTorch + transformers) pulling batches and publishing weights back.
 # Checks that batches flow, weights come back, the policy version advances and the store records
 # each version's sha256 (not that reward rises: scripts/train_demo.sh shows that). Exits 77

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The whole GRPO loop, short (issue 12): `grpo rollout --publish` on the demo policy with
+"""The whole GRPO loop, short: `grpo rollout --publish` on the demo policy with
 examples/train_grpo.py pulling its batches, stepping and publishing new weights back.
 
 Checks that the loop works, not that reward rises:

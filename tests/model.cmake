@@ -1,4 +1,4 @@
-# rollout/model + kernels/cpu (issue 3): loader, forward against transformers fixtures
+# rollout/model + kernels/cpu: loader, forward against transformers fixtures
 # (tests/data/tiny_models, from tools/make_tiny_models.py), KV pages, kernels.
 if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(model_forward_test SOURCES model_forward_test.c LIBS grpo_model TIMEOUT 120)

@@ -1,4 +1,4 @@
-# sandbox/ and verifiers/code/ (issue 6): isolation, limits, the attack suite, the Python pool, the
+# sandbox/ and verifiers/code/: isolation, limits, the attack suite, the Python pool, the
 # code verifier and the plugin host.
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo_sandbox)
   # The attack programs run under RLIMIT_AS inside the sandbox, so they are built without the

@@ -1,4 +1,4 @@
-# rollout/tokenizer (issue 4): oracle fixtures from tools/make_tokenizer_fixtures.py in
+# rollout/tokenizer: oracle fixtures from tools/make_tokenizer_fixtures.py in
 # tests/data/tokenizer/, and the real DeepSeek-V3 tokenizer.json in data/deepseek-v3-tokenizer/
 # (the tests fail with a clear message when it is absent).
 # The Qwen2 / Llama 3 tokenizers ship compressed (data/family-tokenizers/tokenizers.tar.xz, made

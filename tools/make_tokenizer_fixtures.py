@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Oracle fixtures for the C tokenizer (issue 4), made with HF `tokenizers` and `jinja2`.
+"""Oracle fixtures for the C tokenizer, made with HF `tokenizers` and `jinja2`.
 
     python3 tools/make_tokenizer_fixtures.py [--shared data/deepseek-v3-tokenizer]
 

@@ -24,7 +24,7 @@ grpo_verifier_builtin(const char *name)
     if (strcmp(name, "format") == 0)
         return grpo_verifier_format();
     if (strcmp(name, "code") == 0)
-        return grpo_verifier_code(); /* verifiers/code (issue 6) */
+        return grpo_verifier_code(); /* verifiers/code */
     return NULL;
 }
 

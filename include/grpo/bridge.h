@@ -1,4 +1,4 @@
-/* grpo/bridge.h: the trainer bridge (issue 8).
+/* grpo/bridge.h: the trainer bridge.
  *
  * Four parts, usable separately:
  *   1. GRPO math: group-relative advantages, dynamic sampling, overlong shaping, per-token KL

@@ -34,7 +34,7 @@ typedef struct grpo_model_config {
     int32_t fp8;          /* bool: quantization_config fp8 e4m3 with block scales */
     int32_t fp8_block[2]; /* weight_block_size, e.g. {128, 128} */
     int32_t bos_token_id, eos_token_id;
-    /* Added by the inference core (issue 3): */
+    /* Added by the inference core: */
     int32_t rope_interleave; /* bool: adjacent-pair rotation (transformers' default for V3) */
     float softmax_scale;     /* qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2 if nonzero */
     float rope_attn_factor;  /* transformers' YaRN attention_factor multiplying cos and sin */

@@ -1,4 +1,4 @@
-/* grpo/rollout.h: the rollout engine (issue 5). A counter-based RNG, the sampler, and the scheduler
+/* grpo/rollout.h: the rollout engine. A counter-based RNG, the sampler, and the scheduler
  * that turns prompt groups (a prompt, G, sampling params, seed) into G completions each: one
  * prefill per prompt, G sequences forked from it sharing its KV pages, continuous decoding over
  * every active sequence of many groups, admission under a KV-page budget, optional reference-model

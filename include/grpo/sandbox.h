@@ -1,4 +1,4 @@
-/* grpo/sandbox.h: running untrusted programs (issue 6).
+/* grpo/sandbox.h: running untrusted programs.
  *
  * A program runs in fresh user, PID, network, mount, IPC and UTS namespaces (what the kernel
  * allows; grpo_sandbox_probe() says exactly what), as an unprivileged uid, with no capabilities,

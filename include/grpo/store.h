@@ -1,10 +1,10 @@
-/* grpo/store.h: the SQLite provenance store (issue 2).
+/* grpo/store.h: the SQLite provenance store.
  *
  * One database file records a run: what ran (command line, config, host, version, git state of the
  * working and dataset repositories), the policy versions, the prompts, every group of G completions
  * with its rewards, advantages and KL summaries, and the batches handed to the trainer. The schema
- * lives in the schemas/ .sql files, embedded into the binary and versioned with PRAGMA user_version: an older
- * database is migrated forward on open, a newer one is refused.
+ * lives in the schemas/ .sql files, embedded into the binary and versioned with PRAGMA
+ * user_version: an older database is migrated forward on open, a newer one is refused.
  *
  * Conventions: out-parameters come first (libgit2 style); every fallible call returns grpo_err and
  * leaves a message in grpo_error_last(); strings are NUL-terminated UTF-8; NULL means "absent" for
@@ -54,12 +54,12 @@ const char *grpo_store_path(const grpo_store *s);
 /* ---- git provenance --------------------------------------------------------------------- */
 
 typedef struct grpo_git_info {
-    int32_t is_repo;         /* 0: path is not inside a git repository (a normal result) */
-    int32_t dirty;           /* 1: tracked files differ from HEAD (untracked files ignored) */
-    char commit[41];         /* HEAD commit as hex, "" on an unborn branch */
-    char branch[256];        /* short branch name, "HEAD" when detached */
-    char remote_url[1024];   /* url of "origin" (else the first remote), "" if none */
-    char workdir[1024];      /* the repository's working directory */
+    int32_t is_repo;       /* 0: path is not inside a git repository (a normal result) */
+    int32_t dirty;         /* 1: tracked files differ from HEAD (untracked files ignored) */
+    char commit[41];       /* HEAD commit as hex, "" on an unborn branch */
+    char branch[256];      /* short branch name, "HEAD" when detached */
+    char remote_url[1024]; /* url of "origin" (else the first remote), "" if none */
+    char workdir[1024];    /* the repository's working directory */
 } grpo_git_info;
 
 /* Describes the git repository containing path (a file or folder). "Not a repository" gives
@@ -69,13 +69,13 @@ grpo_err grpo_store_git_describe(const char *path, grpo_git_info *out);
 /* ---- runs ---------------------------------------------------------------------------------- */
 
 typedef struct grpo_run_info {
-    const char *command_line;   /* the argv joined with spaces, as typed */
-    const char *config_json;    /* the full effective config (JSON text); NULL = "{}" */
-    const char *host;           /* NULL: gethostname() */
-    const char *grpo_version;   /* NULL: grpo_version() */
-    const char *repo_path;      /* working repository to describe with libgit2; NULL = cwd */
-    const char *dataset_path;   /* dataset file or repo to describe; NULL = none */
-    const char *dataset_rev;    /* dataset revision asked for (e.g. a tag), or NULL */
+    const char *command_line; /* the argv joined with spaces, as typed */
+    const char *config_json;  /* the full effective config (JSON text); NULL = "{}" */
+    const char *host;         /* NULL: gethostname() */
+    const char *grpo_version; /* NULL: grpo_version() */
+    const char *repo_path;    /* working repository to describe with libgit2; NULL = cwd */
+    const char *dataset_path; /* dataset file or repo to describe; NULL = none */
+    const char *dataset_rev;  /* dataset revision asked for (e.g. a tag), or NULL */
 } grpo_run_info;
 
 /* Records the start of a run with its provenance; *run_id receives its id. */
@@ -91,12 +91,12 @@ grpo_err grpo_store_put_policy_version(grpo_store *s, int64_t run_id, int64_t ve
                                        const char *location, const char *sha256_hex);
 
 typedef struct grpo_prompt_rec {
-    const char *dataset;        /* dataset name, e.g. "gsm8k" or a file path */
-    int64_t index;              /* position in the dataset */
-    const char *text;           /* the prompt as plain text, or NULL */
-    const char *messages_json;  /* the prompt as chat messages (JSON array), or NULL */
-    const char *gold_json;      /* gold answer as JSON (e.g. "\"42\""), or NULL */
-    const char *tests_json;     /* code tests as JSON, or NULL */
+    const char *dataset;       /* dataset name, e.g. "gsm8k" or a file path */
+    int64_t index;             /* position in the dataset */
+    const char *text;          /* the prompt as plain text, or NULL */
+    const char *messages_json; /* the prompt as chat messages (JSON array), or NULL */
+    const char *gold_json;     /* gold answer as JSON (e.g. "\"42\""), or NULL */
+    const char *tests_json;    /* code tests as JSON, or NULL */
 } grpo_prompt_rec;
 
 /* Inserts a prompt, deduplicated by a sha256 of (dataset, index, text, messages, gold, tests):
@@ -109,23 +109,23 @@ grpo_err grpo_store_put_prompt(int64_t *prompt_id, grpo_store *s, const grpo_pro
 
 /* One verifier's verdict on one completion (mirrors grpo_verdict of verifier.h). */
 typedef struct grpo_reward_rec {
-    const char *verifier;       /* e.g. "math" */
-    const char *version;        /* verifier version, e.g. "1.0.0" */
-    int32_t kind;               /* a grpo_verdict_kind: 0 pass, 1 fail, 2 skip, 3 timeout, 4 error */
-    const char *label;          /* the verifier's own verdict label, e.g. "correct"; may be NULL */
+    const char *verifier; /* e.g. "math" */
+    const char *version;  /* verifier version, e.g. "1.0.0" */
+    int32_t kind;         /* a grpo_verdict_kind: 0 pass, 1 fail, 2 skip, 3 timeout, 4 error */
+    const char *label;    /* the verifier's own verdict label, e.g. "correct"; may be NULL */
     double score;
-    const char *details_json;   /* or NULL */
-    double ms;                  /* time the check took */
+    const char *details_json; /* or NULL */
+    double ms;                /* time the check took */
 } grpo_reward_rec;
 
 typedef struct grpo_completion_rec {
-    int32_t sample_index;          /* 0..G-1 */
+    int32_t sample_index; /* 0..G-1 */
     int32_t n_tokens;
-    const int32_t *token_ids;      /* n_tokens ids (stored as little-endian int32) or NULL */
-    const float *token_logprobs;   /* n_tokens logprobs of the sampled tokens, or NULL */
-    const char *text;              /* decoded text (may hold NUL when text_len is given) */
-    size_t text_len;               /* 0: strlen(text) */
-    int32_t finish_reason;         /* a grpo_finish */
+    const int32_t *token_ids;    /* n_tokens ids (stored as little-endian int32) or NULL */
+    const float *token_logprobs; /* n_tokens logprobs of the sampled tokens, or NULL */
+    const char *text;            /* decoded text (may hold NUL when text_len is given) */
+    size_t text_len;             /* 0: strlen(text) */
+    int32_t finish_reason;       /* a grpo_finish */
     double logprob_sum;
     double first_token_ms, gen_ms; /* time to first token, total generation time */
     /* The reward used for the advantage. has_reward = 0: the sum of the scores of the rewards
@@ -140,23 +140,23 @@ typedef struct grpo_completion_rec {
     /* Advantage and KL summary; stored when has_advantage is 1. */
     int32_t has_advantage;
     double advantage;
-    double kl_mean, kl_max;        /* per-token KL to the reference policy: mean and max */
-    double ref_logprob_sum;        /* sum of the reference policy's logprobs of the tokens */
-    int32_t no_ref;                /* 1: sampled without a reference policy, so the three KL
-                                    * fields above are not stored (NULL) */
+    double kl_mean, kl_max; /* per-token KL to the reference policy: mean and max */
+    double ref_logprob_sum; /* sum of the reference policy's logprobs of the tokens */
+    int32_t no_ref;         /* 1: sampled without a reference policy, so the three KL
+                             * fields above are not stored (NULL) */
 } grpo_completion_rec;
 
 typedef struct grpo_group_rec {
     int64_t run_id, step, prompt_id;
     int64_t policy_version;
-    uint64_t seed;                 /* the group's seed; (run, step, prompt, seed) is its key */
-    const char *sampling_json;     /* sampling params (temperature, top_p, max_tokens, ...), or NULL */
-    int32_t max_tokens;            /* the generation limit (also inside sampling_json) */
+    uint64_t seed;             /* the group's seed; (run, step, prompt, seed) is its key */
+    const char *sampling_json; /* sampling params (temperature, top_p, max_tokens, ...), or NULL */
+    int32_t max_tokens;        /* the generation limit (also inside sampling_json) */
     double started_at, finished_at; /* wall clock, Unix seconds */
     double prefill_ms, gen_ms, verify_ms;
-    const char *worker_id;         /* worker that produced it, or NULL for in-process */
-    int32_t lease_attempt;         /* 0 on the first lease, n after n re-issues */
-    int32_t n_completions;         /* G */
+    const char *worker_id; /* worker that produced it, or NULL for in-process */
+    int32_t lease_attempt; /* 0 on the first lease, n after n re-issues */
+    int32_t n_completions; /* G */
     const grpo_completion_rec *completions;
     /* Optional: the trainer batch made of this group (encoded), stored as batch batch_id in the
      * group's transaction, so that a crash never leaves a recorded group without its batch. NULL:
@@ -199,14 +199,14 @@ typedef struct grpo_stored_completion {
     int64_t completion_id, group_id, run_id, step, prompt_id, policy_version;
     uint64_t seed;
     int32_t sample_index, n_tokens, finish_reason, max_tokens, correct;
-    int32_t *token_ids;            /* n_tokens, or NULL if not recorded */
-    float *token_logprobs;         /* n_tokens, or NULL if not recorded */
-    char *text;                    /* NUL-terminated; text_len bytes */
+    int32_t *token_ids;    /* n_tokens, or NULL if not recorded */
+    float *token_logprobs; /* n_tokens, or NULL if not recorded */
+    char *text;            /* NUL-terminated; text_len bytes */
     size_t text_len;
     double logprob_sum, reward;
-    char *sampling_json;           /* or NULL */
-    char *policy_location;         /* from policy_versions, or NULL */
-    char *policy_sha256;           /* or NULL */
+    char *sampling_json;   /* or NULL */
+    char *policy_location; /* from policy_versions, or NULL */
+    char *policy_sha256;   /* or NULL */
     /* the prompt */
     char *dataset;
     int64_t prompt_index;
@@ -258,33 +258,37 @@ grpo_err grpo_store_unacked_batches(grpo_store *s, int64_t run_id, grpo_store_ba
 /* ---- stats ---------------------------------------------------------------------------------- */
 
 typedef enum grpo_stats_by {
-    GRPO_STATS_BY_STEP = 0,      /* one row per step */
-    GRPO_STATS_BY_VERIFIER = 1,  /* one row per verifier name + version */
-    GRPO_STATS_BY_PROMPT = 2,    /* one row per prompt */
-    GRPO_STATS_BY_WORKER = 3,    /* one row per worker id */
-    GRPO_STATS_BY_RUN = 4,       /* one row per run: provenance and totals */
-    GRPO_STATS_BY_FINISH = 5,    /* one row per run and finish reason */
+    GRPO_STATS_BY_STEP = 0,        /* one row per step */
+    GRPO_STATS_BY_VERIFIER = 1,    /* one row per verifier name + version */
+    GRPO_STATS_BY_PROMPT = 2,      /* one row per prompt */
+    GRPO_STATS_BY_WORKER = 3,      /* one row per worker id */
+    GRPO_STATS_BY_RUN = 4,         /* one row per run: provenance and totals */
+    GRPO_STATS_BY_FINISH = 5,      /* one row per run and finish reason */
     GRPO_STATS_BY_REWARD_HIST = 6, /* a histogram of completion rewards: a row per run and bin */
     GRPO_STATS_BY_LENGTH_HIST = 7, /* a histogram of completion lengths (tokens), likewise */
-    GRPO_STATS_BY_TIME = 8,      /* throughput over the run's wall time: a row per run and bin */
-    GRPO_STATS_BY_KL = 9,        /* per run and step: KL and logprob gap to the reference policy */
-    GRPO_STATS_BY_EXAMPLE = 10   /* a few completions per run, verifier and verdict kind */
+    GRPO_STATS_BY_TIME = 8,        /* throughput over the run's wall time: a row per run and bin */
+    GRPO_STATS_BY_KL = 9,      /* per run and step: KL and logprob gap to the reference policy */
+    GRPO_STATS_BY_EXAMPLE = 10 /* a few completions per run, verifier and verdict kind */
 } grpo_stats_by;
 
 typedef struct grpo_stats_opts {
     grpo_stats_by by;
-    int64_t run_id;              /* <= 0: every run */
+    int64_t run_id; /* <= 0: every run */
     int32_t has_step_range;
-    int64_t step_min, step_max;  /* inclusive, when has_step_range */
-    int32_t pass_k;              /* by prompt: also report pass@k for this k (0 = 8) */
-    int32_t bins;                /* histograms and time: number of bins (0 = 20; 1..1000) */
-    int32_t examples;            /* by example: completions per verdict kind (0 = 3; 1..1000) */
-    int32_t text_bytes;          /* by example: text cut to at most this many bytes (0 = 600) */
+    int64_t step_min, step_max; /* inclusive, when has_step_range */
+    int32_t pass_k;             /* by prompt: also report pass@k for this k (0 = 8) */
+    int32_t bins;               /* histograms and time: number of bins (0 = 20; 1..1000) */
+    int32_t examples;           /* by example: completions per verdict kind (0 = 3; 1..1000) */
+    int32_t text_bytes;         /* by example: text cut to at most this many bytes (0 = 600) */
 } grpo_stats_opts;
 
 /* A result table: cells are row-major; each is a number, a string, or null. */
-typedef enum grpo_stats_type { GRPO_STATS_NULL = 0, GRPO_STATS_INT = 1, GRPO_STATS_REAL = 2,
-                               GRPO_STATS_TEXT = 3 } grpo_stats_type;
+typedef enum grpo_stats_type {
+    GRPO_STATS_NULL = 0,
+    GRPO_STATS_INT = 1,
+    GRPO_STATS_REAL = 2,
+    GRPO_STATS_TEXT = 3
+} grpo_stats_type;
 typedef struct grpo_stats_cell {
     grpo_stats_type type;
     int64_t i;
@@ -293,8 +297,8 @@ typedef struct grpo_stats_cell {
 } grpo_stats_cell;
 typedef struct grpo_stats_table {
     int32_t n_cols, n_rows;
-    const char **cols;           /* column names */
-    grpo_stats_cell *cells;      /* n_rows * n_cols */
+    const char **cols;      /* column names */
+    grpo_stats_cell *cells; /* n_rows * n_cols */
 } grpo_stats_table;
 
 /* Runs the stats query (the views in schemas/ for step..run, the queries of store/stats_report.c
@@ -329,7 +333,7 @@ void grpo_stats_table_free(grpo_stats_table *t);
  * k > n or n <= 0. */
 double grpo_pass_at_k(int64_t n, int64_t c, int64_t k);
 
-/* ---- leases of distributed workers (issue 11, `grpo serve`) ------------------------------- */
+/* ---- leases of distributed workers (`grpo serve`) ------------------------------- */
 
 typedef struct grpo_lease_rec {
     int64_t run_id, step, prompt_id;
@@ -347,8 +351,8 @@ grpo_err grpo_store_lease_end(grpo_store *s, int64_t lease_row, const char *stat
 /* The group (run, step, prompt, seed) was recorded from the lease with `attempt`: that lease, if
  * still issued, becomes 'done'; the group's other issued leases (superseded by it) become
  * 'failed'. A lapsed lease whose late result was used stays 'expired'. */
-grpo_err grpo_store_lease_group_done(grpo_store *s, int64_t run_id, int64_t step,
-                                     int64_t prompt_id, uint64_t seed, int32_t attempt);
+grpo_err grpo_store_lease_group_done(grpo_store *s, int64_t run_id, int64_t step, int64_t prompt_id,
+                                     uint64_t seed, int32_t attempt);
 /* The newest run whose config_json is exactly config_json and whose status is not "ok" (a run a
  * restarted coordinator resumes); *run_id = 0 when there is none. */
 grpo_err grpo_store_run_find(int64_t *run_id, grpo_store *s, const char *config_json);

@@ -16,16 +16,16 @@ extern "C" {
 #endif
 
 /* Built-in verifier tables (static; never freed). */
-const grpo_verifier_api *grpo_verifier_math(void);   /* verifiers/math (issue 7) */
-const grpo_verifier_api *grpo_verifier_format(void); /* verifiers/format.c (issue 7) */
-const grpo_verifier_api *grpo_verifier_code(void);   /* verifiers/code (issue 6) */
+const grpo_verifier_api *grpo_verifier_math(void);   /* verifiers/math */
+const grpo_verifier_api *grpo_verifier_format(void); /* verifiers/format.c */
+const grpo_verifier_api *grpo_verifier_code(void);   /* verifiers/code */
 
 /* A verifier plugin loaded from a shared object. By default it runs in a sandboxed worker
  * process, so a crash, a hang or a leak is contained and reported as a verdict; in_process = 1
  * calls it directly (trusted, fast plugins). grpo_plugin_api() gives a table with the same shape
  * as the plugin's own whose calls go through the worker. */
 typedef struct grpo_plugin grpo_plugin;
-grpo_err grpo_plugin_load(grpo_plugin **out, const char *path, int in_process); /* issue 6 */
+grpo_err grpo_plugin_load(grpo_plugin **out, const char *path, int in_process);
 const grpo_verifier_api *grpo_plugin_api(grpo_plugin *p);
 void grpo_plugin_destroy(grpo_plugin *p);
 
@@ -120,9 +120,9 @@ void grpo_reward_result_fini(grpo_reward_result *res);
 /* Scores samples[0..n) into out[0..n) on the threads of pool (NULL: on the calling thread), each
  * thread taking the next unscored sample; blocks until all are scored. errs (NULL or n entries)
  * gets each sample's grpo_rewarder_score() return (the message of a failure stays on the thread
- * that met it). Returns GRPO_OK, or the failure of the lowest-numbered sample that failed. Every out[i] is to be freed
- * with grpo_reward_result_fini(), failed ones too. One call at a time per pool (grpo_pool is not
- * reentrant). */
+ * that met it). Returns GRPO_OK, or the failure of the lowest-numbered sample that failed. Every
+ * out[i] is to be freed with grpo_reward_result_fini(), failed ones too. One call at a time per
+ * pool (grpo_pool is not reentrant). */
 grpo_err grpo_rewarder_score_many(grpo_rewarder *r, grpo_pool *pool,
                                   const grpo_verifier_sample *samples, size_t n,
                                   grpo_reward_result *out, grpo_err *errs);

@@ -1,4 +1,4 @@
-/* grpo/workers.h: rollout workers on a pool of machines (issue 11). The pieces `grpo serve` (the
+/* grpo/workers.h: rollout workers on a pool of machines. The pieces `grpo serve` (the
  * coordinator) and `grpo worker` are built from: the wire protocol and its codec, the coordinator's
  * lease table, and a thin request/reply transport over NNG.
  *

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real processes on loopback: `grpo serve` and `grpo worker` (issue 11).
+"""Real processes on loopback: `grpo serve` and `grpo worker`.
 
   failover  a coordinator and four workers; worker A is SIGKILLed while it holds a lease and
             worker B is SIGSTOPped past its lease deadline. Every group is recorded exactly once,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the bundled demo policy of `grpo rollout` (issue 9): a tiny DeepSeek-V3-architecture model
+"""Builds the bundled demo policy of `grpo rollout`: a tiny DeepSeek-V3-architecture model
 (MLA, one dense + three MoE layers with group-limited routing, YaRN) trained on CPU on synthetic
 R1-style arithmetic and short Python tasks, quantized to FP8 E4M3 with 128x128 block scales exactly
 as the real DeepSeek-V3 checkpoint stores them.

@@ -27,4 +27,8 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bridge_pyclient_test.py
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(bridge_pyclient_test PROPERTIES TIMEOUT 120 LABELS cpu SKIP_RETURN_CODE 77)
+  add_test(NAME bridge_pyroutes_test
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bridge_pyroutes_test.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(bridge_pyroutes_test PROPERTIES TIMEOUT 120 LABELS cpu SKIP_RETURN_CODE 77)
 endif()

@@ -65,9 +65,14 @@ grpo_run_record(grpo_store *s, const grpo_run_group *g, const void *batch, size_
         err = grpo__fail(GRPO_ENOMEM, "run: out of memory recording a group of %d", G);
         goto done;
     }
-    for (int32_t i = 0; i < G; i++)
+    for (int32_t i = 0; i < G; i++) {
         completion_rec(&g->samples[i], &cr[i], rr + (size_t)i * GRPO_REWARD_MAX_TERMS);
+        cr[i].routes = g->prompt_routes ? g->samples[i].routes : NULL;
+    }
+    grpo_routes_rec routes = {g->route_experts, g->route_layers, g->route_k, g->n_prompt,
+                              g->prompt_routes};
     grpo_group_rec gr = {0};
+    gr.routes = g->prompt_routes ? &routes : NULL;
     gr.run_id = g->run_id, gr.step = g->step, gr.prompt_id = g->store_prompt_id;
     gr.policy_version = g->policy_version, gr.seed = g->seed;
     gr.sampling_json = g->sampling_json, gr.max_tokens = g->max_tokens;

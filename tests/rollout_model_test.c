@@ -244,6 +244,20 @@ test_routes(void **state)
     }
     for (int k = 0; k < 2; k++)
         grpo_rollout_group_free(ref[k]);
+    /* cancelled before any prefill: the group comes out without routes (nothing unwritten) */
+    rig g;
+    grpo_rollout_opts o = {0};
+    o.record_routes = 1;
+    rig_open(&g, 1, 64u << 20, &o);
+    grpo_rollout_request ra = req(prompt_a, 70, 2, "A");
+    assert_int_equal(grpo_rollout_submit(g.r, &ra, NULL), GRPO_OK);
+    grpo_rollout_cancel(g.r);
+    assert_int_equal(run_all(&g, res, 1), 1);
+    assert_null(res[0]->prompt_routes);
+    assert_int_equal(res[0]->route_row_bytes, 0);
+    assert_int_equal(res[0]->samples[0].finish, GRPO_FINISH_ABORT);
+    grpo_rollout_group_free(res[0]);
+    rig_close(&g);
 }
 
 /* A KV pool that holds one group's worst case only: groups run one at a time and complete. */

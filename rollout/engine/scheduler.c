@@ -34,6 +34,7 @@ typedef struct group_state {
     sample_state *s;
     int32_t parent_kv, parent_prefilled;
     int32_t n_active;
+    int32_t prompt_routed;                 /* every prompt token's routes are in g->prompt_routes */
     size_t pages_shared, pages_per_sample; /* reservation */
     char *stop_store[GRPO_ROLLOUT_MAX_STOP];
     struct group_state *next;
@@ -173,6 +174,18 @@ reservation(const grpo_rollout *r, const grpo_rollout_request *q, size_t *shared
     } else {
         *shared = div_up(P, T);
         *per = div_up(total, T) - P / T;
+    }
+}
+
+/* A group that ends without routes for all of its prompt has none at all. */
+static void
+drop_routes(grpo_rollout_group *g)
+{
+    free(g->prompt_routes);
+    g->prompt_routes = NULL, g->route_row_bytes = 0;
+    for (int32_t i = 0; i < g->n_samples; i++) {
+        free(g->samples[i].routes);
+        g->samples[i].routes = NULL;
     }
 }
 
@@ -434,6 +447,8 @@ finish_group(grpo_rollout *r, group_state *gs)
     }
     grpo_rollout_group *g = gs->g;
     gs->g = NULL;
+    if (!gs->prompt_routed) /* cancelled before its prompt was through: no routes to give */
+        drop_routes(g);
     for (int32_t i = 0; i < g->n_samples; i++)
         grpo__buf_fini(&gs->s[i].text);
     free(gs->s);
@@ -546,6 +561,7 @@ add_prefill(grpo_rollout *r, int32_t *n, int32_t *kv, int32_t *done, group_state
         return err;
     if (gs->g->prompt_routes != NULL) /* private prefills of one prompt write the same routes */
         r->routes[*n - 1] = gs->g->prompt_routes + (size_t)*done * gs->g->route_row_bytes;
+    gs->prompt_routed |= *done + len == P; /* written by this step's forward, before any finish */
     *done += len;
     *budget -= len;
     r->st.tokens_prefilled += (uint64_t)len;
@@ -873,6 +889,12 @@ grpo_rollout_set_policy(grpo_rollout *r, const grpo_rollout_backend *b, int64_t 
                           "rollout: new policy's KV pool of %zu pages is below the "
                           "budget of %zu",
                           b->pages_total, r->budget);
+    if (r->opts.record_routes &&
+        (b->forward_routes == NULL || b->route_row_bytes != r->be.route_row_bytes))
+        return grpo__fail(GRPO_EINVAL,
+                          "rollout: new policy records routes of %zu bytes per "
+                          "token; the old one %zu",
+                          b->forward_routes ? b->route_row_bytes : 0, r->be.route_row_bytes);
     r->be = *b;
     r->policy_version = version;
     return GRPO_OK;

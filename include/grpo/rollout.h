@@ -189,10 +189,10 @@ typedef struct grpo_rollout_sample {
     float *policy_logprob;    /* n_tokens, recomputed by teacher forcing, or NULL */
     char *text;               /* decoded completion (NUL-terminated; may hold NUL), or NULL */
     size_t text_len;
+    double t_done; /* grpo_now() when it finished */
     /* With record_routes: the routes of tokens[0 .. n_tokens - 1), route_row_bytes each. The last
      * token is never fed to the model, so it has none. NULL otherwise (or with n_tokens <= 1). */
     uint8_t *routes;
-    double t_done; /* grpo_now() when it finished */
 } grpo_rollout_sample;
 
 typedef struct grpo_rollout_group {

@@ -20,7 +20,8 @@ def write(path, experts, L=2, K=2):
             mask += [0] * len(p) + [1] * len(c); lps += [0.0] * len(p) + [-0.25] * len(c)
             gids.append(g); sidx.append(s); rpo.append(pr)
             for j in range(len(c) - 1):
-                rc.append([[(experts - 1 - (g + s + j + l + k * 5)) % experts for k in range(K)] for l in range(L)])
+                rc.append([[(experts - 1 - (g + s + j + l + k * 5)) % experts
+                            for k in range(K)] for l in range(L)])
         pr += len(p)
     B = len(plens)
     t = {
@@ -29,7 +30,8 @@ def write(path, experts, L=2, K=2):
         "prompt_lens": np.array(plens, np.int32), "sample_idx": np.array(sidx, np.int32),
         "logprobs": np.array(lps, np.float32), "advantages": np.array([0.5, -0.5, 0.0], np.float32),
         "rewards": np.array([1, 0, 0], np.float32),
-        "route_prompt": np.array(rp, dt).reshape(-1, L, K), "route_completion": np.array(rc, dt).reshape(-1, L, K),
+        "route_prompt": np.array(rp, dt).reshape(-1, L, K),
+        "route_completion": np.array(rc, dt).reshape(-1, L, K),
         "loss_mask": np.array(mask, np.uint8)}
     names = {np.int64: "I64", np.int32: "I32", np.float32: "F32", np.uint8: "U8", np.int16: "I16"}
     hdr = {"__metadata__": {"schema": "grpo.batch", "schema_version": "2", "run_id": "seed",
@@ -39,7 +41,8 @@ def write(path, experts, L=2, K=2):
     pos, data = 0, b""
     for k, a in t.items():
         b = a.tobytes()
-        hdr[k] = {"dtype": names[a.dtype.type], "shape": list(a.shape), "data_offsets": [pos, pos + len(b)]}
+        hdr[k] = {"dtype": names[a.dtype.type], "shape": list(a.shape),
+                  "data_offsets": [pos, pos + len(b)]}
         pos += len(b); data += b
     h = json.dumps(hdr, separators=(",", ":")).encode()
     h += b" " * ((8 - (8 + len(h)) % 8) % 8)

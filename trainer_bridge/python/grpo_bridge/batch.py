@@ -157,7 +157,8 @@ def _check_routes(t, meta, version):
                                % meta.get("route_experts"))
     dt = np.uint8 if E <= 256 else np.int16
     rp, rc, ro = t["route_prompt"], t["route_completion"], t["route_prompt_offsets"]
-    B, off, pl, tok, g = len(t["prompt_lens"]), t["seq_offsets"], t["prompt_lens"], t["tokens"], t["group_ids"]
+    off, pl, tok, g = t["seq_offsets"], t["prompt_lens"], t["tokens"], t["group_ids"]
+    B = len(pl)
     if ro.dtype != np.int64 or ro.shape != (B,):
         raise BatchFormatError("batch: tensor 'route_prompt_offsets' must be int64[%d]" % B)
     for n, a in (("route_prompt", rp), ("route_completion", rc)):
@@ -178,7 +179,8 @@ def _check_routes(t, meta, version):
                                        "sequence whose group or prompt differ" % i)
             continue
         if ro[i] != nxt:
-            raise BatchFormatError("batch: route_prompt_offsets[%d] = %d; expected %d" % (i, ro[i], nxt))
+            raise BatchFormatError("batch: route_prompt_offsets[%d] = %d; expected %d"
+                                   % (i, ro[i], nxt))
         nxt += int(pl[i])
     if nxt != len(rp):
         raise BatchFormatError("batch: prompt route blocks cover %d tokens; route_prompt has %d"

@@ -27,6 +27,7 @@ typedef struct bench_args {
     int hf;
     unsigned scenarios; /* bit w set: run scenario w (0 shared, 1 independent, 2 batch-1) */
     int numerics;       /* grpo_numerics */
+    int record_routes;  /* grpo_rollout_opts.record_routes */
 } bench_args;
 
 typedef struct bench_result {
@@ -54,6 +55,8 @@ usage(FILE *f)
                "  --kv-budget B      KV pool bytes (default 1G)\n"
                "  --scenarios LIST   comma-separated subset of shared,independent,batch1\n"
                "                     (default: all three, in that order)\n"
+               "  --record-routes    keep every token's MoE routes, as grpo rollout\n"
+               "                     --record-routes does (to measure what it costs)\n"
                "  --no-hf            skip the HF transformers peer (python3\n"
                "                     tools/bench_hf_generate.py: generate with\n"
                "                     num_return_sequences=G on the same prompt ids)\n"
@@ -111,6 +114,7 @@ run_scenario(const bench_args *a, int which, bench_result *out)
     grpo_rollout_opts ro = {0};
     ro.max_batch_seqs = which == 2 ? 1 : 0;
     ro.sample_threads = a->threads > 0 ? a->threads : grpo_cpu_count();
+    ro.record_routes = a->record_routes;
     int n_prompts = which == 1 ? a->G : 1;
     prompts = malloc((size_t)n_prompts * (size_t)a->prompt_len * sizeof *prompts);
     if (prompts == NULL || (err = grpo_rollout_create(&r, be, &ro)) != GRPO_OK)
@@ -336,13 +340,18 @@ grpo_bench_rollout(int argc, char **argv)
         usage(stdout);
         return CLI_OK;
     }
-    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1, 7u, GRPO_NUMERICS_EXACT};
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},    {"prompt-len", required_argument, 0, 'l'},
-        {"group", required_argument, 0, 'g'},    {"new", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'},  {"kv-budget", required_argument, 0, 'k'},
-        {"no-hf", no_argument, 0, 'h'},          {"scenarios", required_argument, 0, 's'},
-        {"numerics", required_argument, 0, 'q'}, {0, 0, 0, 0}};
+    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1, 7u, GRPO_NUMERICS_EXACT, 0};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"prompt-len", required_argument, 0, 'l'},
+                                         {"group", required_argument, 0, 'g'},
+                                         {"new", required_argument, 0, 'n'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"kv-budget", required_argument, 0, 'k'},
+                                         {"no-hf", no_argument, 0, 'h'},
+                                         {"scenarios", required_argument, 0, 's'},
+                                         {"numerics", required_argument, 0, 'q'},
+                                         {"record-routes", no_argument, 0, 'r'},
+                                         {0, 0, 0, 0}};
     int c;
     optind = 1;
     opterr = 0;
@@ -363,6 +372,9 @@ grpo_bench_rollout(int argc, char **argv)
             continue;
         case 'h':
             a.hf = 0;
+            continue;
+        case 'r':
+            a.record_routes = 1;
             continue;
         case 's':
             if (parse_scenarios(optarg, &a.scenarios) != 0)

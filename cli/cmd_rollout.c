@@ -96,6 +96,8 @@ usage(FILE *f)
     fputs("  --ref-model DIR      reference model: per-token ref logprobs and KL summaries\n"
           "  --rescore            recompute policy logprobs by teacher forcing and report the\n"
           "                       largest sampling/scoring mismatch\n"
+          "  --record-routes      keep the MoE experts the router chose for every prompt and\n"
+          "                       completion token (docs/routes.md)\n"
           "  --reward-config FILE reward composition (default: math = math + 0.2 format, ...)\n"
           "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
           "  --help               this text\n\n"
@@ -143,7 +145,8 @@ enum {
     O_WINDOW,
     O_MAXBATCH,
     O_RESUME,
-    O_NUMERICS
+    O_NUMERICS,
+    O_ROUTES
 };
 
 static const struct option long_opts[] = {
@@ -166,6 +169,7 @@ static const struct option long_opts[] = {
     {"max-batch", required_argument, 0, O_MAXBATCH},
     {"resume", no_argument, 0, O_RESUME},
     {"numerics", required_argument, 0, O_NUMERICS},
+    {"record-routes", no_argument, 0, O_ROUTES},
     CLI_GEN_LONG_OPTS,
     {0, 0, 0, 0},
 };
@@ -202,6 +206,9 @@ parse_opt(void *ctx, int c, const char *v)
         return 0;
     case O_RESCORE:
         a->rescore = 1;
+        return 0;
+    case O_ROUTES:
+        a->record_routes = 1;
         return 0;
     case O_REWARD:
         a->reward_config = v;

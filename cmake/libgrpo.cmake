@@ -24,10 +24,10 @@ set(GRPO_LIBRARY_MODULES
 
 # What libgrpo needs from the system: pkg-config names (grpo.pc; NNG has no .pc on Debian 12, so
 # it is -lnng there) and the imported targets of this build.
-set(GRPO_LIBRARY_PC_DEPS "libcjson sqlite3 libgit2 libseccomp libpcre2-8 icu-uc gmp mpfr openblas")
-set(GRPO_LIBRARY_DEPS PkgConfig::CJSON PkgConfig::SQLITE3 PkgConfig::LIBGIT2 PkgConfig::SECCOMP
-    PkgConfig::PCRE2 PkgConfig::ICU PkgConfig::GMP PkgConfig::MPFR PkgConfig::OPENBLAS nng::nng Threads::Threads
-    m ${CMAKE_DL_LIBS})
+set(GRPO_LIBRARY_PC_DEPS "libcjson sqlite3 libgit2 zlib libseccomp libpcre2-8 icu-uc gmp mpfr openblas")
+set(GRPO_LIBRARY_DEPS PkgConfig::CJSON PkgConfig::SQLITE3 PkgConfig::LIBGIT2 PkgConfig::ZLIB
+    PkgConfig::SECCOMP PkgConfig::PCRE2 PkgConfig::ICU PkgConfig::GMP PkgConfig::MPFR
+    PkgConfig::OPENBLAS nng::nng Threads::Threads m ${CMAKE_DL_LIBS})
 
 set(grpo_objs)
 foreach(m ${GRPO_LIBRARY_MODULES})

@@ -21,6 +21,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         c->n_seq != b->n_seq || c->batch_id != b->batch_id ||
         (b->n_tok && memcmp(c->tokens, b->tokens, b->n_tok * 4) != 0))
         abort();
+    size_t row = (size_t)b->route_layers * (size_t)b->route_k * (size_t)b->route_bytes;
+    if (c->flags != b->flags || c->n_route_prompt != b->n_route_prompt ||
+        c->n_route_completion != b->n_route_completion ||
+        (b->route_prompt && memcmp(c->route_prompt, b->route_prompt, b->n_route_prompt * row)) ||
+        (b->route_completion &&
+         memcmp(c->route_completion, b->route_completion, b->n_route_completion * row)))
+        abort(); /* routes survive the round trip */
     int64_t id;
     grpo_batch_info info;
     if (grpo_batch_peek(data, size, &id, NULL, NULL, 0) != GRPO_OK || id != b->batch_id ||

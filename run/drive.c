@@ -105,6 +105,16 @@ add_totals(grpo_run *c, const grpo_run_group *g)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* The shape of a group's recorded routes (none without --record-routes). */
+static void
+route_shape(grpo_run_group *g, const grpo_model_config *mc)
+{
+    if (g->prompt_routes == NULL)
+        return;
+    g->route_bytes = grpo_model_route_bytes(mc), g->route_layers = mc->n_moe_layers;
+    g->route_k = mc->num_experts_per_tok, g->route_experts = mc->n_routed_experts;
+}
+
 /* The steps of a finished group: score, advantages, record, --out lines, publish. */
 static grpo_err
 handle_group(grpo_run *c, grpo_rollout_group *rg)
@@ -117,6 +127,7 @@ handle_group(grpo_run *c, grpo_rollout_group *rg)
     g.run_id = c->run_id, g.item = pc->item, g.store_prompt_id = pc->store_prompt_id;
     g.step = rg->policy_version, g.seed = c->a->gen.seed, g.max_tokens = c->a->gen.max_new;
     g.sampling_json = pc->sampling_json;
+    route_shape(&g, grpo_model_get_config(grpo_policy_model(c->pol)));
     grpo_run_prompt rp = {pc->p, pc->rendered, c->opens_think};
     if (err == GRPO_OK)
         err = grpo_run_score(&g, c->rewarder, &rp);
@@ -309,6 +320,7 @@ grpo_run__start(grpo_run *c)
     c->opens_think = grpo_policy_opens_think(c->pol);
     ro.ref = c->ref ? grpo_policy_backend(c->ref) : NULL;
     ro.rescore = c->rescore_kv ? &c->rescore_be : NULL;
+    ro.record_routes = a->record_routes;
     grpo_err err = grpo_rollout_create(&c->r, grpo_policy_backend(c->pol), &ro);
     if (err != GRPO_OK)
         return err;

@@ -65,9 +65,14 @@ grpo_run_record(grpo_store *s, const grpo_run_group *g, const void *batch, size_
         err = grpo__fail(GRPO_ENOMEM, "run: out of memory recording a group of %d", G);
         goto done;
     }
-    for (int32_t i = 0; i < G; i++)
+    for (int32_t i = 0; i < G; i++) {
         completion_rec(&g->samples[i], &cr[i], rr + (size_t)i * GRPO_REWARD_MAX_TERMS);
+        cr[i].routes = g->prompt_routes ? g->samples[i].routes : NULL;
+    }
+    grpo_routes_rec routes = {g->route_experts, g->route_layers, g->route_k, g->n_prompt,
+                              g->prompt_routes};
     grpo_group_rec gr = {0};
+    gr.routes = g->prompt_routes ? &routes : NULL;
     gr.run_id = g->run_id, gr.step = g->step, gr.prompt_id = g->store_prompt_id;
     gr.policy_version = g->policy_version, gr.seed = g->seed;
     gr.sampling_json = g->sampling_json, gr.max_tokens = g->max_tokens;
@@ -107,6 +112,29 @@ put_row(grpo_batch *b, size_t *at, int32_t i, const grpo_run_group *g, int has_r
     b->sample_idx[i] = s->index;
 }
 
+/* The group's routes (batch version 2): the prompt's once, every sequence pointing at it, then
+ * each completion's but its last token's. */
+static grpo_err
+put_routes(grpo_batch *b, const grpo_run_group *g)
+{
+    size_t rb = g->route_row_bytes, nc = 0;
+    for (int32_t i = 0; i < g->n_samples; i++)
+        nc += g->samples[i].n_tokens > 1 ? (size_t)g->samples[i].n_tokens - 1 : 0;
+    grpo_err err = grpo_batch_set_routes(b, g->route_experts, g->route_layers, g->route_k,
+                                         (size_t)g->n_prompt, nc);
+    if (err != GRPO_OK)
+        return err;
+    memcpy(b->route_prompt, g->prompt_routes, (size_t)g->n_prompt * rb);
+    size_t at = 0;
+    for (int32_t i = 0; i < g->n_samples; i++) {
+        size_t n = g->samples[i].n_tokens > 1 ? (size_t)g->samples[i].n_tokens - 1 : 0;
+        if (n > 0)
+            memcpy((uint8_t *)b->route_completion + at * rb, g->samples[i].routes, n * rb);
+        at += n;
+    }
+    return GRPO_OK;
+}
+
 grpo_err
 grpo_run_batch(grpo_batch **out, const grpo_run_group *g)
 {
@@ -130,6 +158,8 @@ grpo_run_batch(grpo_batch **out, const grpo_run_group *g)
     size_t at = 0;
     for (int32_t i = 0; i < G; i++)
         put_row(b, &at, i, g, has_ref);
+    if (g->prompt_routes != NULL && G > 0)
+        err = put_routes(b, g);
 done:
     if (err != GRPO_OK)
         grpo_batch_destroy(b), b = NULL;

@@ -16,8 +16,10 @@ status=0
 for bin in build-fuzz/fuzz/*_fuzz; do
   name=$(basename "$bin")
   mkdir -p "build-fuzz/corpus/$name"
+  seeds=() # fuzz/seeds/<target>: inputs in the repository the corpus starts from (read only)
+  if [ -d "fuzz/seeds/$name" ]; then seeds=("fuzz/seeds/$name"); fi
   if "$bin" -max_total_time="$secs" -print_final_stats=0 -artifact_prefix="build-fuzz/crashes/$name-" \
-       "build-fuzz/corpus/$name" > "build-fuzz/$name.log" 2>&1; then
+       "build-fuzz/corpus/$name" "${seeds[@]}" > "build-fuzz/$name.log" 2>&1; then
     echo "$name: $(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "build-fuzz/$name.log" | tail -1), clean"
   else
     echo "$name: FAILED (log build-fuzz/$name.log):"

@@ -18,7 +18,7 @@ esac
 
 # Building and running grpo: build-essential also gives the C compiler the code verifier uses.
 apt_pkgs=(build-essential cmake ninja-build pkg-config
-  libsqlite3-dev libgit2-dev libseccomp-dev libnng-dev libcjson-dev
+  libsqlite3-dev libgit2-dev libseccomp-dev libnng-dev libcjson-dev zlib1g-dev
   libpcre2-dev libicu-dev libgmp-dev libmpfr-dev libopenblas-dev python3)
 if [ -n "$mode" ]; then
   # gdb: the worker tests print every thread's stack of a process that hangs; bubblewrap: the

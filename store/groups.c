@@ -52,7 +52,7 @@ grpo_store__check_group(const grpo_group_rec *g)
                                   (int)i, (int)j, (int)r->kind);
         }
     }
-    return GRPO_OK;
+    return grpo_store__check_routes(g);
 }
 
 /* ---- deep copy ------------------------------------------------------------------------------ */
@@ -78,6 +78,15 @@ take_str(bump *b, const char *s)
     return s ? take(b, s, strlen(s) + 1) : NULL;
 }
 
+/* Bytes of a completion's routes (0 without routes). */
+static size_t
+route_len(const grpo_group_rec *g, const grpo_completion_rec *c)
+{
+    if (g->routes == NULL || c->n_tokens <= 1)
+        return 0;
+    return grpo_store__route_bytes(g->routes, c->n_tokens - 1);
+}
+
 /* Lays the group out in b (a sizing pass when b->base is NULL, then the copying pass). */
 static void
 lay_out(bump *b, grpo_group_rec *dst, const grpo_group_rec *g)
@@ -86,6 +95,14 @@ lay_out(bump *b, grpo_group_rec *dst, const grpo_group_rec *g)
     dst->sampling_json = take_str(b, g->sampling_json);
     dst->worker_id = take_str(b, g->worker_id);
     dst->batch = g->batch ? take(b, g->batch, g->batch_len) : NULL;
+    if (g->routes != NULL) {
+        grpo_routes_rec *r = take(b, g->routes, sizeof *r);
+        const uint8_t *p =
+            take(b, g->routes->prompt, grpo_store__route_bytes(g->routes, g->routes->n_prompt));
+        if (b->base)
+            r->prompt = p;
+        dst->routes = r;
+    }
     grpo_completion_rec *cs = take(b, g->completions, sizeof *cs * (size_t)g->n_completions);
     dst->completions = cs;
     for (int32_t i = 0; i < g->n_completions; i++) {
@@ -112,7 +129,10 @@ lay_out(bump *b, grpo_group_rec *dst, const grpo_group_rec *g)
             take_str(b, r->verifier), take_str(b, r->version), take_str(b, r->label),
                 take_str(b, r->details_json);
         }
+        size_t rn = route_len(g, c);
+        const uint8_t *rt = rn && c->routes ? take(b, c->routes, rn) : NULL;
         if (b->base) {
+            cs[i].routes = rt;
             cs[i].token_ids = ids;
             cs[i].token_logprobs = lps;
             cs[i].text = text;
@@ -399,7 +419,8 @@ grpo_store__insert_group(grpo_store *s, const grpo_group_rec *g)
     for (int32_t i = 0; i < g->n_completions; i++)
         if ((err = insert_completion(s, g, gid, &g->completions[i])) != GRPO_OK)
             return err;
-    if ((err = insert_verifier_sums(s, g, gid)) != GRPO_OK || g->batch == NULL)
+    if ((err = insert_verifier_sums(s, g, gid)) != GRPO_OK ||
+        (g->routes && (err = grpo_store__insert_routes(s, g, gid)) != GRPO_OK) || g->batch == NULL)
         return err;
     return grpo_store__insert_batch(s, g->batch_id, g->run_id, g->step, 1, g->batch, g->batch_len);
 }

@@ -93,4 +93,9 @@ grpo_err grpo_store__cut_texts(grpo_stats_table *t, int32_t text_bytes);
 grpo_err grpo_store__insert_batch(grpo_store *s, int64_t batch_id, int64_t run_id, int64_t step,
                                   int32_t n_groups, const void *bytes, size_t len);
 
+/* Routes (routes.c): bytes of n tokens' ids; the group's routes written beside group gid. */
+size_t grpo_store__route_bytes(const grpo_routes_rec *r, int32_t n_tokens);
+grpo_err grpo_store__check_routes(const grpo_group_rec *g);
+grpo_err grpo_store__insert_routes(grpo_store *s, const grpo_group_rec *g, int64_t gid);
+
 #endif

@@ -5,6 +5,8 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_bridge)
 endif()
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo_bridge)
   grpo_add_test(bridge_batch_test SOURCES bridge_batch_test.c LIBS grpo_bridge grpo_common TIMEOUT 60)
+  grpo_add_test(bridge_routes_test SOURCES bridge_routes_test.c LIBS grpo_bridge grpo_common
+                TIMEOUT 60)
 endif()
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo_bridge)
   grpo_add_test(bridge_transport_test SOURCES bridge_transport_test.c LIBS grpo_bridge grpo_common TIMEOUT 60)
@@ -26,4 +28,8 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bridge_pyclient_test.py
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(bridge_pyclient_test PROPERTIES TIMEOUT 120 LABELS cpu SKIP_RETURN_CODE 77)
+  add_test(NAME bridge_pyroutes_test
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bridge_pyroutes_test.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(bridge_pyroutes_test PROPERTIES TIMEOUT 120 LABELS cpu SKIP_RETURN_CODE 77)
 endif()

@@ -172,6 +172,94 @@ test_invariance(void **state)
     grpo_rollout_group_free(ref[0]);
 }
 
+/* Teacher-forced routes of prompt + completion[0 .. n - 1) in one prefill. */
+static uint8_t *
+forced_routes(rig *g, const grpo_rollout_group *x, const grpo_rollout_sample *o)
+{
+    size_t rb = x->route_row_bytes;
+    int32_t n = x->n_prompt + o->n_tokens - 1, seq;
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    memcpy(tok, x->prompt, (size_t)x->n_prompt * sizeof *tok);
+    memcpy(tok + x->n_prompt, o->tokens, (size_t)(o->n_tokens - 1) * sizeof *tok);
+    uint8_t *r = malloc((size_t)n * rb);
+    float *lg = malloc((size_t)grpo_model_get_config(g->m)->vocab_size * sizeof *lg);
+    void *out = r;
+    assert_int_equal(grpo_kv_seq_new(g->kv, &seq), GRPO_OK);
+    grpo_fwd_item it = {seq, 0, n, tok};
+    assert_int_equal(grpo_model_forward_routes(g->m, g->kv, &it, 1, lg, &out), GRPO_OK);
+    grpo_kv_seq_free(g->kv, seq);
+    free(lg), free(tok);
+    return r;
+}
+
+/* With record_routes the group keeps its prompt's routes once and each sample the routes of its
+ * completion tokens but the last: equal to a teacher-forced prefill of the same tokens, and the
+ * same with private prompt copies, batch-1 decoding and chunked prefill. Without it, none. */
+static void
+test_routes(void **state)
+{
+    (void)state;
+    make_prompts();
+    grpo_rollout_group *ref[3] = {0}, *res[3] = {0};
+    for (int c = 0; c < 3; c++) {
+        rig g;
+        grpo_rollout_opts o = {0};
+        o.record_routes = c < 2;
+        o.no_share_prefix = c == 1, o.max_batch_seqs = c == 1, o.prefill_chunk = c == 1 ? 16 : 0;
+        rig_open(&g, c == 1 ? 1 : 2, 64u << 20, &o);
+        grpo_rollout_request ra = req(prompt_a, 70, 4, "A"), rc = req(prompt_c, 9, 3, "C");
+        assert_int_equal(grpo_rollout_submit(g.r, &ra, NULL), GRPO_OK);
+        assert_int_equal(grpo_rollout_submit(g.r, &rc, NULL), GRPO_OK);
+        grpo_rollout_group **out = c == 0 ? ref : res;
+        assert_int_equal(run_all(&g, out, 3), 2);
+        size_t rb = grpo_model_route_row_bytes(grpo_model_get_config(g.m));
+        for (int k = 0; k < 2; k++) {
+            grpo_rollout_group *x = out[k];
+            if (c == 2) {
+                assert_null(x->prompt_routes);
+                assert_null(x->samples[0].routes);
+                continue;
+            }
+            assert_int_equal(x->route_row_bytes, rb);
+            for (int i = 0; i < x->n_samples; i++) {
+                const grpo_rollout_sample *sm = &x->samples[i];
+                uint8_t *f = forced_routes(&g, x, sm);
+                assert_memory_equal(f, x->prompt_routes, (size_t)x->n_prompt * rb);
+                assert_memory_equal(f + (size_t)x->n_prompt * rb, sm->routes,
+                                    (size_t)(sm->n_tokens - 1) * rb);
+                free(f);
+                if (c == 1) {
+                    assert_memory_equal(x->prompt_routes, ref[k]->prompt_routes,
+                                        (size_t)x->n_prompt * rb);
+                    assert_same(sm, &ref[k]->samples[i]);
+                    assert_memory_equal(sm->routes, ref[k]->samples[i].routes,
+                                        (size_t)(sm->n_tokens - 1) * rb);
+                }
+            }
+        }
+        rig_close(&g);
+        if (c > 0)
+            for (int k = 0; k < 2; k++)
+                grpo_rollout_group_free(res[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        grpo_rollout_group_free(ref[k]);
+    /* cancelled before any prefill: the group comes out without routes (nothing unwritten) */
+    rig g;
+    grpo_rollout_opts o = {0};
+    o.record_routes = 1;
+    rig_open(&g, 1, 64u << 20, &o);
+    grpo_rollout_request ra = req(prompt_a, 70, 2, "A");
+    assert_int_equal(grpo_rollout_submit(g.r, &ra, NULL), GRPO_OK);
+    grpo_rollout_cancel(g.r);
+    assert_int_equal(run_all(&g, res, 1), 1);
+    assert_null(res[0]->prompt_routes);
+    assert_int_equal(res[0]->route_row_bytes, 0);
+    assert_int_equal(res[0]->samples[0].finish, GRPO_FINISH_ABORT);
+    grpo_rollout_group_free(res[0]);
+    rig_close(&g);
+}
+
 /* A KV pool that holds one group's worst case only: groups run one at a time and complete. */
 static void
 test_small_budget(void **state)
@@ -262,6 +350,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariance),
         cmocka_unit_test(test_small_budget),
+        cmocka_unit_test(test_routes),
         cmocka_unit_test(test_scoring),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

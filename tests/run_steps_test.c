@@ -91,6 +91,46 @@ test_advantages_skip(void **state)
     grpo_run_group_fini(&g);
 }
 
+/* A group with recorded routes becomes a version-2 batch: the prompt's routes once (every
+ * sequence at offset 0), each completion's two routed tokens after one another; it decodes. */
+static void
+test_batch_routes(void **state)
+{
+    (void)state;
+    double rw[G] = {1, 0, 1, 0, 1, 0};
+    int skip[G] = {0};
+    grpo_run_group g;
+    make_group(&g, rw, skip);
+    enum { LY = 2, KK = 2 };
+    static uint8_t pr[2 * LY * KK], cr[G][2 * LY * KK];
+    for (int j = 0; j < 2 * LY * KK; j++) /* distinct per (token, layer): j and j + 8 */
+        pr[j] = (uint8_t)(j % 2 ? j / 2 + 8 : j / 2);
+    for (int i = 0; i < G; i++) {
+        for (int j = 0; j < 2 * LY * KK; j++)
+            cr[i][j] = (uint8_t)((j % 2 ? 16 : 0) + (i + j / 2) % 16);
+        g.samples[i].routes = cr[i];
+    }
+    g.prompt_routes = pr, g.route_row_bytes = LY * KK;
+    g.route_bytes = 1, g.route_layers = LY, g.route_k = KK, g.route_experts = 32;
+    void *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(grpo_run_batch_encode(&bytes, &len, &g), GRPO_OK);
+    grpo_batch *b = NULL;
+    assert_int_equal(grpo_batch_decode(&b, bytes, len), GRPO_OK);
+    assert_true(b->flags & GRPO_BATCH_HAS_ROUTES);
+    assert_int_equal(b->n_route_prompt, 2);
+    assert_int_equal(b->n_route_completion, 2 * G);
+    assert_memory_equal(b->route_prompt, pr, sizeof pr);
+    for (int i = 0; i < G; i++) {
+        assert_int_equal(b->route_prompt_offsets[i], 0);
+        assert_memory_equal((uint8_t *)b->route_completion + (size_t)i * sizeof cr[i], cr[i],
+                            sizeof cr[i]);
+    }
+    grpo_batch_destroy(b);
+    free(bytes);
+    grpo_run_group_fini(&g);
+}
+
 static void
 test_record_skip(void **state)
 {
@@ -258,7 +298,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_advantages_skip),        cmocka_unit_test(test_record_skip),
         cmocka_unit_test(test_score_unparseable_gold), cmocka_unit_test(test_lock),
-        cmocka_unit_test(test_ordered_deadline),
+        cmocka_unit_test(test_ordered_deadline),       cmocka_unit_test(test_batch_routes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

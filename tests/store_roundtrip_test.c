@@ -446,6 +446,99 @@ test_groups_async(void **state)
     groups_roundtrip(1);
 }
 
+/* Routes (schemas/005_routes.sql): a group's prompt routes once and each completion's (all its
+ * tokens but the last), int16 and uint8 ids, sync and async writer: read back equal, raw_bytes
+ * the ids' size, blobs compressed; a group without routes has none; a completion that should
+ * have routes and has none is refused. */
+static void
+routes_roundtrip(int async, int experts)
+{
+    grpo_store *s = NULL;
+    grpo_store_opts o = {0};
+    o.async = async;
+    assert_int_equal(grpo_store_open(&s, dbpath, &o), GRPO_OK);
+    int64_t run = 0, prompt = 0;
+    assert_int_equal(grpo_store_run_begin(&run, s, NULL), GRPO_OK);
+    grpo_prompt_rec p = {"gsm8k", 1, "1+1?", NULL, "\"2\"", NULL};
+    assert_int_equal(grpo_store_put_prompt(&prompt, s, &p), GRPO_OK);
+    enum { LY = 3, KK = 4, NP = 40 };
+    int id = experts <= 256 ? 1 : 2, n_tok[3] = {30, 1, 0};
+    size_t row = (size_t)LY * KK * id;
+    uint8_t *pr = malloc(NP * row), *cr[3];
+    for (size_t j = 0; j < NP * row; j++) /* runs of repeats, as real routes have */
+        pr[j] = (uint8_t)((j / (row * 4)) * 7 + j % row);
+    int32_t toks[30] = {0};
+    float lps[30] = {0};
+    grpo_completion_rec c[3];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < 3; i++) {
+        size_t n = n_tok[i] > 1 ? (size_t)n_tok[i] - 1 : 0;
+        cr[i] = malloc(n * row + 1);
+        for (size_t j = 0; j < n * row; j++)
+            cr[i][j] = (uint8_t)(i * 31 + (j / row) % 3 + j % row);
+        c[i].sample_index = i, c[i].n_tokens = n_tok[i], c[i].token_ids = toks;
+        c[i].token_logprobs = lps, c[i].text = "t", c[i].finish_reason = GRPO_FINISH_EOS;
+        c[i].routes = cr[i];
+    }
+    grpo_routes_rec rr = {experts, LY, KK, NP, pr};
+    grpo_group_rec g = {0};
+    g.run_id = run, g.prompt_id = prompt, g.seed = 9, g.n_completions = 3, g.completions = c;
+    g.routes = &rr;
+    assert_int_equal(grpo_store_put_group(s, &g), GRPO_OK);
+    grpo_group_rec plain = g; /* another group, without routes */
+    plain.seed = 10, plain.routes = NULL;
+    assert_int_equal(grpo_store_put_group(s, &plain), GRPO_OK);
+    grpo_group_rec bad = g;
+    grpo_completion_rec bc[3];
+    memcpy(bc, c, sizeof bc);
+    bc[0].routes = NULL, bad.seed = 11, bad.completions = bc;
+    assert_int_equal(grpo_store_put_group(s, &bad), GRPO_EINVAL);
+    assert_non_null(strstr(grpo_error_last(), "completion 0 has no routes"));
+    assert_int_equal(grpo_store_flush(s), GRPO_OK);
+    sqlite3 *db = raw_open();
+    char q[200];
+    snprintf(q, sizeof q, "SELECT id FROM groups WHERE run_id = %lld AND seed = 9", (long long)run);
+    int64_t gid = q_int(db, q);
+    uint8_t *ids = NULL;
+    size_t len = 0, raw = NP * row;
+    assert_int_equal(grpo_store_get_routes(&ids, &len, s, gid, -1), GRPO_OK);
+    assert_int_equal(len, NP * row);
+    assert_memory_equal(ids, pr, len);
+    free(ids);
+    for (int i = 0; i < 3; i++) {
+        size_t n = n_tok[i] > 1 ? (size_t)n_tok[i] - 1 : 0;
+        assert_int_equal(grpo_store_get_routes(&ids, &len, s, gid, i), GRPO_OK);
+        assert_int_equal(len, n * row);
+        if (n)
+            assert_memory_equal(ids, cr[i], len);
+        free(ids);
+        raw += n * row;
+    }
+    snprintf(q, sizeof q,
+             "SELECT raw_bytes = %zu AND stored_bytes < raw_bytes AND stored_bytes > 0 FROM "
+             "group_routes WHERE group_id = %lld",
+             raw, (long long)gid);
+    assert_int_equal(q_int(db, q), 1);
+    assert_int_equal(grpo_store_get_routes(&ids, &len, s, gid + 1, -1), GRPO_ENOTFOUND);
+    assert_null(ids);
+    assert_int_equal(grpo_store_get_routes(&ids, &len, s, gid, 7), GRPO_ENOTFOUND);
+    sqlite3_close(db);
+    grpo_store_close(s);
+    free(pr);
+    for (int i = 0; i < 3; i++)
+        free(cr[i]);
+}
+
+static void
+test_routes(void **state)
+{
+    (void)state;
+    routes_roundtrip(0, 16);
+    tu_rmrf(dir);
+    setup(NULL);
+    routes_roundtrip(1, 300);
+}
+
 typedef struct {
     int n;
     int64_t ids[8];
@@ -589,6 +682,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_runs_policy_prompts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_groups_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_groups_async, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_bound, setup, teardown),
         cmocka_unit_test(test_close_null),

@@ -38,7 +38,9 @@ static const field fields[] = {
     {"loss_mask", ST_U8, DIM_TOK, 0, offsetof(grpo_batch, loss_mask)},
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
-#define KNOWN_FLAGS (GRPO_BATCH_HAS_REF | GRPO_BATCH_HAS_TOKEN_ADV | GRPO_BATCH_HAS_VERSIONS)
+#define KNOWN_FLAGS                                                                                \
+    (GRPO_BATCH_HAS_REF | GRPO_BATCH_HAS_TOKEN_ADV | GRPO_BATCH_HAS_VERSIONS |                     \
+     GRPO_BATCH_HAS_ROUTES)
 #define MAX_STR 1u << 20 /* run id, sampling JSON, hash: at most 1 MiB each */
 
 /* Pointer fields are read and written with memcpy: no aliasing through void **. */
@@ -75,6 +77,7 @@ grpo_batch_destroy(grpo_batch *b)
         return;
     for (size_t i = 0; i < N_FIELDS; i++)
         free(fget(b, &fields[i]));
+    free(b->route_prompt_offsets), free(b->route_prompt), free(b->route_completion);
     free(b->run_id);
     free(b->sampling_json);
     free(b->reward_config_hash);
@@ -234,7 +237,7 @@ grpo_batch_validate(const grpo_batch *b)
     if (b->token_advantages && (err = check_finite(b->token_advantages, b->n_tok,
                                                    "token_advantages", b->batch_id)) != GRPO_OK)
         return err;
-    return GRPO_OK;
+    return grpo_bridge__routes_check(b);
 }
 
 /* ---- encode ---------------------------------------------------------------------------------- */
@@ -253,8 +256,10 @@ meta_kv(grpo_buf *o, const char *k, const char *v, bool last)
 static grpo_err
 write_meta(grpo_buf *o, const grpo_batch *b)
 {
-    char num[6][32];
-    snprintf(num[0], sizeof num[0], "%d", GRPO_BATCH_SCHEMA_VERSION);
+    char num[7][32];
+    int routes = (b->flags & GRPO_BATCH_HAS_ROUTES) != 0;
+    snprintf(num[0], sizeof num[0], "%d", routes ? 2 : 1); /* version 1 readers read the rest */
+    snprintf(num[6], sizeof num[6], "%d", b->route_experts);
     snprintf(num[1], sizeof num[1], "%" PRId64, b->batch_id);
     snprintf(num[2], sizeof num[2], "%" PRId64, b->step);
     snprintf(num[3], sizeof num[3], "%" PRId64, b->policy_version);
@@ -277,6 +282,8 @@ write_meta(grpo_buf *o, const grpo_batch *b)
         err = meta_kv(o, "n_seq", num[4], false);
     if (err == GRPO_OK)
         err = meta_kv(o, "n_tok", num[5], false);
+    if (err == GRPO_OK && routes)
+        err = meta_kv(o, "route_experts", num[6], false);
     if (err == GRPO_OK)
         err = meta_kv(o, "sampling", b->sampling_json, false);
     if (err == GRPO_OK)
@@ -284,14 +291,27 @@ write_meta(grpo_buf *o, const grpo_batch *b)
     return err == GRPO_OK ? grpo__buf_append(o, "}", 1) : err;
 }
 
+/* Data order, so that every tensor is naturally aligned: the route offsets (8-byte), the table's
+ * wider fields, the route ids (1 or 2 bytes), the table's byte fields. Without routes this is
+ * the table's order. */
+static bool
+in_pass(const field *f, int pass)
+{
+    return (grpo_bridge__st_dtype_size(f->dt) > 1) == (pass == 0);
+}
+
 static grpo_err
 write_header(grpo_buf *o, const grpo_batch *b, uint64_t *data_len)
 {
     grpo_err err = write_meta(o, b);
     uint64_t pos = 0;
-    for (size_t i = 0; i < N_FIELDS && err == GRPO_OK; i++) {
-        const field *f = &fields[i];
-        if (!present(b->flags, f))
+    if (err == GRPO_OK)
+        err = grpo_bridge__routes_header(o, b, 0, &pos);
+    for (size_t j = 0; j < 2 * N_FIELDS && err == GRPO_OK; j++) {
+        const field *f = &fields[j % N_FIELDS];
+        if (j == N_FIELDS && (err = grpo_bridge__routes_header(o, b, 1, &pos)) != GRPO_OK)
+            break;
+        if (!present(b->flags, f) || !in_pass(f, j >= N_FIELDS))
             continue;
         uint64_t n = fcount(b, f), nb = n * grpo_bridge__st_dtype_size(f->dt);
         err = grpo__buf_printf(o,
@@ -322,9 +342,12 @@ grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o)
     grpo_bridge__put_u64((uint8_t *)o->data, o->len - 8);
     if ((err = grpo__buf_reserve(o, data_len)) != GRPO_OK)
         return err;
-    for (size_t i = 0; i < N_FIELDS; i++) {
-        const field *f = &fields[i];
-        if (present(b->flags, f))
+    grpo_bridge__routes_data(o, b, 0);
+    for (size_t j = 0; j < 2 * N_FIELDS; j++) {
+        const field *f = &fields[j % N_FIELDS];
+        if (j == N_FIELDS)
+            grpo_bridge__routes_data(o, b, 1);
+        if (present(b->flags, f) && in_pass(f, j >= N_FIELDS))
             grpo__buf_append(o, fget(b, f), fcount(b, f) * grpo_bridge__st_dtype_size(f->dt));
     }
     return GRPO_OK;
@@ -363,19 +386,22 @@ meta_i64(const st_file *f, const char *key, int64_t *out)
 }
 
 static grpo_err
-read_meta(const st_file *f, grpo_batch *b, int64_t *n_seq, int64_t *n_tok)
+read_meta(const st_file *f, grpo_batch *b, int64_t *n_seq, int64_t *n_tok, int64_t *version)
 {
     grpo_err err;
     const char *schema = grpo_bridge__st_meta(f, "schema");
     int64_t ver = 0;
+    *version = 0;
     if (schema == NULL || strcmp(schema, GRPO_BATCH_SCHEMA) != 0)
         return grpo__fail(GRPO_EFORMAT, "batch: __metadata__ \"schema\" is not \"%s\"",
                           GRPO_BATCH_SCHEMA);
     if ((err = meta_i64(f, "schema_version", &ver)) != GRPO_OK)
         return err;
-    if (ver != GRPO_BATCH_SCHEMA_VERSION)
-        return grpo__fail(GRPO_EVERSION, "batch: schema_version %" PRId64 "; this build reads %d",
-                          ver, GRPO_BATCH_SCHEMA_VERSION);
+    if (ver < 1 || ver > GRPO_BATCH_SCHEMA_VERSION)
+        return grpo__fail(GRPO_EVERSION,
+                          "batch: schema_version %" PRId64 "; this build reads 1 to %d", ver,
+                          GRPO_BATCH_SCHEMA_VERSION);
+    *version = ver;
     if ((err = meta_i64(f, "batch_id", &b->batch_id)) != GRPO_OK ||
         (err = meta_i64(f, "step", &b->step)) != GRPO_OK ||
         (err = meta_i64(f, "policy_version", &b->policy_version)) != GRPO_OK ||
@@ -404,6 +430,8 @@ check_tensors(const st_file *f, uint64_t n_seq, uint64_t n_tok, uint32_t *flags)
         for (size_t i = 0; i < N_FIELDS; i++)
             if (strcmp(t->name, fields[i].name) == 0)
                 fd = &fields[i];
+        if (fd == NULL && grpo_bridge__routes_is_name(t->name))
+            continue; /* grpo_bridge__routes_tensors checks them */
         if (fd == NULL)
             return grpo__fail(GRPO_EFORMAT, "batch: unknown tensor \"%s\"", t->name);
         uint64_t want = fd->dim == DIM_TOK ? n_tok : fd->dim == DIM_SEQ1 ? n_seq + 1 : n_seq;
@@ -424,17 +452,21 @@ grpo_batch_decode(grpo_batch **out, const void *bytes, size_t len)
     grpo_err err;
     st_file f;
     grpo_batch *b = NULL, tmp;
-    int64_t n_seq = 0, n_tok = 0;
+    int64_t n_seq = 0, n_tok = 0, ver = 0, experts = 0;
     uint32_t flags = 0;
+    grpo_bridge__route_tensors rt;
     *out = NULL;
     if (len > GRPO_BATCH_MAX_BYTES)
         return grpo__fail(GRPO_EFORMAT, "batch: %zu bytes is over the limit", len);
     if ((err = grpo_bridge__st_parse(bytes, len, "batch", &f)) != GRPO_OK)
         return err;
     memset(&tmp, 0, sizeof tmp);
-    if ((err = read_meta(&f, &tmp, &n_seq, &n_tok)) != GRPO_OK)
+    if ((err = read_meta(&f, &tmp, &n_seq, &n_tok, &ver)) != GRPO_OK)
         goto done;
     if ((err = check_tensors(&f, (uint64_t)n_seq, (uint64_t)n_tok, &flags)) != GRPO_OK)
+        goto done;
+    if ((ver >= 2 && (err = meta_i64(&f, "route_experts", &experts)) != GRPO_OK) ||
+        (err = grpo_bridge__routes_tensors(&f, ver, (uint64_t)n_seq, experts, &rt)) != GRPO_OK)
         goto done;
     /* Shapes are now bounded by the data actually present, so allocating is safe. */
     if ((err = grpo_batch_create(&b, tmp.run_id, (size_t)n_seq, (size_t)n_tok, flags)) != GRPO_OK)
@@ -451,6 +483,8 @@ grpo_batch_decode(grpo_batch **out, const void *bytes, size_t len)
             memcpy(fget(b, &fields[i]), (const char *)bytes + f.data_off + t->begin,
                    (size_t)(t->end - t->begin));
     }
+    if (ver >= 2 && (err = grpo_bridge__routes_read(b, &f, &rt, experts, bytes)) != GRPO_OK)
+        goto done;
     if ((err = grpo_batch_validate(b)) != GRPO_OK)
         err = GRPO_EFORMAT; /* the message names the problem; bytes on the wire are a format */
 done:
@@ -473,12 +507,12 @@ grpo_batch_peek(const void *bytes, size_t len, int64_t *batch_id, int64_t *polic
     grpo_err err;
     st_file f;
     grpo_batch tmp;
-    int64_t n_seq, n_tok;
+    int64_t n_seq, n_tok, ver;
     uint32_t flags;
     if ((err = grpo_bridge__st_parse(bytes, len, "batch", &f)) != GRPO_OK)
         return err;
     memset(&tmp, 0, sizeof tmp);
-    if ((err = read_meta(&f, &tmp, &n_seq, &n_tok)) == GRPO_OK &&
+    if ((err = read_meta(&f, &tmp, &n_seq, &n_tok, &ver)) == GRPO_OK &&
         (err = check_tensors(&f, (uint64_t)n_seq, (uint64_t)n_tok, &flags)) == GRPO_OK) {
         if (batch_id)
             *batch_id = tmp.batch_id;
@@ -500,13 +534,13 @@ grpo_batch_peek_info(const void *bytes, size_t len, grpo_batch_info *info)
     grpo_err err;
     st_file f;
     grpo_batch tmp;
-    int64_t n_seq = 0, n_tok = 0;
+    int64_t n_seq = 0, n_tok = 0, ver;
     uint32_t flags;
     memset(info, 0, sizeof *info);
     if ((err = grpo_bridge__st_parse(bytes, len, "batch", &f)) != GRPO_OK)
         return err;
     memset(&tmp, 0, sizeof tmp);
-    if ((err = read_meta(&f, &tmp, &n_seq, &n_tok)) == GRPO_OK &&
+    if ((err = read_meta(&f, &tmp, &n_seq, &n_tok, &ver)) == GRPO_OK &&
         (err = check_tensors(&f, (uint64_t)n_seq, (uint64_t)n_tok, &flags)) == GRPO_OK) {
         info->batch_id = tmp.batch_id;
         info->step = tmp.step;

@@ -14,6 +14,27 @@ grpo_err grpo_bridge__check_offsets(const int64_t *off, size_t n_seq, const char
 /* Encodes into o (o->len is reset; its memory is reused). */
 grpo_err grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o);
 
+/* Routes of a version-2 batch (batch_routes.c). */
+typedef struct {
+    const grpo__st_tensor *offsets, *prompt, *completion;
+} grpo_bridge__route_tensors;
+/* Invariants of b's routes (none to check without HAS_ROUTES). */
+grpo_err grpo_bridge__routes_check(const grpo_batch *b);
+/* 1 when name is a route tensor's. */
+int grpo_bridge__routes_is_name(const char *name);
+/* Header entries of the route tensors whose bytes go at *pos: pass 0 the offsets (8-byte), pass
+ * 1 the ids; *pos advances. Nothing without HAS_ROUTES. */
+grpo_err grpo_bridge__routes_header(grpo_buf *o, const grpo_batch *b, int pass, uint64_t *pos);
+void grpo_bridge__routes_data(grpo_buf *o, const grpo_batch *b, int pass);
+/* Finds and shape-checks the route tensors of a parsed file of the given version (all three in
+ * version 2, none in version 1) and sizes them into b (grpo_batch_set_routes) when b is not NULL;
+ * experts from the metadata. */
+grpo_err grpo_bridge__routes_tensors(const grpo__st_header *f, int64_t version, uint64_t n_seq,
+                                     int64_t experts, grpo_bridge__route_tensors *rt);
+grpo_err grpo_bridge__routes_read(grpo_batch *b, const grpo__st_header *f,
+                                  const grpo_bridge__route_tensors *rt, int64_t experts,
+                                  const void *bytes);
+
 /* ---- safetensors ---------------------------------------------------------------------------- */
 
 /* The shared parser (common/safetensors.h) under the bridge's names. */

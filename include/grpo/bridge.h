@@ -220,7 +220,9 @@ grpo_err grpo_loss_compute(const grpo_loss_opts *o, const float *new_logp, const
 /* ======================================================================================== */
 
 #define GRPO_BATCH_SCHEMA "grpo.batch"
-#define GRPO_BATCH_SCHEMA_VERSION 1
+/* The newest version this build reads and writes. A batch without routes is written as version 1
+ * (what version-1 readers take); one with routes as version 2. */
+#define GRPO_BATCH_SCHEMA_VERSION 2
 
 /* Limits the decoder enforces (a batch larger than these is refused as malformed). */
 #define GRPO_BATCH_MAX_BYTES ((uint64_t)1 << 34)  /* 16 GiB */
@@ -230,6 +232,7 @@ grpo_err grpo_loss_compute(const grpo_loss_opts *o, const float *new_logp, const
 #define GRPO_BATCH_HAS_REF 1u       /* ref_logprobs */
 #define GRPO_BATCH_HAS_TOKEN_ADV 2u /* token_advantages */
 #define GRPO_BATCH_HAS_VERSIONS 4u  /* policy_versions per sequence */
+#define GRPO_BATCH_HAS_ROUTES 8u    /* MoE routes (version 2): set by grpo_batch_set_routes */
 
 /* A ragged batch of B sequences and T tokens in total. Sequence i is tokens
  * [seq_offsets[i], seq_offsets[i+1]): its first prompt_lens[i] tokens are the prompt, the rest
@@ -258,6 +261,17 @@ typedef struct grpo_batch {
     int64_t *group_ids;       /* (B) */
     int32_t *sample_idx;      /* (B) index of the sample within its group */
     int64_t *policy_versions; /* (B) when HAS_VERSIONS; else NULL */
+    /* MoE routes, when HAS_ROUTES (schemas/batch_format.md, "Routes"): per routed token, per MoE
+     * layer, the k expert ids the rollout's router chose, route_bytes each (1: uint8, when
+     * route_experts <= 256; 2: int16). Sequence i's prompt tokens are rows
+     * [route_prompt_offsets[i], + prompt_lens[i]) of route_prompt (the sequences of a group share
+     * one block); its completion tokens but the last are the next rows of route_completion, in
+     * sequence order. */
+    int32_t route_experts, route_layers, route_k, route_bytes;
+    size_t n_route_prompt, n_route_completion;
+    int64_t *route_prompt_offsets; /* (B) */
+    void *route_prompt;            /* (n_route_prompt, route_layers, route_k) */
+    void *route_completion;        /* (n_route_completion, route_layers, route_k) */
 } grpo_batch;
 
 /* Allocates a batch with every array for n_seq, n_tok and flags (zeroed); strings are set to
@@ -268,6 +282,10 @@ grpo_err grpo_batch_create(grpo_batch **out, const char *run_id, size_t n_seq, s
 void grpo_batch_destroy(grpo_batch *b);
 /* Replaces a string field (copies s). */
 grpo_err grpo_batch_set_str(grpo_batch *b, char **field, const char *s);
+/* Allocates the route arrays (zeroed) for n_prompt_rows and n_completion_rows tokens of `layers`
+ * x k ids of a model with `experts` routed experts, and sets GRPO_BATCH_HAS_ROUTES. */
+grpo_err grpo_batch_set_routes(grpo_batch *b, int32_t experts, int32_t layers, int32_t k,
+                               size_t n_prompt_rows, size_t n_completion_rows);
 
 /* Checks every invariant the decoder checks (offsets, lengths, mask values, finite floats where
  * required, non-empty run id). */

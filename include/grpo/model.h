@@ -160,6 +160,15 @@ grpo_err grpo_model_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *ite
 /* Teacher-forced scoring: logits for every position of every item (sum of n rows, vocab). */
 grpo_err grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                                 float *logits);
+/* Routing record. A token's routes: per MoE layer (in layer order) the router's top-k expert ids
+ * in its choice order, grpo_model_route_bytes() each (uint8 when n_routed_experts <= 256, else
+ * int16 in host order); grpo_model_route_row_bytes() in all (0 without routed experts). */
+int grpo_model_route_bytes(const grpo_model_config *c);
+size_t grpo_model_route_row_bytes(const grpo_model_config *c);
+/* grpo_model_forward that also writes item i's routes into routes[i] (NULL: not wanted; else
+ * room for items[i].n tokens). The logits are the same bits as without. */
+grpo_err grpo_model_forward_routes(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
+                                   int n_items, float *logits, void *const *routes);
 
 #ifdef __cplusplus
 }

@@ -120,6 +120,11 @@ typedef struct grpo_rollout_backend {
     /* grpo_model_forward and grpo_model_forward_all semantics. */
     grpo_err (*forward)(void *ctx, const grpo_fwd_item *items, int n_items, float *logits);
     grpo_err (*forward_all)(void *ctx, const grpo_fwd_item *items, int n_items, float *logits);
+    /* grpo_model_forward_routes semantics, and the bytes of one token's routes
+     * (grpo_model_route_row_bytes); NULL and 0: the backend records no routes. */
+    grpo_err (*forward_routes)(void *ctx, const grpo_fwd_item *items, int n_items, float *logits,
+                               void *const *routes);
+    size_t route_row_bytes;
 } grpo_rollout_backend;
 
 /* A backend over a loaded model and its KV pool (both borrowed); release with
@@ -154,6 +159,10 @@ typedef struct grpo_rollout_opts {
     /* The policy model over a second KV pool: when set, policy logprobs are recomputed by teacher
      * forcing (policy_logprob) and the sampling/scoring mismatch is reported. NULL: off. */
     const grpo_rollout_backend *rescore;
+    /* 1: keep the MoE routes of every prompt token (once per group: the prefill is shared) and of
+     * every completion token (grpo_rollout_group.prompt_routes, grpo_rollout_sample.routes). Needs
+     * a backend with route_row_bytes > 0. */
+    int32_t record_routes;
 } grpo_rollout_opts;
 
 /* One prompt group to generate. The engine copies everything it needs at submit. */
@@ -181,6 +190,9 @@ typedef struct grpo_rollout_sample {
     char *text;               /* decoded completion (NUL-terminated; may hold NUL), or NULL */
     size_t text_len;
     double t_done; /* grpo_now() when it finished */
+    /* With record_routes: the routes of tokens[0 .. n_tokens - 1), route_row_bytes each. The last
+     * token is never fed to the model, so it has none. NULL otherwise (or with n_tokens <= 1). */
+    uint8_t *routes;
 } grpo_rollout_sample;
 
 typedef struct grpo_rollout_group {
@@ -195,6 +207,10 @@ typedef struct grpo_rollout_group {
     double t_first_token;             /* when the prompt was in the cache and first tokens drawn */
     int64_t policy_version;           /* the policy it was sampled from (set_policy; 0 first) */
     double max_abs_logprob_diff;      /* max |raw - recomputed policy| over tokens, with rescore */
+    /* With record_routes: the routes of the n_prompt prompt tokens, route_row_bytes each (one
+     * copy for the whole group); else NULL and 0. */
+    uint8_t *prompt_routes;
+    size_t route_row_bytes;
 } grpo_rollout_group;
 void grpo_rollout_group_free(grpo_rollout_group *g);
 

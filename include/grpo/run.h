@@ -81,6 +81,7 @@ typedef struct grpo_run_opts {
     int32_t numerics;          /* grpo_numerics of the policy and reference (0 = exact) */
     int32_t rescore;           /* recompute policy logprobs by teacher forcing */
     int32_t resume;            /* continue the newest unfinished run with these options */
+    int32_t record_routes;     /* keep each token's MoE routes (grpo_rollout_opts.record_routes) */
     grpo_run_gen gen;
 } grpo_run_opts;
 
@@ -259,6 +260,7 @@ typedef struct grpo_run_sample {
     double gen_ms, first_token_ms;
     grpo_reward_result score; /* set by grpo_run_score (or copied from a worker); owned */
     double advantage;         /* set by grpo_run_advantages; 0 when score.skipped */
+    const uint8_t *routes;    /* (max(n_tokens - 1, 0), route_row_bytes) or NULL */
 } grpo_run_sample;
 
 typedef struct grpo_run_group {
@@ -279,6 +281,12 @@ typedef struct grpo_run_group {
     int32_t n_samples;
     grpo_run_sample *samples; /* (n_samples), owned */
     uint8_t flags;            /* GRPO_GROUP_* bits of the advantages step */
+    /* Recorded routes (grpo_rollout_group.prompt_routes): (n_prompt, route_row_bytes), one copy
+     * for the group, or NULL; route_bytes 1 (uint8 ids) or 2 (int16); route_layers x route_k ids
+     * per token; route_experts the model's n_routed_experts. */
+    const uint8_t *prompt_routes;
+    size_t route_row_bytes;
+    int32_t route_bytes, route_layers, route_k, route_experts;
 } grpo_run_group;
 
 /* Allocates g->samples for n samples (zeroed); the rest of *g is left to the caller. */

@@ -140,11 +140,22 @@ typedef struct grpo_completion_rec {
     /* Advantage and KL summary; stored when has_advantage is 1. */
     int32_t has_advantage;
     double advantage;
-    double kl_mean, kl_max; /* per-token KL to the reference policy: mean and max */
-    double ref_logprob_sum; /* sum of the reference policy's logprobs of the tokens */
-    int32_t no_ref;         /* 1: sampled without a reference policy, so the three KL
-                             * fields above are not stored (NULL) */
+    double kl_mean, kl_max;        /* per-token KL to the reference policy: mean and max */
+    double ref_logprob_sum;        /* sum of the reference policy's logprobs of the tokens */
+    int32_t no_ref;                /* 1: sampled without a reference policy, so the three KL
+                                    * fields above are not stored (NULL) */
+    /* With grpo_group_rec.routes: the MoE routes of token_ids[0 .. n_tokens - 1) (the last token
+     * has none), layers x k ids per token. */
+    const uint8_t *routes;
 } grpo_completion_rec;
+
+/* A group's MoE routes (grpo rollout --record-routes): ids of 1 byte when experts <= 256, else
+ * int16; per token layers x k of them. Stored zlib-compressed (schemas/005_routes.sql). */
+typedef struct grpo_routes_rec {
+    int32_t experts, layers, k;
+    int32_t n_prompt;      /* prompt tokens */
+    const uint8_t *prompt; /* their routes, once for the group */
+} grpo_routes_rec;
 
 typedef struct grpo_group_rec {
     int64_t run_id, step, prompt_id;
@@ -164,6 +175,7 @@ typedef struct grpo_group_rec {
     int64_t batch_id;
     const void *batch;
     size_t batch_len;
+    const grpo_routes_rec *routes; /* NULL: none recorded */
 } grpo_group_rec;
 
 /* Writes a group with all its completions, rewards and advantages in one transaction: after a
@@ -176,6 +188,11 @@ grpo_err grpo_store_put_group(grpo_store *s, const grpo_group_rec *g);
 /* Writes n groups in one transaction (all or none) when the store is synchronous; in async mode
  * queues each as put_group does. For callers that gather groups themselves. */
 grpo_err grpo_store_put_groups(grpo_store *s, const grpo_group_rec *groups, int32_t n);
+/* The recorded routes of group group_id (the groups table's id): its prompt's with sample -1,
+ * else sample's completion's, decompressed into *ids (malloc'd; the caller frees) of *len bytes.
+ * GRPO_ENOTFOUND when the group has no routes. */
+grpo_err grpo_store_get_routes(uint8_t **ids, size_t *len, grpo_store *s, int64_t group_id,
+                               int32_t sample);
 /* Blocks until every group queued so far is committed (durable as far as opts.sync_full says). */
 grpo_err grpo_store_flush(grpo_store *s);
 

@@ -60,7 +60,7 @@ class _Opts(ctypes.Structure):  # grpo_rollout_opts
     _fields_ = [("kv_budget_pages", ctypes.c_size_t), ("max_batch_seqs", _i32),
                 ("prefill_chunk", _i32), ("max_step_tokens", _i32), ("no_share_prefix", _i32),
                 ("sample_threads", _i32), ("token_bytes", _vp), ("token_bytes_ctx", _vp),
-                ("ref", _vp), ("rescore", _vp)]
+                ("ref", _vp), ("rescore", _vp), ("record_routes", _i32)]
 
 
 class _Request(ctypes.Structure):  # grpo_rollout_request
@@ -76,7 +76,8 @@ class _Sample(ctypes.Structure):  # grpo_rollout_sample
                 ("logprob_processed", ctypes.POINTER(ctypes.c_float)),
                 ("ref_logprob", ctypes.POINTER(ctypes.c_float)),
                 ("policy_logprob", ctypes.POINTER(ctypes.c_float)),
-                ("text", _vp), ("text_len", ctypes.c_size_t), ("t_done", ctypes.c_double)]
+                ("text", _vp), ("text_len", ctypes.c_size_t), ("t_done", ctypes.c_double),
+                ("routes", _vp)]
 
 
 class _Group(ctypes.Structure):  # grpo_rollout_group
@@ -84,7 +85,8 @@ class _Group(ctypes.Structure):  # grpo_rollout_group
                 ("req", _Request), ("n_samples", _i32), ("samples", ctypes.POINTER(_Sample)),
                 ("t_submit", ctypes.c_double), ("t_admit", ctypes.c_double),
                 ("t_done", ctypes.c_double), ("t_first_token", ctypes.c_double),
-                ("policy_version", ctypes.c_int64), ("max_abs_logprob_diff", ctypes.c_double)]
+                ("policy_version", ctypes.c_int64), ("max_abs_logprob_diff", ctypes.c_double),
+                ("prompt_routes", _vp), ("route_row_bytes", ctypes.c_size_t)]
 
 
 class _AdvOpts(ctypes.Structure):  # grpo_adv_opts

@@ -47,6 +47,13 @@ m_forward_all(void *ctx, const grpo_fwd_item *items, int n, float *logits)
     return grpo_model_forward_all(c->m, c->kv, items, n, logits);
 }
 
+static grpo_err
+m_forward_routes(void *ctx, const grpo_fwd_item *items, int n, float *logits, void *const *routes)
+{
+    model_ctx *c = ctx;
+    return grpo_model_forward_routes(c->m, c->kv, items, n, logits, routes);
+}
+
 grpo_err
 grpo_rollout_backend_model(grpo_rollout_backend *b, grpo_model *m, grpo_kv *kv)
 {
@@ -67,6 +74,8 @@ grpo_rollout_backend_model(grpo_rollout_backend *b, grpo_model *m, grpo_kv *kv)
     b->pages_used = m_pages_used;
     b->forward = m_forward;
     b->forward_all = m_forward_all;
+    b->forward_routes = m_forward_routes;
+    b->route_row_bytes = grpo_model_route_row_bytes(cfg);
     return GRPO_OK;
 }
 

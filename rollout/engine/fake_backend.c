@@ -227,6 +227,8 @@ grpo_engine__fake_backend(grpo_engine__fake *f, grpo_rollout_backend *b)
     b->pages_used = pages_used;
     b->forward = forward;
     b->forward_all = forward_all;
+    b->forward_routes = NULL;
+    b->route_row_bytes = 0;
 }
 
 size_t

@@ -25,7 +25,8 @@ typedef struct sample_state {
     int32_t prefilled; /* private mode: prompt tokens prefilled so far */
     int32_t pending;   /* last sampled token, to feed at the next step */
     int32_t cap;
-    grpo_buf text; /* decoded bytes so far */
+    grpo_buf text;          /* decoded bytes so far */
+    size_t route_row_bytes; /* routes kept per token (record_routes), else 0 */
 } sample_state;
 
 typedef struct group_state {
@@ -33,6 +34,7 @@ typedef struct group_state {
     sample_state *s;
     int32_t parent_kv, parent_prefilled;
     int32_t n_active;
+    int32_t prompt_routed;                 /* every prompt token's routes are in g->prompt_routes */
     size_t pages_shared, pages_per_sample; /* reservation */
     char *stop_store[GRPO_ROLLOUT_MAX_STOP];
     struct group_state *next;
@@ -65,6 +67,7 @@ struct grpo_rollout {
     grpo_rollout_stats st;
     /* per-step buffers */
     grpo_fwd_item *items;
+    void **routes; /* per item: where its routes go (record_routes), else NULL */
     row_ref *rows;
     int32_t items_cap;
     float *logits;
@@ -91,8 +94,9 @@ grpo_rollout_group_free(grpo_rollout_group *g)
     for (int32_t i = 0; i < g->n_samples; i++) {
         grpo_rollout_sample *s = &g->samples[i];
         free(s->tokens), free(s->logprob_raw), free(s->logprob_processed);
-        free(s->ref_logprob), free(s->policy_logprob), free(s->text);
+        free(s->ref_logprob), free(s->policy_logprob), free(s->text), free(s->routes);
     }
+    free(g->prompt_routes);
     for (int32_t i = 0; i < g->req.params.n_stop_strings; i++)
         free((char *)g->req.params.stop_strings[i]);
     free(g->samples), free(g->prompt), free(g);
@@ -173,8 +177,20 @@ reservation(const grpo_rollout *r, const grpo_rollout_request *q, size_t *shared
     }
 }
 
+/* A group that ends without routes for all of its prompt has none at all. */
+static void
+drop_routes(grpo_rollout_group *g)
+{
+    free(g->prompt_routes);
+    g->prompt_routes = NULL, g->route_row_bytes = 0;
+    for (int32_t i = 0; i < g->n_samples; i++) {
+        free(g->samples[i].routes);
+        g->samples[i].routes = NULL;
+    }
+}
+
 static grpo_err
-copy_request(group_state *gs, const grpo_rollout_request *q, uint64_t id)
+copy_request(group_state *gs, const grpo_rollout_request *q, uint64_t id, size_t rb)
 {
     grpo_rollout_group *g = calloc(1, sizeof *g);
     gs->g = g;
@@ -202,7 +218,11 @@ copy_request(group_state *gs, const grpo_rollout_request *q, uint64_t id)
         g->samples[i].index = q->sample0 + i;
         g->samples[i].stop_string = -1;
         gs->s[i].kv = -1;
+        gs->s[i].route_row_bytes = rb;
     }
+    g->route_row_bytes = rb;
+    if (rb > 0 && (g->prompt_routes = malloc((size_t)q->n_prompt * rb)) == NULL)
+        return grpo__fail(GRPO_ENOMEM, "rollout: out of memory for the prompt's routes");
     return GRPO_OK;
 }
 
@@ -228,7 +248,8 @@ grpo_rollout_submit(grpo_rollout *r, const grpo_rollout_request *q, uint64_t *id
     pthread_mutex_lock(&r->mu);
     uint64_t gid = r->next_id++;
     pthread_mutex_unlock(&r->mu);
-    if ((err = copy_request(gs, q, gid)) != GRPO_OK) {
+    size_t rb = r->opts.record_routes ? r->be.route_row_bytes : 0;
+    if ((err = copy_request(gs, q, gid, rb)) != GRPO_OK) {
         gs_free(r, gs);
         return err;
     }
@@ -293,7 +314,11 @@ grow_sample(grpo_rollout_sample *o, sample_state *s, int want_proc)
     float *b = want_proc ? realloc(o->logprob_processed, (size_t)nc * sizeof *b) : NULL;
     if (b)
         o->logprob_processed = b;
-    if (!t || !a || (want_proc && !b))
+    size_t rb = s->route_row_bytes;
+    uint8_t *rt = rb ? realloc(o->routes, (size_t)nc * rb) : NULL;
+    if (rt)
+        o->routes = rt;
+    if (!t || !a || (want_proc && !b) || (rb && !rt))
         return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
     s->cap = nc;
     return GRPO_OK;
@@ -422,6 +447,8 @@ finish_group(grpo_rollout *r, group_state *gs)
     }
     grpo_rollout_group *g = gs->g;
     gs->g = NULL;
+    if (!gs->prompt_routed) /* cancelled before its prompt was through: no routes to give */
+        drop_routes(g);
     for (int32_t i = 0; i < g->n_samples; i++)
         grpo__buf_fini(&gs->s[i].text);
     free(gs->s);
@@ -496,7 +523,10 @@ ensure_items(grpo_rollout *r, int32_t n)
     row_ref *rw = realloc(r->rows, (size_t)nc * sizeof *rw);
     if (rw)
         r->rows = rw;
-    if (!it || !rw)
+    void **rt = realloc(r->routes, (size_t)nc * sizeof *rt);
+    if (rt)
+        r->routes = rt;
+    if (!it || !rw || !rt)
         return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
     r->items_cap = nc;
     return GRPO_OK;
@@ -511,6 +541,7 @@ add_item(grpo_rollout *r, int32_t *n, int32_t seq, int32_t pos0, int32_t len, co
         return err;
     r->items[*n] = (grpo_fwd_item){seq, pos0, len, tok};
     r->rows[*n] = (row_ref){gs, sample, last};
+    r->routes[*n] = NULL;
     (*n)++;
     return GRPO_OK;
 }
@@ -528,6 +559,9 @@ add_prefill(grpo_rollout *r, int32_t *n, int32_t *kv, int32_t *done, group_state
     if ((err = add_item(r, n, *kv, *done, len, gs->g->prompt + *done, gs, sample,
                         *done + len == P)) != GRPO_OK)
         return err;
+    if (gs->g->prompt_routes != NULL) /* private prefills of one prompt write the same routes */
+        r->routes[*n - 1] = gs->g->prompt_routes + (size_t)*done * gs->g->route_row_bytes;
+    gs->prompt_routed |= *done + len == P; /* written by this step's forward, before any finish */
     *done += len;
     *budget -= len;
     r->st.tokens_prefilled += (uint64_t)len;
@@ -583,6 +617,9 @@ build_decode(grpo_rollout *r, int32_t *n)
             grpo_err err = add_item(r, n, s->kv, pos, 1, &s->pending, gs, i, 1);
             if (err != GRPO_OK)
                 return err;
+            grpo_rollout_sample *o = &gs->g->samples[i]; /* the fed token is tokens[n - 1] */
+            if (s->route_row_bytes > 0)
+                r->routes[*n - 1] = o->routes + (size_t)(o->n_tokens - 1) * s->route_row_bytes;
         }
     return GRPO_OK;
 }
@@ -728,6 +765,14 @@ abort_all(grpo_rollout *r)
     return err == GRPO_OK ? reap(r) : err;
 }
 
+static grpo_err
+step_forward(grpo_rollout *r, int32_t n)
+{
+    if (r->opts.record_routes)
+        return r->be.forward_routes(r->be.ctx, r->items, n, r->logits, r->routes);
+    return r->be.forward(r->be.ctx, r->items, n, r->logits);
+}
+
 grpo_err
 grpo_rollout_step(grpo_rollout *r, int *busy)
 {
@@ -742,8 +787,7 @@ grpo_rollout_step(grpo_rollout *r, int *busy)
     if ((err = build_prefill(r, &n)) != GRPO_OK || (err = build_decode(r, &n)) != GRPO_OK)
         return err;
     if (n > 0) {
-        if ((err = ensure_logits(r, n)) != GRPO_OK ||
-            (err = r->be.forward(r->be.ctx, r->items, n, r->logits)) != GRPO_OK)
+        if ((err = ensure_logits(r, n)) != GRPO_OK || (err = step_forward(r, n)) != GRPO_OK)
             return err;
         r->st.forward_calls++;
         size_t used = r->be.pages_used(r->be.ctx);
@@ -845,6 +889,12 @@ grpo_rollout_set_policy(grpo_rollout *r, const grpo_rollout_backend *b, int64_t 
                           "rollout: new policy's KV pool of %zu pages is below the "
                           "budget of %zu",
                           b->pages_total, r->budget);
+    if (r->opts.record_routes &&
+        (b->forward_routes == NULL || b->route_row_bytes != r->be.route_row_bytes))
+        return grpo__fail(GRPO_EINVAL,
+                          "rollout: new policy records routes of %zu bytes per "
+                          "token; the old one %zu",
+                          b->forward_routes ? b->route_row_bytes : 0, r->be.route_row_bytes);
     r->be = *b;
     r->policy_version = version;
     return GRPO_OK;
@@ -886,6 +936,11 @@ grpo_rollout_create(grpo_rollout **out, const grpo_rollout_backend *policy,
         grpo_rollout_destroy(r);
         return grpo__fail(GRPO_EINVAL, "rollout: backend has no vocabulary or page size");
     }
+    if (r->opts.record_routes && (r->be.route_row_bytes == 0 || r->be.forward_routes == NULL)) {
+        grpo_rollout_destroy(r);
+        return grpo__fail(GRPO_EINVAL, "rollout: recording routes needs a model with routed "
+                                       "experts; this one has none");
+    }
     int nt = r->opts.sample_threads > 1 ? r->opts.sample_threads : 1;
     grpo_err err = GRPO_OK;
     if (nt > 1 && (err = grpo_pool_create(&r->pool, nt)) != GRPO_OK) {
@@ -924,6 +979,7 @@ grpo_rollout_destroy(grpo_rollout *r)
     for (int i = 0; r->scratch && i < r->n_scratch; i++)
         free(r->scratch[i]);
     grpo_pool_destroy(r->pool);
-    free(r->items), free(r->rows), free(r->logits), free(r->scratch), free(r->draws);
+    free(r->items), free(r->rows), free(r->routes), free(r->logits), free(r->scratch),
+        free(r->draws);
     free(r);
 }

@@ -489,7 +489,8 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
 }
 
 static grpo_err
-forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, float *logits, int all)
+forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, float *logits, int all,
+        void *const *routes)
 {
     if (m == NULL || kv == NULL || items == NULL || logits == NULL || n_items <= 0)
         return grpo__fail(GRPO_EINVAL, "model: forward needs a model, a KV pool and items");
@@ -519,13 +520,15 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
     m->k->embed(m->k, T, s.tok, &m->embed, s.h, H);
     if (m->debug_hidden != NULL)
         m->debug_hidden(m->debug_ctx, 0, T, H, s.h);
-    for (int li = 0; li < c->num_hidden_layers; li++) {
+    for (int li = 0, moe_li = 0; li < c->num_hidden_layers; li++) {
         const grpo_layer_w *l = &m->layers[li];
         if ((err = attention(m, kv, l, li, items, n_items, t0_of, &s)) != GRPO_OK)
             goto done;
         m->k->rmsnorm(m->k, T, s.h, H, l->mlp_norm, H, c->rms_norm_eps, s.x, H);
         if (l->moe) {
             moe(m, l, &s);
+            if (routes != NULL)
+                grpo_model__routes_put(m, items, n_items, t0_of, moe_li++, s.ri, routes);
         } else {
             mlp(m, &l->mlp, T, s.x, s.tmp, &s);
             add_rows(s.h, s.tmp, (size_t)T * H);
@@ -554,12 +557,19 @@ grpo_err
 grpo_model_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                    float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 0);
+    return forward(m, kv, items, n_items, logits, 0, NULL);
 }
 
 grpo_err
 grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                        float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 1);
+    return forward(m, kv, items, n_items, logits, 1, NULL);
+}
+
+grpo_err
+grpo_model_forward_routes(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                          float *logits, void *const *routes)
+{
+    return forward(m, kv, items, n_items, logits, 0, routes);
 }

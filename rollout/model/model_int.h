@@ -174,4 +174,10 @@ grpo_kv__page(const grpo_kv *kv, int32_t page, int32_t layer)
  * every later call; the CPU table has none). Called at the end of every forward. */
 grpo_err grpo_model__backend_status(grpo_model *m);
 
+/* Copies MoE layer moe_layer's router choices ri (T, top-k; rows in item order, item i from row
+ * t0_of[i]) into routes[i] for every item that has a buffer (routes.c). */
+void grpo_model__routes_put(const grpo_model *m, const grpo_fwd_item *items, int n_items,
+                            const int32_t *t0_of, int moe_layer, const int32_t *ri,
+                            void *const *routes);
+
 #endif

@@ -4,13 +4,14 @@
     decode_batch(bytes)      safetensors bytes -> Batch (numpy arrays + metadata)
     encode_batch(...)        the inverse (tests, tools)
     to_trl(batch)            padded torch tensors named as TRL's GRPOTrainer names them
+    routes_padded(batch)     a version-2 batch's MoE routes aligned with to_trl's ids
     weights.load_policy(dir) the fp32 torch model of a grpo model directory (FP8 dequantized);
                              import grpo_bridge.weights (needs torch and transformers)
 """
 from .batch import Batch, BatchFormatError, decode_batch, encode_batch, read_metadata
 from .client import BatchClient, BridgeError, EndOfStream
-from .trl import to_trl
+from .trl import routes_padded, to_trl
 
 __all__ = ["Batch", "BatchClient", "BatchFormatError", "BridgeError", "EndOfStream",
-           "decode_batch", "encode_batch", "read_metadata", "to_trl"]
+           "decode_batch", "encode_batch", "read_metadata", "routes_padded", "to_trl"]
 __version__ = "0.1.0"

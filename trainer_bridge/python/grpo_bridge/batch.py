@@ -8,7 +8,8 @@ import numpy as np
 import safetensors.numpy
 
 SCHEMA = "grpo.batch"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the newest this client reads; a batch without routes is version 1
+ROUTE_FIELDS = ("route_prompt_offsets", "route_prompt", "route_completion")
 
 # name -> (dtype, dimension: "seq", "seq+1" or "tok", required)
 FIELDS = {
@@ -70,6 +71,23 @@ class Batch:
     def n_tok(self):
         return len(self.tensors["tokens"])
 
+    @property
+    def has_routes(self):
+        return "route_prompt" in self.tensors
+
+    def routes(self, i):
+        """MoE routes of sequence i, (tokens, moe_layers, k) expert ids: its prompt tokens and
+        its completion tokens but the last (never fed to the model). None without routes."""
+        if not self.has_routes:
+            return None
+        t = self.tensors
+        if not hasattr(self, "_route_rows"):
+            n_c = np.maximum(np.diff(t["seq_offsets"]) - t["prompt_lens"] - 1, 0)
+            self._route_rows = np.concatenate([[0], np.cumsum(n_c)])
+        p0, P = int(t["route_prompt_offsets"][i]), int(t["prompt_lens"][i])
+        c0, c1 = int(self._route_rows[i]), int(self._route_rows[i + 1])
+        return np.concatenate([t["route_prompt"][p0:p0 + P], t["route_completion"][c0:c1]])
+
     def sequence(self, i):
         """(prompt tokens, completion tokens) of sequence i."""
         b, e = self.tensors["seq_offsets"][i], self.tensors["seq_offsets"][i + 1]
@@ -99,8 +117,9 @@ class Batch:
 def _check(t, meta):
     if meta.get("schema") != SCHEMA:
         raise BatchFormatError("batch: schema is %r, not %r" % (meta.get("schema"), SCHEMA))
-    if int(meta.get("schema_version", "0")) != SCHEMA_VERSION:
-        raise BatchFormatError("batch: schema_version %s; this client reads %d"
+    version = int(meta.get("schema_version", "0"))
+    if version not in (1, 2):
+        raise BatchFormatError("batch: schema_version %s; this client reads 1 to %d"
                                % (meta.get("schema_version"), SCHEMA_VERSION))
     B, T = int(meta["n_seq"]), int(meta["n_tok"])
     for name, (dt, dim, req) in FIELDS.items():
@@ -112,13 +131,64 @@ def _check(t, meta):
         if t[name].dtype != dt or t[name].shape != (want,):
             raise BatchFormatError("batch: tensor %r must be %s[%d]" % (name, np.dtype(dt), want))
     for name in t:
-        if name not in FIELDS:
+        if name not in FIELDS and name not in ROUTE_FIELDS:
             raise BatchFormatError("batch: unknown tensor %r" % name)
     off = t["seq_offsets"]
     if off[0] != 0 or off[-1] != T or np.any(np.diff(off) < 0):
         raise BatchFormatError("batch: seq_offsets are not monotonic from 0 to n_tok")
     if np.any(t["prompt_lens"] < 0) or np.any(t["prompt_lens"] > np.diff(off)):
         raise BatchFormatError("batch: prompt_lens out of range")
+    _check_routes(t, meta, version)
+
+
+def _check_routes(t, meta, version):
+    """Version 2's routes (schemas/batch_format.md, "Routes"), as grpo_batch_decode checks them."""
+    present = [n for n in ROUTE_FIELDS if n in t]
+    if version < 2:
+        if present:
+            raise BatchFormatError("batch: tensor %r needs schema_version 2" % present[0])
+        return
+    for n in ROUTE_FIELDS:
+        if n not in t:
+            raise BatchFormatError("batch: tensor %r is missing" % n)
+    E = int(meta.get("route_experts", "0"))
+    if not 1 <= E <= 32767:
+        raise BatchFormatError("batch: route_experts %r is outside [1, 32767]"
+                               % meta.get("route_experts"))
+    dt = np.uint8 if E <= 256 else np.int16
+    rp, rc, ro = t["route_prompt"], t["route_completion"], t["route_prompt_offsets"]
+    off, pl, tok, g = t["seq_offsets"], t["prompt_lens"], t["tokens"], t["group_ids"]
+    B = len(pl)
+    if ro.dtype != np.int64 or ro.shape != (B,):
+        raise BatchFormatError("batch: tensor 'route_prompt_offsets' must be int64[%d]" % B)
+    for n, a in (("route_prompt", rp), ("route_completion", rc)):
+        if a.dtype != dt or a.ndim != 3 or a.shape[1:] != rp.shape[1:] or 0 in a.shape[1:]:
+            raise BatchFormatError("batch: tensor %r must be %s [tokens, moe_layers, k]"
+                                   % (n, np.dtype(dt)))
+        if a.size and (int(a.min()) < 0 or int(a.max()) >= E):
+            raise BatchFormatError("batch: %s holds an expert outside [0, %d)" % (n, E))
+        s = np.sort(a.reshape(-1, a.shape[2]).astype(np.int32), axis=1)
+        if np.any(s[:, 1:] == s[:, :-1]):
+            raise BatchFormatError("batch: %s names an expert twice for one token and layer" % n)
+    nxt = 0
+    for i in range(B):
+        if i > 0 and ro[i] == ro[i - 1]:
+            if g[i] != g[i - 1] or pl[i] != pl[i - 1] or not np.array_equal(
+                    tok[off[i]:off[i] + pl[i]], tok[off[i - 1]:off[i - 1] + pl[i - 1]]):
+                raise BatchFormatError("batch: sequence %d shares the prompt routes of a "
+                                       "sequence whose group or prompt differ" % i)
+            continue
+        if ro[i] != nxt:
+            raise BatchFormatError("batch: route_prompt_offsets[%d] = %d; expected %d"
+                                   % (i, ro[i], nxt))
+        nxt += int(pl[i])
+    if nxt != len(rp):
+        raise BatchFormatError("batch: prompt route blocks cover %d tokens; route_prompt has %d"
+                               % (nxt, len(rp)))
+    rows = int(np.maximum(np.diff(off) - pl - 1, 0).sum())
+    if rows != len(rc):
+        raise BatchFormatError("batch: route_completion has %d tokens; the completions but "
+                               "their last tokens are %d" % (len(rc), rows))
 
 
 def decode_batch(data, client=None):
@@ -130,12 +200,19 @@ def decode_batch(data, client=None):
 
 
 def encode_batch(tensors, run_id, batch_id, step=0, policy_version=0, sampling=None,
-                 reward_config_hash=""):
-    """Encodes numpy arrays (names as FIELDS) into batch bytes."""
-    t = {k: np.ascontiguousarray(v, dtype=FIELDS[k][0]) for k, v in tensors.items()}
-    meta = dict(schema=SCHEMA, schema_version=str(SCHEMA_VERSION), run_id=run_id,
+                 reward_config_hash="", route_experts=None):
+    """Encodes numpy arrays (names as FIELDS, and ROUTE_FIELDS with route_experts: version 2)
+    into batch bytes."""
+    rdt = np.uint8 if route_experts is not None and route_experts <= 256 else np.int16
+    t = {k: np.ascontiguousarray(v, dtype=FIELDS[k][0] if k in FIELDS else
+                                 np.int64 if k == "route_prompt_offsets" else rdt)
+         for k, v in tensors.items()}
+    routes = route_experts is not None
+    meta = dict(schema=SCHEMA, schema_version="2" if routes else "1", run_id=run_id,
                 batch_id=str(batch_id), step=str(step), policy_version=str(policy_version),
                 n_seq=str(len(t["prompt_lens"])), n_tok=str(len(t["tokens"])),
                 sampling=json.dumps(sampling or {}), reward_config_hash=reward_config_hash)
+    if routes:
+        meta["route_experts"] = str(route_experts)
     _check(t, meta)
     return safetensors.numpy.save(t, metadata=meta)

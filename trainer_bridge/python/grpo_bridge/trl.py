@@ -1,12 +1,40 @@
-"""to_trl(batch): the batch as the padded tensors TRL's GRPOTrainer passes to _compute_loss."""
+"""to_trl(batch): the batch as the padded tensors TRL's GRPOTrainer passes to _compute_loss;
+routes_padded(batch): a version-2 batch's MoE routes aligned with prompt_ids / completion_ids."""
 import numpy as np
+
+
+def routes_padded(batch, pad=-1):
+    """numpy int16 arrays aligned with to_trl's ids: prompt_routes (B, P, L, K) left-padded,
+    completion_routes (B, C, L, K) right-padded, and completion_routes_mask (B, C), 1 where a
+    completion token has routes (all but the last token, which the rollout never fed to the
+    model; padding has none). Padding holds `pad`. None for a batch without routes."""
+    if not batch.has_routes:
+        return None
+    t = batch.tensors
+    off, plen = t["seq_offsets"], t["prompt_lens"]
+    B = len(plen)
+    clen = np.diff(off) - plen
+    P = int(plen.max()) if B else 0
+    C = int(clen.max()) if B else 0
+    L, K = t["route_prompt"].shape[1:]
+    pr = np.full((B, P, L, K), pad, np.int16)
+    cr = np.full((B, C, L, K), pad, np.int16)
+    cm = np.zeros((B, C), np.int64)
+    for i in range(B):
+        r, n_p = batch.routes(i), int(plen[i])
+        pr[i, P - n_p:] = r[:n_p]
+        cr[i, :len(r) - n_p] = r[n_p:]
+        cm[i, :len(r) - n_p] = 1
+    return {"prompt_routes": pr, "completion_routes": cr, "completion_routes_mask": cm}
 
 
 def to_trl(batch, pad_token_id=0, device=None):
     """Returns a dict of torch tensors: prompt_ids / prompt_mask (left-padded, as TRL pads
     prompts), completion_ids / completion_mask (right-padded; the mask is the batch's loss mask),
     advantages (B,), old_per_token_logps (B, C) and ref_per_token_logps (B, C) or None.
-    Also policy_versions (B,), rewards (B,) and num_items_in_batch (masked token count)."""
+    Also policy_versions (B,), rewards (B,) and num_items_in_batch (masked token count); with
+    routes (batch version 2) prompt_routes, completion_routes, completion_routes_mask as
+    routes_padded gives them (int16, -1 padding)."""
     import torch
 
     t = batch.tensors
@@ -51,4 +79,5 @@ def to_trl(batch, pad_token_id=0, device=None):
         "rewards": T(t["rewards"]),
         "policy_versions": T(pv.astype(np.int64)),
         "num_items_in_batch": int(comp_mask.sum()),
+        **{k: T(v) for k, v in (routes_padded(batch) or {}).items()},
     }

@@ -1,0 +1,259 @@
+/* The routes of a version-2 batch (schemas/batch_format.md, "Routes"): the MoE experts the
+ * rollout chose for every token, the prompt part once per group. Sizing, the header entries and
+ * bytes of the three tensors, and every check the decoder makes on them. */
+#include "trainer_bridge/bridge_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_EXPERTS 32767 /* int16 ids */
+#define MAX_ROUTE_IDS ((uint64_t)1 << 40)
+
+static const char *const names[3] = {"route_prompt_offsets", "route_prompt", "route_completion"};
+
+int
+grpo_bridge__routes_is_name(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static size_t
+row_ids(const grpo_batch *b)
+{
+    return (size_t)b->route_layers * (size_t)b->route_k;
+}
+
+grpo_err
+grpo_batch_set_routes(grpo_batch *b, int32_t experts, int32_t layers, int32_t k,
+                      size_t n_prompt_rows, size_t n_completion_rows)
+{
+    if (b == NULL || experts < 1 || experts > MAX_EXPERTS || layers < 1 || k < 1 || k > experts ||
+        (uint64_t)layers * (uint64_t)k * ((uint64_t)n_prompt_rows + n_completion_rows) >
+            MAX_ROUTE_IDS)
+        return grpo__fail(GRPO_EINVAL,
+                          "batch: routes of %d experts, %d layers, top-%d, %zu + %zu tokens are "
+                          "out of range",
+                          experts, layers, k, n_prompt_rows, n_completion_rows);
+    int bytes = experts <= 256 ? 1 : 2;
+    size_t row = (size_t)layers * (size_t)k * (size_t)bytes;
+    int64_t *off = calloc(b->n_seq ? b->n_seq : 1, sizeof *off);
+    void *p = calloc(n_prompt_rows ? n_prompt_rows : 1, row);
+    void *c = calloc(n_completion_rows ? n_completion_rows : 1, row);
+    if (off == NULL || p == NULL || c == NULL) {
+        free(off), free(p), free(c);
+        return grpo__fail(GRPO_ENOMEM, "batch: out of memory for routes");
+    }
+    free(b->route_prompt_offsets), free(b->route_prompt), free(b->route_completion);
+    b->route_prompt_offsets = off, b->route_prompt = p, b->route_completion = c;
+    b->route_experts = experts, b->route_layers = layers, b->route_k = k, b->route_bytes = bytes;
+    b->n_route_prompt = n_prompt_rows, b->n_route_completion = n_completion_rows;
+    b->flags |= GRPO_BATCH_HAS_ROUTES;
+    return GRPO_OK;
+}
+
+static int
+id_at(const grpo_batch *b, const void *ids, size_t i)
+{
+    if (b->route_bytes == 1)
+        return ((const uint8_t *)ids)[i];
+    int16_t v;
+    memcpy(&v, (const char *)ids + 2 * i, 2);
+    return v;
+}
+
+/* Every id in [0, route_experts), the k of one token and layer distinct. */
+static grpo_err
+check_ids(const grpo_batch *b, const void *ids, size_t rows, const char *name)
+{
+    size_t K = (size_t)b->route_k, n = rows * row_ids(b);
+    for (size_t at = 0; at < n; at += K)
+        for (size_t j = 0; j < K; j++) {
+            int id = id_at(b, ids, at + j);
+            if (id < 0 || id >= b->route_experts)
+                return grpo__fail(GRPO_EINVAL,
+                                  "batch %" PRId64 ": %s token %zu layer %zu: expert %d is "
+                                  "outside [0, %d)",
+                                  b->batch_id, name, at / row_ids(b), at % row_ids(b) / K, id,
+                                  b->route_experts);
+            for (size_t q = 0; q < j; q++)
+                if (id_at(b, ids, at + q) == id)
+                    return grpo__fail(GRPO_EINVAL,
+                                      "batch %" PRId64 ": %s token %zu layer %zu: expert %d "
+                                      "twice",
+                                      b->batch_id, name, at / row_ids(b), at % row_ids(b) / K, id);
+        }
+    return GRPO_OK;
+}
+
+/* Sequence i either shares the previous sequence's prompt block (same group, same prompt
+ * tokens) or starts the next block right after it; the blocks cover route_prompt exactly. */
+static grpo_err
+check_blocks(const grpo_batch *b)
+{
+    const int64_t *off = b->route_prompt_offsets, *so = b->seq_offsets;
+    const int32_t *pl = b->prompt_lens;
+    uint64_t next = 0;
+    for (size_t i = 0; i < b->n_seq; i++) {
+        if (i > 0 && off[i] == off[i - 1]) {
+            if (b->group_ids[i] != b->group_ids[i - 1] || pl[i] != pl[i - 1] ||
+                memcmp(b->tokens + so[i], b->tokens + so[i - 1], (size_t)pl[i] * 4) != 0)
+                return grpo__fail(GRPO_EINVAL,
+                                  "batch %" PRId64 ": route_prompt_offsets[%zu] shares the "
+                                  "routes of sequence %zu, whose group or prompt differ",
+                                  b->batch_id, i, i - 1);
+            continue;
+        }
+        if (off[i] < 0 || (uint64_t)off[i] != next)
+            return grpo__fail(GRPO_EINVAL,
+                              "batch %" PRId64 ": route_prompt_offsets[%zu] = %" PRId64
+                              "; expected %" PRIu64 " (the next block) or the previous offset",
+                              b->batch_id, i, off[i], next);
+        next += (uint64_t)pl[i];
+    }
+    if (next != b->n_route_prompt)
+        return grpo__fail(GRPO_EINVAL,
+                          "batch %" PRId64 ": the prompts' route blocks cover %" PRIu64
+                          " tokens; route_prompt has %zu",
+                          b->batch_id, next, b->n_route_prompt);
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_bridge__routes_check(const grpo_batch *b)
+{
+    if (!(b->flags & GRPO_BATCH_HAS_ROUTES))
+        return GRPO_OK;
+    if (b->route_prompt_offsets == NULL || b->route_prompt == NULL || b->route_completion == NULL)
+        return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": route arrays are NULL", b->batch_id);
+    if (b->route_experts < 1 || b->route_experts > MAX_EXPERTS || b->route_layers < 1 ||
+        b->route_k < 1 || b->route_k > b->route_experts ||
+        b->route_bytes != (b->route_experts <= 256 ? 1 : 2))
+        return grpo__fail(GRPO_EINVAL,
+                          "batch %" PRId64 ": routes of %d experts, %d layers, top-%d in %d-byte "
+                          "ids",
+                          b->batch_id, b->route_experts, b->route_layers, b->route_k,
+                          b->route_bytes);
+    grpo_err err = check_blocks(b);
+    if (err != GRPO_OK)
+        return err;
+    uint64_t rows = 0;
+    for (size_t i = 0; i < b->n_seq; i++) {
+        int64_t c = b->seq_offsets[i + 1] - b->seq_offsets[i] - b->prompt_lens[i];
+        rows += c > 1 ? (uint64_t)(c - 1) : 0;
+    }
+    if (rows != b->n_route_completion)
+        return grpo__fail(GRPO_EINVAL,
+                          "batch %" PRId64 ": route_completion has %zu tokens; the completions "
+                          "but their last tokens are %" PRIu64,
+                          b->batch_id, b->n_route_completion, rows);
+    if ((err = check_ids(b, b->route_prompt, b->n_route_prompt, "route_prompt")) != GRPO_OK)
+        return err;
+    return check_ids(b, b->route_completion, b->n_route_completion, "route_completion");
+}
+
+grpo_err
+grpo_bridge__routes_header(grpo_buf *o, const grpo_batch *b, int pass, uint64_t *pos)
+{
+    if (!(b->flags & GRPO_BATCH_HAS_ROUTES))
+        return GRPO_OK;
+    if (pass == 0) {
+        uint64_t nb = (uint64_t)b->n_seq * 8;
+        grpo_err err = grpo__buf_printf(o,
+                                        ",\"%s\":{\"dtype\":\"I64\",\"shape\":[%zu],"
+                                        "\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
+                                        names[0], b->n_seq, *pos, *pos + nb);
+        *pos += nb;
+        return err;
+    }
+    const char *dt = b->route_bytes == 1 ? "U8" : "I16";
+    size_t rows[2] = {b->n_route_prompt, b->n_route_completion};
+    grpo_err err = GRPO_OK;
+    for (int i = 0; i < 2 && err == GRPO_OK; i++) {
+        uint64_t nb = (uint64_t)rows[i] * row_ids(b) * (uint64_t)b->route_bytes;
+        err = grpo__buf_printf(o,
+                               ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu,%d,%d],"
+                               "\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
+                               names[i + 1], dt, rows[i], b->route_layers, b->route_k, *pos,
+                               *pos + nb);
+        *pos += nb;
+    }
+    return err;
+}
+
+void
+grpo_bridge__routes_data(grpo_buf *o, const grpo_batch *b, int pass)
+{
+    if (!(b->flags & GRPO_BATCH_HAS_ROUTES))
+        return;
+    size_t row = row_ids(b) * (size_t)b->route_bytes;
+    if (pass == 0) {
+        grpo__buf_append(o, b->route_prompt_offsets, b->n_seq * 8);
+        return;
+    }
+    grpo__buf_append(o, b->route_prompt, b->n_route_prompt * row);
+    grpo__buf_append(o, b->route_completion, b->n_route_completion * row);
+}
+
+static grpo_err
+check_ids_tensor(const grpo__st_tensor *t, st_dtype dt, const grpo__st_tensor *like)
+{
+    if (t->dtype != dt || t->ndim != 3 || t->shape[1] < 1 || t->shape[2] < 1 ||
+        (like && (like->shape[1] != t->shape[1] || like->shape[2] != t->shape[2])))
+        return grpo__fail(GRPO_EFORMAT,
+                          "batch: tensor \"%s\" must be %s [tokens, moe_layers, k] with the "
+                          "layers and k of route_prompt",
+                          t->name, grpo_bridge__st_dtype_name(dt));
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_bridge__routes_tensors(const grpo__st_header *f, int64_t version, uint64_t n_seq,
+                            int64_t experts, grpo_bridge__route_tensors *rt)
+{
+    const grpo__st_tensor *t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = grpo_bridge__st_find(f, names[i]);
+        if (version < 2 && t[i] != NULL)
+            return grpo__fail(GRPO_EFORMAT, "batch: tensor \"%s\" needs schema_version 2",
+                              names[i]);
+        if (version >= 2 && t[i] == NULL)
+            return grpo__fail(GRPO_EFORMAT, "batch: tensor \"%s\" is missing", names[i]);
+    }
+    rt->offsets = t[0], rt->prompt = t[1], rt->completion = t[2];
+    if (version < 2)
+        return GRPO_OK;
+    if (experts < 1 || experts > MAX_EXPERTS)
+        return grpo__fail(GRPO_EFORMAT,
+                          "batch: __metadata__ \"route_experts\" = %" PRId64 " is outside [1, %d]",
+                          experts, MAX_EXPERTS);
+    if (t[0]->dtype != ST_I64 || t[0]->ndim != 1 || t[0]->shape[0] != n_seq)
+        return grpo__fail(GRPO_EFORMAT, "batch: tensor \"%s\" must be I64 [%" PRIu64 "]", names[0],
+                          n_seq);
+    st_dtype dt = experts <= 256 ? ST_U8 : ST_I16;
+    grpo_err err = check_ids_tensor(t[1], dt, NULL);
+    return err != GRPO_OK ? err : check_ids_tensor(t[2], dt, t[1]);
+}
+
+grpo_err
+grpo_bridge__routes_read(grpo_batch *b, const grpo__st_header *f,
+                         const grpo_bridge__route_tensors *rt, int64_t experts, const void *bytes)
+{
+    const grpo__st_tensor *p = rt->prompt, *c = rt->completion;
+    if (p->shape[1] > INT32_MAX || p->shape[2] > INT32_MAX)
+        return grpo__fail(GRPO_EFORMAT, "batch: route_prompt's shape is too large");
+    grpo_err err =
+        grpo_batch_set_routes(b, (int32_t)experts, (int32_t)p->shape[1], (int32_t)p->shape[2],
+                              (size_t)p->shape[0], (size_t)c->shape[0]);
+    if (err != GRPO_OK)
+        return GRPO_EFORMAT;
+    const char *data = (const char *)bytes + f->data_off;
+    memcpy(b->route_prompt_offsets, data + rt->offsets->begin,
+           (size_t)(rt->offsets->end - rt->offsets->begin));
+    memcpy(b->route_prompt, data + p->begin, (size_t)(p->end - p->begin));
+    memcpy(b->route_completion, data + c->begin, (size_t)(c->end - c->begin));
+    return GRPO_OK;
+}

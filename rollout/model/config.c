@@ -92,34 +92,40 @@ static const char *const known_keys[] = {
     "num_labels",
 };
 
-static grpo_err
-req_int(const cJSON *j, const char *key, const char *w, int64_t lo, int32_t *out)
-{
-    int64_t v = 0;
-    grpo_err err = grpo__json_int(j, key, w, lo, I32MAX, &v);
-    if (err == GRPO_OK)
-        *out = (int32_t)v;
-    return err;
-}
-
-static grpo_err
-opt_int(const cJSON *j, const char *key, const char *w, int64_t lo, int32_t *out)
+grpo_err
+grpo_model__cfg_int(const cJSON *j, const char *key, const char *w, int64_t lo, int req,
+                    int32_t *out)
 {
     int64_t v = *out;
-    grpo_err err = grpo__json_int_opt(j, key, w, lo, I32MAX, &v);
+    grpo_err err = req ? grpo__json_int(j, key, w, lo, I32MAX, &v)
+                       : grpo__json_int_opt(j, key, w, lo, I32MAX, &v);
     if (err == GRPO_OK)
         *out = (int32_t)v;
     return err;
 }
 
-static grpo_err
-opt_bool(const cJSON *j, const char *key, const char *w, int32_t *out)
+grpo_err
+grpo_model__cfg_bool(const cJSON *j, const char *key, const char *w, int32_t *out)
 {
     bool v = *out != 0;
     grpo_err err = grpo__json_bool_opt(j, key, w, &v);
     if (err == GRPO_OK)
         *out = v ? 1 : 0;
     return err;
+}
+
+void
+grpo_model__log_unknown(const cJSON *j, const char *w, const char *const *known, size_t n)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j)
+    {
+        size_t i = 0;
+        while (i < n && known[i] != NULL && strcmp(known[i], it->string) != 0)
+            i++;
+        if (i == n || known[i] == NULL)
+            grpo_log(GRPO_LOG_DEBUG, "%s: ignoring unknown key \"%s\"", w, it->string);
+    }
 }
 
 /* A string field that, when present, must equal `want`. */
@@ -264,20 +270,26 @@ static grpo_err
 parse_dims(grpo_model_config *c, const cJSON *j, const char *w)
 {
     grpo_err err;
-    if ((err = req_int(j, "vocab_size", w, 1, &c->vocab_size)) != GRPO_OK ||
-        (err = req_int(j, "hidden_size", w, 1, &c->hidden_size)) != GRPO_OK ||
-        (err = req_int(j, "intermediate_size", w, 1, &c->intermediate_size)) != GRPO_OK ||
-        (err = req_int(j, "num_hidden_layers", w, 1, &c->num_hidden_layers)) != GRPO_OK ||
-        (err = req_int(j, "num_attention_heads", w, 1, &c->num_attention_heads)) != GRPO_OK ||
-        (err = req_int(j, "kv_lora_rank", w, 1, &c->kv_lora_rank)) != GRPO_OK ||
-        (err = req_int(j, "qk_nope_head_dim", w, 1, &c->qk_nope_head_dim)) != GRPO_OK ||
-        (err = req_int(j, "qk_rope_head_dim", w, 2, &c->qk_rope_head_dim)) != GRPO_OK ||
-        (err = req_int(j, "v_head_dim", w, 1, &c->v_head_dim)) != GRPO_OK ||
-        (err = opt_int(j, "q_lora_rank", w, 1, &c->q_lora_rank)) != GRPO_OK ||
-        (err = req_int(j, "max_position_embeddings", w, 1, &c->max_position_embeddings)) != GRPO_OK)
+    if ((err = grpo_model__cfg_int(j, "vocab_size", w, 1, 1, &c->vocab_size)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "hidden_size", w, 1, 1, &c->hidden_size)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "intermediate_size", w, 1, 1, &c->intermediate_size)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "num_hidden_layers", w, 1, 1, &c->num_hidden_layers)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "num_attention_heads", w, 1, 1, &c->num_attention_heads)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "kv_lora_rank", w, 1, 1, &c->kv_lora_rank)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "qk_nope_head_dim", w, 1, 1, &c->qk_nope_head_dim)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "qk_rope_head_dim", w, 2, 1, &c->qk_rope_head_dim)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "v_head_dim", w, 1, 1, &c->v_head_dim)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "q_lora_rank", w, 1, 0, &c->q_lora_rank)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "max_position_embeddings", w, 1, 1,
+                                   &c->max_position_embeddings)) != GRPO_OK)
         return err;
     int32_t kvh = c->num_attention_heads;
-    if ((err = opt_int(j, "num_key_value_heads", w, 1, &kvh)) != GRPO_OK)
+    if ((err = grpo_model__cfg_int(j, "num_key_value_heads", w, 1, 0, &kvh)) != GRPO_OK)
         return err;
     if (kvh != c->num_attention_heads)
         return grpo__fail(GRPO_EUNSUPPORTED,
@@ -301,16 +313,21 @@ parse_moe(grpo_model_config *c, const cJSON *j, const char *w)
     c->moe_layer_freq = 1;
     c->routed_scaling_factor = 1.0f;
     double rsf = 1.0;
-    if ((err = opt_int(j, "n_routed_experts", w, 0, &c->n_routed_experts)) != GRPO_OK ||
-        (err = opt_int(j, "n_shared_experts", w, 0, &c->n_shared_experts)) != GRPO_OK ||
-        (err = opt_int(j, "num_experts_per_tok", w, 0, &c->num_experts_per_tok)) != GRPO_OK ||
-        (err = opt_int(j, "n_group", w, 1, &c->n_group)) != GRPO_OK ||
-        (err = opt_int(j, "topk_group", w, 1, &c->topk_group)) != GRPO_OK ||
-        (err = opt_int(j, "first_k_dense_replace", w, 0, &c->first_k_dense_replace)) != GRPO_OK ||
-        (err = opt_int(j, "moe_layer_freq", w, 1, &c->moe_layer_freq)) != GRPO_OK ||
-        (err = opt_int(j, "moe_intermediate_size", w, 1, &c->moe_intermediate_size)) != GRPO_OK ||
+    if ((err = grpo_model__cfg_int(j, "n_routed_experts", w, 0, 0, &c->n_routed_experts)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "n_shared_experts", w, 0, 0, &c->n_shared_experts)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "num_experts_per_tok", w, 0, 0, &c->num_experts_per_tok)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "n_group", w, 1, 0, &c->n_group)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "topk_group", w, 1, 0, &c->topk_group)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "first_k_dense_replace", w, 0, 0,
+                                   &c->first_k_dense_replace)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "moe_layer_freq", w, 1, 0, &c->moe_layer_freq)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "moe_intermediate_size", w, 1, 0,
+                                   &c->moe_intermediate_size)) != GRPO_OK ||
         (err = grpo__json_num_opt(j, "routed_scaling_factor", w, &rsf)) != GRPO_OK ||
-        (err = opt_bool(j, "norm_topk_prob", w, &c->norm_topk_prob)) != GRPO_OK ||
+        (err = grpo_model__cfg_bool(j, "norm_topk_prob", w, &c->norm_topk_prob)) != GRPO_OK ||
         (err = opt_str_is(j, "scoring_func", w, "sigmoid")) != GRPO_OK ||
         (err = opt_str_is(j, "topk_method", w, "noaux_tc")) != GRPO_OK)
         return err;
@@ -390,13 +407,14 @@ grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *w
     int32_t tp = 1;
     if ((err = grpo__json_num_opt(j, "rms_norm_eps", w, &eps)) != GRPO_OK ||
         (err = grpo__json_num_opt(j, "rope_theta", w, &c->rope_theta)) != GRPO_OK ||
-        (err = opt_bool(j, "rope_interleave", w, &c->rope_interleave)) != GRPO_OK ||
-        (err = opt_bool(j, "tie_word_embeddings", w, &c->tie_word_embeddings)) != GRPO_OK ||
-        (err = opt_int(j, "num_nextn_predict_layers", w, 0, &c->num_nextn_predict_layers)) !=
+        (err = grpo_model__cfg_bool(j, "rope_interleave", w, &c->rope_interleave)) != GRPO_OK ||
+        (err = grpo_model__cfg_bool(j, "tie_word_embeddings", w, &c->tie_word_embeddings)) !=
             GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "num_nextn_predict_layers", w, 0, 0,
+                                   &c->num_nextn_predict_layers)) != GRPO_OK ||
         (err = opt_str_is(j, "hidden_act", w, "silu")) != GRPO_OK ||
         (err = grpo__json_bool_opt(j, "attention_bias", w, &attn_bias)) != GRPO_OK ||
-        (err = opt_int(j, "pretraining_tp", w, 1, &tp)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "pretraining_tp", w, 1, 0, &tp)) != GRPO_OK ||
         (err = grpo_model__config_token_id(j, "bos_token_id", w, &c->bos_token_id)) != GRPO_OK ||
         (err = grpo_model__config_token_id(j, "eos_token_id", w, &c->eos_token_id)) != GRPO_OK)
         return err;
@@ -417,15 +435,7 @@ grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *w
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
     if (q != NULL && !cJSON_IsNull(q) && (err = grpo_model__config_quant(c, q, w)) != GRPO_OK)
         return err;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, j)
-    {
-        size_t i = 0, n = sizeof known_keys / sizeof known_keys[0];
-        while (i < n && strcmp(known_keys[i], it->string) != 0)
-            i++;
-        if (i == n)
-            grpo_log(GRPO_LOG_DEBUG, "%s: ignoring unknown key \"%s\"", w, it->string);
-    }
+    grpo_model__log_unknown(j, w, known_keys, sizeof known_keys / sizeof known_keys[0]);
     derive(c);
     return GRPO_OK;
 }

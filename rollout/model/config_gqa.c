@@ -90,41 +90,6 @@ static const char *const known_keys[] = {"architectures",
                                          "num_beams",
                                          NULL};
 
-static void
-log_unknown(const cJSON *j, const char *w)
-{
-    const cJSON *it;
-    cJSON_ArrayForEach(it, j)
-    {
-        size_t i = 0;
-        while (known_keys[i] != NULL && strcmp(known_keys[i], it->string) != 0)
-            i++;
-        if (known_keys[i] == NULL)
-            grpo_log(GRPO_LOG_DEBUG, "%s: ignoring key \"%s\"", w, it->string);
-    }
-}
-
-static grpo_err
-get_int(const cJSON *j, const char *key, const char *w, int64_t lo, int req, int32_t *out)
-{
-    int64_t v = *out;
-    grpo_err err = req ? grpo__json_int(j, key, w, lo, I32MAX, &v)
-                       : grpo__json_int_opt(j, key, w, lo, I32MAX, &v);
-    if (err == GRPO_OK)
-        *out = (int32_t)v;
-    return err;
-}
-
-static grpo_err
-get_bool(const cJSON *j, const char *key, const char *w, int32_t *out)
-{
-    bool v = *out != 0;
-    grpo_err err = grpo__json_bool_opt(j, key, w, &v);
-    if (err == GRPO_OK)
-        *out = v ? 1 : 0;
-    return err;
-}
-
 static int
 present(const cJSON *j, const char *key)
 {
@@ -138,7 +103,7 @@ static grpo_err
 check_window(const cJSON *j, const char *w)
 {
     int32_t sw = 0;
-    grpo_err err = get_bool(j, "use_sliding_window", w, &sw);
+    grpo_err err = grpo_model__cfg_bool(j, "use_sliding_window", w, &sw);
     if (err != GRPO_OK)
         return err;
     if (sw)
@@ -179,9 +144,9 @@ check_refused(const cJSON *j, const char *w)
     int32_t mlp_bias = 0, tp = 1, mrope = 0;
     grpo_err err;
     if ((err = grpo__json_num_opt(j, "partial_rotary_factor", w, &prf)) != GRPO_OK ||
-        (err = get_bool(j, "mlp_bias", w, &mlp_bias)) != GRPO_OK ||
-        (err = get_bool(j, "use_mrope", w, &mrope)) != GRPO_OK ||
-        (err = get_int(j, "pretraining_tp", w, 1, 0, &tp)) != GRPO_OK)
+        (err = grpo_model__cfg_bool(j, "mlp_bias", w, &mlp_bias)) != GRPO_OK ||
+        (err = grpo_model__cfg_bool(j, "use_mrope", w, &mrope)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "pretraining_tp", w, 1, 0, &tp)) != GRPO_OK)
         return err;
     if (prf != 1.0)
         return grpo__fail(GRPO_EUNSUPPORTED,
@@ -229,8 +194,8 @@ parse_llama3(grpo_model_config *c, const cJSON *rs, const char *where)
             GRPO_OK ||
         (err = grpo__json_num(rs, "high_freq_factor", where, &c->llama3_high_freq_factor)) !=
             GRPO_OK ||
-        (err = get_int(rs, "original_max_position_embeddings", where, 1, 1,
-                       &c->llama3_original_max_position)) != GRPO_OK)
+        (err = grpo_model__cfg_int(rs, "original_max_position_embeddings", where, 1, 1,
+                                   &c->llama3_original_max_position)) != GRPO_OK)
         return err;
     if (!(c->llama3_factor > 0) || !(c->llama3_low_freq_factor > 0) ||
         !(c->llama3_high_freq_factor > c->llama3_low_freq_factor))
@@ -270,13 +235,16 @@ static grpo_err
 parse_dims(grpo_model_config *c, const cJSON *j, const char *w)
 {
     grpo_err err;
-    if ((err = get_int(j, "vocab_size", w, 1, 1, &c->vocab_size)) != GRPO_OK ||
-        (err = get_int(j, "hidden_size", w, 1, 1, &c->hidden_size)) != GRPO_OK ||
-        (err = get_int(j, "intermediate_size", w, 1, 1, &c->intermediate_size)) != GRPO_OK ||
-        (err = get_int(j, "num_hidden_layers", w, 1, 1, &c->num_hidden_layers)) != GRPO_OK ||
-        (err = get_int(j, "num_attention_heads", w, 1, 1, &c->num_attention_heads)) != GRPO_OK ||
-        (err = get_int(j, "max_position_embeddings", w, 1, 1, &c->max_position_embeddings)) !=
-            GRPO_OK)
+    if ((err = grpo_model__cfg_int(j, "vocab_size", w, 1, 1, &c->vocab_size)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "hidden_size", w, 1, 1, &c->hidden_size)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "intermediate_size", w, 1, 1, &c->intermediate_size)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "num_hidden_layers", w, 1, 1, &c->num_hidden_layers)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "num_attention_heads", w, 1, 1, &c->num_attention_heads)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "max_position_embeddings", w, 1, 1,
+                                   &c->max_position_embeddings)) != GRPO_OK)
         return err;
     c->num_key_value_heads = c->num_attention_heads;
     /* transformers: head_dim from the config when set (Qwen3Config defaults it to 128), else
@@ -284,8 +252,9 @@ parse_dims(grpo_model_config *c, const cJSON *j, const char *w)
     c->head_dim = c->arch == GRPO_ARCH_QWEN3 || c->arch == GRPO_ARCH_QWEN3_MOE
                       ? 128
                       : c->hidden_size / c->num_attention_heads;
-    if ((err = get_int(j, "num_key_value_heads", w, 1, 0, &c->num_key_value_heads)) != GRPO_OK ||
-        (err = get_int(j, "head_dim", w, 1, 0, &c->head_dim)) != GRPO_OK)
+    if ((err = grpo_model__cfg_int(j, "num_key_value_heads", w, 1, 0, &c->num_key_value_heads)) !=
+            GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "head_dim", w, 1, 0, &c->head_dim)) != GRPO_OK)
         return err;
     if (c->num_attention_heads % c->num_key_value_heads != 0)
         return grpo__fail(GRPO_EFORMAT,
@@ -307,7 +276,7 @@ static grpo_err
 parse_attn(grpo_model_config *c, const cJSON *j, const char *w)
 {
     int32_t ab = 0;
-    grpo_err err = get_bool(j, "attention_bias", w, &ab);
+    grpo_err err = grpo_model__cfg_bool(j, "attention_bias", w, &ab);
     if (err != GRPO_OK)
         return err;
     if (c->arch == GRPO_ARCH_QWEN2) { /* Qwen2Attention: q/k/v always biased, o never */
@@ -328,7 +297,8 @@ parse_rest(grpo_model_config *c, const cJSON *j, const char *w)
     grpo_err err;
     if ((err = grpo__json_num_opt(j, "rms_norm_eps", w, &eps)) != GRPO_OK ||
         (err = grpo__json_num_opt(j, "rope_theta", w, &c->rope_theta)) != GRPO_OK ||
-        (err = get_bool(j, "tie_word_embeddings", w, &c->tie_word_embeddings)) != GRPO_OK ||
+        (err = grpo_model__cfg_bool(j, "tie_word_embeddings", w, &c->tie_word_embeddings)) !=
+            GRPO_OK ||
         (err = grpo_model__config_token_id(j, "bos_token_id", w, &c->bos_token_id)) != GRPO_OK ||
         (err = grpo_model__config_token_id(j, "eos_token_id", w, &c->eos_token_id)) != GRPO_OK)
         return err;
@@ -356,12 +326,13 @@ parse_moe(grpo_model_config *c, const cJSON *j, const char *w)
 {
     int32_t step = 1;
     grpo_err err;
-    if ((err = get_int(j, "num_experts", w, 1, 1, &c->n_routed_experts)) != GRPO_OK ||
-        (err = get_int(j, "num_experts_per_tok", w, 1, 1, &c->num_experts_per_tok)) != GRPO_OK ||
-        (err = get_int(j, "moe_intermediate_size", w, 1, 1, &c->moe_intermediate_size)) !=
+    if ((err = grpo_model__cfg_int(j, "num_experts", w, 1, 1, &c->n_routed_experts)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "num_experts_per_tok", w, 1, 1, &c->num_experts_per_tok)) !=
             GRPO_OK ||
-        (err = get_int(j, "decoder_sparse_step", w, 1, 0, &step)) != GRPO_OK ||
-        (err = get_bool(j, "norm_topk_prob", w, &c->norm_topk_prob)) != GRPO_OK)
+        (err = grpo_model__cfg_int(j, "moe_intermediate_size", w, 1, 1,
+                                   &c->moe_intermediate_size)) != GRPO_OK ||
+        (err = grpo_model__cfg_int(j, "decoder_sparse_step", w, 1, 0, &step)) != GRPO_OK ||
+        (err = grpo_model__cfg_bool(j, "norm_topk_prob", w, &c->norm_topk_prob)) != GRPO_OK)
         return err;
     if (step != 1)
         return grpo__fail(GRPO_EUNSUPPORTED,
@@ -402,7 +373,7 @@ grpo_model__config_gqa(grpo_model_config *c, const cJSON *j, const char *w, cons
     if (c->arch == GRPO_ARCH_QWEN3_MOE && (err = parse_moe(c, j, w)) != GRPO_OK)
         return err;
     c->n_moe_layers = c->n_routed_experts > 0 ? c->num_hidden_layers : 0;
-    log_unknown(j, w);
+    grpo_model__log_unknown(j, w, known_keys, sizeof known_keys / sizeof known_keys[0]);
     c->softmax_scale = (float)(1.0 / sqrt((double)c->head_dim));
     c->rope_attn_factor = 1.0f;
     c->n_group = 1;

@@ -56,6 +56,13 @@ grpo_err grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, cons
  * other model_type by name. */
 grpo_err grpo_model__config_gqa(grpo_model_config *c, const cJSON *j, const char *where,
                                 const char *mt);
+/* config.json fields shared by every family (config.c): an int32 in [lo, 2^31) (req: must be
+ * there; else *out keeps its default when absent), a bool, and a debug line per key not in
+ * known (n entries, or up to a NULL). */
+grpo_err grpo_model__cfg_int(const cJSON *j, const char *key, const char *w, int64_t lo, int req,
+                             int32_t *out);
+grpo_err grpo_model__cfg_bool(const cJSON *j, const char *key, const char *w, int32_t *out);
+void grpo_model__log_unknown(const cJSON *j, const char *w, const char *const *known, size_t n);
 /* quantization_config (fp8 e4m3 with block scales only), shared by every family. */
 grpo_err grpo_model__config_quant(grpo_model_config *c, const cJSON *q, const char *where);
 /* A token id, or the first of a list of them; absent or null leaves *out. */

@@ -8,9 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* In place: s[0..n) <- softmax(s), max-subtracted, summed in order. */
-static void
-softmax_inplace(float *s, int n)
+void
+grpo_cpu__softmax(float *s, int n)
 {
     float mx = -INFINITY;
     for (int j = 0; j < n; j++)
@@ -25,8 +24,8 @@ softmax_inplace(float *s, int n)
         s[j] *= inv;
 }
 
-GRPO_CPU_CLONES static void
-axpy(float *y, float a, const float *x, int n)
+GRPO_CPU_CLONES void
+grpo_cpu__axpy(float *y, float a, const float *x, int n)
 {
     for (int i = 0; i < n; i++)
         y[i] += a * x[i];
@@ -188,7 +187,7 @@ naive_range(void *vctx, size_t b, size_t e, int worker)
         }
         for (int ii = 0; ii < ni; ii++)
             for (int hh = 0; hh < nh; hh++) {
-                softmax_inplace(s + ((size_t)ii * HG + hh) * L, c->pos0 + i0 + ii + 1);
+                grpo_cpu__softmax(s + ((size_t)ii * HG + hh) * L, c->pos0 + i0 + ii + 1);
                 memset(c->out + ((size_t)(i0 + ii) * c->H + h0 + hh) * c->dv, 0,
                        (size_t)c->dv * sizeof(float));
             }
@@ -198,9 +197,9 @@ naive_range(void *vctx, size_t b, size_t e, int worker)
                     continue;
                 for (int hh = 0; hh < nh; hh++) {
                     int h = h0 + hh;
-                    axpy(c->out + ((size_t)(i0 + ii) * c->H + h) * c->dv,
-                         s[((size_t)ii * HG + hh) * L + j],
-                         c->kvb + ((size_t)j * c->H + h) * dkv + c->dn, c->dv);
+                    grpo_cpu__axpy(c->out + ((size_t)(i0 + ii) * c->H + h) * c->dv,
+                                   s[((size_t)ii * HG + hh) * L + j],
+                                   c->kvb + ((size_t)j * c->H + h) * dkv + c->dn, c->dv);
                 }
             }
     }
@@ -297,7 +296,7 @@ absorbed_range(void *vctx, size_t b, size_t e, int worker)
                     c->scale;
         }
         for (int hh = 0; hh < nh; hh++)
-            softmax_inplace(s + (size_t)hh * L, L);
+            grpo_cpu__softmax(s + (size_t)hh * L, L);
         pv_heads(nh, s, (size_t)L, rows, L, c->dc, c->ol + ((size_t)bi * c->H + h0) * c->dc,
                  (size_t)c->dc);
     }

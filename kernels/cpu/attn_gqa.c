@@ -13,31 +13,6 @@
  * heads (a function of the shapes only). */
 #define QT 16
 
-/* In place: s[0..n) <- softmax(s), max-subtracted, summed in order. */
-static void
-softmax_row(float *s, int n)
-{
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++)
-        mx = s[j] > mx ? s[j] : mx;
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) {
-        s[j] = expf(s[j] - mx);
-        sum += s[j];
-    }
-    float inv = 1.0f / sum;
-    for (int j = 0; j < n; j++)
-        s[j] *= inv;
-}
-
-/* y += a * x, element by element (multiply, then add). */
-GRPO_CPU_CLONES static void
-axpy_row(float *y, float a, const float *x, int n)
-{
-    for (int i = 0; i < n; i++)
-        y[i] += a * x[i];
-}
-
 typedef struct {
     int H, KVH, d, G, page_len, row_stride, v_off, maxlen;
     const int32_t *q0, *n, *pos0;
@@ -69,7 +44,7 @@ gqa_task(const gqa_ctx *c, int b, int i0, int g, float *s, const float **rows)
     }
     for (int ii = 0; ii < ni; ii++)
         for (int hh = 0; hh < G; hh++) {
-            softmax_row(s + ((size_t)ii * G + hh) * L, pos0 + i0 + ii + 1);
+            grpo_cpu__softmax(s + ((size_t)ii * G + hh) * L, pos0 + i0 + ii + 1);
             memset(c->out + ((size_t)(c->q0[b] + i0 + ii) * H + g * G + hh) * d, 0,
                    (size_t)d * sizeof(float));
         }
@@ -78,8 +53,8 @@ gqa_task(const gqa_ctx *c, int b, int i0, int g, float *s, const float **rows)
         int first = j - pos0 - i0 > 0 ? j - pos0 - i0 : 0;
         for (int ii = first; ii < ni; ii++)
             for (int hh = 0; hh < G; hh++)
-                axpy_row(c->out + ((size_t)(c->q0[b] + i0 + ii) * H + g * G + hh) * d,
-                         s[((size_t)ii * G + hh) * L + j], vj, d);
+                grpo_cpu__axpy(c->out + ((size_t)(c->q0[b] + i0 + ii) * H + g * G + hh) * d,
+                               s[((size_t)ii * G + hh) * L + j], vj, d);
     }
 }
 

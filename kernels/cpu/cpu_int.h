@@ -109,6 +109,10 @@ int grpo_cpu__prof_on(const grpo_kernels *k);
 void grpo_cpu__prof_free(grpo_kernels *k);
 /* Nonzero when grpo_kernels_cpu_set_portable asked for the portable paths only. */
 int grpo_cpu__portable(void);
+/* Attention helpers (attn.c), for the MLA and GQA forms alike: in place s[0..n) <- softmax(s),
+ * max-subtracted, summed in order; y += a * x element by element (multiply, then add). */
+void grpo_cpu__softmax(float *s, int n);
+void grpo_cpu__axpy(float *y, float a, const float *x, int n);
 /* Dot product with 8 interleaved lanes and a fixed tree: same bits for the same inputs. */
 float grpo_cpu__dot(const float *a, const float *b, int n);
 

@@ -70,12 +70,12 @@ add_layer(wsum *s, const grpo_model_config *c, int moe)
 double
 grpo_kv_row_bytes(const grpo_model_config *c, int kv_dtype)
 {
-    double lat = c->kv_lora_rank, rope = c->qk_rope_head_dim;
+    double lat = c->kv_lora_rank, rope = c->qk_rope_head_dim, row = (double)grpo_model_kv_row(c);
     if (kv_dtype == GRPO_KV_BF16)
-        return 2 * (lat + rope);
+        return 2 * row;
     if (kv_dtype == GRPO_KV_FP8) /* E4M3 latent, an fp32 scale per 128, BF16 rope key */
         return lat + 4 * ceil(lat / 128) + 2 * rope;
-    return 4 * (lat + rope);
+    return 4 * row;
 }
 
 void

@@ -79,9 +79,10 @@ parse_recorded(const char *json, recorded *r)
         (err = json_str(o, "template", r->template_name, sizeof r->template_name)))
         goto done;
     json_str(o, "tokenizer", r->tokenizer, sizeof r->tokenizer); /* optional */
-    char nm[16] = "exact";                                       /* optional: exact */
-    json_str(o, "numerics", nm, sizeof nm);
-    if ((err = grpo_numerics_parse(nm, &r->numerics)) != GRPO_OK)
+    char nm[16] = "exact"; /* absent: exact; present: a string naming numerics */
+    if ((cJSON_GetObjectItemCaseSensitive(o, "numerics") != NULL &&
+         (err = json_str(o, "numerics", nm, sizeof nm)) != GRPO_OK) ||
+        (err = grpo_numerics_parse(nm, &r->numerics)) != GRPO_OK)
         goto done;
     grpo_error_clear();
     grpo_gen_params_default(&r->params);

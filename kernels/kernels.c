@@ -109,3 +109,15 @@ grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n)
     v.row0 = w->row0 + r0;
     return v;
 }
+
+void
+grpo_kernels_gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
+{
+    if (k->gemm_batch != NULL) {
+        k->gemm_batch(k, n, jobs);
+        return;
+    }
+    for (int j = 0; j < n; j++)
+        if (jobs[j].M > 0)
+            k->gemm(k, jobs[j].M, jobs[j].x, jobs[j].ldx, jobs[j].w, jobs[j].y, jobs[j].ldy);
+}

@@ -52,6 +52,16 @@ grpo_kw grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n);
 /* Dequantizes w[r][c0 .. c0+n) into out (n floats). */
 void grpo_kw_dequant_row(const grpo_kw *w, int32_t r, int32_t c0, int32_t n, float *out);
 
+/* One GEMM of a batch (grpo_kernels.gemm_batch): y(M, w->rows) = x(M, w->cols) . W^T. */
+typedef struct grpo_gemm_job {
+    int M;
+    const float *x;
+    int ldx;
+    const grpo_kw *w;
+    float *y;
+    int ldy;
+} grpo_gemm_job;
+
 typedef struct grpo_kernels grpo_kernels;
 struct grpo_kernels_prof;
 struct grpo_kernels {
@@ -119,7 +129,15 @@ struct grpo_kernels {
                      const int32_t *pos0, int H, int KVH, int d, const float *q,
                      const float *const *const *pages_of, int page_len, int row_stride, int v_off,
                      float scale, float *out);
+    /* n independent GEMMs in one parallel section: job j's y gets the bits gemm gives it alone
+     * (e.g. the gate and up projections of all of a token's experts: one pool wake-up and one
+     * barrier instead of one per matrix). No job may write what another reads. NULL in a backend
+     * without it: the caller then calls gemm for each job (grpo_kernels_gemm_batch does). */
+    void (*gemm_batch)(grpo_kernels *k, int n, const grpo_gemm_job *jobs);
 };
+
+/* k->gemm_batch, or gemm job by job where the backend has none. */
+void grpo_kernels_gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs);
 
 /* The CPU backend with its own thread pool (n_threads <= 0: all CPUs). */
 grpo_err grpo_kernels_cpu_create(grpo_kernels **out, int n_threads);
@@ -150,6 +168,7 @@ enum {
     GRPO_KOP_MLA_NAIVE,
     GRPO_KOP_MLA_ABSORBED,
     GRPO_KOP_GQA_ATTN,
+    GRPO_KOP_GEMM_BATCH,
     GRPO_KOP_PARALLEL,
     GRPO_KOP_N
 };

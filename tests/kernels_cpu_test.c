@@ -236,6 +236,63 @@ gemm_all_dtypes(void **state)
     grpo_kernels_destroy(k3);
 }
 
+/* A GEMM batch over mixed jobs (dtypes, shapes, M from 0 to 7: the fused and the staged paths, an
+ * FP8 scale the register routes cannot carry) gives each job the bits of its own GEMM on one
+ * thread, with 1, 2 and 3 threads and every job in a parallel section. */
+static void
+gemm_batch_same_bits(void **state)
+{
+    (void)state;
+    grpo_kernels_cpu_set_min_parallel(0);
+    enum { J = 7, KMAX = 300, NMAX = 130, MMAX = 7 };
+    struct {
+        grpo_dtype dt;
+        int N, K, M;
+    } spec[J] = {{GRPO_DT_F8E4M3, 130, 300, 1}, {GRPO_DT_F8E4M3, 37, 256, 3},
+                 {GRPO_DT_BF16, 130, 300, 2},   {GRPO_DT_F32, 9, 64, 7},
+                 {GRPO_DT_F8E4M3, 64, 128, 0},  {GRPO_DT_F16, 20, 100, 5},
+                 {GRPO_DT_F8E4M3, 130, 300, 4}};
+    mat m[J];
+    grpo_gemm_job jobs[J];
+    float *x = malloc((size_t)MMAX * KMAX * 4), *y[J], *want = malloc((size_t)MMAX * NMAX * 4);
+    for (int i = 0; i < MMAX * KMAX; i++)
+        x[i] = frand();
+    for (int j = 0; j < J; j++) {
+        make_mat(&m[j], spec[j].dt, spec[j].N, spec[j].K);
+        y[j] = malloc((size_t)MMAX * NMAX * 4);
+        jobs[j] = (grpo_gemm_job){spec[j].M, x, KMAX, &m[j].w, y[j], NMAX};
+    }
+    m[1].scale[0] = 1e37f; /* 256x and 2^120x overflow: that tile takes the staged path */
+    grpo_kernels *k1 = NULL;
+    assert_int_equal(grpo_kernels_cpu_create(&k1, 1), GRPO_OK);
+    for (int threads = 1; threads <= 3; threads++) {
+        grpo_kernels *k = NULL;
+        assert_int_equal(grpo_kernels_cpu_create(&k, threads), GRPO_OK);
+        for (int j = 0; j < J; j++)
+            memset(y[j], 0xff, (size_t)MMAX * NMAX * 4);
+        grpo_kernels_gemm_batch(k, J, jobs);
+        for (int j = 0; j < J; j++) {
+            if (spec[j].M == 0)
+                continue;
+            k1->gemm(k1, spec[j].M, x, KMAX, &m[j].w, want, NMAX);
+            for (int r = 0; r < spec[j].M; r++)
+                assert_memory_equal(y[j] + (size_t)r * NMAX, want + (size_t)r * NMAX,
+                                    (size_t)spec[j].N * 4);
+        }
+        uint32_t untouched; /* the M = 0 job wrote nothing */
+        memcpy(&untouched, y[4], 4);
+        assert_int_equal(untouched, 0xffffffffu);
+        grpo_kernels_destroy(k);
+    }
+    grpo_kernels_destroy(k1);
+    for (int j = 0; j < J; j++) {
+        free_mat(&m[j]);
+        free(y[j]);
+    }
+    free(x);
+    free(want);
+}
+
 /* The test's own Q8 quantization of n values (kernels.h: d = amax / 127, q = rint(v * 127 / amax)).
  */
 static void
@@ -582,7 +639,7 @@ main(void)
         cmocka_unit_test(e4m3_values),     cmocka_unit_test(fp8_paths_agree),
         cmocka_unit_test(gemm_all_dtypes), cmocka_unit_test(gemm_isa_same_bits),
         cmocka_unit_test(mla_attention),   cmocka_unit_test(router_follows_reference),
-        cmocka_unit_test(gemm_q8_option),
+        cmocka_unit_test(gemm_q8_option),  cmocka_unit_test(gemm_batch_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

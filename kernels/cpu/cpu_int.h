@@ -88,6 +88,7 @@ void grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_
 void grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,
                           const grpo_kw *w, int wrs, int N, float *y, int ldy, int yhs);
 /* gemm_heads over Q8 weights (q8.c): activations quantized per row and 32-column block. */
+void grpo_cpu__gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs);
 void grpo_cpu__gemm_q8(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,
                        const grpo_kw *w, int wrs, int N, float *y, int ldy, int yhs);
 void grpo_cpu__gemm_t_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,

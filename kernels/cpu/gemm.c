@@ -206,6 +206,40 @@ fused_w8(grpo_dtype dt, const void *row, int k, __m256 sc256)
     return grpo_v8_load((const float *)row + k);
 }
 
+/* 16 FP8 weights at column k of a row, as grpo_kw_dequant_row gives them, in two vectors w0
+ * (columns k..k+7) and w1 (k+8..k+15), without the FP16 route's conversion instruction: byte b of
+ * each weight is shuffled into the top byte of a 32-bit lane, shifted right by 4 with its sign and
+ * masked, which leaves the sign, eeee in the low 4 bits of the FP32 exponent and mmm at the top of
+ * the mantissa: the value * 2^-120, exact (E4M3 subnormals become FP32 subnormals, also exact).
+ * One multiply by s120 = scale * 2^120 (exact: a power-of-two shift) then rounds the exact
+ * product once, as the FP16 route's multiply by scale * 256 does: the same bits. */
+__attribute__((always_inline, target("arch=x86-64-v3"))) static inline void
+fused_w16_e4m3(const void *row, int k, __m256 s120, grpo_v8f *w0, grpo_v8f *w1)
+{
+    const __m256i lo = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3,
+                                        -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, 6, -1, -1, -1, 7);
+    const __m256i hi =
+        _mm256_setr_epi8(-1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1, -1, 11, -1, -1, -1,
+                         12, -1, -1, -1, 13, -1, -1, -1, 14, -1, -1, -1, 15);
+    const __m256i keep = _mm256_set1_epi32((int)0x87ffffff);
+    __m256i v = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)((const uint8_t *)row + k)));
+    __m256i t0 = _mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(v, lo), 4), keep);
+    __m256i t1 = _mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(v, hi), 4), keep);
+    *w0 = (grpo_v8f)_mm256_mul_ps(_mm256_castsi256_ps(t0), s120);
+    *w1 = (grpo_v8f)_mm256_mul_ps(_mm256_castsi256_ps(t1), s120);
+}
+
+/* The FP8 scale factors of both routes for one block scale: 0 when either is not finite (the
+ * staged path then serves the tile). */
+static inline int
+fused_scales(float scale, float *s256, float *s120)
+{
+    *s256 = scale * 256.0f;
+    *s120 = scale * 0x1p120f;
+    return isfinite(*s256) && isfinite(*s120);
+}
+
 typedef struct {
     const void *row[NB];   /* weight rows (rows past nn repeat row 0; their sums are dropped) */
     const float *srow[NB]; /* FP8: each row's line of the scale grid */
@@ -227,12 +261,26 @@ fused_block(int R, grpo_dtype dt, const gemm_ctx *c, const fused_rows *fr, int r
                 a[r][j] = (grpo_v8f){0};
         for (int k = k0; k < k0 + kv;) {
             int end = k0 + kv;
-            __m256 sc[NB] = {0};
+            __m256 sc[NB] = {0}, s120[NB] = {0};
             if (dt == GRPO_DT_F8E4M3) {
                 int blk = k / bc;
                 end = (blk + 1) * bc < end ? (blk + 1) * bc : end;
-                for (int j = 0; j < NB; j++)
-                    sc[j] = _mm256_set1_ps(fr->srow[j][blk] * 256.0f);
+                for (int j = 0; j < NB; j++) {
+                    float a256, a120;
+                    (void)fused_scales(fr->srow[j][blk], &a256, &a120); /* checked finite */
+                    sc[j] = _mm256_set1_ps(a256);
+                    s120[j] = _mm256_set1_ps(a120);
+                }
+                for (; k + 16 <= end; k += 16) /* each row's two vectors used at once: no spills */
+                    for (int j = 0; j < NB; j++) {
+                        grpo_v8f w0, w1;
+                        fused_w16_e4m3(fr->row[j], k, s120[j], &w0, &w1);
+                        for (int r = 0; r < R; r++) {
+                            const float *xr = x + (size_t)r * (size_t)c->ldx + k;
+                            a[r][j] += grpo_v8_load(xr) * w0;
+                            a[r][j] += grpo_v8_load(xr + 8) * w1;
+                        }
+                    }
             }
             for (; k < end; k += 8) {
                 grpo_v8f w[NB];
@@ -255,7 +303,7 @@ fused_block(int R, grpo_dtype dt, const gemm_ctx *c, const fused_rows *fr, int r
 }
 
 /* Tile t for all c->M (<= FUSED_MAX_M) rows; 0 when the tile needs the staged path (an FP8 scale
- * whose 256-fold is not finite, which the FP16 route cannot carry). */
+ * whose 256- or 2^120-fold is not finite, which the register routes cannot carry). */
 __attribute__((target("arch=x86-64-v3"))) GRPO_CPU_CONTRACT static int
 tile_fused(const gemm_ctx *c, size_t t)
 {
@@ -270,9 +318,11 @@ tile_fused(const gemm_ctx *c, size_t t)
         fr.srow[j] = NULL;
         if (w->dt == GRPO_DT_F8E4M3) {
             fr.srow[j] = w->scale + (size_t)((w->row0 + r) / w->br) * (size_t)w->scale_cols;
-            for (int b = 0; b < w->scale_cols; b++)
-                if (!isfinite(fr.srow[j][b] * 256.0f))
+            for (int b = 0; b < w->scale_cols; b++) {
+                float s256, s120;
+                if (!fused_scales(fr.srow[j][b], &s256, &s120))
                     return 0;
+            }
         }
     }
     const float *x = c->x + (size_t)h * (size_t)c->xhs;
@@ -404,6 +454,89 @@ grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w
     grpo_cpu__gemm_heads(k, M, 1, x, ldx, 0, w, 0, w->rows, y, ldy, 0);
 }
 
+/* The batch's tiles in one index space (job j's tiles are [first[j], first[j + 1])), cut into
+ * one contiguous run per worker of about equal cost (a tile costs its weight reads plus its rows:
+ * K * (4 + M)). Each tile runs exactly as in its own GEMM, so the cut never changes a bit. */
+typedef struct {
+    int n;
+    const gemm_ctx *ctx;
+    const size_t *first, *cut;
+} batch_ctx;
+
+static void
+batch_range(void *vctx, size_t b, size_t e, int worker)
+{
+    const batch_ctx *c = vctx;
+    for (size_t w = b; w < e; w++) {
+        size_t t = c->cut[w], end = c->cut[w + 1];
+        for (int j = 0; j < c->n && t < end; j++) {
+            if (c->first[j + 1] <= t)
+                continue;
+            size_t te = end < c->first[j + 1] ? end : c->first[j + 1];
+            gemm_range((void *)&c->ctx[j], t - c->first[j], te - c->first[j], worker);
+            t = te;
+        }
+    }
+}
+
+void
+grpo_cpu__gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
+{
+    int W = k != NULL && k->impl != NULL ? grpo_pool_size((grpo_pool *)k->impl) : 1;
+    gemm_ctx *ctx = malloc((size_t)(n > 0 ? n : 1) * sizeof *ctx);
+    size_t *first = malloc(((size_t)n + 1 + (size_t)W + 1) * sizeof *first);
+    int serial = ctx == NULL || first == NULL;
+    double work = 0, cost = 0;
+    for (int j = 0; j < n && !serial; j++) { /* Q8 and empty jobs take gemm's own route */
+        const grpo_kw *w = jobs[j].w;
+        serial = w->dt == GRPO_DT_Q8 || w->cols == 0;
+        work += (double)jobs[j].M * w->rows * w->cols;
+    }
+    if (serial) {
+        free(ctx);
+        free(first);
+        for (int j = 0; j < n; j++)
+            if (jobs[j].M > 0)
+                grpo_cpu__gemm(k, jobs[j].M, jobs[j].x, jobs[j].ldx, jobs[j].w, jobs[j].y,
+                               jobs[j].ldy);
+        return;
+    }
+    first[0] = 0;
+    for (int j = 0; j < n; j++) {
+        const grpo_kw *w = jobs[j].w;
+        int M = jobs[j].M > 0 ? jobs[j].M : 0;
+        ctx[j] = (gemm_ctx){.M = M,
+                            .H = 1,
+                            .ldx = jobs[j].ldx,
+                            .N = w->rows,
+                            .ldy = jobs[j].ldy,
+                            .tiles = M > 0 ? (w->rows + NB - 1) / NB : 0,
+                            .x = jobs[j].x,
+                            .w = w,
+                            .y = jobs[j].y};
+        first[j + 1] = first[j] + (size_t)ctx[j].tiles;
+        cost += (double)ctx[j].tiles * w->cols * (4.0 + M);
+    }
+    size_t *cut = first + n + 1;
+    cut[0] = 0;
+    double run = 0;
+    int w = 1;
+    for (int j = 0; j < n && w < W; j++) {
+        double per = (double)jobs[j].w->cols * (4.0 + ctx[j].M);
+        for (size_t t = first[j]; t < first[j + 1] && w < W; t++) {
+            run += per;
+            while (w < W && run >= cost * w / W)
+                cut[w++] = t + 1;
+        }
+    }
+    while (w <= W)
+        cut[w++] = first[n];
+    batch_ctx bc = {n, ctx, first, cut};
+    grpo_cpu__run(k, work, (size_t)W, batch_range, &bc);
+    free(ctx);
+    free(first);
+}
+
 /* y[m][0..cb) = sum over d in order of x[m][d] * wt[d][0..cb). */
 GRPO_CPU_CLONES static void
 tile_axpy(int M, const float *x, int ldx, const float *wt, int K, int cb, float *y, int ldy)
@@ -437,7 +570,7 @@ typedef struct {
 /* Decode-sized gemm_t (M <= 2): each weight row's CB columns converted in registers and added in
  * at once, rows d in order, multiply then add: tile_axpy's arithmetic without the staged tile.
  * Called when c->M <= 2 and fused_weights_ok(w, CB); 0 when the tile needs the staged path (an
- * FP8 scale whose 256-fold is not finite). */
+ * FP8 scale whose 256- or 2^120-fold is not finite). */
 __attribute__((target("arch=x86-64-v3"))) static int
 tile_t_fused(const gemmt_ctx *c, int h, int c0)
 {
@@ -451,18 +584,25 @@ tile_t_fused(const gemmt_ctx *c, int h, int c0)
         for (int d = 0; d < c->K; d++) {
             int r = h * c->wrs + d;
             const char *row = (const char *)w->data + (size_t)r * (size_t)w->cols * es;
-            __m256 sc = _mm256_setzero_ps();
-            if (w->dt == GRPO_DT_F8E4M3) {
-                float s256 = w->scale[(size_t)((w->row0 + r) / w->br) * (size_t)w->scale_cols +
-                                      (size_t)(c0 / w->bc)] *
-                             256.0f;
-                if (!isfinite(s256))
-                    return 0; /* the staged path then writes every row */
-                sc = _mm256_set1_ps(s256);
-            }
             grpo_v8f xv = (grpo_v8f){0} + xr[d];
+            if (w->dt == GRPO_DT_F8E4M3) {
+                float s256, s120;
+                if (!fused_scales(w->scale[(size_t)((w->row0 + r) / w->br) *
+                                               (size_t)w->scale_cols +
+                                           (size_t)(c0 / w->bc)],
+                                  &s256, &s120))
+                    return 0; /* the staged path then writes every row */
+                __m256 sc = _mm256_set1_ps(s120);
+                for (int i = 0; i < CB / 8; i += 2) {
+                    grpo_v8f w0, w1;
+                    fused_w16_e4m3(row, c0 + 8 * i, sc, &w0, &w1);
+                    acc[i] += xv * w0;
+                    acc[i + 1] += xv * w1;
+                }
+                continue;
+            }
             for (int i = 0; i < CB / 8; i++)
-                acc[i] += xv * fused_w8(w->dt, row, c0 + 8 * i, sc);
+                acc[i] += xv * fused_w8(w->dt, row, c0 + 8 * i, _mm256_setzero_ps());
         }
         float *yr = c->y + (size_t)m * (size_t)c->ldy + (size_t)h * (size_t)c->yhs + (size_t)c0;
         for (int i = 0; i < CB / 8; i++)

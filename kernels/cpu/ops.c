@@ -236,6 +236,7 @@ grpo_kernels_cpu_create(grpo_kernels **out, int n_threads)
     k->mla_naive = grpo_cpu__mla_naive;
     k->mla_absorbed = grpo_cpu__mla_absorbed;
     k->gqa_attn = grpo_cpu__gqa_attn;
+    k->gemm_batch = grpo_cpu__gemm_batch;
     *out = k;
     return GRPO_OK;
 }

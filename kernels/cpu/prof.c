@@ -16,7 +16,8 @@ struct grpo_kernels_prof {
 
 const char *const grpo_kop_names[GRPO_KOP_N] = {
     "gemm",  "gemm_heads", "gemm_t_heads", "rmsnorm",      "rope",     "silu_mul",
-    "embed", "router",     "mla_naive",    "mla_absorbed", "gqa_attn", "experts (parallel_for)"};
+    "embed", "router",     "mla_naive",    "mla_absorbed", "gqa_attn", "gemm_batch",
+    "experts (parallel_for)"};
 
 /* Runs CALL through the original entry; times it when k is the pooled table. */
 #define TIMED(OP, CALL)                                                                            \
@@ -114,6 +115,12 @@ p_gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n, const in
                                       row_stride, v_off, scale, out));
 }
 
+static void
+p_gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
+{
+    TIMED(GRPO_KOP_GEMM_BATCH, gemm_batch(k, n, jobs));
+}
+
 grpo_err
 grpo_kernels_cpu_set_profile(grpo_kernels *k, int on)
 {
@@ -140,6 +147,7 @@ grpo_kernels_cpu_set_profile(grpo_kernels *k, int on)
         k->mla_naive = p_mla_naive;
         k->mla_absorbed = p_mla_absorbed;
         k->gqa_attn = p_gqa_attn;
+        k->gemm_batch = p_gemm_batch;
     } else if (!on && pr->on) { /* the table as it was (pr->orig.prof is pr): counters stay */
         *k = pr->orig;
     }

@@ -310,15 +310,17 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
     if (c->arch != GRPO_ARCH_DEEPSEEK_V3)
         return grpo_model__attn_gqa(m, kv, l, layer, items, n_items, t0_of, T, s->pos, s->x, s->q,
                                     s->kva, s->ao, s->tmp, s->h);
+    /* the projections of x (q_a or q, and kv_a) in one GEMM batch */
+    grpo_gemm_job proj[2] = {{T, s->x, H, c->q_lora_rank > 0 ? &l->q_a : &l->q_proj,
+                              c->q_lora_rank > 0 ? s->qa : s->q,
+                              c->q_lora_rank > 0 ? c->q_lora_rank : nh * qk},
+                             {T, s->x, H, &l->kv_a, s->kva, row}};
+    grpo_kernels_gemm_batch(k, 2, proj);
     if (c->q_lora_rank > 0) {
-        k->gemm(k, T, s->x, H, &l->q_a, s->qa, c->q_lora_rank);
         k->rmsnorm(k, T, s->qa, c->q_lora_rank, l->q_a_norm, c->q_lora_rank, MLA_NORM_EPS, s->qa,
                    c->q_lora_rank);
         k->gemm(k, T, s->qa, c->q_lora_rank, &l->q_b, s->q, nh * qk);
-    } else {
-        k->gemm(k, T, s->x, H, &l->q_proj, s->q, nh * qk);
     }
-    k->gemm(k, T, s->x, H, &l->kv_a, s->kva, row);
     k->rmsnorm(k, T, s->kva, row, l->kv_a_norm, dc, MLA_NORM_EPS, s->kva, row);
     k->rope(k, T, s->kva + dc, row, 1, 0, dr, s->pos, m->inv_freq, c->rope_attn_factor,
             c->rope_interleave);

@@ -29,9 +29,10 @@ project(grpo_model *m, const grpo_layer_w *l, int T, const int32_t *pos, const f
     grpo_kernels *k = m->k;
     int H = c->hidden_size, nh = c->num_attention_heads, kvh = c->num_key_value_heads;
     int d = c->head_dim, qd = nh * d, kd = kvh * d, row = 2 * kd;
-    k->gemm(k, T, x, H, &l->q_proj, q, qd);
-    k->gemm(k, T, x, H, &l->k_proj, kvr, row);
-    k->gemm(k, T, x, H, &l->v_proj, kvr + kd, row);
+    grpo_gemm_job proj[3] = {{T, x, H, &l->q_proj, q, qd},
+                             {T, x, H, &l->k_proj, kvr, row},
+                             {T, x, H, &l->v_proj, kvr + kd, row}};
+    grpo_kernels_gemm_batch(k, 3, proj); /* one parallel section for the three */
     add_bias(q, T, qd, qd, l->q_bias);
     add_bias(kvr, T, kd, row, l->k_bias);
     add_bias(kvr + kd, T, kd, row, l->v_bias);

@@ -305,8 +305,8 @@ parse_dims(grpo_model_config *c, const cJSON *j, const char *w)
     return GRPO_OK;
 }
 
-/* DeepseekV2MoEGate: softmax scores (scoring_func is not read: "softmax" or absent), top-k by
- * "greedy" (no groups: n_group/topk_group ignored, as transformers does) or by
+/* DeepseekV2MoEGate: softmax scores (transformers does not read scoring_func; we take "softmax" or
+ * absent), top-k by "greedy" (no groups: n_group/topk_group ignored, as transformers does) or by
  * "group_limited_greedy" (groups scored by their largest probability), times
  * routed_scaling_factor. transformers never normalizes the top-k weights while DeepSeek's own code
  * does when norm_topk_prob is set, so that value (false in every published V2 config) is refused.

@@ -168,7 +168,7 @@ def route_ref(mt, cfg, x, gate):
         assert cfg.n_group == 1
         s = logits.sigmoid() + gate.e_score_correction_bias
     ss = s.sort(-1, descending=True).values
-    gap = float(((ss[:, k - 1] - ss[:, k]) / ss[:, k - 1].abs()).min())
+    gap = 1.0 if k >= ss.shape[1] else float(((ss[:, k - 1] - ss[:, k]) / ss[:, k - 1].abs()).min())
     return s.topk(k, -1).indices.sort(-1).values, min(gap, ggap)
 
 

@@ -19,10 +19,11 @@ dequantized weights).
 One correction to the V2 oracle: DeepseekV2Attention in transformers 4.57 scales the attention
 softmax by qk_head_dim^-0.5 only, while DeepSeek's own modeling_deepseek.py (and vLLM) multiply
 it by yarn_get_mscale(factor, mscale_all_dim)^2 whenever rope_scaling carries mscale_all_dim, as
-DeepseekV3Attention does (transformers added it to V2 later: huggingface/transformers#47435). grpo computes DeepSeek's scale (the checkpoints were trained with it), so
-for a V2 model with mscale_all_dim this script sets each layer's `scaling` to that value before
-running the oracle (and checks that the stock class gives other logits); models without
-mscale_all_dim run the stock class unchanged.
+DeepseekV3Attention does (transformers added it to V2 later: huggingface/transformers#47435).
+grpo computes DeepSeek's scale (the checkpoints were trained with it), so for a V2 model with
+mscale_all_dim this script sets each layer's `scaling` to that value before running the oracle
+(and checks that the stock class gives other logits); models without mscale_all_dim run the
+stock class unchanged.
 
 Run from the repository root: python3 tools/make_v2_models.py [--out tests/data/v2_models]
 (torch 2.9.1, transformers 4.57.6; fixed seeds).

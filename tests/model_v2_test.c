@@ -321,8 +321,9 @@ check_routes(fx *f)
         for (int t = 0; t < n; t++)
             for (int k = 0; k < K; k++) {
                 const uint8_t *at = r + (size_t)t * row + ((size_t)l * K + k) * nb;
-                int16_t v16;
-                memcpy(&v16, at, 2);
+                int16_t v16 = 0;
+                if (nb == 2)
+                    memcpy(&v16, at, 2);
                 int got = nb == 1 ? *at : v16;
                 int exp = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetArrayItem(want, l), t), k)
                               ->valueint;

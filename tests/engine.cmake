@@ -40,3 +40,9 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${PROJECT_SOURCE_DIR}/mod
   grpo_add_test(rollout_gqa_cli_test SOURCES rollout_gqa_cli_test.c LIBS PkgConfig::CJSON TIMEOUT 300)
   add_dependencies(rollout_gqa_cli_test grpo)
 endif()
+# `grpo rollout --record-routes` / `grpo replay` on a deepseek_v2 model with the demo tokenizer.
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${PROJECT_SOURCE_DIR}/models/demo/tokenizer.json)
+  grpo_add_test(rollout_v2_cli_test SOURCES rollout_v2_cli_test.c LIBS PkgConfig::CJSON
+                PkgConfig::SQLITE3 TIMEOUT 300)
+  add_dependencies(rollout_v2_cli_test grpo)
+endif()

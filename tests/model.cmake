@@ -24,3 +24,8 @@ endif()
 if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(model_routes_test SOURCES model_routes_test.c LIBS grpo_model TIMEOUT 120)
 endif()
+# deepseek_v2, and Moonlight- / Kimi-K2-style deepseek_v3, against transformers fixtures
+# (tests/data/v2_models, from tools/make_v2_models.py).
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(model_v2_test SOURCES model_v2_test.c LIBS grpo_model TIMEOUT 300)
+endif()

@@ -423,7 +423,7 @@ config_refused_by_name(void **state)
         {"qwen2_tied", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
          "num_key_value_heads"},
         {"qwen3_bf16", "\"head_dim\": 32", "\"head_dim\": 7", "head_dim"},
-        {"qwen3_bf16", "\"model_type\": \"qwen3\"", "\"model_type\": \"deepseek_v2\"",
+        {"qwen3_bf16", "\"model_type\": \"qwen3\"", "\"model_type\": \"gemma2\"",
          "model_type"},
         {"qwen3_bf16", "\"model_type\": \"qwen3\"", "\"model_type\": \"qwen3_moe\"", "num_experts"},
         {"qwen3_moe_norm", "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2",

@@ -53,11 +53,12 @@ typedef struct grpo_model_config {
 
 /* model_type values grpo computes. */
 typedef enum grpo_model_arch {
-    GRPO_ARCH_DEEPSEEK_V3 = 0, /* MLA + MoE (DeepSeek-V3/R1, Moonlight) */
+    GRPO_ARCH_DEEPSEEK_V3 = 0, /* MLA + MoE (DeepSeek-V3/R1, Moonlight, Kimi-K2) */
     GRPO_ARCH_QWEN2 = 1,       /* Qwen2/Qwen2.5, R1-Distill-Qwen: GQA with q/k/v biases */
     GRPO_ARCH_LLAMA = 2,       /* Llama 3.x, R1-Distill-Llama: GQA, llama3 rope scaling */
     GRPO_ARCH_QWEN3 = 3,       /* Qwen3 dense: GQA with per-head q/k RMSNorm */
-    GRPO_ARCH_QWEN3_MOE = 4    /* Qwen3 MoE: qwen3 attention, softmax top-k router, no shared */
+    GRPO_ARCH_QWEN3_MOE = 4,   /* Qwen3 MoE: qwen3 attention, softmax top-k router, no shared */
+    GRPO_ARCH_DEEPSEEK_V2 = 5  /* MLA + MoE with a softmax, greedy or group-limited router */
 } grpo_model_arch;
 
 /* The config's model_type as config.json spells it ("deepseek_v3", "qwen2", ...); static. */

@@ -1,6 +1,6 @@
-/* config.json of model_type deepseek_v3 (the dense GQA families are in config_gqa.c): every field
- * that changes the computation is read and checked; values we do not implement are refused by
- * name rather than ignored. */
+/* config.json of model_type deepseek_v3 and deepseek_v2 (the GQA families are in config_gqa.c):
+ * every field that changes the computation is read and checked; values we do not implement are
+ * refused by name rather than ignored. */
 #include "rollout/model/model_int.h"
 #include "common/json.h"
 
@@ -90,6 +90,7 @@ static const char *const known_keys[] = {
     "use_bfloat16",
     "bad_words_ids",
     "num_labels",
+    "mlp_bias",
 };
 
 grpo_err
@@ -304,6 +305,46 @@ parse_dims(grpo_model_config *c, const cJSON *j, const char *w)
     return GRPO_OK;
 }
 
+/* DeepseekV2MoEGate: softmax scores (transformers does not read scoring_func; we take "softmax" or
+ * absent), top-k by "greedy" (no groups: n_group/topk_group ignored, as transformers does) or by
+ * "group_limited_greedy" (groups scored by their largest probability), times
+ * routed_scaling_factor. transformers never normalizes the top-k weights while DeepSeek's own code
+ * does when norm_topk_prob is set, so that value (false in every published V2 config) is refused.
+ */
+static grpo_err
+parse_v2_gate(grpo_model_config *c, const cJSON *j, const char *w)
+{
+    const char *tm = "greedy";
+    grpo_err err;
+    if ((err = opt_str_is(j, "scoring_func", w, "softmax")) != GRPO_OK ||
+        (err = grpo__json_str_opt(j, "topk_method", w, &tm)) != GRPO_OK)
+        return err;
+    if (tm == NULL)
+        tm = "greedy";
+    if (c->norm_topk_prob)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: \"norm_topk_prob\": true is not supported for deepseek_v2 "
+                          "(transformers ignores it, DeepSeek's code normalizes)",
+                          w);
+    if (strcmp(tm, "greedy") == 0) {
+        c->n_group = c->topk_group = 1;
+        return GRPO_OK;
+    }
+    if (strcmp(tm, "group_limited_greedy") != 0)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: \"topk_method\" is \"%s\"; deepseek_v2 supports \"greedy\" "
+                          "and \"group_limited_greedy\"",
+                          w, tm);
+    const cJSON *ng = cJSON_GetObjectItemCaseSensitive(j, "n_group"),
+                *tg = cJSON_GetObjectItemCaseSensitive(j, "topk_group");
+    if (c->n_routed_experts > 0 && (!cJSON_IsNumber(ng) || !cJSON_IsNumber(tg)))
+        return grpo__fail(GRPO_EFORMAT,
+                          "%s: \"topk_method\" group_limited_greedy needs \"n_group\" and "
+                          "\"topk_group\"",
+                          w);
+    return GRPO_OK;
+}
+
 static grpo_err
 parse_moe(grpo_model_config *c, const cJSON *j, const char *w)
 {
@@ -327,9 +368,13 @@ parse_moe(grpo_model_config *c, const cJSON *j, const char *w)
         (err = grpo_model__cfg_int(j, "moe_intermediate_size", w, 1, 0,
                                    &c->moe_intermediate_size)) != GRPO_OK ||
         (err = grpo__json_num_opt(j, "routed_scaling_factor", w, &rsf)) != GRPO_OK ||
-        (err = grpo_model__cfg_bool(j, "norm_topk_prob", w, &c->norm_topk_prob)) != GRPO_OK ||
-        (err = opt_str_is(j, "scoring_func", w, "sigmoid")) != GRPO_OK ||
-        (err = opt_str_is(j, "topk_method", w, "noaux_tc")) != GRPO_OK)
+        (err = grpo_model__cfg_bool(j, "norm_topk_prob", w, &c->norm_topk_prob)) != GRPO_OK)
+        return err;
+    if (c->arch == GRPO_ARCH_DEEPSEEK_V2)
+        err = parse_v2_gate(c, j, w);
+    else if ((err = opt_str_is(j, "scoring_func", w, "sigmoid")) == GRPO_OK)
+        err = opt_str_is(j, "topk_method", w, "noaux_tc");
+    if (err != GRPO_OK)
         return err;
     c->routed_scaling_factor = (float)rsf;
     if (c->moe_layer_freq != 1)
@@ -398,12 +443,14 @@ grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *w
     const char *mt = NULL;
     if ((err = grpo__json_str(j, "model_type", w, &mt)) != GRPO_OK)
         return err;
-    if (strcmp(mt, "deepseek_v3") != 0)
+    if (strcmp(mt, "deepseek_v2") == 0)
+        c->arch = GRPO_ARCH_DEEPSEEK_V2;
+    else if (strcmp(mt, "deepseek_v3") != 0)
         return grpo_model__config_gqa(c, j, w, mt);
     if ((err = parse_dims(c, j, w)) != GRPO_OK || (err = parse_moe(c, j, w)) != GRPO_OK)
         return err;
     double eps = c->rms_norm_eps;
-    bool attn_bias = false;
+    bool attn_bias = false, mlp_bias = false;
     int32_t tp = 1;
     if ((err = grpo__json_num_opt(j, "rms_norm_eps", w, &eps)) != GRPO_OK ||
         (err = grpo__json_num_opt(j, "rope_theta", w, &c->rope_theta)) != GRPO_OK ||
@@ -414,12 +461,18 @@ grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *w
                                    &c->num_nextn_predict_layers)) != GRPO_OK ||
         (err = opt_str_is(j, "hidden_act", w, "silu")) != GRPO_OK ||
         (err = grpo__json_bool_opt(j, "attention_bias", w, &attn_bias)) != GRPO_OK ||
+        (err = grpo__json_bool_opt(j, "mlp_bias", w, &mlp_bias)) != GRPO_OK ||
         (err = grpo_model__cfg_int(j, "pretraining_tp", w, 1, 0, &tp)) != GRPO_OK ||
         (err = grpo_model__config_token_id(j, "bos_token_id", w, &c->bos_token_id)) != GRPO_OK ||
         (err = grpo_model__config_token_id(j, "eos_token_id", w, &c->eos_token_id)) != GRPO_OK)
         return err;
-    if (attn_bias)
-        return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"attention_bias\": true is not supported", w);
+    if (attn_bias || mlp_bias)
+        return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"%s\": true is not supported", w,
+                          attn_bias ? "attention_bias" : "mlp_bias");
+    /* DeepseekV2Attention always rotates adjacent pairs; it has no rope_interleave option */
+    if (c->arch == GRPO_ARCH_DEEPSEEK_V2 && !c->rope_interleave)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: \"rope_interleave\": false is not supported for deepseek_v2", w);
     if (tp != 1)
         return grpo__fail(GRPO_EUNSUPPORTED, "%s: \"pretraining_tp\" must be 1", w);
     if (!(eps > 0 && eps < 1))

@@ -359,10 +359,11 @@ grpo_model__config_gqa(grpo_model_config *c, const cJSON *j, const char *w, cons
     while (f < nf && strcmp(families[f].name, mt) != 0)
         f++;
     if (f == nf)
-        return grpo__fail(GRPO_EUNSUPPORTED,
-                          "%s: \"model_type\" is \"%s\"; supported: deepseek_v3, qwen2, llama, "
-                          "qwen3, qwen3_moe",
-                          w, mt);
+        return grpo__fail(
+            GRPO_EUNSUPPORTED,
+            "%s: \"model_type\" is \"%s\"; supported: deepseek_v3, deepseek_v2, qwen2, "
+            "llama, qwen3, qwen3_moe",
+            w, mt);
     c->arch = families[f].arch;
     c->rope_interleave = 0; /* rotate_half: pairs (i, i + head_dim / 2) */
     grpo_err err;
@@ -389,5 +390,5 @@ grpo_model_type_name(const grpo_model_config *cfg)
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
         if ((int32_t)families[f].arch == cfg->arch)
             return families[f].name;
-    return "deepseek_v3";
+    return cfg->arch == GRPO_ARCH_DEEPSEEK_V2 ? "deepseek_v2" : "deepseek_v3";
 }

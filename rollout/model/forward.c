@@ -1,4 +1,4 @@
-/* The forward over a ragged batch: embedding, per layer RMSNorm + attention (DeepSeek-V3's MLA:
+/* The forward over a ragged batch: embedding, per layer RMSNorm + attention (DeepSeek's MLA:
  * naive form for prefill chunks, absorbed form for single decode tokens, both over the paged latent
  * cache; or the GQA families' attention, forward_gqa.c) + dense MLP or MoE, then the final norm and
  * lm_head. fp32 activations; every op goes through the kernel table. Each row's result depends only
@@ -82,7 +82,7 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     size_t dn = (size_t)c->qk_nope_head_dim, I = (size_t)c->intermediate_size;
     /* GQA: q and ao are (T, heads, head_dim), kva (T, row); the MLA-only buffers are empty */
     size_t Bm = B, Lm = L;
-    if (c->arch != GRPO_ARCH_DEEPSEEK_V3) {
+    if (!grpo_model__is_mla(c)) {
         qk = dv = (size_t)c->head_dim;
         dc = grpo_model_kv_row(c);
         dr = dn = 0;
@@ -307,7 +307,7 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
     int dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim, dc = c->kv_lora_rank;
     int qk = dn + dr, row = dc + dr;
     k->rmsnorm(k, T, s->h, H, l->attn_norm, H, c->rms_norm_eps, s->x, H);
-    if (c->arch != GRPO_ARCH_DEEPSEEK_V3)
+    if (!grpo_model__is_mla(c))
         return grpo_model__attn_gqa(m, kv, l, layer, items, n_items, t0_of, T, s->pos, s->x, s->q,
                                     s->kva, s->ao, s->tmp, s->h);
     /* the projections of x (q_a or q, and kv_a) in one GEMM batch */
@@ -496,8 +496,9 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
     grpo_kernels *k = m->k;
     int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
     k->gemm(k, T, s->x, H, &l->router, s->rl, E);
-    if (c->arch == GRPO_ARCH_QWEN3_MOE)
-        grpo_model__route_softmax(T, s->rl, E, K, c->norm_topk_prob, s->ri, s->rw);
+    if (c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2) /* softmax gates */
+        grpo_model__route_softmax(T, s->rl, E, c->n_group, c->topk_group, K, c->norm_topk_prob,
+                                  c->routed_scaling_factor, s->ri, s->rw);
     else
         k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
                   c->routed_scaling_factor, s->ri, s->rw);

@@ -114,10 +114,39 @@ grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int laye
     return GRPO_OK;
 }
 
+/* Drops every group but the topk_group of n_group with the largest maximum probability
+ * (DeepseekV2MoEGate's group_limited_greedy; ties to the lower group), marking their experts
+ * taken (-1) so the top-k below skips them, as transformers' masked 0.0 does for positive
+ * probabilities. */
+static void
+group_limit(float *p, int E, int n_group, int topk_group)
+{
+    int per = E / n_group;
+    float gmax[256];
+    unsigned char keep[256] = {0};
+    for (int g = 0; g < n_group; g++) {
+        gmax[g] = p[g * per];
+        for (int i = 1; i < per; i++)
+            gmax[g] = p[g * per + i] > gmax[g] ? p[g * per + i] : gmax[g];
+    }
+    for (int r = 0; r < topk_group; r++) {
+        int best = -1;
+        for (int g = 0; g < n_group; g++)
+            if (!keep[g] && (best < 0 || gmax[g] > gmax[best]))
+                best = g;
+        keep[best] = 1;
+    }
+    for (int g = 0; g < n_group; g++)
+        if (!keep[g])
+            for (int i = 0; i < per; i++)
+                p[g * per + i] = -1.0f;
+}
+
 /* One row: p (E), the logits, becomes the softmax; the top_k chosen by repeated arg-max (lower id
  * on ties); their sum taken in that (descending) order, as torch.topk's output is summed. */
 static void
-route_row(float *p, int E, int top_k, int norm, int32_t *idx, float *wts)
+route_row(float *p, int E, int n_group, int topk_group, int top_k, int norm, float scale,
+          int32_t *idx, float *wts)
 {
     float mx = -INFINITY, sum = 0.0f;
     for (int e = 0; e < E; e++)
@@ -126,6 +155,8 @@ route_row(float *p, int E, int top_k, int norm, int32_t *idx, float *wts)
         sum += (p[e] = expf(p[e] - mx));
     for (int e = 0; e < E; e++)
         p[e] /= sum;
+    if (n_group > 1 && topk_group < n_group)
+        group_limit(p, E, n_group, topk_group);
     for (int j = 0; j < top_k; j++) {
         int best = -1;
         for (int e = 0; e < E; e++)
@@ -151,13 +182,16 @@ route_row(float *p, int E, int top_k, int norm, int32_t *idx, float *wts)
     if (norm)
         for (int j = 0; j < top_k; j++)
             wts[j] /= tot;
+    if (scale != 1.0f) /* routed_scaling_factor after any normalization, as both gates do */
+        for (int j = 0; j < top_k; j++)
+            wts[j] *= scale;
 }
 
 void
-grpo_model__route_softmax(int M, float *logits, int E, int top_k, int norm, int32_t *idx,
-                          float *wts)
+grpo_model__route_softmax(int M, float *logits, int E, int n_group, int topk_group, int top_k,
+                          int norm, float scale, int32_t *idx, float *wts)
 {
     for (int m = 0; m < M; m++)
-        route_row(logits + (size_t)m * E, E, top_k, norm, idx + (size_t)m * top_k,
-                  wts + (size_t)m * top_k);
+        route_row(logits + (size_t)m * E, E, n_group, topk_group, top_k, norm, scale,
+                  idx + (size_t)m * top_k, wts + (size_t)m * top_k);
 }

@@ -10,7 +10,7 @@
 size_t
 grpo_model_kv_row(const grpo_model_config *cfg)
 {
-    if (cfg->arch == GRPO_ARCH_DEEPSEEK_V3)
+    if (grpo_model__is_mla(cfg))
         return (size_t)cfg->kv_lora_rank + (size_t)cfg->qk_rope_head_dim;
     return 2 * (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim;
 }

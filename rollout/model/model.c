@@ -194,7 +194,7 @@ static grpo_err
 rope_init(grpo_model *m)
 {
     const grpo_model_config *c = &m->cfg;
-    int dim = c->arch == GRPO_ARCH_DEEPSEEK_V3 ? c->qk_rope_head_dim : c->head_dim, half = dim / 2;
+    int dim = grpo_model__is_mla(c) ? c->qk_rope_head_dim : c->head_dim, half = dim / 2;
     m->inv_freq = grpo_model__own(m, (size_t)half * sizeof(float));
     if (m->inv_freq == NULL)
         return grpo__fail(GRPO_ENOMEM, "model: out of memory");
@@ -328,9 +328,11 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
         return grpo_kernels_cpu_create(&m->k, opts->n_threads);
     if (m->cfg.arch != GRPO_ARCH_DEEPSEEK_V3)
         return grpo__fail(GRPO_EUNSUPPORTED,
-                          "%s: the CUDA backend runs only deepseek_v3 models (the GQA attention "
-                          "of this model_type is CPU-only)",
-                          m->dir);
+                          "%s: the CUDA backend runs only deepseek_v3 models (the %s of "
+                          "model_type %s is CPU-only)",
+                          m->dir,
+                          m->cfg.arch == GRPO_ARCH_DEEPSEEK_V2 ? "softmax router" : "GQA attention",
+                          grpo_model_type_name(&m->cfg));
 #ifdef GRPO_MODEL_CUDA
     grpo_err err = grpo_model_backend_check(1);
     if (err != GRPO_OK)

@@ -51,6 +51,12 @@ grpo_err grpo_model__st_open(grpo_st_file *f, const char *path);
 void grpo_model__st_close(grpo_st_file *f);
 
 /* ---- config ---- */
+/* The DeepSeek families (deepseek_v3, deepseek_v2): MLA attention over the latent cache. */
+static inline int
+grpo_model__is_mla(const grpo_model_config *c)
+{
+    return c->arch == GRPO_ARCH_DEEPSEEK_V3 || c->arch == GRPO_ARCH_DEEPSEEK_V2;
+}
 grpo_err grpo_model__config_from_json(grpo_model_config *c, const cJSON *j, const char *where);
 /* The dense GQA families (qwen2, llama, qwen3) of model_type mt (config_gqa.c); refuses any
  * other model_type by name. */
@@ -127,11 +133,14 @@ grpo_err grpo_model__bind_weights(grpo_model *m, int load_mtp);
 /* The Q8 numerics option: FP8 GEMM weights requantized into owned buffers (requant.c). */
 grpo_err grpo_model__requant_q8(grpo_model *m);
 void *grpo_model__own(grpo_model *m, size_t bytes);
-/* Qwen3-MoE's router on fp32 logits (M, E) (Qwen3MoeSparseMoeBlock), overwritten with the
- * probabilities: softmax, the top_k largest (ties to the lower expert id), divided by their sum
- * when norm. idx (M, top_k) in ascending expert order, wts (M, top_k). Row by row, fixed order. */
-void grpo_model__route_softmax(int M, float *logits, int E, int top_k, int norm, int32_t *idx,
-                               float *wts);
+/* The softmax routers on fp32 logits (M, E), overwritten with the probabilities: Qwen3-MoE's
+ * (Qwen3MoeSparseMoeBlock: n_group 1, scale 1) and DeepSeek-V2's (DeepseekV2MoEGate: "greedy" is
+ * n_group 1; "group_limited_greedy" keeps the topk_group of n_group groups with the largest
+ * maximum probability). The top_k largest (ties to the lower expert id), divided by their sum when
+ * norm, times scale. idx (M, top_k) in ascending expert order, wts (M, top_k). Row by row, fixed
+ * order. */
+void grpo_model__route_softmax(int M, float *logits, int E, int n_group, int topk_group, int top_k,
+                               int norm, float scale, int32_t *idx, float *wts);
 /* A matrix (rows, cols) in F32/BF16/F16 (F8_E4M3 + NAME_scale_inv when config.json declares fp8);
  * a vector of n values as an owned fp32 copy. Shapes and dtypes checked, messages name the file. */
 grpo_err grpo_model__bind_mat(grpo_model *m, const char *name, int rows, int cols, grpo_kw *out);

@@ -1,4 +1,4 @@
-/* Binds the checkpoint's tensors (real DeepSeek-V3 names and layout) to the model's weight
+/* Binds the checkpoint's tensors (real DeepSeek-V3/V2 names and layout) to the model's weight
  * structs, checking every shape and dtype against config.json. Matrices stay in the mapping in
  * their file dtype; small vectors (norms, router bias) become owned fp32 copies. */
 #include "rollout/model/model_int.h"
@@ -238,8 +238,9 @@ bind_moe(grpo_model *m, const char *pre, grpo_layer_w *l)
     if ((err = bind_mat(m, NAME(n, "%smlp.gate.weight", pre), E, c->hidden_size, &l->router)) !=
         GRPO_OK)
         return err;
-    NAME(n, "%smlp.gate.e_score_correction_bias", pre);
-    if (find(m, n) != NULL && (err = bind_vec(m, n, E, &l->bias)) != GRPO_OK)
+    NAME(n, "%smlp.gate.e_score_correction_bias", pre); /* V3's noaux_tc only */
+    if (c->arch == GRPO_ARCH_DEEPSEEK_V3 && find(m, n) != NULL &&
+        (err = bind_vec(m, n, E, &l->bias)) != GRPO_OK)
         return err;
     l->experts = grpo_model__own(m, (size_t)E * sizeof *l->experts);
     if (l->experts == NULL)
@@ -266,8 +267,8 @@ bind_layer(grpo_model *m, int i, grpo_layer_w *l)
                         &l->attn_norm)) != GRPO_OK ||
         (err = bind_vec(m, NAME(n, "%spost_attention_layernorm.weight", pre), c->hidden_size,
                         &l->mlp_norm)) != GRPO_OK ||
-        (err = c->arch == GRPO_ARCH_DEEPSEEK_V3 ? bind_attn(m, pre, l)
-                                                : grpo_model__bind_attn_gqa(m, pre, l)) != GRPO_OK)
+        (err = grpo_model__is_mla(c) ? bind_attn(m, pre, l)
+                                     : grpo_model__bind_attn_gqa(m, pre, l)) != GRPO_OK)
         return err;
     l->moe = c->n_routed_experts > 0 && i >= c->first_k_dense_replace;
     if (l->moe)

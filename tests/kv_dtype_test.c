@@ -2,7 +2,9 @@
  * ("fn": bias 7, max 448) decoded from its fields and encoded by searching every code for the
  * nearest (ties to the even code, saturating at 448); BF16 by choosing the nearer of the two
  * truncations (ties to even); the FP8 row format (per-block amax / 448 scales, BF16 tail) and its
- * sizes, the FlashMLA layout's 656 bytes among them. Fresh random inputs every run. */
+ * sizes, the FlashMLA layout's 656 bytes among them; the attention kernels over BF16/FP8 pages
+ * equal to the same kernels over the rows decoded to F32, bit for bit. Fresh random inputs every
+ * run. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -242,15 +244,107 @@ bf16_and_f32_rows(void **state)
     assert_memory_equal(out, x + 3, (N - 3) * 4);
 }
 
+/* Pages of rows in dt and the same rows decoded to F32: the kernels must give the same bits over
+ * either (conversion as read, then the F32 arithmetic), on 1 and 3 threads. */
+typedef struct {
+    grpo_kv_fmt f, f32;
+    uint8_t *q; /* n_pages x PL rows of f.bytes */
+    float *dec; /* n_pages x PL rows of n floats */
+    const void **pq, **pd;
+} paged;
+
+enum { PL = 16 };
+
+static void
+paged_make(paged *p, grpo_dtype dt, int n, int nq, int blk, int n_pages)
+{
+    p->f = grpo_kv_fmt_make(dt, n, nq, blk);
+    p->f32 = grpo_kv_fmt_make(GRPO_DT_F32, n, 0, 0);
+    p->q = malloc((size_t)n_pages * PL * (size_t)p->f.bytes);
+    p->dec = malloc((size_t)n_pages * PL * (size_t)n * 4);
+    p->pq = malloc((size_t)n_pages * sizeof *p->pq);
+    p->pd = malloc((size_t)n_pages * sizeof *p->pd);
+    float *x = malloc((size_t)n * 4);
+    for (int r = 0; r < n_pages * PL; r++) {
+        for (int i = 0; i < n; i++)
+            x[i] = rand_mag(-4, 2);
+        uint8_t *row = p->q + (size_t)r * (size_t)p->f.bytes;
+        grpo_kv_row_encode(&p->f, x, row);
+        grpo_kv_row_decode(&p->f, row, 0, n, p->dec + (size_t)r * n);
+    }
+    for (int i = 0; i < n_pages; i++) { /* pages in reverse order: a scattered page table */
+        int pg = n_pages - 1 - i;
+        p->pq[i] = p->q + (size_t)pg * PL * (size_t)p->f.bytes;
+        p->pd[i] = p->dec + (size_t)pg * PL * (size_t)n;
+    }
+    free(x);
+}
+
+static void
+paged_free(paged *p)
+{
+    free(p->q), free(p->dec), free(p->pq), free(p->pd);
+}
+
+static void
+kernels_read_converted_rows(void **state)
+{
+    (void)state;
+    grpo_kernels *k[2] = {NULL, NULL};
+    assert_int_equal(grpo_kernels_cpu_create(&k[0], 1), GRPO_OK);
+    assert_int_equal(grpo_kernels_cpu_create(&k[1], 3), GRPO_OK);
+    grpo_kernels_cpu_set_min_parallel(0);
+    enum { B = 3, H = 10, DC = 40, DR = 8, NP = 5, KVH = 2, D = 12, GH = 6 };
+    int32_t len[B] = {NP * PL, 1, 37};
+    float *ql = malloc(sizeof(float) * B * H * DC), *qr = malloc(sizeof(float) * B * H * DR);
+    float *oa = malloc(sizeof(float) * B * H * DC), *ob = malloc(sizeof(float) * B * H * DC);
+    for (int i = 0; i < B * H * DC; i++)
+        ql[i] = rand_mag(-3, 1);
+    for (int i = 0; i < B * H * DR; i++)
+        qr[i] = rand_mag(-3, 1);
+    const grpo_dtype dts[2] = {GRPO_DT_BF16, GRPO_DT_F8E4M3};
+    for (int d = 0; d < 2; d++) {
+        paged p; /* MLA rows: latent in blocks of 16 (a short last one), rope BF16 */
+        paged_make(&p, dts[d], DC + DR, DC, 16, NP);
+        const void *const *qo[B] = {p.pq, p.pq, p.pq}, *const * dp[B] = {p.pd, p.pd, p.pd};
+        for (int t = 0; t < 2; t++) {
+            k[t]->mla_absorbed(k[t], B, H, DC, DR, ql, qr, qo, len, PL, &p.f, 0.3f, oa);
+            k[t]->mla_absorbed(k[t], B, H, DC, DR, ql, qr, dp, len, PL, &p.f32, 0.3f, ob);
+            assert_memory_equal(oa, ob, sizeof(float) * B * H * DC);
+        }
+        paged_free(&p);
+        /* GQA rows: keys then values of KVH heads, a scale per head row */
+        paged_make(&p, dts[d], 2 * KVH * D, 2 * KVH * D, D, NP);
+        int32_t q0[2] = {0, 30}, n[2] = {30, 1}, pos0[2] = {0, 50};
+        float *q = malloc(sizeof(float) * 31 * GH * D), *ga = malloc(sizeof(float) * 31 * GH * D);
+        float *gb = malloc(sizeof(float) * 31 * GH * D);
+        for (int i = 0; i < 31 * GH * D; i++)
+            q[i] = rand_mag(-3, 1);
+        const void *const *gq[2] = {p.pq, p.pq}, *const * gd[2] = {p.pd, p.pd};
+        for (int t = 0; t < 2; t++) {
+            k[t]->gqa_attn(k[t], 2, q0, n, pos0, GH, KVH, D, q, gq, PL, &p.f, 0.25f, ga);
+            k[t]->gqa_attn(k[t], 2, q0, n, pos0, GH, KVH, D, q, gd, PL, &p.f32, 0.25f, gb);
+            assert_memory_equal(ga, gb, sizeof(float) * 31 * GH * D);
+        }
+        free(q), free(ga), free(gb);
+        paged_free(&p);
+    }
+    grpo_kernels_cpu_set_min_parallel(262144);
+    grpo_kernels_destroy(k[0]);
+    grpo_kernels_destroy(k[1]);
+    free(ql), free(qr), free(oa), free(ob);
+}
+
 int
 main(void)
 {
     rng = (uint64_t)time(NULL) * 2654435761u | 1;
     printf("seed %llu\n", (unsigned long long)rng);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(e4m3_decode_matches_fields), cmocka_unit_test(e4m3_encode_nearest_even),
-        cmocka_unit_test(bf16_round_nearest_even),    cmocka_unit_test(row_sizes),
-        cmocka_unit_test(fp8_rows_match_definition),  cmocka_unit_test(bf16_and_f32_rows),
+        cmocka_unit_test(e4m3_decode_matches_fields),  cmocka_unit_test(e4m3_encode_nearest_even),
+        cmocka_unit_test(bf16_round_nearest_even),     cmocka_unit_test(row_sizes),
+        cmocka_unit_test(fp8_rows_match_definition),   cmocka_unit_test(bf16_and_f32_rows),
+        cmocka_unit_test(kernels_read_converted_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

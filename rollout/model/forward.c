@@ -25,9 +25,11 @@ typedef struct {
     const void ***pages_of;
     const void **page_ptrs; /* B * max pages */
     int32_t *lens;
-    int max_pages, max_len;   /* max_len: longest prefill item's pos0 + n */
-    float *lat, *kvb;         /* naive attention: (max_len, dc + dr) cache rows as F32, */
-    const void **chunk_pages; /* (max_len, H, dn + dv) */
+    int max_pages, max_len; /* max_len: longest prefill item's pos0 + n */
+    /* naive attention: lat (max_len, dc + dr) the chunk's cache rows as F32, kvb (max_len, H,
+     * dn + dv) the expanded keys/values, chunk_pages the pages (then lat's pages of rows) */
+    float *lat, *kvb;
+    const void **chunk_pages;
     /* MoE: the T x k assignments sorted by (expert, token) */
     int32_t *ecnt, *eoff, *slot_tok, *esplit;
     float *slot_w;

@@ -27,6 +27,9 @@ usage(FILE *f)
             "  --numerics N       exact (default: fp32, matches transformers) or q8 (weights\n"
             "                     and activations in int8 per 32 columns; docs/model.md);\n"
             "                     with q8, also its accuracy against the exact path\n"
+            "  --kv-dtype D       KV cache rows: f32 (default), bf16 or fp8 (grpo rollout\n"
+            "                     --help); with bf16 or fp8, also the KV bytes and the\n"
+            "                     accuracy against exact numerics with an f32 cache\n"
             "  --profile          after each phase, the time per op of the kernel table and\n"
             "                     the calling thread's wait at the thread pool's barriers\n");
 }
@@ -116,11 +119,11 @@ static grpo_kv *
 kv_for(const grpo_model *m, int B, int n)
 {
     const grpo_model_config *c = grpo_model_get_config(m);
-    size_t page =
-        (size_t)GRPO_KV_PAGE * c->num_hidden_layers * grpo_model_kv_row(c) * sizeof(float);
+    int dt = grpo_model_kv_dtype(m);
+    size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers * (size_t)grpo_kv_row_bytes(c, dt);
     size_t pages = (size_t)B * ((size_t)n / GRPO_KV_PAGE + 2);
     grpo_kv *kv = NULL;
-    return grpo_kv_create(&kv, c, pages * page) == GRPO_OK ? kv : NULL;
+    return grpo_kv_create_dtype(&kv, c, dt, pages * page) == GRPO_OK ? kv : NULL;
 }
 
 static int
@@ -196,7 +199,7 @@ log_softmax(const float *l, int n, double *lp)
 }
 
 typedef struct {
-    double kl, max_dlp, top1;
+    double kl, max_dlp, sum_dlp, top1;
     int n;
 } acc_stats;
 
@@ -216,6 +219,7 @@ acc_add(acc_stats *a, const float *le, const float *lo, int V, double *pe, doubl
     double d = fabs(pe[ae] - po[ae]);
     a->kl += kl;
     a->max_dlp = d > a->max_dlp ? d : a->max_dlp;
+    a->sum_dlp += d;
     a->top1 += ae == ao;
     a->n++;
 }
@@ -227,7 +231,7 @@ static int
 accuracy(grpo_model *m, const char *dir, int threads, int P, int S)
 {
     grpo_model *e = NULL;
-    grpo_model_opts eo = {threads, 0, 0, GRPO_NUMERICS_EXACT};
+    grpo_model_opts eo = {threads, 0, 0, GRPO_NUMERICS_EXACT, GRPO_KV_F32};
     if (grpo_model_load(&e, dir, &eo) != GRPO_OK)
         return -1;
     const grpo_model_config *c = grpo_model_get_config(m);
@@ -254,11 +258,15 @@ accuracy(grpo_model *m, const char *dir, int threads, int P, int S)
             goto done;
         acc_add(&a, le, lo, V, pe, po);
     }
-    printf("\naccuracy of numerics %s against exact, %d positions (a %d-token prompt, then %d "
-           "decode steps, teacher-forced):\n  mean KL(exact || %s) %.3g nats, top-1 agreement "
-           "%.1f%%, largest |d logprob| of exact's top token %.3g\n",
-           grpo_numerics_name(grpo_model_numerics(m)), a.n, P, S,
-           grpo_numerics_name(grpo_model_numerics(m)), a.kl / a.n, 100.0 * a.top1 / a.n, a.max_dlp);
+    const char *nm = grpo_model_numerics(m) != GRPO_NUMERICS_EXACT
+                         ? grpo_numerics_name(grpo_model_numerics(m))
+                         : grpo_kv_dtype_name(grpo_model_kv_dtype(m));
+    printf("\naccuracy of numerics %s, kv dtype %s against exact with an f32 cache, %d positions "
+           "(a %d-token prompt, then %d decode steps, teacher-forced):\n  mean KL(exact || %s) "
+           "%.3g nats, top-1 agreement %.1f%%, |d logprob| of exact's top token: largest %.3g, "
+           "mean %.3g\n",
+           grpo_numerics_name(grpo_model_numerics(m)), grpo_kv_dtype_name(grpo_model_kv_dtype(m)),
+           a.n, P, S, nm, a.kl / a.n, 100.0 * a.top1 / a.n, a.max_dlp, a.sum_dlp / a.n);
     rc = 0;
 done:
     free(tok), free(le), free(lo), free(pe), free(po);
@@ -271,16 +279,16 @@ done:
 typedef struct {
     const char *model, *batches;
     long P, S, threads, mb;
-    int prof, numerics;
+    int prof, numerics, kv_dtype;
 } fwd_args;
 
 /* Flags into *x; returns 0, or the usage error's exit code. */
 static int
 parse_args(fwd_args *x, int argc, char **argv)
 {
-    *x = (fwd_args){NULL, "1,8,64", 64, 8, 0, 256, 0, GRPO_NUMERICS_EXACT};
+    *x = (fwd_args){NULL, "1,8,64", 64, 8, 0, 256, 0, GRPO_NUMERICS_EXACT, GRPO_KV_F32};
     static const char *const known[] = {"--model",   "--batches",   "--prompt-len", "--steps",
-                                        "--threads", "--memcpy-mb", "--numerics"};
+                                        "--threads", "--memcpy-mb", "--numerics",   "--kv-dtype"};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--profile") == 0) {
             x->prof = 1;
@@ -311,6 +319,9 @@ parse_args(fwd_args *x, int argc, char **argv)
         else if (strcmp(a, "--numerics") == 0) {
             if (grpo_numerics_parse(v, &x->numerics) != GRPO_OK)
                 return cli_usage("bench forward", "--numerics: %s", grpo_error_last());
+        } else if (strcmp(a, "--kv-dtype") == 0) {
+            if (grpo_kv_dtype_parse(v, &x->kv_dtype) != GRPO_OK)
+                return cli_usage("bench forward", "--kv-dtype: %s", grpo_error_last());
         } else
             return cli_usage("bench forward", "bad option or value: %s %s", a, v);
     }
@@ -332,7 +343,7 @@ grpo_bench_forward(int argc, char **argv)
     long P = x.P, S = x.S, threads = x.threads, mb = x.mb;
     int prof = x.prof;
     grpo_model *m = NULL;
-    grpo_model_opts mo = {(int)threads, 0, 0, x.numerics};
+    grpo_model_opts mo = {(int)threads, 0, 0, x.numerics, x.kv_dtype};
     double tl = grpo_now();
     if (grpo_model_load(&m, model, &mo) != GRPO_OK)
         return cli_fail("bench forward");
@@ -345,6 +356,9 @@ grpo_bench_forward(int argc, char **argv)
            model, grpo_model_type_name(c), c->num_hidden_layers, c->hidden_size,
            c->n_routed_experts, c->num_experts_per_tok, c->fp8 ? "FP8" : "BF16/F32",
            grpo_numerics_name(x.numerics), tl);
+    printf("KV cache %s: %.0f B per token per layer, %.0f B per token (%d layers)\n",
+           grpo_kv_dtype_name(x.kv_dtype), grpo_kv_row_bytes(c, x.kv_dtype),
+           grpo_kv_row_bytes(c, x.kv_dtype) * c->num_hidden_layers, c->num_hidden_layers);
     printf("threads %d; memcpy (read+write) %.2f GB/s with 1 thread, %.2f GB/s with %d\n", nt, bw1,
            bwn, nt);
     printf("prompt %ld tokens, %ld decode steps\n\n", P, S);
@@ -369,7 +383,7 @@ grpo_bench_forward(int argc, char **argv)
         fflush(stdout);
         p = *end == ',' ? end + 1 : end;
     }
-    if (rc == CLI_OK && x.numerics != GRPO_NUMERICS_EXACT &&
+    if (rc == CLI_OK && (x.numerics != GRPO_NUMERICS_EXACT || x.kv_dtype != GRPO_KV_F32) &&
         accuracy(m, model, (int)threads, (int)P, (int)S) != 0)
         rc = cli_fail("bench forward");
     grpo_model_destroy(m);

@@ -27,6 +27,7 @@ typedef struct bench_args {
     int hf;
     unsigned scenarios; /* bit w set: run scenario w (0 shared, 1 independent, 2 batch-1) */
     int numerics;       /* grpo_numerics */
+    int kv_dtype;       /* grpo_kv_dtype */
     int record_routes;  /* grpo_rollout_opts.record_routes */
 } bench_args;
 
@@ -53,6 +54,8 @@ usage(FILE *f)
                "  --threads N        forward threads (default: all CPUs)\n"
                "  --numerics N       exact (default) or q8 (grpo rollout --help)\n"
                "  --kv-budget B      KV pool bytes (default 1G)\n"
+               "  --kv-dtype D       KV cache rows: f32 (default), bf16 or fp8 (grpo rollout\n"
+               "                     --help)\n"
                "  --scenarios LIST   comma-separated subset of shared,independent,batch1\n"
                "                     (default: all three, in that order)\n"
                "  --record-routes    keep every token's MoE routes, as grpo rollout\n"
@@ -104,6 +107,7 @@ run_scenario(const bench_args *a, int which, bench_result *out)
     po.n_threads = a->threads;
     po.kv_budget_bytes = (size_t)budget;
     po.numerics = a->numerics;
+    po.kv_dtype = a->kv_dtype;
     grpo_policy *pol = NULL;
     grpo_rollout *r = NULL;
     int32_t *prompts = NULL;
@@ -340,18 +344,14 @@ grpo_bench_rollout(int argc, char **argv)
         usage(stdout);
         return CLI_OK;
     }
-    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1, 7u, GRPO_NUMERICS_EXACT, 0};
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"prompt-len", required_argument, 0, 'l'},
-                                         {"group", required_argument, 0, 'g'},
-                                         {"new", required_argument, 0, 'n'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"kv-budget", required_argument, 0, 'k'},
-                                         {"no-hf", no_argument, 0, 'h'},
-                                         {"scenarios", required_argument, 0, 's'},
-                                         {"numerics", required_argument, 0, 'q'},
-                                         {"record-routes", no_argument, 0, 'r'},
-                                         {0, 0, 0, 0}};
+    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1, 7u, GRPO_NUMERICS_EXACT, GRPO_KV_F32, 0};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},    {"prompt-len", required_argument, 0, 'l'},
+        {"group", required_argument, 0, 'g'},    {"new", required_argument, 0, 'n'},
+        {"threads", required_argument, 0, 't'},  {"kv-budget", required_argument, 0, 'k'},
+        {"no-hf", no_argument, 0, 'h'},          {"scenarios", required_argument, 0, 's'},
+        {"numerics", required_argument, 0, 'q'}, {"kv-dtype", required_argument, 0, 'd'},
+        {"record-routes", no_argument, 0, 'r'},  {0, 0, 0, 0}};
     int c;
     optind = 1;
     opterr = 0;
@@ -369,6 +369,10 @@ grpo_bench_rollout(int argc, char **argv)
         case 'q':
             if (grpo_numerics_parse(optarg, &a.numerics) != GRPO_OK)
                 return cli_usage(CMD, "--numerics: %s", grpo_error_last());
+            continue;
+        case 'd':
+            if (grpo_kv_dtype_parse(optarg, &a.kv_dtype) != GRPO_OK)
+                return cli_usage(CMD, "--kv-dtype: %s", grpo_error_last());
             continue;
         case 'h':
             a.hf = 0;

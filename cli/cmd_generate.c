@@ -31,6 +31,8 @@ usage(FILE *f)
            "  --top-p P            nucleus sampling mass in (0, 1] (default 1)\n"
            "  --seed S             RNG seed for sampling (default 0)\n"
            "  --threads N          CPU threads, 1..1024 (default: all)\n"
+           "  --kv-dtype D         KV cache rows: f32 (default), bf16 or fp8 (grpo rollout\n"
+           "                       --help)\n"
            "  --no-eos-stop        keep going after the model's EOS token\n"
            "  --logits-out FILE    also write every step's logits (float32, steps x vocab)\n"
            "  --help               this text\n\n"
@@ -77,7 +79,7 @@ typedef struct {
     long max_new, threads;
     double temperature, top_p;
     unsigned long long seed;
-    int eos_stop;
+    int eos_stop, kv_dtype;
 } opts;
 
 static int
@@ -90,7 +92,7 @@ parse_args(int argc, char **argv, opts *o)
     static const char *const known[] = {"--model",          "--prompt-ids", "--prompt",
                                         "--tokenizer",      "--chat",       "--logits-out",
                                         "--max-new-tokens", "--threads",    "--temperature",
-                                        "--top-p",          "--seed"};
+                                        "--top-p",          "--seed",       "--kv-dtype"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -118,6 +120,10 @@ parse_args(int argc, char **argv, opts *o)
             o->tokenizer = v;
         else if (strcmp(a, "--chat") == 0)
             o->chat = v;
+        else if (strcmp(a, "--kv-dtype") == 0) {
+            if (grpo_kv_dtype_parse(v, &o->kv_dtype) != GRPO_OK)
+                return cli_usage("generate", "--kv-dtype: %s", grpo_error_last());
+        }
         else if (strcmp(a, "--logits-out") == 0)
             o->logits_out = v;
         else if (strcmp(a, "--max-new-tokens") == 0 && (o->max_new = strtol(v, &end, 10)) >= 0 &&
@@ -172,10 +178,11 @@ gen_open(gen *g, int np)
                          "%d prompt tokens + --max-new-tokens %ld exceed the model's "
                          "max_position_embeddings (%d)",
                          np, g->o->max_new, (int)c->max_position_embeddings);
-    size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers *
-                  grpo_model_kv_row(c) * sizeof(float);
+    int dt = grpo_model_kv_dtype(g->m);
+    size_t page =
+        (size_t)GRPO_KV_PAGE * c->num_hidden_layers * (size_t)grpo_kv_row_bytes(c, dt);
     size_t pages = (size_t)(np + g->o->max_new) / GRPO_KV_PAGE + 2;
-    if (grpo_kv_create(&g->kv, c, pages * page) != GRPO_OK)
+    if (grpo_kv_create_dtype(&g->kv, c, dt, pages * page) != GRPO_OK)
         return cli_fail("generate");
     if (g->tk != NULL)
         grpo_detok_init(&g->dt, g->tk, 0);
@@ -321,7 +328,7 @@ grpo_cmd_generate(int argc, char **argv)
     if (o.prompt != NULL && (rc = tokenize(&o, &tk, &ids, &n)) != CLI_OK)
         return rc;
     grpo_model *m = NULL;
-    grpo_model_opts mo = {(int)o.threads, 0, 0, 0};
+    grpo_model_opts mo = {(int)o.threads, 0, 0, 0, o.kv_dtype};
     if (grpo_model_load(&m, o.model, &mo) != GRPO_OK) {
         free(ids);
         grpo_tokenizer_destroy(tk);

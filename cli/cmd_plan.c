@@ -38,18 +38,6 @@ usage(FILE *f)
         "exit codes: 0 success, 1 runtime failure (unreadable config), 2 usage error\n");
 }
 
-static int
-parse_kv(const char *v, int32_t *out)
-{
-    static const char *const names[] = {"f32", "bf16", "fp8"};
-    for (int i = 0; i < 3; i++)
-        if (strcmp(v, names[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    return -1;
-}
-
 typedef struct {
     const char *model, *config;
     int json;
@@ -102,8 +90,10 @@ parse_args(plan_args *a, int argc, char **argv)
         else if (c == 'j')
             a->json = 1;
         else if (c == 'k') {
-            if (parse_kv(optarg, &a->o.kv_dtype) != 0)
+            int dt = 0;
+            if (grpo_kv_dtype_parse(optarg, &dt) != GRPO_OK)
                 rc = cli_usage(CMD, "--kv-dtype %s: expected f32, bf16 or fp8", optarg);
+            a->o.kv_dtype = dt;
         } else if (c == 'M') {
             if ((rc = parse_num(n, optarg, 0.001, 1e6, &d)) == 0)
                 a->o.gpu_mem_bytes = d * 1073741824.0;
@@ -134,7 +124,6 @@ parse_args(plan_args *a, int argc, char **argv)
 static void
 print_plan(const plan_args *a, const grpo_model_config *c, const grpo_plan *p)
 {
-    static const char *const kv[] = {"f32", "bf16", "fp8"};
     const grpo_plan_opts *o = &a->o;
     double G9 = 1e9;
     if (a->json) {
@@ -145,11 +134,11 @@ print_plan(const plan_args *a, const grpo_model_config *c, const grpo_plan *p)
                "\"tokens_per_group\":%lld,\"groups_per_gpu\":%lld,\"groups_total\":%lld,"
                "\"max_ctx_at_group\":%lld}\n",
                o->gpus, p->params_total, p->params_mtp, p->weights_total, p->weights_mtp,
-               p->weights_per_gpu, p->experts_per_gpu, kv[o->kv_dtype], p->kv_bytes_per_token,
-               p->fits ? "true" : "false", p->kv_bytes_per_gpu, (long long)p->tokens_per_gpu,
-               (long long)p->tokens_total, (long long)p->tokens_per_group,
-               (long long)p->groups_per_gpu, (long long)p->groups_total,
-               (long long)p->max_ctx_at_group);
+               p->weights_per_gpu, p->experts_per_gpu, grpo_kv_dtype_name(o->kv_dtype),
+               p->kv_bytes_per_token, p->fits ? "true" : "false", p->kv_bytes_per_gpu,
+               (long long)p->tokens_per_gpu, (long long)p->tokens_total,
+               (long long)p->tokens_per_group, (long long)p->groups_per_gpu,
+               (long long)p->groups_total, (long long)p->max_ctx_at_group);
         return;
     }
     printf("model: %d layers, hidden %d, %d routed experts (top-%d), %s weights\n",
@@ -162,7 +151,7 @@ print_plan(const plan_args *a, const grpo_model_config *c, const grpo_plan *p)
     printf("per GPU (x %d)    %.1f GB: %.1f GB replicated + %d of %d experts per MoE layer%s\n",
            o->gpus, p->weights_per_gpu / G9, p->weights_replicated / G9, p->experts_per_gpu,
            c->n_routed_experts, o->mtp ? " + MTP" : "");
-    printf("KV cache         %s: %.0f B per token (%d layers)\n", kv[o->kv_dtype],
+    printf("KV cache         %s: %.0f B per token (%d layers)\n", grpo_kv_dtype_name(o->kv_dtype),
            p->kv_bytes_per_token, c->num_hidden_layers);
     if (!p->fits) {
         printf("does not fit: %.1f GB of weights per GPU exceed %.2f x %.1f GB\n",

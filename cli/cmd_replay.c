@@ -36,7 +36,7 @@ typedef struct recorded {
     uint64_t seed;
     char prompt_id[512], template_name[16], tokenizer[4096];
     int32_t prompt_tokens;
-    int numerics;
+    int numerics, kv_dtype;
     char *stops[GRPO_ROLLOUT_MAX_STOP];
 } recorded;
 
@@ -83,6 +83,11 @@ parse_recorded(const char *json, recorded *r)
     if ((cJSON_GetObjectItemCaseSensitive(o, "numerics") != NULL &&
          (err = json_str(o, "numerics", nm, sizeof nm)) != GRPO_OK) ||
         (err = grpo_numerics_parse(nm, &r->numerics)) != GRPO_OK)
+        goto done;
+    char kd[16] = "f32"; /* absent: f32; present: a string naming the cache dtype */
+    if ((cJSON_GetObjectItemCaseSensitive(o, "kv_dtype") != NULL &&
+         (err = json_str(o, "kv_dtype", kd, sizeof kd)) != GRPO_OK) ||
+        (err = grpo_kv_dtype_parse(kd, &r->kv_dtype)) != GRPO_OK)
         goto done;
     grpo_error_clear();
     grpo_gen_params_default(&r->params);
@@ -162,7 +167,8 @@ regenerate(const grpo_stored_completion *c, const recorded *rec, const char *mod
                            .template_name = rec->template_name,
                            .n_threads = threads,
                            .kv_budget_tokens = tokens,
-                           .numerics = rec->numerics};
+                           .numerics = rec->numerics,
+                           .kv_dtype = rec->kv_dtype};
     if (strcmp(rec->template_name, "bytes") == 0)
         po.template_name = "none";
     grpo_err err = grpo_policy_open(&pol, model, &po);

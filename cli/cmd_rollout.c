@@ -85,6 +85,10 @@ usage(FILE *f)
           "  --numerics N         exact (default: fp32, matches transformers) or q8 (CPU: FP8\n"
           "                       weights and activations in int8 per 32 columns, faster,\n"
           "                       not exact; recorded, so replay and --resume use it too)\n"
+          "  --kv-dtype D         KV cache rows in f32 (default: exact), bf16 or fp8 (E4M3 +\n"
+          "                       fp32 scale per 128 latent values, rope key bf16; CPU only):\n"
+          "                       smaller rows, more groups in the same --kv-budget, not\n"
+          "                       exact; recorded, so replay and --resume use it too\n"
           "  --gpu N              run the model on GPU N (CUDA build; CUDA_VISIBLE_DEVICES=N):\n"
           "                       the CUDA kernels with exact fp32 GEMMs, operands staged per\n"
           "                       op (docs/cuda.md)\n"
@@ -146,6 +150,7 @@ enum {
     O_MAXBATCH,
     O_RESUME,
     O_NUMERICS,
+    O_KVDT,
     O_ROUTES
 };
 
@@ -169,6 +174,7 @@ static const struct option long_opts[] = {
     {"max-batch", required_argument, 0, O_MAXBATCH},
     {"resume", no_argument, 0, O_RESUME},
     {"numerics", required_argument, 0, O_NUMERICS},
+    {"kv-dtype", required_argument, 0, O_KVDT},
     {"record-routes", no_argument, 0, O_ROUTES},
     CLI_GEN_LONG_OPTS,
     {0, 0, 0, 0},
@@ -250,6 +256,10 @@ parse_opt(void *ctx, int c, const char *v)
     case O_NUMERICS:
         if (grpo_numerics_parse(v, &a->numerics) != GRPO_OK)
             return cli_usage(CMD, "--numerics: %s", grpo_error_last());
+        return 0;
+    case O_KVDT:
+        if (grpo_kv_dtype_parse(v, &a->kv_dtype) != GRPO_OK)
+            return cli_usage(CMD, "--kv-dtype: %s", grpo_error_last());
         return 0;
     default:
         return cli_gen_is_opt(c) ? cli_gen_parse_opt(CMD, &a->gen, c, v)

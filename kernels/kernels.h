@@ -61,6 +61,30 @@ typedef struct grpo_gemm_job {
     float *y;
     int ldy;
 } grpo_gemm_job;
+/* One KV cache row of n values (an MLA latent row, or a GQA row of keys then values) in the cache
+ * dtype dt:
+ *   GRPO_DT_F32    n floats;
+ *   GRPO_DT_BF16   n BF16 values, rounded to nearest even;
+ *   GRPO_DT_F8E4M3 values [0, nq) as E4M3 bytes, one fp32 scale per blk of them (the last block
+ *                  may be short) after the bytes, then values [nq, n) in BF16. A block's scale is
+ *                  its amax / 448 (0 for an all-zero block), a value's byte e4m3(v / scale)
+ *                  rounded to nearest even and saturated at +-448; it reads back as
+ *                  e4m3_value * scale (one fp32 rounding). The MLA row is FlashMLA's FP8 layout
+ *                  (nq = 512 latent values, blk = 128, the 64-d rope key BF16: 656 bytes); GQA
+ *                  rows scale each head's key and value row (nq = n, blk = head_dim).
+ * Conversion is per row and per value: a row's bits never depend on another row. */
+typedef struct grpo_kv_fmt {
+    grpo_dtype dt;
+    int32_t n, nq, blk;
+    int32_t bytes; /* one row */
+} grpo_kv_fmt;
+/* The format of dt (F32, BF16 or F8E4M3) for rows of n values (nq, blk as above; ignored but by
+ * F8E4M3). */
+grpo_kv_fmt grpo_kv_fmt_make(grpo_dtype dt, int32_t n, int32_t nq, int32_t blk);
+/* x (f->n floats) into dst (f->bytes). */
+void grpo_kv_row_encode(const grpo_kv_fmt *f, const float *x, void *dst);
+/* Values [c0, c0 + n) of a row as floats. */
+void grpo_kv_row_decode(const grpo_kv_fmt *f, const void *row, int32_t c0, int32_t n, float *out);
 
 typedef struct grpo_kernels grpo_kernels;
 struct grpo_kernels_prof;
@@ -111,23 +135,25 @@ struct grpo_kernels {
                       const float *q, const float *kvb, const float *const *pages, int page_len,
                       int kr_stride, int kr_off, float scale, float *out);
     /* MLA, absorbed form, for B single-token queries. Query b attends to positions 0 .. len[b]-1
-     * of its cache rows ([latent (dc) | rope key (dr)] at page[j / page_len] + (j % page_len) *
-     * row_stride, pages = pages_of[b]):
+     * of its cache rows ([latent (dc) | rope key (dr)] in the row format kvf, kvf->bytes apart:
+     * page[j / page_len] + (j % page_len) * kvf->bytes, pages = pages_of[b]; rows in BF16 or FP8
+     * are converted as they are read, then the arithmetic is the F32 rows'):
      *   ql (B, H, dc) absorbed nope query; qr (B, H, dr) rotated rope query; ol (B, H, dc). */
     void (*mla_absorbed)(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
-                         const float *qr, const float *const *const *pages_of, const int32_t *len,
-                         int page_len, int row_stride, float scale, float *ol);
+                         const float *qr, const void *const *const *pages_of, const int32_t *len,
+                         int page_len, const grpo_kv_fmt *kvf, float scale, float *ol);
     /* Grouped-query attention over the paged K/V cache for B items (prefill chunks and decode
      * tokens alike). Item b's n[b] queries are rows q0[b] .. q0[b]+n[b]-1 of q and out, at
      * positions pos0[b] .. pos0[b]+n[b]-1, and attend causally to positions 0 .. pos0[b]+n[b]-1
      * of its cache (pages_of[b]; the row of position j at page[j / page_len] + (j % page_len) *
-     * row_stride holds keys (KVH, d), then values (KVH, d) from v_off). Query head h reads KV
-     * head h / (H / KVH). q (rows, H, d) rotated; out (rows, H, d). Each output depends only on
+     * kvf->bytes holds keys (KVH, d), then values (KVH, d), in the row format kvf, converted as
+     * read). Query head h reads KV head h / (H / KVH). q (rows, H, d) rotated; out (rows, H, d).
+     * Each output depends only on
      * its own query and cache rows: the same bits whether its item is a chunk or one token.
      * NULL in a backend without it (the CUDA one for now). */
     void (*gqa_attn)(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n,
                      const int32_t *pos0, int H, int KVH, int d, const float *q,
-                     const float *const *const *pages_of, int page_len, int row_stride, int v_off,
+                     const void *const *const *pages_of, int page_len, const grpo_kv_fmt *kvf,
                      float scale, float *out);
     /* n independent GEMMs in one parallel section: job j's y gets the bits gemm gives it alone
      * (e.g. the gate and up projections of all of a token's experts: one pool wake-up and one
@@ -192,5 +218,8 @@ float grpo_bf16_to_f32(uint16_t h);
 float grpo_f16_to_f32(uint16_t h);
 float grpo_e4m3_to_f32(uint8_t b);
 uint16_t grpo_f32_to_bf16(float f); /* round to nearest even */
+/* E4M3 ("fn": bias 7, max 448, S.1111.111 NaN) nearest to f, ties to even; beyond +-448
+ * saturates to +-448 (infinities too); NaN stays NaN. */
+uint8_t grpo_f32_to_e4m3(float f);
 
 #endif

@@ -28,6 +28,9 @@ sampling_json(const grpo_run_opts *a, const grpo_policy *pol, const grpo_prompt 
     int nm = grpo_model_numerics(grpo_policy_model((grpo_policy *)pol));
     if (nm != GRPO_NUMERICS_EXACT) /* what grpo replay must load the model with */
         cJSON_AddStringToObject(o, "numerics", grpo_numerics_name(nm));
+    int kd = grpo_model_kv_dtype(grpo_policy_model((grpo_policy *)pol));
+    if (kd != GRPO_KV_F32) /* the cache dtype grpo replay must decode with */
+        cJSON_AddStringToObject(o, "kv_dtype", grpo_kv_dtype_name(kd));
     txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return txt;
@@ -197,13 +200,14 @@ swap_weights(grpo_run *c, const grpo_weights_update *u)
                            .kv_budget_bytes = (size_t)a->kv_bytes,
                            .kv_budget_tokens = (size_t)a->kv_tokens,
                            .backend = a->gpu >= 0,
-                           .numerics = a->numerics};
+                           .numerics = a->numerics,
+                           .kv_dtype = a->kv_dtype};
     grpo_err err = weights_dir(c, u, dir, sizeof dir);
     if (err == GRPO_OK)
         err = grpo_policy_open(&np, dir, &po);
     if (err == GRPO_OK && c->rescore_kv != NULL &&
-        ((err = grpo_kv_create(&nkv, grpo_model_get_config(grpo_policy_model(np)),
-                               (size_t)256 << 20)) != GRPO_OK ||
+        ((err = grpo_kv_create_dtype(&nkv, grpo_model_get_config(grpo_policy_model(np)),
+                                     a->kv_dtype, (size_t)256 << 20)) != GRPO_OK ||
          (err = grpo_rollout_backend_model(&nbe, grpo_policy_model(np), nkv)) != GRPO_OK))
         goto fail;
     if (err == GRPO_OK &&

@@ -28,6 +28,8 @@ config_json(const grpo_run_opts *a)
         cJSON_AddStringToObject(o, "reward_config", a->reward_config);
     if (a->numerics != GRPO_NUMERICS_EXACT) /* exact runs' configs read as they always did */
         cJSON_AddStringToObject(o, "numerics", grpo_numerics_name(a->numerics));
+    if (a->kv_dtype != GRPO_KV_F32) /* f32 runs' configs read as they always did */
+        cJSON_AddStringToObject(o, "kv_dtype", grpo_kv_dtype_name(a->kv_dtype));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -118,7 +120,8 @@ open_all(grpo_run *c, const grpo_run_opts *a)
                            .kv_budget_bytes = (size_t)bytes,
                            .kv_budget_tokens = (size_t)tokens,
                            .backend = a->gpu >= 0,
-                           .numerics = a->numerics};
+                           .numerics = a->numerics,
+                           .kv_dtype = a->kv_dtype};
     if ((err = grpo_policy_open(&c->pol, a->model, &po)) != GRPO_OK)
         return err;
     const grpo_rollout_backend *be = grpo_policy_backend(c->pol);
@@ -131,7 +134,8 @@ open_all(grpo_run *c, const grpo_run_opts *a)
                                .template_name = a->template_name,
                                .n_threads = a->threads,
                                .backend = a->gpu >= 0,
-                               .numerics = a->numerics};
+                               .numerics = a->numerics,
+                               .kv_dtype = a->kv_dtype};
         if ((err = grpo_policy_open(&c->ref, a->ref_model, &ro)) != GRPO_OK)
             return err;
         if (grpo_policy_backend(c->ref)->vocab != be->vocab)
@@ -140,7 +144,8 @@ open_all(grpo_run *c, const grpo_run_opts *a)
     }
     if (a->rescore) {
         const grpo_model_config *cfg = grpo_model_get_config(grpo_policy_model(c->pol));
-        if ((err = grpo_kv_create(&c->rescore_kv, cfg, (size_t)256 << 20)) != GRPO_OK ||
+        if ((err = grpo_kv_create_dtype(&c->rescore_kv, cfg, a->kv_dtype, (size_t)256 << 20)) !=
+                GRPO_OK ||
             (err = grpo_rollout_backend_model(&c->rescore_be, grpo_policy_model(c->pol),
                                               c->rescore_kv)) != GRPO_OK)
             return err;

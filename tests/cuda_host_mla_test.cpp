@@ -121,8 +121,9 @@ run_case(int B, int H, int dc, int dr, const int32_t *len)
     std::vector<float> ref((size_t)B * H * dc), out((size_t)B * H * dc, NAN);
     grpo_kernels *cpu = NULL;
     assert_int_equal(grpo_kernels_cpu_create(&cpu, 1), GRPO_OK);
+    grpo_kv_fmt f32 = grpo_kv_fmt_make(GRPO_DT_F32, stride, 0, 0);
     cpu->mla_absorbed(cpu, B, H, dc, dr, ql.data(), qr.data(),
-                      (const float *const *const *)pages_of.data(), len, page_len, stride, scale,
+                      (const void *const *const *)pages_of.data(), len, page_len, &f32, scale,
                       ref.data());
     grpo_kernels_destroy(cpu);
 

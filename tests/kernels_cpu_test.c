@@ -501,9 +501,11 @@ mla_attention(void **state)
         ql[i] = frand();
     for (int i = 0; i < B * H * DR; i++)
         qr[i] = frand();
-    const float *const *pages_of[B] = {pages, pages, pages};
-    k1->mla_absorbed(k1, B, H, DC, DR, ql, qr, pages_of, len, PL, DC + DR, scale, a1);
-    k3->mla_absorbed(k3, B, H, DC, DR, ql, qr, pages_of, len, PL, DC + DR, scale, a3);
+    const void *const *pages_of[B] = {(const void *const *)pages, (const void *const *)pages,
+                                      (const void *const *)pages};
+    grpo_kv_fmt f32 = grpo_kv_fmt_make(GRPO_DT_F32, DC + DR, 0, 0);
+    k1->mla_absorbed(k1, B, H, DC, DR, ql, qr, pages_of, len, PL, &f32, scale, a1);
+    k3->mla_absorbed(k3, B, H, DC, DR, ql, qr, pages_of, len, PL, &f32, scale, a3);
     assert_memory_equal(a1, a3, sizeof(float) * B * H * DC);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
@@ -532,11 +534,11 @@ mla_attention(void **state)
     const int dims[2][2] = {{DC, DR}, {DC - 3, DR - 3}};
     for (int d = 0; d < 2; d++) {
         int dc = dims[d][0], dr = dims[d][1];
-        k3->mla_absorbed(k3, B, H, dc, dr, ql, qr, pages_of, len, PL, DC + DR, scale, a3);
+        k3->mla_absorbed(k3, B, H, dc, dr, ql, qr, pages_of, len, PL, &f32, scale, a3);
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++) {
                 k1->mla_absorbed(k1, 1, 1, dc, dr, ql + (b * H + h) * dc, qr + (b * H + h) * dr,
-                                 &pages_of[b], &len[b], PL, DC + DR, scale, a1);
+                                 &pages_of[b], &len[b], PL, &f32, scale, a1);
                 assert_memory_equal(a1, a3 + (b * H + h) * dc, sizeof(float) * dc);
             }
     }

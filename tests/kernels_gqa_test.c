@@ -90,9 +90,9 @@ unmake(fixture *f)
 static void
 run_op(grpo_kernels *k, const fixture *f, float *out)
 {
+    grpo_kv_fmt f32 = grpo_kv_fmt_make(GRPO_DT_F32, f->row, 0, 0);
     k->gqa_attn(k, f->B, f->q0, f->n, f->pos0, f->H, f->KVH, f->d, f->q,
-                (const float *const *const *)f->pp, PL, f->row, f->KVH * f->d,
-                1.0f / sqrtf((float)f->d), out);
+                (const void *const *const *)f->pp, PL, &f32, 1.0f / sqrtf((float)f->d), out);
 }
 
 /* out (rows, H, d) of the double-precision loop. */

@@ -29,3 +29,9 @@ endif()
 if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(model_v2_test SOURCES model_v2_test.c LIBS grpo_model TIMEOUT 300)
 endif()
+# The BF16 and FP8 KV caches: conversions against definitions in the test, and the forward over
+# them on the tiny MLA and GQA fixtures.
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(kv_dtype_test SOURCES kv_dtype_test.c LIBS grpo_kernels grpo_common m TIMEOUT 120)
+  grpo_add_test(model_kv_dtype_test SOURCES model_kv_dtype_test.c LIBS grpo_model TIMEOUT 300)
+endif()

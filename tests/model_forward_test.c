@@ -27,7 +27,7 @@ setup_numerics(void **state, const char *name, int threads, int numerics)
     fx *f = calloc(1, sizeof *f);
     tm_dir(name, f->dir, sizeof f->dir);
     f->numerics = numerics;
-    grpo_model_opts o = {threads, 0, 1, numerics};
+    grpo_model_opts o = {threads, 0, 1, numerics, 0};
     if (grpo_model_load(&f->m, f->dir, &o) != GRPO_OK) {
         fprintf(stderr, "load: %s\n", grpo_error_last());
         free(f);
@@ -345,7 +345,7 @@ batch_and_threads_invariant(void **state)
     const int32_t *tok = f->e.tokens;
     grpo_kernels_cpu_set_min_parallel(0); /* every op threaded, even on these tiny shapes */
     grpo_model *m1 = NULL, *m3 = NULL;
-    grpo_model_opts o1 = {1, 0, 0, f->numerics}, o3 = {3, 0, 0, f->numerics};
+    grpo_model_opts o1 = {1, 0, 0, f->numerics, 0}, o3 = {3, 0, 0, f->numerics, 0};
     assert_int_equal(grpo_model_load(&m1, f->dir, &o1), GRPO_OK);
     assert_int_equal(grpo_model_load(&m3, f->dir, &o3), GRPO_OK);
     grpo_model *ms[3] = {f->m, m1, m3};
@@ -402,7 +402,7 @@ q8_close_to_transformers(void **state)
 {
     fx *f = *state;
     grpo_model *ex = NULL;
-    grpo_model_opts eo = {2, 0, 0, GRPO_NUMERICS_EXACT};
+    grpo_model_opts eo = {2, 0, 0, GRPO_NUMERICS_EXACT, 0};
     assert_int_equal(grpo_model_load(&ex, f->dir, &eo), GRPO_OK);
     assert_int_equal(grpo_model_numerics(f->m), GRPO_NUMERICS_Q8);
     assert_true(grpo_model_bytes_per_token(f->m) > grpo_model_bytes_per_token(ex) * 1.05);

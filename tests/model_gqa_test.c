@@ -52,7 +52,7 @@ static int
 fx_open(fx *f, const char *name, int threads)
 {
     gqa_dir(name, f->dir, sizeof f->dir);
-    grpo_model_opts o = {threads, 0, 0, 0};
+    grpo_model_opts o = {threads, 0, 0, 0, 0};
     if (grpo_model_load(&f->m, f->dir, &o) != GRPO_OK) {
         fprintf(stderr, "load %s: %s\n", f->dir, grpo_error_last());
         return -1;
@@ -260,7 +260,7 @@ check_invariance(fx *f)
     grpo_kernels_cpu_set_min_parallel(0);
     for (int th = 1; th <= 3; th += 2) {
         grpo_model *m = NULL;
-        grpo_model_opts o = {th, 0, 0, 0};
+        grpo_model_opts o = {th, 0, 0, 0, 0};
         assert_int_equal(grpo_model_load(&m, f->dir, &o), GRPO_OK);
         kv = new_kv(m);
         grpo_kv_seq_new(kv, &a);
@@ -522,7 +522,7 @@ cuda_refused(void **state)
     (void)state;
     char d[512];
     grpo_model *m = (grpo_model *)1;
-    grpo_model_opts o = {1, 1, 0, 0};
+    grpo_model_opts o = {1, 1, 0, 0, 0};
     assert_int_not_equal(grpo_model_load(&m, gqa_dir("qwen2_tied", d, sizeof d), &o), GRPO_OK);
     assert_null(m);
     const char *e = grpo_error_last();

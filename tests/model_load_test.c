@@ -96,7 +96,7 @@ static grpo_err
 load(const char *dir)
 {
     grpo_model *m = NULL;
-    grpo_model_opts o = {1, 0, 1, 0};
+    grpo_model_opts o = {1, 0, 1, 0, 0};
     grpo_err err = grpo_model_load(&m, dir, &o);
     grpo_model_destroy(m);
     return err;
@@ -108,7 +108,7 @@ loads_fixtures(void **state)
     (void)state;
     char dir[1024];
     grpo_model *m = NULL;
-    grpo_model_opts o = {1, 0, 1, 0};
+    grpo_model_opts o = {1, 0, 1, 0, 0};
     assert_int_equal(grpo_model_load(&m, tm_dir("bf16", dir, sizeof dir), &o), GRPO_OK);
     const grpo_model_config *c = grpo_model_get_config(m);
     assert_int_equal(c->vocab_size, 512);

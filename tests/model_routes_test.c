@@ -25,7 +25,7 @@ load(const char *name, int threads)
 {
     char dir[1024];
     grpo_model *m = NULL;
-    grpo_model_opts o = {threads, 0, 0, GRPO_NUMERICS_EXACT};
+    grpo_model_opts o = {threads, 0, 0, GRPO_NUMERICS_EXACT, 0};
     if (grpo_model_load(&m, tm_dir(name, dir, sizeof dir), &o) != GRPO_OK)
         fprintf(stderr, "load %s: %s\n", dir, grpo_error_last());
     return m;

@@ -162,6 +162,91 @@ test_numerics_q8(void **state)
     assert_non_null(strstr(slurp("out.txt"), "expected \"exact\" or \"q8\""));
 }
 
+/* --kv-dtype bf16 and fp8: the same completions with 1 and 2 threads, other than the f32
+ * cache's, the dtype recorded with each group and replay bit-identical from the record (and not
+ * with the record's dtype taken away); the byte budget that holds one f32 group at a time holds
+ * more groups of smaller rows. */
+static void
+test_kv_dtype(void **state)
+{
+    (void)state;
+    static const char *const dts[2] = {"bf16", "fp8"};
+    char de[512];
+    snprintf(de, sizeof de, "%s/kvf32.db", tmpdir);
+    assert_int_equal(run(ROLL_FP8 " --db %s --threads 2", bin, src, src, de), 0);
+    static char b1[1 << 16], b2[1 << 16], b3[1 << 16];
+    size_t n3 = token_blobs(de, b3, sizeof b3);
+    for (int d = 0; d < 2; d++) {
+        char d2[512], d1[512], like[64];
+        snprintf(d2, sizeof d2, "%s/kv%s.db", tmpdir, dts[d]);
+        snprintf(d1, sizeof d1, "%s/kv%st1.db", tmpdir, dts[d]);
+        assert_int_equal(
+            run(ROLL_FP8 " --db %s --threads 2 --kv-dtype %s", bin, src, src, d2, dts[d]), 0);
+        assert_int_equal(
+            run(ROLL_FP8 " --db %s --threads 1 --kv-dtype %s", bin, src, src, d1, dts[d]), 0);
+        size_t n1 = token_blobs(d2, b1, sizeof b1), n2 = token_blobs(d1, b2, sizeof b2);
+        assert_true(n1 > 0);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(b1, b2, n1);
+        assert_true(n1 != n3 || memcmp(b1, b3, n1) != 0); /* not the f32 cache's */
+        sqlite3 *h;
+        sqlite3_stmt *st;
+        snprintf(like, sizeof like, "%%\"kv_dtype\":\"%s\"%%", dts[d]);
+        assert_int_equal(sqlite3_open(d2, &h), SQLITE_OK);
+        assert_int_equal(sqlite3_prepare_v2(h,
+                                            "SELECT count(*) FROM groups WHERE sampling_json "
+                                            "LIKE ?1",
+                                            -1, &st, NULL),
+                         SQLITE_OK);
+        sqlite3_bind_text(st, 1, like, -1, SQLITE_STATIC);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int(st, 0), 4);
+        sqlite3_finalize(st);
+        assert_int_equal(sqlite3_prepare_v2(h,
+                                            "SELECT count(*) FROM runs WHERE config_json "
+                                            "LIKE ?1",
+                                            -1, &st, NULL),
+                         SQLITE_OK);
+        sqlite3_bind_text(st, 1, like, -1, SQLITE_STATIC);
+        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int(st, 0), 1);
+        sqlite3_finalize(st);
+        for (int id = 1; id <= 16; id += 5) {
+            assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, d2, id), 0);
+            assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
+        }
+        /* without the recorded dtype, replay decodes with the f32 cache: different */
+        assert_int_equal(sqlite3_exec(h,
+                                      "UPDATE groups SET sampling_json = replace(replace("
+                                      "sampling_json, ',\"kv_dtype\":\"bf16\"', ''), "
+                                      "',\"kv_dtype\":\"fp8\"', '')",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        assert_int_equal(run("%s replay --db %s --completion 1 --threads 1", bin, d2), 1);
+        assert_non_null(strstr(slurp("out.txt"), "DIFFERENT"));
+        assert_int_equal(sqlite3_exec(h,
+                                      "UPDATE groups SET sampling_json = "
+                                      "replace(sampling_json, '\"prompt_tokens\"', "
+                                      "'\"kv_dtype\":\"int4\",\"prompt_tokens\"')",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        sqlite3_close(h);
+        assert_int_equal(run("%s replay --db %s --completion 1", bin, d2), 1);
+        assert_non_null(strstr(slurp("out.txt"), "kv dtype \"int4\""));
+    }
+    /* 5 f32 pages (122,880 B each: 3 layers x 64 x 160 floats) hold one group of 4 at a time;
+     * fp8 rows (196 B against 640) fit three groups in the same bytes */
+    assert_int_equal(run(ROLL_FP8 " --db %s/kvb32.db --kv-budget 614400", bin, src, src, tmpdir),
+                     0);
+    assert_non_null(strstr(slurp("out.txt"), "peak groups in flight 1,"));
+    assert_int_equal(
+        run(ROLL_FP8 " --db %s/kvb8.db --kv-budget 614400 --kv-dtype fp8", bin, src, src, tmpdir),
+        0);
+    assert_null(strstr(slurp("out.txt"), "peak groups in flight 1,"));
+    assert_int_equal(run(ROLL_FP8 " --db %s --kv-dtype int4", bin, src, src, de), 2);
+    assert_non_null(strstr(slurp("out.txt"), "expected \"f32\", \"bf16\" or \"fp8\""));
+}
+
 static void
 test_budget_and_bad_lines(void **state)
 {
@@ -541,13 +626,10 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rollout_replay),
-        cmocka_unit_test(test_numerics_q8),
-        cmocka_unit_test(test_budget_and_bad_lines),
-        cmocka_unit_test(test_publish),
-        cmocka_unit_test(test_gpu_flag),
-        cmocka_unit_test(test_resume),
-        cmocka_unit_test(test_weights_update),
+        cmocka_unit_test(test_rollout_replay), cmocka_unit_test(test_numerics_q8),
+        cmocka_unit_test(test_kv_dtype),       cmocka_unit_test(test_budget_and_bad_lines),
+        cmocka_unit_test(test_publish),        cmocka_unit_test(test_gpu_flag),
+        cmocka_unit_test(test_resume),         cmocka_unit_test(test_weights_update),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -77,16 +77,28 @@ typedef struct grpo_model grpo_model;
  * docs/model.md gives its measured accuracy. Both keep outputs independent of batch and threads. */
 typedef enum grpo_numerics { GRPO_NUMERICS_EXACT = 0, GRPO_NUMERICS_Q8 = 1 } grpo_numerics;
 
+/* The dtype of the KV cache rows. F32: today's cache, the exact path. BF16: every value rounded
+ * to BF16 (nearest even) as it is written. FP8 (vLLM/SGLang's fp8_e4m3, FlashMLA's FP8 layout):
+ * the MLA latent in E4M3 with one fp32 scale (amax / 448) per 128 values and the rope key in BF16;
+ * GQA keys and values in E4M3 with one scale per head row. The attention reads the rows in that
+ * dtype and converts them as it reads; outputs stay independent of batch and threads in each
+ * (docs/model.md gives the measured accuracy). CPU backend only for BF16 and FP8. */
+typedef enum grpo_kv_dtype { GRPO_KV_F32 = 0, GRPO_KV_BF16 = 1, GRPO_KV_FP8 = 2 } grpo_kv_dtype;
+
 typedef struct grpo_model_opts {
     int n_threads; /* CPU threads for the forward; <= 0: all CPUs */
     int backend;   /* 0 = CPU, 1 = CUDA (when built) */
     int load_mtp;  /* keep the MTP module (layer num_hidden_layers) when present */
     int numerics;  /* grpo_numerics (0 = exact) */
+    int kv_dtype;  /* grpo_kv_dtype of the KV pools the forward takes (0 = f32) */
 } grpo_model_opts;
 
 /* "exact" or "q8" into *out; GRPO_EINVAL naming the accepted values otherwise. */
 grpo_err grpo_numerics_parse(const char *s, int *out);
 const char *grpo_numerics_name(int numerics);
+/* "f32", "bf16" or "fp8" into *out (grpo_kv_dtype); GRPO_EINVAL naming them otherwise. */
+grpo_err grpo_kv_dtype_parse(const char *s, int *out);
+const char *grpo_kv_dtype_name(int kv_dtype);
 
 /* GRPO_OK when grpo_model_load() can use `backend` here: 0 always; 1 when this build has the CUDA
  * backend, its module loads and a device is visible (else the reason, as grpo_model_load would
@@ -107,6 +119,8 @@ grpo_err grpo_model_config_parse(grpo_model_config *cfg, const char *json, size_
 int grpo_model_has_mtp(const grpo_model *m);
 /* The numerics the model was loaded with (grpo_numerics). */
 int grpo_model_numerics(const grpo_model *m);
+/* The KV dtype the model was loaded with (grpo_kv_dtype): its forward takes pools of it only. */
+int grpo_model_kv_dtype(const grpo_model *m);
 /* Bytes of weights the forward reads per token at batch 1 (dense layers + attention + the
  * top-k routed and shared experts + lm_head), for bandwidth estimates. */
 double grpo_model_bytes_per_token(const grpo_model *m);
@@ -127,11 +141,18 @@ grpo_err grpo_model_set_profile(grpo_model *m, int on);
 void grpo_model_get_profile(const grpo_model *m, grpo_model_profile *out);
 
 /* Paged KV pool: pages of GRPO_KV_PAGE tokens x layers x grpo_model_kv_row(cfg) values (the MLA
- * latent rows, or per-KV-head key and value rows), refcounted; a page shared by several sequences
- * is copied on write. */
+ * latent rows, or per-KV-head key and value rows) in one grpo_kv_dtype, refcounted; a page shared
+ * by several sequences is copied on write. The budget counts bytes: a pool holds
+ * budget / grpo_kv_page_bytes() pages, so a smaller row holds more tokens. */
 #define GRPO_KV_PAGE 64
 typedef struct grpo_kv grpo_kv;
+/* An F32 pool (grpo_kv_create_dtype with GRPO_KV_F32). */
 grpo_err grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes);
+/* A pool of kv_dtype rows; pass grpo_model_kv_dtype(m) for model m's forward. On success the
+ * caller owns *out (grpo_kv_destroy). */
+grpo_err grpo_kv_create_dtype(grpo_kv **out, const grpo_model_config *cfg, int kv_dtype,
+                              size_t budget_bytes);
+int grpo_kv_get_dtype(const grpo_kv *kv);
 void grpo_kv_destroy(grpo_kv *kv);
 grpo_err grpo_kv_seq_new(grpo_kv *kv, int32_t *seq_out);
 /* A new sequence sharing all of parent's pages read-only (the last partial page is copied when
@@ -142,8 +163,9 @@ int32_t grpo_kv_seq_len(const grpo_kv *kv, int32_t seq);
 size_t grpo_kv_pages_total(const grpo_kv *kv);
 size_t grpo_kv_pages_used(const grpo_kv *kv);
 size_t grpo_kv_page_bytes(const grpo_kv *kv);
-/* The cache holds fp32 values for now: [normalized kv_lora latent | rotated rope key] per token
- * per layer for MLA; [rotated keys (kv heads, head_dim) | values (kv heads, head_dim)] for GQA. */
+/* A row holds [normalized kv_lora latent | rotated rope key] per token per layer for MLA;
+ * [rotated keys (kv heads, head_dim) | values (kv heads, head_dim)] for GQA; in F32, BF16 or FP8
+ * (grpo_kv_dtype; bytes per row: grpo_kv_row_bytes). */
 
 /* One forward over a ragged batch: item i appends n tokens to sequence seq at positions
  * pos0..pos0+n-1 (a prefill chunk or a single decode token; pos0 must equal the sequence's current
@@ -175,10 +197,10 @@ grpo_err grpo_model_forward_routes(grpo_model *m, grpo_kv *kv, const grpo_fwd_it
 }
 #endif
 /* ---- capacity planning (`grpo plan`; rollout/model/plan.c) ---- */
-typedef enum grpo_kv_dtype { GRPO_KV_F32 = 0, GRPO_KV_BF16 = 1, GRPO_KV_FP8 = 2 } grpo_kv_dtype;
-/* Bytes of one token's latent cache row in one layer: f32 4 x (kv_lora_rank + rope dim); BF16
- * half that; FP8 (the FlashMLA / vLLM fp8_e4m3 layout) the latent in E4M3 with one fp32 scale per
- * 128 values and the rope key in BF16 (656 B for DeepSeek-V3). */
+/* Bytes of one token's cache row in one layer, as the pool stores it: f32 4 x (kv_lora_rank +
+ * rope dim); BF16 half that; FP8 (the FlashMLA / vLLM fp8_e4m3 layout) the latent in E4M3 with one
+ * fp32 scale per 128 values and the rope key in BF16 (656 B for DeepSeek-V3); GQA rows 4, 2 or
+ * 1 byte per key/value plus, in FP8, 4 bytes per head row. */
 double grpo_kv_row_bytes(const grpo_model_config *c, int kv_dtype);
 
 typedef struct grpo_plan_opts {

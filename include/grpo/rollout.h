@@ -316,6 +316,7 @@ typedef struct grpo_policy_opts {
     size_t kv_budget_tokens; /* > 0: a pool of exactly ceil(tokens / GRPO_KV_PAGE) pages */
     int backend;             /* grpo_model_opts.backend: 0 CPU, 1 CUDA (device 0 as visible) */
     int numerics;            /* grpo_model_opts.numerics: 0 exact, GRPO_NUMERICS_Q8 */
+    int kv_dtype;            /* grpo_model_opts.kv_dtype (and the pool's): 0 f32, bf16, fp8 */
 } grpo_policy_opts;
 
 grpo_err grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opts *opts);

@@ -79,6 +79,7 @@ typedef struct grpo_run_opts {
     int32_t max_batch;         /* decode rows per forward (default 256) */
     int32_t gpu;               /* >= 0: the CUDA backend (the device chosen by the caller) */
     int32_t numerics;          /* grpo_numerics of the policy and reference (0 = exact) */
+    int32_t kv_dtype;          /* grpo_kv_dtype of the policy and reference (0 = f32) */
     int32_t rescore;           /* recompute policy logprobs by teacher forcing */
     int32_t resume;            /* continue the newest unfinished run with these options */
     int32_t record_routes;     /* keep each token's MoE routes (grpo_rollout_opts.record_routes) */

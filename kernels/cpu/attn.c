@@ -1,6 +1,7 @@
 /* CPU MLA attention: the naive per-head form for prefill chunks (keys and values expanded from the
  * latent by kv_b_proj) and the absorbed form for decode (queries and outputs in the 512-d latent
- * space, reading the paged latent cache directly). Each output is reduced over positions in
+ * space, reading the paged latent cache directly; a BF16 or FP8 cache is converted row by row
+ * into the task's F32 copy as it is read). Each output is reduced over positions in
  * ascending order, so it does not depend on the batch or the threads. */
 #include "kernels/cpu/cpu_int.h"
 
@@ -232,9 +233,10 @@ grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int
 }
 
 typedef struct {
-    int B, H, dc, dr, page_len, row_stride, maxlen, hgroups;
+    int B, H, dc, dr, page_len, maxlen, hgroups;
     const float *ql, *qr;
-    const float *const *const *pages_of;
+    const void *const *const *pages_of;
+    const grpo_kv_fmt *kvf;
     const int32_t *len;
     float scale;
     float *ol;
@@ -246,16 +248,26 @@ absorbed_range(void *vctx, size_t b, size_t e, int worker)
     (void)worker;
     absorbed_ctx *c = vctx;
     size_t ml = (size_t)(c->maxlen > 0 ? c->maxlen : 1);
+    int conv = c->kvf->dt != GRPO_DT_F32, rw = c->dc + c->dr;
     float *s = malloc((size_t)HG * ml * sizeof *s);
     const float **rows = malloc(ml * sizeof *rows);
-    if (s == NULL || rows == NULL)
+    float *dec = conv ? malloc(ml * (size_t)rw * sizeof *dec) : NULL; /* the task's rows as F32 */
+    if (s == NULL || rows == NULL || (conv && dec == NULL))
         abort();
     for (size_t t = b; t < e; t++) {
         int bi = (int)(t / (size_t)c->hgroups), h0 = (int)(t % (size_t)c->hgroups) * HG;
         int nh = c->H - h0 < HG ? c->H - h0 : HG, L = c->len[bi];
-        const float *const *pages = c->pages_of[bi];
-        for (int j = 0; j < L; j++)
-            rows[j] = pages[j / c->page_len] + (size_t)(j % c->page_len) * c->row_stride;
+        const void *const *pages = c->pages_of[bi];
+        for (int j = 0; j < L; j++) {
+            const char *r = (const char *)pages[j / c->page_len] +
+                            (size_t)(j % c->page_len) * (size_t)c->kvf->bytes;
+            if (conv) {
+                grpo_kv_row_decode(c->kvf, r, 0, rw, dec + (size_t)j * rw);
+                rows[j] = dec + (size_t)j * rw;
+            } else {
+                rows[j] = (const float *)r;
+            }
+        }
         const float *ql0 = c->ql + ((size_t)bi * c->H + h0) * c->dc,
                     *qr0 = c->qr + ((size_t)bi * c->H + h0) * c->dr;
         int j = 0;
@@ -300,14 +312,15 @@ absorbed_range(void *vctx, size_t b, size_t e, int worker)
         pv_heads(nh, s, (size_t)L, rows, L, c->dc, c->ol + ((size_t)bi * c->H + h0) * c->dc,
                  (size_t)c->dc);
     }
+    free(dec);
     free(rows);
     free(s);
 }
 
 void
 grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
-                       const float *qr, const float *const *const *pages_of, const int32_t *len,
-                       int page_len, int row_stride, float scale, float *ol)
+                       const float *qr, const void *const *const *pages_of, const int32_t *len,
+                       int page_len, const grpo_kv_fmt *kvf, float scale, float *ol)
 {
     int maxlen = 0;
     for (int b = 0; b < B; b++)
@@ -317,12 +330,12 @@ grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const floa
                       .dc = dc,
                       .dr = dr,
                       .page_len = page_len,
-                      .row_stride = row_stride,
                       .maxlen = maxlen,
                       .hgroups = (H + HG - 1) / HG,
                       .ql = ql,
                       .qr = qr,
                       .pages_of = pages_of,
+                      .kvf = kvf,
                       .len = len,
                       .scale = scale,
                       .ol = ol};

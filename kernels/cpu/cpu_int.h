@@ -97,13 +97,12 @@ void grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr
                          const float *q, const float *kvb, const float *const *pages, int page_len,
                          int kr_stride, int kr_off, float scale, float *out);
 void grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
-                            const float *qr, const float *const *const *pages_of,
-                            const int32_t *len, int page_len, int row_stride, float scale,
-                            float *ol);
+                            const float *qr, const void *const *const *pages_of, const int32_t *len,
+                            int page_len, const grpo_kv_fmt *kvf, float scale, float *ol);
 void grpo_cpu__gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n,
                         const int32_t *pos0, int H, int KVH, int d, const float *q,
-                        const float *const *const *pages_of, int page_len, int row_stride,
-                        int v_off, float scale, float *out);
+                        const void *const *const *pages_of, int page_len, const grpo_kv_fmt *kvf,
+                        float scale, float *out);
 /* Profiling (prof.c): adds one whole-expert parallel_for's time; frees the counters. */
 void grpo_cpu__prof_parallel(grpo_kernels *k, double seconds);
 int grpo_cpu__prof_on(const grpo_kernels *k);

@@ -99,20 +99,20 @@ p_mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv, con
 
 static void
 p_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, const float *qr,
-               const float *const *const *pages_of, const int32_t *len, int page_len,
-               int row_stride, float scale, float *ol)
+               const void *const *const *pages_of, const int32_t *len, int page_len,
+               const grpo_kv_fmt *kvf, float scale, float *ol)
 {
     TIMED(GRPO_KOP_MLA_ABSORBED,
-          mla_absorbed(k, B, H, dc, dr, ql, qr, pages_of, len, page_len, row_stride, scale, ol));
+          mla_absorbed(k, B, H, dc, dr, ql, qr, pages_of, len, page_len, kvf, scale, ol));
 }
 
 static void
 p_gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n, const int32_t *pos0, int H,
-           int KVH, int d, const float *q, const float *const *const *pages_of, int page_len,
-           int row_stride, int v_off, float scale, float *out)
+           int KVH, int d, const float *q, const void *const *const *pages_of, int page_len,
+           const grpo_kv_fmt *kvf, float scale, float *out)
 {
-    TIMED(GRPO_KOP_GQA_ATTN, gqa_attn(k, B, q0, n, pos0, H, KVH, d, q, pages_of, page_len,
-                                      row_stride, v_off, scale, out));
+    TIMED(GRPO_KOP_GQA_ATTN,
+          gqa_attn(k, B, q0, n, pos0, H, KVH, d, q, pages_of, page_len, kvf, scale, out));
 }
 
 static void

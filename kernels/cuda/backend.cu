@@ -430,11 +430,17 @@ t_mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv, con
 
 static void
 t_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, const float *qr,
-               const float *const *const *pages_of, const int32_t *len, int page_len,
-               int row_stride, float scale, float *ol)
+               const void *const *const *pages_v, const int32_t *len, int page_len,
+               const grpo_kv_fmt *kvf, float scale, float *ol)
 {
     cu_state *s = cu_of(k);
     grpo_err err = GRPO_OK;
+    if (kvf->dt != GRPO_DT_F32) { /* the model refuses it at load; kept for direct callers */
+        grpo_cu__note(s, grpo__fail(GRPO_EUNSUPPORTED, "cuda: the KV cache is F32 only"));
+        return;
+    }
+    const float *const *const *pages_of = (const float *const *const *)pages_v;
+    int row_stride = kvf->bytes / (int)sizeof(float);
     int maxp = 1;
     for (int b = 0; b < B; b++)
         maxp = len[b] > maxp * page_len ? (len[b] + page_len - 1) / page_len : maxp;

@@ -27,10 +27,11 @@ _vp, _cp, _i32, _u64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.
 class _PolicyOpts(ctypes.Structure):  # grpo_policy_opts
     _fields_ = [("tokenizer", _cp), ("template_name", _cp), ("n_threads", ctypes.c_int),
                 ("kv_budget_bytes", ctypes.c_size_t), ("kv_budget_tokens", ctypes.c_size_t),
-                ("backend", ctypes.c_int), ("numerics", ctypes.c_int)]
+                ("backend", ctypes.c_int), ("numerics", ctypes.c_int), ("kv_dtype", ctypes.c_int)]
 
 
 NUMERICS = {"exact": 0, "q8": 1}  # grpo_numerics
+KV_DTYPES = {"f32": 0, "bf16": 1, "fp8": 2}  # grpo_kv_dtype
 
 
 class _Prompt(ctypes.Structure):  # grpo_prompt
@@ -181,18 +182,24 @@ class Engine:
     (default 1 GiB); reward_config: the reward composition (grpo.Verifier's config; default
     math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format, format = 1.0*format);
     numerics: "exact" (default: fp32, matches transformers) or "q8" (CPU: FP8 weights and the
-    activations in int8 per 32 columns; faster batch-1 decode, not exact: docs/model.md)."""
+    activations in int8 per 32 columns; faster batch-1 decode, not exact: docs/model.md);
+    kv_dtype: the KV cache rows, "f32" (default: exact), "bf16" or "fp8" (E4M3 latent with an
+    fp32 scale per 128 values, rope key bf16; smaller rows, more sequences in the same budget,
+    not exact: docs/model.md)."""
 
     def __init__(self, model_dir: str, *, template: str = "r1", tokenizer: Optional[str] = None,
                  threads: int = 0, kv_budget_tokens: int = 0, kv_budget_bytes: int = 0,
                  reward_config: Union[None, str, Dict[str, Any]] = None, verify_threads: int = 2,
-                 numerics: str = "exact"):
+                 numerics: str = "exact", kv_dtype: str = "f32"):
         if numerics not in NUMERICS:
             raise ValueError(f"numerics {numerics!r}: expected one of {sorted(NUMERICS)}")
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype {kv_dtype!r}: expected one of {sorted(KV_DTYPES)}")
         self._pol = _vp()
         self._verifier = Verifier(reward_config, threads=verify_threads)
         po = _PolicyOpts(tokenizer.encode() if tokenizer else None, template.encode(), threads,
-                         kv_budget_bytes, kv_budget_tokens, 0, NUMERICS[numerics])
+                         kv_budget_bytes, kv_budget_tokens, 0, NUMERICS[numerics],
+                         KV_DTYPES[kv_dtype])
         _check(_lib.grpo_policy_open(ctypes.byref(self._pol), str(model_dir).encode(),
                                      ctypes.byref(po)), str(model_dir))
         self.template = _lib.grpo_policy_template(self._pol).decode()

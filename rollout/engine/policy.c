@@ -71,12 +71,13 @@ open_tokenizer(grpo_policy *p, const char *model_dir, const grpo_policy_opts *o)
 static grpo_err
 kv_open(grpo_policy *p, const grpo_model_config *cfg, const grpo_policy_opts *o)
 {
+    int dt = grpo_model_kv_dtype(p->model);
     size_t bytes = o->kv_budget_bytes ? o->kv_budget_bytes : (size_t)1 << 30;
     if (o->kv_budget_tokens > 0) {
         grpo_kv *probe = NULL;
         size_t page = (size_t)GRPO_KV_PAGE * (size_t)cfg->num_hidden_layers *
                       grpo_model_kv_row(cfg) * 8; /* fp64 bound */
-        grpo_err err = grpo_kv_create(&probe, cfg, page);
+        grpo_err err = grpo_kv_create_dtype(&probe, cfg, dt, page);
         if (err != GRPO_OK)
             return err;
         page = grpo_kv_page_bytes(probe);
@@ -89,7 +90,7 @@ kv_open(grpo_policy *p, const grpo_model_config *cfg, const grpo_policy_opts *o)
                               o->kv_budget_tokens, pages, INT32_MAX);
         bytes = pages * page;
     }
-    return grpo_kv_create(&p->kv, cfg, bytes);
+    return grpo_kv_create_dtype(&p->kv, cfg, dt, bytes);
 }
 
 grpo_err
@@ -108,6 +109,7 @@ grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opt
     mo.n_threads = o.n_threads;
     mo.backend = o.backend;
     mo.numerics = o.numerics;
+    mo.kv_dtype = o.kv_dtype;
     grpo_err err = grpo_model_load(&p->model, model_dir, &mo);
     if (err != GRPO_OK)
         goto done;

@@ -22,12 +22,14 @@ typedef struct {
     float *rl, *rw;                /* router logits (T, E), weights (T, k) */
     int32_t *ri;                   /* router expert ids (T, k) */
     float *qd, *ql, *qr, *ol, *od; /* decode batch */
-    const float ***pages_of;
-    const float **page_ptrs; /* B * max pages */
+    const void ***pages_of;
+    const void **page_ptrs; /* B * max pages */
     int32_t *lens;
     int max_pages, max_len; /* max_len: longest prefill item's pos0 + n */
-    float *lat, *kvb;       /* naive attention: (max_len, dc), (max_len, H, dn + dv) */
-    const float **chunk_pages;
+    /* naive attention: lat (max_len, dc + dr) the chunk's cache rows as F32, kvb (max_len, H,
+     * dn + dv) the expanded keys/values, chunk_pages the pages (then lat's pages of rows) */
+    float *lat, *kvb;
+    const void **chunk_pages;
     /* MoE: the T x k assignments sorted by (expert, token) */
     int32_t *ecnt, *eoff, *slot_tok, *esplit;
     float *slot_w;
@@ -131,7 +133,7 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->sg = carve(cv, Tp * K * Im * f);
     s->su = carve(cv, Tp * K * Im * f);
     s->jobs = carve(cv, (2 * E + 2) * sizeof(grpo_gemm_job));
-    s->lat = carve(cv, Lm * dc * f);
+    s->lat = carve(cv, Lm * (dc + dr) * f);
     size_t hg = (size_t)s->hg;
     s->kvb = carve(cv, Lm * hg * (dn + dv) * f);
     s->qg = carve(cv, (Lm > 0 ? T : 0) * hg * qk * f);
@@ -177,6 +179,11 @@ check_items(const grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_
     const grpo_model_config *c = &m->cfg;
     if (kv->n_layers != c->num_hidden_layers || (size_t)kv->row != grpo_model_kv_row(c))
         return grpo__fail(GRPO_EINVAL, "model: the KV pool was made for another model config");
+    if (kv->dtype != m->kv_dtype)
+        return grpo__fail(GRPO_EINVAL,
+                          "model: the KV pool holds %s rows; the model was loaded "
+                          "with kv dtype %s",
+                          grpo_kv_dtype_name(kv->dtype), grpo_kv_dtype_name(m->kv_dtype));
     size_t need = 0;
     for (int i = 0; i < n_items; i++) {
         const grpo_fwd_item *it = &items[i];
@@ -217,14 +224,16 @@ add_rows(float *h, const float *d, size_t n)
 
 /* Per-sequence page pointers for one layer. */
 static void
-seq_pages(const grpo_kv *kv, int32_t seq, int layer, const float **out)
+seq_pages(const grpo_kv *kv, int32_t seq, int layer, const void **out)
 {
     const grpo_kv_seq *s = &kv->seqs[seq];
     for (int32_t p = 0; p < s->n_pages; p++)
         out[p] = grpo_kv__page(kv, s->pages[p], layer);
 }
 
-/* Naive MLA for one prefill chunk: expands the cached latents to per-head keys and values. */
+/* Naive MLA for one prefill chunk: expands the cached latents to per-head keys and values. The
+ * chunk's cache rows (its own included, as written) are read once into lat as F32, and the kernel
+ * reads the rope keys there. */
 static grpo_err
 attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const grpo_fwd_item *it,
            int t0, scratch *s)
@@ -234,18 +243,24 @@ attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const g
     int dv = c->v_head_dim, dc = c->kv_lora_rank, qk = dn + dr, L = it->pos0 + it->n;
     int n = it->n, hg = s->hg;
     float *lat = s->lat, *kvb = s->kvb;
-    const float **pp = s->chunk_pages;
+    const void **pp = s->chunk_pages;
+    int rw = dc + dr;
     seq_pages(kv, it->seq, layer, pp);
     for (int j = 0; j < L; j++)
-        memcpy(lat + (size_t)j * dc, pp[j / GRPO_KV_PAGE] + (size_t)(j % GRPO_KV_PAGE) * kv->row,
-               (size_t)dc * sizeof(float));
+        grpo_kv_row_decode(&kv->fmt,
+                           (const uint8_t *)pp[j / GRPO_KV_PAGE] +
+                               (size_t)(j % GRPO_KV_PAGE) * (size_t)kv->fmt.bytes,
+                           0, rw, lat + (size_t)j * rw);
+    const float **lp = (const float **)pp; /* now pages of lat */
+    for (int p = 0; p * GRPO_KV_PAGE < L; p++)
+        lp[p] = lat + (size_t)p * GRPO_KV_PAGE * rw;
     const float *q = s->q + (size_t)t0 * nh * qk;
     float *out = s->ao + (size_t)t0 * nh * dv;
     /* keys/values are expanded for hg heads at a time: (L, hg, dn + dv) instead of all heads */
     for (int h0 = 0; h0 < nh; h0 += hg) {
         int g = nh - h0 < hg ? nh - h0 : hg;
         grpo_kw wg = grpo_kw_rows(&l->kv_b, h0 * (dn + dv), g * (dn + dv));
-        m->k->gemm(m->k, L, lat, dc, &wg, kvb, g * (dn + dv));
+        m->k->gemm(m->k, L, lat, rw, &wg, kvb, g * (dn + dv));
         const float *qg = q;
         float *og = out;
         if (g != nh) { /* gather this group's queries; scatter its outputs below */
@@ -255,8 +270,8 @@ attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const g
             qg = s->qg;
             og = s->og;
         }
-        m->k->mla_naive(m->k, n, it->pos0, g, dn, dr, dv, qg, kvb, (const float *const *)pp,
-                        GRPO_KV_PAGE, kv->row, dc, c->softmax_scale, og);
+        m->k->mla_naive(m->k, n, it->pos0, g, dn, dr, dv, qg, kvb, (const float *const *)lp,
+                        GRPO_KV_PAGE, rw, dc, c->softmax_scale, og);
         if (g != nh)
             for (int i = 0; i < n; i++)
                 memcpy(out + ((size_t)i * nh + h0) * dv, s->og + (size_t)i * g * dv,
@@ -282,14 +297,14 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
         for (int h = 0; h < nh; h++)
             memcpy(s->qr + ((size_t)b * nh + h) * dr, s->qd + ((size_t)b * nh + h) * qk + dn,
                    (size_t)dr * sizeof(float));
-        const float **pp = s->page_ptrs + (size_t)b * s->max_pages;
+        const void **pp = s->page_ptrs + (size_t)b * s->max_pages;
         seq_pages(kv, it->seq, layer, pp);
         s->pages_of[b] = pp;
         s->lens[b] = it->pos0 + 1;
     }
     m->k->gemm_t_heads(m->k, B, nh, s->qd, nh * qk, qk, &l->kv_b, dn + dv, dn, s->ql, nh * dc, dc);
-    m->k->mla_absorbed(m->k, B, nh, dc, dr, s->ql, s->qr, (const float *const *const *)s->pages_of,
-                       s->lens, GRPO_KV_PAGE, kv->row, c->softmax_scale, s->ol);
+    m->k->mla_absorbed(m->k, B, nh, dc, dr, s->ql, s->qr, (const void *const *const *)s->pages_of,
+                       s->lens, GRPO_KV_PAGE, &kv->fmt, c->softmax_scale, s->ol);
     grpo_kw wuv = grpo_kw_rows(&l->kv_b, dn, l->kv_b.rows - dn);
     m->k->gemm_heads(m->k, B, nh, s->ol, nh * dc, dc, &wuv, dn + dv, dv, s->od, nh * dv, dv);
     for (int b = 0; b < B; b++)
@@ -326,15 +341,10 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
             c->rope_interleave);
     k->rope(k, T, s->q + dn, nh * qk, nh, qk, dr, s->pos, m->inv_freq, c->rope_attn_factor,
             c->rope_interleave);
-    for (int i = 0; i < n_items; i++) { /* append [latent | rope key] to the cache */
-        const grpo_kv_seq *sq = &kv->seqs[items[i].seq];
-        for (int j = 0; j < items[i].n; j++) {
-            int p = items[i].pos0 + j;
-            float *dst = grpo_kv__page(kv, sq->pages[p / GRPO_KV_PAGE], layer) +
-                         (size_t)(p % GRPO_KV_PAGE) * row;
-            memcpy(dst, s->kva + (size_t)(t0_of[i] + j) * row, (size_t)row * sizeof(float));
-        }
-    }
+    for (int i = 0; i < n_items; i++) /* append [latent | rope key] in the cache's dtype */
+        for (int j = 0; j < items[i].n; j++)
+            grpo_kv__put(kv, items[i].seq, layer, items[i].pos0 + j,
+                         s->kva + (size_t)(t0_of[i] + j) * row);
     for (int i = 0; i < n_items; i++) {
         if (items[i].n == 1)
             continue;

@@ -49,8 +49,7 @@ project(grpo_model *m, const grpo_layer_w *l, int T, const int32_t *pos, const f
 /* Per item: its rows, positions and page pointers for this layer (one block, freed by caller). */
 static void *
 item_tables(const grpo_kv *kv, int layer, const grpo_fwd_item *items, int n_items,
-            const int32_t *t0_of, int32_t **q0, int32_t **n, int32_t **pos0,
-            const float ***pages_of)
+            const int32_t *t0_of, int32_t **q0, int32_t **n, int32_t **pos0, const void ***pages_of)
 {
     size_t np = 0;
     for (int i = 0; i < n_items; i++)
@@ -59,15 +58,15 @@ item_tables(const grpo_kv *kv, int layer, const grpo_fwd_item *items, int n_item
     char *blk = malloc(bytes + sizeof(void *));
     if (blk == NULL)
         return NULL;
-    *pages_of = (const float **)blk; /* pointers first: aligned */
-    const float **pp = (const float **)(blk + (size_t)n_items * sizeof(void *));
+    *pages_of = (const void **)blk; /* pointers first: aligned */
+    const void **pp = (const void **)(blk + (size_t)n_items * sizeof(void *));
     int32_t *ints = (int32_t *)(pp + np);
     *q0 = ints;
     *n = ints + n_items;
     *pos0 = ints + 2 * n_items;
     for (int i = 0; i < n_items; i++) {
         const grpo_kv_seq *s = &kv->seqs[items[i].seq];
-        ((const float *const **)*pages_of)[i] = pp;
+        ((const void *const **)*pages_of)[i] = pp;
         for (int32_t p = 0; p < s->n_pages; p++)
             *pp++ = grpo_kv__page(kv, s->pages[p], layer);
         (*q0)[i] = t0_of[i];
@@ -90,22 +89,17 @@ grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int laye
     int H = c->hidden_size, nh = c->num_attention_heads, kvh = c->num_key_value_heads;
     int d = c->head_dim, row = 2 * kvh * d;
     project(m, l, T, pos, x, q, kvr);
-    for (int i = 0; i < n_items; i++) { /* append [keys | values] to the cache */
-        const grpo_kv_seq *sq = &kv->seqs[items[i].seq];
-        for (int j = 0; j < items[i].n; j++) {
-            int p = items[i].pos0 + j;
-            float *dst = grpo_kv__page(kv, sq->pages[p / GRPO_KV_PAGE], layer) +
-                         (size_t)(p % GRPO_KV_PAGE) * row;
-            memcpy(dst, kvr + (size_t)(t0_of[i] + j) * row, (size_t)row * sizeof(float));
-        }
-    }
+    for (int i = 0; i < n_items; i++) /* append [keys | values] in the cache's dtype */
+        for (int j = 0; j < items[i].n; j++)
+            grpo_kv__put(kv, items[i].seq, layer, items[i].pos0 + j,
+                         kvr + (size_t)(t0_of[i] + j) * row);
     int32_t *q0, *n, *pos0;
-    const float **pages_of;
+    const void **pages_of;
     void *blk = item_tables(kv, layer, items, n_items, t0_of, &q0, &n, &pos0, &pages_of);
     if (blk == NULL)
         return grpo__fail(GRPO_ENOMEM, "model: out of memory");
-    k->gqa_attn(k, n_items, q0, n, pos0, nh, kvh, d, q, (const float *const *const *)pages_of,
-                GRPO_KV_PAGE, row, kvh * d, c->softmax_scale, ao);
+    k->gqa_attn(k, n_items, q0, n, pos0, nh, kvh, d, q, (const void *const *const *)pages_of,
+                GRPO_KV_PAGE, &kv->fmt, c->softmax_scale, ao);
     free(blk);
     k->gemm(k, T, ao, nh * d, &l->o, tmp, H);
     add_bias(tmp, T, H, H, l->o_bias);

@@ -1,5 +1,6 @@
-/* The paged KV pool: pages of GRPO_KV_PAGE tokens x layers x grpo_model_kv_row() fp32 values
- * (MLA latent rows or GQA key/value rows), refcounted. A fork shares every page of its parent; a
+/* The paged KV pool: pages of GRPO_KV_PAGE tokens x layers x one row of grpo_model_kv_row()
+ * values (MLA latent rows or GQA key/value rows) in the pool's dtype (F32, BF16 or FP8; the row
+ * formats are kernels.h's grpo_kv_fmt), refcounted. A fork shares every page of its parent; a
  * page with more than one owner is copied before it is written (only ever the last, partial page,
  * because sequences only append). */
 #include "rollout/model/model_int.h"
@@ -15,18 +16,58 @@ grpo_model_kv_row(const grpo_model_config *cfg)
     return 2 * (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim;
 }
 
+grpo_kv_fmt
+grpo_model__kv_fmt(const grpo_model_config *cfg, int kv_dtype)
+{
+    static const grpo_dtype dt[] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F8E4M3};
+    int32_t n = (int32_t)grpo_model_kv_row(cfg);
+    grpo_dtype d = kv_dtype >= 0 && kv_dtype <= GRPO_KV_FP8 ? dt[kv_dtype] : GRPO_DT_F32;
+    if (cfg->arch == GRPO_ARCH_DEEPSEEK_V3)
+        return grpo_kv_fmt_make(d, n, cfg->kv_lora_rank, 128);
+    return grpo_kv_fmt_make(d, n, n, cfg->head_dim);
+}
+
+grpo_err
+grpo_kv_dtype_parse(const char *s, int *out)
+{
+    static const char *const names[] = {"f32", "bf16", "fp8"};
+    for (int i = 0; s != NULL && i < 3; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return GRPO_OK;
+        }
+    return grpo__fail(GRPO_EINVAL, "kv dtype \"%s\": expected \"f32\", \"bf16\" or \"fp8\"",
+                      s ? s : "");
+}
+
+const char *
+grpo_kv_dtype_name(int kv_dtype)
+{
+    return kv_dtype == GRPO_KV_BF16 ? "bf16" : kv_dtype == GRPO_KV_FP8 ? "fp8" : "f32";
+}
+
 grpo_err
 grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes)
 {
+    return grpo_kv_create_dtype(out, cfg, GRPO_KV_F32, budget_bytes);
+}
+
+grpo_err
+grpo_kv_create_dtype(grpo_kv **out, const grpo_model_config *cfg, int kv_dtype, size_t budget_bytes)
+{
     *out = NULL;
+    if (kv_dtype < GRPO_KV_F32 || kv_dtype > GRPO_KV_FP8)
+        return grpo__fail(GRPO_EINVAL, "kv: unknown kv dtype %d", kv_dtype);
     grpo_kv *kv = calloc(1, sizeof *kv);
     if (kv == NULL)
         return grpo__fail(GRPO_ENOMEM, "kv: out of memory");
     kv->n_layers = cfg->num_hidden_layers;
     kv->row = (int32_t)grpo_model_kv_row(cfg);
-    kv->page_floats = (size_t)kv->n_layers * GRPO_KV_PAGE * (size_t)kv->row;
-    kv->n_pages = budget_bytes / (kv->page_floats * sizeof(float));
-    size_t pb = kv->page_floats * sizeof(float), n = kv->n_pages;
+    kv->dtype = kv_dtype;
+    kv->fmt = grpo_model__kv_fmt(cfg, kv_dtype);
+    kv->page_bytes = (size_t)kv->n_layers * GRPO_KV_PAGE * (size_t)kv->fmt.bytes;
+    kv->n_pages = budget_bytes / kv->page_bytes;
+    size_t pb = kv->page_bytes, n = kv->n_pages;
     if (n == 0 || n > INT32_MAX) {
         free(kv);
         if (n == 0)
@@ -38,7 +79,7 @@ grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes)
                           budget_bytes, n, pb, INT32_MAX, (size_t)INT32_MAX * pb);
     }
     /* calloc of a large block is lazily backed: untouched pages cost nothing */
-    kv->mem = calloc(kv->n_pages, kv->page_floats * sizeof(float));
+    kv->mem = calloc(kv->n_pages, kv->page_bytes);
     kv->refcnt = calloc(kv->n_pages, sizeof *kv->refcnt);
     kv->free_list = malloc(kv->n_pages * sizeof *kv->free_list);
     if (kv->mem == NULL || kv->refcnt == NULL || kv->free_list == NULL) {
@@ -180,7 +221,22 @@ grpo_kv_pages_used(const grpo_kv *kv)
 size_t
 grpo_kv_page_bytes(const grpo_kv *kv)
 {
-    return kv == NULL ? 0 : kv->page_floats * sizeof(float);
+    return kv == NULL ? 0 : kv->page_bytes;
+}
+
+int
+grpo_kv_get_dtype(const grpo_kv *kv)
+{
+    return kv == NULL ? GRPO_KV_F32 : kv->dtype;
+}
+
+void
+grpo_kv__put(grpo_kv *kv, int32_t seq, int32_t layer, int32_t pos, const float *x)
+{
+    const grpo_kv_seq *s = &kv->seqs[seq];
+    uint8_t *dst = grpo_kv__page(kv, s->pages[pos / GRPO_KV_PAGE], layer) +
+                   (size_t)(pos % GRPO_KV_PAGE) * (size_t)kv->fmt.bytes;
+    grpo_kv_row_encode(&kv->fmt, x, dst);
 }
 
 size_t
@@ -218,9 +274,8 @@ grpo_kv__reserve(grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n)
         int32_t np = kv->free_list[--kv->n_free];
         kv->refcnt[np] = 1;
         if (p < s->n_pages) { /* shared: copy on write */
-            memcpy(kv->mem + (size_t)np * kv->page_floats,
-                   kv->mem + (size_t)s->pages[p] * kv->page_floats,
-                   kv->page_floats * sizeof(float));
+            memcpy(kv->mem + (size_t)np * kv->page_bytes,
+                   kv->mem + (size_t)s->pages[p] * kv->page_bytes, kv->page_bytes);
             page_release(kv, s->pages[p]);
         } else {
             s->n_pages = p + 1;

@@ -351,7 +351,7 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
 grpo_err
 grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
 {
-    grpo_model_opts defaults = {0, 0, 1, 0};
+    grpo_model_opts defaults = {0, 0, 1, 0, 0};
     if (opts == NULL)
         opts = &defaults;
     *out = NULL;
@@ -366,6 +366,12 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
         return grpo__fail(GRPO_EINVAL, "model: unknown numerics %d", opts->numerics);
     if (opts->numerics == GRPO_NUMERICS_Q8 && opts->backend != 0)
         return grpo__fail(GRPO_EUNSUPPORTED, "model: numerics q8 is a CPU backend option");
+    if (opts->kv_dtype < GRPO_KV_F32 || opts->kv_dtype > GRPO_KV_FP8)
+        return grpo__fail(GRPO_EINVAL, "model: unknown kv dtype %d", opts->kv_dtype);
+    if (opts->kv_dtype != GRPO_KV_F32 && opts->backend != 0)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "model: kv dtype %s is a CPU backend option (the CUDA cache is f32)",
+                          grpo_kv_dtype_name(opts->kv_dtype));
     grpo_model *m = calloc(1, sizeof *m);
     if (m == NULL || (m->dir = strdup(dir)) == NULL) {
         free(m);
@@ -385,6 +391,7 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
         (err = rope_init(m)) != GRPO_OK || (err = open_kernels(m, opts)) != GRPO_OK)
         goto done;
     m->numerics = opts->numerics;
+    m->kv_dtype = opts->kv_dtype;
     if (m->numerics == GRPO_NUMERICS_Q8)
         err = grpo_model__requant_q8(m);
 done:
@@ -463,6 +470,12 @@ int
 grpo_model_numerics(const grpo_model *m)
 {
     return m->numerics;
+}
+
+int
+grpo_model_kv_dtype(const grpo_model *m)
+{
+    return m->kv_dtype;
 }
 
 grpo_err

@@ -125,6 +125,7 @@ struct grpo_model {
     void *debug_ctx;
     void *scratch;   /* the forward's grow-only scratch block (forward.c) */
     int numerics;    /* grpo_numerics */
+    int kv_dtype;    /* grpo_kv_dtype of the pools the forward accepts */
     int naive_heads; /* tests: heads per naive-attention group (0 = default) */
     size_t scratch_size;
 };
@@ -163,10 +164,12 @@ typedef struct grpo_kv_seq {
 } grpo_kv_seq;
 
 struct grpo_kv {
-    int32_t n_layers, row; /* row = grpo_model_kv_row(cfg) floats */
-    size_t page_floats;    /* n_layers * GRPO_KV_PAGE * row */
+    int32_t n_layers, row; /* row = grpo_model_kv_row(cfg) values */
+    int32_t dtype;         /* grpo_kv_dtype */
+    grpo_kv_fmt fmt;       /* one row in that dtype (kernels.h) */
+    size_t page_bytes;     /* n_layers * GRPO_KV_PAGE * fmt.bytes */
     size_t n_pages;
-    float *mem;
+    uint8_t *mem;
     int32_t *refcnt;
     int32_t *free_list;
     size_t n_free;
@@ -179,12 +182,19 @@ struct grpo_kv {
 grpo_err grpo_kv__reserve(grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n);
 /* Pages needed to make [pos0, pos0+n) of seq writable. */
 size_t grpo_kv__pages_needed(const grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n);
-static inline float *
+/* Layer `layer` of a page: GRPO_KV_PAGE rows of kv->fmt.bytes. */
+static inline uint8_t *
 grpo_kv__page(const grpo_kv *kv, int32_t page, int32_t layer)
 {
-    return kv->mem + (size_t)page * kv->page_floats +
-           (size_t)layer * GRPO_KV_PAGE * (size_t)kv->row;
+    return kv->mem + (size_t)page * kv->page_bytes +
+           (size_t)layer * GRPO_KV_PAGE * (size_t)kv->fmt.bytes;
 }
+/* The row format of the cache of cfg in kv_dtype (MLA: E4M3 latent in blocks of 128, BF16 rope
+ * key; GQA: E4M3 keys and values with a scale per head row). */
+grpo_kv_fmt grpo_model__kv_fmt(const grpo_model_config *cfg, int kv_dtype);
+/* Appends the fp32 row x (kv->row values) of position pos of seq's layer `layer`, converted to
+ * the pool's dtype (the position's page already made writable by grpo_kv__reserve). */
+void grpo_kv__put(grpo_kv *kv, int32_t seq, int32_t layer, int32_t pos, const float *x);
 
 /* GRPO_OK, or the first error the backend's ops hit (the CUDA table keeps it and reports it on
  * every later call; the CPU table has none). Called at the end of every forward. */

@@ -4,8 +4,7 @@
  * groups fit in what memory is left. Counts follow the checkpoint layout: linear projections in
  * FP8 with one fp32 scale per 128 x 128 block when quantization_config says so (else BF16); the
  * embedding, lm_head, router and norms in BF16, the router's correction bias in fp32. */
-#include "common/common_int.h"
-#include "grpo/model.h"
+#include "rollout/model/model_int.h"
 
 #include <math.h>
 #include <string.h>
@@ -70,12 +69,7 @@ add_layer(wsum *s, const grpo_model_config *c, int moe)
 double
 grpo_kv_row_bytes(const grpo_model_config *c, int kv_dtype)
 {
-    double lat = c->kv_lora_rank, rope = c->qk_rope_head_dim, row = (double)grpo_model_kv_row(c);
-    if (kv_dtype == GRPO_KV_BF16)
-        return 2 * row;
-    if (kv_dtype == GRPO_KV_FP8) /* E4M3 latent, an fp32 scale per 128, BF16 rope key */
-        return lat + 4 * ceil(lat / 128) + 2 * rope;
-    return 4 * row;
+    return (double)grpo_model__kv_fmt(c, kv_dtype).bytes; /* the pool's own row */
 }
 
 void

@@ -423,10 +423,11 @@ test_mla_absorbed(void)
         float *dql = gt_up(ql, no * 4), *dqr = gt_up(qr, (size_t)B * H * dr * 4);
         GT_OK(grpo_cuda_malloc((void **)&dout, no * 4));
         float scale = 0.1352338f;
-        cpu->mla_absorbed(cpu, B, H, dc, dr, ql, qr, (const float *const *const *)hp, lens, 64,
-                          stride, scale, ref);
-        gpu->mla_absorbed(gpu, B, H, dc, dr, dql, dqr, (const float *const *const *)dp, lens, 64,
-                          stride, scale, dout);
+        grpo_kv_fmt f32 = grpo_kv_fmt_make(GRPO_DT_F32, stride, 0, 0);
+        cpu->mla_absorbed(cpu, B, H, dc, dr, ql, qr, (const void *const *const *)hp, lens, 64,
+                          &f32, scale, ref);
+        gpu->mla_absorbed(gpu, B, H, dc, dr, dql, dqr, (const void *const *const *)dp, lens, 64,
+                          &f32, scale, dout);
         GT_OK(grpo_kernels_cuda_status(gpu));
         gt_down(out, dout, no * 4);
         char name[64];

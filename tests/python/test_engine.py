@@ -93,3 +93,17 @@ def test_skipped_samples_get_no_advantage():
     assert plain[0] != adv[0]  # the skipped reward would have moved the mean
     adv, zero = _advantages([0.0, 1.0], [True, True])
     assert adv == [0.0, 0.0] and zero
+
+
+def test_kv_dtype_matches_cli(grpo_bin, tmp_path):
+    prompts = ROOT / "data" / "demo_prompts.jsonl"
+    rows = read_jsonl(prompts)[:4]
+    f = tmp_path / "p.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cli = cli_rollout(grpo_bin, tmp_path, f,
+                      ["--group", "3", "--max-new-tokens", "40", "--seed", "3", "--kv-dtype", "fp8"])
+    with grpo.Engine(MODEL, threads=2, kv_dtype="fp8") as e:
+        groups = e.rollout(rows, group=3, max_new_tokens=40, seed=3)
+    check_same(groups, cli, 3)
+    with pytest.raises(ValueError, match="kv_dtype"):
+        grpo.Engine(MODEL, kv_dtype="int4")

@@ -2,7 +2,8 @@
  * the store and JSONL; the same run with 1 and 2 forward threads records the same tokens;
  * replay reproduces recorded completions bit for bit and reports a tampered record as different;
  * a small --kv-budget completes with one group in flight; bad prompt lines fail or are skipped;
- * --gpu is checked against the build's backends, and the binary links no CUDA library. */
+ * --gpu is checked against the build's backends, and the binary links no CUDA library; with
+ * --logprobs both the published batches carry logprobs_processed as the JSONL has it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -61,6 +62,57 @@ token_blobs(const char *db, char *buf, size_t cap)
     sqlite3_finalize(st);
     sqlite3_close(h);
     return n;
+}
+
+/* --logprobs both: the published batches (4 groups of 3 samples, 6 tokens each) carry
+ * logprobs_processed, equal (as floats) to the JSONL's for the same prompt and sample, never
+ * below the raw logprob (the truncated mass is at most the whole vocabulary's) and above it on
+ * some tokens (top-p 0.95 truncates). Frees the batches. */
+static void
+check_processed_batches(grpo_batch **bs, size_t nb, const char *jsonl_text)
+{
+    size_t above = 0, seen = 0;
+    assert_int_equal(nb, 4);
+    cJSON *lines[4][4] = {{NULL}};
+    char *jl = strdup(jsonl_text);
+    for (char *line = strtok(jl, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        int g = (int)cJSON_GetObjectItem(o, "group")->valuedouble;
+        int smp = cJSON_GetObjectItem(o, "sample")->valueint;
+        assert_true(g >= 0 && g < 4 && smp >= 0 && smp < 3);
+        lines[g][smp] = o;
+    }
+    for (size_t k = 0; k < nb; k++) {
+        grpo_batch *b = bs[k];
+        assert_true(b->flags & GRPO_BATCH_HAS_PROCESSED);
+        for (size_t i = 0; i < b->n_seq; i++) {
+            int64_t g = b->group_ids[i];
+            assert_true(g >= 0 && g < 4);
+            cJSON *o = lines[g][b->sample_idx[i]];
+            assert_non_null(o);
+            cJSON *jp = cJSON_GetObjectItem(o, "logprobs_processed");
+            cJSON *jr = cJSON_GetObjectItem(o, "logprobs");
+            int64_t p = b->seq_offsets[i] + b->prompt_lens[i];
+            for (int64_t t = b->seq_offsets[i]; t < p; t++)
+                assert_true(b->logprobs_processed[t] == 0.0f);
+            for (int64_t t = p; t < b->seq_offsets[i + 1]; t++, seen++) {
+                int j = (int)(t - p);
+                assert_true((float)cJSON_GetArrayItem(jp, j)->valuedouble ==
+                            b->logprobs_processed[t]);
+                assert_true((float)cJSON_GetArrayItem(jr, j)->valuedouble == b->logprobs[t]);
+                assert_true(b->logprobs_processed[t] >= b->logprobs[t]);
+                assert_true(b->logprobs_processed[t] <= 0.0f);
+                above += b->logprobs_processed[t] > b->logprobs[t];
+            }
+        }
+        grpo_batch_destroy(b);
+    }
+    assert_int_equal(seen, 12 * 6);
+    assert_true(above > 0);
+    for (int g = 0; g < 4; g++)
+        for (int smp = 0; smp < 4; smp++)
+            cJSON_Delete(lines[g][smp]);
+    free(jl);
 }
 
 static void
@@ -383,7 +435,8 @@ test_resume(void **state)
 
 /* --publish: a trainer (the bridge's C consumer, here in the test process) receives one batch per
  * group whose tokens, prompt lengths and logprobs match the store, acknowledges each, and the run
- * then ends with every batch marked acknowledged in the store. */
+ * then ends with every batch marked acknowledged in the store; with --logprobs both the batches
+ * are version 3 with the processed logprobs (check_processed_batches). */
 static void
 test_publish(void **state)
 {
@@ -393,8 +446,8 @@ test_publish(void **state)
     snprintf(db, sizeof db, "%s/p.db", tmpdir);
     snprintf(cmd, sizeof cmd,
              ROLL " --group 3 --max-new-tokens 6 --temperature 1.0 --db %s --publish %s "
-                  "> %s/pub.txt 2>&1",
-             bin, src, src, db, url, tmpdir);
+                  "--logprobs both --out %s/pub.jsonl > %s/pub.txt 2>&1",
+             bin, src, src, db, url, tmpdir, tmpdir);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -406,6 +459,7 @@ test_publish(void **state)
     int got = 0, seqs = 0;
     static int32_t toks[64][16];
     static int ntok[64];
+    grpo_batch *kept[4];
     while (got < 4) {
         const void *bytes = NULL;
         size_t len = 0;
@@ -429,7 +483,8 @@ test_publish(void **state)
             }
             seqs++;
         }
-        grpo_batch_destroy(b); /* bytes belong to the consumer */
+        assert_non_null(memmem(bytes, len, "\"schema_version\":\"3\"", 20));
+        kept[got] = b; /* the decoded copy; bytes belong to the consumer */
         assert_int_equal(grpo_bridge_consumer_ack(cons, id, 1), GRPO_OK);
         got++;
     }
@@ -438,6 +493,7 @@ test_publish(void **state)
     grpo_bridge_consumer_destroy(cons);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+    check_processed_batches(kept, 4, slurp("pub.jsonl"));
     /* every completion in the store is one of the published sequences */
     sqlite3 *h;
     sqlite3_stmt *st;

@@ -261,6 +261,8 @@ typedef struct grpo_run_sample {
     grpo_reward_result score; /* set by grpo_run_score (or copied from a worker); owned */
     double advantage;         /* set by grpo_run_advantages; 0 when score.skipped */
     const uint8_t *routes;    /* (max(n_tokens - 1, 0), route_row_bytes) or NULL */
+    /* (n_tokens) log-probabilities under the truncated distribution sampled from, or NULL */
+    const float *logprobs_processed;
 } grpo_run_sample;
 
 typedef struct grpo_run_group {

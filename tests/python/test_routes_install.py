@@ -194,3 +194,16 @@ def test_install_refuses_and_restores():
             forced = model(input_ids=ids).logits
         again = model(input_ids=ids).logits
     assert torch.equal(ref, again) and not torch.equal(ref, forced)
+    # the gate's own choice installed: the same ids and weights, so the same logits bit for bit;
+    # in another order within k, the same up to summation order
+    cap = Capture(model)
+    with torch.no_grad():
+        model(input_ids=ids)
+        own = cap.take()[None]  # (1, 5, L, K)
+        with rr.install(model, own):
+            same = model(input_ids=ids).logits
+        with rr.install(model, own.flip(-1)):
+            flipped = model(input_ids=ids).logits
+    cap.close()
+    assert torch.equal(same, ref)
+    assert torch.allclose(flipped, ref, rtol=1e-5, atol=1e-6)

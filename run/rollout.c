@@ -28,6 +28,8 @@ config_json(const grpo_run_opts *a)
         cJSON_AddStringToObject(o, "reward_config", a->reward_config);
     if (a->numerics != GRPO_NUMERICS_EXACT) /* exact runs' configs read as they always did */
         cJSON_AddStringToObject(o, "numerics", grpo_numerics_name(a->numerics));
+    if (a->record_routes) /* so --resume continues a routed run only with routes, and the rest */
+        cJSON_AddBoolToObject(o, "record_routes", 1); /* read as they always did */
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;

@@ -433,6 +433,81 @@ test_resume(void **state)
 #undef RUN4
 }
 
+/* One column of every row of sql (blobs), concatenated into buf. */
+static size_t
+blobs(const char *db, const char *sql, char *buf, size_t cap)
+{
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    size_t n = 0;
+    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        size_t len = (size_t)sqlite3_column_bytes(st, 0);
+        assert_true(n + len <= cap);
+        memcpy(buf + n, sqlite3_column_blob(st, 0), len);
+        n += len;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return n;
+}
+
+/* --resume with --record-routes: the option is part of the run's identity (a plain --resume
+ * starts a new run beside it), an interrupted group's routes are dropped with it, and the
+ * resumed run's routes equal an uninterrupted run's. */
+static void
+test_resume_routes(void **state)
+{
+    (void)state;
+    char full[512], cut[512];
+    snprintf(full, sizeof full, "%s/rfull.db", tmpdir);
+    snprintf(cut, sizeof cut, "%s/rcut.db", tmpdir);
+#define RUNR ROLL " --group 3 --max-new-tokens 10 --temperature 1.0 --record-routes --db %s"
+    assert_int_equal(run(RUNR, bin, src, src, full), 0);
+    assert_int_equal(run(RUNR, bin, src, src, cut), 0);
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open(cut, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(h,
+                                  "UPDATE runs SET status = 'interrupted';"
+                                  "UPDATE completions SET finish_reason = 'abort' WHERE "
+                                  " sample_index = 2 AND group_id = (SELECT min(id) FROM groups);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(h);
+    /* without the flag: not this run */
+    assert_int_equal(run(ROLL " --group 3 --max-new-tokens 10 --temperature 1.0 --db %s "
+                              "--resume",
+                         bin, src, src, cut),
+                     0);
+    assert_non_null(strstr(slurp("out.txt"), "starting a new one"));
+    assert_int_equal(run(RUNR " --resume", bin, src, src, cut), 0);
+    const char *o = slurp("out.txt");
+    assert_non_null(strstr(o, "resuming run 1"));
+    assert_non_null(strstr(o, "(1 groups cut short"));
+    static char b1[1 << 16], b2[1 << 16];
+    const char *qs[] = {"SELECT r.prompt_routes FROM group_routes r JOIN groups g ON g.id = "
+                        "r.group_id WHERE g.run_id = 1 ORDER BY g.prompt_id",
+                        "SELECT r.routes FROM completion_routes r JOIN groups g ON g.id = "
+                        "r.group_id WHERE g.run_id = 1 ORDER BY g.prompt_id, r.sample_index",
+                        "SELECT count(*) FROM completion_routes r JOIN groups g ON g.id = "
+                        "r.group_id WHERE g.run_id = 1"};
+    for (int q = 0; q < 2; q++) {
+        size_t n1 = blobs(full, qs[q], b1, sizeof b1), n2 = blobs(cut, qs[q], b2, sizeof b2);
+        assert_true(n1 > 0);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(b1, b2, n1);
+    }
+    assert_int_equal(sqlite3_open(cut, &h), SQLITE_OK);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(h, qs[2], -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 12); /* 4 groups x 3, none left over */
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+#undef RUNR
+}
+
 /* --publish: a trainer (the bridge's C consumer, here in the test process) receives one batch per
  * group whose tokens, prompt lengths and logprobs match the store, acknowledges each, and the run
  * then ends with every batch marked acknowledged in the store; with --logprobs both the batches
@@ -601,6 +676,7 @@ main(void)
         cmocka_unit_test(test_numerics_q8),
         cmocka_unit_test(test_budget_and_bad_lines),
         cmocka_unit_test(test_publish),
+        cmocka_unit_test(test_resume_routes),
         cmocka_unit_test(test_gpu_flag),
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_weights_update),

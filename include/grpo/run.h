@@ -149,6 +149,7 @@ typedef struct grpo_coord_opts {
     double linger;             /* seconds of "stop" answers after the last group (default 2) */
     double backup_after;       /* tail backups after this many seconds; < 0 off (default) */
     grpo_run_gen gen;
+    int32_t record_routes; /* workers return each group's MoE routes (store and batches) */
 } grpo_coord_opts;
 
 void grpo_coord_opts_default(grpo_coord_opts *o);

@@ -68,7 +68,10 @@ usage(FILE *f)
     cli_gen_help_stops(f);
     fputs("  --template NAME      chat template (as grpo rollout; default: the worker's, r1)\n", f);
     cli_gen_help_logprobs(f);
-    fputs("  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
+    fputs("  --record-routes      the workers return the MoE experts the router chose for every\n"
+          "                       prompt and completion token, into the store and the batches\n"
+          "                       (docs/routes.md)\n"
+          "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
           "  --help               this text\n\n"
           "exit codes: 0 success, 1 runtime failure, 2 usage error\n",
           f);
@@ -97,7 +100,8 @@ enum {
     O_LINGER,
     O_BACKUP,
     O_NEWRUN,
-    O_TEMPLATE
+    O_TEMPLATE,
+    O_ROUTES
 };
 
 static const struct option long_opts[] = {
@@ -113,6 +117,7 @@ static const struct option long_opts[] = {
     {"backup-after", required_argument, 0, O_BACKUP},
     {"new-run", no_argument, 0, O_NEWRUN},
     {"template", required_argument, 0, O_TEMPLATE},
+    {"record-routes", no_argument, 0, O_ROUTES},
     CLI_GEN_LONG_OPTS,
     {0, 0, 0, 0},
 };
@@ -140,6 +145,9 @@ parse_opt(void *ctx, int c, const char *v)
         return 0;
     case O_NEWRUN:
         a->new_run = 1;
+        return 0;
+    case O_ROUTES:
+        a->record_routes = 1;
         return 0;
     case O_WINDOW:
     case O_MAXLEASES:

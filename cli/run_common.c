@@ -135,7 +135,8 @@ cli_gen_help_logprobs(FILE *f)
 {
     fputs("  --logprobs WHICH     raw (default), processed or both: raw is log p under\n"
           "                       softmax(logits/T) before top-p/top-k/min-p (what trainers\n"
-          "                       recompute); processed is under the truncated distribution\n",
+          "                       recompute); processed is under the truncated distribution\n"
+          "                       (with processed, batches carry it as logprobs_processed)\n",
           f);
 }
 

@@ -1,6 +1,7 @@
 # trainer_bridge/: the batch decoder (safetensors header + every invariant) on arbitrary bytes.
-# Seeds: fuzz/seeds/batch_decode_fuzz (a Python-encoded version-1 batch and version-2 batches with
-# uint8 and int16 routes from tools/make_route_seeds.py), read by scripts/fuzz.sh. The bridge
+# Seeds: fuzz/seeds/batch_decode_fuzz (a Python-encoded version-1 batch, version-2 batches with
+# uint8 and int16 routes and version-3 batches with logprobs_processed, with and without routes,
+# from tools/make_route_seeds.py), read by scripts/fuzz.sh. The bridge
 # library itself is instrumented in fuzz builds so libFuzzer sees its coverage; whatever else links it gets the sanitizer runtimes.
 target_compile_options(grpo_bridge PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
 target_link_options(grpo_bridge INTERFACE -fsanitize=address,undefined)

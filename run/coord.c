@@ -24,6 +24,8 @@ config_json(const grpo_coord_opts *a)
     cJSON_AddStringToObject(o, "template", a->template_name ? a->template_name : "");
     cJSON_AddNumberToObject(o, "logprobs", a->gen.logprobs);
     grpo_run__json_stops(o, &a->gen);
+    if (a->record_routes) /* runs without routes keep the config they always had */
+        cJSON_AddBoolToObject(o, "record_routes", 1);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -103,6 +105,7 @@ fill_params(grpo_coord *c)
         p->stop[i] = (char *)a->gen.stop[i];
     p->n_stop_ids = a->gen.n_stop_ids;
     memcpy(p->stop_ids, a->gen.stop_ids, sizeof p->stop_ids);
+    p->record_routes = a->record_routes != 0;
     c->policy.version = 0, c->policy.max_staleness = a->max_staleness;
 }
 

@@ -130,6 +130,9 @@ check_result(const grpo_coord *c, const grpo_wresult *r, size_t item)
         return "its prompt id is not the leased prompt's";
     if (r->n_samples != c->a->gen.G)
         return "its group size differs from --group";
+    if ((grpo_wresult_route_row_bytes(r) > 0) != (c->a->record_routes != 0))
+        return c->a->record_routes ? "it has no routes (--record-routes)"
+                                   : "it has routes the run does not record";
     uint8_t *seen = calloc((size_t)r->n_samples, 1);
     const char *why = seen ? NULL : "out of memory";
     for (int32_t i = 0; seen && i < r->n_samples && why == NULL; i++) {

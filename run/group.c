@@ -42,7 +42,7 @@ grpo_run_group_from_rollout(grpo_run_group *g, const grpo_rollout_group *rg)
         x->tokens = s->tokens, x->logprobs = s->logprob_raw, x->ref_logprobs = s->ref_logprob;
         x->text = s->text, x->text_len = s->text ? s->text_len : 0;
         x->gen_ms = (s->t_done - rg->t_admit) * 1e3, x->first_token_ms = first;
-        x->routes = s->routes;
+        x->routes = s->routes, x->logprobs_processed = s->logprob_processed;
     }
     g->prompt_routes = rg->prompt_routes, g->route_row_bytes = rg->route_row_bytes;
     g->policy_version = rg->policy_version;
@@ -77,6 +77,7 @@ grpo_run_group_from_wire(grpo_run_group *g, const grpo_wresult *r)
         x->tokens = s->tokens, x->logprobs = s->logprobs;
         x->text = s->text, x->text_len = s->text_len, x->gen_ms = r->gen_ms;
         x->score.reward = s->reward, x->score.skipped = s->skipped;
+        x->routes = s->routes;
         for (int32_t t = 0; err == GRPO_OK && t < s->n_terms && t < GRPO_REWARD_MAX_TERMS; t++)
             if ((err = term_from_wire(&x->score.terms[t], &s->terms[t])) == GRPO_OK)
                 x->score.n_terms = t + 1;
@@ -84,6 +85,12 @@ grpo_run_group_from_wire(grpo_run_group *g, const grpo_wresult *r)
     g->policy_version = r->policy_version;
     g->prompt = r->prompt, g->n_prompt = r->n_prompt;
     g->gen_ms = r->gen_ms, g->verify_ms = r->verify_ms;
+    g->route_row_bytes = grpo_wresult_route_row_bytes(r);
+    if (g->route_row_bytes > 0) {
+        g->prompt_routes = r->prompt_routes;
+        g->route_bytes = r->route_experts <= 256 ? 1 : 2, g->route_layers = r->route_layers;
+        g->route_k = r->route_k, g->route_experts = r->route_experts;
+    }
     return err;
 }
 

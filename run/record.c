@@ -89,9 +89,10 @@ done:
 }
 
 /* Row i of b at token offset *at (advanced past it): the prompt, then the completion with its
- * logprobs (and reference logprobs when the batch has them), loss mask 1 unless skipped. */
+ * logprobs (and reference and processed logprobs when the batch has them), loss mask 1 unless
+ * skipped. */
 static void
-put_row(grpo_batch *b, size_t *at, int32_t i, const grpo_run_group *g, int has_ref)
+put_row(grpo_batch *b, size_t *at, int32_t i, const grpo_run_group *g)
 {
     const grpo_run_sample *s = &g->samples[i];
     size_t o = *at, P = (size_t)g->n_prompt;
@@ -100,8 +101,10 @@ put_row(grpo_batch *b, size_t *at, int32_t i, const grpo_run_group *g, int has_r
     for (int32_t k = 0; k < s->n_tokens; k++) {
         b->loss_mask[o + P + k] = !s->score.skipped;
         b->logprobs[o + P + k] = s->logprobs[k];
-        if (has_ref)
+        if (b->ref_logprobs)
             b->ref_logprobs[o + P + k] = s->ref_logprobs[k];
+        if (b->logprobs_processed)
+            b->logprobs_processed[o + P + k] = s->logprobs_processed[k];
     }
     *at = o + P + (size_t)s->n_tokens;
     b->seq_offsets[i + 1] = (int64_t)*at;
@@ -140,15 +143,17 @@ grpo_run_batch(grpo_batch **out, const grpo_run_group *g)
 {
     int32_t G = g->n_samples;
     size_t T = 0;
-    int has_ref = G > 0 && g->samples[0].ref_logprobs != NULL;
+    int has_ref = G > 0, has_proc = G > 0;
     for (int32_t i = 0; i < G; i++) {
         T += (size_t)g->n_prompt + (size_t)g->samples[i].n_tokens;
         has_ref = has_ref && g->samples[i].ref_logprobs != NULL;
+        has_proc = has_proc && g->samples[i].logprobs_processed != NULL;
     }
     char run_id[32];
     snprintf(run_id, sizeof run_id, "%lld", (long long)g->run_id);
     grpo_batch *b = NULL;
-    grpo_err err = grpo_batch_create(&b, run_id, (size_t)G, T, has_ref ? GRPO_BATCH_HAS_REF : 0);
+    uint32_t flags = (has_ref ? GRPO_BATCH_HAS_REF : 0) | (has_proc ? GRPO_BATCH_HAS_PROCESSED : 0);
+    grpo_err err = grpo_batch_create(&b, run_id, (size_t)G, T, flags);
     if (err != GRPO_OK)
         return err;
     b->batch_id = grpo_run_batch_id(g);
@@ -157,7 +162,7 @@ grpo_run_batch(grpo_batch **out, const grpo_run_group *g)
         goto done;
     size_t at = 0;
     for (int32_t i = 0; i < G; i++)
-        put_row(b, &at, i, g, has_ref);
+        put_row(b, &at, i, g);
     if (g->prompt_routes != NULL && G > 0)
         err = put_routes(b, g);
 done:

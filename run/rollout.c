@@ -30,6 +30,8 @@ config_json(const grpo_run_opts *a)
         cJSON_AddStringToObject(o, "numerics", grpo_numerics_name(a->numerics));
     if (a->kv_dtype != GRPO_KV_F32) /* f32 runs' configs read as they always did */
         cJSON_AddStringToObject(o, "kv_dtype", grpo_kv_dtype_name(a->kv_dtype));
+    if (a->record_routes) /* so --resume continues a routed run only with routes, and the rest */
+        cJSON_AddBoolToObject(o, "record_routes", 1); /* read as they always did */
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;

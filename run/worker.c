@@ -264,6 +264,7 @@ create_engine(grpo_worker *w, int64_t version)
     ro.sample_threads = w->a->threads > 0 ? w->a->threads : grpo_cpu_count();
     ro.token_bytes = token_bytes;
     ro.token_bytes_ctx = w;
+    ro.record_routes = w->params.record_routes;
     grpo_err err = grpo_rollout_create(&w->r, grpo_policy_backend(w->pol), &ro);
     if (err == GRPO_OK && version != 0) /* stamps the groups with the version */
         err = grpo_rollout_set_policy(w->r, grpo_policy_backend(w->pol), version);
@@ -331,6 +332,19 @@ wire_samples(const grpo_run_group *g, grpo_wsample *ws, grpo_wterm *terms)
     }
 }
 
+/* The group's routes on the wire (none unless the run records them). */
+static void
+wire_routes(const grpo_worker *w, const grpo_run_group *g, grpo_wresult *r)
+{
+    if (g->prompt_routes == NULL)
+        return;
+    const grpo_model_config *mc = grpo_model_get_config(grpo_policy_model(w->pol));
+    r->route_experts = mc->n_routed_experts, r->route_layers = mc->n_moe_layers;
+    r->route_k = mc->num_experts_per_tok, r->prompt_routes = (uint8_t *)g->prompt_routes;
+    for (int32_t i = 0; i < g->n_samples; i++)
+        r->samples[i].routes = (uint8_t *)g->samples[i].routes;
+}
+
 /* Scores a finished group and sends it to the coordinator (a cancelled one is dropped). */
 static grpo_err
 return_group(grpo_worker *w, grpo_rollout_group *rg)
@@ -359,6 +373,7 @@ return_group(grpo_worker *w, grpo_rollout_group *rg)
         r->prompt_id = j->prompt_id, r->n_prompt = j->n_prompt, r->prompt = j->prompt;
         r->gen_ms = g.gen_ms, r->verify_ms = g.verify_ms;
         r->n_samples = G, r->samples = ws;
+        wire_routes(w, &g, r);
         err = send_result(w, &req);
         w->groups_done++;
     }

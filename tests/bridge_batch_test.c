@@ -241,7 +241,7 @@ test_decode_refuses(void **state)
     assert_int_equal(grpo_batch_encode(a, (void **)&bytes, &len), GRPO_OK);
     expect_bad(bytes, len, "\"I32\"", "\"F32\"", "tokens");
     expect_bad(bytes, len, "\"grpo.batch\"", "\"grpo.batcX\"", "schema");
-    expect_bad(bytes, len, "\"schema_version\":\"1\"", "\"schema_version\":\"3\"",
+    expect_bad(bytes, len, "\"schema_version\":\"1\"", "\"schema_version\":\"4\"",
                "schema_version");
     expect_bad(bytes, len, "\"12345\"", "\"1234x\"", "batch_id");
     expect_bad(bytes, len, "\"tokens\"", "\"tokenz\"", "unknown tensor");

@@ -79,10 +79,10 @@ def main():
             pass
     raw = bytearray(data)
     i = raw.find(b'"schema_version":"1"')
-    raw[i + 18] = ord("3")
+    raw[i + 18] = ord("4")
     try:
         decode_batch(bytes(raw))
-        raise AssertionError("accepted schema_version 3")
+        raise AssertionError("accepted schema_version 4")
     except BatchFormatError:
         pass
     # weights as publish_weights serializes them: torch and numpy state dicts

@@ -3,8 +3,11 @@
 the C decoder's fuzz target starts from) and the same batches re-encoded by grpo_batch_encode
 (tests/data/bridge/c_routes_*.safetensors) decode with every token's routes where the layout puts
 them, routes_padded aligns them with to_trl's prompt_ids / completion_ids, an encode/decode round
-trip keeps them, a version-1 batch still decodes, and bad routes are refused. Exit 77 when numpy or
-safetensors are missing."""
+trip keeps them, a version-1 batch still decodes, and bad routes are refused. Version 3: the
+seeds with logprobs_processed (with and without routes) decode, to_trl aligns it with
+completion_ids as processed_per_token_logps, the encoder writes version 3 exactly when it is
+there, and it is refused in an older version, missing from version 3, or not finite. Exit 77 when
+numpy or safetensors are missing."""
 import os
 import sys
 
@@ -96,8 +99,64 @@ def main():
     with open(os.path.join(here, "data", "bridge", "py_batch_0.safetensors"), "rb") as f:
         b = decode_batch(f.read())
     assert not b.has_routes and b.routes(0) is None and routes_padded(b) is None
+    check_v3()
     print("ok")
     return 0
+
+
+def check_v3():
+    for name, routes in (("v3_routes_u8.safetensors", True), ("v3_processed.safetensors", False)):
+        with open(os.path.join(SEEDS, name), "rb") as f:
+            data = f.read()
+        b = decode_batch(data)
+        assert b.meta["schema_version"] == "3" and b.has_routes == routes
+        lp, lpp = b["logprobs"], b["logprobs_processed"]
+        for i in range(b.n_seq):  # what tools/make_route_seeds.py writes
+            o, P, e = b["seq_offsets"][i], b["prompt_lens"][i], b["seq_offsets"][i + 1]
+            assert (lpp[o:o + P] == 0).all()
+            for t in range(o + P, e):
+                assert lpp[t] == np.float32(-0.125 - (t % 5) / 64) and lp[t] == -0.25
+        t = dict(b.tensors)
+        E = 16 if routes else None
+        b2 = decode_batch(encode_batch(t, run_id="r", batch_id=2, route_experts=E))
+        assert b2.meta["schema_version"] == "3"
+        for k in t:
+            assert np.array_equal(b2[k], t[k]), k
+        t1 = {k: v for k, v in t.items() if k != "logprobs_processed"}
+        v = decode_batch(encode_batch(t1, run_id="r", batch_id=2, route_experts=E))
+        assert v.meta["schema_version"] == ("2" if routes else "1")
+        bad = dict(t, logprobs_processed=np.where(lpp < 0, np.nan, 0).astype(np.float32))
+        try:
+            encode_batch(bad, run_id="r", batch_id=3, route_experts=E)
+            raise AssertionError("accepted a NaN processed logprob")
+        except BatchFormatError as e:
+            assert "not finite" in str(e)
+        for frm, to, what in ((b'"schema_version":"3"', b'"schema_version":"2"', "needs schema"),
+                              (b'"logprobs_processed"', b'"logprobs_processeD"', "unknown")):
+            try:
+                decode_batch(data.replace(frm, to))
+                raise AssertionError("accepted " + what)
+            except BatchFormatError as e:
+                assert what in str(e), (what, str(e))
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            continue
+        from grpo_bridge import to_trl
+        x = to_trl(b)
+        pp, old = x["processed_per_token_logps"].numpy(), x["old_per_token_logps"].numpy()
+        for i in range(b.n_seq):
+            o, P, e = b["seq_offsets"][i], b["prompt_lens"][i], b["seq_offsets"][i + 1]
+            n = e - o - P
+            assert np.array_equal(pp[i, :n], lpp[o + P:e]) and (pp[i, n:] == 0).all()
+            assert np.array_equal(old[i, :n], lp[o + P:e])
+    with open(os.path.join(here, "data", "bridge", "py_batch_0.safetensors"), "rb") as f:
+        data = f.read()
+    try:  # a version-3 label on a batch without logprobs_processed
+        decode_batch(data.replace(b'"schema_version":"1"', b'"schema_version":"3"'))
+        raise AssertionError("accepted version 3 without logprobs_processed")
+    except BatchFormatError as e:
+        assert "missing" in str(e)
 
 
 if __name__ == "__main__":

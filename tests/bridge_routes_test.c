@@ -2,13 +2,16 @@
  * [sequence, token, layer, k] for every token from the documented layout, version-1 batches stay
  * version 1, and the decoder refuses ids out of range, repeated experts, prompt blocks that do
  * not follow the layout or link to the tokens, a wrong row count, and a version or dtype that
- * does not match. */
+ * does not match. Version 3: logprobs_processed with and without routes round trips bit for bit,
+ * and the decoder refuses it in an older version, its absence in version 3, a non-finite value
+ * and a partial set of route tensors. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,7 +250,9 @@ test_routes_decode_refused(void **state)
         const char *from, *to, *msg;
     } cases[] = {
         {"\"schema_version\":\"2\"", "\"schema_version\":\"1\"", "needs schema_version 2"},
-        {"\"schema_version\":\"2\"", "\"schema_version\":\"3\"", "reads 1 to 2"},
+        {"\"schema_version\":\"2\"", "\"schema_version\":\"4\"", "reads 1 to 3"},
+        {"\"schema_version\":\"2\"", "\"schema_version\":\"3\"",
+         "\"logprobs_processed\" is missing"},
         {"\"route_experts\":\"200\"", "\"route_experts\":\"300\"", "must be I16"},
         {"\"route_experts\":\"200\"", "\"route_experts\":\"000\"", "outside [1, 32767]"},
         {"\"route_experts\":\"200\"", "\"route_experts\":\"100\"", "outside [0, 100)"},
@@ -270,13 +275,133 @@ test_routes_decode_refused(void **state)
     grpo_batch_destroy(a);
 }
 
+/* Gives b a logprobs_processed tensor (version 3): 0 on prompt tokens, a value per completion
+ * token that no other token of the batch has. */
+static void
+add_processed(grpo_batch *b)
+{
+    b->logprobs_processed = calloc(b->n_tok ? b->n_tok : 1, sizeof *b->logprobs_processed);
+    assert_non_null(b->logprobs_processed);
+    b->flags |= GRPO_BATCH_HAS_PROCESSED;
+    for (size_t i = 0; i < b->n_seq; i++)
+        for (int64_t t = b->seq_offsets[i] + b->prompt_lens[i]; t < b->seq_offsets[i + 1]; t++)
+            b->logprobs_processed[t] = -0.001f * (float)(t + 1);
+}
+
+static void
+test_processed_roundtrip(void **state)
+{
+    (void)state;
+    for (int routes = 0; routes < 2; routes++) {
+        grpo_batch *a = routed_batch(3, 4, routes ? 300 : 16);
+        if (!routes)
+            a->flags &= ~GRPO_BATCH_HAS_ROUTES;
+        add_processed(a);
+        void *bytes = NULL;
+        size_t len = 0;
+        grpo_batch *b = roundtrip(a, &bytes, &len);
+        assert_non_null(memmem(bytes, len, "\"schema_version\":\"3\"", 20));
+        assert_int_equal(memmem(bytes, len, "route_experts", 13) != NULL, routes);
+        assert_int_equal(b->flags, GRPO_BATCH_HAS_PROCESSED | (routes ? GRPO_BATCH_HAS_ROUTES : 0));
+        assert_memory_equal(b->logprobs_processed, a->logprobs_processed, a->n_tok * sizeof(float));
+        assert_memory_equal(b->logprobs, a->logprobs, a->n_tok * sizeof(float));
+        if (routes)
+            check_rebuild(b);
+        free(bytes);
+        grpo_batch_destroy(b);
+        /* a non-finite value: refused on the way out */
+        a->logprobs_processed[a->seq_offsets[1] - 1] = NAN;
+        assert_int_equal(grpo_batch_encode(a, &bytes, &len), GRPO_EINVAL);
+        assert_non_null(strstr(grpo_error_last(), "logprobs_processed"));
+        grpo_batch_destroy(a);
+    }
+}
+
+/* The seeds numpy wrote (tools/make_route_seeds.py), an independent writer: raw logprobs -0.25,
+ * processed -0.125 - (t % 5) / 64 on completion tokens, 0 on prompt tokens. */
+static void
+test_processed_seeds(void **state)
+{
+    (void)state;
+    const char *names[] = {"v3_routes_u8", "v3_processed"};
+    for (int n = 0; n < 2; n++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/fuzz/seeds/batch_decode_fuzz/%s.safetensors",
+                 GRPO_SOURCE_DIR, names[n]);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        static char buf[1 << 16];
+        size_t len = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        grpo_batch *b = NULL;
+        if (grpo_batch_decode(&b, buf, len) != GRPO_OK)
+            fail_msg("%s: %s", path, grpo_error_last());
+        assert_int_equal(b->flags, GRPO_BATCH_HAS_PROCESSED | (n == 0 ? GRPO_BATCH_HAS_ROUTES : 0));
+        for (size_t i = 0; i < b->n_seq; i++) {
+            int64_t o = b->seq_offsets[i], p = o + b->prompt_lens[i];
+            for (int64_t t = o; t < b->seq_offsets[i + 1]; t++) {
+                float want = t < p ? 0.0f : (float)(-0.125 - (double)(t % 5) / 64);
+                assert_true(b->logprobs_processed[t] == want);
+                assert_true(b->logprobs[t] == (t < p ? 0.0f : -0.25f));
+            }
+        }
+        grpo_batch_destroy(b);
+    }
+}
+
+static void
+test_processed_decode_refused(void **state)
+{
+    (void)state;
+    grpo_batch *a = routed_batch(2, 3, 200), *b = NULL;
+    add_processed(a);
+    void *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(grpo_batch_encode(a, &bytes, &len), GRPO_OK);
+    struct {
+        const char *from, *to, *msg;
+    } cases[] = {
+        {"\"schema_version\":\"3\"", "\"schema_version\":\"2\"", "needs schema_version 3"},
+        {"\"schema_version\":\"3\"", "\"schema_version\":\"1\"", "needs schema_version 3"},
+        {"\"logprobs_processed\"", "\"logprobs_processeD\"", "unknown tensor"},
+        {"\"route_completion\"", "\"route_completioN\"", "unknown tensor"},
+        {"\"route_experts\":\"200\"", "\"route_experts\":\"100\"", "outside [0, 100)"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char *copy = malloc(len);
+        memcpy(copy, bytes, len);
+        char *at = memmem(copy, len, cases[c].from, strlen(cases[c].from));
+        assert_non_null(at);
+        memcpy(at, cases[c].to, strlen(cases[c].to));
+        grpo_err err = grpo_batch_decode(&b, copy, len);
+        assert_int_equal(err, GRPO_EFORMAT);
+        assert_null(b);
+        if (strstr(grpo_error_last(), cases[c].msg) == NULL)
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", c, grpo_error_last(), cases[c].msg);
+        free(copy);
+    }
+    free(bytes);
+    /* a version-3 batch with one route tensor dropped: the others are refused as incomplete */
+    grpo_batch_destroy(a);
+    a = routed_batch(2, 3, 16);
+    add_processed(a);
+    assert_int_equal(grpo_batch_encode(a, &bytes, &len), GRPO_OK);
+    char *at = memmem(bytes, len, "\"route_experts\"", 15);
+    assert_non_null(at);
+    memcpy(at, "\"route_expertZ\"", 15);
+    assert_int_equal(grpo_batch_decode(&b, bytes, len), GRPO_EFORMAT);
+    assert_non_null(strstr(grpo_error_last(), "route_experts"));
+    free(bytes);
+    grpo_batch_destroy(a);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes_roundtrip),
-        cmocka_unit_test(test_routes_refused),
-        cmocka_unit_test(test_routes_decode_refused),
+        cmocka_unit_test(test_routes_roundtrip),         cmocka_unit_test(test_routes_refused),
+        cmocka_unit_test(test_routes_decode_refused),    cmocka_unit_test(test_processed_roundtrip),
+        cmocka_unit_test(test_processed_decode_refused), cmocka_unit_test(test_processed_seeds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,7 @@ if(Python3_Interpreter_FOUND AND TARGET grpo_shared AND TARGET grpo)
   if(GRPO_SANITIZE AND NOT CMAKE_C_COMPILER_ID STREQUAL "GNU")
     set(py_labels "cpu;nosan") # clang links its runtime statically: nothing to preload
   endif()
-  foreach(t verifiers adapters engine)
+  foreach(t verifiers adapters engine mismatch routes_install)
     add_test(NAME python_${t}_test
              COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider
                      ${CMAKE_CURRENT_SOURCE_DIR}/python/test_${t}.py

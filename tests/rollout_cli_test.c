@@ -2,7 +2,8 @@
  * the store and JSONL; the same run with 1 and 2 forward threads records the same tokens;
  * replay reproduces recorded completions bit for bit and reports a tampered record as different;
  * a small --kv-budget completes with one group in flight; bad prompt lines fail or are skipped;
- * --gpu is checked against the build's backends, and the binary links no CUDA library. */
+ * --gpu is checked against the build's backends, and the binary links no CUDA library; with
+ * --logprobs both the published batches carry logprobs_processed as the JSONL has it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -61,6 +62,57 @@ token_blobs(const char *db, char *buf, size_t cap)
     sqlite3_finalize(st);
     sqlite3_close(h);
     return n;
+}
+
+/* --logprobs both: the published batches (4 groups of 3 samples, 6 tokens each) carry
+ * logprobs_processed, equal (as floats) to the JSONL's for the same prompt and sample, never
+ * below the raw logprob (the truncated mass is at most the whole vocabulary's) and above it on
+ * some tokens (top-p 0.95 truncates). Frees the batches. */
+static void
+check_processed_batches(grpo_batch **bs, size_t nb, const char *jsonl_text)
+{
+    size_t above = 0, seen = 0;
+    assert_int_equal(nb, 4);
+    cJSON *lines[4][4] = {{NULL}};
+    char *jl = strdup(jsonl_text);
+    for (char *line = strtok(jl, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        int g = (int)cJSON_GetObjectItem(o, "group")->valuedouble;
+        int smp = cJSON_GetObjectItem(o, "sample")->valueint;
+        assert_true(g >= 0 && g < 4 && smp >= 0 && smp < 3);
+        lines[g][smp] = o;
+    }
+    for (size_t k = 0; k < nb; k++) {
+        grpo_batch *b = bs[k];
+        assert_true(b->flags & GRPO_BATCH_HAS_PROCESSED);
+        for (size_t i = 0; i < b->n_seq; i++) {
+            int64_t g = b->group_ids[i];
+            assert_true(g >= 0 && g < 4);
+            cJSON *o = lines[g][b->sample_idx[i]];
+            assert_non_null(o);
+            cJSON *jp = cJSON_GetObjectItem(o, "logprobs_processed");
+            cJSON *jr = cJSON_GetObjectItem(o, "logprobs");
+            int64_t p = b->seq_offsets[i] + b->prompt_lens[i];
+            for (int64_t t = b->seq_offsets[i]; t < p; t++)
+                assert_true(b->logprobs_processed[t] == 0.0f);
+            for (int64_t t = p; t < b->seq_offsets[i + 1]; t++, seen++) {
+                int j = (int)(t - p);
+                assert_true((float)cJSON_GetArrayItem(jp, j)->valuedouble ==
+                            b->logprobs_processed[t]);
+                assert_true((float)cJSON_GetArrayItem(jr, j)->valuedouble == b->logprobs[t]);
+                assert_true(b->logprobs_processed[t] >= b->logprobs[t]);
+                assert_true(b->logprobs_processed[t] <= 0.0f);
+                above += b->logprobs_processed[t] > b->logprobs[t];
+            }
+        }
+        grpo_batch_destroy(b);
+    }
+    assert_int_equal(seen, 12 * 6);
+    assert_true(above > 0);
+    for (int g = 0; g < 4; g++)
+        for (int smp = 0; smp < 4; smp++)
+            cJSON_Delete(lines[g][smp]);
+    free(jl);
 }
 
 static void
@@ -466,9 +518,85 @@ test_resume(void **state)
 #undef RUN4
 }
 
+/* One column of every row of sql (blobs), concatenated into buf. */
+static size_t
+blobs(const char *db, const char *sql, char *buf, size_t cap)
+{
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    size_t n = 0;
+    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        size_t len = (size_t)sqlite3_column_bytes(st, 0);
+        assert_true(n + len <= cap);
+        memcpy(buf + n, sqlite3_column_blob(st, 0), len);
+        n += len;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return n;
+}
+
+/* --resume with --record-routes: the option is part of the run's identity (a plain --resume
+ * starts a new run beside it), an interrupted group's routes are dropped with it, and the
+ * resumed run's routes equal an uninterrupted run's. */
+static void
+test_resume_routes(void **state)
+{
+    (void)state;
+    char full[512], cut[512];
+    snprintf(full, sizeof full, "%s/rfull.db", tmpdir);
+    snprintf(cut, sizeof cut, "%s/rcut.db", tmpdir);
+#define RUNR ROLL " --group 3 --max-new-tokens 10 --temperature 1.0 --record-routes --db %s"
+    assert_int_equal(run(RUNR, bin, src, src, full), 0);
+    assert_int_equal(run(RUNR, bin, src, src, cut), 0);
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open(cut, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(h,
+                                  "UPDATE runs SET status = 'interrupted';"
+                                  "UPDATE completions SET finish_reason = 'abort' WHERE "
+                                  " sample_index = 2 AND group_id = (SELECT min(id) FROM groups);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(h);
+    /* without the flag: not this run */
+    assert_int_equal(run(ROLL " --group 3 --max-new-tokens 10 --temperature 1.0 --db %s "
+                              "--resume",
+                         bin, src, src, cut),
+                     0);
+    assert_non_null(strstr(slurp("out.txt"), "starting a new one"));
+    assert_int_equal(run(RUNR " --resume", bin, src, src, cut), 0);
+    const char *o = slurp("out.txt");
+    assert_non_null(strstr(o, "resuming run 1"));
+    assert_non_null(strstr(o, "(1 groups cut short"));
+    static char b1[1 << 16], b2[1 << 16];
+    const char *qs[] = {"SELECT r.prompt_routes FROM group_routes r JOIN groups g ON g.id = "
+                        "r.group_id WHERE g.run_id = 1 ORDER BY g.prompt_id",
+                        "SELECT r.routes FROM completion_routes r JOIN groups g ON g.id = "
+                        "r.group_id WHERE g.run_id = 1 ORDER BY g.prompt_id, r.sample_index",
+                        "SELECT count(*) FROM completion_routes r JOIN groups g ON g.id = "
+                        "r.group_id WHERE g.run_id = 1"};
+    for (int q = 0; q < 2; q++) {
+        size_t n1 = blobs(full, qs[q], b1, sizeof b1), n2 = blobs(cut, qs[q], b2, sizeof b2);
+        assert_true(n1 > 0);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(b1, b2, n1);
+    }
+    assert_int_equal(sqlite3_open(cut, &h), SQLITE_OK);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(h, qs[2], -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 12); /* 4 groups x 3, none left over */
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+#undef RUNR
+}
+
 /* --publish: a trainer (the bridge's C consumer, here in the test process) receives one batch per
  * group whose tokens, prompt lengths and logprobs match the store, acknowledges each, and the run
- * then ends with every batch marked acknowledged in the store. */
+ * then ends with every batch marked acknowledged in the store; with --logprobs both the batches
+ * are version 3 with the processed logprobs (check_processed_batches). */
 static void
 test_publish(void **state)
 {
@@ -478,8 +606,8 @@ test_publish(void **state)
     snprintf(db, sizeof db, "%s/p.db", tmpdir);
     snprintf(cmd, sizeof cmd,
              ROLL " --group 3 --max-new-tokens 6 --temperature 1.0 --db %s --publish %s "
-                  "> %s/pub.txt 2>&1",
-             bin, src, src, db, url, tmpdir);
+                  "--logprobs both --out %s/pub.jsonl > %s/pub.txt 2>&1",
+             bin, src, src, db, url, tmpdir, tmpdir);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -491,6 +619,7 @@ test_publish(void **state)
     int got = 0, seqs = 0;
     static int32_t toks[64][16];
     static int ntok[64];
+    grpo_batch *kept[4];
     while (got < 4) {
         const void *bytes = NULL;
         size_t len = 0;
@@ -514,7 +643,8 @@ test_publish(void **state)
             }
             seqs++;
         }
-        grpo_batch_destroy(b); /* bytes belong to the consumer */
+        assert_non_null(memmem(bytes, len, "\"schema_version\":\"3\"", 20));
+        kept[got] = b; /* the decoded copy; bytes belong to the consumer */
         assert_int_equal(grpo_bridge_consumer_ack(cons, id, 1), GRPO_OK);
         got++;
     }
@@ -523,6 +653,7 @@ test_publish(void **state)
     grpo_bridge_consumer_destroy(cons);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+    check_processed_batches(kept, 4, slurp("pub.jsonl"));
     /* every completion in the store is one of the published sequences */
     sqlite3 *h;
     sqlite3_stmt *st;
@@ -626,10 +757,15 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rollout_replay), cmocka_unit_test(test_numerics_q8),
-        cmocka_unit_test(test_kv_dtype),       cmocka_unit_test(test_budget_and_bad_lines),
-        cmocka_unit_test(test_publish),        cmocka_unit_test(test_gpu_flag),
-        cmocka_unit_test(test_resume),         cmocka_unit_test(test_weights_update),
+        cmocka_unit_test(test_rollout_replay),
+        cmocka_unit_test(test_numerics_q8),
+        cmocka_unit_test(test_kv_dtype),
+        cmocka_unit_test(test_budget_and_bad_lines),
+        cmocka_unit_test(test_publish),
+        cmocka_unit_test(test_resume_routes),
+        cmocka_unit_test(test_gpu_flag),
+        cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_weights_update),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,7 +8,7 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_workers)
 endif()
 find_package(Python3 COMPONENTS Interpreter)
 if(TARGET grpo AND Python3_Interpreter_FOUND)
-  foreach(scenario failover restart load weights repeats pause tail)
+  foreach(scenario failover restart load weights repeats pause tail routes)
     add_test(NAME workers_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
                      ${scenario} --grpo $<TARGET_FILE:grpo>

@@ -45,6 +45,38 @@ rnd_str(int maxlen)
     return s;
 }
 
+/* n rows of routes of r's shape: id (t * 7 + l * 3 + j * step) % experts, distinct over j. */
+static uint8_t *
+fill_routes(const grpo_wresult *r, size_t n, int salt)
+{
+    size_t row = grpo_wresult_route_row_bytes(r), w = r->route_experts <= 256 ? 1 : 2;
+    uint8_t *b = calloc(n * row + 1, 1);
+    for (size_t t = 0; t < n; t++)
+        for (int l = 0; l < r->route_layers; l++)
+            for (int j = 0; j < r->route_k; j++) {
+                int v = (int)((t * 7 + (size_t)l * 3 + (size_t)salt) % (size_t)r->route_experts);
+                v = (v + j) % r->route_experts;
+                uint8_t *at = b + t * row + ((size_t)l * (size_t)r->route_k + (size_t)j) * w;
+                at[0] = (uint8_t)v;
+                if (w == 2)
+                    at[1] = (uint8_t)(v >> 8);
+            }
+    return b;
+}
+
+/* Routes for a result: 1-byte or int16 ids, 1-3 layers, k of 1-4. */
+static void
+rnd_routes(grpo_wresult *r)
+{
+    r->route_experts = rnd() % 2 ? rndi(4, 256) : rndi(257, 1000);
+    r->route_layers = rndi(1, 3), r->route_k = rndi(1, 4);
+    r->prompt_routes = fill_routes(r, (size_t)r->n_prompt, 0);
+    for (int i = 0; i < r->n_samples; i++) {
+        int n = r->samples[i].n_tokens;
+        r->samples[i].routes = fill_routes(r, n > 1 ? (size_t)n - 1 : 0, i + 1);
+    }
+}
+
 /* A random message of `type`; strings are heap copies the test frees with grpo_wmsg_fini. */
 static void
 rnd_msg(grpo_wmsg *m, int type)
@@ -88,6 +120,7 @@ rnd_msg(grpo_wmsg *m, int type)
         p->n_stop_ids = rndi(0, GRPO_ROLLOUT_MAX_STOP);
         for (int i = 0; i < p->n_stop_ids; i++)
             p->stop_ids[i] = rndi(0, 100000);
+        p->record_routes = rndi(0, 1);
         m->n_leases = rndi(0, 8);
         m->leases = calloc((size_t)m->n_leases + 1, sizeof *m->leases);
         for (int i = 0; i < m->n_leases; i++) {
@@ -137,6 +170,8 @@ rnd_msg(grpo_wmsg *m, int type)
                 tm->kind = rndi(0, 4), tm->score = rndi(0, 4) / 4.0, tm->ms = rndi(0, 99) / 9.0;
             }
         }
+        if (rnd() % 2)
+            rnd_routes(r);
     }
 }
 
@@ -185,6 +220,7 @@ assert_same(const grpo_wmsg *a, const grpo_wmsg *b)
             assert_string_equal(p->stop[i], q->stop[i]);
         assert_int_equal(p->n_stop_ids, q->n_stop_ids);
         assert_memory_equal(p->stop_ids, q->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
+        assert_int_equal(p->record_routes, q->record_routes);
         assert_int_equal(a->n_leases, b->n_leases);
         for (int i = 0; i < a->n_leases; i++) {
             assert_int_equal(a->leases[i].lease_id, b->leases[i].lease_id);
@@ -204,6 +240,20 @@ assert_same(const grpo_wmsg *a, const grpo_wmsg *b)
         assert_memory_equal(r->prompt, s->prompt, (size_t)r->n_prompt * 4);
         assert_true(r->gen_ms == s->gen_ms && r->verify_ms == s->verify_ms);
         assert_int_equal(r->n_samples, s->n_samples);
+        size_t row = grpo_wresult_route_row_bytes(r);
+        assert_int_equal(row, grpo_wresult_route_row_bytes(s));
+        assert_int_equal(r->route_experts, s->route_experts);
+        assert_int_equal(r->route_layers, s->route_layers);
+        assert_int_equal(r->route_k, s->route_k);
+        assert_true((s->prompt_routes != NULL) == (row > 0));
+        if (row > 0)
+            assert_memory_equal(r->prompt_routes, s->prompt_routes, (size_t)r->n_prompt * row);
+        for (int i = 0; row > 0 && i < r->n_samples; i++) {
+            int n = r->samples[i].n_tokens;
+            if (n > 1)
+                assert_memory_equal(r->samples[i].routes, s->samples[i].routes,
+                                    (size_t)(n - 1) * row);
+        }
         for (int i = 0; i < r->n_samples; i++) {
             const grpo_wsample *x = &r->samples[i], *y = &s->samples[i];
             assert_int_equal(x->index, y->index);
@@ -409,11 +459,71 @@ test_hostile(void **state)
     raw_u32(&r, 1), raw_u32(&r, 5); /* one prompt token */
     for (int i = 0; i < 4; i++)
         raw_u32(&r, 0); /* gen_ms, verify_ms */
+    for (int i = 0; i < 3; i++)
+        raw_u32(&r, 0); /* no routes */
     raw_u32(&r, 60000);
     expect_refused(&r, "n_samples");
     /* an absurd message size */
     assert_int_equal(grpo_wmsg_decode(&d, r.b, (size_t)GRPO_WORKERS_MAX_MSG + 1), GRPO_EFORMAT);
     grpo_wmsg_fini(&d);
+    /* routes the decoder refuses: an id out of range, an expert twice, a shape out of range,
+     * a record_routes flag other than 0/1 */
+    for (int c = 0; c < 4; c++) {
+        grpo_wmsg x;
+        rnd_msg(&x, c == 3 ? GRPO_WMSG_WORK : GRPO_WMSG_RESULT);
+        const char *want = c == 0 ? "out of range" : c == 1 ? "twice" : c == 2 ? "shape" : "0 or 1";
+        if (c == 3) {
+            x.params.record_routes = 2;
+        } else {
+            if (x.result.prompt_routes == NULL)
+                rnd_routes(&x.result);
+            if (c == 2) {
+                x.result.route_k = x.result.route_experts + 1; /* more experts than there are */
+                free(x.result.prompt_routes);
+                x.result.prompt_routes =
+                    calloc(grpo_wresult_route_row_bytes(&x.result) * (size_t)x.result.n_prompt, 1);
+                for (int i = 0; i < x.result.n_samples; i++) {
+                    free(x.result.samples[i].routes);
+                    x.result.samples[i].routes =
+                        calloc(grpo_wresult_route_row_bytes(&x.result) * 40 + 1, 1);
+                }
+            } else {
+                grpo_wresult *q = &x.result;
+                if (q->route_k < 2) { /* room for an expert twice: k = 2, routes refilled */
+                    q->route_k = 2;
+                    free(q->prompt_routes);
+                    q->prompt_routes = fill_routes(q, (size_t)q->n_prompt, 0);
+                    for (int i = 0; i < q->n_samples; i++) {
+                        int n = q->samples[i].n_tokens;
+                        free(q->samples[i].routes);
+                        q->samples[i].routes = fill_routes(q, n > 1 ? (size_t)n - 1 : 0, 1);
+                    }
+                }
+                size_t w = q->route_experts <= 256 ? 1 : 2;
+                if (w == 1 && q->route_experts == 256)
+                    q->route_experts = 255; /* so that some byte is out of range */
+                int v = c == 0 ? q->route_experts : 0;
+                q->prompt_routes[0] = (uint8_t)v;
+                if (w == 2)
+                    q->prompt_routes[1] = (uint8_t)(v >> 8);
+                if (c == 1) /* the second id of the first token and layer: 0 as the first */
+                    memset(q->prompt_routes + w, 0, w), memset(q->prompt_routes, 0, w);
+            }
+        }
+        void *xb = NULL;
+        size_t xl = 0;
+        grpo_err e = grpo_wmsg_encode(&x, &xb, &xl);
+        grpo_wmsg y;
+        if (e == GRPO_OK) {
+            assert_int_not_equal(grpo_wmsg_decode(&y, xb, xl), GRPO_OK);
+            if (strstr(grpo_error_last(), want) == NULL)
+                fail_msg("case %d: \"%s\" lacks \"%s\"", c, grpo_error_last(), want);
+            grpo_wmsg_fini(&y);
+        }
+        assert_int_equal(e, GRPO_OK);
+        free(xb);
+        grpo_wmsg_fini(&x);
+    }
     /* encode refuses what decode would refuse */
     grpo_wmsg m = {0};
     m.type = GRPO_WMSG_WORK, m.n_leases = GRPO_WORKERS_MAX_LEASES + 1;

@@ -30,6 +30,8 @@ static const field fields[] = {
     {"prompt_lens", ST_I32, DIM_SEQ, 0, offsetof(grpo_batch, prompt_lens)},
     {"sample_idx", ST_I32, DIM_SEQ, 0, offsetof(grpo_batch, sample_idx)},
     {"logprobs", ST_F32, DIM_TOK, 0, offsetof(grpo_batch, logprobs)},
+    {"logprobs_processed", ST_F32, DIM_TOK, GRPO_BATCH_HAS_PROCESSED,
+     offsetof(grpo_batch, logprobs_processed)},
     {"ref_logprobs", ST_F32, DIM_TOK, GRPO_BATCH_HAS_REF, offsetof(grpo_batch, ref_logprobs)},
     {"advantages", ST_F32, DIM_SEQ, 0, offsetof(grpo_batch, advantages)},
     {"token_advantages", ST_F32, DIM_TOK, GRPO_BATCH_HAS_TOKEN_ADV,
@@ -40,7 +42,7 @@ static const field fields[] = {
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 #define KNOWN_FLAGS                                                                                \
     (GRPO_BATCH_HAS_REF | GRPO_BATCH_HAS_TOKEN_ADV | GRPO_BATCH_HAS_VERSIONS |                     \
-     GRPO_BATCH_HAS_ROUTES)
+     GRPO_BATCH_HAS_ROUTES | GRPO_BATCH_HAS_PROCESSED)
 #define MAX_STR 1u << 20 /* run id, sampling JSON, hash: at most 1 MiB each */
 
 /* Pointer fields are read and written with memcpy: no aliasing through void **. */
@@ -234,6 +236,9 @@ grpo_batch_validate(const grpo_batch *b)
     if (b->ref_logprobs &&
         (err = check_finite(b->ref_logprobs, b->n_tok, "ref_logprobs", b->batch_id)) != GRPO_OK)
         return err;
+    if (b->logprobs_processed && (err = check_finite(b->logprobs_processed, b->n_tok,
+                                                     "logprobs_processed", b->batch_id)) != GRPO_OK)
+        return err;
     if (b->token_advantages && (err = check_finite(b->token_advantages, b->n_tok,
                                                    "token_advantages", b->batch_id)) != GRPO_OK)
         return err;
@@ -258,7 +263,9 @@ write_meta(grpo_buf *o, const grpo_batch *b)
 {
     char num[7][32];
     int routes = (b->flags & GRPO_BATCH_HAS_ROUTES) != 0;
-    snprintf(num[0], sizeof num[0], "%d", routes ? 2 : 1); /* version 1 readers read the rest */
+    int proc = (b->flags & GRPO_BATCH_HAS_PROCESSED) != 0;
+    /* the oldest version that holds what the batch carries: version 1 readers read the rest */
+    snprintf(num[0], sizeof num[0], "%d", proc ? 3 : routes ? 2 : 1);
     snprintf(num[6], sizeof num[6], "%d", b->route_experts);
     snprintf(num[1], sizeof num[1], "%" PRId64, b->batch_id);
     snprintf(num[2], sizeof num[2], "%" PRId64, b->step);
@@ -446,6 +453,19 @@ check_tensors(const st_file *f, uint64_t n_seq, uint64_t n_tok, uint32_t *flags)
     return GRPO_OK;
 }
 
+/* logprobs_processed: present exactly in version 3 and later. */
+static grpo_err
+check_processed(int64_t ver, uint32_t flags)
+{
+    if ((flags & GRPO_BATCH_HAS_PROCESSED) && ver < 3)
+        return grpo__fail(GRPO_EFORMAT,
+                          "batch: tensor \"logprobs_processed\" needs schema_version 3");
+    if (!(flags & GRPO_BATCH_HAS_PROCESSED) && ver >= 3)
+        return grpo__fail(GRPO_EFORMAT, "batch: tensor \"logprobs_processed\" is missing "
+                                        "(schema_version 3)");
+    return GRPO_OK;
+}
+
 grpo_err
 grpo_batch_decode(grpo_batch **out, const void *bytes, size_t len)
 {
@@ -465,8 +485,12 @@ grpo_batch_decode(grpo_batch **out, const void *bytes, size_t len)
         goto done;
     if ((err = check_tensors(&f, (uint64_t)n_seq, (uint64_t)n_tok, &flags)) != GRPO_OK)
         goto done;
-    if ((ver >= 2 && (err = meta_i64(&f, "route_experts", &experts)) != GRPO_OK) ||
-        (err = grpo_bridge__routes_tensors(&f, ver, (uint64_t)n_seq, experts, &rt)) != GRPO_OK)
+    if ((err = check_processed(ver, flags)) != GRPO_OK)
+        goto done;
+    /* routes: required in version 2, optional (all three tensors or none) in version 3 */
+    int64_t rver = ver == 2 || (ver >= 3 && grpo_bridge__routes_any(&f)) ? 2 : 1;
+    if ((rver >= 2 && (err = meta_i64(&f, "route_experts", &experts)) != GRPO_OK) ||
+        (err = grpo_bridge__routes_tensors(&f, rver, (uint64_t)n_seq, experts, &rt)) != GRPO_OK)
         goto done;
     /* Shapes are now bounded by the data actually present, so allocating is safe. */
     if ((err = grpo_batch_create(&b, tmp.run_id, (size_t)n_seq, (size_t)n_tok, flags)) != GRPO_OK)
@@ -483,7 +507,7 @@ grpo_batch_decode(grpo_batch **out, const void *bytes, size_t len)
             memcpy(fget(b, &fields[i]), (const char *)bytes + f.data_off + t->begin,
                    (size_t)(t->end - t->begin));
     }
-    if (ver >= 2 && (err = grpo_bridge__routes_read(b, &f, &rt, experts, bytes)) != GRPO_OK)
+    if (rver >= 2 && (err = grpo_bridge__routes_read(b, &f, &rt, experts, bytes)) != GRPO_OK)
         goto done;
     if ((err = grpo_batch_validate(b)) != GRPO_OK)
         err = GRPO_EFORMAT; /* the message names the problem; bytes on the wire are a format */

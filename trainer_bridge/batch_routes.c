@@ -21,6 +21,15 @@ grpo_bridge__routes_is_name(const char *name)
     return 0;
 }
 
+int
+grpo_bridge__routes_any(const grpo__st_header *f)
+{
+    for (int i = 0; i < 3; i++)
+        if (grpo_bridge__st_find(f, names[i]) != NULL)
+            return 1;
+    return 0;
+}
+
 static size_t
 row_ids(const grpo_batch *b)
 {

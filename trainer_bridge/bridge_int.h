@@ -22,6 +22,8 @@ typedef struct {
 grpo_err grpo_bridge__routes_check(const grpo_batch *b);
 /* 1 when name is a route tensor's. */
 int grpo_bridge__routes_is_name(const char *name);
+/* 1 when f holds any of the route tensors. */
+int grpo_bridge__routes_any(const grpo__st_header *f);
 /* Header entries of the route tensors whose bytes go at *pos: pass 0 the offsets (8-byte), pass
  * 1 the ids; *pos advances. Nothing without HAS_ROUTES. */
 grpo_err grpo_bridge__routes_header(grpo_buf *o, const grpo_batch *b, int pass, uint64_t *pos);

@@ -220,19 +220,21 @@ grpo_err grpo_loss_compute(const grpo_loss_opts *o, const float *new_logp, const
 /* ======================================================================================== */
 
 #define GRPO_BATCH_SCHEMA "grpo.batch"
-/* The newest version this build reads and writes. A batch without routes is written as version 1
- * (what version-1 readers take); one with routes as version 2. */
-#define GRPO_BATCH_SCHEMA_VERSION 2
+/* The newest version this build reads and writes. A batch is written with the oldest version
+ * that holds what it carries: version 1 (neither routes nor processed logprobs, what version-1
+ * readers take), 2 (routes), 3 (processed logprobs, with or without routes). */
+#define GRPO_BATCH_SCHEMA_VERSION 3
 
 /* Limits the decoder enforces (a batch larger than these is refused as malformed). */
 #define GRPO_BATCH_MAX_BYTES ((uint64_t)1 << 34)  /* 16 GiB */
 #define GRPO_BATCH_MAX_HEADER ((uint64_t)1 << 24) /* 16 MiB of JSON header */
 
 /* Optional tensors present in a batch. */
-#define GRPO_BATCH_HAS_REF 1u       /* ref_logprobs */
-#define GRPO_BATCH_HAS_TOKEN_ADV 2u /* token_advantages */
-#define GRPO_BATCH_HAS_VERSIONS 4u  /* policy_versions per sequence */
-#define GRPO_BATCH_HAS_ROUTES 8u    /* MoE routes (version 2): set by grpo_batch_set_routes */
+#define GRPO_BATCH_HAS_REF 1u        /* ref_logprobs */
+#define GRPO_BATCH_HAS_TOKEN_ADV 2u  /* token_advantages */
+#define GRPO_BATCH_HAS_VERSIONS 4u   /* policy_versions per sequence */
+#define GRPO_BATCH_HAS_ROUTES 8u     /* MoE routes (version 2): set by grpo_batch_set_routes */
+#define GRPO_BATCH_HAS_PROCESSED 16u /* logprobs_processed (version 3) */
 
 /* A ragged batch of B sequences and T tokens in total. Sequence i is tokens
  * [seq_offsets[i], seq_offsets[i+1]): its first prompt_lens[i] tokens are the prompt, the rest
@@ -253,7 +255,9 @@ typedef struct grpo_batch {
     int64_t *seq_offsets;     /* (B + 1), seq_offsets[0] = 0, nondecreasing, [B] = T */
     int32_t *prompt_lens;     /* (B), 0 <= prompt_lens[i] <= length of sequence i */
     uint8_t *loss_mask;       /* (T), 0 or 1; 0 on prompt tokens */
-    float *logprobs;          /* (T) sampling-policy logprobs of completion tokens */
+    /* (T) log p(token) under softmax(logits / temperature) over the whole vocabulary, before
+     * top-k/top-p/min-p: what a trainer recomputes from its forward (0 on prompt tokens) */
+    float *logprobs;
     float *ref_logprobs;      /* (T) reference logprobs, when HAS_REF; else NULL */
     float *advantages;        /* (B) */
     float *token_advantages;  /* (T) when HAS_TOKEN_ADV (shaped per token); else NULL */
@@ -272,6 +276,9 @@ typedef struct grpo_batch {
     int64_t *route_prompt_offsets; /* (B) */
     void *route_prompt;            /* (n_route_prompt, route_layers, route_k) */
     void *route_completion;        /* (n_route_completion, route_layers, route_k) */
+    /* (T) when HAS_PROCESSED: log p(token) under the truncated, renormalized distribution the
+     * sampler drew from (0 on prompt tokens; 0 at temperature 0); else NULL */
+    float *logprobs_processed;
 } grpo_batch;
 
 /* Allocates a batch with every array for n_seq, n_tok and flags (zeroed); strings are set to

@@ -150,6 +150,7 @@ typedef struct grpo_coord_opts {
     double linger;             /* seconds of "stop" answers after the last group (default 2) */
     double backup_after;       /* tail backups after this many seconds; < 0 off (default) */
     grpo_run_gen gen;
+    int32_t record_routes; /* workers return each group's MoE routes (store and batches) */
 } grpo_coord_opts;
 
 void grpo_coord_opts_default(grpo_coord_opts *o);
@@ -262,6 +263,8 @@ typedef struct grpo_run_sample {
     grpo_reward_result score; /* set by grpo_run_score (or copied from a worker); owned */
     double advantage;         /* set by grpo_run_advantages; 0 when score.skipped */
     const uint8_t *routes;    /* (max(n_tokens - 1, 0), route_row_bytes) or NULL */
+    /* (n_tokens) log-probabilities under the truncated distribution sampled from, or NULL */
+    const float *logprobs_processed;
 } grpo_run_sample;
 
 typedef struct grpo_run_group {

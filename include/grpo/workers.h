@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define GRPO_WORKERS_PROTOCOL 1
+#define GRPO_WORKERS_PROTOCOL 2 /* 2: MoE routes with a result (grpo serve --record-routes) */
 #define GRPO_WORKERS_MAGIC 0x57505247u    /* "GRPW" as little-endian bytes */
 #define GRPO_WORKERS_MAX_MSG (256u << 20) /* bytes per message */
 #define GRPO_WORKERS_MAX_STR (16u << 20)  /* bytes per string field */
@@ -71,6 +71,7 @@ typedef struct grpo_wparams {
     char *stop[GRPO_ROLLOUT_MAX_STOP];
     int32_t n_stop_ids;
     int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
+    int32_t record_routes; /* 1: return every group's MoE routes (grpo serve --record-routes) */
 } grpo_wparams;
 
 typedef struct grpo_wlease {
@@ -99,6 +100,10 @@ typedef struct grpo_wsample {
     int32_t skipped; /* the rewarder said skip: excluded from the advantages */
     int32_t n_terms;
     grpo_wterm *terms;
+    /* With the result's routes: tokens[0 .. n_tokens - 1)'s, one row of the result's
+     * grpo_wresult_route_row_bytes each (the last token never went through the model); else
+     * NULL */
+    uint8_t *routes;
 } grpo_wsample;
 
 typedef struct grpo_wresult {
@@ -111,7 +116,15 @@ typedef struct grpo_wresult {
     double gen_ms, verify_ms;
     int32_t n_samples;
     grpo_wsample *samples;
+    /* MoE routes (docs/routes.md), or route_experts 0 (then layers and k 0 too): per routed
+     * token, per MoE layer, k expert ids below route_experts, 1 byte each when route_experts
+     * <= 256, else int16 little-endian. prompt_routes: the n_prompt prompt tokens' rows. */
+    int32_t route_experts, route_layers, route_k;
+    uint8_t *prompt_routes;
 } grpo_wresult;
+
+/* Bytes of one token's routes in r (0 without routes). */
+size_t grpo_wresult_route_row_bytes(const grpo_wresult *r);
 
 /* ACK status */
 #define GRPO_WACK_OK 0        /* heartbeat taken / result recorded */

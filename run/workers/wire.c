@@ -58,10 +58,26 @@ put_params(wr *w, const grpo_wparams *p)
     grpo__put_i32(&w->c, p->n_stop_ids);
     for (int32_t i = 0; i < p->n_stop_ids && i < GRPO_ROLLOUT_MAX_STOP; i++)
         grpo__put_i32(&w->c, p->stop_ids[i]);
+    grpo__put_i32(&w->c, p->record_routes);
+}
+
+size_t
+grpo_wresult_route_row_bytes(const grpo_wresult *r)
+{
+    if (r->route_experts <= 0 || r->route_layers <= 0 || r->route_k <= 0)
+        return 0;
+    return (size_t)r->route_layers * (size_t)r->route_k * (r->route_experts <= 256 ? 1u : 2u);
+}
+
+/* Routed tokens of a completion of n tokens: all but the last. */
+static size_t
+routed(int32_t n)
+{
+    return n > 1 ? (size_t)n - 1 : 0;
 }
 
 static void
-put_sample(wr *w, const grpo_wsample *s)
+put_sample(wr *w, const grpo_wsample *s, size_t row)
 {
     grpo__put_i32(&w->c, s->index);
     grpo__put_i32(&w->c, s->finish);
@@ -84,6 +100,8 @@ put_sample(wr *w, const grpo_wsample *s)
         grpo__put_f64(&w->c, tm->score);
         grpo__put_f64(&w->c, tm->ms);
     }
+    if (row > 0)
+        grpo__put_bytes(&w->c, s->routes, routed(s->n_tokens) * row);
 }
 
 static void
@@ -98,9 +116,15 @@ put_result(wr *w, const grpo_wresult *r)
         grpo__put_i32(&w->c, r->prompt[k]);
     grpo__put_f64(&w->c, r->gen_ms);
     grpo__put_f64(&w->c, r->verify_ms);
+    size_t row = grpo_wresult_route_row_bytes(r);
+    grpo__put_i32(&w->c, row ? r->route_experts : 0);
+    grpo__put_i32(&w->c, row ? r->route_layers : 0);
+    grpo__put_i32(&w->c, row ? r->route_k : 0);
+    if (row > 0)
+        grpo__put_bytes(&w->c, r->prompt_routes, (size_t)r->n_prompt * row);
     grpo__put_i32(&w->c, r->n_samples);
     for (int32_t i = 0; i < r->n_samples; i++)
-        put_sample(w, &r->samples[i]);
+        put_sample(w, &r->samples[i], row);
 }
 
 static grpo_err
@@ -122,6 +146,12 @@ check_encodable(const grpo_wmsg *m)
             if (r->samples[i].n_terms < 0 || r->samples[i].n_terms > GRPO_WORKERS_MAX_TERMS ||
                 r->samples[i].n_tokens < 0)
                 return grpo__fail(GRPO_EINVAL, "workers: sample %d sizes out of range", i);
+        size_t row = grpo_wresult_route_row_bytes(r);
+        for (int32_t i = 0; row > 0 && i < r->n_samples; i++)
+            if (r->samples[i].routes == NULL && routed(r->samples[i].n_tokens) > 0)
+                return grpo__fail(GRPO_EINVAL, "workers: sample %d has no routes", i);
+        if (row > 0 && r->prompt_routes == NULL)
+            return grpo__fail(GRPO_EINVAL, "workers: the result has no prompt routes");
     }
     return GRPO_OK;
 }
@@ -378,6 +408,46 @@ get_params(rd *r, grpo_wparams *p)
     for (int32_t i = 0; i < p->n_stop_ids && r->err == GRPO_OK; i++)
         if ((p->stop_ids[i] = get_i32(r, "params.stop_ids")) < 0)
             bad(r, "params.stop_ids", "negative");
+    p->record_routes = get_i32(r, "params.record_routes");
+    if (r->err == GRPO_OK && p->record_routes != 0 && p->record_routes != 1)
+        bad(r, "params.record_routes", "not 0 or 1");
+}
+
+/* n rows of routes (row bytes each, layers x k ids) as a new copy: every id below experts and
+ * none twice for one token and layer. */
+static uint8_t *
+get_routes(rd *r, const char *field, size_t n, size_t row, const grpo_wresult *res)
+{
+    uint32_t len = 0;
+    char *b = get_bytes(r, field, GRPO_WORKERS_MAX_MSG, 0, 0, &len);
+    if (r->err != GRPO_OK)
+        return NULL;
+    if ((size_t)len != n * row) {
+        free(b);
+        bad(r, field, "not one row of routes per routed token");
+        return NULL;
+    }
+    size_t w = res->route_experts <= 256 ? 1 : 2, k = (size_t)res->route_k;
+    for (size_t t = 0; t < n * (size_t)res->route_layers; t++) {
+        const uint8_t *ids = (const uint8_t *)b + t * k * w;
+        for (size_t j = 0; j < k; j++) {
+            int v = w == 1 ? ids[j] : (int16_t)(ids[2 * j] | ids[2 * j + 1] << 8);
+            for (size_t q = 0; q < j; q++) {
+                int u = w == 1 ? ids[q] : (int16_t)(ids[2 * q] | ids[2 * q + 1] << 8);
+                if (u == v) {
+                    free(b);
+                    bad(r, field, "an expert twice for one token and layer");
+                    return NULL;
+                }
+            }
+            if (v < 0 || v >= res->route_experts) {
+                free(b);
+                bad(r, field, "an expert id out of range");
+                return NULL;
+            }
+        }
+    }
+    return (uint8_t *)b;
 }
 
 static void
@@ -395,7 +465,7 @@ get_term(rd *r, grpo_wterm *t)
 }
 
 static void
-get_sample(rd *r, grpo_wsample *s)
+get_sample(rd *r, grpo_wsample *s, const grpo_wresult *res)
 {
     s->index = get_i32(r, "sample.index");
     s->finish = get_i32(r, "sample.finish");
@@ -421,6 +491,29 @@ get_sample(rd *r, grpo_wsample *s)
     s->terms = get_array(r, (size_t)s->n_terms, sizeof *s->terms);
     for (int32_t t = 0; t < s->n_terms && r->err == GRPO_OK; t++)
         get_term(r, &s->terms[t]);
+    size_t row = grpo_wresult_route_row_bytes(res);
+    if (row > 0 && r->err == GRPO_OK)
+        s->routes = get_routes(r, "sample.routes", routed(s->n_tokens), row, res);
+}
+
+/* The result's route shape: none (all 0), or experts in [1, 32767], layers in [1, 4096] and k
+ * in [1, min(experts, 256)]. */
+static void
+get_route_shape(rd *r, grpo_wresult *res)
+{
+    res->route_experts = get_i32(r, "result.route_experts");
+    res->route_layers = get_i32(r, "result.route_layers");
+    res->route_k = get_i32(r, "result.route_k");
+    if (r->err != GRPO_OK)
+        return;
+    int32_t e = res->route_experts, l = res->route_layers, k = res->route_k;
+    if (e == 0 && l == 0 && k == 0)
+        return;
+    if (e < 1 || e > 32767 || l < 1 || l > 4096 || k < 1 || k > e || k > 256)
+        bad(r, "result.routes", "shape out of range");
+    else
+        res->prompt_routes = get_routes(r, "result.prompt_routes", (size_t)res->n_prompt,
+                                        grpo_wresult_route_row_bytes(res), res);
 }
 
 static void
@@ -439,12 +532,13 @@ get_result(rd *r, grpo_wresult *res)
             bad(r, "result.prompt", "negative token id");
     res->gen_ms = get_f64(r, "result.gen_ms", 1);
     res->verify_ms = get_f64(r, "result.verify_ms", 1);
+    get_route_shape(r, res);
     /* the smallest sample, 32 bytes: index, finish, n_tokens, text length, reward, skipped,
      * n_terms */
     res->n_samples = get_count(r, "result.n_samples", 1, GRPO_WORKERS_MAX_GROUP, 32);
     res->samples = get_array(r, (size_t)res->n_samples, sizeof *res->samples);
     for (int32_t i = 0; i < res->n_samples && r->err == GRPO_OK; i++)
-        get_sample(r, &res->samples[i]);
+        get_sample(r, &res->samples[i], res);
 }
 
 static void
@@ -553,14 +647,14 @@ result_fini(grpo_wresult *r)
 {
     for (int32_t i = 0; r->samples && i < r->n_samples; i++) {
         grpo_wsample *s = &r->samples[i];
-        free(s->tokens), free(s->logprobs), free(s->text);
+        free(s->tokens), free(s->logprobs), free(s->text), free(s->routes);
         for (int32_t t = 0; s->terms && t < s->n_terms; t++) {
             grpo_wterm *tm = &s->terms[t];
             free(tm->verifier), free(tm->version), free(tm->label), free(tm->details_json);
         }
         free(s->terms);
     }
-    free(r->samples), free(r->prompt), free(r->prompt_id);
+    free(r->samples), free(r->prompt), free(r->prompt_id), free(r->prompt_routes);
 }
 
 void

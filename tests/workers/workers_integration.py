@@ -189,9 +189,10 @@ def hostile_requests(url):
     except ImportError:
         return
     import struct
-    magic = struct.pack("<IHH", 0x57505247, 1, 1)
+    magic = struct.pack("<IHH", 0x57505247, 2, 1)
     cases = [b"", b"GET / HTTP/1.1\r\n\r\n", magic, magic + struct.pack("<I", 0x7FFFFFF0) + b"x",
-             magic + struct.pack("<I", 2) + b"\xc3\x28", struct.pack("<IHH", 0x57505247, 1, 16)]
+             magic + struct.pack("<I", 2) + b"\xc3\x28", struct.pack("<IHH", 0x57505247, 2, 16),
+             struct.pack("<IHH", 0x57505247, 1, 1)]  # the previous protocol version
     with pynng.Req0(dial=url, recv_timeout=10000, send_timeout=10000) as s:
         for c in cases:
             s.send(c)
@@ -271,12 +272,14 @@ def scenario_failover(grpo, tmp):
         P.cleanup()
 
 
-def start_batch_logger(P, tmp, pub):
-    """A trainer stand-in (batch_logger.py) pulling from pub; returns (process, its log's path)."""
+def start_batch_logger(P, tmp, pub, keep=None):
+    """A trainer stand-in (batch_logger.py) pulling from pub; returns (process, its log's path).
+    keep: a folder where it saves every batch's tensors."""
     env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "trainer_bridge", "python") + os.pathsep
                + os.environ.get("PYTHONPATH", ""))
     tlog = os.path.join(tmp, "batches.log")
-    t = subprocess.Popen([sys.executable, os.path.join(HERE, "batch_logger.py"), pub, tlog], env=env,
+    t = subprocess.Popen([sys.executable, os.path.join(HERE, "batch_logger.py"), pub, tlog]
+                         + ([keep] if keep else []), env=env,
                          stdout=open(os.path.join(tmp, "trainer.log"), "w"), stderr=subprocess.STDOUT)
     t.name = "trainer"
     P.all.append(t)
@@ -613,9 +616,92 @@ def scenario_repeats(grpo, tmp):
         P.cleanup()
 
 
+def store_routes(db):
+    """{(prompt index, sample or -1 for the prompt): (ids as an (n, layers, k) list, experts)} of
+    a store's recorded routes (zlib blobs, 1-byte or int16 ids)."""
+    import zlib
+    out = {}
+    rows = db_rows(db, "SELECT p.idx, r.experts, r.layers, r.k, r.prompt_routes FROM group_routes r "
+                       "JOIN groups g ON g.id = r.group_id JOIN prompts p ON p.id = g.prompt_id")
+    shape = {}
+    for idx, e, l, k, blob in rows:
+        shape[idx] = (e, l, k)
+        out[(idx, -1)] = (ids_of(zlib.decompress(blob), e, l, k), e)
+    for idx, s, blob in db_rows(db, "SELECT p.idx, r.sample_index, r.routes FROM completion_routes r "
+                                    "JOIN groups g ON g.id = r.group_id "
+                                    "JOIN prompts p ON p.id = g.prompt_id"):
+        e, l, k = shape[idx]
+        out[(idx, s)] = (ids_of(zlib.decompress(blob), e, l, k), e)
+    return out
+
+
+def ids_of(raw, e, l, k):
+    import numpy as np
+    a = np.frombuffer(raw, np.uint8 if e <= 256 else "<i2").astype(np.int64)
+    return a.reshape(-1, l, k).tolist()
+
+
+def scenario_routes(grpo, tmp):
+    """serve --record-routes with two workers and a trainer: the store holds every group's routes
+    equal to those `grpo rollout --record-routes` records (same seed), and the trainer's batches
+    (version 2) carry them where the layout puts them."""
+    import numpy as np
+    n = 8
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    write_prompts(prompts, n)
+    ref = os.path.join(tmp, "ref.db")
+    r = subprocess.run([grpo, "rollout", "--model", MODEL, "--prompts", prompts, "--db", ref,
+                        "--threads", "1", "--record-routes"] + GEN, capture_output=True, text=True,
+                       cwd=tmp)
+    if r.returncode != 0:
+        fail("grpo rollout --record-routes: " + r.stderr)
+    want, want_routes = completions(ref), store_routes(ref)
+    url, pub = "ipc://" + os.path.join(tmp, "coord.ipc"), "ipc://" + os.path.join(tmp, "pub.ipc")
+    keep = os.path.join(tmp, "batches")
+    os.makedirs(keep)
+    P = Procs(grpo, tmp)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url, "--record-routes", "--publish", pub))
+        t, tlog = start_batch_logger(P, tmp, pub, keep)
+        for w in ("A", "B"):
+            P.start(w, worker_args(url, w, "--inflight", "2"))
+        rc = P.wait(serve, 120)
+        if rc != 0:
+            fail("serve exited %d:\n%s" % (rc, P.log("serve")))
+        P.wait(t, 60)
+        check_exactly_once(db, n)
+        if completions(db) != want:
+            fail("completions differ from grpo rollout's")
+        got_routes = store_routes(db)
+        if got_routes != want_routes or len(want_routes) != n * 5:
+            bad = [k for k in want_routes if got_routes.get(k) != want_routes[k]][:3]
+            fail("the store's routes differ from grpo rollout --record-routes's: %r (%d vs %d)"
+                 % (bad, len(got_routes), len(want_routes)))
+        files = sorted(os.listdir(keep))
+        if len(files) != n:
+            fail("the trainer got %d batches, expected %d" % (len(files), n))
+        checked = 0
+        for f in files:
+            b = np.load(os.path.join(keep, f))
+            off, pl, g, si = b["seq_offsets"], b["prompt_lens"], b["group_ids"], b["sample_idx"]
+            rows = np.concatenate([[0], np.cumsum(np.maximum(np.diff(off) - pl - 1, 0))])
+            for i in range(len(pl)):
+                p0 = int(b["route_prompt_offsets"][i])
+                pr = b["route_prompt"][p0:p0 + pl[i]].astype(np.int64).tolist()
+                cr = b["route_completion"][rows[i]:rows[i + 1]].astype(np.int64).tolist()
+                if pr != want_routes[(int(g[i]), -1)][0] or cr != want_routes[(int(g[i]), int(si[i]))][0]:
+                    fail("batch %s sequence %d: routes differ from the rollout's" % (f, i))
+                checked += 1
+        print("ok: %d groups, every prompt's and completion's routes in the store equal grpo rollout "
+              "--record-routes's, and %d sequences of the trainer's batches carry them" % (n, checked))
+    finally:
+        P.cleanup()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats", "pause", "tail"])
+    ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats", "pause", "tail",
+                                         "routes"])
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
@@ -645,6 +731,8 @@ def main():
             scenario_repeats(a.grpo, tmp)
         elif a.scenario == "weights":
             scenario_weights(a.grpo, tmp, a.staleness)
+        elif a.scenario == "routes":
+            scenario_routes(a.grpo, tmp)
         else:
             scenario_load(a.grpo, tmp, a.seconds, a.workers)
     finally:

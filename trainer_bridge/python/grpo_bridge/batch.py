@@ -8,7 +8,10 @@ import numpy as np
 import safetensors.numpy
 
 SCHEMA = "grpo.batch"
-SCHEMA_VERSION = 2  # the newest this client reads; a batch without routes is version 1
+# The newest version this client reads. A batch is written with the oldest version that holds
+# what it carries: 1 (no routes, no processed logprobs), 2 (routes), 3 (logprobs_processed, with
+# or without routes).
+SCHEMA_VERSION = 3
 ROUTE_FIELDS = ("route_prompt_offsets", "route_prompt", "route_completion")
 
 # name -> (dtype, dimension: "seq", "seq+1" or "tok", required)
@@ -20,6 +23,7 @@ FIELDS = {
     "prompt_lens": (np.int32, "seq", True),
     "sample_idx": (np.int32, "seq", True),
     "logprobs": (np.float32, "tok", True),
+    "logprobs_processed": (np.float32, "tok", False),
     "ref_logprobs": (np.float32, "tok", False),
     "advantages": (np.float32, "seq", True),
     "token_advantages": (np.float32, "tok", False),
@@ -118,7 +122,7 @@ def _check(t, meta):
     if meta.get("schema") != SCHEMA:
         raise BatchFormatError("batch: schema is %r, not %r" % (meta.get("schema"), SCHEMA))
     version = int(meta.get("schema_version", "0"))
-    if version not in (1, 2):
+    if version not in (1, 2, 3):
         raise BatchFormatError("batch: schema_version %s; this client reads 1 to %d"
                                % (meta.get("schema_version"), SCHEMA_VERSION))
     B, T = int(meta["n_seq"]), int(meta["n_tok"])
@@ -138,7 +142,15 @@ def _check(t, meta):
         raise BatchFormatError("batch: seq_offsets are not monotonic from 0 to n_tok")
     if np.any(t["prompt_lens"] < 0) or np.any(t["prompt_lens"] > np.diff(off)):
         raise BatchFormatError("batch: prompt_lens out of range")
-    _check_routes(t, meta, version)
+    if "logprobs_processed" in t and not np.all(np.isfinite(t["logprobs_processed"])):
+        raise BatchFormatError("batch: logprobs_processed holds a value that is not finite")
+    if ("logprobs_processed" in t) != (version >= 3):
+        raise BatchFormatError("batch: tensor 'logprobs_processed' %s"
+                               % ("needs schema_version 3" if version < 3
+                                  else "is missing (schema_version 3)"))
+    # routes: required in version 2, optional (all three tensors or none) in version 3
+    _check_routes(t, meta, 2 if version == 2 or (version >= 3 and any(
+        n in t for n in ROUTE_FIELDS)) else 1)
 
 
 def _check_routes(t, meta, version):
@@ -201,14 +213,15 @@ def decode_batch(data, client=None):
 
 def encode_batch(tensors, run_id, batch_id, step=0, policy_version=0, sampling=None,
                  reward_config_hash="", route_experts=None):
-    """Encodes numpy arrays (names as FIELDS, and ROUTE_FIELDS with route_experts: version 2)
-    into batch bytes."""
+    """Encodes numpy arrays (names as FIELDS, and ROUTE_FIELDS with route_experts) into batch
+    bytes: version 3 with logprobs_processed, else 2 with routes, else 1."""
     rdt = np.uint8 if route_experts is not None and route_experts <= 256 else np.int16
     t = {k: np.ascontiguousarray(v, dtype=FIELDS[k][0] if k in FIELDS else
                                  np.int64 if k == "route_prompt_offsets" else rdt)
          for k, v in tensors.items()}
     routes = route_experts is not None
-    meta = dict(schema=SCHEMA, schema_version="2" if routes else "1", run_id=run_id,
+    version = "3" if "logprobs_processed" in t else "2" if routes else "1"
+    meta = dict(schema=SCHEMA, schema_version=version, run_id=run_id,
                 batch_id=str(batch_id), step=str(step), policy_version=str(policy_version),
                 n_seq=str(len(t["prompt_lens"])), n_tok=str(len(t["tokens"])),
                 sampling=json.dumps(sampling or {}), reward_config_hash=reward_config_hash)

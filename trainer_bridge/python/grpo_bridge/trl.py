@@ -31,7 +31,9 @@ def routes_padded(batch, pad=-1):
 def to_trl(batch, pad_token_id=0, device=None):
     """Returns a dict of torch tensors: prompt_ids / prompt_mask (left-padded, as TRL pads
     prompts), completion_ids / completion_mask (right-padded; the mask is the batch's loss mask),
-    advantages (B,), old_per_token_logps (B, C) and ref_per_token_logps (B, C) or None.
+    advantages (B,), old_per_token_logps (B, C) and ref_per_token_logps (B, C) or None;
+    processed_per_token_logps (B, C) (the logprobs under the truncated distribution sampled from,
+    batch version 3) or None.
     Also policy_versions (B,), rewards (B,) and num_items_in_batch (masked token count); with
     routes (batch version 2) prompt_routes, completion_routes, completion_routes_mask as
     routes_padded gives them (int16, -1 padding)."""
@@ -49,6 +51,7 @@ def to_trl(batch, pad_token_id=0, device=None):
     comp_mask = np.zeros((B, C), np.int64)
     old = np.zeros((B, C), np.float32)
     ref = np.zeros((B, C), np.float32) if "ref_logprobs" in t else None
+    proc = np.zeros((B, C), np.float32) if "logprobs_processed" in t else None
     tok_adv = np.zeros((B, C), np.float32) if "token_advantages" in t else None
     for i in range(B):
         b, p, e = off[i], off[i] + plen[i], off[i + 1]
@@ -60,6 +63,8 @@ def to_trl(batch, pad_token_id=0, device=None):
         old[i, :n_c] = t["logprobs"][p:e]
         if ref is not None:
             ref[i, :n_c] = t["ref_logprobs"][p:e]
+        if proc is not None:
+            proc[i, :n_c] = t["logprobs_processed"][p:e]
         if tok_adv is not None:
             tok_adv[i, :n_c] = t["token_advantages"][p:e]
     pv = t["policy_versions"] if "policy_versions" in t else np.full(B, batch.policy_version)
@@ -75,6 +80,7 @@ def to_trl(batch, pad_token_id=0, device=None):
         "advantages": T(t["advantages"].astype(np.float32)),
         "old_per_token_logps": T(old),
         "ref_per_token_logps": T(ref),
+        "processed_per_token_logps": T(proc),
         "token_advantages": T(tok_adv),
         "rewards": T(t["rewards"]),
         "policy_versions": T(pv.astype(np.int64)),

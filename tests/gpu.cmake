@@ -76,3 +76,11 @@ if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(cuda_host_gemm_test SOURCES cuda_host_gemm_test.cpp
                 LIBS grpo_kernels grpo_common Threads::Threads m TIMEOUT 120)
 endif()
+
+# The row, element-wise and MoE movement bodies (kernels/cuda/ops_body.h) run by host threads
+# against the CPU ops; no contraction, so the host rounds each product as the device does.
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(cuda_host_ops_test SOURCES cuda_host_ops_test.cpp
+                LIBS grpo_cuda_plan grpo_kernels grpo_common Threads::Threads m TIMEOUT 120)
+  target_compile_options(cuda_host_ops_test PRIVATE -ffp-contract=off)
+endif()

@@ -1,38 +1,23 @@
 /* MoE data movement on the device, the twins of plan.c's grpo_moe_plan and the CPU forward's
  * combine: the permutation plan (a stable counting sort by expert, built by one block with one
  * thread per expert, so it needs no host round trip and can sit in a CUDA graph), the gather of
- * token rows into expert order, and the weighted combine in slot order (deterministic). */
+ * token rows into expert order, and the weighted combine in slot order (deterministic). Their
+ * bodies are in ops_body.h, shared with a host simulation in CI. */
 #include "kernels/cuda/cuda_int.cuh"
+#include "kernels/cuda/ops_body.h"
+
+struct plan_ctx {
+    __device__ int tid() const { return threadIdx.x; }
+    __device__ int nt() const { return blockDim.x; }
+    __device__ void sync() { __syncthreads(); }
+};
 
 __global__ void
 moe_plan_k(int n, int E, const int32_t *idx, int32_t *offs, int32_t *src, int32_t *dst)
 {
     extern __shared__ int32_t cnt[]; /* E + 1 */
-    int e = threadIdx.x;
-    if (e < E) {
-        int c = 0;
-        for (int i = 0; i < n; i++)
-            c += idx[i] == e;
-        cnt[e + 1] = c;
-    }
-    if (e == 0)
-        cnt[0] = 0;
-    __syncthreads();
-    if (e == 0)
-        for (int i = 0; i < E; i++)
-            cnt[i + 1] += cnt[i];
-    __syncthreads();
-    if (e <= E)
-        offs[e] = cnt[e];
-    if (e < E) {
-        int r = cnt[e];
-        for (int i = 0; i < n; i++)
-            if (idx[i] == e) {
-                src[r] = i;
-                dst[i] = r;
-                r++;
-            }
-    }
+    plan_ctx cx;
+    ob_moe_plan(cx, n, E, idx, cnt, offs, src, dst);
 }
 
 extern "C" grpo_err
@@ -51,11 +36,8 @@ grpo_cuda_moe_plan(grpo_kernels *k, int M, int top_k, int E, const int32_t *d_id
 __global__ void
 moe_permute_k(int rows, int top_k, int n, const float *x, int ldx, const int32_t *src, float *xp)
 {
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (size_t)rows * n)
-        return;
-    size_t r = t / n, c = t % n;
-    xp[t] = x[(size_t)(src[r] / top_k) * ldx + c];
+    ob_moe_permute_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, rows, top_k, n, x, ldx, src,
+                        xp);
 }
 
 extern "C" grpo_err
@@ -75,15 +57,8 @@ __global__ void
 moe_combine_k(int M, int top_k, int n, const float *yp, const int32_t *dst, const float *wts,
               float *y, int ldy, int accumulate)
 {
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (size_t)M * n)
-        return;
-    size_t m = t / n, c = t % n;
-    float acc = 0.0f;
-    for (int s = 0; s < top_k; s++)
-        acc = fmaf(wts[m * top_k + s], yp[(size_t)dst[m * top_k + s] * n + c], acc);
-    float *o = y + m * ldy + c;
-    *o = accumulate ? *o + acc : acc;
+    ob_moe_combine_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, top_k, n, yp, dst, wts,
+                        y, ldy, accumulate);
 }
 
 extern "C" grpo_err

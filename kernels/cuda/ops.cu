@@ -1,48 +1,30 @@
 /* CUDA element-wise and row ops with their CPU twins in kernels/cpu/ops.c: RMSNorm (and the
- * residual add fused with it), RoPE, SiLU-and-multiply, embedding lookup, the DeepSeek-V3 router,
- * FP8 activation quantization. Reductions use a fixed tree per row, so a row's result never
- * depends on the other rows of the batch. */
+ * residual add fused with it), RoPE, SiLU-and-multiply, embedding lookup, the DeepSeek-V3 router
+ * (their bodies in ops_body.h, shared with a host simulation in CI), FP8 activation quantization.
+ * Reductions use a fixed tree per row, so a row's result never depends on the other rows of the
+ * batch. */
 #include "kernels/cuda/cuda_int.cuh"
+#include "kernels/cuda/ops_body.h"
 
 #define NT 256
 
-/* Fixed-order block sum over NT threads (tree in shared memory). */
-__device__ float
-block_sum(float v, float *sh)
-{
-    int t = threadIdx.x;
-    sh[t] = v;
-    __syncthreads();
-    for (int s = NT / 2; s > 0; s >>= 1) {
-        if (t < s)
-            sh[t] += sh[t + s];
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
+/* The block's threads as the bodies of ops_body.h see them. */
+struct dev_ctx {
+    __device__ int tid() const { return threadIdx.x; }
+    __device__ int nt() const { return blockDim.x; }
+    __device__ void sync() { __syncthreads(); }
+};
 
-// x (M, ldx) -> y (M, ldy); one block per row. add != NULL: x += add first (residual), written back.
+// x (M, ldx) -> y (M, ldy); one block of NT threads per row. add != NULL: x += add first
+// (residual), written back.
 __global__ void
 rmsnorm_k(int n, float *x, int ldx, const float *add, int lda, const float *w, float eps, float *y,
           int ldy)
 {
     __shared__ float sh[NT];
-    float *xr = x + (size_t)blockIdx.x * ldx;
-    float acc = 0.0f;
-    for (int i = threadIdx.x; i < n; i += NT) {
-        float v = xr[i];
-        if (add != NULL) {
-            v += add[(size_t)blockIdx.x * lda + i];
-            xr[i] = v;
-        }
-        acc += v * v;
-    }
-    float r = 1.0f / sqrtf(block_sum(acc, sh) / (float)n + eps);
-    float *yr = y + (size_t)blockIdx.x * ldy;
-    for (int i = threadIdx.x; i < n; i += NT)
-        yr[i] = w[i] * (xr[i] * r);
+    dev_ctx cx;
+    size_t r = blockIdx.x;
+    ob_rmsnorm_row(cx, sh, n, x + r * ldx, add != NULL ? add + r * lda : NULL, w, eps, y + r * ldy);
 }
 
 grpo_err
@@ -67,23 +49,13 @@ grpo_cuda_add_rmsnorm(grpo_kernels *k, int M, int n, float *d_y, int ldy, const 
     return GRPO_OK;
 }
 
-// One thread per (row, head, pair); angle in float, cos/sin in double as the CPU twin.
+// One thread per (row, head, pair).
 __global__ void
 rope_k(int M, float *x, int ld, int nh, int hs, int dim, const int32_t *pos, const float *inv_freq,
        float mscale, int interleave)
 {
-    int half = dim / 2;
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (size_t)M * nh * half)
-        return;
-    int i = (int)(t % half), h = (int)(t / half % nh), m = (int)(t / half / nh);
-    float th = (float)pos[m] * inv_freq[i];
-    float c = (float)cos((double)th) * mscale, sn = (float)sin((double)th) * mscale;
-    float *v = x + (size_t)m * ld + (size_t)h * hs;
-    int a = interleave ? 2 * i : i, b = interleave ? 2 * i + 1 : i + half;
-    float x0 = v[a], x1 = v[b];
-    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-    v[b] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+    ob_rope_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, x, ld, nh, hs, dim, pos,
+                 inv_freq, mscale, interleave);
 }
 
 grpo_err
@@ -102,12 +74,7 @@ grpo_cu__rope(cu_state *s, int M, float *x, int ld, int nh, int hs, int dim, con
 __global__ void
 silu_mul_k(int M, int n, const float *g, int ldg, const float *u, int ldu, float *y, int ldy)
 {
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (size_t)M * n)
-        return;
-    size_t m = t / n, i = t % n;
-    float a = g[m * ldg + i];
-    y[m * ldy + i] = __fmul_rn(__fdiv_rn(a, 1.0f + expf(-a)), u[m * ldu + i]);
+    ob_silu_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, n, g, ldg, u, ldu, y, ldy);
 }
 
 grpo_err
@@ -125,11 +92,7 @@ grpo_cu__silu_mul(cu_state *s, int M, int n, const float *g, int ldg, const floa
 __global__ void
 embed_k(int M, const int32_t *tok, cu_kw w, float *y, int ldy)
 {
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (size_t)M * w.cols)
-        return;
-    int m = (int)(t / w.cols), c = (int)(t % w.cols);
-    y[(size_t)m * ldy + c] = cu_w(w, tok[m], c);
+    ob_embed_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, tok, w, y, ldy);
 }
 
 grpo_err
@@ -143,70 +106,17 @@ grpo_cu__embed(cu_state *s, int M, const int32_t *tok, const grpo_kw *w, float *
     return GRPO_OK;
 }
 
-/* Router: one block per token; the scores in parallel, then the selection by one thread exactly
- * as the CPU twin (group scores = top-2 sums, topk_group groups kept, others -inf, top_k by
- * repeated argmax with lowest-index ties, weights summed in selection order). E <= 1024. */
-__device__ int
-argmax_free(const float *v, const unsigned char *taken, int n)
-{
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (!taken[i] && (best < 0 || v[i] > v[best]))
-            best = i;
-    return best;
-}
-
+/* Router: one block per token (ob_router_row). E <= 1024. */
 __global__ void
 router_k(const float *logits, int E, const float *bias, int n_group, int topk_group, int top_k,
          int norm, float scale, int32_t *idx, float *wts)
 {
     __shared__ float sc[1024], ch[1024], gs[256];
     __shared__ unsigned char taken[1024], gt[256];
-    const float *l = logits + (size_t)blockIdx.x * E;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        sc[e] = 1.0f / (1.0f + expf(-l[e]));
-        ch[e] = sc[e] + (bias != NULL ? bias[e] : 0.0f);
-        taken[e] = 0;
-    }
-    __syncthreads();
-    if (threadIdx.x != 0)
-        return;
-    if (n_group > 1 && topk_group < n_group) {
-        int per = E / n_group;
-        for (int g = 0; g < n_group; g++) {
-            float a = -INFINITY, b = -INFINITY;
-            for (int i = 0; i < per; i++) {
-                float v = ch[g * per + i];
-                if (v > a) {
-                    b = a;
-                    a = v;
-                } else if (v > b) {
-                    b = v;
-                }
-            }
-            gs[g] = per > 1 ? a + b : a;
-            gt[g] = 0;
-        }
-        for (int r = 0; r < topk_group; r++)
-            gt[argmax_free(gs, gt, n_group)] = 1;
-        for (int g = 0; g < n_group; g++)
-            if (!gt[g])
-                for (int i = 0; i < per; i++)
-                    ch[g * per + i] = -INFINITY;
-    }
-    float sum = 0.0f;
-    for (int r = 0; r < top_k; r++) {
-        int e = argmax_free(ch, taken, E);
-        taken[e] = 1;
-        sum += sc[e];
-    }
-    int o = 0;
-    for (int e = 0; e < E; e++)
-        if (taken[e]) {
-            idx[(size_t)blockIdx.x * top_k + o] = e;
-            wts[(size_t)blockIdx.x * top_k + o] = (norm ? sc[e] / sum : sc[e]) * scale;
-            o++;
-        }
+    dev_ctx cx;
+    size_t b = blockIdx.x;
+    ob_router_row(cx, logits + b * E, E, bias, n_group, topk_group, top_k, norm, scale,
+                  idx + b * top_k, wts + b * top_k, sc, ch, taken, gs, gt);
 }
 
 grpo_err

@@ -1,0 +1,288 @@
+/* The CUDA row, element-wise and MoE data-movement bodies (kernels/cuda/ops_body.h, the code the
+ * kernels of ops.cu and moe.cu run) executed on the host, with one POSIX thread per "CUDA thread"
+ * and a barrier for __syncthreads where a body has one, against the CPU backend's ops (RMSNorm,
+ * RoPE, SiLU-and-multiply, embedding over F32/BF16/F16/FP8 rows, the DeepSeek-V3 router) and the
+ * host MoE plan (kernels/cuda/plan.c); the combine against its definition. Runs in CI without a
+ * device; the CUDA execution is tests/gpu/cuda_ops_test.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include <cmocka.h>
+}
+
+#include "kernels/cuda/ops_body.h"
+#include "kernels/cuda/plan.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+
+static float
+frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
+}
+
+struct host_ctx {
+    int t, n;
+    pthread_barrier_t *bar;
+    int tid() const { return t; }
+    int nt() const { return n; }
+    void sync() { pthread_barrier_wait(bar); }
+};
+
+/* Runs body(cx) on NT host threads sharing one barrier: one simulated block. */
+template <class F>
+static void
+run_block(int NT, F body)
+{
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)NT);
+    struct arg {
+        host_ctx cx;
+        F *f;
+    };
+    std::vector<arg> a(NT);
+    std::vector<pthread_t> th(NT);
+    for (int t = 0; t < NT; t++) {
+        a[t] = arg{host_ctx{t, NT, &bar}, &body};
+        assert_int_equal(pthread_create(
+                             &th[t], NULL,
+                             [](void *p) -> void * {
+                                 arg *x = (arg *)p;
+                                 (*x->f)(x->cx);
+                                 return NULL;
+                             },
+                             &a[t]),
+                         0);
+    }
+    for (int t = 0; t < NT; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&bar);
+}
+
+static grpo_kernels *
+cpu(void)
+{
+    grpo_kernels *k = NULL;
+    assert_int_equal(grpo_kernels_cpu_create(&k, 1), GRPO_OK);
+    return k;
+}
+
+/* RMSNorm rows of several widths, with and without the fused residual add: within 2e-6 of the
+ * CPU op (its sum of squares runs in another order), the residual written back exactly. */
+static void
+rmsnorm_rows(void **state)
+{
+    (void)state;
+    grpo_kernels *k = cpu();
+    const int M = 3, widths[] = {7, 256, 300, 2048};
+    for (int wi = 0; wi < 4; wi++) {
+        int n = widths[wi];
+        std::vector<float> x(M * n), add(M * n), w(n), y(M * n), want(M * n), xs(M * n);
+        for (auto &v : x)
+            v = frand() * 3.0f;
+        for (auto &v : add)
+            v = frand();
+        for (auto &v : w)
+            v = 1.0f + 0.1f * frand();
+        for (int with_add = 0; with_add <= 1; with_add++) {
+            xs = x;
+            std::vector<float> sh(256);
+            for (int m = 0; m < M; m++)
+                run_block(256, [&](host_ctx &cx) {
+                    ob_rmsnorm_row(cx, sh.data(), n, xs.data() + (size_t)m * n,
+                                   with_add ? add.data() + (size_t)m * n : NULL, w.data(), 1e-6f,
+                                   y.data() + (size_t)m * n);
+                });
+            std::vector<float> ref = x;
+            if (with_add)
+                for (int i = 0; i < M * n; i++)
+                    ref[i] = x[i] + add[i];
+            assert_memory_equal(xs.data(), ref.data(), (size_t)M * n * 4);
+            k->rmsnorm(k, M, ref.data(), n, w.data(), n, 1e-6f, want.data(), n);
+            for (int i = 0; i < M * n; i++)
+                assert_true(fabsf(y[i] - want[i]) <= 2e-6f * (fabsf(want[i]) + 1e-6f));
+        }
+    }
+    grpo_kernels_destroy(k);
+}
+
+/* RoPE (both pair layouts, an mscale, heads with a stride), SiLU-and-multiply and the embedding
+ * of every dtype: the CPU ops' arithmetic, so the same bits. */
+static void
+elementwise_same_bits(void **state)
+{
+    (void)state;
+    grpo_kernels *k = cpu();
+    const int M = 4, nh = 3, hs = 40, dim = 32, ld = nh * hs + 5;
+    std::vector<int32_t> pos = {0, 1, 17, 4095};
+    std::vector<float> inv(dim / 2);
+    for (int i = 0; i < dim / 2; i++)
+        inv[i] = powf(10000.0f, -2.0f * i / dim);
+    for (int il = 0; il <= 1; il++) {
+        std::vector<float> x(M * ld), a, b;
+        for (auto &v : x)
+            v = frand();
+        a = b = x;
+        for (size_t t = 0; t < (size_t)M * nh * (dim / 2) + 7; t++) /* past the end: no-ops */
+            ob_rope_elem(t, M, a.data(), ld, nh, hs, dim, pos.data(), inv.data(), 1.25f, il);
+        k->rope(k, M, b.data(), ld, nh, hs, dim, pos.data(), inv.data(), 1.25f, il);
+        assert_memory_equal(a.data(), b.data(), a.size() * 4);
+    }
+    const int n = 77;
+    std::vector<float> g(M * n), u(M * n), y1(M * n), y2(M * n);
+    for (int i = 0; i < M * n; i++)
+        g[i] = 8.0f * frand(), u[i] = frand();
+    for (size_t t = 0; t < (size_t)M * n; t++)
+        ob_silu_elem(t, M, n, g.data(), n, u.data(), n, y1.data(), n);
+    k->silu_mul(k, M, n, g.data(), n, u.data(), n, y2.data(), n);
+    assert_memory_equal(y1.data(), y2.data(), y1.size() * 4);
+
+    const int V = 300, C = 260; /* ragged FP8 blocks in both directions */
+    std::vector<int32_t> tok = {0, 299, 128, 5};
+    grpo_dtype dts[] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F16, GRPO_DT_F8E4M3};
+    for (grpo_dtype dt : dts) {
+        std::vector<uint8_t> data((size_t)V * C * grpo_dtype_size(dt));
+        for (auto &v : data) {
+            v = (uint8_t)(frand() * 127.0f + 128.0f);
+            if (dt == GRPO_DT_F8E4M3 && (v & 0x7f) == 0x7f)
+                v ^= 1; /* no NaN codes */
+        }
+        if (dt == GRPO_DT_F32)
+            for (size_t i = 0; i < (size_t)V * C; i++) {
+                float f = frand();
+                memcpy(&data[i * 4], &f, 4);
+            }
+        if (dt == GRPO_DT_F16) /* finite halves: exponent below 31 */
+            for (size_t i = 0; i < (size_t)V * C; i++)
+                data[i * 2 + 1] &= 0xbb;
+        std::vector<float> scale(3 * 3);
+        for (size_t i = 0; i < scale.size(); i++)
+            scale[i] = 0.001f * (float)(i + 1);
+        grpo_kw w = {data.data(), dt, V, C, dt == GRPO_DT_F8E4M3 ? scale.data() : NULL,
+                     128, 128, 3, 0};
+        cu_kw cw = cu_kw_of(&w);
+        std::vector<float> e1(tok.size() * C), e2(tok.size() * C);
+        for (size_t t = 0; t < tok.size() * C; t++)
+            ob_embed_elem(t, (int)tok.size(), tok.data(), cw, e1.data(), C);
+        k->embed(k, (int)tok.size(), tok.data(), &w, e2.data(), C);
+        assert_memory_equal(e1.data(), e2.data(), e1.size() * 4);
+    }
+    grpo_kernels_destroy(k);
+}
+
+/* The router on random logits and biases over V3-like and ragged groupings: the CPU router's
+ * experts, in the same order, and its weights within 1e-6. */
+static void
+router_matches_cpu(void **state)
+{
+    (void)state;
+    grpo_kernels *k = cpu();
+    struct {
+        int E, n_group, topk_group, top_k, norm;
+        float scale;
+    } cases[] = {{256, 8, 4, 8, 1, 2.5f}, {64, 1, 1, 6, 1, 1.0f}, {32, 8, 4, 6, 0, 1.5f},
+                 {384, 1, 1, 8, 1, 2.827f}, {16, 4, 2, 4, 1, 1.0f}};
+    for (auto &c : cases) {
+        const int M = 6;
+        std::vector<float> l(M * c.E), bias(c.E), sc(c.E), ch(c.E), gs(256), w1(M * c.top_k),
+            w2(M * c.top_k);
+        std::vector<unsigned char> taken(c.E), gt(256);
+        std::vector<int32_t> i1(M * c.top_k), i2(M * c.top_k);
+        for (auto &v : l)
+            v = 4.0f * frand();
+        for (auto &v : bias)
+            v = 0.5f * frand();
+        for (int m = 0; m < M; m++)
+            run_block(64, [&](host_ctx &cx) {
+                ob_router_row(cx, l.data() + (size_t)m * c.E, c.E, bias.data(), c.n_group,
+                              c.topk_group, c.top_k, c.norm, c.scale,
+                              i1.data() + (size_t)m * c.top_k, w1.data() + (size_t)m * c.top_k,
+                              sc.data(), ch.data(), taken.data(), gs.data(), gt.data());
+            });
+        k->router(k, M, l.data(), c.E, bias.data(), c.n_group, c.topk_group, c.top_k, c.norm,
+                  c.scale, i2.data(), w2.data());
+        assert_memory_equal(i1.data(), i2.data(), i1.size() * 4);
+        for (size_t i = 0; i < w1.size(); i++)
+            assert_true(fabsf(w1[i] - w2[i]) <= 1e-6f * fabsf(w2[i]));
+    }
+    grpo_kernels_destroy(k);
+}
+
+/* The MoE plan by a simulated block equals the host plan (plan.c) for batches with unused and
+ * crowded experts; permute gathers each slot's token row; combine equals its definition (fmaf
+ * over the token's slots in order), plain and accumulating. */
+static void
+moe_movement(void **state)
+{
+    (void)state;
+    const int M = 9, top_k = 3, E = 48, n = 33; /* ids up to 45 */
+    std::vector<int32_t> idx(M * top_k);
+    for (int m = 0; m < M; m++) /* distinct per token, skewed towards low ids */
+        for (int j = 0; j < top_k; j++)
+            idx[m * top_k + j] = (int32_t)((m % 4) * 3 + j * (j + 1) + (m > 6 ? 30 : 0));
+    std::vector<int32_t> cnt(E + 1), offs(E + 1), src(M * top_k), dst(M * top_k);
+    int NT = (E + 1 + 31) / 32 * 32;
+    run_block(NT, [&](host_ctx &cx) {
+        ob_moe_plan(cx, M * top_k, E, idx.data(), cnt.data(), offs.data(), src.data(),
+                    dst.data());
+    });
+    grpo_moe_plan p;
+    assert_int_equal(grpo_moe_plan_init(&p, M, top_k, E, idx.data()), GRPO_OK);
+    assert_memory_equal(offs.data(), p.offs, (size_t)(E + 1) * 4);
+    assert_memory_equal(src.data(), p.src, (size_t)M * top_k * 4);
+    assert_memory_equal(dst.data(), p.dst, (size_t)M * top_k * 4);
+    grpo_moe_plan_fini(&p);
+
+    std::vector<float> x(M * (n + 2)), xp(M * top_k * n);
+    for (auto &v : x)
+        v = frand();
+    for (size_t t = 0; t < xp.size(); t++)
+        ob_moe_permute_elem(t, M * top_k, top_k, n, x.data(), n + 2, src.data(), xp.data());
+    for (int r = 0; r < M * top_k; r++)
+        assert_memory_equal(&xp[(size_t)r * n], &x[(size_t)(src[r] / top_k) * (n + 2)], n * 4);
+
+    std::vector<float> wts(M * top_k), y(M * n), base(M * n);
+    for (auto &v : wts)
+        v = 0.5f + 0.5f * frand();
+    for (auto &v : base)
+        v = frand();
+    for (int accumulate = 0; accumulate <= 1; accumulate++) {
+        y = base;
+        for (size_t t = 0; t < y.size(); t++)
+            ob_moe_combine_elem(t, M, top_k, n, xp.data(), dst.data(), wts.data(), y.data(), n,
+                                accumulate);
+        for (int m = 0; m < M; m++)
+            for (int c = 0; c < n; c++) {
+                float acc = 0.0f;
+                for (int s = 0; s < top_k; s++)
+                    acc = fmaf(wts[m * top_k + s], xp[(size_t)dst[m * top_k + s] * n + c], acc);
+                float want = accumulate ? base[m * n + c] + acc : acc;
+                assert_memory_equal(&y[m * n + c], &want, 4);
+                /* and the slot's row is the token's own input row */
+                assert_memory_equal(&xp[(size_t)dst[m * top_k] * n + c], &x[m * (n + 2) + c], 4);
+            }
+    }
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(rmsnorm_rows),
+        cmocka_unit_test(elementwise_same_bits),
+        cmocka_unit_test(router_matches_cpu),
+        cmocka_unit_test(moe_movement),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -207,27 +207,14 @@ fused_w8(grpo_dtype dt, const void *row, int k, __m256 sc256)
 }
 
 /* 16 FP8 weights at column k of a row, as grpo_kw_dequant_row gives them, in two vectors w0
- * (columns k..k+7) and w1 (k+8..k+15), without the FP16 route's conversion instruction: byte b of
- * each weight is shuffled into the top byte of a 32-bit lane, shifted right by 4 with its sign and
- * masked, which leaves the sign, eeee in the low 4 bits of the FP32 exponent and mmm at the top of
- * the mantissa: the value * 2^-120, exact (E4M3 subnormals become FP32 subnormals, also exact).
- * One multiply by s120 = scale * 2^120 (exact: a power-of-two shift) then rounds the exact
- * product once, as the FP16 route's multiply by scale * 256 does: the same bits. */
+ * (columns k..k+7) and w1 (k+8..k+15): grpo_cpu__e4m3x16's register route. */
 __attribute__((always_inline, target("arch=x86-64-v3"))) static inline void
 fused_w16_e4m3(const void *row, int k, __m256 s120, grpo_v8f *w0, grpo_v8f *w1)
 {
-    const __m256i lo = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3,
-                                        -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, 6, -1, -1, -1, 7);
-    const __m256i hi =
-        _mm256_setr_epi8(-1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1, -1, 11, -1, -1, -1,
-                         12, -1, -1, -1, 13, -1, -1, -1, 14, -1, -1, -1, 15);
-    const __m256i keep = _mm256_set1_epi32((int)0x87ffffff);
-    __m256i v = _mm256_broadcastsi128_si256(
-        _mm_loadu_si128((const __m128i *)(const void *)((const uint8_t *)row + k)));
-    __m256i t0 = _mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(v, lo), 4), keep);
-    __m256i t1 = _mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(v, hi), 4), keep);
-    *w0 = (grpo_v8f)_mm256_mul_ps(_mm256_castsi256_ps(t0), s120);
-    *w1 = (grpo_v8f)_mm256_mul_ps(_mm256_castsi256_ps(t1), s120);
+    __m256 a, b;
+    grpo_cpu__e4m3x16((const uint8_t *)row + k, s120, &a, &b);
+    *w0 = (grpo_v8f)a;
+    *w1 = (grpo_v8f)b;
 }
 
 /* The FP8 scale factors of both routes for one block scale: 0 when either is not finite (the

@@ -237,8 +237,8 @@ gemm_all_dtypes(void **state)
 }
 
 /* A GEMM batch over mixed jobs (dtypes, shapes, M from 0 to 7: the fused and the staged paths, an
- * FP8 scale the register routes cannot carry) gives each job the bits of its own GEMM on one
- * thread, with 1, 2 and 3 threads and every job in a parallel section. */
+ * FP8 scale the register routes cannot carry), and over Q8 jobs, gives each job the bits of its
+ * own GEMM on one thread, with 1, 2 and 3 threads and every job in a parallel section. */
 static void
 gemm_batch_same_bits(void **state)
 {
@@ -283,6 +283,48 @@ gemm_batch_same_bits(void **state)
         memcpy(&untouched, y[4], 4);
         assert_int_equal(untouched, 0xffffffffu);
         grpo_kernels_destroy(k);
+    }
+    /* Q8 weights (the --numerics q8 option): the batch quantizes each distinct input once and
+     * gives every job its own GEMM's bits; a K = 0 job gets zeros */
+    enum { Q = 4 };
+    int qn[Q] = {130, 64, 37, 130}, qm[Q] = {1, 1, 3, 2};
+    mat qs[Q];
+    int8_t *qq[Q];
+    float *qd[Q];
+    grpo_kw qw[Q + 1];
+    grpo_gemm_job qj[Q + 1];
+    for (int j = 0; j < Q; j++) {
+        make_mat(&qs[j], GRPO_DT_F8E4M3, qn[j], 256);
+        qq[j] = malloc((size_t)qn[j] * 256);
+        qd[j] = malloc((size_t)qn[j] * 8 * sizeof(float));
+        assert_int_equal(grpo_kw_to_q8(&qs[j].w, qq[j], qd[j]), 0);
+        qw[j] = grpo_kw_q8(qq[j], qd[j], qn[j], 256);
+        /* jobs 0 and 1 read the same rows (gate and up), job 3 other rows */
+        qj[j] = (grpo_gemm_job){qm[j], x + (j == 3 ? KMAX : 0), KMAX, &qw[j], y[j], NMAX};
+    }
+    qw[Q] = grpo_kw_q8(qq[0], qd[0], 5, 0);
+    qj[Q] = (grpo_gemm_job){2, x, KMAX, &qw[Q], y[4], NMAX};
+    for (int threads = 1; threads <= 3; threads += 2) {
+        grpo_kernels *k = NULL;
+        assert_int_equal(grpo_kernels_cpu_create(&k, threads), GRPO_OK);
+        for (int j = 0; j <= Q; j++)
+            memset(y[j], 0xff, (size_t)MMAX * NMAX * 4);
+        grpo_kernels_gemm_batch(k, Q + 1, qj);
+        for (int j = 0; j < Q; j++) {
+            k1->gemm(k1, qm[j], qj[j].x, KMAX, &qw[j], want, NMAX);
+            for (int r = 0; r < qm[j]; r++)
+                assert_memory_equal(y[j] + (size_t)r * NMAX, want + (size_t)r * NMAX,
+                                    (size_t)qn[j] * 4);
+        }
+        for (int r = 0; r < 2; r++)
+            for (int c = 0; c < 5; c++)
+                assert_float_equal(y[4][r * NMAX + c], 0.0f, 0);
+        grpo_kernels_destroy(k);
+    }
+    for (int j = 0; j < Q; j++) {
+        free_mat(&qs[j]);
+        free(qq[j]);
+        free(qd[j]);
     }
     grpo_kernels_destroy(k1);
     for (int j = 0; j < J; j++) {

@@ -115,6 +115,20 @@ void grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx
                           const grpo_kw *w, int wrs, int N, float *y, int ldy, int yhs);
 /* gemm_heads over Q8 weights (q8.c): activations quantized per row and 32-column block. */
 void grpo_cpu__gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs);
+/* A batch of Q8 jobs (every job with rows has Q8 weights) in one parallel section; -1 (nothing
+ * done) when memory runs out. */
+int grpo_cpu__gemm_batch_q8(grpo_kernels *k, int n, const grpo_gemm_job *jobs);
+/* One GEMM of a batch for grpo_cpu__run_parts: fn(ctx, b, e, worker) computes its tiles [b, e),
+ * each costing about tile_cost. */
+typedef struct {
+    void *ctx;
+    size_t tiles;
+    double tile_cost;
+} grpo_cpu_part;
+/* All parts' tiles in one parallel section, cut into one run per worker of about equal cost
+ * (serial below the parallel threshold for `work`); -1 (nothing done) when memory runs out. */
+int grpo_cpu__run_parts(grpo_kernels *k, double work, int n, const grpo_cpu_part *parts,
+                        grpo_pool_fn fn);
 void grpo_cpu__gemm_q8(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,
                        const grpo_kw *w, int wrs, int N, float *y, int ldy, int yhs);
 void grpo_cpu__gemm_t_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs,

@@ -441,57 +441,90 @@ grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w
     grpo_cpu__gemm_heads(k, M, 1, x, ldx, 0, w, 0, w->rows, y, ldy, 0);
 }
 
-/* The batch's tiles in one index space (job j's tiles are [first[j], first[j + 1])), cut into
- * one contiguous run per worker of about equal cost (a tile costs its weight reads plus its rows:
- * K * (4 + M)). Each tile runs exactly as in its own GEMM, so the cut never changes a bit. */
+/* The parts' tiles in one index space (part j's tiles are [first[j], first[j + 1])), cut into one
+ * contiguous run per worker of about equal cost. Each tile runs exactly as in its own GEMM, so the
+ * cut never changes a bit. */
 typedef struct {
     int n;
-    const gemm_ctx *ctx;
+    const grpo_cpu_part *parts;
+    grpo_pool_fn fn;
     const size_t *first, *cut;
-} batch_ctx;
+} parts_ctx;
 
 static void
-batch_range(void *vctx, size_t b, size_t e, int worker)
+parts_range(void *vctx, size_t b, size_t e, int worker)
 {
-    const batch_ctx *c = vctx;
+    const parts_ctx *c = vctx;
     for (size_t w = b; w < e; w++) {
         size_t t = c->cut[w], end = c->cut[w + 1];
         for (int j = 0; j < c->n && t < end; j++) {
             if (c->first[j + 1] <= t)
                 continue;
             size_t te = end < c->first[j + 1] ? end : c->first[j + 1];
-            gemm_range((void *)&c->ctx[j], t - c->first[j], te - c->first[j], worker);
+            c->fn(c->parts[j].ctx, t - c->first[j], te - c->first[j], worker);
             t = te;
         }
     }
 }
 
+int
+grpo_cpu__run_parts(grpo_kernels *k, double work, int n, const grpo_cpu_part *parts,
+                    grpo_pool_fn fn)
+{
+    int W = k != NULL && k->impl != NULL ? grpo_pool_size((grpo_pool *)k->impl) : 1;
+    size_t *first = malloc(((size_t)n + 1 + (size_t)W + 1) * sizeof *first);
+    if (first == NULL)
+        return -1;
+    double cost = 0, run = 0;
+    first[0] = 0;
+    for (int j = 0; j < n; j++) {
+        first[j + 1] = first[j] + parts[j].tiles;
+        cost += (double)parts[j].tiles * parts[j].tile_cost;
+    }
+    size_t *cut = first + n + 1;
+    cut[0] = 0;
+    int w = 1;
+    for (int j = 0; j < n && w < W; j++)
+        for (size_t t = first[j]; t < first[j + 1] && w < W; t++) {
+            run += parts[j].tile_cost;
+            while (w < W && run >= cost * w / W)
+                cut[w++] = t + 1;
+        }
+    while (w <= W)
+        cut[w++] = first[n];
+    parts_ctx pc = {n, parts, fn, first, cut};
+    grpo_cpu__run(k, work, (size_t)W, parts_range, &pc);
+    free(first);
+    return 0;
+}
+
+/* A tile's cost for the cut: its weight reads plus its rows. */
+static double
+tile_cost(const grpo_kw *w, int M)
+{
+    return (double)w->cols * (4.0 + M);
+}
+
 void
 grpo_cpu__gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
 {
-    int W = k != NULL && k->impl != NULL ? grpo_pool_size((grpo_pool *)k->impl) : 1;
-    gemm_ctx *ctx = malloc((size_t)(n > 0 ? n : 1) * sizeof *ctx);
-    size_t *first = malloc(((size_t)n + 1 + (size_t)W + 1) * sizeof *first);
-    int serial = ctx == NULL || first == NULL;
-    double work = 0, cost = 0;
-    for (int j = 0; j < n && !serial; j++) { /* Q8 and empty jobs take gemm's own route */
-        const grpo_kw *w = jobs[j].w;
-        serial = w->dt == GRPO_DT_Q8 || w->cols == 0;
-        work += (double)jobs[j].M * w->rows * w->cols;
-    }
-    if (serial) {
-        free(ctx);
-        free(first);
-        for (int j = 0; j < n; j++)
-            if (jobs[j].M > 0)
-                grpo_cpu__gemm(k, jobs[j].M, jobs[j].x, jobs[j].ldx, jobs[j].w, jobs[j].y,
-                               jobs[j].ldy);
-        return;
-    }
-    first[0] = 0;
+    int q8 = 0, other = 0;
     for (int j = 0; j < n; j++) {
+        if (jobs[j].M > 0 && jobs[j].w->cols == 0) /* y = 0; no tiles below */
+            grpo_cpu__gemm(k, jobs[j].M, jobs[j].x, jobs[j].ldx, jobs[j].w, jobs[j].y,
+                           jobs[j].ldy);
+        else if (jobs[j].M > 0)
+            jobs[j].w->dt == GRPO_DT_Q8 ? q8++ : other++;
+    }
+    if (q8 > 0 && other == 0 && grpo_cpu__gemm_batch_q8(k, n, jobs) == 0)
+        return;
+    gemm_ctx *ctx = calloc((size_t)(n > 0 ? n : 1), sizeof *ctx);
+    grpo_cpu_part *parts = calloc((size_t)(n > 0 ? n : 1), sizeof *parts);
+    double work = 0;
+    int ok = ctx != NULL && parts != NULL && q8 == 0; /* mixed Q8 and other jobs: one by one */
+    for (int j = 0; j < n && ok; j++) {
         const grpo_kw *w = jobs[j].w;
-        int M = jobs[j].M > 0 ? jobs[j].M : 0;
+        int M = jobs[j].M > 0 && w->cols > 0 ? jobs[j].M : 0;
         ctx[j] = (gemm_ctx){.M = M,
                             .H = 1,
                             .ldx = jobs[j].ldx,
@@ -501,27 +534,16 @@ grpo_cpu__gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
                             .x = jobs[j].x,
                             .w = w,
                             .y = jobs[j].y};
-        first[j + 1] = first[j] + (size_t)ctx[j].tiles;
-        cost += (double)ctx[j].tiles * w->cols * (4.0 + M);
+        parts[j] = (grpo_cpu_part){&ctx[j], (size_t)ctx[j].tiles, tile_cost(w, M)};
+        work += (double)M * w->rows * w->cols;
     }
-    size_t *cut = first + n + 1;
-    cut[0] = 0;
-    double run = 0;
-    int w = 1;
-    for (int j = 0; j < n && w < W; j++) {
-        double per = (double)jobs[j].w->cols * (4.0 + ctx[j].M);
-        for (size_t t = first[j]; t < first[j + 1] && w < W; t++) {
-            run += per;
-            while (w < W && run >= cost * w / W)
-                cut[w++] = t + 1;
-        }
-    }
-    while (w <= W)
-        cut[w++] = first[n];
-    batch_ctx bc = {n, ctx, first, cut};
-    grpo_cpu__run(k, work, (size_t)W, batch_range, &bc);
+    if (!ok || grpo_cpu__run_parts(k, work, n, parts, gemm_range) != 0) /* job by job instead */
+        for (int j = 0; j < n; j++)
+            if (jobs[j].M > 0 && jobs[j].w->cols > 0)
+                grpo_cpu__gemm(k, jobs[j].M, jobs[j].x, jobs[j].ldx, jobs[j].w, jobs[j].y,
+                               jobs[j].ldy);
     free(ctx);
-    free(first);
+    free(parts);
 }
 
 /* y[m][0..cb) = sum over d in order of x[m][d] * wt[d][0..cb). */

@@ -250,6 +250,66 @@ q8_range(void *vctx, size_t b, size_t e, int worker)
     }
 }
 
+int
+grpo_cpu__gemm_batch_q8(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
+{
+    q8_ctx *ctx = calloc((size_t)(n > 0 ? n : 1), sizeof *ctx);
+    grpo_cpu_part *parts = calloc((size_t)(n > 0 ? n : 1), sizeof *parts);
+    size_t bytes = 0;
+    for (int j = 0; j < n; j++)
+        if (jobs[j].M > 0 && jobs[j].w->cols > 0)
+            bytes += (size_t)jobs[j].M * ((size_t)jobs[j].w->cols + (size_t)jobs[j].w->cols / QB *
+                                                                        sizeof(float)) +
+                     64;
+    char *buf = malloc(bytes + 1);
+    if (ctx == NULL || parts == NULL || buf == NULL) {
+        free(ctx), free(parts), free(buf);
+        return -1;
+    }
+    double work = 0;
+    char *at = buf;
+    for (int j = 0; j < n; j++) {
+        const grpo_gemm_job *jb = &jobs[j];
+        if (jb->M <= 0 || jb->w->cols <= 0)
+            continue;
+        int K = jb->w->cols, sc = K / QB;
+        const int8_t *xq = NULL;
+        const float *xd = NULL;
+        for (int i = 0; i < j && xq == NULL; i++) /* gate and up read the same rows: once */
+            if (ctx[i].xq != NULL && jobs[i].x == jb->x && jobs[i].M == jb->M &&
+                jobs[i].ldx == jb->ldx && jobs[i].w->cols == K)
+                xq = ctx[i].xq, xd = ctx[i].xd;
+        if (xq == NULL) {
+            int8_t *q = (int8_t *)at;
+            float *d = (float *)(void *)(at + (((size_t)jb->M * K + 63) & ~(size_t)63));
+            at = (char *)(d + (size_t)jb->M * sc);
+            for (int m = 0; m < jb->M; m++)
+                quant_row(jb->x + (size_t)m * (size_t)jb->ldx, K, q + (size_t)m * K,
+                          d + (size_t)m * sc);
+            xq = q, xd = d;
+        }
+        ctx[j] = (q8_ctx){.M = jb->M,
+                          .H = 1,
+                          .K = K,
+                          .N = jb->w->rows,
+                          .wrs = 0,
+                          .ldy = jb->ldy,
+                          .yhs = 0,
+                          .tiles = (jb->w->rows + NB - 1) / NB,
+                          .xq = xq,
+                          .xd = xd,
+                          .w = jb->w,
+                          .y = jb->y};
+        parts[j] = (grpo_cpu_part){&ctx[j], (size_t)ctx[j].tiles, (double)K * (1.0 + jb->M)};
+        work += (double)jb->M * jb->w->rows * K;
+    }
+    int r = grpo_cpu__run_parts(k, work, n, parts, q8_range);
+    free(ctx);
+    free(parts);
+    free(buf);
+    return r;
+}
+
 void
 grpo_cpu__gemm_q8(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs, const grpo_kw *w,
                   int wrs, int N, float *y, int ldy, int yhs)

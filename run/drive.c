@@ -130,7 +130,8 @@ handle_group(grpo_run *c, grpo_rollout_group *rg)
     route_shape(&g, grpo_model_get_config(grpo_policy_model(c->pol)));
     grpo_run_prompt rp = {pc->p, pc->rendered, c->opens_think};
     if (err == GRPO_OK)
-        err = grpo_run_score(&g, c->rewarder, &rp);
+        err = c->a->score ? c->a->score(c->a->score_ctx, &g, c->rewarder, &rp)
+                          : grpo_run_score(&g, c->rewarder, &rp);
     if (err == GRPO_OK)
         err = grpo_run_advantages(&g);
     if (err == GRPO_OK)

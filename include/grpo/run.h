@@ -56,6 +56,9 @@ typedef struct grpo_run_gen {
 
 void grpo_run_gen_default(grpo_run_gen *g);
 
+struct grpo_run_group;  /* the scored group and */
+struct grpo_run_prompt; /* its prompt, below */
+
 /* A rollout run in this process: what `grpo rollout` does. Strings are borrowed for the run's
  * life. NULL means "not given" unless said otherwise. */
 typedef struct grpo_run_opts {
@@ -83,6 +86,15 @@ typedef struct grpo_run_opts {
     int32_t resume;            /* continue the newest unfinished run with these options */
     int32_t record_routes;     /* keep each token's MoE routes (grpo_rollout_opts.record_routes) */
     grpo_run_gen gen;
+    /* The score step of every group, or NULL for grpo_run_score(g, rw, p) with the run's
+     * rewarder rw. Called on a verifier thread (on several at once, for different groups); it
+     * must set every sample's score (the run records, writes and publishes what it sets, and
+     * frees the terms' details) and may set g->verify_ms; an error fails the run as a
+     * rewarder's does. For measurements: `grpo bench run` wraps the rewarder in one run and
+     * answers a second run from what the first recorded. */
+    grpo_err (*score)(void *ctx, struct grpo_run_group *g, grpo_rewarder *rw,
+                      const struct grpo_run_prompt *p);
+    void *score_ctx;
 } grpo_run_opts;
 
 void grpo_run_opts_default(grpo_run_opts *o);

@@ -7,11 +7,11 @@ the sandbox. The set: the demo's 11 math prompts (data/demo_prompts.jsonl, as th
 prompt, and --code more code tasks drawn by tasks.code_task from a seeded random.Random, in
 alternation (math, code, math, code, ...) so that code groups come throughout the run. Every code
 task carries --tests APPS call-based tests: the ones tasks.code_task gives, then inputs of the same
-shape drawn from the same stream, with the outputs of the task's reference function (run here, in
-this script, on each input).
+shape drawn from a stream of the task's own (so --tests changes no prompt), with the outputs of the
+task's reference function (run here, in this script, on each input).
 
     python3 tools/demo_model/bench_prompts.py            # from the repository root
-    python3 tools/demo_model/bench_prompts.py --tests 16 --code 11 --seed 2026 --out bench/run_prompts.jsonl
+    python3 tools/demo_model/bench_prompts.py --tests 4 --out /tmp/run_prompts_4.jsonl   # fewer tests
 """
 
 import argparse
@@ -73,9 +73,13 @@ def main():
             row = json.loads(line)
             (code_rows if row.get("task") == "code" else math_rows).append(row)
     # The demo's code prompt: its reference is tasks.code_task's len(xs) (kind 6).
+    # Test inputs come from a stream of their own per task, so --tests changes no prompt.
+    def tests_rng(j):
+        return random.Random(f"{args.seed}-tests-{j}")
+
     for row in code_rows:
         ref = f"def {row['tests']['fn_name']}(xs):\n    return len(xs)"
-        row["tests"] = extend_tests(r, ref, row["tests"], args.tests)
+        row["tests"] = extend_tests(tests_rng(0), ref, row["tests"], args.tests)
     seen = {row["prompt"] for row in code_rows}
     while len(code_rows) < 1 + args.code:
         q, _plan, code, t = tasks.code_task(r)
@@ -83,7 +87,8 @@ def main():
             continue
         seen.add(q)
         code_rows.append({"id": f"bench-code-{len(code_rows):02d}", "prompt": q, "task": "code",
-                          "tests": extend_tests(r, code, t, args.tests), "language": "python"})
+                          "tests": extend_tests(tests_rng(len(code_rows)), code, t, args.tests),
+                          "language": "python"})
     rows = []
     for i in range(max(len(math_rows), len(code_rows))):
         rows += math_rows[i:i + 1] + code_rows[i:i + 1]

@@ -511,7 +511,8 @@ row(long round, const measure *ma, const measure *mb, const double *load0, const
 }
 
 static void
-footer(const args *a, const table *t, double *ratio, const measure *ma, size_t mismatches)
+footer(const args *a, const table *t, double *ratio, const measure *ma, int lines_same,
+       size_t mismatches)
 {
     size_t checks, tests;
     qsort(ratio, (size_t)a->rounds, sizeof *ratio, cmp_double);
@@ -523,9 +524,10 @@ footer(const args *a, const table *t, double *ratio, const measure *ma, size_t m
     printf("per run: %zu groups, %zu completions, reward mean %.4f; %zu code checks ran the "
            "policy's program (%zu tests in the sandbox)\n",
            ma->groups, ma->completions, ma->reward_mean, checks, tests);
-    printf("same run: %s (A's and B's --out lines equal in every round; %zu verdicts of a later "
-           "A differ from the first A's)\n",
-           mismatches == 0 ? "yes" : "no", mismatches);
+    printf("same run: %s (A's and B's --out lines %s in every round; %zu verdicts of a later A "
+           "differ from the first A's)\n",
+           lines_same && mismatches == 0 ? "yes" : "no", lines_same ? "equal" : "not equal",
+           mismatches);
 }
 
 static int
@@ -581,7 +583,7 @@ rounds(const args *a, table *t, const char *dir)
         ratio[r - 1] = mb.wall > 0 ? ma.wall / mb.wall : 0;
         row(r, &ma, &mb, l0, l1, same);
     }
-    footer(a, t, ratio, &ma, t->mismatches);
+    footer(a, t, ratio, &ma, all_same, t->mismatches);
     return all_same && t->mismatches == 0 ? CLI_OK : CLI_FAIL;
 }
 

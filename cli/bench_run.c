@@ -34,9 +34,11 @@ usage(FILE *f)
           "  B  the same run with every verifier answered at once with the verdicts A gave\n"
           "     (same completions, rewards, advantages and records; no verification cost).\n"
           "Prints per round the wall times (from the first engine step to the run's end),\n"
-          "A / B, the time until the last group was generated, the verifiers' wall and CPU\n"
-          "time, completions/s, the load average, and whether A and B wrote the same run\n"
-          "(the --out lines of A and B equal, and A's verdicts equal the first round's);\n"
+          "A / B, the time until the last group was generated, the score steps' wall time\n"
+          "(summed over groups), this process's CPU time in A and in B, the CPU time of the\n"
+          "sandboxed processes in A, completions/s, the load average, and whether A and B\n"
+          "wrote the same run (the --out lines of A and B equal, and A's verdicts equal the\n"
+          "first round's);\n"
           "then A / B as median and range over the rounds.\n\n"
           "The default prompts, bench/run_prompts.jsonl, mix the demo's math prompts with code\n"
           "tasks the demo policy answers with a Python function: each of those completions'\n"
@@ -71,17 +73,10 @@ typedef struct table {
     grpo_reward_result *res; /* (n_items, G) */
     uint8_t *have;
     pthread_mutex_t mu;
-    size_t mismatches;             /* verdicts of a later A that differ from the first A's */
-    double verify_s, verify_cpu_s; /* this run's scoring: wall and verifier-thread CPU */
+    size_t mismatches; /* verdicts of a later A that differ from the first A's */
+    double verify_s;   /* this run's score steps, summed over groups */
+    grpo_run *run;     /* the run being executed */
 } table;
-
-static double
-thread_cpu(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static grpo_err
 copy_result(grpo_reward_result *dst, const grpo_reward_result *src)
@@ -134,16 +129,18 @@ slot_check(table *t, const grpo_run_group *g, int32_t i, size_t *slot)
     return s;
 }
 
-/* A: the run's rewarder, timed; the first A's verdicts kept, a later A's compared with them. */
+/* A: the run's own score step, timed; the first A's verdicts kept, a later A's compared with
+ * them. */
 static grpo_err
 score_real(void *ctx, grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *p)
 {
     table *t = ctx;
-    double w0 = grpo_now(), c0 = thread_cpu();
-    grpo_err err = grpo_run_score(g, rw, p);
-    double w = grpo_now() - w0, c = thread_cpu() - c0;
+    (void)rw;
+    double w0 = grpo_now();
+    grpo_err err = grpo_run_score_default(t->run, g, p);
+    double w = grpo_now() - w0;
     pthread_mutex_lock(&t->mu);
-    t->verify_s += w, t->verify_cpu_s += c;
+    t->verify_s += w;
     for (int32_t i = 0; err == GRPO_OK && i < g->n_samples; i++) {
         size_t k;
         grpo_run_sample *s = slot_check(t, g, i, &k);
@@ -268,7 +265,7 @@ typedef struct args {
 } args;
 
 typedef struct measure {
-    double wall, gen, proc_cpu, sandbox_cpu, verify, verify_cpu;
+    double wall, gen, proc_cpu, sandbox_cpu, verify;
     size_t completions, groups;
     double reward_mean;
 } measure;
@@ -306,7 +303,7 @@ run_once(const args *a, table *t, int real, const char *dir, long round, measure
     watch w = {0, 0};
     grpo_err err = grpo_run_open(&r, &o);
     if (err == GRPO_OK) {
-        t->verify_s = t->verify_cpu_s = 0;
+        t->verify_s = 0, t->run = r;
         double c0 = self_cpu(), d0 = descendants_cpu();
         w.t0 = grpo_now();
         err = grpo_run_execute(r, on_progress, &w);
@@ -316,7 +313,7 @@ run_once(const args *a, table *t, int real, const char *dir, long round, measure
         m->wall = st.seconds, m->gen = (w.gen_end > 0 ? w.gen_end : t1) - w.t0;
         m->completions = st.completions, m->groups = st.groups_done;
         m->reward_mean = st.reward_mean;
-        m->verify = t->verify_s, m->verify_cpu = t->verify_cpu_s;
+        m->verify = t->verify_s;
     }
     grpo_err cerr = grpo_run_close(r);
     return err != GRPO_OK ? err : cerr;
@@ -489,10 +486,9 @@ header(const args *a, size_t n_prompts)
     printf("A: verifiers run beside generation; B: every verifier answered at once with A's "
            "verdicts\n\n");
     printf("| round | order | wall A s | wall B s | A / B | generated A s | generated B s | "
-           "verify wall s | verifier-thread CPU s | sandbox CPU s | completions/s A | "
-           "completions/s B | "
-           "load start | load end | same run |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "verify wall s | CPU A s | CPU B s | sandbox CPU s | completions/s A | "
+           "completions/s B | load start | load end | same run |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
 }
 
@@ -500,11 +496,11 @@ static void
 row(long round, const measure *ma, const measure *mb, const double *load0, const double *load1,
     int same)
 {
-    printf("| %ld | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | "
-           "%.2f | %.2f | %s |\n",
+    printf("| %ld | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | "
+           "%.1f | %.2f | %.2f | %s |\n",
            round, round % 2 ? "A, B" : "B, A", ma->wall, mb->wall,
-           mb->wall > 0 ? ma->wall / mb->wall : 0.0, ma->gen, mb->gen, ma->verify, ma->verify_cpu,
-           ma->sandbox_cpu, ma->wall > 0 ? (double)ma->completions / ma->wall : 0,
+           mb->wall > 0 ? ma->wall / mb->wall : 0.0, ma->gen, mb->gen, ma->verify, ma->proc_cpu,
+           mb->proc_cpu, ma->sandbox_cpu, ma->wall > 0 ? (double)ma->completions / ma->wall : 0,
            mb->wall > 0 ? (double)mb->completions / mb->wall : 0, load0[0], load1[0],
            same ? "yes" : "no");
     fflush(stdout);

@@ -84,19 +84,19 @@ test_bench_run(void **state)
     printf("%s", o);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(o, "| round | order | wall A s | wall B s | A / B | generated A s | "
-                              "generated B s | verify wall s | verifier-thread CPU s | "
+                              "generated B s | verify wall s | CPU A s | CPU B s | "
                               "sandbox CPU s | completions/s A | completions/s B | load start | "
                               "load end | same run |"));
     const char *row = strstr(o, "\n| 1 | A, B | ");
     assert_non_null(row);
-    double v[12];
+    double v[13];
     char same[8] = "";
     assert_int_equal(sscanf(row,
                             "\n| 1 | A, B | %lf | %lf | %lf | %lf | %lf | %lf | %lf | %lf | "
-                            "%lf | %lf | %lf | %lf | %7s |",
+                            "%lf | %lf | %lf | %lf | %lf | %7s |",
                             &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9],
-                            &v[10], &v[11], same),
-                     13);
+                            &v[10], &v[11], &v[12], same),
+                     14);
     assert_string_equal(same, "yes");
     assert_true(v[0] > 0 && v[1] > 0 && v[2] > 0 && v[5] > 0); /* walls, ratio, verify wall */
     assert_non_null(strstr(o, "A / B: median "));

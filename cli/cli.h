@@ -28,6 +28,7 @@ int grpo_bench_rollout(int argc, char **argv);
 int grpo_bench_sandbox(int argc, char **argv);
 int grpo_bench_verify(int argc, char **argv);
 int grpo_bench_bridge(int argc, char **argv);
+int grpo_bench_run(int argc, char **argv);
 
 /* Prints "grpo CMD: message" to stderr and returns CLI_USAGE. */
 int cli_usage(const char *cmd, const char *fmt, ...)

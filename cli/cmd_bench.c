@@ -21,6 +21,7 @@ static const bench benches[] = {
     {"sandbox", grpo_bench_sandbox, "sandboxed runs/s and latency against bubblewrap"},
     {"verify", grpo_bench_verify, "math checks/s against math-verify"},
     {"bridge", grpo_bench_bridge, "batches/s and GB/s over ipc and tcp against a plain socket"},
+    {"run", grpo_bench_run, "a whole rollout with its verifiers vs the same run verified at once"},
 };
 
 int

@@ -21,7 +21,8 @@ static const subcommand subcommands[] = {
     {"worker", grpo_cmd_worker, "a rollout worker that pulls prompt groups from `grpo serve`"},
     {"plan", grpo_cmd_plan, "how a model fits on a set of GPUs: weights, KV cache, groups"},
     {"replay", grpo_cmd_replay, "regenerate a recorded completion and check it is bit-identical"},
-    {"bench", grpo_cmd_bench, "benchmarks: store, forward, tokenize, rollout, sandbox, verify, bridge"},
+    {"bench", grpo_cmd_bench,
+     "benchmarks: store, forward, tokenize, rollout, sandbox, verify, bridge, run"},
 };
 #define N_SUB (sizeof subcommands / sizeof subcommands[0])
 

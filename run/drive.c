@@ -118,6 +118,19 @@ route_shape(grpo_run_group *g, const grpo_model_config *mc)
     g->route_k = mc->num_experts_per_tok, g->route_experts = mc->n_routed_experts;
 }
 
+/* One group at a time on the pool of verify_threads threads, so that a group's samples are
+ * scored by all of them: when the last group finishes generating, the others are idle, and its
+ * scoring would otherwise be one thread's alone (the run's tail). While a group holds the pool,
+ * the other verifier threads record theirs or wait. */
+grpo_err
+grpo_run_score_default(grpo_run *c, grpo_run_group *g, const grpo_run_prompt *p)
+{
+    pthread_mutex_lock(&c->score_mu);
+    grpo_err err = grpo_run__score_on(g, c->rewarder, p, c->score_pool);
+    pthread_mutex_unlock(&c->score_mu);
+    return err;
+}
+
 /* The steps of a finished group: score, advantages, record, --out lines, publish. */
 static grpo_err
 handle_group(grpo_run *c, grpo_rollout_group *rg)
@@ -133,7 +146,8 @@ handle_group(grpo_run *c, grpo_rollout_group *rg)
     route_shape(&g, grpo_model_get_config(grpo_policy_model(c->pol)));
     grpo_run_prompt rp = {pc->p, pc->rendered, c->opens_think};
     if (err == GRPO_OK)
-        err = grpo_run_score(&g, c->rewarder, &rp);
+        err = c->a->score ? c->a->score(c->a->score_ctx, &g, c->rewarder, &rp)
+                          : grpo_run_score_default(c, &g, &rp);
     if (err == GRPO_OK)
         err = grpo_run_advantages(&g);
     if (err == GRPO_OK)
@@ -327,6 +341,9 @@ grpo_run__start(grpo_run *c)
     ro.record_routes = a->record_routes;
     grpo_err err = grpo_rollout_create(&c->r, grpo_policy_backend(c->pol), &ro);
     if (err != GRPO_OK)
+        return err;
+    if (a->verify_threads > 1 &&
+        (err = grpo_pool_create(&c->score_pool, a->verify_threads)) != GRPO_OK)
         return err;
     if ((c->pcs = calloc(c->ps.n ? c->ps.n : 1, sizeof *c->pcs)) == NULL ||
         (c->th = calloc((size_t)a->verify_threads, sizeof *c->th)) == NULL)

@@ -1,8 +1,7 @@
 /* The scored group (grpo_run_group): made from the engine's group or a worker's result, then the
  * score and advantages steps over it. A sample the verifiers skipped takes no part in its
  * group's advantages (grpo_reward_result.skipped). */
-#include "common/common_int.h"
-#include "grpo/run.h"
+#include "run/run_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -104,32 +103,48 @@ grpo_run_group_aborted(const grpo_run_group *g)
 }
 
 grpo_err
-grpo_run_score(grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *p)
+grpo_run__score_on(grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *p, grpo_pool *pool)
 {
     const grpo_prompt *pr = p->prompt;
+    size_t n = g->n_samples > 0 ? (size_t)g->n_samples : 0;
     double t0 = grpo_now();
-    for (int32_t i = 0; i < g->n_samples; i++) {
-        grpo_run_sample *s = &g->samples[i];
-        grpo_verifier_sample vs = {0};
-        vs.task = pr->task ? pr->task : "math";
-        vs.prompt = p->rendered;
-        vs.completion = s->text ? s->text : "";
-        vs.completion_len = s->text ? s->text_len : 0;
-        vs.answer = pr->answer;
-        vs.tests_json = pr->tests_json;
-        vs.language = pr->language;
-        vs.extra_json = pr->record_json;
-        vs.prompt_opens_think = p->opens_think;
-        vs.n_tokens = s->n_tokens;
-        vs.max_tokens = g->max_tokens;
-        vs.truncated = s->finish == GRPO_FINISH_LENGTH;
-        grpo_reward_result_fini(&s->score);
-        grpo_err err = grpo_rewarder_score(rw, &vs, &s->score);
-        if (err != GRPO_OK)
-            return err;
+    grpo_verifier_sample *vs = calloc(n ? n : 1, sizeof *vs);
+    grpo_reward_result *res = calloc(n ? n : 1, sizeof *res);
+    grpo_err err = GRPO_OK;
+    if (vs == NULL || res == NULL) {
+        err = grpo__fail(GRPO_ENOMEM, "run: out of memory for %zu scores", n);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const grpo_run_sample *s = &g->samples[i];
+        vs[i].task = pr->task ? pr->task : "math";
+        vs[i].prompt = p->rendered;
+        vs[i].completion = s->text ? s->text : "";
+        vs[i].completion_len = s->text ? s->text_len : 0;
+        vs[i].answer = pr->answer;
+        vs[i].tests_json = pr->tests_json;
+        vs[i].language = pr->language;
+        vs[i].extra_json = pr->record_json;
+        vs[i].prompt_opens_think = p->opens_think;
+        vs[i].n_tokens = s->n_tokens;
+        vs[i].max_tokens = g->max_tokens;
+        vs[i].truncated = s->finish == GRPO_FINISH_LENGTH;
+    }
+    err = grpo_rewarder_score_many(rw, pool, vs, n, res, NULL);
+    for (size_t i = 0; i < n; i++) { /* the scores move into the samples, failed ones too */
+        grpo_reward_result_fini(&g->samples[i].score);
+        g->samples[i].score = res[i];
     }
     g->verify_ms = (grpo_now() - t0) * 1e3;
-    return GRPO_OK;
+done:
+    free(vs), free(res);
+    return err;
+}
+
+grpo_err
+grpo_run_score(grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *p)
+{
+    return grpo_run__score_on(g, rw, p, NULL);
 }
 
 grpo_err

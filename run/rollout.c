@@ -195,6 +195,7 @@ grpo_run_open(grpo_run **out, const grpo_run_opts *opts)
         return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
     c->o = *opts, c->a = &c->o;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->score_mu, NULL);
     if (c->o.model == NULL || c->o.prompts == NULL || c->o.db == NULL)
         return grpo__fail(GRPO_EINVAL, "rollout: a model, prompts and a store are required");
     if (c->o.verify_threads < 1)
@@ -237,6 +238,7 @@ grpo_run_close(grpo_run *c)
     for (size_t i = 0; c->pcs && i < c->ps.n; i++)
         free(c->pcs[i].rendered), free(c->pcs[i].sampling_json);
     free(c->pcs), free(c->th);
+    grpo_pool_destroy(c->score_pool);
     grpo_rewarder_destroy(c->rewarder);
     grpo_reward_config_destroy(c->rcfg);
     grpo_rollout_backend_fini(&c->rescore_be);
@@ -245,6 +247,7 @@ grpo_run_close(grpo_run *c)
     grpo_policy_close(c->pol);
     grpo_prompts_fini(&c->ps);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->score_mu);
     free(c);
     return err;
 }

@@ -50,6 +50,8 @@ struct grpo_run {
     FILE *out;
     pthread_t *th;
     int n_th;
+    grpo_pool *score_pool;        /* verify_threads threads: a group's samples scored at once */
+    pthread_mutex_t score_mu;     /* one group on score_pool at a time */
     volatile sig_atomic_t cancel; /* 1: asked; 2: the engine was told */
     pthread_mutex_t mu;           /* guards out and the totals below */
     grpo_err first_err;
@@ -61,6 +63,11 @@ struct grpo_run {
     double reward_sum, t0, secs; /* t0: generation began; secs: the run's, once finished */
     uint64_t tokens;
 };
+
+/* The score step over pool (NULL: the calling thread): grpo_run_score with the samples spread
+ * over the pool's threads. (run/group.c) */
+grpo_err grpo_run__score_on(grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *p,
+                            grpo_pool *pool);
 
 /* Records the run's end in s: "interrupted" when cancelled, else "ok" or "failed" by err; the
  * thread's message stays err's (not run_end's). Returns err. (run/persist.c) */

@@ -10,3 +10,15 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${CMAKE_CURRENT_SOURCE_DI
                 PkgConfig::SQLITE3 PkgConfig::CJSON TIMEOUT 300)
   add_dependencies(rollout_resume_cli_test grpo)
 endif()
+# grpo_run_opts.score: a run on the tiny model scored by a hook (what it sets is recorded, the
+# advantages are its rewards'; its error fails the run).
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_run AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_models/bf16/config.json)
+  grpo_add_test(run_score_hook_test SOURCES run_score_hook_test.c LIBS grpo_run grpo_common
+                PkgConfig::SQLITE3 PkgConfig::CJSON m TIMEOUT 120)
+endif()
+# `grpo bench run` on the demo policy (G 2, one round): the table, and A's and B's stores equal.
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${PROJECT_SOURCE_DIR}/models/demo/config.json)
+  grpo_add_test(bench_run_cli_test SOURCES bench_run_cli_test.c LIBS PkgConfig::SQLITE3
+                TIMEOUT 300)
+  add_dependencies(bench_run_cli_test grpo)
+endif()

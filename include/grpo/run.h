@@ -56,6 +56,9 @@ typedef struct grpo_run_gen {
 
 void grpo_run_gen_default(grpo_run_gen *g);
 
+struct grpo_run_group;  /* the scored group and */
+struct grpo_run_prompt; /* its prompt, below */
+
 /* A rollout run in this process: what `grpo rollout` does. Strings are borrowed for the run's
  * life. NULL means "not given" unless said otherwise. */
 typedef struct grpo_run_opts {
@@ -84,6 +87,15 @@ typedef struct grpo_run_opts {
     int32_t resume;            /* continue the newest unfinished run with these options */
     int32_t record_routes;     /* keep each token's MoE routes (grpo_rollout_opts.record_routes) */
     grpo_run_gen gen;
+    /* The score step of every group, or NULL for the run's own (grpo_run_score_default: the
+     * rewarder rw over the verifier threads). Called on a verifier thread (on several at once, for different groups); it
+     * must set every sample's score (the run records, writes and publishes what it sets, and
+     * frees the terms' details) and may set g->verify_ms; an error fails the run as a
+     * rewarder's does. For measurements: `grpo bench run` wraps the rewarder in one run and
+     * answers a second run from what the first recorded. */
+    grpo_err (*score)(void *ctx, struct grpo_run_group *g, grpo_rewarder *rw,
+                      const struct grpo_run_prompt *p);
+    void *score_ctx;
 } grpo_run_opts;
 
 void grpo_run_opts_default(grpo_run_opts *o);
@@ -126,6 +138,11 @@ grpo_err grpo_run_execute(grpo_run *r, grpo_run_progress_fn progress, void *ctx)
  * again on resume). Async-signal-safe. */
 void grpo_run_cancel(grpo_run *r);
 void grpo_run_get_stats(grpo_run *r, grpo_run_stats *st);
+/* The run's own score step (what runs when opts.score is NULL), for a score hook that wraps it:
+ * grpo_run_score with the run's rewarder, the group's samples spread over verify_threads
+ * threads, one group at a time. Thread-safe; for the verifier threads of a running r. */
+grpo_err grpo_run_score_default(grpo_run *r, struct grpo_run_group *g,
+                                const struct grpo_run_prompt *p);
 /* Closes the publisher, the output and the store, releases the run's lock, frees the rest.
  * Returns the store's close status. NULL is harmless. */
 grpo_err grpo_run_close(grpo_run *r);

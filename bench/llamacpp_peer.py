@@ -140,11 +140,13 @@ def parse_batched_bench(text):
 
 def gguf_decode_bytes(tensors, n_expert, n_expert_used):
     """Weight bytes a batch-1 decode token reads, from (name, n_bytes, n_rows) of each tensor:
-    all of each tensor, except one row of the token embedding and k/E of the routed experts."""
+    all of each tensor, except one row of the token embedding (all of it when the model ties it
+    to the head: no output.weight) and k/E of the routed experts (dense models have none)."""
     total = 0.0
+    tied = not any(name.startswith("output.") for name, _, _ in tensors)
     for name, nbytes, rows in tensors:
         if name.startswith("token_embd."):
-            total += nbytes / rows
+            total += nbytes if tied else nbytes / rows
         elif "_exps." in name:
             total += nbytes * n_expert_used / n_expert
         else:
@@ -161,15 +163,17 @@ def read_gguf(path, llama_src):
         raise PeerError(f"cannot import gguf from {llama_src}/gguf-py") from None
     r = gguf.GGUFReader(path)
 
-    def field(suffix):
+    def field(suffix, default=None):
         for k, f in r.fields.items():
             if k.endswith(suffix):
                 return int(f.parts[f.data[0]][0])
+        if default is not None:
+            return default
         raise PeerError(f"{path}: no {suffix} key")
 
     tensors = [(t.name, int(t.n_bytes), int(t.shape[1]) if len(t.shape) > 1 else 1)
                for t in r.tensors]
-    return tensors, field(".expert_count"), field(".expert_used_count")
+    return tensors, field(".expert_count", 0), field(".expert_used_count", 0)
 
 
 # ---- the measures -------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 /* The MTP module's forward (grpo_model_mtp_forward) against the reference MTP logits of
  * tests/data/mtp (tools/make_mtp_fixture.py: DeepSeek's MTP definition in torch fp32 over the tiny
- * BF16 model's layer-3 weights): prefill, incremental decode, decode vs prefill, the main forward's
- * hidden-state output, batch and thread invariance, refusals. */
+ * BF16 model's layer-3 weights): prefill, with distinct norm weights, incremental decode, decode vs
+ * prefill, the main forward's hidden-state output, batch and thread invariance, BF16/FP8 caches,
+ * refusals. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include "kernels/kernels.h"
+#include "rollout/model/model_int.h"
 #include "tests/model_testutil.h"
 
 #define TOL 1e-4 /* relative error bar (max abs diff / max abs value per row) */
@@ -105,6 +107,44 @@ prefill_matches_reference(void **state)
     assert_memory_equal(last, lg + (size_t)(f->n - 1) * f->V, (size_t)f->V * 4);
     free(lg);
     free(last);
+    grpo_kv_destroy(kv);
+}
+
+/* The tiny checkpoint's MTP norms are all ones; with the distinct weights the fixture script used
+ * for logits_norms.f32 written into the loaded model, a swap of enorm and hnorm, or a missing head
+ * norm, shows. */
+static void
+distinct_norms_match_reference(void **state)
+{
+    fx *f = *state;
+    int H = f->H, V = f->V;
+    char p[600], mdir[512];
+    tm_dir("bf16", mdir, sizeof mdir);
+    snprintf(p, sizeof p, "%s/../../mtp/logits_norms.f32", mdir);
+    float *want = tm_read_f32(p, (size_t)f->n * V);
+    assert_non_null(want);
+    grpo_mtp_w *t = f->m->mtp;
+    for (int i = 0; i < H; i++) {
+        t->enorm[i] = (float)(1 + 0.5 * sin(0.37 * i));
+        t->hnorm[i] = (float)(1 + 0.5 * cos(0.23 * i));
+        t->head_norm[i] = (float)(1 + 0.3 * sin(0.11 * i + 1));
+    }
+    grpo_kv *kv = mtp_kv(f->m);
+    int32_t seq;
+    grpo_kv_seq_new(kv, &seq);
+    float *lg = malloc((size_t)f->n * V * 4);
+    grpo_fwd_item it = {seq, 0, f->n, f->e.tokens + 1};
+    assert_int_equal(grpo_model_mtp_forward(f->m, kv, &it, 1, f->hin, 1, lg), GRPO_OK);
+    double w = 0, off = worst_vs_ref(f, lg, 0, f->n);
+    for (int r = 0; r < f->n; r++) {
+        double e = tm_rel_err(lg + (size_t)r * V, want + (size_t)r * V, (size_t)V);
+        w = e > w ? e : w;
+    }
+    printf("    distinct norms: vs reference %.3g (the unit-norm logits are %.3g away)\n", w, off);
+    assert_true(w <= TOL);
+    assert_true(off > 100 * TOL);
+    free(lg);
+    free(want);
     grpo_kv_destroy(kv);
 }
 
@@ -333,6 +373,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(prefill_matches_reference, setup, teardown),
+        cmocka_unit_test_setup_teardown(distinct_norms_match_reference, setup, teardown),
         cmocka_unit_test_setup_teardown(main_hidden_then_mtp, setup, teardown),
         cmocka_unit_test_setup_teardown(decode_matches_prefill, setup, teardown),
         cmocka_unit_test_setup_teardown(batch_and_threads_invariant, setup, teardown),

@@ -26,7 +26,8 @@ valid for both router conventions.
 
 Usage (from the repository root): python3 tools/make_mtp_fixture.py
 Writes tests/data/mtp/: mtp.json, hidden.f32 ((T-1, hidden): the h_t fed in, from transformers),
-logits.f32 ((T-1, vocab): MTP logits for positions 0..T-2).
+logits.f32 ((T-1, vocab): MTP logits for positions 0..T-2), logits_norms.f32 (the same with
+enorm = 1 + 0.5 sin(0.37 i), hnorm = 1 + 0.5 cos(0.23 i), shared_head.norm = 1 + 0.3 sin(0.11 i + 1)).
 """
 import json
 import os
@@ -96,26 +97,35 @@ def main():
         routes.append(int(x.shape[0]))
 
     hk = layer.mlp.gate.register_forward_hook(hook)
-    with torch.no_grad():
-        e = emb_w[ids[0, 1:]]                                    # (n, H): token t+1
-        hin = h[:n]                                              # (n, H): h_t
-        x = torch.cat([rmsnorm(e, mtp_sd["enorm.weight"], eps),
-                       rmsnorm(hin, mtp_sd["hnorm.weight"], eps)], dim=-1)  # (n, 2H)
-        x = x @ mtp_sd["eh_proj.weight"].t()                     # (n, H)
-        pos = torch.arange(n)[None]
-        pe = rot(x[None], pos)
-        mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
-        y = layer(x[None], attention_mask=mask, position_ids=pos, position_embeddings=pe)
-        y = y[0] if isinstance(y, tuple) else y
-        y = y[0]                                                 # (n, H)
-        logits = rmsnorm(y, mtp_sd["shared_head.norm.weight"], eps) @ \
-            mtp_sd["shared_head.head.weight"].t()                # (n, V)
+    hin = h[:n]  # (n, H): h_t
+
+    def mtp(enorm, hnorm, head_norm):
+        with torch.no_grad():
+            e = emb_w[ids[0, 1:]]                                # (n, H): token t+1
+            x = torch.cat([rmsnorm(e, enorm, eps), rmsnorm(hin, hnorm, eps)], dim=-1)  # (n, 2H)
+            x = x @ mtp_sd["eh_proj.weight"].t()                 # (n, H)
+            pos = torch.arange(n)[None]
+            pe = rot(x[None], pos)
+            mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
+            y = layer(x[None], attention_mask=mask, position_ids=pos, position_embeddings=pe)
+            y = y[0] if isinstance(y, tuple) else y
+            y = y[0]                                             # (n, H)
+            return rmsnorm(y, head_norm, eps) @ mtp_sd["shared_head.head.weight"].t()  # (n, V)
+
+    logits = mtp(mtp_sd["enorm.weight"], mtp_sd["hnorm.weight"], mtp_sd["shared_head.norm.weight"])
+    # The tiny checkpoint's three MTP norms are all ones; a second run with distinct weights (the
+    # test writes the same values into the loaded model) tells enorm, hnorm and the head norm apart.
+    i = np.arange(H, dtype=np.float64)
+    alt = [torch.from_numpy(v.astype(np.float32)) for v in
+           (1 + 0.5 * np.sin(0.37 * i), 1 + 0.5 * np.cos(0.23 * i), 1 + 0.3 * np.sin(0.11 * i + 1))]
+    logits_norms = mtp(*alt)
     hk.remove()
-    assert routes == [n]
+    assert routes == [n, n]
 
     os.makedirs(OUT, exist_ok=True)
     hin.numpy().astype("<f4").tofile(os.path.join(OUT, "hidden.f32"))
     logits.numpy().astype("<f4").tofile(os.path.join(OUT, "logits.f32"))
+    logits_norms.numpy().astype("<f4").tofile(os.path.join(OUT, "logits_norms.f32"))
     with open(os.path.join(OUT, "mtp.json"), "w") as f:
         json.dump({"model": SRC, "positions": n, "hidden": H, "vocab": cfg.vocab_size,
                    "torch": torch.__version__,

@@ -192,6 +192,35 @@ size_t grpo_model_route_row_bytes(const grpo_model_config *c);
  * room for items[i].n tokens). The logits are the same bits as without. */
 grpo_err grpo_model_forward_routes(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
                                    int n_items, float *logits, void *const *routes);
+/* grpo_model_forward (all = 0) or grpo_model_forward_all (all = 1) that also writes into hidden
+ * (sum of n rows, hidden_size) every token's final hidden state after the final RMSNorm (model.norm:
+ * the input of lm_head, and the input the MTP module takes). NULL hidden: not wanted. The logits
+ * are the same bits as without. */
+grpo_err grpo_model_forward_hidden(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
+                                   int n_items, int all, float *logits, float *hidden);
+
+/* Multi-token prediction: the checkpoint's MTP module (DeepSeek-V3/R1's layer num_hidden_layers,
+ * num_nextn_predict_layers 1; load it with grpo_model_opts.load_mtp). For position t it takes the
+ * main model's final-normed hidden state h_t (grpo_model_forward_hidden) and the token at t + 1:
+ * x = eh_proj [enorm(embed(token t+1)); hnorm(h_t)] (embedding first), one decoder layer (MLA +
+ * MoE or MLP) at rope position t attending to the MTP cache of positions 0..t, then
+ * shared_head.norm and shared_head.head: logits for the token at t + 2. CPU backend only.
+ * docs/model.md (MTP) says what this was checked against. */
+/* A pool of one layer for the MTP decoder layer, in the model's kv dtype (same paging, forking
+ * and accounting as grpo_kv_create_dtype); GRPO_EINVAL when the model has no MTP module loaded.
+ * The caller owns *out (grpo_kv_destroy). */
+grpo_err grpo_kv_create_mtp(grpo_kv **out, const grpo_model *m, size_t budget_bytes);
+/* One MTP forward over a ragged batch, as grpo_model_forward over an MTP pool: item i appends n
+ * positions pos0..pos0+n-1 to MTP sequence seq (pos0 must equal its length); tokens[j] is the
+ * token at position pos0 + j + 1 (the one after the position) and hidden (sum of n rows,
+ * hidden_size; item i's rows after item i-1's) the main model's final-normed hidden state at
+ * position pos0 + j. logits: the last position's row per item (all = 0: n_items rows) or every
+ * position's (all = 1: sum of n rows), vocab wide. Per-row results do not depend on the batch or
+ * the thread count; a single-position item takes the absorbed attention form, a chunk the naive
+ * one (equal to ~1e-6). GRPO_EINVAL on a model without MTP, a GPU model or a pool not made by
+ * grpo_kv_create_mtp; GRPO_EFULL as grpo_model_forward, before anything changes. */
+grpo_err grpo_model_mtp_forward(grpo_model *m, grpo_kv *mtp_kv, const grpo_fwd_item *items,
+                                int n_items, const float *hidden, int all, float *logits);
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,27 @@ int32_t grpo_sample_ex(const float *logits, int32_t vocab, const grpo_sampling *
 int32_t grpo_sample(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_rng_key key,
                     float *logprob_raw, float *logprob_processed);
 
+/* The processed distribution grpo_sample_ex draws from, into probs[0..vocab): the kept tokens'
+ * softmax(logits / T) weights divided by their sum, 0 elsewhere; one-hot at the argmax at T = 0.
+ * scratch as grpo_sample_ex. GRPO_EINVAL on NaN/+inf logits, GRPO_ENOMEM. */
+grpo_err grpo_sample_dist(const float *logits, int32_t vocab, const grpo_sampling *p,
+                          double *probs, void *scratch);
+
+/* ---- Speculative sampling: the acceptance step (rollout/engine/spec.c) ---- */
+
+/* One draft token checked against the policy (Leviathan et al. 2023, Chen et al. 2023). draft was
+ * drawn from q, the draft model's processed distribution (e.g. the MTP module's logits through
+ * grpo_sample_dist), and p is the policy's, both processed with the same grpo_sampling, so the
+ * result follows the policy's processed distribution exactly whatever the draft model is. The
+ * draft is accepted when u_accept * q[draft] < p[draft] (probability min(1, p/q)); otherwise the
+ * token is drawn from the residual max(0, p - q): the first id, ascending, at which the cumulative
+ * residual exceeds u_resample times its sum (p itself if the residual is all zero). u_accept and
+ * u_resample are uniforms in [0, 1) from distinct counter keys (grpo_rng_uniform), distinct from
+ * the draft's. *accepted (may be NULL): 1 when the draft was kept. Pure. Returns the token, or -1
+ * with a message when draft is out of range or q[draft] is not positive. */
+int32_t grpo_spec_accept(const double *p, const double *q, int32_t vocab, int32_t draft,
+                         double u_accept, double u_resample, int *accepted);
+
 /* ---- Generation parameters ---- */
 
 #define GRPO_LOGPROBS_RAW 1       /* per-token logprob before truncation (always computed) */

@@ -254,6 +254,36 @@ grpo_sample(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_rng
     return grpo_sample_ex(logits, vocab, p, key, lp_raw, lp_proc, NULL);
 }
 
+grpo_err
+grpo_sample_dist(const float *logits, int32_t vocab, const grpo_sampling *p, double *probs,
+                 void *scratch)
+{
+    if (vocab <= 0 || logits == NULL || p == NULL || probs == NULL)
+        return grpo__fail(GRPO_EINVAL, "sampler: distribution of %d logits needs buffers", vocab);
+    for (int32_t i = 0; i < vocab; i++)
+        if (isnan(logits[i]) || logits[i] == INFINITY)
+            return grpo__fail(GRPO_EINVAL, "sampler: logit %d is %g", i, logits[i]);
+    if (p->temperature <= 0.0f) {
+        memset(probs, 0, (size_t)vocab * sizeof *probs);
+        probs[argmax(logits, vocab)] = 1.0;
+        return GRPO_OK;
+    }
+    void *mem = scratch;
+    if (mem == NULL && (mem = malloc(grpo_sample_scratch_bytes(vocab))) == NULL)
+        return grpo__fail(GRPO_ENOMEM, "sampler: out of memory for %d logits", vocab);
+    scratch_view s = view(mem, vocab);
+    double t = (double)p->temperature, total = 0.0;
+    float mx = logits[argmax(logits, vocab)];
+    for (int32_t i = 0; i < vocab; i++) /* the same weights and cut as sample_temp */
+        total += s.w[i] = exp(((double)logits[i] - (double)mx) / t);
+    double z = truncate_dist(&s, vocab, p, total);
+    for (int32_t i = 0; i < vocab; i++)
+        probs[i] = s.keep[i] ? s.w[i] / z : 0.0;
+    if (mem != scratch)
+        free(mem);
+    return GRPO_OK;
+}
+
 int
 grpo_logprobs_parse(const char *s)
 {

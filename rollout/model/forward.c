@@ -173,11 +173,12 @@ scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items)
     return GRPO_OK;
 }
 
+/* n_layers: the layers the pool must have (num_hidden_layers; 1 for the MTP pool). */
 static grpo_err
-check_items(const grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items)
+check_items(const grpo_model *m, grpo_kv *kv, int n_layers, const grpo_fwd_item *items, int n_items)
 {
     const grpo_model_config *c = &m->cfg;
-    if (kv->n_layers != c->num_hidden_layers || (size_t)kv->row != grpo_model_kv_row(c))
+    if (kv->n_layers != n_layers || (size_t)kv->row != grpo_model_kv_row(c))
         return grpo__fail(GRPO_EINVAL, "model: the KV pool was made for another model config");
     if (kv->dtype != m->kv_dtype)
         return grpo__fail(GRPO_EINVAL,
@@ -564,11 +565,11 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
 
 static grpo_err
 forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, float *logits, int all,
-        void *const *routes)
+        void *const *routes, float *hidden)
 {
     if (m == NULL || kv == NULL || items == NULL || logits == NULL || n_items <= 0)
         return grpo__fail(GRPO_EINVAL, "model: forward needs a model, a KV pool and items");
-    grpo_err err = check_items(m, kv, items, n_items);
+    grpo_err err = check_items(m, kv, m->cfg.num_hidden_layers, items, n_items);
     if (err != GRPO_OK)
         return err;
     const grpo_model_config *c = &m->cfg;
@@ -610,6 +611,8 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
         if (m->debug_hidden != NULL)
             m->debug_hidden(m->debug_ctx, li + 1, T, H, s.h);
     }
+    if (hidden != NULL) /* row-wise: the logits rows below get these same bits */
+        m->k->rmsnorm(m->k, T, s.h, H, m->final_norm, H, c->rms_norm_eps, hidden, H);
     int R = all ? T : n_items; /* rows that get logits */
     for (int i = 0; i < R; i++) {
         int t = all ? i : t0_of[i] + items[i].n - 1;
@@ -631,19 +634,121 @@ grpo_err
 grpo_model_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                    float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 0, NULL);
+    return forward(m, kv, items, n_items, logits, 0, NULL, NULL);
 }
 
 grpo_err
 grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                        float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 1, NULL);
+    return forward(m, kv, items, n_items, logits, 1, NULL, NULL);
 }
 
 grpo_err
 grpo_model_forward_routes(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                           float *logits, void *const *routes)
 {
-    return forward(m, kv, items, n_items, logits, 0, routes);
+    return forward(m, kv, items, n_items, logits, 0, routes, NULL);
+}
+
+grpo_err
+grpo_model_forward_hidden(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                          int all, float *logits, float *hidden)
+{
+    return forward(m, kv, items, n_items, logits, all != 0, NULL, hidden);
+}
+
+/* ---- multi-token prediction (the MTP module at layer num_hidden_layers) ---- */
+
+/* x (T, 2H) = [enorm(embed(tok)) | hnorm(hidden)], then s->h = eh_proj x: the MTP's input. */
+static void
+mtp_input(grpo_model *m, const float *hidden, float *cat, scratch *s)
+{
+    const grpo_model_config *c = &m->cfg;
+    const grpo_mtp_w *t = m->mtp;
+    grpo_kernels *k = m->k;
+    int T = s->T, H = c->hidden_size;
+    k->embed(k, T, s->tok, &t->embed, s->h, H);
+    k->rmsnorm(k, T, s->h, H, t->enorm, H, c->rms_norm_eps, cat, 2 * H);
+    k->rmsnorm(k, T, hidden, H, t->hnorm, H, c->rms_norm_eps, cat + H, 2 * H);
+    k->gemm(k, T, cat, 2 * H, &t->eh_proj, s->h, H);
+}
+
+/* The MTP decoder layer over its one-layer pool, then shared_head.norm and shared_head.head. */
+static grpo_err
+mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+               const int32_t *t0_of, int all, float *logits, scratch *s)
+{
+    const grpo_model_config *c = &m->cfg;
+    const grpo_layer_w *l = &m->mtp->layer;
+    int H = c->hidden_size, T = s->T;
+    grpo_err err = attention(m, kv, l, 0, items, n_items, t0_of, s);
+    if (err != GRPO_OK)
+        return err;
+    m->k->rmsnorm(m->k, T, s->h, H, l->mlp_norm, H, c->rms_norm_eps, s->x, H);
+    if (l->moe) {
+        moe(m, l, s);
+    } else {
+        mlp(m, &l->mlp, T, s->x, s->tmp, s);
+        add_rows(s->h, s->tmp, (size_t)T * H);
+    }
+    int R = all ? T : n_items;
+    for (int i = 0; i < R; i++) {
+        int t = all ? i : t0_of[i] + items[i].n - 1;
+        memcpy(s->x + (size_t)i * H, s->h + (size_t)t * H, (size_t)H * sizeof(float));
+    }
+    m->k->rmsnorm(m->k, R, s->x, H, m->mtp->head_norm, H, c->rms_norm_eps, s->x, H);
+    m->k->gemm(m->k, R, s->x, H, &m->mtp->head, logits, c->vocab_size);
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_model_mtp_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                       const float *hidden, int all, float *logits)
+{
+    if (m == NULL || kv == NULL || items == NULL || hidden == NULL || logits == NULL ||
+        n_items <= 0)
+        return grpo__fail(GRPO_EINVAL,
+                          "model: the MTP forward needs a model, an MTP pool, items, hidden "
+                          "states and logits");
+    if (m->mtp == NULL)
+        return grpo__fail(GRPO_EINVAL, "model: no MTP module loaded (the checkpoint has none at "
+                                       "layer num_hidden_layers, or load_mtp was off)");
+    if (m->k_cuda)
+        return grpo__fail(GRPO_EINVAL, "model: the MTP forward runs on the CPU backend only");
+    grpo_err err = check_items(m, kv, 1, items, n_items);
+    if (err != GRPO_OK)
+        return err;
+    scratch s;
+    if ((err = scratch_init(&s, m, items, n_items)) != GRPO_OK)
+        return err;
+    int H = m->cfg.hidden_size;
+    int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
+    float *cat = malloc((size_t)s.T * 2 * (size_t)H * sizeof *cat);
+    if (t0_of == NULL || cat == NULL) {
+        err = grpo__fail(GRPO_ENOMEM, "model: out of memory");
+        goto done;
+    }
+    for (int i = 0, t = 0; i < n_items; i++) {
+        if ((err = grpo_kv__reserve(kv, items[i].seq, items[i].pos0, items[i].n)) != GRPO_OK)
+            goto done; /* cannot happen after check_items; kept for safety */
+        t0_of[i] = t;
+        for (int j = 0; j < items[i].n; j++, t++) {
+            s.pos[t] = items[i].pos0 + j;
+            s.tok[t] = items[i].tokens[j];
+        }
+    }
+    for (int i = 0, b = 0; i < n_items; i++)
+        if (items[i].n == 1)
+            s.dec[b++] = i;
+    mtp_input(m, hidden, cat, &s);
+    if ((err = mtp_layer_head(m, kv, items, n_items, t0_of, all, logits, &s)) != GRPO_OK)
+        goto done;
+    for (int i = 0; i < n_items; i++)
+        kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
+    err = grpo_model__backend_status(m);
+done:
+    free(cat);
+    free(t0_of);
+    return err;
 }

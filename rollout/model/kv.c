@@ -52,8 +52,27 @@ grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes)
     return grpo_kv_create_dtype(out, cfg, GRPO_KV_F32, budget_bytes);
 }
 
+static grpo_err kv_create(grpo_kv **out, const grpo_model_config *cfg, int32_t n_layers,
+                          int kv_dtype, size_t budget_bytes);
+
 grpo_err
 grpo_kv_create_dtype(grpo_kv **out, const grpo_model_config *cfg, int kv_dtype, size_t budget_bytes)
+{
+    return kv_create(out, cfg, cfg->num_hidden_layers, kv_dtype, budget_bytes);
+}
+
+grpo_err
+grpo_kv_create_mtp(grpo_kv **out, const grpo_model *m, size_t budget_bytes)
+{
+    *out = NULL;
+    if (m == NULL || !grpo_model_has_mtp(m))
+        return grpo__fail(GRPO_EINVAL, "kv: the model has no MTP module loaded (load_mtp)");
+    return kv_create(out, grpo_model_get_config(m), 1, grpo_model_kv_dtype(m), budget_bytes);
+}
+
+static grpo_err
+kv_create(grpo_kv **out, const grpo_model_config *cfg, int32_t n_layers, int kv_dtype,
+          size_t budget_bytes)
 {
     *out = NULL;
     if (kv_dtype < GRPO_KV_F32 || kv_dtype > GRPO_KV_FP8)
@@ -61,7 +80,7 @@ grpo_kv_create_dtype(grpo_kv **out, const grpo_model_config *cfg, int kv_dtype, 
     grpo_kv *kv = calloc(1, sizeof *kv);
     if (kv == NULL)
         return grpo__fail(GRPO_ENOMEM, "kv: out of memory");
-    kv->n_layers = cfg->num_hidden_layers;
+    kv->n_layers = n_layers;
     kv->row = (int32_t)grpo_model_kv_row(cfg);
     kv->dtype = kv_dtype;
     kv->fmt = grpo_model__kv_fmt(cfg, kv_dtype);

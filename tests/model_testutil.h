@@ -93,4 +93,68 @@ tm_rel_err(const float *a, const float *b, size_t n)
     return mb > 0 ? md / mb : md;
 }
 
+/* Fixture directory tests/data/<set>/<name> (set "gqa_models", "v2_models", ...). */
+static inline const char *
+tm_set_dir(const char *set, const char *name, char *buf, size_t n)
+{
+    const char *src = getenv("GRPO_SOURCE_DIR");
+    snprintf(buf, n, "%s%sdata/%s/%s", src ? src : "", src ? "/tests/" : "", set, name);
+    return buf;
+}
+
+/* An int array of j[key] into out (at most cap); its length, or -1 when longer than cap. */
+static inline int
+tm_ints(const cJSON *j, const char *key, int32_t *out, int cap)
+{
+    const cJSON *a = cJSON_GetObjectItem(j, key);
+    int n = cJSON_GetArraySize(a);
+    for (int i = 0; i < n && i < cap; i++)
+        out[i] = cJSON_GetArrayItem(a, i)->valueint;
+    return n <= cap ? n : -1;
+}
+
+/* A transformers-written fixture with its greedy run: the model, expected.json's logits, the
+ * greedy prompt and tokens, and transformers' logits of each greedy decode step. */
+typedef struct {
+    grpo_model *m;
+    tm_expected e;
+    int32_t gprompt[16], gtok[32];
+    int n_gprompt, n_gtok;
+    float *dec; /* (n_gtok, vocab) */
+    char dir[512];
+} tm_fx;
+
+/* Loads tests/data/<set>/<name> with `threads` threads; 0, or -1 (a message on stderr for a load
+ * failure) when a file is missing or the vocabulary is above max_vocab. */
+static inline int
+tm_fx_open(tm_fx *f, const char *set, const char *name, int threads, int max_vocab)
+{
+    tm_set_dir(set, name, f->dir, sizeof f->dir);
+    grpo_model_opts o = {threads, 0, 0, 0, 0};
+    if (grpo_model_load(&f->m, f->dir, &o) != GRPO_OK) {
+        fprintf(stderr, "load %s: %s\n", f->dir, grpo_error_last());
+        return -1;
+    }
+    char p[1100];
+    cJSON *j = NULL;
+    snprintf(p, sizeof p, "%s/expected.json", f->dir);
+    if (tm_expected_load(f->dir, &f->e) != 0 || grpo__json_parse_file(p, 1 << 20, &j) != GRPO_OK)
+        return -1;
+    f->n_gprompt = tm_ints(j, "greedy_prompt", f->gprompt, 16);
+    f->n_gtok = tm_ints(j, "greedy_tokens", f->gtok, 32);
+    cJSON_Delete(j);
+    snprintf(p, sizeof p, "%s/expected_decode.f32", f->dir);
+    f->dec = tm_read_f32(p, (size_t)f->n_gtok * f->e.vocab);
+    return f->dec != NULL && f->n_gprompt > 0 && f->n_gtok > 0 && f->e.vocab <= max_vocab ? 0 : -1;
+}
+
+static inline void
+tm_fx_close(tm_fx *f)
+{
+    grpo_model_destroy(f->m);
+    tm_expected_free(&f->e);
+    free(f->dec);
+    memset(f, 0, sizeof *f);
+}
+
 #endif

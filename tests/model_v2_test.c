@@ -21,62 +21,24 @@ static const char *const fixtures[] = {"v2_lite_bf16", "v2_group_f32", "v2_fp8",
                                        "kimi_k2_v3"};
 #define N_FIX (sizeof fixtures / sizeof fixtures[0])
 
-typedef struct {
-    grpo_model *m;
-    tm_expected e;
-    int32_t gprompt[16], gtok[32];
-    int n_gprompt, n_gtok;
-    float *dec; /* (n_gtok, vocab): transformers' logits of each greedy decode step */
-    char dir[512];
-} fx;
+typedef tm_fx fx;
 
 static const char *
 v2_dir(const char *name, char *buf, size_t n)
 {
-    const char *src = getenv("GRPO_SOURCE_DIR");
-    snprintf(buf, n, "%s%sdata/v2_models/%s", src ? src : "", src ? "/tests/" : "", name);
-    return buf;
-}
-
-static int
-ints(const cJSON *j, const char *key, int32_t *out, int cap)
-{
-    const cJSON *a = cJSON_GetObjectItem(j, key);
-    int n = cJSON_GetArraySize(a);
-    for (int i = 0; i < n && i < cap; i++)
-        out[i] = cJSON_GetArrayItem(a, i)->valueint;
-    return n <= cap ? n : -1;
+    return tm_set_dir("v2_models", name, buf, n);
 }
 
 static int
 fx_open(fx *f, const char *name, int threads)
 {
-    v2_dir(name, f->dir, sizeof f->dir);
-    grpo_model_opts o = {threads, 0, 0, 0, 0};
-    if (grpo_model_load(&f->m, f->dir, &o) != GRPO_OK) {
-        fprintf(stderr, "load %s: %s\n", f->dir, grpo_error_last());
-        return -1;
-    }
-    char p[1100];
-    cJSON *j = NULL;
-    snprintf(p, sizeof p, "%s/expected.json", f->dir);
-    if (tm_expected_load(f->dir, &f->e) != 0 || grpo__json_parse_file(p, 1 << 20, &j) != GRPO_OK)
-        return -1;
-    f->n_gprompt = ints(j, "greedy_prompt", f->gprompt, 16);
-    f->n_gtok = ints(j, "greedy_tokens", f->gtok, 32);
-    cJSON_Delete(j);
-    snprintf(p, sizeof p, "%s/expected_decode.f32", f->dir);
-    f->dec = tm_read_f32(p, (size_t)f->n_gtok * f->e.vocab);
-    return f->dec != NULL && f->n_gprompt > 0 && f->n_gtok > 0 && f->e.vocab <= MAXV ? 0 : -1;
+    return tm_fx_open(f, "v2_models", name, threads, MAXV);
 }
 
 static void
 fx_close(fx *f)
 {
-    grpo_model_destroy(f->m);
-    tm_expected_free(&f->e);
-    free(f->dec);
-    memset(f, 0, sizeof *f);
+    tm_fx_close(f);
 }
 
 static grpo_kv *

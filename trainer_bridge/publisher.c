@@ -411,8 +411,13 @@ on_delta_path(grpo_bridge_publisher *p, int64_t version, const char *delta, cons
         return err;
     if (p->weights_dir)
         snprintf(out, sizeof out, "%s/weights-v%" PRId64 ".safetensors", p->weights_dir, version);
-    else
-        snprintf(out, sizeof out, "%s.v%" PRId64 ".safetensors", delta, version);
+    else { /* DIR/NAME.delta.safetensors -> DIR/NAME.safetensors, what a full update writes */
+        size_t n = strlen(delta), sl = strlen(".delta.safetensors");
+        if (n > sl && strcmp(delta + n - sl, ".delta.safetensors") == 0)
+            snprintf(out, sizeof out, "%.*s.safetensors", (int)(n - sl), delta);
+        else
+            snprintf(out, sizeof out, "%s.v%" PRId64 ".safetensors", delta, version);
+    }
     return accept_delta(p, version, delta, out, sha);
 }
 

@@ -30,6 +30,10 @@ class EndOfStream(Exception):
     pass
 
 
+class _NotSmaller(Exception):
+    pass
+
+
 def _pack(mtype, a=0, b=0, js=None, payload=b""):
     j = json.dumps(js).encode() if js is not None else b""
     return _HDR.pack(MAGIC, VERSION, mtype, 0, a, b, len(j), 0) + j + payload
@@ -166,18 +170,27 @@ class BatchClient:
         if delta and base is not None and base[0] < version:
             from .delta import encode_delta
             d, _ = encode_delta(base[1], data, base[0], version)
+            if len(d) >= len(data):  # a dense step re-quantized: every block changed
+                self.last_publish["refused"] = "the delta is not smaller than the full weights"
+                d = None
             try:
+                if d is None:
+                    raise _NotSmaller()
                 self._send(d, version, sha, shared_dir, chunk_bytes, base[0])
                 self._sent = (version, data)
                 self.last_publish.update(kind="delta", bytes=len(d), base_version=base[0],
                                          seconds=time.monotonic() - t0)
                 return sha
+            except _NotSmaller:
+                pass
             except BridgeError as e:
                 self.last_publish["refused"] = str(e)
         self._send(data, version, sha, shared_dir, chunk_bytes, None)
         self._sent = (version, data)
-        self.last_publish.update(kind="full" if "refused" not in self.last_publish
-                                 else "full after refused delta", bytes=len(data),
+        r = self.last_publish.get("refused")
+        self.last_publish.update(kind="full" if r is None else "full (delta not smaller)"
+                                 if r.startswith("the delta is not") else
+                                 "full after refused delta", bytes=len(data),
                                  seconds=time.monotonic() - t0)
         return sha
 

@@ -7,3 +7,6 @@ target_compile_options(grpo_bridge PRIVATE -fsanitize=fuzzer-no-link,address,und
 target_link_options(grpo_bridge INTERFACE -fsanitize=address,undefined)
 grpo_add_fuzzer(batch_decode_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/batch_decode_fuzz.c
                 LIBS grpo_bridge grpo_common)
+# The weight-delta applier (trainer_bridge/delta.c) against a small fixed base.
+grpo_add_fuzzer(weights_delta_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/weights_delta_fuzz.c
+                LIBS grpo_bridge grpo_common)

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static char *
 config_json(const grpo_run_opts *a)
@@ -109,6 +110,19 @@ open_out(grpo_run *c, const grpo_run_opts *a)
     return GRPO_OK;
 }
 
+/* A single-file model is version 0's weights file, so a trainer's first update can be a delta
+ * against it (sha is then that file's own sha256). */
+static void
+set_delta_base(grpo_run *c, const char *model_dir, const char *sha)
+{
+    char f[PATH_MAX + 32], idx[PATH_MAX + 32];
+    struct stat st;
+    snprintf(f, sizeof f, "%s/model.safetensors", model_dir);
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", model_dir);
+    if (stat(f, &st) == 0 && stat(idx, &st) != 0)
+        grpo_bridge_set_base_weights(c->pub, 0, f, sha);
+}
+
 static grpo_err
 open_all(grpo_run *c, const grpo_run_opts *a)
 {
@@ -182,6 +196,7 @@ open_all(grpo_run *c, const grpo_run_opts *a)
         bo.persist = &c->persist.persist;
         if ((err = grpo_bridge_publisher_create(&c->pub, a->publish, &bo)) != GRPO_OK)
             return err;
+        set_delta_base(c, loc, sha);
     }
     return GRPO_OK;
 }

@@ -33,3 +33,12 @@ if(Python3_Interpreter_FOUND)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(bridge_pyroutes_test PROPERTIES TIMEOUT 120 LABELS cpu SKIP_RETURN_CODE 77)
 endif()
+# Weight deltas end to end: the quantization against a numpy reference, and a real grpo rollout
+# applying, refusing and falling back (tests/bridge_delta_test.py).
+if(TARGET grpo AND Python3_Interpreter_FOUND)
+  add_test(NAME bridge_delta_test
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bridge_delta_test.py
+                   --grpo $<TARGET_FILE:grpo>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(bridge_delta_test PROPERTIES TIMEOUT 300 LABELS cpu SKIP_RETURN_CODE 77)
+endif()

@@ -30,6 +30,7 @@ typedef struct {
 
 typedef struct {
     int64_t version, n_chunks, next, bytes, written;
+    int64_t delta_base; /* -1: full weights; else the assembled file is a delta against it */
     char sha[65], tmp[4096];
     FILE *f;
 } wassembly;
@@ -319,13 +320,10 @@ on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
     reply(p, GRPB_BATCH, e.id, e.version, NULL, e.bytes, e.len);
 }
 
-static grpo_err
-accept_weights(grpo_bridge_publisher *p, int64_t version, const char *path, const char *sha)
+static void
+record_weights(grpo_bridge_publisher *p, int64_t version, const char *path, const char *sha,
+               uint64_t bytes)
 {
-    uint64_t bytes = 0;
-    grpo_err err = grpo_bridge_weights_verify(path, sha, &bytes);
-    if (err != GRPO_OK)
-        return err;
     pthread_mutex_lock(&p->mu);
     if (version > p->latest.version) {
         p->latest.version = version;
@@ -337,7 +335,57 @@ accept_weights(grpo_bridge_publisher *p, int64_t version, const char *path, cons
     pthread_mutex_unlock(&p->mu);
     grpo_log(GRPO_LOG_INFO, "bridge: weights version %" PRId64 " (%s, sha256 %.12s...)", version,
              path, sha);
-    return GRPO_OK;
+}
+
+static grpo_err
+accept_weights(grpo_bridge_publisher *p, int64_t version, const char *path, const char *sha)
+{
+    uint64_t bytes = 0;
+    grpo_err err = grpo_bridge_weights_verify(path, sha, &bytes);
+    if (err == GRPO_OK)
+        record_weights(p, version, path, sha, bytes);
+    return err;
+}
+
+/* A delta applies only to the newest version accepted (the one the engine runs or is about to):
+ * anything else is refused, and the trainer sends the full weights instead. The result lands in
+ * out_path and is accepted only when its sha256 is the one the trainer sent for it. */
+static grpo_err
+accept_delta(grpo_bridge_publisher *p, int64_t version, const char *delta_path,
+             const char *out_path, const char *sha)
+{
+    grpo_weights_delta_info in;
+    grpo_weights_update base;
+    pthread_mutex_lock(&p->mu);
+    base = p->latest;
+    pthread_mutex_unlock(&p->mu);
+    grpo_err err = grpo_bridge_delta_apply_file(delta_path, base.version >= 0 ? base.path : "",
+                                                out_path, p->o.max_weights_bytes, &in);
+    if (err == GRPO_OK && (in.result_version != version || in.base_version != base.version ||
+                           strcasecmp(in.result_sha256, sha) != 0)) {
+        unlink(out_path);
+        err = grpo__fail(GRPO_EFORMAT, "bridge: delta %s is v%" PRId64 " -> v%" PRId64
+                         " (sha256 %.12s...); the request says v%" PRId64 " (sha256 %.12s...)",
+                         delta_path, in.base_version, in.result_version, in.result_sha256,
+                         version, sha);
+    }
+    if (err == GRPO_OK)
+        record_weights(p, version, out_path, sha, in.result_bytes);
+    return err;
+}
+
+/* Refuses early (without reading the delta) one against a version this side does not hold. */
+static grpo_err
+delta_base_known(grpo_bridge_publisher *p, int64_t version, int64_t base_version)
+{
+    pthread_mutex_lock(&p->mu);
+    int64_t held = p->latest.version;
+    pthread_mutex_unlock(&p->mu);
+    if (base_version == held && held >= 0 && base_version < version)
+        return GRPO_OK;
+    return grpo__fail(GRPO_ESTATE, "bridge: weights delta v%" PRId64 " is against v%" PRId64
+                      ", which this side does not hold (newest held: v%" PRId64
+                      "); send the full weights", version, base_version, held);
 }
 
 /* True when this version (with this hash) was already accepted, or a newer one was: answering OK
@@ -352,18 +400,42 @@ known_weights(grpo_bridge_publisher *p, int64_t version, const char *sha)
     return known;
 }
 
+/* The result of a delta by path: in weights_dir when there is one, else beside the delta. */
+static grpo_err
+on_delta_path(grpo_bridge_publisher *p, int64_t version, const char *delta, const char *sha,
+              double base)
+{
+    char out[4200];
+    grpo_err err = delta_base_known(p, version, base >= 0 && base < 9e15 ? (int64_t)base : -1);
+    if (err != GRPO_OK)
+        return err;
+    if (p->weights_dir)
+        snprintf(out, sizeof out, "%s/weights-v%" PRId64 ".safetensors", p->weights_dir, version);
+    else { /* DIR/NAME.delta.safetensors -> DIR/NAME.safetensors, what a full update writes */
+        size_t n = strlen(delta), sl = strlen(".delta.safetensors");
+        if (n > sl && strcmp(delta + n - sl, ".delta.safetensors") == 0)
+            snprintf(out, sizeof out, "%.*s.safetensors", (int)(n - sl), delta);
+        else
+            snprintf(out, sizeof out, "%s.v%" PRId64 ".safetensors", delta, version);
+    }
+    return accept_delta(p, version, delta, out, sha);
+}
+
 static void
 on_weights(grpo_bridge_publisher *p, const grpb_msg *m)
 {
     cJSON *j = m->json_len ? cJSON_ParseWithLength(m->json, m->json_len) : NULL;
     const cJSON *path = j ? cJSON_GetObjectItemCaseSensitive(j, "path") : NULL;
     const cJSON *sha = j ? cJSON_GetObjectItemCaseSensitive(j, "sha256") : NULL;
+    const cJSON *base = j ? cJSON_GetObjectItemCaseSensitive(j, "delta_base") : NULL;
     grpo_err err;
     if (!cJSON_IsString(path) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 || m->a < 0)
         err = grpo__fail(GRPO_EFORMAT, "bridge: WEIGHTS needs a version >= 0 and JSON "
                                        "{path, sha256 (64 hex)}");
     else if (known_weights(p, m->a, sha->valuestring))
         err = GRPO_OK; /* a resent request (the check may outlast the trainer's patience) */
+    else if (cJSON_IsNumber(base))
+        err = on_delta_path(p, m->a, path->valuestring, sha->valuestring, base->valuedouble);
     else
         err = accept_weights(p, m->a, path->valuestring, sha->valuestring);
     cJSON_Delete(j);
@@ -382,6 +454,7 @@ wa_reset(wassembly *w)
     }
     memset(w, 0, sizeof *w);
     w->version = -1;
+    w->delta_base = -1;
 }
 
 static grpo_err
@@ -392,6 +465,7 @@ chunk_start(grpo_bridge_publisher *p, const grpb_msg *m)
     const cJSON *n = j ? cJSON_GetObjectItemCaseSensitive(j, "n_chunks") : NULL;
     const cJSON *by = j ? cJSON_GetObjectItemCaseSensitive(j, "bytes") : NULL;
     const cJSON *sha = j ? cJSON_GetObjectItemCaseSensitive(j, "sha256") : NULL;
+    const cJSON *base = j ? cJSON_GetObjectItemCaseSensitive(j, "delta_base") : NULL;
     grpo_err err = GRPO_OK;
     wa_reset(w);
     if (!cJSON_IsNumber(n) || !cJSON_IsNumber(by) || !cJSON_IsString(sha) ||
@@ -401,7 +475,12 @@ chunk_start(grpo_bridge_publisher *p, const grpb_msg *m)
                          "bridge: first weights chunk needs JSON {n_chunks >= 1, "
                          "bytes <= %llu, sha256}",
                          (unsigned long long)p->o.max_weights_bytes);
+    if (err == GRPO_OK && base != NULL)
+        err = !cJSON_IsNumber(base) || base->valuedouble < 0 || base->valuedouble > 9e15
+                  ? grpo__fail(GRPO_EFORMAT, "bridge: delta_base is not a version")
+                  : delta_base_known(p, m->a, (int64_t)base->valuedouble);
     if (err == GRPO_OK) {
+        w->delta_base = base ? (int64_t)base->valuedouble : -1;
         w->version = m->a;
         w->n_chunks = (int64_t)n->valuedouble;
         w->bytes = (int64_t)by->valuedouble;
@@ -430,6 +509,11 @@ chunk_finish(grpo_bridge_publisher *p)
     }
     snprintf(final, sizeof final, "%s/weights-v%" PRId64 ".safetensors", p->weights_dir,
              w->version);
+    if (w->delta_base >= 0) {
+        grpo_err err = accept_delta(p, w->version, w->tmp, final, w->sha);
+        unlink(w->tmp);
+        return err;
+    }
     if (rename(w->tmp, final) != 0)
         return grpo__fail_errno(GRPO_EIO, errno, "bridge: rename %s", w->tmp);
     grpo_err err = accept_weights(p, w->version, final, w->sha);
@@ -590,7 +674,7 @@ grpo_bridge_publisher_create(grpo_bridge_publisher **out, const char *url,
     p->polled_version = -1;
     p->engine_version = -1;
     p->st.weights_version = -1;
-    p->wa.version = -1;
+    p->wa.version = -1, p->wa.delta_base = -1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->pub_mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -831,5 +915,20 @@ grpo_bridge_set_policy_version(grpo_bridge_publisher *p, int64_t version)
     pthread_mutex_lock(&p->mu);
     if (version > p->engine_version)
         p->engine_version = version;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void
+grpo_bridge_set_base_weights(grpo_bridge_publisher *p, int64_t version, const char *path,
+                             const char *sha256_hex)
+{
+    pthread_mutex_lock(&p->mu);
+    if (version > p->latest.version && strlen(sha256_hex) == 64) {
+        p->latest.version = version;
+        snprintf(p->latest.path, sizeof p->latest.path, "%s", path);
+        snprintf(p->latest.sha256, sizeof p->latest.sha256, "%s", sha256_hex);
+        if (version > p->polled_version)
+            p->polled_version = version; /* the engine runs it already: nothing to poll */
+    }
     pthread_mutex_unlock(&p->mu);
 }

@@ -424,12 +424,44 @@ typedef struct grpo_weights_update {
  * newest is reported), 0 when nothing new. The engine loads it beside the running weights, swaps
  * between scheduler steps, and then calls set_policy_version. */
 int grpo_bridge_poll_weights(grpo_bridge_publisher *p, grpo_weights_update *u);
+/* Tells the publisher which weights file the engine runs before any update (version 0, the
+ * model's own single model.safetensors), so a trainer's first delta can be against it. Ignored
+ * when a version at least as new is known. */
+void grpo_bridge_set_base_weights(grpo_bridge_publisher *p, int64_t version, const char *path,
+                                  const char *sha256_hex);
 /* The policy version the engine now samples with (for max_staleness). */
 void grpo_bridge_set_policy_version(grpo_bridge_publisher *p, int64_t version);
 
 /* Checks a weights file: sha256 equals sha256_hex (when non-NULL) and it is well-formed
  * safetensors (header, dtypes, offsets). bytes_out may be NULL. */
 grpo_err grpo_bridge_weights_verify(const char *path, const char *sha256_hex, uint64_t *bytes_out);
+
+/* ---- weight deltas (schemas/weights_delta.md) ---------------------------------------------- */
+
+#define GRPO_WEIGHTS_DELTA_FORMAT "grpo-weights-delta-1"
+
+/* What a delta says about itself (its __metadata__). */
+typedef struct grpo_weights_delta_info {
+    int64_t base_version, result_version;
+    char base_sha256[65];   /* sha256 of the base weights file */
+    char result_sha256[65]; /* sha256 of the result: the file a full update would have sent */
+    uint64_t result_bytes;
+} grpo_weights_delta_info;
+
+/* Parses a delta's header and metadata only. */
+grpo_err grpo_bridge_delta_peek(const void *delta, size_t len, const char *where,
+                                grpo_weights_delta_info *info);
+/* Builds the result of applying delta to base (the bytes of a weights file whose sha256 must be
+ * the delta's base_sha256, else GRPO_ESTATE) in fresh memory: *out (malloc'd, the caller frees)
+ * holds exactly result_bytes bytes whose sha256 is result_sha256, else an error and *out NULL.
+ * Refuses results over max_bytes. Every structural problem is GRPO_EFORMAT naming the tensor. */
+grpo_err grpo_bridge_delta_apply(const void *delta, size_t len, const void *base, size_t base_len,
+                                 uint64_t max_bytes, const char *where, void **out,
+                                 size_t *out_len);
+/* The same on files: writes the result to out_path atomically (nothing there on error). */
+grpo_err grpo_bridge_delta_apply_file(const char *delta_path, const char *base_path,
+                                      const char *out_path, uint64_t max_bytes,
+                                      grpo_weights_delta_info *info);
 
 /* ---- consumer (trainer side, in C; the Python package is the usual consumer) ---------------- */
 

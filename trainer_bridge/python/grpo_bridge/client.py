@@ -30,6 +30,10 @@ class EndOfStream(Exception):
     pass
 
 
+class _NotSmaller(Exception):
+    pass
+
+
 def _pack(mtype, a=0, b=0, js=None, payload=b""):
     j = json.dumps(js).encode() if js is not None else b""
     return _HDR.pack(MAGIC, VERSION, mtype, 0, a, b, len(j), 0) + j + payload
@@ -142,31 +146,73 @@ class BatchClient:
 
     # -- weights -------------------------------------------------------------------------------
 
-    def publish_weights(self, state_dict, version, shared_dir=None, chunk_bytes=16 << 20):
+    def set_base(self, version, data):
+        """Declares the safetensors image the rollout side runs as version (e.g. version 0, the
+        model's own model.safetensors) so that the next delta can be against it."""
+        self._sent = (version, bytes(data))
+
+    def publish_weights(self, state_dict, version, shared_dir=None, chunk_bytes=16 << 20,
+                        delta=False):
         """Sends a new policy version to the rollout side as safetensors.
 
         shared_dir: a folder both sides can read; the file is written there (atomically) and only
         its path and sha256 travel. Without it the bytes go inline over NNG in chunks. Values may
-        be torch tensors or numpy arrays. Returns the sha256."""
+        be torch tensors or numpy arrays. delta=True sends only what changed since the last
+        version sent (or set_base), schemas/weights_delta.md; a delta the rollout side refuses
+        (it does not hold that version, or anything else) is followed by the full weights.
+        Returns the sha256 of the full weights (the same either way); self.last_publish says
+        what was sent: kind ("full", "delta", "full after refused delta"), bytes, seconds."""
+        t0 = time.monotonic()
         data = _serialize(state_dict, version)
         sha = hashlib.sha256(data).hexdigest()
+        self.last_publish = {"version": version, "full_bytes": len(data)}
+        base = getattr(self, "_sent", None)
+        if delta and base is not None and base[0] < version:
+            from .delta import encode_delta
+            d, _ = encode_delta(base[1], data, base[0], version)
+            if len(d) >= len(data):  # a dense step re-quantized: every block changed
+                self.last_publish["refused"] = "the delta is not smaller than the full weights"
+                d = None
+            try:
+                if d is None:
+                    raise _NotSmaller()
+                self._send(d, version, sha, shared_dir, chunk_bytes, base[0])
+                self._sent = (version, data)
+                self.last_publish.update(kind="delta", bytes=len(d), base_version=base[0],
+                                         seconds=time.monotonic() - t0)
+                return sha
+            except _NotSmaller:
+                pass
+            except BridgeError as e:
+                self.last_publish["refused"] = str(e)
+        self._send(data, version, sha, shared_dir, chunk_bytes, None)
+        self._sent = (version, data)
+        r = self.last_publish.get("refused")
+        self.last_publish.update(kind="full" if r is None else "full (delta not smaller)"
+                                 if r.startswith("the delta is not") else
+                                 "full after refused delta", bytes=len(data),
+                                 seconds=time.monotonic() - t0)
+        return sha
+
+    def _send(self, data, version, sha, shared_dir, chunk_bytes, delta_base):
+        extra = {} if delta_base is None else {"delta_base": delta_base}
         if shared_dir is not None:
-            path = os.path.join(os.path.abspath(shared_dir), "policy-v%d.safetensors" % version)
+            name = "policy-v%d%s.safetensors" % (version, "" if delta_base is None else ".delta")
+            path = os.path.join(os.path.abspath(shared_dir), name)
             tmp = path + ".tmp%d" % os.getpid()
             with open(tmp, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-            self._request(_pack(WEIGHTS, version, 0, {"path": path, "sha256": sha}))
-            return sha
+            self._request(_pack(WEIGHTS, version, 0, dict(path=path, sha256=sha, **extra)))
+            return
         n = max(1, -(-len(data) // chunk_bytes))
         for i in range(n):
             js = {"n_chunks": n}
             if i == 0:
-                js.update(bytes=len(data), sha256=sha)
+                js.update(bytes=len(data), sha256=sha, **extra)
             self._request(_pack(WCHUNK, version, i, js, data[i * chunk_bytes:(i + 1) * chunk_bytes]))
-        return sha
 
     # -- lifetime ------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ that `grpo rollout --model` loads.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -49,6 +50,7 @@ import torch.nn.functional as F
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "trainer_bridge", "python"))
 from grpo_bridge import BatchClient, to_trl, weights  # noqa: E402
+from grpo_bridge import routes as rr  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- the policy
@@ -121,11 +123,13 @@ def k3(logp, ref):
     return torch.clamp(torch.expm1(d) - d, -10, 10)   # expm1: exact near d = 0
 
 
-def token_logprobs(model, inp, temperature):
-    """Per completion token: log softmax(logits / T)[token] (the engine's raw logprob)."""
+def token_logprobs(model, inp, temperature, routes=None):
+    """Per completion token: log softmax(logits / T)[token] (the engine's raw logprob). routes
+    (grpo_bridge.routes.for_trl): the rollout's experts installed in every MoE gate."""
     ids = torch.cat([inp["prompt_ids"], inp["completion_ids"]], dim=1)
     P = inp["prompt_ids"].shape[1]
-    logits = model(input_ids=ids, use_cache=False).logits[:, P - 1:-1, :].float()
+    with (rr.install(model, routes) if routes is not None else contextlib.nullcontext()):
+        logits = model(input_ids=ids, use_cache=False).logits[:, P - 1:-1, :].float()
     if temperature > 0:
         logits = logits / temperature
     lp = torch.log_softmax(logits, dim=-1)
@@ -179,13 +183,13 @@ class Trainer:
             del self.snapshots[v]
 
     @torch.no_grad()
-    def _logprobs_at(self, version, inp, temperature):
+    def _logprobs_at(self, version, inp, temperature, routes=None):
         """Logprobs with the weights of an earlier version (swapped in, then back)."""
         cur = [p.detach().clone() for p in self.params]
         for p, s in zip(self.params, self.snapshots[version]):
             p.copy_(s)
         try:
-            return token_logprobs(self.model, inp, temperature)
+            return token_logprobs(self.model, inp, temperature, routes)
         finally:
             for p, s in zip(self.params, cur):
                 p.copy_(s)
@@ -218,9 +222,11 @@ class Trainer:
             measure = a.mismatch_every and len(stats["stale"]) % a.mismatch_every == 0
             same = b.policy_version == self.version and not self.stepped_since_publish
             mine = None
+            routes = (rr.for_trl(inp) if a.replay_routes and inp.get("prompt_routes") is not None
+                      else None)
             if measure and not same and b.policy_version in self.snapshots:
-                mine = self._logprobs_at(b.policy_version, inp, T)
-            logp = token_logprobs(self.model, inp, T)
+                mine = self._logprobs_at(b.policy_version, inp, T, routes)
+            logp = token_logprobs(self.model, inp, T, routes)
             if measure and same:
                 mine = logp.detach()
             if mine is not None:
@@ -333,6 +339,9 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0, help="stop stepping after N steps "
                     "(remaining batches are acknowledged unused; 0 = until the engine ends)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--replay-routes", action="store_true",
+                    help="batches with MoE routes (grpo rollout --record-routes): every forward "
+                    "sends each token to the experts the rollout chose (grpo_bridge.routes)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--connect-timeout", type=float, default=120.0)
     args = ap.parse_args()

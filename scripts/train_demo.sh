@@ -19,7 +19,8 @@
 # (token-mean), ADVANTAGE (engine), EVAL_GROUP (128: samples per held-out prompt), EVALSET_GROUP
 # (16: samples per prompt of the demo's 120-prompt evaluation set; 0 = skip), EVAL_SEED (12345), TRAIN_SEED (1),
 # PROMPT_SEED (4242), ENGINE_THREADS (1), TRAINER_THREADS (1: torch threads spin badly on a
-# loaded machine), EXTRA_TRAIN_ARGS (--log-kl).
+# loaded machine), EXTRA_TRAIN_ARGS (--log-kl), EXTRA_ROLLOUT_ARGS (none; e.g. --record-routes with
+# EXTRA_TRAIN_ARGS="--log-kl --replay-routes" for routing replay).
 set -euo pipefail
 
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
@@ -42,6 +43,7 @@ PROMPT_SEED=${PROMPT_SEED:-4242}
 ENGINE_THREADS=${ENGINE_THREADS:-1}
 TRAINER_THREADS=${TRAINER_THREADS:-1}
 EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:---log-kl}
+EXTRA_ROLLOUT_ARGS=${EXTRA_ROLLOUT_ARGS:-}
 
 say() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -117,10 +119,12 @@ evaluate "$MODEL" eval_before
 say "training: grpo rollout --publish + examples/train_grpo.py"
 URL="ipc://$WORK/bridge.sock"
 T_TRAIN=$(date +%s)
+# shellcheck disable=SC2086
 "$GRPO" rollout --model "$MODEL" --prompts "$WORK/train_prompts.jsonl" --group "$GROUP" \
     --max-new-tokens "$MAX_NEW" --seed "$TRAIN_SEED" --db "$WORK/train.db" --publish "$URL" \
     --publish-window $((2 * GROUPS_PER_STEP)) --max-pending-groups "$GROUPS_PER_STEP" \
-    --kv-budget "$((GROUP * 64 * 4 * 3))t" --threads "$ENGINE_THREADS" >"$WORK/rollout.log" 2>&1 &
+    --kv-budget "$((GROUP * 64 * 4 * 3))t" --threads "$ENGINE_THREADS" $EXTRA_ROLLOUT_ARGS \
+    >"$WORK/rollout.log" 2>&1 &
 ENGINE=$!
 trap 'kill $ENGINE 2>/dev/null || true' EXIT
 # shellcheck disable=SC2086

@@ -1,8 +1,9 @@
 /* A rollout worker of a pool (`grpo worker`): pulls prompt groups from a coordinator
- * (grpo_coord), generates them with the rollout engine, scores them (grpo_run_score) and returns
- * them; a second thread heartbeats the leases it holds. It follows policy-version changes the
- * coordinator announces: it stops pulling, finishes its in-flight groups (or drops them when the
- * staleness bound is 0), loads the new weights and carries on. */
+ * (grpo_coord), generates them with the rollout engine, scores them (grpo_run_score's step, a
+ * group's samples spread over the worker's threads) and returns them; a second thread heartbeats
+ * the leases it holds. It follows policy-version changes the coordinator announces: it stops
+ * pulling, finishes its in-flight groups (or drops them when the staleness bound is 0), loads the
+ * new weights and carries on. */
 #include "run/run_int.h"
 
 #include <limits.h>
@@ -29,6 +30,7 @@ struct grpo_worker {
     grpo_policy *pol;
     grpo_rollout *r;
     grpo_rewarder *rewarder;
+    grpo_pool *score_pool; /* a group's samples scored on the forward's thread count */
     grpo_reward_config *rcfg;
     grpo_wparams params; /* a copy of the first WORK's */
     int have_params;
@@ -360,7 +362,7 @@ return_group(grpo_worker *w, grpo_rollout_group *rg)
     grpo_run_prompt rp = {&j->ps.items[0], j->rendered, grpo_policy_opens_think(w->pol)};
     int aborted = err == GRPO_OK && grpo_run_group_aborted(&g);
     if (err == GRPO_OK && !aborted)
-        err = grpo_run_score(&g, w->rewarder, &rp);
+        err = grpo_run__score_on(&g, w->rewarder, &rp, w->score_pool);
     if (err == GRPO_OK && !aborted) {
         wire_samples(&g, ws, terms);
         for (int32_t i = 0; i < G; i++)
@@ -511,6 +513,8 @@ grpo_worker_open(grpo_worker **out, const grpo_worker_opts *opts)
                                       : grpo_reward_config_default(&w->rcfg);
     if (err == GRPO_OK)
         err = grpo_rewarder_create(&w->rewarder, w->rcfg);
+    if (err == GRPO_OK) /* scoring and generation take turns on a worker: the same threads */
+        err = grpo_pool_create(&w->score_pool, w->o.threads > 0 ? w->o.threads : 0);
     if (err == GRPO_OK && w->o.gpu >= 0) /* fail before joining: the model opens with work */
         err = grpo_model_backend_check(1);
     if (err == GRPO_OK)
@@ -578,6 +582,7 @@ grpo_worker_close(grpo_worker *w)
     grpo_policy_close(w->pol);
     grpo_wclient_destroy(w->cli);
     grpo_rewarder_destroy(w->rewarder);
+    grpo_pool_destroy(w->score_pool);
     grpo_reward_config_destroy(w->rcfg);
     free(w->params.template_name);
     for (int i = 0; i < w->params.n_stop; i++)

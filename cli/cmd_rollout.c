@@ -180,45 +180,12 @@ static const struct option long_opts[] = {
     {0, 0, 0, 0},
 };
 
+/* The options whose values are checked (numbers, names), and the generation flags. */
 static int
-parse_opt(void *ctx, int c, const char *v)
+parse_checked_opt(grpo_run_opts *a, int c, const char *v)
 {
-    grpo_run_opts *a = &((args *)ctx)->o;
     long n;
     switch (c) {
-    case O_MODEL:
-        a->model = v;
-        return 0;
-    case O_PROMPTS:
-        a->prompts = v;
-        return 0;
-    case O_RESUME:
-        a->resume = 1;
-        return 0;
-    case O_DB:
-        a->db = v;
-        return 0;
-    case O_OUT:
-        a->out = v;
-        return 0;
-    case O_PUBLISH:
-        a->publish = v;
-        return 0;
-    case O_KV:
-        a->kv_budget = v;
-        return 0;
-    case O_REF:
-        a->ref_model = v;
-        return 0;
-    case O_RESCORE:
-        a->rescore = 1;
-        return 0;
-    case O_ROUTES:
-        a->record_routes = 1;
-        return 0;
-    case O_REWARD:
-        a->reward_config = v;
-        return 0;
     case O_TEMPLATE:
         if (strcmp(v, "auto") != 0 && grpo_chat_family_parse(v) < 0)
             return cli_usage(CMD,
@@ -226,9 +193,6 @@ parse_opt(void *ctx, int c, const char *v)
                              "qwen3-nothink, llama3, llama3.1, r1-distill or none",
                              v);
         a->template_name = v;
-        return 0;
-    case O_TOKENIZER:
-        a->tokenizer = v;
         return 0;
     case O_PENDING:
     case O_WINDOW:
@@ -264,6 +228,52 @@ parse_opt(void *ctx, int c, const char *v)
     default:
         return cli_gen_is_opt(c) ? cli_gen_parse_opt(CMD, &a->gen, c, v)
                                  : cli_usage(CMD, "unknown option");
+    }
+}
+
+static int
+parse_opt(void *ctx, int c, const char *v)
+{
+    grpo_run_opts *a = &((args *)ctx)->o;
+    switch (c) {
+    case O_MODEL:
+        a->model = v;
+        return 0;
+    case O_PROMPTS:
+        a->prompts = v;
+        return 0;
+    case O_RESUME:
+        a->resume = 1;
+        return 0;
+    case O_DB:
+        a->db = v;
+        return 0;
+    case O_OUT:
+        a->out = v;
+        return 0;
+    case O_PUBLISH:
+        a->publish = v;
+        return 0;
+    case O_KV:
+        a->kv_budget = v;
+        return 0;
+    case O_REF:
+        a->ref_model = v;
+        return 0;
+    case O_RESCORE:
+        a->rescore = 1;
+        return 0;
+    case O_ROUTES:
+        a->record_routes = 1;
+        return 0;
+    case O_REWARD:
+        a->reward_config = v;
+        return 0;
+    case O_TOKENIZER:
+        a->tokenizer = v;
+        return 0;
+    default:
+        return parse_checked_opt(a, c, v);
     }
 }
 

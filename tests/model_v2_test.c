@@ -78,7 +78,6 @@ check_decode(fx *f)
     grpo_kv_destroy(kv);
 }
 
-
 /* G samples forked from one 40-token prefill (sharing its pages, the partial one copied on
  * write) decode different tokens: bit-identical to decoding after a private prefill each, and the
  * parent is unharmed. */

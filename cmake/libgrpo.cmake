@@ -19,6 +19,7 @@ set(GRPO_LIBRARY_MODULES
     grpo_verify_math
     grpo_verify_code
     grpo_verifiers
+    grpo_env
     grpo_bridge
     grpo_run)
 

@@ -12,6 +12,10 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
                 TIMEOUT 120)
 endif()
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
+  grpo_add_test(engine_turns_test SOURCES engine_turns_test.c LIBS grpo_engine grpo_common m
+                TIMEOUT 120)
+endif()
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
   grpo_add_test(engine_prompts_test SOURCES engine_prompts_test.c LIBS grpo_engine grpo_common
                 TIMEOUT 60)
 endif()

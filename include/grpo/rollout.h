@@ -157,6 +157,47 @@ void grpo_rollout_backend_fini(grpo_rollout_backend *b);
  * has this shape). NULL/0 for an id with no text. */
 typedef const char *(*grpo_token_bytes_fn)(const void *ctx, int32_t id, size_t *len);
 
+/* ---- Multi-turn: a sample parked while a tool or an environment answers ---- */
+
+typedef struct grpo_rollout_group grpo_rollout_group;
+
+/* What a finished step hands back to the engine. The engine takes tokens and record_json. */
+typedef struct grpo_rollout_obs {
+    int32_t *tokens; /* the observation as token ids (malloc'd), or NULL */
+    int32_t n_tokens;
+    int32_t done;      /* 1: the sample ends after this observation (GRPO_FINISH_STOP) */
+    char *record_json; /* what to keep of the turn (malloc'd JSON), or NULL */
+} grpo_rollout_obs;
+
+/* The engine's side of tool calls and environments (run/turns.c implements it over grpo_env).
+ * Every call comes from the scheduler thread; start() must return at once (the step itself runs
+ * elsewhere) so that a tool never stalls the other sequences. A sample is named by its group's
+ * id and its index in the group (0..G). */
+typedef struct grpo_rollout_turns {
+    void *ctx;
+    /* After each model token of a sample: 1 when the completion text[0..len) now ends an action.
+     * Bytes before scan_from belong to earlier turns; bytes from new_from on came with this
+     * token. The sample then parks and start() is called. */
+    int (*detect)(void *ctx, const grpo_rollout_group *g, int32_t sample, const char *text,
+                  size_t len, size_t scan_from, size_t new_from);
+    grpo_err (*start)(void *ctx, const grpo_rollout_group *g, int32_t sample);
+    /* 1 when the sample's step is done (fills *out), 0 while it runs. */
+    int (*poll)(void *ctx, const grpo_rollout_group *g, int32_t sample, grpo_rollout_obs *out);
+    /* Blocks up to timeout_ms or until some step is done (the engine has nothing else to do). */
+    void (*wait)(void *ctx, int timeout_ms);
+    /* The sample ended (finished or aborted): its state goes, a step in flight is abandoned. */
+    void (*end)(void *ctx, const grpo_rollout_group *g, int32_t sample);
+} grpo_rollout_turns;
+
+/* One turn of a sample: the model's tokens up to its action, then the observation. */
+typedef struct grpo_rollout_turn {
+    int32_t action_end; /* tokens[0..action_end) came before this turn's observation */
+    int32_t n_obs;      /* tokens[action_end .. action_end + n_obs) are the observation */
+    int32_t n_obs_cut;  /* observation tokens dropped for lack of room (max_new_tokens) */
+    double t_park, t_resume; /* grpo_now() when the sample parked and when its observation came */
+    char *record_json;       /* the turns hook's record (grpo_rollout_obs.record_json) */
+} grpo_rollout_turn;
+
 /* ---- Scheduler ---- */
 
 typedef struct grpo_rollout_opts {
@@ -184,6 +225,10 @@ typedef struct grpo_rollout_opts {
      * every completion token (grpo_rollout_group.prompt_routes, grpo_rollout_sample.routes). Needs
      * a backend with route_row_bytes > 0. */
     int32_t record_routes;
+    /* Tool calls and environments; NULL: a sample is one turn. The hook must outlive the engine.
+     * Observation tokens count toward max_new_tokens (the KV budget holds them) and are fed to
+     * the model in chunks like a prompt; their logprobs are 0 and their mask 0. */
+    const grpo_rollout_turns *turns;
 } grpo_rollout_opts;
 
 /* One prompt group to generate. The engine copies everything it needs at submit. */
@@ -214,9 +259,13 @@ typedef struct grpo_rollout_sample {
     /* With record_routes: the routes of tokens[0 .. n_tokens - 1), route_row_bytes each. The last
      * token is never fed to the model, so it has none. NULL otherwise (or with n_tokens <= 1). */
     uint8_t *routes;
+    /* With a turns hook: 1 per model token, 0 per observation token (n_tokens); else NULL. */
+    uint8_t *mask;
+    int32_t n_turns;
+    grpo_rollout_turn *turns;
 } grpo_rollout_sample;
 
-typedef struct grpo_rollout_group {
+struct grpo_rollout_group {
     uint64_t id; /* submit order, from 0 */
     void *user;
     int32_t n_prompt;
@@ -232,7 +281,7 @@ typedef struct grpo_rollout_group {
      * copy for the whole group); else NULL and 0. */
     uint8_t *prompt_routes;
     size_t route_row_bytes;
-} grpo_rollout_group;
+};
 void grpo_rollout_group_free(grpo_rollout_group *g);
 
 typedef struct grpo_rollout_stats {
@@ -242,6 +291,11 @@ typedef struct grpo_rollout_stats {
     int32_t groups_in_flight, seqs_active;
     int32_t peak_groups_in_flight, peak_seqs_active;
     size_t pages_used, peak_pages_used, pages_reserved, budget_pages;
+    /* Turns: observations fed, their tokens, steps with nothing to run but parked samples, and the
+     * time spent waiting in them; samples parked now. */
+    uint64_t turns, obs_tokens, wait_steps;
+    double wait_s;
+    int32_t seqs_parked;
 } grpo_rollout_stats;
 
 typedef struct grpo_rollout grpo_rollout;

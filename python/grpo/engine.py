@@ -61,7 +61,7 @@ class _Opts(ctypes.Structure):  # grpo_rollout_opts
     _fields_ = [("kv_budget_pages", ctypes.c_size_t), ("max_batch_seqs", _i32),
                 ("prefill_chunk", _i32), ("max_step_tokens", _i32), ("no_share_prefix", _i32),
                 ("sample_threads", _i32), ("token_bytes", _vp), ("token_bytes_ctx", _vp),
-                ("ref", _vp), ("rescore", _vp), ("record_routes", _i32)]
+                ("ref", _vp), ("rescore", _vp), ("record_routes", _i32), ("turns", _vp)]
 
 
 class _Request(ctypes.Structure):  # grpo_rollout_request
@@ -78,7 +78,8 @@ class _Sample(ctypes.Structure):  # grpo_rollout_sample
                 ("ref_logprob", ctypes.POINTER(ctypes.c_float)),
                 ("policy_logprob", ctypes.POINTER(ctypes.c_float)),
                 ("text", _vp), ("text_len", ctypes.c_size_t), ("t_done", ctypes.c_double),
-                ("routes", _vp)]
+                ("routes", _vp), ("mask", ctypes.POINTER(ctypes.c_uint8)), ("n_turns", _i32),
+                ("turns", _vp)]
 
 
 class _Group(ctypes.Structure):  # grpo_rollout_group

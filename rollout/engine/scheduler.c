@@ -11,74 +11,11 @@
  * Nothing here feeds randomness or batch position into a sample: the token is drawn from the
  * row's logits with the key (seed, prompt key, sample index, position), so completions do not
  * depend on what else was in the batch. */
-#include "rollout/engine/engine_int.h"
+#include "rollout/engine/sched_int.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { PH_WAIT = 0, PH_PREFILL = 1, PH_DECODE = 2, PH_DONE = 3 };
-
-typedef struct sample_state {
-    int phase;
-    int32_t kv;        /* KV sequence, -1 when none */
-    int32_t prefilled; /* private mode: prompt tokens prefilled so far */
-    int32_t pending;   /* last sampled token, to feed at the next step */
-    int32_t cap;
-    grpo_buf text;          /* decoded bytes so far */
-    size_t route_row_bytes; /* routes kept per token (record_routes), else 0 */
-} sample_state;
-
-typedef struct group_state {
-    grpo_rollout_group *g; /* the result being built */
-    sample_state *s;
-    int32_t parent_kv, parent_prefilled;
-    int32_t n_active;
-    int32_t prompt_routed;                 /* every prompt token's routes are in g->prompt_routes */
-    size_t pages_shared, pages_per_sample; /* reservation */
-    char *stop_store[GRPO_ROLLOUT_MAX_STOP];
-    struct group_state *next;
-} group_state;
-
-typedef struct done_node {
-    grpo_rollout_group *g;
-    struct done_node *next;
-} done_node;
-
-/* One forward row: which group and which sample (-1: the shared parent) it belongs to. */
-typedef struct row_ref {
-    group_state *gs;
-    int32_t sample;
-    int32_t last_chunk; /* 1: the row's logits are used (end of a prompt, or a decode row) */
-} row_ref;
-
-struct grpo_rollout {
-    grpo_rollout_backend be;
-    grpo_rollout_opts opts;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    group_state *queue_head, *queue_tail; /* submitted, not admitted (mu) */
-    group_state *active;                  /* admitted (scheduler thread only) */
-    done_node *done_head, *done_tail;     /* completed, not popped (mu) */
-    uint64_t next_id, queued, popped;     /* ids handed out; groups queued; groups popped */
-    int closed, cancel, paused;
-    int64_t policy_version;
-    size_t budget, reserved;
-    grpo_rollout_stats st;
-    /* per-step buffers */
-    grpo_fwd_item *items;
-    void **routes; /* per item: where its routes go (record_routes), else NULL */
-    row_ref *rows;
-    int32_t items_cap;
-    float *logits;
-    size_t logits_cap;
-    void **scratch;     /* one sampler scratch per sampling thread */
-    grpo_pool *pool;    /* sampling threads, or NULL */
-    struct draw *draws; /* this step's draws */
-    int32_t n_draws, draws_cap;
-    int n_scratch;
-    uint32_t rr; /* round-robin start for capped decode batches */
-};
 
 static size_t
 div_up(size_t a, size_t b)
@@ -95,6 +32,7 @@ grpo_rollout_group_free(grpo_rollout_group *g)
         grpo_rollout_sample *s = &g->samples[i];
         free(s->tokens), free(s->logprob_raw), free(s->logprob_processed);
         free(s->ref_logprob), free(s->policy_logprob), free(s->text), free(s->routes);
+        grpo_engine__turns_free(s);
     }
     free(g->prompt_routes);
     for (int32_t i = 0; i < g->req.params.n_stop_strings; i++)
@@ -299,8 +237,8 @@ push_done(grpo_rollout *r, grpo_rollout_group *g)
 
 /* ---- per-token bookkeeping ---- */
 
-static grpo_err
-grow_sample(grpo_rollout_sample *o, sample_state *s, int want_proc)
+grpo_err
+grpo_engine__grow_sample(grpo_rollout *r, grpo_rollout_sample *o, sample_state *s, int want_proc)
 {
     if (o->n_tokens < s->cap)
         return GRPO_OK;
@@ -318,7 +256,10 @@ grow_sample(grpo_rollout_sample *o, sample_state *s, int want_proc)
     uint8_t *rt = rb ? realloc(o->routes, (size_t)nc * rb) : NULL;
     if (rt)
         o->routes = rt;
-    if (!t || !a || (want_proc && !b) || (rb && !rt))
+    uint8_t *mk = r->opts.turns ? realloc(o->mask, (size_t)nc) : NULL;
+    if (mk)
+        o->mask = mk;
+    if (!t || !a || (want_proc && !b) || (rb && !rt) || (r->opts.turns && !mk))
         return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
     s->cap = nc;
     return GRPO_OK;
@@ -340,16 +281,19 @@ emit(grpo_rollout *r, group_state *gs, int32_t i, int32_t tok, float lr, float l
     const grpo_gen_params *p = &gs->g->req.params;
     grpo_rollout_sample *o = &gs->g->samples[i];
     sample_state *s = &gs->s[i];
-    grpo_err err = grow_sample(o, s, p->logprobs & GRPO_LOGPROBS_PROCESSED);
+    grpo_err err = grpo_engine__grow_sample(r, o, s, p->logprobs & GRPO_LOGPROBS_PROCESSED);
     if (err != GRPO_OK)
         return err;
     o->tokens[o->n_tokens] = tok;
     o->logprob_raw[o->n_tokens] = lr;
     if (o->logprob_processed)
         o->logprob_processed[o->n_tokens] = lp;
+    if (o->mask)
+        o->mask[o->n_tokens] = 1;
     o->n_tokens++;
     r->st.tokens_generated++;
     s->pending = tok;
+    size_t from_text = s->text.len;
     if (tok == p->eos_id) {
         o->finish = GRPO_FINISH_EOS;
         return GRPO_OK;
@@ -375,6 +319,8 @@ emit(grpo_rollout *r, group_state *gs, int32_t i, int32_t tok, float lr, float l
     if (o->n_tokens >= p->max_new_tokens ||
         (r->be.max_context > 0 && gs->g->n_prompt + o->n_tokens >= r->be.max_context))
         o->finish = GRPO_FINISH_LENGTH;
+    else if (r->opts.turns != NULL && r->opts.token_bytes != NULL)
+        return grpo_engine__turns_detect(r, gs, i, from_text);
     return GRPO_OK;
 }
 
@@ -400,6 +346,8 @@ score_group(const grpo_rollout_backend *b, grpo_rollout_group *g, int policy)
         if (err != GRPO_OK)
             return err;
         for (int32_t k = 0; policy && k < s->n_tokens; k++) {
+            if (s->mask != NULL && s->mask[k] == 0) /* observation tokens were never sampled */
+                continue;
             double d = (double)out[k] - (double)s->logprob_raw[k];
             d = d < 0 ? -d : d;
             if (d > g->max_abs_logprob_diff)
@@ -410,11 +358,13 @@ score_group(const grpo_rollout_backend *b, grpo_rollout_group *g, int policy)
 }
 
 /* Moves text into the result, frees the sample's pages and its share of the reservation. */
-static grpo_err
-finish_sample(grpo_rollout *r, group_state *gs, int32_t i)
+grpo_err
+grpo_engine__finish_sample(grpo_rollout *r, group_state *gs, int32_t i)
 {
     sample_state *s = &gs->s[i];
     grpo_rollout_sample *o = &gs->g->samples[i];
+    if (r->opts.turns != NULL)
+        r->opts.turns->end(r->opts.turns->ctx, gs->g, i);
     if (s->kv >= 0)
         r->be.seq_free(r->be.ctx, s->kv);
     s->kv = -1;
@@ -532,8 +482,8 @@ ensure_items(grpo_rollout *r, int32_t n)
     return GRPO_OK;
 }
 
-static grpo_err
-add_item(grpo_rollout *r, int32_t *n, int32_t seq, int32_t pos0, int32_t len, const int32_t *tok,
+grpo_err
+grpo_engine__add_item(grpo_rollout *r, int32_t *n, int32_t seq, int32_t pos0, int32_t len, const int32_t *tok,
          group_state *gs, int32_t sample, int32_t last)
 {
     grpo_err err = ensure_items(r, *n + 1);
@@ -556,7 +506,7 @@ add_prefill(grpo_rollout *r, int32_t *n, int32_t *kv, int32_t *done, group_state
         return err;
     int32_t P = gs->g->n_prompt, C = r->opts.prefill_chunk;
     int32_t len = P - *done < C ? P - *done : C;
-    if ((err = add_item(r, n, *kv, *done, len, gs->g->prompt + *done, gs, sample,
+    if ((err = grpo_engine__add_item(r, n, *kv, *done, len, gs->g->prompt + *done, gs, sample,
                         *done + len == P)) != GRPO_OK)
         return err;
     if (gs->g->prompt_routes != NULL) /* private prefills of one prompt write the same routes */
@@ -569,9 +519,8 @@ add_prefill(grpo_rollout *r, int32_t *n, int32_t *kv, int32_t *done, group_state
 }
 
 static grpo_err
-build_prefill(grpo_rollout *r, int32_t *n)
+build_prefill(grpo_rollout *r, int32_t *n, int32_t budget)
 {
-    int32_t budget = r->opts.max_step_tokens;
     grpo_err err = GRPO_OK;
     for (group_state *gs = r->active; gs && budget > 0 && err == GRPO_OK; gs = gs->next) {
         int32_t P = gs->g->n_prompt;
@@ -614,7 +563,7 @@ build_decode(grpo_rollout *r, int32_t *n)
             if (off >= take)
                 continue;
             int32_t pos = gs->g->n_prompt + gs->g->samples[i].n_tokens - 1;
-            grpo_err err = add_item(r, n, s->kv, pos, 1, &s->pending, gs, i, 1);
+            grpo_err err = grpo_engine__add_item(r, n, s->kv, pos, 1, &s->pending, gs, i, 1);
             if (err != GRPO_OK)
                 return err;
             grpo_rollout_sample *o = &gs->g->samples[i]; /* the fed token is tokens[n - 1] */
@@ -624,13 +573,6 @@ build_decode(grpo_rollout *r, int32_t *n)
     return GRPO_OK;
 }
 
-/* One draw to make this step: a logits row and the sample it is for. */
-typedef struct draw {
-    const float *row;
-    group_state *gs;
-    int32_t sample, tok;
-    float lr, lp;
-} draw;
 
 static grpo_err
 add_draw(grpo_rollout *r, const float *row, group_state *gs, int32_t i)
@@ -692,12 +634,12 @@ apply_draw(grpo_rollout *r, const draw *d)
     }
     if (d->gs->g->t_first_token == 0.0)
         d->gs->g->t_first_token = grpo_now();
+    d->gs->s[d->sample].phase = PH_DECODE; /* emit may park it */
     grpo_err err = emit(r, d->gs, d->sample, d->tok, d->lr, d->lp);
     if (err != GRPO_OK)
         return err;
-    d->gs->s[d->sample].phase = PH_DECODE;
     if (d->gs->g->samples[d->sample].finish != GRPO_FINISH_NONE)
-        return finish_sample(r, d->gs, d->sample);
+        return grpo_engine__finish_sample(r, d->gs, d->sample);
     return GRPO_OK;
 }
 
@@ -760,7 +702,7 @@ abort_all(grpo_rollout *r)
         for (int32_t i = 0; i < gs->g->n_samples && err == GRPO_OK; i++)
             if (gs->s[i].phase != PH_DONE) {
                 gs->g->samples[i].finish = GRPO_FINISH_ABORT;
-                err = finish_sample(r, gs, i);
+                err = grpo_engine__finish_sample(r, gs, i);
             }
     return err == GRPO_OK ? reap(r) : err;
 }
@@ -784,8 +726,18 @@ grpo_rollout_step(grpo_rollout *r, int *busy)
     if (cancel && (err = abort_all(r)) != GRPO_OK)
         return err;
     admit(r);
-    if ((err = build_prefill(r, &n)) != GRPO_OK || (err = build_decode(r, &n)) != GRPO_OK)
+    int32_t parked = 0, budget = r->opts.max_step_tokens;
+    if (r->opts.turns != NULL && ((err = grpo_engine__turns_poll(r, &parked)) != GRPO_OK ||
+                                  (err = grpo_engine__turns_build(r, &n, &budget)) != GRPO_OK))
         return err;
+    if ((err = build_prefill(r, &n, budget)) != GRPO_OK || (err = build_decode(r, &n)) != GRPO_OK)
+        return err;
+    if (n == 0 && parked > 0) { /* every sequence waits for a tool: nothing to run */
+        double t0 = grpo_now();
+        r->opts.turns->wait(r->opts.turns->ctx, 20);
+        r->st.wait_steps++;
+        r->st.wait_s += grpo_now() - t0;
+    }
     if (n > 0) {
         if ((err = ensure_logits(r, n)) != GRPO_OK || (err = step_forward(r, n)) != GRPO_OK)
             return err;

@@ -118,6 +118,17 @@ typedef struct grpo_reward_rec {
     double ms;                /* time the check took */
 } grpo_reward_rec;
 
+/* One turn of a multi-turn completion (grpo_rollout_turn): token_ids[action_end .. action_end +
+ * n_obs) are the observation of the action that ended at token action_end (loss mask 0). The
+ * store keeps record_json whole and pulls env, label, tool_ms, ran, done and reward out of it into
+ * columns (schemas/006_turns.sql). */
+typedef struct grpo_turn_rec {
+    int32_t action_end, n_obs, n_obs_cut;
+    double at_ms;             /* when the sample parked, from its group's admission */
+    double wait_ms;           /* parked until its observation came */
+    const char *record_json;  /* {"env", "label", "action", "observation", "tool_ms", ...} */
+} grpo_turn_rec;
+
 typedef struct grpo_completion_rec {
     int32_t sample_index; /* 0..G-1 */
     int32_t n_tokens;
@@ -147,6 +158,8 @@ typedef struct grpo_completion_rec {
     /* With grpo_group_rec.routes: the MoE routes of token_ids[0 .. n_tokens - 1) (the last token
      * has none), layers x k ids per token. */
     const uint8_t *routes;
+    int32_t n_turns; /* tool calls and environment steps, in order (0: one turn) */
+    const grpo_turn_rec *turns;
 } grpo_completion_rec;
 
 /* A group's MoE routes (grpo rollout --record-routes): ids of 1 byte when experts <= 256, else
@@ -234,6 +247,9 @@ typedef struct grpo_stored_completion {
     /* its advantage: has_advantage 0 when none was recorded (a skipped completion) */
     int32_t has_advantage;
     double advantage;
+    /* its turns (record_json owned, malloc'd), in order */
+    int32_t n_turns;
+    grpo_turn_rec *turns;
 } grpo_stored_completion;
 
 /* GRPO_ENOTFOUND when no completion has that id. */
@@ -285,7 +301,8 @@ typedef enum grpo_stats_by {
     GRPO_STATS_BY_LENGTH_HIST = 7, /* a histogram of completion lengths (tokens), likewise */
     GRPO_STATS_BY_TIME = 8,        /* throughput over the run's wall time: a row per run and bin */
     GRPO_STATS_BY_KL = 9,      /* per run and step: KL and logprob gap to the reference policy */
-    GRPO_STATS_BY_EXAMPLE = 10 /* a few completions per run, verifier and verdict kind */
+    GRPO_STATS_BY_EXAMPLE = 10, /* a few completions per run, verifier and verdict kind */
+    GRPO_STATS_BY_TOOLS = 11    /* per run and environment: tool calls, latency, rewards */
 } grpo_stats_by;
 
 typedef struct grpo_stats_opts {

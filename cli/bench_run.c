@@ -2,7 +2,10 @@
  * library (grpo_run_open, grpo_run_execute) twice per round, in alternating order: (A) with its
  * verifiers, on verifier threads beside generation, and (B) the same run with every verifier
  * answered at once with A's verdicts (grpo_run_opts.score), so that the completions, rewards,
- * advantages and records are the same and only the cost of verifying differs. */
+ * advantages and records are the same and only the cost of verifying differs. With --tools, A
+ * runs the tools and B answers each call at once with A's observation (cli/bench_tools.c);
+ * --instant says which of the two B answers at once. */
+#include "cli/bench_tools.h"
 #include "cli/cli.h"
 #include "cli/run_common.h"
 #include "common/common_int.h"
@@ -56,6 +59,13 @@ usage(FILE *f)
           "                       verifiers (default 8)\n"
           "  --reward-config FILE reward composition (default: math = math + 0.2 format,\n"
           "                       code = code + 0.2 format)\n"
+          "  --tools LIST         A calls these tools (as grpo rollout --tools); B answers each\n"
+          "                       call at once with the observation A's tool gave, where A's\n"
+          "                       sample made it (same completions: only the tools' cost\n"
+          "                       differs). Per round also: tokens/s of A and B and the\n"
+          "                       engine steps that waited for a tool\n"
+          "  --instant WHAT       what B answers at once: verify (default without --tools),\n"
+          "                       tools (default with --tools; B runs the verifiers) or both\n"
           "  --keep DIR           write the runs' stores and --out files to DIR and keep them\n"
           "                       (default: a temporary folder, removed at the end)\n"
           "  --help               this text\n\n"
@@ -76,6 +86,8 @@ typedef struct table {
     size_t mismatches; /* verdicts of a later A that differ from the first A's */
     double verify_s;   /* this run's score steps (g->verify_ms), summed over groups */
     grpo_run *run;     /* the run being executed */
+    bench_tools *tools; /* with --tools: A's calls */
+    int instant_verify, instant_tools;
 } table;
 
 static grpo_err
@@ -137,6 +149,8 @@ score_real(void *ctx, grpo_run_group *g, grpo_rewarder *rw, const grpo_run_promp
     table *t = ctx;
     (void)rw;
     grpo_err err = grpo_run_score_default(t->run, g, p);
+    if (err == GRPO_OK && t->tools != NULL)
+        err = bench_tools_keep(t->tools, g);
     pthread_mutex_lock(&t->mu);
     t->verify_s += g->verify_ms * 1e-3; /* the step's own time, not its wait for the pool */
     for (int32_t i = 0; err == GRPO_OK && i < g->n_samples; i++) {
@@ -258,6 +272,7 @@ self_cpu(void)
 typedef struct args {
     grpo_run_opts o;
     long rounds;
+    const char *instant; /* --instant: verify, tools or both */
     const char *keep;
     char model_buf[PATH_MAX], prompts_buf[PATH_MAX];
 } args;
@@ -266,6 +281,8 @@ typedef struct measure {
     double wall, gen, proc_cpu, sandbox_cpu, verify;
     size_t completions, groups;
     double reward_mean;
+    uint64_t tokens, turns, steps, wait_steps; /* generated tokens; the engine's turns */
+    double wait_s;
 } measure;
 
 typedef struct watch {
@@ -295,7 +312,9 @@ run_once(const args *a, table *t, int real, const char *dir, long round, measure
     }
     grpo_run_opts o = a->o;
     o.db = db, o.out = out;
-    o.score = real ? score_real : score_instant, o.score_ctx = t;
+    o.score = real || !t->instant_verify ? score_real : score_instant, o.score_ctx = t;
+    if (!real && t->instant_tools)
+        o.turns_hook = bench_tools_hook(t->tools);
     grpo_run *r = NULL;
     grpo_run_stats st;
     watch w = {0, 0};
@@ -312,6 +331,9 @@ run_once(const args *a, table *t, int real, const char *dir, long round, measure
         m->completions = st.completions, m->groups = st.groups_done;
         m->reward_mean = st.reward_mean;
         m->verify = t->verify_s;
+        m->tokens = st.engine.tokens_generated, m->turns = st.engine.turns;
+        m->steps = st.engine.forward_calls + st.engine.wait_steps;
+        m->wait_steps = st.engine.wait_steps, m->wait_s = st.engine.wait_s;
     }
     grpo_err cerr = grpo_run_close(r);
     return err != GRPO_OK ? err : cerr;
@@ -367,7 +389,17 @@ same_lines(const char *dir, long round)
 
 /* ---- flags ---------------------------------------------------------------------------------- */
 
-enum { O_MODEL = 256, O_PROMPTS, O_ROUNDS, O_THREADS, O_VTHREADS, O_PENDING, O_REWARD, O_KEEP };
+enum {
+    O_MODEL = 256,
+    O_PROMPTS,
+    O_ROUNDS,
+    O_THREADS,
+    O_VTHREADS,
+    O_PENDING,
+    O_REWARD,
+    O_KEEP,
+    O_INSTANT
+};
 
 static const struct option long_opts[] = {
     {"model", required_argument, 0, O_MODEL},
@@ -378,7 +410,9 @@ static const struct option long_opts[] = {
     {"max-pending-groups", required_argument, 0, O_PENDING},
     {"reward-config", required_argument, 0, O_REWARD},
     {"keep", required_argument, 0, O_KEEP},
+    {"instant", required_argument, 0, O_INSTANT},
     CLI_GEN_LONG_OPTS,
+    CLI_TOOLS_LONG_OPTS,
     {0, 0, 0, 0},
 };
 
@@ -400,6 +434,11 @@ parse_opt(void *ctx, int c, const char *v)
     case O_KEEP:
         x->keep = v;
         return 0;
+    case O_INSTANT:
+        if (strcmp(v, "verify") != 0 && strcmp(v, "tools") != 0 && strcmp(v, "both") != 0)
+            return cli_usage(CMD, "--instant %s: expected verify, tools or both", v);
+        x->instant = v;
+        return 0;
     case O_ROUNDS:
         if (cli_parse_long(v, 1, MAX_ROUNDS, &x->rounds) != 0)
             return cli_usage(CMD, "--rounds %s: expected an integer in [1, %d]", v, MAX_ROUNDS);
@@ -417,6 +456,8 @@ parse_opt(void *ctx, int c, const char *v)
         *(c == O_THREADS ? &x->o.threads : &x->o.verify_threads) = (int32_t)n;
         return 0;
     default:
+        if (cli_tools_is_opt(c))
+            return cli_tools_parse_opt(CMD, &x->o.tools, c, v);
         return cli_gen_is_opt(c) ? cli_gen_parse_opt(CMD, &x->o.gen, c, v)
                                  : cli_usage(CMD, "unknown option");
     }
@@ -442,6 +483,11 @@ parse_args(args *x, int argc, char **argv)
         x->o.prompts = x->prompts_buf;
     }
     x->o.command_line = "grpo bench run";
+    int tools = x->o.tools.list != NULL && x->o.tools.list[0] != '\0';
+    if (x->instant == NULL)
+        x->instant = tools ? "tools" : "verify";
+    if (!tools && strcmp(x->instant, "verify") != 0)
+        return cli_usage(CMD, "--instant %s needs --tools", x->instant);
     return 0;
 }
 
@@ -481,8 +527,13 @@ header(const args *a, size_t n_prompts)
            a->o.model, a->o.prompts, n_prompts, a->o.gen.G, a->o.gen.max_new,
            a->o.threads > 0 ? a->o.threads : grpo_cpu_count(), a->o.verify_threads, a->rounds,
            grpo_cpu_count(), grpo_version());
-    printf("A: verifiers run beside generation; B: every verifier answered at once with A's "
-           "verdicts\n\n");
+    int tools = a->o.tools.list != NULL && a->o.tools.list[0] != '\0';
+    printf("A: verifiers run beside generation%s; B: %s\n\n", tools ? ", tools called" : "",
+           strcmp(a->instant, "verify") == 0 ? "every verifier answered at once with A's verdicts"
+           : strcmp(a->instant, "tools") == 0
+               ? "every tool call answered at once with A's observation, verifiers run"
+               : "every tool call and verifier answered at once with A's observations and "
+                 "verdicts");
     printf("| round | order | wall A s | wall B s | A / B | generated A s | generated B s | "
            "verify wall s | CPU A s | CPU B s | sandbox CPU s | completions/s A | "
            "completions/s B | load start | load end | same run |\n");
@@ -501,6 +552,30 @@ row(long round, const measure *ma, const measure *mb, const double *load0, const
            mb->proc_cpu, ma->sandbox_cpu, ma->wall > 0 ? (double)ma->completions / ma->wall : 0,
            mb->wall > 0 ? (double)mb->completions / mb->wall : 0, load0[0], load1[0],
            same ? "yes" : "no");
+    fflush(stdout);
+}
+
+static void
+tools_one(const char *name, const measure *m)
+{
+    printf("%s %.1f tok/s, %llu calls, waited for a tool in %llu of %llu engine steps (%.1f%%, "
+           "%.2f s)",
+           name, m->wall > 0 ? (double)m->tokens / m->wall : 0.0, (unsigned long long)m->turns,
+           (unsigned long long)m->wait_steps, (unsigned long long)m->steps,
+           m->steps ? 100.0 * (double)m->wait_steps / (double)m->steps : 0.0, m->wait_s);
+}
+
+static void
+tools_row(long round, const measure *ma, const measure *mb)
+{
+    printf("  round %ld tools: ", round);
+    tools_one("A", ma);
+    printf("; ");
+    tools_one("B", mb);
+    printf("; tokens/s B / A %.3f\n",
+           ma->wall > 0 && mb->wall > 0 ? ((double)mb->tokens / mb->wall) /
+                                              ((double)ma->tokens / ma->wall)
+                                        : 0.0);
     fflush(stdout);
 }
 
@@ -576,6 +651,8 @@ rounds(const args *a, table *t, const char *dir)
         all_same &= same;
         ratio[r - 1] = mb.wall > 0 ? ma.wall / mb.wall : 0;
         row(r, &ma, &mb, l0, l1, same);
+        if (t->tools != NULL)
+            tools_row(r, &ma, &mb);
     }
     footer(a, t, ratio, &ma, all_same, t->mismatches);
     return all_same && t->mismatches == 0 ? CLI_OK : CLI_FAIL;
@@ -605,9 +682,14 @@ grpo_bench_run(int argc, char **argv)
     t.n_items = ps.n, t.G = a.o.gen.G;
     size_t cells = (ps.n ? ps.n : 1) * (size_t)t.G;
     t.res = calloc(cells, sizeof *t.res), t.have = calloc(cells, 1);
+    t.instant_verify = strcmp(a.instant, "tools") != 0;
+    t.instant_tools = strcmp(a.instant, "verify") != 0;
     char dir[PATH_MAX];
     rc = CLI_FAIL;
-    if (t.res == NULL || t.have == NULL)
+    if (a.o.tools.list != NULL && a.o.tools.list[0] != '\0' &&
+        bench_tools_create(&t.tools, &ps, a.o.gen.G) != GRPO_OK)
+        fprintf(stderr, "grpo %s: %s\n", CMD, grpo_error_last());
+    else if (t.res == NULL || t.have == NULL)
         fprintf(stderr, "grpo %s: out of memory\n", CMD);
     else if (make_dir(&a, dir, sizeof dir) == 0) {
         header(&a, ps.n);
@@ -615,6 +697,7 @@ grpo_bench_run(int argc, char **argv)
         if (a.keep == NULL)
             remove_dir(dir, a.rounds);
     }
+    bench_tools_destroy(t.tools);
     table_fini(&t);
     grpo_prompts_fini(&ps);
     return rc;

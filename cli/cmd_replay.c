@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "common/common_int.h"
 #include "grpo/rollout.h"
+#include "grpo/run.h"
 #include "grpo/store.h"
 
 #include <cjson/cJSON.h>
@@ -27,8 +28,15 @@ usage(FILE *f)
                "  --model DIR        use this model directory instead of the recorded one (its\n"
                "                     weights must still have the recorded sha256)\n"
                "  --threads N        forward threads (default: all CPUs; never changes tokens)\n"
+               "  --re-execute       a multi-turn completion (--tools): run every recorded tool\n"
+               "                     call again and report each observation that differs from\n"
+               "                     the recorded one (the recorded ones are what is fed, so\n"
+               "                     the completion still replays bit for bit)\n"
                "  --help             this text\n\n"
-               "exit codes: 0 bit-identical, 1 different (or a runtime failure), 2 usage error\n");
+               "A multi-turn completion is regenerated with its recorded observations fed where\n"
+               "the record says (docs/tools.md).\n\n"
+               "exit codes: 0 bit-identical (and, with --re-execute, every observation the\n"
+               "same), 1 different (or a runtime failure), 2 usage error\n");
 }
 
 typedef struct recorded {
@@ -38,6 +46,8 @@ typedef struct recorded {
     int32_t prompt_tokens;
     int numerics, kv_dtype;
     char *stops[GRPO_ROLLOUT_MAX_STOP];
+    grpo_run_tools tools; /* the run's --tools (list NULL: none) */
+    char tools_list[1024];
 } recorded;
 
 static grpo_err
@@ -58,6 +68,27 @@ json_str(const cJSON *o, const char *k, char *out, size_t cap)
         return grpo__fail(GRPO_EFORMAT, "recorded sampling params: \"%s\" missing", k);
     memcpy(out, it->valuestring, strlen(it->valuestring) + 1);
     return GRPO_OK;
+}
+
+/* The run's "tools" object (grpo_run__json_tools), for --re-execute. */
+static void
+parse_tools(const cJSON *t, recorded *r)
+{
+    grpo_run_tools_default(&r->tools);
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(t, "list");
+    if (!cJSON_IsString(l) || strlen(l->valuestring) >= sizeof r->tools_list)
+        return;
+    memcpy(r->tools_list, l->valuestring, strlen(l->valuestring) + 1);
+    r->tools.list = r->tools_list;
+    double v = 0;
+    if (json_num(t, "max_calls", &v) == GRPO_OK && v >= 0 && v < 1e9)
+        r->tools.max_calls = (int32_t)v;
+    if (json_num(t, "max_turns", &v) == GRPO_OK && v >= 0 && v < 1e9)
+        r->tools.max_turns = (int32_t)v;
+    if (json_num(t, "max_obs_tokens", &v) == GRPO_OK && v >= 1 && v < 1e9)
+        r->tools.max_obs_tokens = (int32_t)v;
+    if (json_num(t, "time_s", &v) == GRPO_OK && v > 0)
+        r->tools.time_s = v;
 }
 
 /* The sampling_json grpo rollout records per group. */
@@ -89,6 +120,7 @@ parse_recorded(const char *json, recorded *r)
          (err = json_str(o, "kv_dtype", kd, sizeof kd)) != GRPO_OK) ||
         (err = grpo_kv_dtype_parse(kd, &r->kv_dtype)) != GRPO_OK)
         goto done;
+    parse_tools(cJSON_GetObjectItemCaseSensitive(o, "tools"), r);
     grpo_error_clear();
     grpo_gen_params_default(&r->params);
     r->params.sampling = (grpo_sampling){(float)t, (float)tp, (int32_t)tk, (float)mp};
@@ -151,15 +183,107 @@ compare(const grpo_stored_completion *c, const grpo_rollout_sample *s)
     return 1;
 }
 
+/* ---- multi-turn completions ---- */
+
+typedef struct replay_turns {
+    grpo_run_replay_turn *script;
+    char *record; /* the prompt as a record, for an environment's reset */
+    grpo_policy *pol;
+    grpo_run_turns *t;
+} replay_turns;
+
+static grpo_err
+encode_obs(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n)
+{
+    return grpo_policy_encode_text(((const replay_turns *)ctx)->pol, text, len, ids, n);
+}
+
+static const char *
+record_of(void *ctx, const grpo_rollout_group *g)
+{
+    (void)g;
+    return ((const replay_turns *)ctx)->record;
+}
+
+/* The stored prompt as a prompts line: id, prompt or messages, answer, tests. */
+static char *
+prompt_record(const grpo_stored_completion *c, const recorded *rec)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", rec->prompt_id);
+    if (c->prompt_text)
+        cJSON_AddStringToObject(o, "prompt", c->prompt_text);
+    if (c->prompt_messages_json)
+        cJSON_AddItemToObject(o, "messages", cJSON_Parse(c->prompt_messages_json));
+    if (c->gold_json)
+        cJSON_AddItemToObject(o, "answer", cJSON_Parse(c->gold_json));
+    if (c->tests_json)
+        cJSON_AddItemToObject(o, "tests", cJSON_Parse(c->tests_json));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* The recorded turns as the replay hook's script (observations are views of the token ids). */
+static grpo_err
+turns_open(replay_turns *rt, const grpo_stored_completion *c, const recorded *rec,
+           grpo_policy *pol, int re_exec)
+{
+    memset(rt, 0, sizeof *rt);
+    rt->pol = pol;
+    if (c->n_turns == 0)
+        return GRPO_OK;
+    if (c->token_ids == NULL)
+        return grpo__fail(GRPO_EFORMAT, "completion %lld has turns but no token ids",
+                          (long long)c->completion_id);
+    if ((rt->script = calloc((size_t)c->n_turns, sizeof *rt->script)) == NULL ||
+        (rt->record = prompt_record(c, rec)) == NULL)
+        return grpo__fail(GRPO_ENOMEM, "replay: out of memory");
+    for (int32_t k = 0; k < c->n_turns; k++) {
+        const grpo_turn_rec *u = &c->turns[k];
+        grpo_run_replay_turn *s = &rt->script[k];
+        s->action_end = u->action_end, s->n_obs = u->n_obs, s->n_cut = u->n_obs_cut;
+        s->obs = c->token_ids + u->action_end;
+        cJSON *j = cJSON_Parse(u->record_json ? u->record_json : "{}");
+        s->done = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "done"));
+        s->ran = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ran"));
+        cJSON_Delete(j);
+    }
+    if (re_exec && rec->tools.list == NULL)
+        return grpo__fail(GRPO_EFORMAT, "completion %lld: the run recorded no --tools to run "
+                                        "again", (long long)c->completion_id);
+    return grpo_run_turns_replay(&rt->t, rt->script, c->n_turns, re_exec ? &rec->tools : NULL,
+                                 encode_obs, record_of, rt);
+}
+
+/* Prints the re-execution's differences; returns how many. */
+static int
+turns_close(replay_turns *rt, long long id, int re_exec)
+{
+    int n = 0;
+    if (rt->t != NULL && re_exec) {
+        char *const *msgs;
+        n = grpo_run_turns_diffs(rt->t, &msgs);
+        for (int k = 0; k < n; k++)
+            printf("completion %lld: re-executed %s\n", id, msgs[k]);
+        if (n == 0)
+            printf("completion %lld: every re-executed observation is the recorded one\n", id);
+    }
+    grpo_run_turns_destroy(rt->t);
+    free(rt->script), free(rt->record);
+    return n;
+}
+
 static grpo_err
 regenerate(const grpo_stored_completion *c, const recorded *rec, const char *model, int threads,
-           int *identical)
+           int re_exec, int *identical)
 {
     grpo_policy *pol = NULL;
     grpo_rollout *r = NULL;
     grpo_rollout_group *g = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
+    replay_turns rt = {0};
     /* a pool just large enough for this one sample (its prompt page is shared, then copied) */
     size_t tokens =
         (size_t)rec->prompt_tokens + (size_t)rec->params.max_new_tokens + 2 * GRPO_KV_PAGE;
@@ -194,6 +318,9 @@ regenerate(const grpo_stored_completion *c, const recorded *rec, const char *mod
     grpo_rollout_opts ro = {0};
     ro.token_bytes = grpo_policy_token_bytes;
     ro.token_bytes_ctx = pol;
+    if ((err = turns_open(&rt, c, rec, pol, re_exec)) != GRPO_OK)
+        goto done;
+    ro.turns = rt.t ? grpo_run_turns_hook(rt.t) : NULL;
     if ((err = grpo_rollout_create(&r, grpo_policy_backend(pol), &ro)) != GRPO_OK)
         goto done;
     grpo_rollout_request q = {0};
@@ -205,9 +332,16 @@ regenerate(const grpo_stored_completion *c, const recorded *rec, const char *mod
         goto done;
     g = grpo_rollout_pop(r, 0);
     *identical = g != NULL && compare(c, &g->samples[0]);
+    if (g != NULL && g->samples[0].n_turns != c->n_turns) {
+        printf("completion %lld: DIFFERENT turns: recorded %d, regenerated %d\n",
+               (long long)c->completion_id, c->n_turns, g->samples[0].n_turns);
+        *identical = 0;
+    }
 done:
     grpo_rollout_group_free(g);
     grpo_rollout_destroy(r);
+    if (turns_close(&rt, (long long)c->completion_id, re_exec && err == GRPO_OK) > 0)
+        *identical = 0;
     grpo_policy_close(pol);
     free(ids);
     return err;
@@ -224,10 +358,11 @@ grpo_cmd_replay(int argc, char **argv)
                                          {"completion", required_argument, 0, 'c'},
                                          {"model", required_argument, 0, 'm'},
                                          {"threads", required_argument, 0, 't'},
+                                         {"re-execute", no_argument, 0, 'x'},
                                          {0, 0, 0, 0}};
     const char *db = "grpo.db", *model = NULL;
     long long id = -1;
-    int threads = 0, c;
+    int threads = 0, c, re_exec = 0;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -238,6 +373,9 @@ grpo_cmd_replay(int argc, char **argv)
             break;
         case 'm':
             model = optarg;
+            break;
+        case 'x':
+            re_exec = 1;
             break;
         case 'c':
             id = strtoll(optarg, &end, 10);
@@ -275,7 +413,7 @@ grpo_cmd_replay(int argc, char **argv)
                          "--model",
                          id);
     if (err == GRPO_OK)
-        err = regenerate(sc, &rec, model, threads, &identical);
+        err = regenerate(sc, &rec, model, threads, re_exec, &identical);
     for (int i = 0; i < GRPO_ROLLOUT_MAX_STOP; i++)
         free(rec.stops[i]);
     grpo_stored_completion_free(sc);

@@ -102,8 +102,10 @@ usage(FILE *f)
           "                       largest sampling/scoring mismatch\n"
           "  --record-routes      keep the MoE experts the router chose for every prompt and\n"
           "                       completion token (docs/routes.md)\n"
-          "  --reward-config FILE reward composition (default: math = math + 0.2 format, ...)\n"
-          "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
+          "  --reward-config FILE reward composition (default: math = math + 0.2 format, ...)\n",
+          f);
+    cli_tools_help(f);
+    fputs("  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
           "  --help               this text\n\n"
           "exit codes: 0 success, 1 runtime failure, 2 usage error\n",
           f);
@@ -177,6 +179,7 @@ static const struct option long_opts[] = {
     {"kv-dtype", required_argument, 0, O_KVDT},
     {"record-routes", no_argument, 0, O_ROUTES},
     CLI_GEN_LONG_OPTS,
+    CLI_TOOLS_LONG_OPTS,
     {0, 0, 0, 0},
 };
 
@@ -226,6 +229,8 @@ parse_checked_opt(grpo_run_opts *a, int c, const char *v)
             return cli_usage(CMD, "--kv-dtype: %s", grpo_error_last());
         return 0;
     default:
+        if (cli_tools_is_opt(c))
+            return cli_tools_parse_opt(CMD, &a->tools, c, v);
         return cli_gen_is_opt(c) ? cli_gen_parse_opt(CMD, &a->gen, c, v)
                                  : cli_usage(CMD, "unknown option");
     }
@@ -392,6 +397,13 @@ summary(const grpo_run_stats *st)
     if (st->skipped)
         printf("%zu completions skipped by the verifiers (no advantage, not in the mean)\n",
                st->skipped);
+    const grpo_rollout_stats *e = &st->engine;
+    if (e->turns > 0)
+        printf("tools: %llu observations fed (%llu tokens, loss mask 0); the engine waited for "
+               "tools in %llu of %llu steps (%.2f s)\n",
+               (unsigned long long)e->turns, (unsigned long long)e->obs_tokens,
+               (unsigned long long)e->wait_steps,
+               (unsigned long long)(e->forward_calls + e->wait_steps), e->wait_s);
 }
 
 static grpo_run *volatile the_run;

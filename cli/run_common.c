@@ -196,3 +196,61 @@ cli_bundled(const char *rel, char *out, size_t cap, int want_dir)
     }
     return 0;
 }
+
+int
+cli_tools_is_opt(int c)
+{
+    return c >= CLI_O_TOOLS && c < CLI_O_TOOLS_END;
+}
+
+int
+cli_tools_parse_opt(const char *cmd, grpo_run_tools *t, int c, const char *v)
+{
+    long n;
+    float f;
+    switch (c) {
+    case CLI_O_TOOLS:
+        t->list = v;
+        return 0;
+    case CLI_O_TOOLSINPROC:
+        t->in_process = 1;
+        return 0;
+    case CLI_O_TOOLTIME:
+        if (parse_float(v, 0.001f, 86400.0f, &f) != 0)
+            return cli_usage(cmd, "--tool-time %s: expected seconds in (0, 86400]", v);
+        t->time_s = f;
+        return 0;
+    case CLI_O_MAXCALLS:
+    case CLI_O_MAXTURNS:
+        if (cli_parse_long(v, 0, 1 << 20, &n) != 0)
+            return cli_usage(cmd, "--%s %s: expected an integer >= 0",
+                             c == CLI_O_MAXCALLS ? "max-tool-calls" : "max-turns", v);
+        *(c == CLI_O_MAXCALLS ? &t->max_calls : &t->max_turns) = (int32_t)n;
+        return 0;
+    default:
+        if (cli_parse_long(v, 1, c == CLI_O_MAXOBS ? 1 << 20 : 64, &n) != 0)
+            return cli_usage(cmd, "--%s %s: expected an integer in [1, %d]",
+                             c == CLI_O_MAXOBS ? "max-obs-tokens" : "tool-threads", v,
+                             c == CLI_O_MAXOBS ? 1 << 20 : 64);
+        *(c == CLI_O_MAXOBS ? &t->max_obs_tokens : &t->threads) = (int32_t)n;
+        return 0;
+    }
+}
+
+void
+cli_tools_help(FILE *f)
+{
+    fputs("  --tools LIST         tools and environments the model may call, comma-separated:\n"
+          "                       python (a sandboxed Python REPL per sample, called with a\n"
+          "                       ```python fenced block or DeepSeek-V3's tool-call tokens)\n"
+          "                       and environment plugins (PATH.so); a call parks the sample,\n"
+          "                       the observation is fed back as tokens with loss mask 0\n"
+          "                       (docs/tools.md)\n"
+          "  --max-tool-calls N   calls per sample (default 8); later ones are not run\n"
+          "  --max-turns N        model turns per sample (default 0: no limit)\n"
+          "  --max-obs-tokens N   observation tokens per call (default 512; more are cut)\n"
+          "  --tool-time S        tool seconds per sample (default 60)\n"
+          "  --tool-threads N     threads running tool calls (default 4)\n"
+          "  --tools-in-process   call environment plugins in this process (trusted only)\n",
+          f);
+}

@@ -52,6 +52,36 @@ void cli_gen_help_sampling(FILE *f);
 void cli_gen_help_stops(FILE *f);
 void cli_gen_help_logprobs(FILE *f);
 
+/* ---- tool flags: --tools --max-tool-calls --max-turns --max-obs-tokens --tool-time
+ * --tool-threads --tools-in-process (they fill a grpo_run_tools) ---- */
+
+enum {
+    CLI_O_TOOLS = 1100,
+    CLI_O_MAXCALLS,
+    CLI_O_MAXTURNS,
+    CLI_O_MAXOBS,
+    CLI_O_TOOLTIME,
+    CLI_O_TOOLTHREADS,
+    CLI_O_TOOLSINPROC,
+    CLI_O_TOOLS_END
+};
+
+#define CLI_TOOLS_LONG_OPTS                                                                        \
+    {"tools", required_argument, 0, CLI_O_TOOLS},                                                  \
+        {"max-tool-calls", required_argument, 0, CLI_O_MAXCALLS},                                  \
+        {"max-turns", required_argument, 0, CLI_O_MAXTURNS},                                       \
+        {"max-obs-tokens", required_argument, 0, CLI_O_MAXOBS},                                    \
+        {"tool-time", required_argument, 0, CLI_O_TOOLTIME},                                       \
+        {"tool-threads", required_argument, 0, CLI_O_TOOLTHREADS},                                 \
+    {                                                                                              \
+        "tools-in-process", no_argument, 0, CLI_O_TOOLSINPROC                                      \
+    }
+
+int cli_tools_is_opt(int c);
+/* Parses one tool flag; 0, or CLI_USAGE after "grpo CMD: --flag VALUE: ..." on stderr. */
+int cli_tools_parse_opt(const char *cmd, grpo_run_tools *t, int c, const char *v);
+void cli_tools_help(FILE *f);
+
 /* Runs getopt_long over argv (argv[0] the subcommand) with opts, calling opt(ctx, c, optarg) for
  * each option; an unknown option, a missing value or a positional argument is a usage error.
  * Returns 0, or the first nonzero opt() result, or CLI_USAGE. */

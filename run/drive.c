@@ -24,6 +24,7 @@ sampling_json(const grpo_run_opts *a, const grpo_policy *pol, const grpo_prompt 
         cJSON_AddStringToObject(o, "tokenizer", realpath(a->tokenizer, tp) ? tp : a->tokenizer);
     cJSON_AddNumberToObject(o, "eos_id", eos);
     grpo_run__json_stops(o, &a->gen);
+    grpo_run__json_tools(o, &a->tools);
     cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
     int nm = grpo_model_numerics(grpo_policy_model((grpo_policy *)pol));
     if (nm != GRPO_NUMERICS_EXACT) /* what grpo replay must load the model with */
@@ -67,7 +68,12 @@ write_jsonl(grpo_run *c, const grpo_rollout_group *rg, const grpo_run_group *g)
         l.tokens = x->tokens, l.logprobs = x->logprobs;
         l.logprobs_processed = s->logprob_processed, l.ref_logprobs = s->ref_logprob;
         l.rescored_logprobs = s->policy_logprob;
+        grpo_turn_rec *tr = x->n_turns > 0 ? calloc((size_t)x->n_turns, sizeof *tr) : NULL;
+        if (tr != NULL)
+            grpo_run__turn_recs(x, tr);
+        l.n_turns = tr ? x->n_turns : 0, l.turns = tr;
         char *line = grpo_run_line_json(&l);
+        free(tr);
         err = line ? grpo__buf_append(&b, line, strlen(line)) : GRPO_ENOMEM;
         if (err == GRPO_OK)
             err = grpo__buf_append(&b, "\n", 1);
@@ -179,6 +185,19 @@ verify_worker(void *arg)
         grpo_rollout_group_free(g);
     }
     return NULL;
+}
+
+static grpo_err
+run_encode(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n)
+{
+    return grpo_policy_encode_text(((const grpo_run *)ctx)->pol, text, len, ids, n);
+}
+
+static const char *
+run_record(void *ctx, const grpo_rollout_group *g)
+{
+    (void)ctx;
+    return ((const grpo_run__prompt *)g->user)->p->record_json;
 }
 
 /* The scheduler's token text comes through the run, so the policy behind it can be swapped. */
@@ -339,8 +358,16 @@ grpo_run__start(grpo_run *c)
     ro.ref = c->ref ? grpo_policy_backend(c->ref) : NULL;
     ro.rescore = c->rescore_kv ? &c->rescore_be : NULL;
     ro.record_routes = a->record_routes;
-    grpo_err err = grpo_rollout_create(&c->r, grpo_policy_backend(c->pol), &ro);
-    if (err != GRPO_OK)
+    grpo_err err = GRPO_OK;
+    if (a->turns_hook != NULL) {
+        ro.turns = a->turns_hook;
+    } else if (a->tools.list != NULL && a->tools.list[0] != '\0') {
+        if ((err = grpo_run_turns_create(&c->turns, &a->tools, run_encode, run_record, c)) !=
+            GRPO_OK)
+            return err;
+        ro.turns = grpo_run_turns_hook(c->turns);
+    }
+    if ((err = grpo_rollout_create(&c->r, grpo_policy_backend(c->pol), &ro)) != GRPO_OK)
         return err;
     if (a->verify_threads > 1 &&
         (err = grpo_pool_create(&c->score_pool, a->verify_threads)) != GRPO_OK)

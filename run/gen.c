@@ -21,6 +21,20 @@ grpo_run_opts_default(grpo_run_opts *o)
     o->db = "grpo.db", o->kv_budget = "1G", o->verify_threads = 2;
     o->max_pending = 8, o->window = 4, o->max_batch = 256, o->gpu = -1;
     o->kv_bytes = (uint64_t)1 << 30;
+    grpo_run_tools_default(&o->tools);
+}
+
+void
+grpo_run__json_tools(cJSON *o, const grpo_run_tools *t)
+{
+    if (t->list == NULL || t->list[0] == '\0') /* one-turn runs read as they always did */
+        return;
+    cJSON *x = cJSON_AddObjectToObject(o, "tools");
+    cJSON_AddStringToObject(x, "list", t->list);
+    cJSON_AddNumberToObject(x, "max_calls", t->max_calls);
+    cJSON_AddNumberToObject(x, "max_turns", t->max_turns);
+    cJSON_AddNumberToObject(x, "max_obs_tokens", t->max_obs_tokens);
+    cJSON_AddNumberToObject(x, "time_s", t->time_s);
 }
 
 void

@@ -42,6 +42,8 @@ grpo_run_group_from_rollout(grpo_run_group *g, const grpo_rollout_group *rg)
         x->text = s->text, x->text_len = s->text ? s->text_len : 0;
         x->gen_ms = (s->t_done - rg->t_admit) * 1e3, x->first_token_ms = first;
         x->routes = s->routes, x->logprobs_processed = s->logprob_processed;
+        x->mask = s->mask, x->n_turns = s->n_turns, x->turns = s->turns;
+        x->turns_t0 = rg->t_admit;
     }
     g->prompt_routes = rg->prompt_routes, g->route_row_bytes = rg->route_row_bytes;
     g->policy_version = rg->policy_version;

@@ -1,7 +1,6 @@
 /* The record and batch steps: a scored group into the store (one transaction), and as a trainer
  * batch. A skipped sample is recorded without an advantage and trains on nothing (loss mask 0). */
-#include "common/common_int.h"
-#include "grpo/run.h"
+#include "run/run_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,12 +11,30 @@ static void
 kl_summary(const grpo_run_sample *s, grpo_completion_rec *r)
 {
     double kmax = 0, ksum = 0;
+    int32_t n = 0;
     for (int32_t k = 0; k < s->n_tokens; k++) {
+        if (s->mask != NULL && s->mask[k] == 0) /* an observation: not the policy's */
+            continue;
+        n++;
         double kl = grpo_kl_token(GRPO_KL_K3, s->logprobs[k], s->ref_logprobs[k]);
         ksum += kl, kmax = kl > kmax ? kl : kmax;
         r->ref_logprob_sum += s->ref_logprobs[k];
     }
-    r->kl_mean = s->n_tokens ? ksum / s->n_tokens : 0, r->kl_max = kmax;
+    r->kl_mean = n ? ksum / n : 0, r->kl_max = kmax;
+}
+
+void
+grpo_run__turn_recs(const grpo_run_sample *s, grpo_turn_rec *tr)
+{
+    for (int32_t t = 0; t < s->n_turns; t++) {
+        const grpo_rollout_turn *u = &s->turns[t];
+        tr[t] = (grpo_turn_rec){u->action_end,
+                                u->n_obs,
+                                u->n_obs_cut,
+                                (u->t_park - s->turns_t0) * 1e3,
+                                (u->t_resume - u->t_park) * 1e3,
+                                u->record_json ? u->record_json : "{}"};
+    }
 }
 
 static void
@@ -60,14 +77,21 @@ grpo_run_record(grpo_store *s, const grpo_run_group *g, const void *batch, size_
     int32_t G = g->n_samples;
     grpo_completion_rec *cr = calloc(G > 0 ? (size_t)G : 1, sizeof *cr);
     grpo_reward_rec *rr = calloc((G > 0 ? (size_t)G : 1) * GRPO_REWARD_MAX_TERMS, sizeof *rr);
+    size_t nt = 0;
+    for (int32_t i = 0; i < G; i++)
+        nt += (size_t)g->samples[i].n_turns;
+    grpo_turn_rec *tr = calloc(nt ? nt : 1, sizeof *tr);
     grpo_err err = GRPO_OK;
-    if (cr == NULL || rr == NULL) {
+    if (cr == NULL || rr == NULL || tr == NULL) {
         err = grpo__fail(GRPO_ENOMEM, "run: out of memory recording a group of %d", G);
         goto done;
     }
-    for (int32_t i = 0; i < G; i++) {
+    for (int32_t i = 0, at = 0; i < G; i++) {
         completion_rec(&g->samples[i], &cr[i], rr + (size_t)i * GRPO_REWARD_MAX_TERMS);
         cr[i].routes = g->prompt_routes ? g->samples[i].routes : NULL;
+        grpo_run__turn_recs(&g->samples[i], tr + at);
+        cr[i].n_turns = g->samples[i].n_turns, cr[i].turns = tr + at;
+        at += g->samples[i].n_turns;
     }
     grpo_routes_rec routes = {g->route_experts, g->route_layers, g->route_k, g->n_prompt,
                               g->prompt_routes};
@@ -84,13 +108,13 @@ grpo_run_record(grpo_store *s, const grpo_run_group *g, const void *batch, size_
         gr.batch_id = grpo_run_batch_id(g), gr.batch = batch, gr.batch_len = batch_len;
     err = grpo_store_put_group(s, &gr);
 done:
-    free(cr), free(rr);
+    free(cr), free(rr), free(tr);
     return err;
 }
 
 /* Row i of b at token offset *at (advanced past it): the prompt, then the completion with its
- * logprobs (and reference and processed logprobs when the batch has them), loss mask 1 unless
- * skipped. */
+ * logprobs (and reference and processed logprobs when the batch has them), loss mask 1 on the
+ * model's tokens (0 on observation tokens) unless skipped. */
 static void
 put_row(grpo_batch *b, size_t *at, int32_t i, const grpo_run_group *g)
 {
@@ -99,7 +123,9 @@ put_row(grpo_batch *b, size_t *at, int32_t i, const grpo_run_group *g)
     memcpy(b->tokens + o, g->prompt, P * sizeof *b->tokens);
     memcpy(b->tokens + o + P, s->tokens, (size_t)s->n_tokens * sizeof *b->tokens);
     for (int32_t k = 0; k < s->n_tokens; k++) {
-        b->loss_mask[o + P + k] = !s->score.skipped;
+        b->loss_mask[o + P + k] = !s->score.skipped && (s->mask == NULL || s->mask[k]);
+        if (b->tool_mask)
+            b->tool_mask[o + P + k] = s->mask == NULL || s->mask[k];
         b->logprobs[o + P + k] = s->logprobs[k];
         if (b->ref_logprobs)
             b->ref_logprobs[o + P + k] = s->ref_logprobs[k];
@@ -143,8 +169,9 @@ grpo_run_batch(grpo_batch **out, const grpo_run_group *g)
 {
     int32_t G = g->n_samples;
     size_t T = 0;
-    int has_ref = G > 0, has_proc = G > 0;
+    int has_ref = G > 0, has_proc = G > 0, has_turns = 0;
     for (int32_t i = 0; i < G; i++) {
+        has_turns |= g->samples[i].n_turns > 0;
         T += (size_t)g->n_prompt + (size_t)g->samples[i].n_tokens;
         has_ref = has_ref && g->samples[i].ref_logprobs != NULL;
         has_proc = has_proc && g->samples[i].logprobs_processed != NULL;
@@ -152,7 +179,8 @@ grpo_run_batch(grpo_batch **out, const grpo_run_group *g)
     char run_id[32];
     snprintf(run_id, sizeof run_id, "%lld", (long long)g->run_id);
     grpo_batch *b = NULL;
-    uint32_t flags = (has_ref ? GRPO_BATCH_HAS_REF : 0) | (has_proc ? GRPO_BATCH_HAS_PROCESSED : 0);
+    uint32_t flags = (has_ref ? GRPO_BATCH_HAS_REF : 0) | (has_proc ? GRPO_BATCH_HAS_PROCESSED : 0) |
+                     (has_turns ? GRPO_BATCH_HAS_TOOL_MASK : 0);
     grpo_err err = grpo_batch_create(&b, run_id, (size_t)G, T, flags);
     if (err != GRPO_OK)
         return err;

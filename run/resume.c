@@ -137,6 +137,24 @@ json_floats(cJSON *o, const char *key, const float *v, int32_t n)
         cJSON_AddItemToArray(arr, cJSON_CreateNumber(v[i]));
 }
 
+static void
+json_turns(cJSON *o, const grpo_run_line *l)
+{
+    if (l->n_turns <= 0)
+        return;
+    cJSON *a = cJSON_AddArrayToObject(o, "turns");
+    for (int32_t k = 0; k < l->n_turns; k++) {
+        const grpo_turn_rec *u = &l->turns[k];
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "action_end", u->action_end);
+        cJSON_AddNumberToObject(t, "n_obs", u->n_obs);
+        cJSON_AddNumberToObject(t, "n_obs_cut", u->n_obs_cut);
+        cJSON *r = u->record_json ? cJSON_Parse(u->record_json) : NULL;
+        cJSON_AddItemToObject(t, "record", r ? r : cJSON_CreateObject());
+        cJSON_AddItemToArray(a, t);
+    }
+}
+
 char *
 grpo_run_line_json(const grpo_run_line *l)
 {
@@ -166,6 +184,7 @@ grpo_run_line_json(const grpo_run_line *l)
     json_floats(o, "logprobs_processed", l->logprobs_processed, l->n_tokens);
     json_floats(o, "ref_logprobs", l->ref_logprobs, l->n_tokens);
     json_floats(o, "rescored_logprobs", l->rescored_logprobs, l->n_tokens);
+    json_turns(o, l);
     char *line = grpo__json_print_utf8(o); /* valid UTF-8 whatever the model wrote */
     cJSON_Delete(o);
     return line;
@@ -323,6 +342,7 @@ rebuild(repair *r, const rec_key *k)
     l.n_tokens = c->n_tokens, l.text = c->text, l.text_len = c->text_len;
     l.reward = c->reward, l.advantage = c->advantage, l.skipped = !c->has_advantage;
     l.tokens = c->token_ids, l.logprobs = c->token_logprobs;
+    l.n_turns = c->n_turns, l.turns = c->turns;
     char *line = grpo_run_line_json(&l);
     grpo_stored_completion_free(c);
     if (line == NULL)

@@ -33,6 +33,7 @@ config_json(const grpo_run_opts *a)
         cJSON_AddStringToObject(o, "kv_dtype", grpo_kv_dtype_name(a->kv_dtype));
     if (a->record_routes) /* so --resume continues a routed run only with routes, and the rest */
         cJSON_AddBoolToObject(o, "record_routes", 1); /* read as they always did */
+    grpo_run__json_tools(o, &a->tools);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -250,6 +251,7 @@ grpo_run_close(grpo_run *c)
     grpo_err err = grpo_store_close(c->store);
     grpo_run_unlock(c->lock);
     grpo_rollout_destroy(c->r);
+    grpo_run_turns_destroy(c->turns);
     for (size_t i = 0; c->pcs && i < c->ps.n; i++)
         free(c->pcs[i].rendered), free(c->pcs[i].sampling_json);
     free(c->pcs), free(c->th);

@@ -19,6 +19,8 @@ void grpo_run__json_sampling(cJSON *o, const grpo_run_gen *g, const char *prompt
 void grpo_run__json_config(cJSON *o, const grpo_run_gen *g);
 /* Adds the arrays "stop" and "stop_ids" to o. */
 void grpo_run__json_stops(cJSON *o, const grpo_run_gen *g);
+/* Adds "tools" {list, max_calls, max_turns, max_obs_tokens, time_s} to o when t lists any. */
+void grpo_run__json_tools(cJSON *o, const grpo_run_tools *t);
 
 /* What a verifier thread needs about a prompt; the engine group's user pointer. */
 typedef struct grpo_run__prompt {
@@ -40,6 +42,7 @@ struct grpo_run {
     grpo_reward_config *rcfg;
     grpo_rewarder *rewarder;
     grpo_rollout *r;
+    grpo_run_turns *turns; /* tools and environments, or NULL */
     size_t budget_pages;
     grpo_store *store;
     int64_t run_id;
@@ -63,6 +66,9 @@ struct grpo_run {
     double reward_sum, t0, secs; /* t0: generation began; secs: the run's, once finished */
     uint64_t tokens;
 };
+
+/* The sample's turns as store records, into tr (s->n_turns of them; views). (run/record.c) */
+void grpo_run__turn_recs(const grpo_run_sample *s, grpo_turn_rec *tr);
 
 /* The score step over pool (NULL: the calling thread): grpo_run_score with the samples spread
  * over the pool's threads. (run/group.c) */

@@ -61,6 +61,10 @@ random_batch(uint32_t flags, size_t n_seq)
                 b->ref_logprobs[t] = b->logprobs[t] - 0.01f;
             if (b->token_advantages)
                 b->token_advantages[t] = b->advantages[i] * 0.5f;
+            if (b->tool_mask) { /* every third completion token an observation */
+                b->tool_mask[t] = j >= plens[i] && j % 3 != 0;
+                b->loss_mask[t] &= b->tool_mask[t];
+            }
         }
     }
     b->seq_offsets[n_seq] = (int64_t)t;
@@ -95,7 +99,37 @@ assert_same(const grpo_batch *a, const grpo_batch *b)
             assert_memory_equal(a->ref_logprobs, b->ref_logprobs, a->n_tok * 4);
         if (a->token_advantages)
             assert_memory_equal(a->token_advantages, b->token_advantages, a->n_tok * 4);
+        if (a->tool_mask)
+            assert_memory_equal(a->tool_mask, b->tool_mask, a->n_tok);
     }
+}
+
+/* A multi-turn batch is version 4 and round-trips its tool_mask; the decoder and validate refuse
+ * a loss mask set on an observation token and a tool_mask in an older version. */
+static void
+test_tool_mask(void **state)
+{
+    (void)state;
+    grpo_batch *a = random_batch(GRPO_BATCH_HAS_TOOL_MASK | GRPO_BATCH_HAS_REF, 6), *b = NULL;
+    void *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(grpo_batch_encode(a, &bytes, &len), GRPO_OK);
+    assert_non_null(memmem(bytes, len, "\"schema_version\":\"4\"", 20));
+    assert_int_equal(grpo_batch_decode(&b, bytes, len), GRPO_OK);
+    assert_same(a, b);
+    grpo_batch_destroy(b);
+    char *v = memmem(bytes, len, "\"schema_version\":\"4\"", 20);
+    v[18] = '3';
+    assert_int_equal(grpo_batch_decode(&b, bytes, len), GRPO_EFORMAT);
+    assert_non_null(strstr(grpo_error_last(), "needs schema_version 4"));
+    free(bytes);
+    size_t t = 0;
+    while (a->tool_mask[t] != 0 || t < (size_t)a->prompt_lens[0])
+        t++;
+    a->loss_mask[t] = 1; /* an observation token trained on */
+    assert_int_equal(grpo_batch_validate(a), GRPO_EINVAL);
+    assert_non_null(strstr(grpo_error_last(), "tool_mask is 0"));
+    grpo_batch_destroy(a);
 }
 
 static void
@@ -241,7 +275,7 @@ test_decode_refuses(void **state)
     assert_int_equal(grpo_batch_encode(a, (void **)&bytes, &len), GRPO_OK);
     expect_bad(bytes, len, "\"I32\"", "\"F32\"", "tokens");
     expect_bad(bytes, len, "\"grpo.batch\"", "\"grpo.batcX\"", "schema");
-    expect_bad(bytes, len, "\"schema_version\":\"1\"", "\"schema_version\":\"4\"",
+    expect_bad(bytes, len, "\"schema_version\":\"1\"", "\"schema_version\":\"5\"",
                "schema_version");
     expect_bad(bytes, len, "\"12345\"", "\"1234x\"", "batch_id");
     expect_bad(bytes, len, "\"tokens\"", "\"tokenz\"", "unknown tensor");
@@ -357,6 +391,7 @@ main(void)
         cmocka_unit_test(test_roundtrip),        cmocka_unit_test(test_layout),
         cmocka_unit_test(test_validate_refuses), cmocka_unit_test(test_decode_refuses),
         cmocka_unit_test(test_empty_batch),      cmocka_unit_test(test_python_encoded),
+        cmocka_unit_test(test_tool_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,41 @@ def make(rng, with_ref):
     return t
 
 
+def check_tool_mask(rng):
+    """A multi-turn batch: version 4; to_trl's completion_mask covers observations (attention),
+    its tool_mask removes them from the loss; a loss mask on an observation is refused."""
+    t = make(rng, False)
+    tool = np.zeros_like(t["loss_mask"])
+    off, pl = t["seq_offsets"], t["prompt_lens"]
+    for i in range(len(pl)):
+        n = off[i + 1] - off[i] - pl[i]
+        tool[off[i] + pl[i]:off[i + 1]] = np.arange(n) % 3 != 1  # every third an observation
+    t["loss_mask"] = t["loss_mask"] & tool
+    t["tool_mask"] = tool
+    data = encode_batch(t, run_id="r", batch_id=8)
+    b = decode_batch(data)
+    assert b.meta["schema_version"] == "4" and np.array_equal(b["tool_mask"], tool)
+    bad = dict(t, loss_mask=np.maximum(t["loss_mask"], 1 - tool) * (tool | t["loss_mask"] | 1))
+    bad["loss_mask"][: int(pl[0])] = 0
+    try:
+        encode_batch(bad, run_id="r", batch_id=9)
+        raise AssertionError("accepted a loss mask on an observation")
+    except BatchFormatError:
+        pass
+    if torch is None:
+        return
+    x = to_trl(b)
+    for i in range(len(pl)):
+        s, e = off[i] + pl[i], off[i + 1]
+        trained = t["loss_mask"][s:e].any()
+        cm, tm = x["completion_mask"][i, :e - s].numpy(), x["tool_mask"][i, :e - s].numpy()
+        want = (t["loss_mask"][s:e] | (1 - tool[s:e])) if trained else np.zeros(e - s, np.uint8)
+        assert np.array_equal(cm, want)
+        assert np.array_equal(tm, tool[s:e])
+        assert np.array_equal(cm * tm, t["loss_mask"][s:e])
+    assert x["num_items_in_batch"] == int(t["loss_mask"].sum())
+
+
 def main():
     rng = np.random.default_rng(3)
     for with_ref in (False, True):
@@ -68,6 +103,7 @@ def main():
         assert (x["ref_per_token_logps"] is not None) == with_ref
         assert x["num_items_in_batch"] == int(t["loss_mask"].sum())
         assert np.allclose(x["advantages"].numpy(), t["advantages"].astype(np.float32))
+    check_tool_mask(rng)
     # refused: decreasing offsets, wrong dtype, newer schema
     bad = dict(t)
     bad["seq_offsets"] = t["seq_offsets"][::-1].copy()
@@ -79,10 +115,10 @@ def main():
             pass
     raw = bytearray(data)
     i = raw.find(b'"schema_version":"1"')
-    raw[i + 18] = ord("4")
+    raw[i + 18] = ord("5")
     try:
         decode_batch(bytes(raw))
-        raise AssertionError("accepted schema_version 4")
+        raise AssertionError("accepted schema_version 5")
     except BatchFormatError:
         pass
     # weights as publish_weights serializes them: torch and numpy state dicts

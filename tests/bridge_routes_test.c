@@ -250,7 +250,7 @@ test_routes_decode_refused(void **state)
         const char *from, *to, *msg;
     } cases[] = {
         {"\"schema_version\":\"2\"", "\"schema_version\":\"1\"", "needs schema_version 2"},
-        {"\"schema_version\":\"2\"", "\"schema_version\":\"4\"", "reads 1 to 3"},
+        {"\"schema_version\":\"2\"", "\"schema_version\":\"5\"", "reads 1 to 4"},
         {"\"schema_version\":\"2\"", "\"schema_version\":\"3\"",
          "\"logprobs_processed\" is missing"},
         {"\"route_experts\":\"200\"", "\"route_experts\":\"300\"", "must be I16"},

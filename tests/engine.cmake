@@ -54,3 +54,9 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${PROJECT_SOURCE_DIR}/mod
                 PkgConfig::SQLITE3 TIMEOUT 300)
   add_dependencies(rollout_v2_cli_test grpo)
 endif()
+# `grpo rollout --tools python` / `grpo replay` on the demo model: calls, turns, replay.
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${PROJECT_SOURCE_DIR}/models/demo/tokenizer.json)
+  grpo_add_test(rollout_tools_cli_test SOURCES rollout_tools_cli_test.c LIBS grpo_sandbox
+                grpo_common PkgConfig::CJSON PkgConfig::SQLITE3 TIMEOUT 300)
+  add_dependencies(rollout_tools_cli_test grpo)
+endif()

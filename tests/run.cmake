@@ -22,3 +22,8 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${PROJECT_SOURCE_DIR}/mod
                 TIMEOUT 300)
   add_dependencies(bench_run_cli_test grpo)
 endif()
+# The run's turns hook over a scripted environment (tools, limits, replay).
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_run)
+  grpo_add_test(run_turns_test SOURCES run_turns_test.c LIBS grpo_run grpo_env grpo_common
+                PkgConfig::CJSON TIMEOUT 60)
+endif()

@@ -38,11 +38,12 @@ static const field fields[] = {
      offsetof(grpo_batch, token_advantages)},
     {"rewards", ST_F32, DIM_SEQ, 0, offsetof(grpo_batch, rewards)},
     {"loss_mask", ST_U8, DIM_TOK, 0, offsetof(grpo_batch, loss_mask)},
+    {"tool_mask", ST_U8, DIM_TOK, GRPO_BATCH_HAS_TOOL_MASK, offsetof(grpo_batch, tool_mask)},
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 #define KNOWN_FLAGS                                                                                \
     (GRPO_BATCH_HAS_REF | GRPO_BATCH_HAS_TOKEN_ADV | GRPO_BATCH_HAS_VERSIONS |                     \
-     GRPO_BATCH_HAS_ROUTES | GRPO_BATCH_HAS_PROCESSED)
+     GRPO_BATCH_HAS_ROUTES | GRPO_BATCH_HAS_PROCESSED | GRPO_BATCH_HAS_TOOL_MASK)
 #define MAX_STR 1u << 20 /* run id, sampling JSON, hash: at most 1 MiB each */
 
 /* Pointer fields are read and written with memcpy: no aliasing through void **. */
@@ -224,10 +225,12 @@ grpo_batch_validate(const grpo_batch *b)
     if ((err = check_meta(b)) != GRPO_OK || (err = check_seqs(b)) != GRPO_OK)
         return err;
     for (size_t t = 0; t < b->n_tok; t++)
-        if (b->tokens[t] < 0 || b->loss_mask[t] > 1)
+        if (b->tokens[t] < 0 || b->loss_mask[t] > 1 ||
+            (b->tool_mask && (b->tool_mask[t] > 1 || b->loss_mask[t] > b->tool_mask[t])))
             return grpo__fail(GRPO_EINVAL,
-                              "batch %" PRId64 ": token %zu has a negative id or a "
-                              "loss_mask other than 0/1",
+                              "batch %" PRId64 ": token %zu has a negative id, a loss_mask "
+                              "or tool_mask other than 0/1, or a loss_mask set where "
+                              "tool_mask is 0",
                               b->batch_id, t);
     if ((err = check_finite(b->logprobs, b->n_tok, "logprobs", b->batch_id)) != GRPO_OK ||
         (err = check_finite(b->advantages, b->n_seq, "advantages", b->batch_id)) != GRPO_OK ||
@@ -264,8 +267,9 @@ write_meta(grpo_buf *o, const grpo_batch *b)
     char num[7][32];
     int routes = (b->flags & GRPO_BATCH_HAS_ROUTES) != 0;
     int proc = (b->flags & GRPO_BATCH_HAS_PROCESSED) != 0;
+    int tools = (b->flags & GRPO_BATCH_HAS_TOOL_MASK) != 0;
     /* the oldest version that holds what the batch carries: version 1 readers read the rest */
-    snprintf(num[0], sizeof num[0], "%d", proc ? 3 : routes ? 2 : 1);
+    snprintf(num[0], sizeof num[0], "%d", tools ? 4 : proc ? 3 : routes ? 2 : 1);
     snprintf(num[6], sizeof num[6], "%d", b->route_experts);
     snprintf(num[1], sizeof num[1], "%" PRId64, b->batch_id);
     snprintf(num[2], sizeof num[2], "%" PRId64, b->step);
@@ -453,10 +457,15 @@ check_tensors(const st_file *f, uint64_t n_seq, uint64_t n_tok, uint32_t *flags)
     return GRPO_OK;
 }
 
-/* logprobs_processed: present exactly in version 3 and later. */
+/* logprobs_processed: present exactly in version 3 (optional from version 4 on, where a batch
+ * may be version 4 for its tool_mask alone); tool_mask only from version 4. */
 static grpo_err
 check_processed(int64_t ver, uint32_t flags)
 {
+    if ((flags & GRPO_BATCH_HAS_TOOL_MASK) && ver < 4)
+        return grpo__fail(GRPO_EFORMAT, "batch: tensor \"tool_mask\" needs schema_version 4");
+    if (ver >= 4)
+        return GRPO_OK;
     if ((flags & GRPO_BATCH_HAS_PROCESSED) && ver < 3)
         return grpo__fail(GRPO_EFORMAT,
                           "batch: tensor \"logprobs_processed\" needs schema_version 3");

@@ -222,8 +222,9 @@ grpo_err grpo_loss_compute(const grpo_loss_opts *o, const float *new_logp, const
 #define GRPO_BATCH_SCHEMA "grpo.batch"
 /* The newest version this build reads and writes. A batch is written with the oldest version
  * that holds what it carries: version 1 (neither routes nor processed logprobs, what version-1
- * readers take), 2 (routes), 3 (processed logprobs, with or without routes). */
-#define GRPO_BATCH_SCHEMA_VERSION 3
+ * readers take), 2 (routes), 3 (processed logprobs, with or without routes), 4 (tool_mask: a
+ * multi-turn batch, with or without the others). */
+#define GRPO_BATCH_SCHEMA_VERSION 4
 
 /* Limits the decoder enforces (a batch larger than these is refused as malformed). */
 #define GRPO_BATCH_MAX_BYTES ((uint64_t)1 << 34)  /* 16 GiB */
@@ -235,6 +236,7 @@ grpo_err grpo_loss_compute(const grpo_loss_opts *o, const float *new_logp, const
 #define GRPO_BATCH_HAS_VERSIONS 4u   /* policy_versions per sequence */
 #define GRPO_BATCH_HAS_ROUTES 8u     /* MoE routes (version 2): set by grpo_batch_set_routes */
 #define GRPO_BATCH_HAS_PROCESSED 16u /* logprobs_processed (version 3) */
+#define GRPO_BATCH_HAS_TOOL_MASK 32u /* tool_mask (version 4) */
 
 /* A ragged batch of B sequences and T tokens in total. Sequence i is tokens
  * [seq_offsets[i], seq_offsets[i+1]): its first prompt_lens[i] tokens are the prompt, the rest
@@ -279,6 +281,10 @@ typedef struct grpo_batch {
     /* (T) when HAS_PROCESSED: log p(token) under the truncated, renormalized distribution the
      * sampler drew from (0 on prompt tokens; 0 at temperature 0); else NULL */
     float *logprobs_processed;
+    /* (T) when HAS_TOOL_MASK (multi-turn rollouts): 1 on the model's tokens, 0 on observation
+     * tokens (a tool's or an environment's output, fed to the model, never sampled) and on
+     * prompt tokens; loss_mask is 0 wherever tool_mask is. Else NULL. */
+    uint8_t *tool_mask;
 } grpo_batch;
 
 /* Allocates a batch with every array for n_seq, n_tok and flags (zeroed); strings are set to

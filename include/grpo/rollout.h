@@ -414,6 +414,11 @@ const char *grpo_policy_token_bytes(const void *policy, int32_t id, size_t *len)
 grpo_err grpo_policy_encode(const grpo_policy *p, const grpo_prompt *pr, int32_t **ids, size_t *n,
                             char **text);
 
+/* Encodes plain text (an observation, no template) into *ids (free()): the tokenizer with the
+ * text of special tokens recognised, or the byte tokenizer's bytes (no BOS). */
+grpo_err grpo_policy_encode_text(const grpo_policy *p, const char *text, size_t len, int32_t **ids,
+                                 size_t *n);
+
 /* Teacher-forced per-token logprobs of completion[0..n) after prompt under backend b, with logits
  * divided by temperature (1 when temperature is 0). out: n floats. Uses and frees its own KV
  * sequence. */

@@ -39,6 +39,71 @@
 extern "C" {
 #endif
 
+/* ---- tools and environments between a sample's turns (run/turns.c) ------------------------- */
+
+/* What `--tools` and the limits flags set. A sample's action (a tool call, an environment action:
+ * grpo_env_find_action over each environment's markers, the first environment in list order
+ * that matches) parks it; the step runs on one of `threads` tool threads; its observation is
+ * tokenized with the policy's tokenizer (special-token text recognised) and fed back. */
+typedef struct grpo_run_tools {
+    const char *list;       /* "python" and/or environment plugin paths (.so), comma-separated;
+                               NULL or "": a sample is one turn */
+    int32_t max_calls;      /* steps per sample (default 8); a further action is not run and gets
+                               a "call-limit" observation */
+    int32_t max_turns;      /* model turns per sample, 0 = no limit (default); the action that
+                               ends the last one is not run and the sample ends ("turn-limit") */
+    int32_t max_obs_tokens; /* observation tokens per step (default 512); more are cut, with a
+                               marker naming how many */
+    double time_s;          /* tool time per sample (default 60 s); once spent, further actions
+                               get a "time-limit" observation */
+    int32_t threads;        /* tool threads (default 4) */
+    int32_t in_process;     /* 1: environment plugins called in this process (trusted) */
+} grpo_run_tools;
+
+void grpo_run_tools_default(grpo_run_tools *t);
+
+/* The turns hook (grpo_rollout_turns) over the listed environments. */
+typedef struct grpo_run_turns grpo_run_turns;
+
+/* Observation text to tokens (grpo_policy_encode_text has this shape after its policy). */
+typedef grpo_err (*grpo_run_encode_fn)(void *ctx, const char *text, size_t len, int32_t **ids,
+                                       size_t *n);
+/* The prompt record (its JSONL line) of an engine group, for an environment's reset, or NULL. */
+typedef const char *(*grpo_run_record_fn)(void *ctx, const grpo_rollout_group *g);
+
+/* Loads the environments (the python tool, plugins) and starts the tool threads. encode, record
+ * and ctx are borrowed. The caller owns *out (grpo_run_turns_destroy), also after a failure. */
+grpo_err grpo_run_turns_create(grpo_run_turns **out, const grpo_run_tools *t,
+                               grpo_run_encode_fn encode, grpo_run_record_fn record, void *ctx);
+/* The hook to put in grpo_rollout_opts.turns (valid while t lives). */
+const grpo_rollout_turns *grpo_run_turns_hook(grpo_run_turns *t);
+/* The environment names, comma-separated, for a run's config (valid while t lives). */
+const char *grpo_run_turns_names(const grpo_run_turns *t);
+/* Waits for every step in flight, closes every episode, stops the threads. NULL is harmless. */
+void grpo_run_turns_destroy(grpo_run_turns *t);
+
+/* One recorded turn of a completion, for `grpo replay`. */
+typedef struct grpo_run_replay_turn {
+    int32_t action_end;  /* the observation follows token action_end - 1 */
+    const int32_t *obs;  /* the recorded observation tokens */
+    int32_t n_obs, n_cut; /* n_cut: tokens the record says were cut for lack of room */
+    int32_t done;        /* the observation ended the sample */
+    int32_t ran;         /* the step ran (0: a limit answered it) */
+} grpo_run_replay_turn;
+
+/* A turns hook for regenerating one recorded completion (G = 1): it parks the sample where the
+ * record says, and feeds the recorded observation, so the regenerated completion is a pure
+ * function of the record. With t (re-execute; t->list names the environments), every action the
+ * record says ran is found in the regenerated text and run again, and each observation that
+ * differs from the recorded one (or an action not found where it was) becomes a message
+ * (grpo_run_turns_diffs); the recorded observation is still what is fed. turns and the arrays
+ * they point to are borrowed. */
+grpo_err grpo_run_turns_replay(grpo_run_turns **out, const grpo_run_replay_turn *turns,
+                               int32_t n_turns, const grpo_run_tools *t,
+                               grpo_run_encode_fn encode, grpo_run_record_fn record, void *ctx);
+/* The re-execution's messages so far (valid while t lives); returns how many. */
+int32_t grpo_run_turns_diffs(const grpo_run_turns *t, char *const **msgs);
+
 /* ---- the run: its options and the run object ------------------------------------------------ */
 
 /* How completions are generated (the flags --group .. --on-bad-line of `grpo rollout`). */
@@ -87,6 +152,11 @@ typedef struct grpo_run_opts {
     int32_t resume;            /* continue the newest unfinished run with these options */
     int32_t record_routes;     /* keep each token's MoE routes (grpo_rollout_opts.record_routes) */
     grpo_run_gen gen;
+    grpo_run_tools tools; /* tool calls and environments (grpo_run_tools_default: none) */
+    /* A turns hook of the caller's in place of the one tools.list makes (tools.list is still
+     * what the run records); NULL: none. For measurements: `grpo bench run --tools` answers a
+     * second run's tool calls at once with what the first run's tools said. */
+    const grpo_rollout_turns *turns_hook;
     /* The score step of every group, or NULL for the run's own (grpo_run_score_default: the
      * rewarder rw over the verifier threads). Called on a verifier thread (on several at once, for different groups); it
      * must set every sample's score (the run records, writes and publishes what it sets, and
@@ -282,6 +352,12 @@ typedef struct grpo_run_sample {
     const uint8_t *routes;    /* (max(n_tokens - 1, 0), route_row_bytes) or NULL */
     /* (n_tokens) log-probabilities under the truncated distribution sampled from, or NULL */
     const float *logprobs_processed;
+    /* Multi-turn: (n_tokens) 1 per model token, 0 per observation token, or NULL (all the
+     * model's); the turns in order, their times (grpo_now()) counted from turns_t0. */
+    const uint8_t *mask;
+    int32_t n_turns;
+    const grpo_rollout_turn *turns;
+    double turns_t0;
 } grpo_run_sample;
 
 typedef struct grpo_run_group {
@@ -408,6 +484,10 @@ typedef struct grpo_run_line {
     int32_t skipped; /* 1: "skipped": true and no "advantage" */
     const int32_t *tokens;
     const float *logprobs, *logprobs_processed, *ref_logprobs, *rescored_logprobs;
+    /* "turns": [{"action_end", "n_obs", "n_obs_cut", "record"}] when n_turns > 0: tokens
+     * [action_end, action_end + n_obs) are an observation (not the model's) */
+    int32_t n_turns;
+    const grpo_turn_rec *turns;
 } grpo_run_line;
 
 char *grpo_run_line_json(const grpo_run_line *l);

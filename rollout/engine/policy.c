@@ -212,6 +212,21 @@ encode_bytes(const grpo_policy *p, const char *text, int32_t **ids, size_t *n)
     return GRPO_OK;
 }
 
+grpo_err
+grpo_policy_encode_text(const grpo_policy *p, const char *text, size_t len, int32_t **ids,
+                        size_t *n)
+{
+    if (p->tok != NULL)
+        return grpo_tokenizer_encode(p->tok, text, len, GRPO_TOK_PARSE_SPECIAL, ids, n);
+    int32_t *v = malloc((len + 1) * sizeof *v);
+    if (v == NULL)
+        return grpo__fail(GRPO_ENOMEM, "policy: out of memory");
+    for (size_t i = 0; i < len; i++)
+        v[i] = (unsigned char)text[i];
+    *ids = v, *n = len;
+    return GRPO_OK;
+}
+
 static grpo_err
 messages_of(const grpo_prompt *pr, grpo_chat *chat, grpo_chat_message *one)
 {

@@ -10,8 +10,8 @@ import safetensors.numpy
 SCHEMA = "grpo.batch"
 # The newest version this client reads. A batch is written with the oldest version that holds
 # what it carries: 1 (no routes, no processed logprobs), 2 (routes), 3 (logprobs_processed, with
-# or without routes).
-SCHEMA_VERSION = 3
+# or without routes), 4 (tool_mask: a multi-turn batch, with or without the others).
+SCHEMA_VERSION = 4
 ROUTE_FIELDS = ("route_prompt_offsets", "route_prompt", "route_completion")
 
 # name -> (dtype, dimension: "seq", "seq+1" or "tok", required)
@@ -29,6 +29,7 @@ FIELDS = {
     "token_advantages": (np.float32, "tok", False),
     "rewards": (np.float32, "seq", True),
     "loss_mask": (np.uint8, "tok", True),
+    "tool_mask": (np.uint8, "tok", False),
 }
 
 
@@ -122,7 +123,7 @@ def _check(t, meta):
     if meta.get("schema") != SCHEMA:
         raise BatchFormatError("batch: schema is %r, not %r" % (meta.get("schema"), SCHEMA))
     version = int(meta.get("schema_version", "0"))
-    if version not in (1, 2, 3):
+    if version not in (1, 2, 3, 4):
         raise BatchFormatError("batch: schema_version %s; this client reads 1 to %d"
                                % (meta.get("schema_version"), SCHEMA_VERSION))
     B, T = int(meta["n_seq"]), int(meta["n_tok"])
@@ -144,7 +145,11 @@ def _check(t, meta):
         raise BatchFormatError("batch: prompt_lens out of range")
     if "logprobs_processed" in t and not np.all(np.isfinite(t["logprobs_processed"])):
         raise BatchFormatError("batch: logprobs_processed holds a value that is not finite")
-    if ("logprobs_processed" in t) != (version >= 3):
+    if "tool_mask" in t and version < 4:
+        raise BatchFormatError("batch: tensor 'tool_mask' needs schema_version 4")
+    if "tool_mask" in t and (np.any(t["tool_mask"] > 1) or np.any(t["loss_mask"] > t["tool_mask"])):
+        raise BatchFormatError("batch: tool_mask other than 0/1, or loss_mask set where it is 0")
+    if version == 3 and "logprobs_processed" not in t or version < 3 and "logprobs_processed" in t:
         raise BatchFormatError("batch: tensor 'logprobs_processed' %s"
                                % ("needs schema_version 3" if version < 3
                                   else "is missing (schema_version 3)"))
@@ -214,13 +219,14 @@ def decode_batch(data, client=None):
 def encode_batch(tensors, run_id, batch_id, step=0, policy_version=0, sampling=None,
                  reward_config_hash="", route_experts=None):
     """Encodes numpy arrays (names as FIELDS, and ROUTE_FIELDS with route_experts) into batch
-    bytes: version 3 with logprobs_processed, else 2 with routes, else 1."""
+    bytes: version 4 with tool_mask, else 3 with logprobs_processed, else 2 with routes, else 1."""
     rdt = np.uint8 if route_experts is not None and route_experts <= 256 else np.int16
     t = {k: np.ascontiguousarray(v, dtype=FIELDS[k][0] if k in FIELDS else
                                  np.int64 if k == "route_prompt_offsets" else rdt)
          for k, v in tensors.items()}
     routes = route_experts is not None
-    version = "3" if "logprobs_processed" in t else "2" if routes else "1"
+    version = ("4" if "tool_mask" in t else "3" if "logprobs_processed" in t else
+               "2" if routes else "1")
     meta = dict(schema=SCHEMA, schema_version=version, run_id=run_id,
                 batch_id=str(batch_id), step=str(step), policy_version=str(policy_version),
                 n_seq=str(len(t["prompt_lens"])), n_tok=str(len(t["tokens"])),

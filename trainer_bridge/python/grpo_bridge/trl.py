@@ -36,7 +36,12 @@ def to_trl(batch, pad_token_id=0, device=None):
     batch version 3) or None.
     Also policy_versions (B,), rewards (B,) and num_items_in_batch (masked token count); with
     routes (batch version 2) prompt_routes, completion_routes, completion_routes_mask as
-    routes_padded gives them (int16, -1 padding)."""
+    routes_padded gives them (int16, -1 padding).
+    A multi-turn batch (version 4, tool_mask) gives, as TRL's tool-calling GRPOTrainer takes
+    them: completion_mask is loss_mask plus, in a trained completion, its observation tokens (it is
+    also the attention mask), and tool_mask (B, C) 1 on the model's tokens, 0 on observation
+    tokens, so that the loss over completion_mask * tool_mask is the loss over the batch's
+    loss_mask; num_items_in_batch counts those. Without tool_mask, tool_mask is None."""
     import torch
 
     t = batch.tensors
@@ -53,6 +58,7 @@ def to_trl(batch, pad_token_id=0, device=None):
     ref = np.zeros((B, C), np.float32) if "ref_logprobs" in t else None
     proc = np.zeros((B, C), np.float32) if "logprobs_processed" in t else None
     tok_adv = np.zeros((B, C), np.float32) if "token_advantages" in t else None
+    tool = np.zeros((B, C), np.int64) if "tool_mask" in t else None
     for i in range(B):
         b, p, e = off[i], off[i] + plen[i], off[i + 1]
         n_p, n_c = p - b, e - p
@@ -60,6 +66,10 @@ def to_trl(batch, pad_token_id=0, device=None):
         prompt_mask[i, P - n_p:] = 1
         comp_ids[i, :n_c] = t["tokens"][p:e]
         comp_mask[i, :n_c] = t["loss_mask"][p:e]
+        if tool is not None:
+            tool[i, :n_c] = t["tool_mask"][p:e]
+            if t["loss_mask"][p:e].any():  # trained: attend to the observations too
+                comp_mask[i, :n_c] |= 1 - t["tool_mask"][p:e]
         old[i, :n_c] = t["logprobs"][p:e]
         if ref is not None:
             ref[i, :n_c] = t["ref_logprobs"][p:e]
@@ -84,6 +94,7 @@ def to_trl(batch, pad_token_id=0, device=None):
         "token_advantages": T(tok_adv),
         "rewards": T(t["rewards"]),
         "policy_versions": T(pv.astype(np.int64)),
-        "num_items_in_batch": int(comp_mask.sum()),
+        "tool_mask": T(tool),
+        "num_items_in_batch": int((comp_mask if tool is None else comp_mask * tool).sum()),
         **{k: T(v) for k, v in (routes_padded(batch) or {}).items()},
     }

@@ -123,7 +123,13 @@ hello_code(grpo_pworker *w, const char *hello, size_t n)
     if (code > 0 || code < GRPO_EINTERNAL)
         code = GRPO_EINTERNAL;
     char *m = grpo__get_str(&r, NULL);
-    grpo_err err = grpo__fail((grpo_err)code, "%.1000s", m ? m : "plugin: load failed");
+    const char *inside = "plugin " GRPO_PWORKER_SO;
+    grpo_err err;
+    /* the worker names the plugin by its path inside the sandbox: name the host's file */
+    if (m != NULL && strncmp(m, inside, strlen(inside)) == 0)
+        err = grpo__fail((grpo_err)code, "plugin %s%.1000s", w->path, m + strlen(inside));
+    else
+        err = grpo__fail((grpo_err)code, "%.1000s", m ? m : "plugin: load failed");
     free(m);
     return err;
 }

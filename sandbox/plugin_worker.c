@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define START_MS 10000 /* the least a worker gets for its hello */
+
 int
 grpo_sandbox__msg_send(int fd, const grpo_wr *m)
 {
@@ -152,7 +154,10 @@ grpo_sandbox__pworker_start(grpo_pworker *w, grpo_sandbox_fn fn, char **hello, s
         return err;
     if ((err = grpo_sandbox_spawn(w->sb, &cmd, fn, NULL, 0, &w->proc)) != GRPO_OK)
         return err;
-    int rc = grpo_sandbox__msg_recv(grpo_sandbox_proc_fd(w->proc), (int)w->timeout_ms, hello, n);
+    /* starting is not a call: a short per-call deadline must not fail a worker that is slow to
+     * fork and dlopen on a loaded machine */
+    int wait = w->timeout_ms > START_MS ? (int)w->timeout_ms : START_MS;
+    int rc = grpo_sandbox__msg_recv(grpo_sandbox_proc_fd(w->proc), wait, hello, n);
     if (rc != 0) {
         grpo_sandbox_result res;
         grpo_sandbox__pworker_stop(w, &res);

@@ -362,7 +362,10 @@ main(int argc, char **argv)
     }
     guess = argv[1], evil = argv[2], badabi = argv[3], badname = argv[4], other = argv[5];
     grpo_sandbox *sb;
-    grpo_err err = grpo_sandbox_create(&sb, NULL);
+    /* episodes restart workers from several threads: start the service as grpo does */
+    grpo_err err = grpo_sandbox_service_start();
+    if (err == GRPO_OK)
+        err = grpo_sandbox_create(&sb, NULL);
     if (err == GRPO_EUNSUPPORTED) {
         fprintf(stderr, "env_plugin_test: skipped: %s\n", grpo_error_last());
         return 77;

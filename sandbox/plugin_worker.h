@@ -37,8 +37,9 @@ typedef struct grpo_pworker {
 grpo_err grpo_sandbox__pworker_init(grpo_pworker *w, const char *path);
 /* Starts the worker running fn (which must send the hello first) and reads its hello, waiting
  * for it the per-call deadline or 10 s, whichever is longer. On GRPO_OK *hello (malloc'd, the
- * caller frees it) is the whole hello, its leading 0 included, and the generation is bumped. A hello with an error code fails with that code and the worker's
- * message; a worker that dies or hangs before its hello fails with GRPO_ESYS. */
+ * caller frees it) is the whole hello, its leading 0 included, and the generation is bumped. A
+ * hello with an error code fails with that code and the worker's message; a worker that dies or
+ * hangs before its hello fails with GRPO_ESYS. */
 grpo_err grpo_sandbox__pworker_start(grpo_pworker *w, grpo_sandbox_fn fn, char **hello, size_t *n);
 /* One request and its reply under the deadline; the worker must be running. Returns 0 with *out
  * (malloc'd); or stops the worker, fills *res (the caller finis it) and returns -2 when the

@@ -204,6 +204,8 @@ t_crash_hang(void **state)
     contained(e, "crash", "plugin-crash");
     contained(e, "hang", "plugin-timeout");
     contained(e, "exit", "plugin-crash");
+    contained(e, "stall", "plugin-timeout"); /* the deadline covers the whole reply */
+    contained(e, "garbage", "plugin-error"); /* a malformed reply: the worker is stopped */
     grpo_env_destroy(e);
 }
 
@@ -331,6 +333,24 @@ player(void *arg)
     return (void *)won;
 }
 
+/* A fresh episode's "ok" step, from a thread: 1 when it answered "[ok 1]". */
+static void *
+evil_ok(void *arg)
+{
+    grpo_env *e = arg;
+    grpo_env_episode *ep;
+    grpo_env_result r;
+    intptr_t ok = 0;
+    if (grpo_env_reset(e, "{}", &ep) != GRPO_OK)
+        return NULL;
+    if (grpo_env_step(ep, 0, "<act>ok</act>", 13, &r) == GRPO_OK) {
+        ok = r.observation != NULL && strcmp(r.observation, "[ok 1]\n") == 0;
+        grpo_env_result_fini(&r);
+    }
+    grpo_env_episode_close(ep);
+    return (void *)ok;
+}
+
 static void
 t_threads(void **state)
 {
@@ -351,6 +371,20 @@ t_threads(void **state)
         }
         grpo_env_destroy(e);
     }
+    /* after a crash, 4 threads reset at once: one restarts the worker, all get a working episode */
+    grpo_env *e = load(evil, NULL, 0);
+    grpo_env_result r = one(e, "{}", "crash");
+    assert_string_equal(r.label, "plugin-crash");
+    grpo_env_result_fini(&r);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, evil_ok, e), 0);
+    for (int i = 0; i < 4; i++) {
+        void *ok;
+        pthread_join(th[i], &ok);
+        assert_int_equal((intptr_t)ok, 1);
+    }
+    grpo_env_destroy(e);
 }
 
 int

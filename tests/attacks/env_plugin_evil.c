@@ -1,7 +1,9 @@
 /* A hostile environment plugin for tests/env_plugin_test.c. Actions are "<act>MODE</act>"; MODE
  * picks what step() does: "ok", "crash", "hang", "exit", "badutf8", "nul", "huge" (1 MiB, the
  * 64 KiB cut falling inside a character), "nan", "neg", "badlabel", "longlabel", "badinfo",
- * "badjson", "rcfail". A record holding "resetfail" makes reset() fail with a message. Built
+ * "badjson", "rcfail"; sandboxed only (they write to the worker's control socket, fd 3), "stall"
+ * (the length of a reply, then nothing) and "garbage" (a well-framed reply that is not one). A
+ * record holding "resetfail" makes reset() fail with a message. Built
  * three ways (tests/env_plugin.cmake): normal, with ABI major 2 (EVIL_ABI_MAJOR) and with a name
  * the host refuses (EVIL_BAD_NAME). */
 #include "grpo/env_plugin.h"
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef EVIL_ABI_MAJOR
 #define EVIL_ABI_MAJOR GRPO_ENV_ABI_MAJOR
@@ -75,6 +78,14 @@ evil_step(void *state, void *ep, const char *action, size_t len, grpo_env_plugin
         }
     } else if (strcmp(mode, "exit") == 0) {
         exit(3);
+    } else if (strcmp(mode, "stall") == 0) {
+        if (write(3, "\x10\0\0\0", 4) != 4)
+            abort();
+        for (volatile unsigned x = 0;; x++) {
+        }
+    } else if (strcmp(mode, "garbage") == 0) {
+        if (write(3, "\x05\0\0\0hello", 9) != 9)
+            abort();
     } else if (strcmp(mode, "rcfail") == 0) {
         return 1;
     } else if (strcmp(mode, "huge") == 0) {

@@ -70,7 +70,7 @@ typedef struct grpo_env_result {
     /* "ok" and the tool's or plugin's verdict: for the python tool "ok", "error" (an exception),
      * "timeout", "crash", "memory-limit", "output-limit", "bad-call" (unparseable call, unknown
      * tool); for plugins the plugin's label, or "plugin-crash", "plugin-timeout",
-     * "plugin-error", "bad-observation". */
+     * "plugin-error", "bad-observation", "bad-reward", "bad-label" (see grpo_env_plugin_load). */
     char label[32];
     char *info_json; /* a JSON object recorded with the turn (malloc'd), or NULL */
     double wall_ms;  /* time the step took */
@@ -121,9 +121,22 @@ grpo_err grpo_env_python_create(grpo_env **out, const grpo_env_python_opts *opts
 
 /* Loads the plugin at path and init()s it with config_json (may be NULL). in_process = 0 (the
  * default for users): in a sandboxed worker process with a per-call deadline
- * ($GRPO_PLUGIN_TIMEOUT_MS, default 10000 ms); a crashed or hung worker is restarted and its
- * episodes answer "plugin-crash"/"plugin-timeout" with done = 1. in_process = 1: called
- * directly (trusted plugins). Fails with a message when the file, symbol, ABI or init is bad. */
+ * ($GRPO_PLUGIN_TIMEOUT_MS, default 10000 ms) and an address-space limit
+ * ($GRPO_PLUGIN_MEMORY_MB, default 1024). A step during which the worker crashes or hangs
+ * answers "plugin-crash" or "plugin-timeout" with done = 1; the next reset starts a new worker
+ * (init()ed again with config_json), and the episodes the old one held answer "plugin-crash"
+ * with done = 1. in_process = 1: called directly (trusted plugins). Either way the plugin is
+ * called one call at a time (episodes of many threads queue), and its output is checked before
+ * the model sees it: an observation that is not UTF-8 text (or holds a NUL) is replaced and
+ * labelled "bad-observation"; one over 64 KiB is cut at a character boundary (label kept,
+ * info_json gets "observation_truncated": its length); a reward outside [0, 1] or not finite is
+ * dropped ("bad-reward", has_reward 0); a label that is not printable ASCII NUL-terminated within
+ * its 32 bytes is "bad-label" (an empty one "ok"); info_json that is not a JSON object of at most
+ * 64 KiB is dropped; a step that returns non-zero answers "plugin-error" with done = 1; a reset
+ * that fails still gives an episode whose steps answer "plugin-error", done = 1, with the
+ * plugin's message. The environment's name and its one marker pair come from the plugin's table.
+ * Fails with a message when the file, symbol, ABI, name, markers or init is bad. The caller owns
+ * *out (grpo_env_destroy, after closing its episodes). */
 grpo_err grpo_env_plugin_load(grpo_env **out, const char *path, const char *config_json,
                               int in_process);
 

@@ -6,6 +6,9 @@
  * from GRPO_ENV_ABI_MAJOR or whose abi_minor is newer than the host's, and reads only struct_size
  * bytes of it. By default the host runs the plugin in a sandboxed worker process (as it does
  * verifier plugins), so a plugin that crashes, hangs or leaks costs an observation, never the run.
+ * The host calls one plugin's functions one at a time, never concurrently (in process too), so a
+ * plugin needs no locks; everything it returns is checked (see grpo_env_plugin_load in
+ * grpo/env.h for what is refused or cut).
  *
  * An episode is one sample: reset() with the prompt record when the sample starts, then step()
  * with each action the model writes, until step() says done or the sample ends. An action is the
@@ -27,7 +30,7 @@ extern "C" {
 #define GRPO_ENV_ENTRY "grpo_env_entry"
 
 /* What one step returns. The plugin mallocs observation and info_json; the host frees them with
- * free(). */
+ * free(). The label is printable ASCII ("" counts as "ok"). */
 typedef struct grpo_env_plugin_step {
     char *observation;      /* text shown to the model (UTF-8; the host checks), or NULL */
     size_t observation_len; /* bytes in observation */

@@ -12,18 +12,13 @@
  * $GRPO_PLUGIN_MEMORY_MB (default 1024; not applied in ASan builds, see sandbox/rlimits.c). */
 #include "verifiers/code/code_int.h"
 #include "common/codec.h"
-#include "sandbox/sandbox_int.h"
+#include "sandbox/plugin_worker.h"
 
 #include <dlfcn.h>
-#include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define MAX_SANDBOXED 16
 #define NO_STATE 0xffffffffu /* the state id an init that failed replies */
@@ -37,14 +32,9 @@ struct grpo_plugin {
     const grpo_verifier_api *api; /* in-process: the plugin's own table */
     /* sandboxed */
     int slot;
-    char *path;
-    grpo_sandbox *sb;
-    grpo_sandbox_proc *proc;
+    grpo_pworker w; /* path, sandbox, process, generation, limits */
     grpo_verifier_api proxy;
     char name[64], version[64];
-    int generation; /* bumped at each worker start */
-    uint32_t timeout_ms;
-    uint64_t mem;
     pthread_mutex_t mu;
 };
 
@@ -54,58 +44,6 @@ typedef struct pstate {
     int generation;
     char *config;
 } pstate;
-
-/* ---------------------------------------------------------------- framing (both sides) */
-
-/* A message is a u32 length and a payload written with the common codec (common/codec.h). */
-
-static int
-write_all(int fd, const void *p, size_t n)
-{
-    return sbx_write_all(fd, p, n) == GRPO_OK ? 0 : -1;
-}
-
-static int
-read_all(int fd, void *p, size_t n)
-{
-    return sbx_read_all(fd, p, n) == GRPO_OK ? 0 : -1;
-}
-
-static int
-send_msg(int fd, const grpo_wr *m)
-{
-    uint32_t n = (uint32_t)m->b.len;
-    if (m->oom || write_all(fd, &n, 4) != 0)
-        return -1;
-    return n ? write_all(fd, m->b.data, n) : 0;
-}
-
-/* Reads one message; timeout_ms < 0 waits forever. Returns 0, -1 (EOF/error), -2 (timeout). */
-static int
-recv_msg(int fd, int timeout_ms, char **out, size_t *n)
-{
-    uint32_t len;
-    struct pollfd p = {fd, POLLIN, 0};
-    int k;
-    *out = NULL;
-    do {
-        k = poll(&p, 1, timeout_ms);
-    } while (k < 0 && errno == EINTR);
-    if (k == 0)
-        return -2;
-    if (k < 0 || read_all(fd, &len, 4) != 0 || len > (64u << 20))
-        return -1;
-    if ((*out = malloc((size_t)len + 1)) == NULL)
-        return -1;
-    if (read_all(fd, *out, len) != 0) {
-        free(*out);
-        *out = NULL;
-        return -1;
-    }
-    (*out)[len] = '\0';
-    *n = len;
-    return 0;
-}
 
 /* ---------------------------------------------------------------- ABI check (both sides) */
 
@@ -151,8 +89,6 @@ open_plugin(const char *path, void **dl, const grpo_verifier_api **api)
 }
 
 /* ---------------------------------------------------------------- the sandboxed worker */
-
-#define WORKER_PATH "/plugin/plugin.so"
 
 static void
 serve_init(const grpo_verifier_api *a, grpo_rd *r, grpo_wr *out, void **states, uint32_t *n_states)
@@ -218,25 +154,25 @@ plugin_worker(const void *arg, size_t arg_len, int ctl)
     grpo_wr hello = {0};
     (void)arg;
     (void)arg_len;
-    grpo_err err = open_plugin(WORKER_PATH, &dl, &a);
+    grpo_err err = open_plugin(GRPO_PWORKER_SO, &dl, &a);
     grpo__put_i32(&hello, (int32_t)err);
     if (err != GRPO_OK) {
         const char *m = grpo_error_last();
         grpo__put_str(&hello, m);
-        send_msg(ctl, &hello);
+        grpo_sandbox__msg_send(ctl, &hello);
         return 1;
     }
     grpo__put_str(&hello, a->name);
     grpo__put_str(&hello, a->version);
     grpo__put_u32(&hello, a->abi_minor);
-    if (send_msg(ctl, &hello) != 0)
+    if (grpo_sandbox__msg_send(ctl, &hello) != 0)
         return 1;
     grpo__buf_fini(&hello.b);
     for (;;) {
         char *p;
         size_t n;
         grpo_wr out = {0};
-        if (recv_msg(ctl, -1, &p, &n) != 0)
+        if (grpo_sandbox__msg_recv(ctl, -1, &p, &n) != 0)
             return 0;
         grpo_rd r = {p, n, 0, false};
         uint32_t op = grpo__get_u32(&r);
@@ -253,7 +189,7 @@ plugin_worker(const void *arg, size_t arg_len, int ctl)
             grpo__put_u32(&out, 0);
         }
         free(p);
-        if (send_msg(ctl, &out) != 0)
+        if (grpo_sandbox__msg_send(ctl, &out) != 0)
             return 0;
         grpo__buf_fini(&out.b);
     }
@@ -264,70 +200,25 @@ plugin_worker(const void *arg, size_t arg_len, int ctl)
 static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
 static grpo_plugin *slots[MAX_SANDBOXED];
 
-static uint64_t
-env_u64(const char *name, uint64_t def)
-{
-    const char *v = getenv(name);
-    char *end;
-    if (v == NULL || *v == '\0')
-        return def;
-    unsigned long long x = strtoull(v, &end, 10);
-    return (*end == '\0' && x > 0) ? (uint64_t)x : def;
-}
-
-static void
-worker_stop(grpo_plugin *p, grpo_sandbox_result *res)
-{
-    if (p->proc)
-        grpo_sandbox_proc_finish(p->proc, res);
-    else if (res)
-        memset(res, 0, sizeof *res);
-    p->proc = NULL;
-}
-
+/* Starts the worker and takes the plugin's name, version and ABI minor from its hello. */
 static grpo_err
 worker_start(grpo_plugin *p)
 {
-    grpo_sandbox_cmd cmd;
-    grpo_sandbox_bind b = {p->path, WORKER_PATH, 0};
     char *hello = NULL;
     size_t n = 0;
-    grpo_err err;
-    memset(&cmd, 0, sizeof cmd);
-    cmd.binds = &b;
-    cmd.n_binds = 1;
-    grpo_sandbox_limits_default(&cmd.limits);
-    cmd.limits.cpu_ms = 0; /* long-lived: each call has its own deadline instead */
-    cmd.limits.mem_bytes = p->mem;
-    cmd.limits.nproc = 8;
-    if (p->sb == NULL && (err = grpo_sandbox_create(&p->sb, NULL)) != GRPO_OK)
+    grpo_err err = grpo_sandbox__pworker_start(&p->w, plugin_worker, &hello, &n);
+    if (err != GRPO_OK)
         return err;
-    if ((err = grpo_sandbox_spawn(p->sb, &cmd, plugin_worker, NULL, 0, &p->proc)) != GRPO_OK)
-        return err;
-    int rc = recv_msg(grpo_sandbox_proc_fd(p->proc), (int)p->timeout_ms, &hello, &n);
-    if (rc != 0) {
-        grpo_sandbox_result res;
-        worker_stop(p, &res);
-        err = grpo__fail(GRPO_ESYS, "plugin %s: the worker %s while loading (%s)", p->path,
-                         rc == -2 ? "hung" : "died", grpo_sandbox_status_name(res.status));
-        grpo_sandbox_result_fini(&res);
-        return err;
-    }
     grpo_rd r = {hello, n, 0, false};
-    int32_t code = grpo__get_i32(&r);
-    char *a = grpo__get_str(&r, NULL), *v = code == 0 ? grpo__get_str(&r, NULL) : NULL;
-    if (code != 0) {
-        err = grpo__fail((grpo_err)code, "%s", a ? a : "plugin: load failed");
-        worker_stop(p, NULL);
-    } else if (r.bad || a == NULL || v == NULL) {
-        err = grpo__fail(GRPO_EFORMAT, "plugin %s: malformed hello from the worker", p->path);
-        worker_stop(p, NULL);
+    (void)grpo__get_i32(&r);
+    char *a = grpo__get_str(&r, NULL), *v = grpo__get_str(&r, NULL);
+    if (r.bad || a == NULL || v == NULL) {
+        err = grpo__fail(GRPO_EFORMAT, "plugin %s: malformed hello from the worker", p->w.path);
+        grpo_sandbox__pworker_stop(&p->w, NULL);
     } else {
         snprintf(p->name, sizeof p->name, "%s", a);
         snprintf(p->version, sizeof p->version, "%s", v);
         p->proxy.abi_minor = grpo__get_u32(&r);
-        p->generation++;
-        err = GRPO_OK;
     }
     free(a);
     free(v);
@@ -341,20 +232,15 @@ static int
 roundtrip(grpo_plugin *p, const grpo_wr *req, char **out, size_t *n, const char **what,
           grpo_sandbox_result *res)
 {
-    int rc;
     memset(res, 0, sizeof *res);
     *what = NULL;
-    if (p->proc == NULL && worker_start(p) != GRPO_OK) {
+    if (p->w.proc == NULL && worker_start(p) != GRPO_OK) {
         *what = "plugin-load-failed";
         return -1;
     }
-    int fd = grpo_sandbox_proc_fd(p->proc);
-    rc = send_msg(fd, req);
-    if (rc == 0)
-        rc = recv_msg(fd, (int)p->timeout_ms, out, n);
+    int rc = grpo_sandbox__pworker_call(&p->w, req, out, n, res);
     if (rc == 0)
         return 0;
-    worker_stop(p, res);
     if (rc == -2)
         *what = "plugin-timeout";
     else if (res->status == GRPO_SANDBOX_MEMORY)
@@ -380,7 +266,7 @@ remote_init(grpo_plugin *p, pstate *ps, char **err_out)
     grpo__buf_fini(&m.b);
     if (rc != 0) {
         char buf[300];
-        snprintf(buf, sizeof buf, "plugin %s: init failed: %s (%s)", p->path, what,
+        snprintf(buf, sizeof buf, "plugin %s: init failed: %s (%s)", p->w.path, what,
                  what && strcmp(what, "plugin-load-failed") == 0
                      ? grpo_error_last()
                      : grpo_sandbox_status_name(res.status));
@@ -403,7 +289,7 @@ remote_init(grpo_plugin *p, pstate *ps, char **err_out)
     }
     free(e);
     ps->id = id;
-    ps->generation = p->generation;
+    ps->generation = p->w.generation;
     return 0;
 }
 
@@ -482,9 +368,9 @@ proxy_score(void *state, const grpo_verifier_sample *s, grpo_verdict *v)
     memset(v, 0, sizeof *v);
     memset(&res, 0, sizeof res);
     pthread_mutex_lock(&p->mu);
-    if (ps->generation != p->generation || p->proc == NULL) {
+    if (ps->generation != p->w.generation || p->w.proc == NULL) {
         /* the worker was restarted (or is to be): this state must be made again there */
-        if (p->proc == NULL && worker_start(p) != GRPO_OK) {
+        if (p->w.proc == NULL && worker_start(p) != GRPO_OK) {
             what = "plugin-load-failed";
             goto verdict;
         }
@@ -517,7 +403,7 @@ proxy_score(void *state, const grpo_verifier_sample *s, grpo_verdict *v)
     }
 verdict:
     if (what)
-        error_verdict(v, what, &res, p->name[0] ? p->name : p->path);
+        error_verdict(v, what, &res, p->name[0] ? p->name : p->w.path);
     pthread_mutex_unlock(&p->mu);
     grpo_sandbox_result_fini(&res);
     grpo__buf_fini(&m.b);
@@ -534,7 +420,7 @@ proxy_fini(void *state)
         return;
     grpo_plugin *p = ps->p;
     pthread_mutex_lock(&p->mu);
-    if (p->proc && ps->generation == p->generation) {
+    if (p->w.proc && ps->generation == p->w.generation) {
         grpo_wr m = {0};
         char *out = NULL;
         size_t n;
@@ -582,12 +468,8 @@ static grpo_err
 load_sandboxed(grpo_plugin *p, const char *path)
 {
     grpo_err err;
-    char real[4096];
-    struct stat st;
-    if (realpath(path, real) == NULL || stat(real, &st) != 0 || !S_ISREG(st.st_mode))
-        return grpo__fail(GRPO_ENOTFOUND, "plugin %s: not a readable file", path);
-    if ((p->path = strdup(real)) == NULL)
-        return grpo__fail(GRPO_ENOMEM, "plugin: out of memory");
+    if ((err = grpo_sandbox__pworker_init(&p->w, path)) != GRPO_OK)
+        return err;
     p->slot = -1;
     pthread_mutex_lock(&slots_mu);
     for (int i = 0; i < MAX_SANDBOXED; i++)
@@ -600,8 +482,6 @@ load_sandboxed(grpo_plugin *p, const char *path)
     if (p->slot < 0)
         return grpo__fail(GRPO_EFULL, "plugin %s: more than %d sandboxed plugins loaded", path,
                           MAX_SANDBOXED);
-    p->timeout_ms = (uint32_t)env_u64("GRPO_PLUGIN_TIMEOUT_MS", 10000);
-    p->mem = env_u64("GRPO_PLUGIN_MEMORY_MB", 1024) << 20;
     pthread_mutex_init(&p->mu, NULL);
     if ((err = worker_start(p)) != GRPO_OK)
         return err;
@@ -660,11 +540,9 @@ grpo_plugin_destroy(grpo_plugin *p)
             pthread_mutex_lock(&slots_mu);
             slots[p->slot] = NULL;
             pthread_mutex_unlock(&slots_mu);
-            worker_stop(p, NULL);
-            grpo_sandbox_destroy(p->sb);
             pthread_mutex_destroy(&p->mu);
         }
-        free(p->path);
+        grpo_sandbox__pworker_fini(&p->w);
     }
     free(p);
 }

@@ -40,11 +40,17 @@ typedef struct grpo_env_marker {
 #define GRPO_ENV_DSV3_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
 
 /* Finds an action completed by the bytes text[new_from..len): the first marker pair (in array
- * order) whose end marker ends at or after new_from, whose begin marker (if any) starts at or
- * after scan_from and before the end marker, with the end marker the first one after that begin
- * marker. Returns the pair's index and sets *begin (the begin marker's first byte) and *end (the
- * byte after the end marker), or returns -1. Bytes before scan_from (earlier actions and their
- * observations) are never part of an action. Pure; any bytes (model output). */
+ * order) with an end marker whose last byte is at or after new_from (so a marker split across
+ * tokens counts when its last piece arrives), a begin marker (if the pair has one) that starts
+ * at or after scan_from and ends at or before that end marker, and that end marker the first
+ * one after the begin marker. With repeated begin markers the action starts at the last one
+ * before the end marker (the innermost). Without a begin marker the action starts at scan_from
+ * and its end marker must be the first one after scan_from. When several end markers complete
+ * in the new bytes, the earliest that qualifies wins. Returns the pair's index and sets *begin
+ * (the begin marker's first byte, or scan_from) and *end (the byte after the end marker), or
+ * returns -1 (also when new_from >= len: nothing new). Bytes before scan_from (earlier actions
+ * and their observations) are never part of an action. Pure; any bytes (model output); it reads
+ * only the new bytes and the few before them unless an end marker was just completed. */
 int grpo_env_find_action(const grpo_env_marker *markers, int n_markers, const char *text,
                          size_t len, size_t scan_from, size_t new_from, size_t *begin,
                          size_t *end);

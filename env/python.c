@@ -117,6 +117,7 @@ put_outcome(grpo_buf *b, const grpo_env__cell *c, const grpo_env_python_opts *o)
             b, "[output-limit: the call wrote %llu bytes to stdout, past %llu]\n",
             (unsigned long long)c->out_total, (unsigned long long)o->limits.stdout_max);
     case REPL_CRASH:
+        lost = "; its variables are lost";
         if (c->signal)
             return grpo__buf_printf(b, "[crash: the interpreter died of signal %d%s]\n", c->signal,
                                     lost);

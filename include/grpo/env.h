@@ -106,15 +106,32 @@ typedef struct grpo_env_python_opts {
 void grpo_env_python_opts_default(grpo_env_python_opts *o);
 
 /* The python tool: markers GRPO_ENV_FENCE_* (pair 0) and GRPO_ENV_DSV3_* (pair 1). Each episode
- * has its own sandboxed Python interpreter, started at its first call, that keeps its globals
- * across the calls of the episode; a call that times out, crashes or exhausts memory kills it,
- * and the next call starts a fresh one (the observation says the state was lost).
- * Fenced calls run CODE; the observation is "```output\n" OUTPUT "```\n" (a "\n" first when the
- * text before did not end with one; OUTPUT ends with "\n"). DeepSeek-V3 calls name a function
- * "python" with arguments {"code": "..."}; each call of the block runs in order and the
- * observation is "<｜tool▁outputs▁begin｜>" then per call "<｜tool▁output▁begin｜>" OUTPUT
- * "<｜tool▁output▁end｜>" (joined by "\n") then "<｜tool▁outputs▁end｜>". OUTPUT is stdout, then
- * stderr (a traceback) when there is any, then a line naming the outcome when it is not "ok". */
+ * has its own sandboxed Python interpreter (and sandbox worker), started at its first call, that
+ * keeps its globals across the calls of the episode. Each call is run like a notebook cell: when
+ * its last statement is an expression, the expression's repr is printed (unless it is None);
+ * an exception (SystemExit included) is shown as its traceback and the interpreter lives on.
+ * Limits per call (opts->limits): wall_ms (the host kills the interpreter past it), cpu_ms
+ * (RLIMIT_CPU raised by that much at each call), mem_bytes (RLIMIT_AS of the interpreter over
+ * its whole life: a MemoryError keeps the state), stdout_max (bytes kept; more is
+ * "output-limit"), stderr_max (its last bytes kept), output_kill (the call is stopped past it).
+ * What the code writes to fds 1 and 2 directly (os.write, subprocesses) is not captured. A call
+ * that times out or crashes kills the interpreter, and the next call starts a fresh one (its
+ * OUTPUT starts with a line saying the variables of earlier calls are lost).
+ * Fenced calls run CODE; the observation is "\n```output\n" OUTPUT "```\n" (the action ends
+ * at the closing "```", so the observation opens on a fresh line). DeepSeek-V3 calls (the chat
+ * template's format: TYPE "function", NAME "python", ARGS a JSON object with a string "code",
+ * other keys ignored; at most 8 calls a block) run in order and the observation is
+ * "<｜tool▁outputs▁begin｜>" then per call "<｜tool▁output▁begin｜>" OUTPUT
+ * "<｜tool▁output▁end｜>" (joined by "\n") then "<｜tool▁outputs▁end｜>"; a call that does not
+ * parse gets OUTPUT "[bad-call: what was wrong]\n" and the step's label is the first label of
+ * its calls that is not "ok". OUTPUT is stdout, then stderr (a traceback) when there is any,
+ * together at most max_output_bytes (stdout's head, stderr's tail: the exception is at its end;
+ * each cut marked "[... N more bytes]"), then a line naming the outcome when it is not "ok"
+ * ("[timeout: ...]"); it is valid UTF-8 and ends with "\n" unless empty. info_json is
+ * {"status", "wall_ms", "exit_code" (when the interpreter exited by itself, else null),
+ * "signal", "restarted", "stdout_bytes", "stderr_bytes"} for one call, {"status", "calls": [...]}
+ * for a block of several. Fails with GRPO_EUNSUPPORTED when the kernel lacks the isolation
+ * opts->require asks for; a step fails only when the sandbox or the interpreter cannot start. */
 grpo_err grpo_env_python_create(grpo_env **out, const grpo_env_python_opts *opts);
 
 /* ---- Environment plugins (grpo/env_plugin.h) ---- */

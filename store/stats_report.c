@@ -1,5 +1,5 @@
 /* The report's stats queries (finish reasons, reward and length histograms, throughput over time,
- * KL, example completions): SQL over the same stats_* inputs as the views of
+ * KL, example completions, tool calls): SQL over the same stats_* inputs as the views of
  * schemas/003_stats.sql, kept here rather than as views because they take parameters (?4: bins or
  * examples per verdict). store/stats.c prepends the filtered inputs (?1 run, ?2..?3 steps). */
 #include "store/store_int.h"
@@ -112,6 +112,55 @@ static const char example_sql[] =
     " FROM v JOIN completions AS c ON c.id = v.completion_id"
     " WHERE v.rank <= ?4 ORDER BY v.run_id, v.verifier, v.kind, v.rank";
 
+/* Per run, a row '(all)' over every turn, then one per environment ('(unknown)' for a turn whose
+ * record names none, and for one naming itself '(all)'): each turn is counted once under its env
+ * and once under '(all)'. Completions with a turn of the row's env are "with tools", the run's
+ * others "without"; the reward without is the run's reward sum less the sum with, over the
+ * counts. Percentiles are nearest-rank, of the tool times of the turns that ran and the wait
+ * times of every turn. */
+static const char tools_sql[] =
+    "c AS MATERIALIZED (SELECT id, run_id, reward FROM stats_completions),"
+    " t AS MATERIALIZED (SELECT completion_id, run_id, CASE WHEN env IS NULL OR env = '(all)'"
+    " THEN '(unknown)' ELSE env END AS env, label, ran, n_obs, tool_ms, wait_ms FROM stats_turns),"
+    " tk AS (SELECT *, env AS k FROM t UNION ALL SELECT *, '(all)' FROM t),"
+    " cr AS (SELECT run_id, count(*) AS n, sum(reward) AS r_sum, count(reward) AS r_n FROM c"
+    " GROUP BY run_id),"
+    " ck AS (SELECT DISTINCT run_id, k, completion_id FROM tk),"
+    " w AS (SELECT ck.run_id AS run_id, ck.k AS k, count(*) AS n, sum(c.reward) AS r_sum,"
+    " count(c.reward) AS r_n FROM ck JOIN c ON c.id = ck.completion_id GROUP BY ck.run_id, ck.k),"
+    " a AS (SELECT run_id, k, count(*) AS turns, coalesce(sum(ran = 1), 0) AS calls,"
+    " avg(CASE WHEN ran = 1 THEN n_obs END) AS obs_tokens, sum(label = 'ok') AS n_ok,"
+    " sum(label = 'error') AS n_error, sum(label = 'timeout') AS n_timeout,"
+    " sum(label <> 'ok' AND label <> 'error' AND label <> 'timeout') AS n_other"
+    " FROM tk GROUP BY run_id, k),"
+    " pt AS (SELECT run_id, k, tool_ms AS v,"
+    " row_number() OVER (PARTITION BY run_id, k ORDER BY tool_ms) AS rn,"
+    " count(*) OVER (PARTITION BY run_id, k) AS cnt FROM tk WHERE ran = 1 AND tool_ms IS NOT NULL),"
+    " qt AS (SELECT run_id, k, min(CASE WHEN rn = (cnt + 1) / 2 THEN v END) AS p50,"
+    " min(CASE WHEN rn = (cnt * 99 + 99) / 100 THEN v END) AS p99 FROM pt GROUP BY run_id, k),"
+    " pw AS (SELECT run_id, k, wait_ms AS v,"
+    " row_number() OVER (PARTITION BY run_id, k ORDER BY wait_ms) AS rn,"
+    " count(*) OVER (PARTITION BY run_id, k) AS cnt FROM tk WHERE wait_ms IS NOT NULL),"
+    " qw AS (SELECT run_id, k, min(CASE WHEN rn = (cnt + 1) / 2 THEN v END) AS p50,"
+    " min(CASE WHEN rn = (cnt * 99 + 99) / 100 THEN v END) AS p99 FROM pw GROUP BY run_id, k),"
+    " keys AS (SELECT run_id, '(all)' AS k FROM cr UNION SELECT run_id, k FROM tk)"
+    " SELECT keys.run_id AS run_id, keys.k AS env, cr.n AS completions,"
+    " CAST(coalesce(w.n, 0) AS REAL) / cr.n AS samples_with_tools,"
+    " coalesce(a.turns, 0) AS turns, coalesce(a.calls, 0) AS calls,"
+    " CAST(coalesce(a.calls, 0) AS REAL) / cr.n AS calls_per_sample,"
+    " qt.p50 AS tool_ms_p50, qt.p99 AS tool_ms_p99, qw.p50 AS wait_ms_p50, qw.p99 AS wait_ms_p99,"
+    " a.obs_tokens AS obs_tokens, coalesce(a.n_ok, 0) AS n_ok, coalesce(a.n_error, 0) AS n_error,"
+    " coalesce(a.n_timeout, 0) AS n_timeout, coalesce(a.n_other, 0) AS n_other,"
+    " w.r_sum / nullif(w.r_n, 0) AS reward_with_tools,"
+    " (cr.r_sum - coalesce(w.r_sum, 0)) / nullif(cr.r_n - coalesce(w.r_n, 0), 0)"
+    " AS reward_without_tools"
+    " FROM keys JOIN cr ON cr.run_id = keys.run_id"
+    " LEFT JOIN a ON a.run_id = keys.run_id AND a.k = keys.k"
+    " LEFT JOIN w ON w.run_id = keys.run_id AND w.k = keys.k"
+    " LEFT JOIN qt ON qt.run_id = keys.run_id AND qt.k = keys.k"
+    " LEFT JOIN qw ON qw.run_id = keys.run_id AND qw.k = keys.k"
+    " ORDER BY keys.run_id, keys.k <> '(all)', keys.k";
+
 const char *
 grpo_store__report_sql(grpo_stats_by by, int *is_select)
 {
@@ -129,6 +178,8 @@ grpo_store__report_sql(grpo_stats_by by, int *is_select)
         return kl_sql;
     case GRPO_STATS_BY_EXAMPLE:
         return example_sql;
+    case GRPO_STATS_BY_TOOLS:
+        return tools_sql;
     default:
         return NULL;
     }

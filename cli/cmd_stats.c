@@ -1,6 +1,7 @@
 /* `grpo stats`: the questions people ask of a run, answered from the store's stats queries (per
  * step, verifier, prompt, worker, run, finish reason, histogram bin, time bin, KL step, example
- * completion or tool environment) as a table, CSV or JSON, or as one self-contained HTML report (cli/stats_report.c). */
+ * completion or tool environment) as a table, CSV or JSON, or as one self-contained HTML report
+ * (cli/stats_report.c). */
 #include "cli/cli.h"
 #include "cli/stats_report.h"
 #include "common/common_int.h"

@@ -23,8 +23,8 @@ grpo_store__check_turns(const grpo_completion_rec *c, int32_t i)
             return grpo__fail(GRPO_EINVAL,
                               "store: put_group: completion %d turn %d: action_end %d with %d "
                               "observation tokens (%d cut) is outside its %d tokens",
-                              (int)i, (int)j, (int)t->action_end, (int)t->n_obs,
-                              (int)t->n_obs_cut, (int)c->n_tokens);
+                              (int)i, (int)j, (int)t->action_end, (int)t->n_obs, (int)t->n_obs_cut,
+                              (int)c->n_tokens);
         if (t->action_end <= prev_end || t->action_end < obs_end)
             return grpo__fail(GRPO_EINVAL,
                               "store: put_group: completion %d turn %d: action_end %d is not "

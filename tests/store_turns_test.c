@@ -298,15 +298,17 @@ invalid(int async)
     grpo_store *s = NULL;
     int64_t run, prompt;
     open_run(&s, async, &run, &prompt);
-    refused(s, async, run, prompt, 2, 35, 6, 0, "outside its 40 tokens");  /* 41 > 40 */
+    refused(s, async, run, prompt, 2, 35, 6, 0, "outside its 40 tokens"); /* 41 > 40 */
     refused(s, async, run, prompt, 0, 38, 3, 0, "outside its 40 tokens");
     refused(s, async, run, prompt, 0, -1, 3, 0, "outside");
     refused(s, async, run, prompt, 1, 20, -1, 0, "outside");
     refused(s, async, run, prompt, 1, 20, 4, -2, "outside");
-    refused(s, async, run, prompt, 1, 12, 4, 0, "not after the previous turn's observation"); /* < 14 */
-    refused(s, async, run, prompt, 1, 5, 0, 0, "not after");  /* the same end as turn 0 */
-    refused(s, async, run, prompt, 1, 3, 0, 0, "not after");  /* before it */
-    refused(s, async, run, prompt, 2, 23, 1, 0, "not after"); /* inside turn 1's observation (20..24) */
+    refused(s, async, run, prompt, 1, 12, 4, 0,
+            "not after the previous turn's observation");    /* < 14 */
+    refused(s, async, run, prompt, 1, 5, 0, 0, "not after"); /* the same end as turn 0 */
+    refused(s, async, run, prompt, 1, 3, 0, 0, "not after"); /* before it */
+    refused(s, async, run, prompt, 2, 23, 1, 0,
+            "not after"); /* inside turn 1's observation (20..24) */
     turn_group x;
     make_group(&x, run, prompt, 60);
     x.c[1].n_turns = 2; /* turns NULL */

@@ -121,7 +121,10 @@ typedef struct grpo_reward_rec {
 /* One turn of a multi-turn completion (grpo_rollout_turn): token_ids[action_end .. action_end +
  * n_obs) are the observation of the action that ended at token action_end (loss mask 0). The
  * store keeps record_json whole and pulls env, label, tool_ms, ran, done and reward out of it into
- * columns (schemas/006_turns.sql). */
+ * columns (schemas/006_turns.sql); a record that is not a JSON object (or NULL) is still stored,
+ * with those columns NULL and label 'unknown'. put_group refuses (GRPO_EINVAL) turns whose
+ * action_end + n_obs passes the completion's n_tokens, or whose action does not end after the
+ * previous turn's observation. */
 typedef struct grpo_turn_rec {
     int32_t action_end, n_obs, n_obs_cut;
     double at_ms;             /* when the sample parked, from its group's admission */

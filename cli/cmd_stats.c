@@ -1,6 +1,7 @@
 /* `grpo stats`: the questions people ask of a run, answered from the store's stats queries (per
- * step, verifier, prompt, worker, run, finish reason, histogram bin, time bin, KL step or example
- * completion) as a table, CSV or JSON, or as one self-contained HTML report (cli/stats_report.c). */
+ * step, verifier, prompt, worker, run, finish reason, histogram bin, time bin, KL step, example
+ * completion or tool environment) as a table, CSV or JSON, or as one self-contained HTML report
+ * (cli/stats_report.c). */
 #include "cli/cli.h"
 #include "cli/stats_report.h"
 #include "common/common_int.h"
@@ -40,6 +41,10 @@ static const char usage_text[] =
     "            max KL, logprob per token of the sampler and of the reference, their gap\n"
     "  example   --examples completions per run, verifier and verdict kind, with their text\n"
     "            (valid UTF-8, cut at --text-bytes on a character boundary, text_cut 1)\n"
+    "  tools     per run ('(all)') and tool environment of multi-turn rollouts: completions,\n"
+    "            fraction with a tool call, turns, calls that ran, calls per sample, tool and\n"
+    "            wait ms p50/p99, observation tokens per call, ok/error/timeout/other turns,\n"
+    "            mean reward of the completions with and without a call\n"
     "Percentiles are nearest-rank; standard deviations divide by n; skipped verdicts are not\n"
     "scored. The definitions are the views in schemas/003_stats.sql and the queries of\n"
     "store/stats_report.c.\n"
@@ -47,7 +52,7 @@ static const char usage_text[] =
     "options:\n"
     "  --db FILE          the database written by grpo rollout (required)\n"
     "  --by KEY           step (default), verifier, prompt, worker, run, finish, reward-hist,\n"
-    "                     length-hist, time, kl or example\n"
+    "                     length-hist, time, kl, example or tools\n"
     "  --format F         table (default, aligned text), csv (header + rows) or json (an array\n"
     "                     with one object per row; numbers are JSON numbers, missing values null)\n"
     "  --step-range A:B   only steps A..B inclusive; either end may be left out (\"10:\", \":5\")\n"
@@ -266,7 +271,7 @@ parse_opt(stats_args *a, int c, const char *v)
 {
     static const char *const bys[] = {"step", "verifier", "prompt",      "worker",
                                       "run",  "finish",   "reward-hist", "length-hist",
-                                      "time", "kl",       "example"};
+                                      "time", "kl",       "example",     "tools"};
     switch (c) {
     case 'd':
         a->db = v;

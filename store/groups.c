@@ -51,6 +51,9 @@ grpo_store__check_group(const grpo_group_rec *g)
                                   "missing verifier name or bad kind %d",
                                   (int)i, (int)j, (int)r->kind);
         }
+        grpo_err err = grpo_store__check_turns(c, i);
+        if (err != GRPO_OK)
+            return err;
     }
     return grpo_store__check_routes(g);
 }
@@ -85,6 +88,22 @@ route_len(const grpo_group_rec *g, const grpo_completion_rec *c)
     if (g->routes == NULL || c->n_tokens <= 1)
         return 0;
     return grpo_store__route_bytes(g->routes, c->n_tokens - 1);
+}
+
+/* A completion's turns and their record_json strings, laid out in b: the copy (NULL on the
+ * sizing pass or without turns). */
+static const grpo_turn_rec *
+lay_out_turns(bump *b, const grpo_completion_rec *c)
+{
+    if (c->n_turns <= 0)
+        return NULL;
+    grpo_turn_rec *ts = take(b, c->turns, sizeof *ts * (size_t)c->n_turns);
+    for (int32_t j = 0; j < c->n_turns; j++) {
+        const char *json = take_str(b, c->turns[j].record_json);
+        if (b->base)
+            ts[j].record_json = json;
+    }
+    return ts;
 }
 
 /* Lays the group out in b (a sizing pass when b->base is NULL, then the copying pass). */
@@ -129,6 +148,7 @@ lay_out(bump *b, grpo_group_rec *dst, const grpo_group_rec *g)
             take_str(b, r->verifier), take_str(b, r->version), take_str(b, r->label),
                 take_str(b, r->details_json);
         }
+        const grpo_turn_rec *ts = lay_out_turns(b, c);
         size_t rn = route_len(g, c);
         const uint8_t *rt = rn && c->routes ? take(b, c->routes, rn) : NULL;
         if (b->base) {
@@ -138,6 +158,7 @@ lay_out(bump *b, grpo_group_rec *dst, const grpo_group_rec *g)
             cs[i].text = text;
             cs[i].text_len = tl;
             cs[i].rewards = rs;
+            cs[i].turns = ts;
         }
     }
 }
@@ -264,7 +285,10 @@ insert_completion(grpo_store *s, const grpo_group_rec *g, int64_t gid, const grp
                             SQLITE_STATIC, SQLITE_UTF8);
     if ((err = step_done(s, st, "inserting a completion")) != GRPO_OK)
         return err;
-    return insert_rewards(s, g, c, sqlite3_last_insert_rowid(s->db));
+    int64_t cid = sqlite3_last_insert_rowid(s->db);
+    if ((err = insert_rewards(s, g, c, cid)) != GRPO_OK)
+        return err;
+    return grpo_store__insert_turns(s, g, c, cid);
 }
 
 /* The group's summary columns: reward mean / population std / all-equal over the completions

@@ -1,5 +1,5 @@
 /* Reading one completion back with everything `grpo replay` needs to regenerate it: the group's
- * seed, sampling params and policy version, the prompt, and the rewards it got. */
+ * seed, sampling params and policy version, the prompt, the rewards it got and its turns. */
 #include "store/store_int.h"
 
 #include <stdlib.h>
@@ -148,6 +148,8 @@ grpo_store_get_completion(grpo_stored_completion **out, grpo_store *s, int64_t c
     sqlite3_finalize(st);
     if (err == GRPO_OK)
         err = read_rewards(s, c, &oom);
+    if (err == GRPO_OK)
+        err = grpo_store__read_turns(s, c, &oom);
     pthread_mutex_unlock(&s->mu);
     if (err == GRPO_OK && oom)
         err = grpo__fail(GRPO_ENOMEM, "store: get_completion: out of memory");
@@ -252,6 +254,7 @@ grpo_stored_completion_free(grpo_stored_completion *c)
         free(c->rewards[i].details_json);
     }
     free(c->rewards);
+    grpo_store__free_turns(c);
     free(c->token_ids);
     free(c->token_logprobs);
     free(c->text);

@@ -269,6 +269,8 @@ grpo_store_run_prepare_resume(grpo_store *s, int64_t run_id, const char *sha256_
             s,
             "DELETE FROM rewards WHERE completion_id IN (SELECT id FROM completions "
             " WHERE group_id IN (SELECT id FROM resume_drop));"
+            "DELETE FROM turns WHERE completion_id IN (SELECT id FROM completions "
+            " WHERE group_id IN (SELECT id FROM resume_drop));"
             "DELETE FROM group_verifiers WHERE group_id IN (SELECT id FROM resume_drop);"
             "DELETE FROM completion_routes WHERE group_id IN (SELECT id FROM resume_drop);"
             "DELETE FROM group_routes WHERE group_id IN (SELECT id FROM resume_drop);"

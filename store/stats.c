@@ -77,6 +77,8 @@ static const char *const filtered_inputs =
     " AND step BETWEEN ?2 AND ?3),"
     " stats_group_verifiers AS (SELECT * FROM group_verifiers WHERE (?1 <= 0 OR run_id = ?1)"
     " AND step BETWEEN ?2 AND ?3),"
+    " stats_turns AS (SELECT * FROM turns WHERE (?1 <= 0 OR run_id = ?1)"
+    " AND step BETWEEN ?2 AND ?3),"
     " stats_runs AS (SELECT * FROM runs WHERE ?1 <= 0 OR id = ?1)";
 
 static const char *
@@ -238,7 +240,7 @@ grpo_store_stats(grpo_stats_table **out, grpo_store *s, const grpo_stats_opts *o
     *out = NULL;
     if (opts == NULL)
         opts = &defaults;
-    if (s == NULL || opts->by < GRPO_STATS_BY_STEP || opts->by > GRPO_STATS_BY_EXAMPLE)
+    if (s == NULL || opts->by < GRPO_STATS_BY_STEP || opts->by > GRPO_STATS_BY_TOOLS)
         return grpo__fail(GRPO_EINVAL, "store: stats: NULL store or unknown grouping");
     if (opts->bins < 0 || opts->bins > 1000 || opts->examples < 0 || opts->examples > 1000 ||
         opts->text_bytes < 0)
@@ -266,7 +268,7 @@ grpo_store_stats(grpo_stats_table **out, grpo_store *s, const grpo_stats_opts *o
     }
     if (opts->by == GRPO_STATS_BY_EXAMPLE)
         sqlite3_bind_int(st, 4, opts->examples > 0 ? opts->examples : 3);
-    else if (opts->by >= GRPO_STATS_BY_REWARD_HIST)
+    else if (opts->by >= GRPO_STATS_BY_REWARD_HIST && opts->by != GRPO_STATS_BY_TOOLS)
         sqlite3_bind_int(st, 4, opts->bins > 0 ? opts->bins : 20);
     err = run_query(s, st, t);
     if (err == GRPO_OK && opts->by == GRPO_STATS_BY_EXAMPLE)

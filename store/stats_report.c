@@ -1,5 +1,5 @@
 /* The report's stats queries (finish reasons, reward and length histograms, throughput over time,
- * KL, example completions): SQL over the same stats_* inputs as the views of
+ * KL, example completions, tool calls): SQL over the same stats_* inputs as the views of
  * schemas/003_stats.sql, kept here rather than as views because they take parameters (?4: bins or
  * examples per verdict). store/stats.c prepends the filtered inputs (?1 run, ?2..?3 steps). */
 #include "store/store_int.h"
@@ -112,6 +112,67 @@ static const char example_sql[] =
     " FROM v JOIN completions AS c ON c.id = v.completion_id"
     " WHERE v.rank <= ?4 ORDER BY v.run_id, v.verifier, v.kind, v.rank";
 
+/* Per run, a row '(all)' over every turn, then one per environment ('(unknown)' for a turn whose
+ * record names none, and for one naming itself '(all)'). Completions with a turn of the row's env
+ * are "with tools", the run's others "without"; the reward without is the run's reward sum less
+ * the sum with, over the counts. Percentiles are nearest-rank (rank ceil(p * n)), of the tool
+ * times of the turns that ran and of the wait times of every turn. A completion's turns share its
+ * run and step, so the turns of selected completions are the selected turns: the joins to
+ * `completions` and `turns` by id need no filter of their own. Cost: a few sorts of the selected
+ * turns (two per percentile column). */
+static const char tools_sql[] =
+    "t AS MATERIALIZED (SELECT completion_id, run_id, CASE WHEN env IS NULL OR env ="
+    " '(all)' THEN '(unknown)' ELSE env END AS env, label, ran, n_obs, tool_ms, wait_ms"
+    " FROM stats_turns),"
+    " ae AS (SELECT run_id, env AS k, count(*) AS turns, coalesce(sum(ran = 1), 0) AS"
+    " calls, sum(CASE WHEN ran = 1 THEN n_obs END) AS obs, coalesce(sum(label = 'ok'), 0)"
+    " AS n_ok, coalesce(sum(label = 'error'), 0) AS n_error, coalesce(sum(label ="
+    " 'timeout'), 0) AS n_timeout, coalesce(sum(label <> 'ok' AND label <> 'error' AND"
+    " label <> 'timeout'), 0) AS n_other, coalesce(sum(ran = 1 AND tool_ms IS NOT NULL), 0)"
+    " AS n_tool, count(wait_ms) AS n_wait FROM t GROUP BY run_id, env),"
+    " a AS (SELECT * FROM ae UNION ALL SELECT run_id, '(all)', sum(turns), sum(calls),"
+    " sum(obs), sum(n_ok), sum(n_error), sum(n_timeout), sum(n_other), sum(n_tool),"
+    " sum(n_wait) FROM ae GROUP BY run_id),"
+    " cr AS (SELECT run_id, count(*) AS n, sum(reward) AS r_sum, count(reward) AS r_n FROM"
+    " stats_completions GROUP BY run_id),"
+    " ce AS (SELECT DISTINCT run_id, env, completion_id FROM t),"
+    " w AS (SELECT ce.run_id AS run_id, ce.env AS k, count(*) AS n, sum(c.reward) AS r_sum,"
+    " count(c.reward) AS r_n FROM ce JOIN completions AS c ON c.id = ce.completion_id GROUP"
+    " BY ce.run_id, ce.env"
+    " UNION ALL SELECT run_id, '(all)', count(*), sum(reward), count(reward) FROM"
+    " stats_completions AS c WHERE EXISTS (SELECT 1 FROM turns AS x WHERE x.completion_id ="
+    " c.id) GROUP BY run_id),"
+    " pt AS (SELECT run_id, env AS k, tool_ms AS v, row_number() OVER (PARTITION BY run_id,"
+    " env ORDER BY tool_ms) AS rn FROM t WHERE ran = 1 AND tool_ms IS NOT NULL"
+    " UNION ALL SELECT run_id, '(all)', tool_ms, row_number() OVER (PARTITION BY run_id"
+    " ORDER BY tool_ms) FROM t WHERE ran = 1 AND tool_ms IS NOT NULL),"
+    " pw AS (SELECT run_id, env AS k, wait_ms AS v, row_number() OVER (PARTITION BY run_id,"
+    " env ORDER BY wait_ms) AS rn FROM t WHERE wait_ms IS NOT NULL"
+    " UNION ALL SELECT run_id, '(all)', wait_ms, row_number() OVER (PARTITION BY run_id"
+    " ORDER BY wait_ms) FROM t WHERE wait_ms IS NOT NULL),"
+    " qt AS (SELECT pt.run_id AS run_id, pt.k AS k, min(CASE WHEN rn = (n_tool + 1) / 2"
+    " THEN v END) AS p50, min(CASE WHEN rn = (n_tool * 99 + 99) / 100 THEN v END) AS p99"
+    " FROM pt JOIN a ON a.run_id = pt.run_id AND a.k = pt.k WHERE rn = (n_tool + 1) / 2 OR"
+    " rn = (n_tool * 99 + 99) / 100 GROUP BY pt.run_id, pt.k),"
+    " qw AS (SELECT pw.run_id AS run_id, pw.k AS k, min(CASE WHEN rn = (n_wait + 1) / 2"
+    " THEN v END) AS p50, min(CASE WHEN rn = (n_wait * 99 + 99) / 100 THEN v END) AS p99"
+    " FROM pw JOIN a ON a.run_id = pw.run_id AND a.k = pw.k WHERE rn = (n_wait + 1) / 2 OR"
+    " rn = (n_wait * 99 + 99) / 100 GROUP BY pw.run_id, pw.k),"
+    " keys AS (SELECT run_id, '(all)' AS k FROM cr UNION SELECT run_id, k FROM ae)"
+    " SELECT keys.run_id AS run_id, keys.k AS env, cr.n AS completions, CAST(coalesce(w.n,"
+    " 0) AS REAL) / cr.n AS samples_with_tools, coalesce(a.turns, 0) AS turns,"
+    " coalesce(a.calls, 0) AS calls, CAST(coalesce(a.calls, 0) AS REAL) / cr.n AS"
+    " calls_per_sample, qt.p50 AS tool_ms_p50, qt.p99 AS tool_ms_p99, qw.p50 AS"
+    " wait_ms_p50, qw.p99 AS wait_ms_p99, CAST(a.obs AS REAL) / nullif(a.calls, 0) AS"
+    " obs_tokens, coalesce(a.n_ok, 0) AS n_ok, coalesce(a.n_error, 0) AS n_error,"
+    " coalesce(a.n_timeout, 0) AS n_timeout, coalesce(a.n_other, 0) AS n_other, w.r_sum /"
+    " nullif(w.r_n, 0) AS reward_with_tools, (cr.r_sum - coalesce(w.r_sum, 0)) /"
+    " nullif(cr.r_n - coalesce(w.r_n, 0), 0) AS reward_without_tools"
+    " FROM keys JOIN cr ON cr.run_id = keys.run_id LEFT JOIN a ON a.run_id = keys.run_id"
+    " AND a.k = keys.k LEFT JOIN w ON w.run_id = keys.run_id AND w.k = keys.k LEFT JOIN qt"
+    " ON qt.run_id = keys.run_id AND qt.k = keys.k LEFT JOIN qw ON qw.run_id = keys.run_id"
+    " AND qw.k = keys.k ORDER BY keys.run_id, keys.k <> '(all)', keys.k";
+
 const char *
 grpo_store__report_sql(grpo_stats_by by, int *is_select)
 {
@@ -129,6 +190,8 @@ grpo_store__report_sql(grpo_stats_by by, int *is_select)
         return kl_sql;
     case GRPO_STATS_BY_EXAMPLE:
         return example_sql;
+    case GRPO_STATS_BY_TOOLS:
+        return tools_sql;
     default:
         return NULL;
     }

@@ -52,6 +52,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_BATCH_PUBLISH] = "UPDATE batches SET published_at = ? WHERE id = ?",
     [ST_BATCH_ACK] = "UPDATE batches SET acked_at = ?, bytes = NULL WHERE id = ?",
     [ST_BATCH_STATUS] = "SELECT acked_at IS NOT NULL FROM batches WHERE id = ?",
+    [ST_TURN_INSERT] = grpo_store__turn_insert_sql,
 };
 
 static grpo_err

@@ -24,6 +24,7 @@ typedef enum {
     ST_BATCH_PUBLISH,
     ST_BATCH_ACK,
     ST_BATCH_STATUS,
+    ST_TURN_INSERT,
     ST_COUNT
 } store_stmt;
 
@@ -97,5 +98,14 @@ grpo_err grpo_store__insert_batch(grpo_store *s, int64_t batch_id, int64_t run_i
 size_t grpo_store__route_bytes(const grpo_routes_rec *r, int32_t n_tokens);
 grpo_err grpo_store__check_routes(const grpo_group_rec *g);
 grpo_err grpo_store__insert_routes(grpo_store *s, const grpo_group_rec *g, int64_t gid);
+
+/* Turns (turns.c): validation of completion i's, insertion beside completion cid, reading a
+ * stored completion's (record_json malloc'd; *oom set when out of memory) and freeing them. */
+extern const char grpo_store__turn_insert_sql[];
+grpo_err grpo_store__check_turns(const grpo_completion_rec *c, int32_t i);
+grpo_err grpo_store__insert_turns(grpo_store *s, const grpo_group_rec *g,
+                                  const grpo_completion_rec *c, int64_t cid);
+grpo_err grpo_store__read_turns(grpo_store *s, grpo_stored_completion *c, int *oom);
+void grpo_store__free_turns(grpo_stored_completion *c);
 
 #endif

@@ -18,7 +18,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { STEPS = 6, PROMPTS = 5, MAXG = 7, MAXTOK = 40, NV = 2 };
+enum { STEPS = 6, PROMPTS = 5, MAXG = 7, MAXTOK = 40, NV = 2, MAXT = 3 };
+
+/* Tool environments of the turns (ENV_BAD: a record that is not JSON, so no env) and labels. */
+enum { ENV_PY, ENV_SEARCH, ENV_BAD };
+static const char *const env_names[] = {"python", "search", "(unknown)"};
+static const char *const label_names[] = {"ok", "error", "timeout", "bad-call"};
 
 typedef struct {
     int64_t run, step, prompt;
@@ -35,6 +40,10 @@ typedef struct {
     int no_ref;       /* recorded without a reference policy (no KL) */
     double kl_mean[MAXG], kl_max[MAXG], lp_sum[MAXG], ref_sum[MAXG];
     char text[MAXG][900]; /* the completion's stored bytes */
+    /* turns: env, label (an index of label_names; 'unknown' for ENV_BAD), whether the tool ran
+     * ('bad-call' and ENV_BAD did not), its times and observation tokens */
+    int nt[MAXG], env[MAXG][MAXT], label[MAXG][MAXT], ran[MAXG][MAXT], n_obs[MAXG][MAXT];
+    double tool_ms[MAXG][MAXT], wait_ms[MAXG][MAXT];
 } rawgroup;
 
 static rawgroup groups[STEPS * PROMPTS + 8];
@@ -54,9 +63,38 @@ odd_text(char *buf)
         strcat(buf, "\xc3\xa9");
 }
 
+/* Gives completion i of r up to MAXT turns (none for 2 in 5), recorded in r and in t/json. */
+static void
+make_turns(rawgroup *r, int i, grpo_completion_rec *c, grpo_turn_rec *t, char (*json)[200],
+           uint64_t *rng)
+{
+    r->nt[i] = c->n_tokens >= 8 && tu_rand(rng) % 5 >= 2 ? 1 + (int)(tu_rand(rng) % MAXT) : 0;
+    int seg = r->nt[i] ? c->n_tokens / r->nt[i] : 0;
+    for (int k = 0; k < r->nt[i]; k++) {
+        int e = (int)(tu_rand(rng) % 5), lab = (int)(tu_rand(rng) % 4);
+        e = e < 2 ? ENV_PY : e < 4 ? ENV_SEARCH : ENV_BAD;
+        r->env[i][k] = e, r->label[i][k] = lab, r->ran[i][k] = e != ENV_BAD && lab != 3;
+        r->n_obs[i][k] = (int)(tu_rand(rng) % (uint64_t)seg);
+        r->tool_ms[i][k] = 0.5 * (double)(tu_rand(rng) % 50); /* ties, for the percentiles */
+        r->wait_ms[i][k] = 0.25 * (double)(tu_rand(rng) % 30);
+        if (e == ENV_BAD)
+            snprintf(json[k], sizeof json[k], "{\"env\":\"python\",\"label\":\"ok\"");
+        else
+            snprintf(json[k], sizeof json[k],
+                     "{\"env\":\"%s\",\"label\":\"%s\",\"tool_ms\":%.17g,\"ran\":%s,"
+                     "\"done\":false}",
+                     env_names[e], label_names[lab], r->tool_ms[i][k],
+                     r->ran[i][k] ? "true" : "false");
+        t[k] = (grpo_turn_rec){k * seg + 1, r->n_obs[i][k], 0, 1.0, r->wait_ms[i][k], json[k]};
+    }
+    c->n_turns = r->nt[i], c->turns = t;
+}
+
 static void
 put(grpo_store *s, rawgroup *r, uint64_t *rng, uint64_t seed)
 {
+    grpo_turn_rec turns[MAXG][MAXT];
+    char json[MAXG][MAXT][200];
     tu_group t;
     tu_group_make(&t, rng, r->run, r->step, r->prompt, seed, r->g, MAXTOK, NV);
     t.g.worker_id = r->worker;
@@ -73,6 +111,7 @@ put(grpo_store *s, rawgroup *r, uint64_t *rng, uint64_t seed)
         r->finish[i] = c->finish_reason;
         r->kl_mean[i] = c->kl_mean, r->kl_max[i] = c->kl_max;
         r->lp_sum[i] = c->logprob_sum, r->ref_sum[i] = c->ref_logprob_sum;
+        make_turns(r, i, c, turns[i], json[i], rng);
     }
     t.g.lease_attempt = r->lease;
     r->started = t.g.started_at, r->finished = t.g.finished_at;
@@ -271,7 +310,7 @@ query_o(result *out, const grpo_stats_opts *o)
 {
     static const char *const bys[] = {"step", "verifier", "prompt",      "worker",
                                       "run",  "finish",   "reward-hist", "length-hist",
-                                      "time", "kl",       "example"};
+                                      "time", "kl",       "example",     "tools"};
     char args[1024], *text = NULL;
     int n = snprintf(args, sizeof args, "stats --db '%s' --by %s --format json --k %d", dbpath,
                      bys[o->by], o->pass_k ? o->pass_k : 8);
@@ -889,6 +928,113 @@ check_examples(int64_t run, int per, int text_bytes)
     result_free(&r);
 }
 
+/* Cell (row, col) as a number, NAN when null. */
+static double
+get_n(const result *r, int row, const char *col)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(r->rows, row), col);
+    if (v == NULL)
+        fail_msg("row %d has no column %s", row, col);
+    return cJSON_IsNull(v) ? NAN : get(r, row, col);
+}
+
+#define NEAR_N(a, b)                                                                               \
+    do {                                                                                           \
+        double got_ = (a), w_ = (b);                                                               \
+        if (isnan(w_))                                                                             \
+            assert_true(isnan(got_));                                                              \
+        else                                                                                       \
+            NEAR(got_, w_);                                                                        \
+    } while (0)
+
+/* The tools row of run rn and env key e (-1: '(all)') computed from the raw turns; 0 when the
+ * key has no row (an env without a turn in the selection). */
+static int
+check_tools_row(const result *r, int row, int64_t rn, int e, int64_t lo, int64_t hi)
+{
+    enum { N = (STEPS * PROMPTS + 8) * MAXG * MAXT };
+    static double tool[N], wait[N];
+    int comp = 0, with = 0, turns = 0, calls = 0, labels[4] = {0}, n_with = 0, n_without = 0;
+    double obs = 0, r_with = 0, r_without = 0;
+    for (int g = 0; g < n_groups; g++) {
+        const rawgroup *x = &groups[g];
+        if (x->run != rn || x->step < lo || x->step > hi)
+            continue;
+        for (int i = 0; i < x->g; i++) {
+            int mine = 0;
+            for (int k = 0; k < x->nt[i]; k++) {
+                if (e >= 0 && x->env[i][k] != e)
+                    continue;
+                mine = 1;
+                wait[turns++] = x->wait_ms[i][k];
+                labels[x->env[i][k] == ENV_BAD ? 3 : x->label[i][k]]++; /* 'unknown': other */
+                if (x->ran[i][k])
+                    tool[calls++] = x->tool_ms[i][k], obs += x->n_obs[i][k];
+            }
+            comp++, with += mine;
+            if (mine)
+                r_with += x->reward[i], n_with++;
+            else
+                r_without += x->reward[i], n_without++;
+        }
+    }
+    if (comp == 0 || (e >= 0 && turns == 0))
+        return 0;
+    assert_true(row < r->n);
+    assert_int_equal((int64_t)get(r, row, "run_id"), rn);
+    assert_string_equal(get_s(r, row, "env"), e < 0 ? "(all)" : env_names[e]);
+    assert_int_equal((int)get(r, row, "completions"), comp);
+    NEAR(get(r, row, "samples_with_tools"), (double)with / comp);
+    assert_int_equal((int)get(r, row, "turns"), turns);
+    assert_int_equal((int)get(r, row, "calls"), calls);
+    NEAR(get(r, row, "calls_per_sample"), (double)calls / comp);
+    NEAR_N(get_n(r, row, "tool_ms_p50"), calls ? pctl(tool, calls, 50) : NAN);
+    NEAR_N(get_n(r, row, "tool_ms_p99"), calls ? pctl(tool, calls, 99) : NAN);
+    NEAR_N(get_n(r, row, "wait_ms_p50"), turns ? pctl(wait, turns, 50) : NAN);
+    NEAR_N(get_n(r, row, "wait_ms_p99"), turns ? pctl(wait, turns, 99) : NAN);
+    NEAR_N(get_n(r, row, "obs_tokens"), calls ? obs / calls : NAN);
+    static const char *const cols[4] = {"n_ok", "n_error", "n_timeout", "n_other"};
+    for (int l = 0; l < 4; l++)
+        assert_int_equal((int)get(r, row, cols[l]), labels[l]);
+    NEAR_N(get_n(r, row, "reward_with_tools"), n_with ? r_with / n_with : NAN);
+    NEAR_N(get_n(r, row, "reward_without_tools"), n_without ? r_without / n_without : NAN);
+    return 1;
+}
+
+static void
+check_tools(int64_t run, int range, int64_t lo, int64_t hi)
+{
+    /* '(all)' first, then the envs by name: "(unknown)" < "python" < "search" */
+    static const int order[] = {-1, ENV_BAD, ENV_PY, ENV_SEARCH};
+    result r;
+    query(&r, GRPO_STATS_BY_TOOLS, run, range, lo, hi, 0);
+    if (!range)
+        lo = INT64_MIN, hi = INT64_MAX;
+    int row = 0;
+    for (int64_t rn = run1; rn <= run2; rn++)
+        for (int k = 0; k < 4 && (run <= 0 || rn == run); k++)
+            row += check_tools_row(&r, row, rn, order[k], lo, hi);
+    assert_int_equal(r.n, row);
+    assert_true(row >= 3);
+    result_free(&r);
+}
+
+static void
+test_by_tools(void **state)
+{
+    (void)state;
+    int kinds[3] = {0}, bad = 0;
+    for (int g = 0; g < n_groups; g++) /* the data has every case the query tells apart */
+        for (int i = 0; i < groups[g].g; i++)
+            for (int k = 0; k < groups[g].nt[i]; k++)
+                kinds[groups[g].env[i][k]]++, bad += groups[g].label[i][k] == 3;
+    assert_true(kinds[0] > 0 && kinds[1] > 0 && kinds[2] > 0 && bad > 0);
+    check_tools(0, 0, 0, 0);
+    check_tools(run1, 1, 2, 4);
+    check_tools(run2, 0, 0, 0);
+    check_tools(0, 1, 5, 5);
+}
+
 static void
 test_by_finish(void **state)
 {
@@ -989,7 +1135,16 @@ test_degenerate(void **state)
     query(&r, GRPO_STATS_BY_KL, 0, 0, 0, 0, 0);
     assert_int_equal(r.n, 0); /* no reference policy */
     result_free(&r);
-    for (int by = GRPO_STATS_BY_FINISH; by <= GRPO_STATS_BY_EXAMPLE; by++) {
+    query(&r, GRPO_STATS_BY_TOOLS, run, 0, 0, 0, 0); /* no turns: the run's '(all)' row */
+    assert_int_equal(r.n, 1);
+    assert_string_equal(get_s(&r, 0, "env"), "(all)");
+    assert_int_equal((int)get(&r, 0, "completions"), 3);
+    NEAR(get(&r, 0, "samples_with_tools"), 0);
+    assert_int_equal((int)get(&r, 0, "calls"), 0);
+    assert_true(isnan(get_n(&r, 0, "tool_ms_p50")) && isnan(get_n(&r, 0, "reward_with_tools")));
+    NEAR(get(&r, 0, "reward_without_tools"), 0);
+    result_free(&r);
+    for (int by = GRPO_STATS_BY_FINISH; by <= GRPO_STATS_BY_TOOLS; by++) {
         query(&r, (grpo_stats_by)by, empty, 0, 0, 0, 0);
         assert_int_equal(r.n, 0);
         result_free(&r);
@@ -1207,6 +1362,7 @@ test_cli_formats_and_errors(void **state)
     assert_int_equal(run_grpo(&out, "stats --help"), 0);
     assert_non_null(strstr(out, "--step-range"));
     assert_non_null(strstr(out, "--report"));
+    assert_non_null(strstr(out, "example or tools"));
     free(out);
 }
 
@@ -1287,6 +1443,7 @@ main(void)
         cmocka_unit_test(test_by_time),
         cmocka_unit_test(test_by_kl),
         cmocka_unit_test(test_examples),
+        cmocka_unit_test(test_by_tools),
         cmocka_unit_test(test_degenerate),
 #ifdef STORE_TEST_CLI
         cmocka_unit_test(test_cli_formats_and_errors),

@@ -121,7 +121,10 @@ typedef struct grpo_reward_rec {
 /* One turn of a multi-turn completion (grpo_rollout_turn): token_ids[action_end .. action_end +
  * n_obs) are the observation of the action that ended at token action_end (loss mask 0). The
  * store keeps record_json whole and pulls env, label, tool_ms, ran, done and reward out of it into
- * columns (schemas/006_turns.sql). */
+ * columns (schemas/006_turns.sql); a record that is not a JSON object (or NULL) is still stored,
+ * with those columns NULL and label 'unknown'. put_group refuses (GRPO_EINVAL) turns whose
+ * action_end + n_obs passes the completion's n_tokens, or whose action does not end after the
+ * previous turn's observation. */
 typedef struct grpo_turn_rec {
     int32_t action_end, n_obs, n_obs_cut;
     double at_ms;             /* when the sample parked, from its group's admission */
@@ -336,7 +339,7 @@ typedef struct grpo_stats_table {
 } grpo_stats_table;
 
 /* Runs the stats query (the views in schemas/ for step..run, the queries of store/stats_report.c
- * for finish..example) and returns its rows. Text cells are valid UTF-8 whatever the stored bytes
+ * for finish..tools) and returns its rows. Text cells are valid UTF-8 whatever the stored bytes
  * (grpo__utf8_sanitize's U+FFFD per invalid byte). The caller frees *out with
  * grpo_stats_table_free().
  *
@@ -359,7 +362,16 @@ typedef struct grpo_stats_table {
  *                prompt_id, sample_index, reward, finish_reason, n_tokens, text_bytes (stored),
  *                text (cut at a character boundary to text_bytes), text_cut (1 when cut);
  *                `examples` of each (run, verifier, kind): the lowest completion id of each
- *                prompt in id order, then the second lowest of each, and so on */
+ *                prompt in id order, then the second lowest of each, and so on
+ *   tools        env, completions (the run's), samples_with_tools (fraction of them with a turn of
+ *                env), turns, calls (turns whose tool ran), calls_per_sample (calls / completions),
+ *                tool_ms_p50, tool_ms_p99 (of the calls), wait_ms_p50, wait_ms_p99 (of every
+ *                turn), obs_tokens (mean observation tokens per call), n_ok, n_error, n_timeout,
+ *                n_other (turns by label; other: every other label, 'unknown' included),
+ *                reward_with_tools, reward_without_tools (mean reward of the completions with a
+ *                turn of env, and of the run's others); per run a row env '(all)' over every turn,
+ *                then a row per env in name order ('(unknown)': a record naming none); a run with
+ *                completions but no turns gets its '(all)' row. Percentiles are nearest-rank */
 grpo_err grpo_store_stats(grpo_stats_table **out, grpo_store *s, const grpo_stats_opts *opts);
 void grpo_stats_table_free(grpo_stats_table *t);
 
@@ -398,9 +410,9 @@ grpo_err grpo_store_run_reopen(grpo_store *s, int64_t run_id);
 /* Prepares run_id for `grpo rollout --resume`: the run must have been sampled only from policy
  * version 0 with weights sha256_hex (else GRPO_EINVAL naming the difference), and its groups
  * that hold a cancelled completion (finish 'abort', left by an interrupt) are deleted with their
- * completions, rewards and verifier summaries, in one transaction, so they are sampled again
- * (the same tokens: sampling is a function of the seed). *n_dropped (may be NULL) gets how many
- * groups went. The run is not reopened; call grpo_store_run_reopen(). */
+ * completions, their rewards and turns, and verifier summaries, in one transaction, so they are
+ * sampled again (the same tokens: sampling is a function of the seed). *n_dropped (may be NULL)
+ * gets how many groups went. The run is not reopened; call grpo_store_run_reopen(). */
 grpo_err grpo_store_run_prepare_resume(grpo_store *s, int64_t run_id, const char *sha256_hex,
                                        int64_t *n_dropped);
 

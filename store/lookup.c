@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *
-col_str(sqlite3_stmt *st, int i, int *oom)
+char *
+grpo_store__col_str(sqlite3_stmt *st, int i, int *oom)
 {
     if (sqlite3_column_type(st, i) == SQLITE_NULL)
         return NULL;
@@ -66,18 +66,18 @@ read_completion(sqlite3_stmt *st, grpo_stored_completion *c, int *oom)
     c->token_ids = col_blob(st, 12, c->n_tokens, oom);
     c->token_logprobs = col_blob(st, 13, c->n_tokens, oom);
     c->text_len = (size_t)sqlite3_column_bytes(st, 14);
-    c->text = col_str(st, 14, oom);
+    c->text = grpo_store__col_str(st, 14, oom);
     c->logprob_sum = sqlite3_column_double(st, 15);
     c->reward = sqlite3_column_double(st, 16);
-    c->sampling_json = col_str(st, 17, oom);
-    c->policy_location = col_str(st, 18, oom);
-    c->policy_sha256 = col_str(st, 19, oom);
-    c->dataset = col_str(st, 20, oom);
+    c->sampling_json = grpo_store__col_str(st, 17, oom);
+    c->policy_location = grpo_store__col_str(st, 18, oom);
+    c->policy_sha256 = grpo_store__col_str(st, 19, oom);
+    c->dataset = grpo_store__col_str(st, 20, oom);
     c->prompt_index = sqlite3_column_int64(st, 21);
-    c->prompt_text = col_str(st, 22, oom);
-    c->prompt_messages_json = col_str(st, 23, oom);
-    c->gold_json = col_str(st, 24, oom);
-    c->tests_json = col_str(st, 25, oom);
+    c->prompt_text = grpo_store__col_str(st, 22, oom);
+    c->prompt_messages_json = grpo_store__col_str(st, 23, oom);
+    c->gold_json = grpo_store__col_str(st, 24, oom);
+    c->tests_json = grpo_store__col_str(st, 25, oom);
     c->has_advantage = sqlite3_column_type(st, 26) != SQLITE_NULL;
     c->advantage = sqlite3_column_double(st, 26);
 }
@@ -102,10 +102,10 @@ read_rewards(grpo_store *s, grpo_stored_completion *c, int *oom)
         c->rewards = nv;
         grpo_stored_reward *r = &c->rewards[c->n_rewards++];
         memset(r, 0, sizeof *r);
-        r->verifier = col_str(st, 0, oom);
-        r->version = col_str(st, 1, oom);
-        r->label = col_str(st, 2, oom);
-        r->details_json = col_str(st, 3, oom);
+        r->verifier = grpo_store__col_str(st, 0, oom);
+        r->version = grpo_store__col_str(st, 1, oom);
+        r->label = grpo_store__col_str(st, 2, oom);
+        r->details_json = grpo_store__col_str(st, 3, oom);
         const char *k = (const char *)sqlite3_column_text(st, 4);
         for (int32_t i = 0; k && i < 5; i++)
             if (strcmp(k, kinds[i]) == 0)

@@ -58,6 +58,9 @@ struct grpo_store {
 /* Translates a SQLite failure into a grpo_err with a message "store: PATH: WHAT: sqlite message".
  * Call with s->mu held (the message is read from the connection). */
 grpo_err grpo_store__db_fail(grpo_store *s, int rc, const char *what);
+/* Column i of st as a malloc'd string, NULL when the column is NULL (*oom = 1 when out of memory;
+ * store/lookup.c). */
+char *grpo_store__col_str(sqlite3_stmt *st, int i, int *oom);
 /* GRPO_OK (after flushing queued groups) when s may be written; else a message naming what. */
 grpo_err grpo_store__writable(grpo_store *s, const char *what);
 /* Wall-clock seconds since the epoch, as the store records times. */

@@ -85,24 +85,6 @@ grpo_store__insert_turns(grpo_store *s, const grpo_group_rec *g, const grpo_comp
     return err;
 }
 
-/* Column i as a malloc'd string, NULL when NULL (oom set when out of memory). */
-static char *
-dup_col(sqlite3_stmt *st, int i, int *oom)
-{
-    if (sqlite3_column_type(st, i) == SQLITE_NULL)
-        return NULL;
-    const char *t = (const char *)sqlite3_column_text(st, i);
-    size_t n = (size_t)sqlite3_column_bytes(st, i);
-    char *r = malloc(n + 1);
-    if (r == NULL) {
-        *oom = 1;
-        return NULL;
-    }
-    memcpy(r, t ? t : "", n);
-    r[n] = '\0';
-    return r;
-}
-
 static double
 col_ms(sqlite3_stmt *st, int i)
 {
@@ -136,7 +118,7 @@ grpo_store__read_turns(grpo_store *s, grpo_stored_completion *c, int *oom)
         t->n_obs_cut = sqlite3_column_int(st, 2);
         t->at_ms = col_ms(st, 3);
         t->wait_ms = col_ms(st, 4);
-        t->record_json = dup_col(st, 5, oom);
+        t->record_json = grpo_store__col_str(st, 5, oom);
         rc = SQLITE_OK;
     }
     grpo_err err =

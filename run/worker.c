@@ -229,7 +229,7 @@ static grpo_err
 open_tools(grpo_worker *w)
 {
     const grpo_wparams *p = &w->params;
-    if (p->tools == NULL || w->turns != NULL)
+    if (p->tools == NULL || w->turns != NULL || w->a->turns_hook != NULL)
         return GRPO_OK;
     grpo_run_tools t;
     grpo_run_tools_default(&t);
@@ -312,6 +312,8 @@ create_engine(grpo_worker *w, int64_t version)
     ro.token_bytes_ctx = w;
     ro.record_routes = w->params.record_routes;
     ro.turns = w->turns ? grpo_run_turns_hook(w->turns) : NULL;
+    if (w->params.tools != NULL && w->a->turns_hook != NULL)
+        ro.turns = w->a->turns_hook;
     grpo_err err = grpo_rollout_create(&w->r, grpo_policy_backend(w->pol), &ro);
     if (err == GRPO_OK && version != 0) /* stamps the groups with the version */
         err = grpo_rollout_set_policy(w->r, grpo_policy_backend(w->pol), version);

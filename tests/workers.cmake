@@ -10,6 +10,9 @@ endif()
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo_run)
   grpo_add_test(workers_turns_test SOURCES workers_turns_test.c LIBS grpo_run grpo_common m
                 TIMEOUT 60)
+  # a coordinator and a worker in one process, the worker's tools a scripted turns hook
+  grpo_add_test(workers_tools_test SOURCES workers_tools_test.c LIBS grpo_run grpo_common
+                TIMEOUT 120)
 endif()
 find_package(Python3 COMPONENTS Interpreter)
 if(TARGET grpo AND Python3_Interpreter_FOUND)

@@ -294,6 +294,9 @@ typedef struct grpo_worker_opts {
      * call environment plugins in this process (trusted plugins only) */
     int32_t tool_threads;
     int32_t tools_in_process;
+    /* A turns hook of the caller's in place of the one the coordinator's tools list makes (the
+     * list is not loaded then; tests); NULL: the list's. Must outlive the worker. */
+    const grpo_rollout_turns *turns_hook;
 } grpo_worker_opts;
 
 void grpo_worker_opts_default(grpo_worker_opts *o);

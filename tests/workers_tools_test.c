@@ -3,13 +3,16 @@
  * the list's environments: every sample parks after its third model token and gets the
  * observation {1, 2, 3}. Every group comes back with its turns and is recorded (none refused, so
  * the turns passed the coordinator's checks: with no tools in the run it refuses them), and each
- * completion that got past its third token holds the observation there with logprobs 0. */
+ * completion that got past its third token holds the observation there with logprobs 0; a
+ * trainer on the coordinator's bridge gets every group's batch with tool_mask (and loss_mask) 0
+ * on exactly those observation tokens, so the turns crossed the wire. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "grpo/bridge.h"
 #include "grpo/run.h"
 #include "grpo/store.h"
 #include "store_test_util.h"
@@ -72,6 +75,51 @@ s_end(void *ctx, const grpo_rollout_group *g, int32_t i)
     (void)ctx, (void)g, (void)i;
 }
 
+/* A trainer stand-in: takes N_PROMPTS batches, acknowledging each, and counts the completion
+ * tokens with tool_mask 0 (all of them at a completion's tokens 3..5) and the batches that have
+ * a tool_mask. */
+typedef struct trainer {
+    const char *url;
+    int batches, with_mask, obs, misplaced;
+    grpo_err err;
+} trainer;
+
+static void *
+trainer_main(void *arg)
+{
+    trainer *t = arg;
+    grpo_bridge_consumer *c = NULL;
+    if ((t->err = grpo_bridge_consumer_create(&c, t->url, NULL, 20000)) != GRPO_OK)
+        return NULL;
+    while (t->batches < N_PROMPTS) {
+        const void *bytes;
+        size_t len;
+        int64_t id;
+        grpo_err e = grpo_bridge_consumer_next(c, &bytes, &len, &id, 20000);
+        if (e != GRPO_OK) {
+            t->err = e;
+            break;
+        }
+        grpo_batch *b = NULL;
+        if ((t->err = grpo_batch_decode(&b, bytes, len)) != GRPO_OK)
+            break;
+        t->batches++;
+        t->with_mask += b->tool_mask != NULL;
+        for (size_t i = 0; b->tool_mask && i < b->n_seq; i++) {
+            int64_t c0 = b->seq_offsets[i] + b->prompt_lens[i];
+            for (int64_t k = c0; k < b->seq_offsets[i + 1]; k++)
+                if (b->tool_mask[k] == 0) {
+                    t->obs++;
+                    t->misplaced += (k - c0 < 3 || k - c0 > 5) || b->loss_mask[k] != 0;
+                }
+        }
+        grpo_batch_destroy(b);
+        grpo_bridge_consumer_ack(c, id, 1);
+    }
+    grpo_bridge_consumer_destroy(c);
+    return NULL;
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -85,11 +133,12 @@ static void
 test_pool_with_scripted_tools(void **state)
 {
     (void)state;
-    char dir[256], db[300], prompts[300], url[320];
+    char dir[256], db[300], prompts[300], url[320], pub[320];
     tu_tmpdir(dir, sizeof dir);
     snprintf(db, sizeof db, "%s/t.db", dir);
     snprintf(prompts, sizeof prompts, "%s/p.jsonl", dir);
     snprintf(url, sizeof url, "ipc://%s/coord.ipc", dir);
+    snprintf(pub, sizeof pub, "ipc://%s/pub.ipc", dir);
     FILE *f = fopen(prompts, "w");
     assert_non_null(f);
     for (int i = 0; i < N_PROMPTS; i++)
@@ -100,6 +149,7 @@ test_pool_with_scripted_tools(void **state)
     grpo_coord_opts co;
     grpo_coord_opts_default(&co);
     co.prompts = prompts, co.db = db, co.listen = url, co.linger = 0.5, co.lease_timeout = 20;
+    co.publish = pub;
     co.gen.G = NG, co.gen.max_new = 12, co.gen.seed = 7;
     co.tools.list = "scripted", co.tools.max_calls = 2;
     grpo_coord *c = NULL;
@@ -114,12 +164,16 @@ test_pool_with_scripted_tools(void **state)
     wo.kv_bytes = 64u << 20, wo.turns_hook = &hook;
     grpo_worker *w = NULL;
     assert_int_equal(grpo_worker_open(&w, &wo), GRPO_OK);
+    trainer tr = {pub, 0, 0, 0, 0, GRPO_OK};
+    pthread_t tt;
+    assert_int_equal(pthread_create(&tt, NULL, trainer_main, &tr), 0);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, worker_main, w), 0);
     grpo_err serr = grpo_coord_serve(c, NULL, NULL);
     grpo_worker_cancel(w); /* it may not have asked again within the linger */
     void *wret = NULL;
     pthread_join(th, &wret);
+    pthread_join(tt, NULL);
     grpo_coord_stats st;
     grpo_coord_get_stats(c, &st);
     assert_int_equal(serr, GRPO_OK);
@@ -153,6 +207,11 @@ test_pool_with_scripted_tools(void **state)
     }
     free(ids);
     assert_true(parked > 0);
+    assert_int_equal(tr.err, GRPO_OK);
+    assert_int_equal(tr.batches, N_PROMPTS);
+    assert_true(tr.with_mask > 0);        /* a group none of whose samples parked has none */
+    assert_int_equal(tr.obs, 3 * parked); /* the turns crossed the wire */
+    assert_int_equal(tr.misplaced, 0);
     assert_int_equal(grpo_store_close(s), GRPO_OK);
     tu_rmrf(dir);
 }

@@ -72,7 +72,12 @@ usage(FILE *f)
           "                       prompt and completion token, into the store and the batches\n"
           "                       (docs/routes.md)\n"
           "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
-          "  --help               this text\n\n"
+          "Tools (sent to the workers, which load the environments themselves: python and every\n"
+          "plugin PATH.so must exist on each worker's machine; --tool-threads and\n"
+          "--tools-in-process are grpo worker flags):\n",
+          f);
+    cli_tools_help(f);
+    fputs("  --help               this text\n\n"
           "exit codes: 0 success, 1 runtime failure, 2 usage error\n",
           f);
 }
@@ -119,6 +124,7 @@ static const struct option long_opts[] = {
     {"template", required_argument, 0, O_TEMPLATE},
     {"record-routes", no_argument, 0, O_ROUTES},
     CLI_GEN_LONG_OPTS,
+    CLI_TOOLS_LONG_OPTS,
     {0, 0, 0, 0},
 };
 
@@ -173,7 +179,13 @@ parse_opt(void *ctx, int c, const char *v)
                              c == O_LEASE ? "lease-timeout" : "linger", v);
         *(c == O_LEASE ? &a->lease_timeout : &a->linger) = d;
         return 0;
+    case CLI_O_TOOLTHREADS:
+    case CLI_O_TOOLSINPROC:
+        return cli_usage(CMD, "--%s is a grpo worker flag (each worker runs its own tools)",
+                         c == CLI_O_TOOLTHREADS ? "tool-threads" : "tools-in-process");
     default:
+        if (cli_tools_is_opt(c))
+            return cli_tools_parse_opt(CMD, &a->tools, c, v);
         return cli_gen_is_opt(c) ? cli_gen_parse_opt(CMD, &a->gen, c, v)
                                  : cli_usage(CMD, "unknown option");
     }

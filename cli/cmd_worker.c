@@ -24,6 +24,7 @@ typedef struct args {
     int threads, gpu, inflight, step_delay_ms;
     double give_up_s;
     uint64_t kv_bytes;
+    grpo_run_tools tools; /* only threads and in_process: the coordinator names the tools */
     char id[GRPO_WORKERS_MAX_ID + 1];
 } args;
 
@@ -54,6 +55,10 @@ usage(FILE *f)
            "                       (default 0 = keep trying)\n"
            "  --step-delay MS      sleep MS after every scheduler step: a slow device, for\n"
            "                       fault-injection tests (default 0)\n"
+           "  --tool-threads N     threads running tool calls when the coordinator's run has\n"
+           "                       --tools (default 4); the environments it names (python,\n"
+           "                       plugin paths) are loaded here and must exist on this machine\n"
+           "  --tools-in-process   call environment plugins in this process (trusted only)\n"
            "  --help               this text\n\n"
            "exit codes: 0 success (the coordinator said stop), 1 runtime failure, 2 usage error\n");
 }
@@ -97,6 +102,8 @@ static const struct option long_opts[] = {
     {"reward-config", required_argument, 0, O_REWARD},
     {"give-up", required_argument, 0, O_GIVEUP},
     {"step-delay", required_argument, 0, O_DELAY},
+    {"tool-threads", required_argument, 0, CLI_O_TOOLTHREADS},
+    {"tools-in-process", no_argument, 0, CLI_O_TOOLSINPROC},
     {0, 0, 0, 0},
 };
 
@@ -156,6 +163,9 @@ parse_opt(void *ctx, int c, const char *v)
         if (end == v || *end != '\0' || !(a->give_up_s >= 0))
             return cli_usage(CMD, "--give-up %s: expected seconds", v);
         return 0;
+    case CLI_O_TOOLTHREADS:
+    case CLI_O_TOOLSINPROC:
+        return cli_tools_parse_opt(CMD, &a->tools, c, v);
     default:
         return cli_usage(CMD, "unknown option");
     }
@@ -166,6 +176,7 @@ parse_args(args *a, int argc, char **argv)
 {
     memset(a, 0, sizeof *a);
     a->gpu = -1, a->inflight = 2, a->kv_budget = "1G";
+    grpo_run_tools_default(&a->tools);
     int rc = cli_getopt(CMD, argc, argv, long_opts, parse_opt, a);
     if (rc != 0)
         return rc;
@@ -219,6 +230,7 @@ grpo_cmd_worker(int argc, char **argv)
     o.template_name = a.template_name, o.reward_config = a.reward_config;
     o.kv_bytes = a.kv_bytes, o.threads = a.threads, o.gpu = a.gpu, o.inflight = a.inflight;
     o.step_delay_ms = a.step_delay_ms, o.give_up_s = a.give_up_s;
+    o.tool_threads = a.tools.threads, o.tools_in_process = a.tools.in_process;
     grpo_worker *w = NULL;
     grpo_err err = grpo_worker_open(&w, &o);
     if (err == GRPO_OK) {

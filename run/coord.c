@@ -26,6 +26,7 @@ config_json(const grpo_coord_opts *a)
     grpo_run__json_stops(o, &a->gen);
     if (a->record_routes) /* runs without routes keep the config they always had */
         cJSON_AddBoolToObject(o, "record_routes", 1);
+    grpo_run__json_tools(o, &a->tools); /* nothing without tools */
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -106,6 +107,10 @@ fill_params(grpo_coord *c)
     p->n_stop_ids = a->gen.n_stop_ids;
     memcpy(p->stop_ids, a->gen.stop_ids, sizeof p->stop_ids);
     p->record_routes = a->record_routes != 0;
+    const grpo_run_tools *t = &a->tools;
+    p->tools = t->list && t->list[0] ? (char *)t->list : NULL;
+    p->max_calls = t->max_calls, p->max_turns = t->max_turns;
+    p->max_obs_tokens = t->max_obs_tokens, p->tool_time_s = t->time_s;
     c->policy.version = 0, c->policy.max_staleness = a->max_staleness;
 }
 
@@ -182,6 +187,7 @@ grpo_coord_opts_default(grpo_coord_opts *o)
 {
     memset(o, 0, sizeof *o);
     grpo_run_gen_default(&o->gen);
+    grpo_run_tools_default(&o->tools);
     o->db = "grpo.db";
     o->window = 4, o->max_staleness = 1, o->max_leases = 8, o->lease_timeout = 30, o->linger = 2;
     o->backup_after = -1;

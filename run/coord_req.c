@@ -143,6 +143,8 @@ check_result(const grpo_coord *c, const grpo_wresult *r, size_t item)
             seen[k] = 1;
         if (r->samples[i].n_tokens > c->a->gen.max_new)
             why = "a completion is longer than --max-new-tokens";
+        if (r->samples[i].n_turns > 0 && c->params.tools == NULL)
+            why = "a completion has turns and the run has no --tools";
     }
     free(seen);
     return why;

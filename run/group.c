@@ -23,8 +23,8 @@ grpo_run_group_fini(grpo_run_group *g)
         return;
     for (int32_t i = 0; g->samples && i < g->n_samples; i++)
         grpo_reward_result_fini(&g->samples[i].score);
-    free(g->samples);
-    g->samples = NULL, g->n_samples = 0;
+    free(g->samples), free(g->owned);
+    g->samples = NULL, g->n_samples = 0, g->owned = NULL;
 }
 
 grpo_err
@@ -67,6 +67,45 @@ term_from_wire(grpo_reward_term *t, const grpo_wterm *w)
     return GRPO_OK;
 }
 
+/* The samples' turns as engine turns and their masks (0 on each turn's observation tokens), in
+ * one block the group owns; the turns' record_json points into r. The decoder checked that the
+ * turns lie in order within the tokens. */
+static grpo_err
+turns_from_wire(grpo_run_group *g, const grpo_wresult *r)
+{
+    size_t nt = 0, nm = 0;
+    for (int32_t i = 0; i < r->n_samples; i++)
+        if (r->samples[i].n_turns > 0)
+            nt += (size_t)r->samples[i].n_turns, nm += (size_t)r->samples[i].n_tokens;
+    if (nt == 0)
+        return GRPO_OK;
+    grpo_rollout_turn *tu = malloc(nt * sizeof *tu + nm);
+    if (tu == NULL)
+        return grpo__fail(GRPO_ENOMEM, "run: out of memory for %zu turns", nt);
+    g->owned = tu;
+    uint8_t *mask = (uint8_t *)(tu + nt);
+    for (int32_t i = 0; i < r->n_samples; i++) {
+        const grpo_wsample *s = &r->samples[i];
+        grpo_run_sample *x = &g->samples[i];
+        if (s->n_turns <= 0)
+            continue;
+        memset(mask, 1, (size_t)s->n_tokens);
+        for (int32_t t = 0; t < s->n_turns; t++) {
+            const grpo_wturn *u = &s->turns[t];
+            tu[t] = (grpo_rollout_turn){u->action_end,
+                                        u->n_obs,
+                                        u->n_obs_cut,
+                                        u->at_ms / 1e3,
+                                        (u->at_ms + u->wait_ms) / 1e3,
+                                        u->record_json};
+            memset(mask + u->action_end, 0, (size_t)u->n_obs);
+        }
+        x->mask = mask, x->n_turns = s->n_turns, x->turns = tu, x->turns_t0 = 0;
+        tu += s->n_turns, mask += s->n_tokens;
+    }
+    return GRPO_OK;
+}
+
 grpo_err
 grpo_run_group_from_wire(grpo_run_group *g, const grpo_wresult *r)
 {
@@ -83,6 +122,8 @@ grpo_run_group_from_wire(grpo_run_group *g, const grpo_wresult *r)
             if ((err = term_from_wire(&x->score.terms[t], &s->terms[t])) == GRPO_OK)
                 x->score.n_terms = t + 1;
     }
+    if (err == GRPO_OK)
+        err = turns_from_wire(g, r);
     g->policy_version = r->policy_version;
     g->prompt = r->prompt, g->n_prompt = r->n_prompt;
     g->gen_ms = r->gen_ms, g->verify_ms = r->verify_ms;

@@ -29,6 +29,7 @@ struct grpo_worker {
     grpo_wclient *cli;
     grpo_policy *pol;
     grpo_rollout *r;
+    grpo_run_turns *turns; /* the coordinator's tools, or NULL; outlives every engine */
     grpo_rewarder *rewarder;
     grpo_pool *score_pool; /* a group's samples scored on the forward's thread count */
     grpo_reward_config *rcfg;
@@ -199,9 +200,52 @@ copy_params(grpo_worker *w, const grpo_wparams *p)
         return GRPO_OK;
     w->params = *p;
     w->params.template_name = p->template_name ? strdup(p->template_name) : NULL;
+    w->params.tools = p->tools ? strdup(p->tools) : NULL;
+    int oom = (p->template_name && !w->params.template_name) || (p->tools && !w->params.tools);
     for (int i = 0; i < p->n_stop; i++)
-        w->params.stop[i] = strdup(p->stop[i]);
+        oom |= (w->params.stop[i] = strdup(p->stop[i])) == NULL;
     w->have_params = 1;
+    return oom ? grpo__fail(GRPO_ENOMEM, "worker: out of memory") : GRPO_OK;
+}
+
+/* Observation text with the loaded policy's tokenizer (the policy is swapped only while no
+ * group, and so no turn, is in flight). */
+static grpo_err
+turn_encode(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n)
+{
+    return grpo_policy_encode_text(((const grpo_worker *)ctx)->pol, text, len, ids, n);
+}
+
+/* The lease's prompt record (the JSONL line the coordinator sent) for an environment's reset. */
+static const char *
+turn_record(void *ctx, const grpo_rollout_group *g)
+{
+    (void)ctx;
+    return ((const job *)g->user)->ps.items[0].record_json;
+}
+
+/* The coordinator's tools, loaded here: "python" and plugin paths must exist on this machine. */
+static grpo_err
+open_tools(grpo_worker *w)
+{
+    const grpo_wparams *p = &w->params;
+    if (p->tools == NULL || w->turns != NULL || w->a->turns_hook != NULL)
+        return GRPO_OK;
+    grpo_run_tools t;
+    grpo_run_tools_default(&t);
+    t.list = p->tools, t.max_calls = p->max_calls, t.max_turns = p->max_turns;
+    t.max_obs_tokens = p->max_obs_tokens, t.time_s = p->tool_time_s;
+    if (w->a->tool_threads > 0)
+        t.threads = w->a->tool_threads;
+    t.in_process = w->a->tools_in_process != 0;
+    grpo_err err = grpo_run_turns_create(&w->turns, &t, turn_encode, turn_record, w);
+    if (err != GRPO_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", grpo_error_last());
+        return grpo__fail(err, "worker %s: the coordinator's tools (%s): %s", w->a->id, p->tools,
+                          why);
+    }
+    grpo_log(GRPO_LOG_INFO, "worker %s: tools %s", w->a->id, grpo_run_turns_names(w->turns));
     return GRPO_OK;
 }
 
@@ -267,6 +311,9 @@ create_engine(grpo_worker *w, int64_t version)
     ro.token_bytes = token_bytes;
     ro.token_bytes_ctx = w;
     ro.record_routes = w->params.record_routes;
+    ro.turns = w->turns ? grpo_run_turns_hook(w->turns) : NULL;
+    if (w->params.tools != NULL && w->a->turns_hook != NULL)
+        ro.turns = w->a->turns_hook;
     grpo_err err = grpo_rollout_create(&w->r, grpo_policy_backend(w->pol), &ro);
     if (err == GRPO_OK && version != 0) /* stamps the groups with the version */
         err = grpo_rollout_set_policy(w->r, grpo_policy_backend(w->pol), version);
@@ -279,6 +326,8 @@ ensure_engine(grpo_worker *w)
     if (w->r != NULL)
         return GRPO_OK;
     grpo_err err = open_policy(w, w->a->model, &w->pol);
+    if (err == GRPO_OK)
+        err = open_tools(w);
     return err == GRPO_OK ? create_engine(w, 0) : err;
 }
 
@@ -308,6 +357,25 @@ send_result(grpo_worker *w, const grpo_wmsg *req)
     }
 }
 
+/* The sample's turns on the wire (times from the group's admission); a record over the wire's
+ * limit is sent as a note of its size. */
+static void
+wire_turns(const grpo_run_sample *s, grpo_wturn *out, char (*cut)[64])
+{
+    for (int32_t t = 0; t < s->n_turns; t++) {
+        const grpo_rollout_turn *u = &s->turns[t];
+        double at = (u->t_park - s->turns_t0) * 1e3, wait = (u->t_resume - u->t_park) * 1e3;
+        char *rec = u->record_json;
+        size_t n = rec ? strlen(rec) : 0;
+        if (n > GRPO_WORKERS_MAX_TURN_RECORD) {
+            snprintf(cut[t], sizeof cut[t], "{\"record_cut_bytes\":%zu}", n);
+            rec = cut[t];
+        }
+        out[t] = (grpo_wturn){u->action_end,       u->n_obs, u->n_obs_cut, at > 0 ? at : 0,
+                              wait > 0 ? wait : 0, rec};
+    }
+}
+
 /* The group's scores as the wire's samples (terms: G x GRPO_REWARD_MAX_TERMS). */
 static void
 wire_samples(const grpo_run_group *g, grpo_wsample *ws, grpo_wterm *terms)
@@ -332,6 +400,31 @@ wire_samples(const grpo_run_group *g, grpo_wsample *ws, grpo_wterm *terms)
                                        tm->ms};
         }
     }
+}
+
+/* Every sample's turns as the wire's, in one block (*out, free()) whose records over the limit
+ * are replaced by notes kept in it too. */
+static grpo_err
+wire_all_turns(const grpo_run_group *g, grpo_wsample *ws, void **out)
+{
+    size_t nt = 0;
+    for (int32_t i = 0; i < g->n_samples; i++)
+        nt += (size_t)g->samples[i].n_turns;
+    *out = NULL;
+    if (nt == 0)
+        return GRPO_OK;
+    grpo_wturn *tu = malloc(nt * (sizeof *tu + 64));
+    if (tu == NULL)
+        return grpo__fail(GRPO_ENOMEM, "worker: out of memory for %zu turns", nt);
+    char(*cut)[64] = (char(*)[64])(tu + nt);
+    *out = tu;
+    for (int32_t i = 0; i < g->n_samples; i++) {
+        const grpo_run_sample *s = &g->samples[i];
+        wire_turns(s, tu, cut);
+        ws[i].n_turns = s->n_turns, ws[i].turns = s->n_turns > 0 ? tu : NULL;
+        tu += s->n_turns, cut += s->n_turns;
+    }
+    return GRPO_OK;
 }
 
 /* The group's routes on the wire (none unless the run records them). */
@@ -363,8 +456,12 @@ return_group(grpo_worker *w, grpo_rollout_group *rg)
     int aborted = err == GRPO_OK && grpo_run_group_aborted(&g);
     if (err == GRPO_OK && !aborted)
         err = grpo_run__score_on(&g, w->rewarder, &rp, w->score_pool);
+    void *wturns = NULL;
     if (err == GRPO_OK && !aborted) {
         wire_samples(&g, ws, terms);
+        err = wire_all_turns(&g, ws, &wturns);
+    }
+    if (err == GRPO_OK && !aborted) {
         for (int32_t i = 0; i < G; i++)
             w->tokens += (uint64_t)g.samples[i].n_tokens;
         grpo_wmsg req = {0};
@@ -381,7 +478,7 @@ return_group(grpo_worker *w, grpo_rollout_group *rg)
     }
     held_remove(w, j->lease_id);
     grpo_run_group_fini(&g);
-    free(ws), free(terms);
+    free(ws), free(terms), free(wturns);
     job_free(j);
     double el = grpo_now() - w->t_start;
     pthread_mutex_lock(&w->mu);
@@ -579,12 +676,13 @@ grpo_worker_close(grpo_worker *w)
         }
     }
     grpo_rollout_destroy(w->r);
+    grpo_run_turns_destroy(w->turns);
     grpo_policy_close(w->pol);
     grpo_wclient_destroy(w->cli);
     grpo_rewarder_destroy(w->rewarder);
     grpo_pool_destroy(w->score_pool);
     grpo_reward_config_destroy(w->rcfg);
-    free(w->params.template_name);
+    free(w->params.template_name), free(w->params.tools);
     for (int i = 0; i < w->params.n_stop; i++)
         free(w->params.stop[i]);
     pthread_mutex_destroy(&w->mu);

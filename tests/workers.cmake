@@ -6,9 +6,18 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_workers)
   grpo_add_test(workers_wire_test SOURCES workers_wire_test.c LIBS grpo_workers grpo_common
                 TIMEOUT 60)
 endif()
+# a RESULT carrying turns, recorded as the coordinator records it (mask, batch tool_mask, store)
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_run)
+  grpo_add_test(workers_turns_test SOURCES workers_turns_test.c LIBS grpo_run grpo_common m
+                TIMEOUT 60)
+  # a coordinator and a worker in one process, the worker's tools a scripted turns hook
+  grpo_add_test(workers_tools_test SOURCES workers_tools_test.c LIBS grpo_run grpo_common
+                TIMEOUT 120)
+endif()
 find_package(Python3 COMPONENTS Interpreter)
 if(TARGET grpo AND Python3_Interpreter_FOUND)
-  foreach(scenario failover restart load weights repeats pause tail routes)
+  # tools: needs the real python tool (skips with 77 where it is unsupported)
+  foreach(scenario failover restart load weights repeats pause tail routes tools)
     add_test(NAME workers_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
                      ${scenario} --grpo $<TARGET_FILE:grpo>

@@ -77,6 +77,36 @@ rnd_routes(grpo_wresult *r)
     }
 }
 
+/* Turns in order within a sample's tokens: each action ends 1-5 tokens after the turn before's
+ * observation, which has 0-5 tokens; records are JSON objects or absent. */
+static void
+rnd_turns(grpo_wsample *s)
+{
+    s->turns = calloc(8, sizeof *s->turns);
+    int32_t pos = 0;
+    for (int t = 0; t < 8; t++) {
+        int32_t end = pos + rndi(1, 5);
+        if (end > s->n_tokens)
+            break;
+        int32_t room = s->n_tokens - end;
+        grpo_wturn *u = &s->turns[s->n_turns++];
+        u->action_end = end, u->n_obs = rndi(0, room < 5 ? room : 5), u->n_obs_cut = rndi(0, 3);
+        u->at_ms = rndi(0, 100000) / 7.0, u->wait_ms = rndi(0, 5000) / 3.0;
+        if (rnd() % 3) {
+            char *v = rnd_str(10), *esc = calloc(strlen(v) * 2 + 1, 1);
+            for (size_t i = 0, k = 0; v[i]; i++) { /* a JSON string: quote, backslash, newline */
+                if (v[i] == '"' || v[i] == '\\' || v[i] == '\n')
+                    esc[k++] = '\\';
+                esc[k++] = v[i] == '\n' ? 'n' : v[i];
+            }
+            u->record_json = malloc(strlen(esc) + 32);
+            sprintf(u->record_json, "{\"env\":\"python\",\"obs\":\"%s\"}", esc);
+            free(v), free(esc);
+        }
+        pos = end + u->n_obs;
+    }
+}
+
 /* A random message of `type`; strings are heap copies the test frees with grpo_wmsg_fini. */
 static void
 rnd_msg(grpo_wmsg *m, int type)
@@ -121,6 +151,11 @@ rnd_msg(grpo_wmsg *m, int type)
         for (int i = 0; i < p->n_stop_ids; i++)
             p->stop_ids[i] = rndi(0, 100000);
         p->record_routes = rndi(0, 1);
+        if (rnd() % 2) {
+            p->tools = strdup(rnd() % 2 ? "python" : "python,/opt/envs/maze.so");
+            p->max_calls = rndi(0, 16), p->max_turns = rndi(0, 16);
+            p->max_obs_tokens = rndi(1, 2048), p->tool_time_s = rndi(1, 600) / 4.0;
+        }
         m->n_leases = rndi(0, 8);
         m->leases = calloc((size_t)m->n_leases + 1, sizeof *m->leases);
         for (int i = 0; i < m->n_leases; i++) {
@@ -169,6 +204,8 @@ rnd_msg(grpo_wmsg *m, int type)
                 tm->details_json = rnd() % 2 ? rnd_str(20) : NULL;
                 tm->kind = rndi(0, 4), tm->score = rndi(0, 4) / 4.0, tm->ms = rndi(0, 99) / 9.0;
             }
+            if (rnd() % 2)
+                rnd_turns(s);
         }
         if (rnd() % 2)
             rnd_routes(r);
@@ -221,6 +258,11 @@ assert_same(const grpo_wmsg *a, const grpo_wmsg *b)
         assert_int_equal(p->n_stop_ids, q->n_stop_ids);
         assert_memory_equal(p->stop_ids, q->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
         assert_int_equal(p->record_routes, q->record_routes);
+        assert_str_eq_opt(p->tools, q->tools);
+        assert_int_equal(p->max_calls, q->max_calls);
+        assert_int_equal(p->max_turns, q->max_turns);
+        assert_int_equal(p->max_obs_tokens, q->max_obs_tokens);
+        assert_true(p->tool_time_s == q->tool_time_s);
         assert_int_equal(a->n_leases, b->n_leases);
         for (int i = 0; i < a->n_leases; i++) {
             assert_int_equal(a->leases[i].lease_id, b->leases[i].lease_id);
@@ -277,6 +319,15 @@ assert_same(const grpo_wmsg *a, const grpo_wmsg *b)
                 assert_int_equal(x->terms[t].kind, y->terms[t].kind);
                 assert_true(x->terms[t].score == y->terms[t].score);
                 assert_true(x->terms[t].ms == y->terms[t].ms);
+            }
+            assert_int_equal(x->n_turns, y->n_turns);
+            for (int t = 0; t < x->n_turns; t++) {
+                const grpo_wturn *u = &x->turns[t], *v = &y->turns[t];
+                assert_int_equal(u->action_end, v->action_end);
+                assert_int_equal(u->n_obs, v->n_obs);
+                assert_int_equal(u->n_obs_cut, v->n_obs_cut);
+                assert_true(u->at_ms == v->at_ms && u->wait_ms == v->wait_ms);
+                assert_str_eq_opt(u->record_json, v->record_json);
             }
         }
     }
@@ -532,6 +583,133 @@ test_hostile(void **state)
     assert_int_equal(grpo_wmsg_encode(&m, &bytes, &len), GRPO_EINVAL);
 }
 
+/* A result of one sample of 10 tokens with two turns (tokens 3-4 and 7-8 observations); every
+ * case of `bad` breaks one rule of the turns. */
+static void
+turns_result(grpo_wmsg *m, grpo_wsample *s, grpo_wturn *tu, int32_t *prompt, int32_t *tok,
+             float *lp)
+{
+    memset(m, 0, sizeof *m);
+    memset(s, 0, sizeof *s);
+    m->type = GRPO_WMSG_RESULT, m->worker_id = "w";
+    m->result.lease_id = 1, m->result.prompt_id = "p", m->result.n_prompt = 1;
+    m->result.prompt = prompt, m->result.n_samples = 1, m->result.samples = s;
+    s->finish = GRPO_FINISH_EOS, s->text = "", s->n_tokens = 10, s->tokens = tok;
+    s->logprobs = lp, s->n_turns = 2, s->turns = tu;
+    tu[0] = (grpo_wturn){3, 2, 0, 1.5, 20.0, "{\"env\":\"python\"}"};
+    tu[1] = (grpo_wturn){7, 2, 1, 40.0, 3.0, NULL};
+}
+
+/* Turns that do not lie in order within their sample's tokens, bad records and bad times are
+ * refused with the field named; the good ones decode. */
+static void
+test_turns_refused(void **state)
+{
+    (void)state;
+    int32_t prompt[1] = {7}, tok[10] = {0};
+    float lp[10] = {0};
+    grpo_wsample s;
+    grpo_wturn tu[2];
+    grpo_wmsg m, d;
+    char *big = malloc(GRPO_WORKERS_MAX_TURN_RECORD + 16);
+    memset(big, ' ', GRPO_WORKERS_MAX_TURN_RECORD + 15);
+    big[0] = '{', big[GRPO_WORKERS_MAX_TURN_RECORD + 14] = '}';
+    big[GRPO_WORKERS_MAX_TURN_RECORD + 15] = 0;
+    struct {
+        const char *want;
+    } cases[] = {{NULL},          {"within"},         {"within"},    {"within"},
+                 {"within"},      {"not increasing"}, {"n_obs_cut"}, {"negative time"},
+                 {"JSON object"}, {"JSON object"},    {"limit"},     {"n_turns"},
+                 {"UTF-8"}};
+    for (int c = 0; c < (int)(sizeof cases / sizeof *cases); c++) {
+        turns_result(&m, &s, tu, prompt, tok, lp);
+        /* 1: the observation runs past the end; 2: inside the turn before's observation;
+         * 3: a negative count; 4: past the tokens; 5: the same action end twice; 8: JSON but
+         * not an object; 9: not JSON */
+        if (c == 1)
+            tu[1].action_end = 9;
+        else if (c == 2)
+            tu[1].action_end = 4;
+        else if (c == 3)
+            tu[0].n_obs = -1;
+        else if (c == 4)
+            tu[0].action_end = 11, tu[0].n_obs = 0;
+        else if (c == 5)
+            tu[1] = tu[0], tu[1].n_obs = 0, tu[0].n_obs = 0;
+        else if (c == 6)
+            tu[1].n_obs_cut = -2;
+        else if (c == 7)
+            tu[1].wait_ms = -1;
+        else if (c == 8)
+            tu[0].record_json = "[1, 2]";
+        else if (c == 9)
+            tu[0].record_json = "{\"env\": ";
+        else if (c == 10)
+            tu[0].record_json = big;
+        else if (c == 11)
+            s.n_turns = GRPO_WORKERS_MAX_TURNS + 1;
+        else if (c == 12)
+            tu[0].record_json = "{\"a\":\"\xC3\x28\"}";
+        void *b = NULL;
+        size_t len = 0;
+        if (c == 11) { /* the encoder refuses it too: patch the count into a good encoding */
+            assert_int_equal(grpo_wmsg_encode(&m, &b, &len), GRPO_EINVAL);
+            s.n_turns = 2;
+            assert_int_equal(grpo_wmsg_encode(&m, &b, &len), GRPO_OK);
+            /* the count sits after the sample's 36-byte turns-free fields: find it by value */
+            unsigned char *p = b;
+            size_t at = 0;
+            for (size_t k = 0; k + 12 <= len; k++)
+                if (p[k] == 2 && !p[k + 1] && !p[k + 2] && !p[k + 3] && p[k + 4] == 3 &&
+                    !p[k + 5] && !p[k + 6] && !p[k + 7] && p[k + 8] == 2)
+                    at = k;
+            assert_true(at > 0);
+            uint32_t v = GRPO_WORKERS_MAX_TURNS + 1;
+            memcpy(p + at, &v, 4);
+        } else {
+            assert_int_equal(grpo_wmsg_encode(&m, &b, &len), GRPO_OK);
+        }
+        grpo_err err = grpo_wmsg_decode(&d, b, len);
+        if (cases[c].want == NULL) {
+            assert_int_equal(err, GRPO_OK);
+            assert_int_equal(d.result.samples[0].n_turns, 2);
+            assert_int_equal(d.result.samples[0].turns[1].action_end, 7);
+            assert_string_equal(d.result.samples[0].turns[0].record_json, "{\"env\":\"python\"}");
+            assert_null(d.result.samples[0].turns[1].record_json);
+        } else {
+            assert_int_equal(err, GRPO_EFORMAT);
+            if (strstr(grpo_error_last(), cases[c].want) == NULL)
+                fail_msg("case %d: \"%s\" lacks \"%s\"", c, grpo_error_last(), cases[c].want);
+        }
+        grpo_wmsg_fini(&d);
+        free(b);
+    }
+    free(big);
+}
+
+/* The tools config of a WORK message: an empty list or a negative limit is refused. */
+static void
+test_tools_params_refused(void **state)
+{
+    (void)state;
+    for (int c = 0; c < 3; c++) {
+        grpo_wmsg m = {0}, d;
+        m.type = GRPO_WMSG_WORK;
+        m.params.group_size = 2, m.params.max_new_tokens = 8, m.params.logprobs = 1;
+        m.params.sampling.temperature = 1, m.params.sampling.top_p = 1;
+        m.params.tools = c == 0 ? "" : "python";
+        m.params.max_calls = c == 1 ? -1 : 8, m.params.max_obs_tokens = 512;
+        m.params.tool_time_s = c == 2 ? -5 : 60;
+        void *b;
+        size_t len;
+        assert_int_equal(grpo_wmsg_encode(&m, &b, &len), GRPO_OK);
+        assert_int_equal(grpo_wmsg_decode(&d, b, len), GRPO_EFORMAT);
+        assert_non_null(strstr(grpo_error_last(), "params.tool"));
+        grpo_wmsg_fini(&d);
+        free(b);
+    }
+}
+
 /* ---- lease table against a reference model ---- */
 
 enum { R_PENDING, R_LEASED, R_DONE };
@@ -773,6 +951,8 @@ main(void)
         cmocka_unit_test(test_smallest_samples),
         cmocka_unit_test(test_truncation_and_corruption),
         cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_turns_refused),
+        cmocka_unit_test(test_tools_params_refused),
         cmocka_unit_test(test_lease_table_model),
         cmocka_unit_test(test_lease_table_backup),
     };

@@ -238,6 +238,10 @@ typedef struct grpo_coord_opts {
     double backup_after;       /* tail backups after this many seconds; < 0 off (default) */
     grpo_run_gen gen;
     int32_t record_routes; /* workers return each group's MoE routes (store and batches) */
+    /* Tools and environments, sent to the workers (which load tools.list themselves: "python"
+     * and plugin paths must exist on every worker's machine); threads and in_process are each
+     * worker's own (grpo_worker_opts). Part of the run's config. */
+    grpo_run_tools tools;
 } grpo_coord_opts;
 
 void grpo_coord_opts_default(grpo_coord_opts *o);
@@ -286,6 +290,13 @@ typedef struct grpo_worker_opts {
     int32_t inflight;          /* groups generated at once (default 2) */
     int32_t step_delay_ms;     /* sleep after every engine step (fault-injection tests) */
     double give_up_s;          /* > 0: fail when the coordinator is silent this long */
+    /* For the coordinator's tools (grpo_wparams.tools): tool threads (default 4), and 1 to
+     * call environment plugins in this process (trusted plugins only) */
+    int32_t tool_threads;
+    int32_t tools_in_process;
+    /* A turns hook of the caller's in place of the one the coordinator's tools list makes (the
+     * list is not loaded then; tests); NULL: the list's. Must outlive the worker. */
+    const grpo_rollout_turns *turns_hook;
 } grpo_worker_opts;
 
 void grpo_worker_opts_default(grpo_worker_opts *o);
@@ -353,7 +364,8 @@ typedef struct grpo_run_sample {
     /* (n_tokens) log-probabilities under the truncated distribution sampled from, or NULL */
     const float *logprobs_processed;
     /* Multi-turn: (n_tokens) 1 per model token, 0 per observation token, or NULL (all the
-     * model's); the turns in order, their times (grpo_now()) counted from turns_t0. */
+     * model's); the turns in order, their times (grpo_now()) counted from turns_t0. From a
+     * worker's result they are the group's own (grpo_run_group.owned), with turns_t0 0. */
     const uint8_t *mask;
     int32_t n_turns;
     const grpo_rollout_turn *turns;
@@ -384,6 +396,7 @@ typedef struct grpo_run_group {
     const uint8_t *prompt_routes;
     size_t route_row_bytes;
     int32_t route_bytes, route_layers, route_k, route_experts;
+    void *owned; /* what the samples' views point into when the group made them (freed by fini) */
 } grpo_run_group;
 
 /* Allocates g->samples for n samples (zeroed); the rest of *g is left to the caller. */

@@ -27,7 +27,9 @@
 extern "C" {
 #endif
 
-#define GRPO_WORKERS_PROTOCOL 2 /* 2: MoE routes with a result (grpo serve --record-routes) */
+/* 2: MoE routes with a result (grpo serve --record-routes); 3: tools (the WORK params' tools
+ * config, each sample's turns in a result) */
+#define GRPO_WORKERS_PROTOCOL 3
 #define GRPO_WORKERS_MAGIC 0x57505247u    /* "GRPW" as little-endian bytes */
 #define GRPO_WORKERS_MAX_MSG (256u << 20) /* bytes per message */
 #define GRPO_WORKERS_MAX_STR (16u << 20)  /* bytes per string field */
@@ -36,6 +38,9 @@ extern "C" {
 #define GRPO_WORKERS_MAX_GROUP 65536      /* samples per group */
 #define GRPO_WORKERS_MAX_TOKENS (1 << 24) /* tokens per prompt or completion */
 #define GRPO_WORKERS_MAX_TERMS 8          /* reward terms per sample */
+#define GRPO_WORKERS_MAX_TURNS 4096       /* turns per sample */
+#define GRPO_WORKERS_MAX_TURN_RECORD (256u << 10) /* bytes of a turn's record_json */
+#define GRPO_WORKERS_MAX_TOOLS 4096               /* bytes of the tools list */
 
 typedef enum grpo_wmsg_type {
     /* worker -> coordinator (requests) */
@@ -72,6 +77,12 @@ typedef struct grpo_wparams {
     int32_t n_stop_ids;
     int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
     int32_t record_routes; /* 1: return every group's MoE routes (grpo serve --record-routes) */
+    /* Tools and environments (grpo_run_tools of `grpo serve --tools`): the list the worker loads
+     * itself ("python" and/or plugin paths on the worker's machine), or NULL for one-turn
+     * samples; the limits as grpo_run_tools has them (the tool threads are the worker's own). */
+    char *tools;
+    int32_t max_calls, max_turns, max_obs_tokens;
+    double tool_time_s;
 } grpo_wparams;
 
 typedef struct grpo_wlease {
@@ -87,6 +98,18 @@ typedef struct grpo_wterm {
     int32_t kind;                                    /* grpo_verdict_kind */
     double score, ms;
 } grpo_wterm;
+
+/* One turn of a completion (grpo_rollout_turn as the store records it, grpo_turn_rec). The
+ * decoder checks that a sample's turns lie in its tokens in order: action_end + n_obs <= the
+ * next turn's action_end, the last one's <= n_tokens. */
+typedef struct grpo_wturn {
+    int32_t action_end; /* tokens[0..action_end) came before this turn's observation */
+    int32_t n_obs;      /* tokens[action_end .. action_end + n_obs) are the observation */
+    int32_t n_obs_cut;  /* observation tokens dropped for lack of room */
+    double at_ms;       /* when the sample parked, from the group's admission */
+    double wait_ms;     /* from parking to the observation */
+    char *record_json;  /* a JSON object (at most GRPO_WORKERS_MAX_TURN_RECORD bytes), or NULL */
+} grpo_wturn;
 
 typedef struct grpo_wsample {
     int32_t index;  /* sample index in the group */
@@ -104,6 +127,8 @@ typedef struct grpo_wsample {
      * grpo_wresult_route_row_bytes each (the last token never went through the model); else
      * NULL */
     uint8_t *routes;
+    int32_t n_turns; /* 0 for a one-turn sample */
+    grpo_wturn *turns;
 } grpo_wsample;
 
 typedef struct grpo_wresult {

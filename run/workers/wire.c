@@ -3,6 +3,7 @@
  * grpo/workers.h before anything is allocated, and strings must be UTF-8 without NUL. */
 #include "common/codec.h"
 #include "common/common_int.h"
+#include "common/json.h"
 #include "grpo/workers.h"
 
 #include <stdlib.h>
@@ -59,6 +60,11 @@ put_params(wr *w, const grpo_wparams *p)
     for (int32_t i = 0; i < p->n_stop_ids && i < GRPO_ROLLOUT_MAX_STOP; i++)
         grpo__put_i32(&w->c, p->stop_ids[i]);
     grpo__put_i32(&w->c, p->record_routes);
+    put_str(w, p->tools);
+    grpo__put_i32(&w->c, p->max_calls);
+    grpo__put_i32(&w->c, p->max_turns);
+    grpo__put_i32(&w->c, p->max_obs_tokens);
+    grpo__put_f64(&w->c, p->tool_time_s);
 }
 
 size_t
@@ -102,6 +108,16 @@ put_sample(wr *w, const grpo_wsample *s, size_t row)
     }
     if (row > 0)
         grpo__put_bytes(&w->c, s->routes, routed(s->n_tokens) * row);
+    grpo__put_i32(&w->c, s->n_turns);
+    for (int32_t t = 0; t < s->n_turns; t++) {
+        const grpo_wturn *u = &s->turns[t];
+        grpo__put_i32(&w->c, u->action_end);
+        grpo__put_i32(&w->c, u->n_obs);
+        grpo__put_i32(&w->c, u->n_obs_cut);
+        grpo__put_f64(&w->c, u->at_ms);
+        grpo__put_f64(&w->c, u->wait_ms);
+        put_str(w, u->record_json);
+    }
 }
 
 static void
@@ -144,7 +160,8 @@ check_encodable(const grpo_wmsg *m)
             return grpo__fail(GRPO_EINVAL, "workers: result sizes out of range");
         for (int32_t i = 0; i < r->n_samples; i++)
             if (r->samples[i].n_terms < 0 || r->samples[i].n_terms > GRPO_WORKERS_MAX_TERMS ||
-                r->samples[i].n_tokens < 0)
+                r->samples[i].n_tokens < 0 || r->samples[i].n_turns < 0 ||
+                r->samples[i].n_turns > GRPO_WORKERS_MAX_TURNS)
                 return grpo__fail(GRPO_EINVAL, "workers: sample %d sizes out of range", i);
         size_t row = grpo_wresult_route_row_bytes(r);
         for (int32_t i = 0; row > 0 && i < r->n_samples; i++)
@@ -376,6 +393,24 @@ get_policy(rd *r, grpo_wpolicy *p)
         bad(r, "policy", "negative version or staleness");
 }
 
+/* The tools config: a list (or absent) and limits grpo_run_tools accepts. */
+static void
+get_tools(rd *r, grpo_wparams *p)
+{
+    p->tools = get_str(r, "params.tools", GRPO_WORKERS_MAX_TOOLS, 1);
+    p->max_calls = get_i32(r, "params.max_calls");
+    p->max_turns = get_i32(r, "params.max_turns");
+    p->max_obs_tokens = get_i32(r, "params.max_obs_tokens");
+    p->tool_time_s = get_f64(r, "params.tool_time_s", 1);
+    if (r->err != GRPO_OK)
+        return;
+    if (p->tools != NULL && p->tools[0] == '\0')
+        bad(r, "params.tools", "empty (absent means no tools)");
+    else if (p->max_calls < 0 || p->max_turns < 0 || p->max_obs_tokens < 0 ||
+             p->max_obs_tokens > GRPO_WORKERS_MAX_TOKENS || p->tool_time_s < 0)
+        bad(r, "params.tools", "a limit out of range");
+}
+
 static void
 get_params(rd *r, grpo_wparams *p)
 {
@@ -411,6 +446,7 @@ get_params(rd *r, grpo_wparams *p)
     p->record_routes = get_i32(r, "params.record_routes");
     if (r->err == GRPO_OK && p->record_routes != 0 && p->record_routes != 1)
         bad(r, "params.record_routes", "not 0 or 1");
+    get_tools(r, p);
 }
 
 /* n rows of routes (row bytes each, layers x k ids) as a new copy: every id below experts and
@@ -464,6 +500,51 @@ get_term(rd *r, grpo_wterm *t)
         bad(r, "term.kind", "not a verdict kind");
 }
 
+/* A turn's record: a JSON object of bounded size, or absent. */
+static char *
+get_turn_record(rd *r)
+{
+    char *s = get_str(r, "turn.record", GRPO_WORKERS_MAX_TURN_RECORD, 1);
+    if (s == NULL || r->err != GRPO_OK)
+        return s;
+    cJSON *o = NULL;
+    if (grpo__json_parse(s, strlen(s), "turn.record", &o) != GRPO_OK || !cJSON_IsObject(o))
+        bad(r, "turn.record", "not a JSON object");
+    cJSON_Delete(o);
+    return s;
+}
+
+/* A sample's turns (after its tokens): in order within the n tokens. */
+static void
+get_turns(rd *r, grpo_wsample *s)
+{
+    /* the smallest turn, 32 bytes: three counts, two times, an absent record */
+    s->n_turns = get_count(r, "sample.n_turns", 0, GRPO_WORKERS_MAX_TURNS, 32);
+    s->turns = s->n_turns > 0 ? get_array(r, (size_t)s->n_turns, sizeof *s->turns) : NULL;
+    int64_t from = 0; /* the first token a turn's action may end at */
+    for (int32_t t = 0; t < s->n_turns && r->err == GRPO_OK; t++) {
+        grpo_wturn *u = &s->turns[t];
+        u->action_end = get_i32(r, "turn.action_end");
+        u->n_obs = get_i32(r, "turn.n_obs");
+        u->n_obs_cut = get_i32(r, "turn.n_obs_cut");
+        u->at_ms = get_f64(r, "turn.at_ms", 1);
+        u->wait_ms = get_f64(r, "turn.wait_ms", 1);
+        u->record_json = get_turn_record(r);
+        if (r->err != GRPO_OK)
+            break;
+        int64_t end = (int64_t)u->action_end + u->n_obs;
+        if (u->action_end < from || u->n_obs < 0 || end > s->n_tokens)
+            bad(r, "turn", "not within the sample's tokens after the turn before");
+        else if (t > 0 && u->action_end <= s->turns[t - 1].action_end)
+            bad(r, "turn.action_end", "not increasing");
+        else if (u->n_obs_cut < 0 || u->n_obs_cut > GRPO_WORKERS_MAX_TOKENS)
+            bad(r, "turn.n_obs_cut", "out of range");
+        else if (u->at_ms < 0 || u->wait_ms < 0)
+            bad(r, "turn", "a negative time");
+        from = end;
+    }
+}
+
 static void
 get_sample(rd *r, grpo_wsample *s, const grpo_wresult *res)
 {
@@ -494,6 +575,7 @@ get_sample(rd *r, grpo_wsample *s, const grpo_wresult *res)
     size_t row = grpo_wresult_route_row_bytes(res);
     if (row > 0 && r->err == GRPO_OK)
         s->routes = get_routes(r, "sample.routes", routed(s->n_tokens), row, res);
+    get_turns(r, s);
 }
 
 /* The result's route shape: none (all 0), or experts in [1, 32767], layers in [1, 4096] and k
@@ -533,9 +615,9 @@ get_result(rd *r, grpo_wresult *res)
     res->gen_ms = get_f64(r, "result.gen_ms", 1);
     res->verify_ms = get_f64(r, "result.verify_ms", 1);
     get_route_shape(r, res);
-    /* the smallest sample, 32 bytes: index, finish, n_tokens, text length, reward, skipped,
-     * n_terms */
-    res->n_samples = get_count(r, "result.n_samples", 1, GRPO_WORKERS_MAX_GROUP, 32);
+    /* the smallest sample, 36 bytes: index, finish, n_tokens, text length, reward, skipped,
+     * n_terms, n_turns */
+    res->n_samples = get_count(r, "result.n_samples", 1, GRPO_WORKERS_MAX_GROUP, 36);
     res->samples = get_array(r, (size_t)res->n_samples, sizeof *res->samples);
     for (int32_t i = 0; i < res->n_samples && r->err == GRPO_OK; i++)
         get_sample(r, &res->samples[i], res);
@@ -637,7 +719,7 @@ grpo_wmsg_decode(grpo_wmsg *out, const void *bytes, size_t len)
 static void
 params_fini(grpo_wparams *p)
 {
-    free(p->template_name);
+    free(p->template_name), free(p->tools);
     for (int32_t i = 0; i < GRPO_ROLLOUT_MAX_STOP; i++)
         free(p->stop[i]);
 }
@@ -653,6 +735,9 @@ result_fini(grpo_wresult *r)
             free(tm->verifier), free(tm->version), free(tm->label), free(tm->details_json);
         }
         free(s->terms);
+        for (int32_t t = 0; s->turns && t < s->n_turns; t++)
+            free(s->turns[t].record_json);
+        free(s->turns);
     }
     free(r->samples), free(r->prompt), free(r->prompt_id), free(r->prompt_routes);
 }

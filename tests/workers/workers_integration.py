@@ -698,10 +698,65 @@ def scenario_routes(grpo, tmp):
         P.cleanup()
 
 
+def scenario_tools(grpo, tmp):
+    """serve --tools python with two workers: every completion, and every turn's action end,
+    observation length and cut, equal what `grpo rollout --tools python` records (same seed), and
+    the trainer's batches carry tool_mask 0 on the observation tokens. Needs the python tool:
+    skipped (77) when grpo rollout says it is unsupported here."""
+    import numpy as np
+    n = 8
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    write_prompts(prompts, n)
+    ref = os.path.join(tmp, "ref.db")
+    tools = ["--tools", "python", "--max-tool-calls", "2", "--max-obs-tokens", "16"]
+    r = subprocess.run([grpo, "rollout", "--model", MODEL, "--prompts", prompts, "--db", ref,
+                        "--threads", "1"] + GEN + tools, capture_output=True, text=True, cwd=tmp)
+    if r.returncode != 0 and ("unsupported" in r.stderr.lower() or "stub" in r.stderr):
+        print("the python tool is not available here: " + r.stderr.strip())
+        sys.exit(77)
+    if r.returncode != 0:
+        fail("grpo rollout --tools python: " + r.stderr)
+    turns_sql = ("SELECT p.idx, c.sample_index, t.turn_index, t.action_end, t.n_obs, t.n_obs_cut "
+                 "FROM turns t JOIN completions c ON c.id = t.completion_id "
+                 "JOIN groups g ON g.id = c.group_id JOIN prompts p ON p.id = g.prompt_id "
+                 "ORDER BY 1, 2, 3")
+    want, want_turns = completions(ref), db_rows(ref, turns_sql)
+    url, pub = "ipc://" + os.path.join(tmp, "coord.ipc"), "ipc://" + os.path.join(tmp, "pub.ipc")
+    keep = os.path.join(tmp, "batches")
+    os.makedirs(keep)
+    P = Procs(grpo, tmp)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url, "--publish", pub, *tools))
+        t, tlog = start_batch_logger(P, tmp, pub, keep)
+        for w in ("A", "B"):
+            P.start(w, worker_args(url, w, "--inflight", "2", "--tool-threads", "2"))
+        rc = P.wait(serve, 120)
+        if rc != 0:
+            fail("serve exited %d:\n%s" % (rc, P.log("serve")))
+        P.wait(t, 60)
+        check_exactly_once(db, n)
+        if completions(db) != want:
+            fail("completions differ from grpo rollout --tools python's")
+        if db_rows(db, turns_sql) != want_turns:
+            fail("the store's turns differ from grpo rollout --tools python's")
+        obs = 0
+        for f in sorted(os.listdir(keep)):
+            b = np.load(os.path.join(keep, f))
+            if "tool_mask" in b:
+                obs += int((b["tool_mask"] == 0).sum())
+        want_obs = sum(row[4] for row in want_turns)
+        if obs != want_obs:
+            fail("the batches mark %d observation tokens, the turns %d" % (obs, want_obs))
+        print("ok: %d groups with %d turns equal grpo rollout --tools python's; the batches mark "
+              "their %d observation tokens" % (n, len(want_turns), obs))
+    finally:
+        P.cleanup()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats", "pause", "tail",
-                                         "routes"])
+                                         "routes", "tools"])
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
@@ -733,6 +788,8 @@ def main():
             scenario_weights(a.grpo, tmp, a.staleness)
         elif a.scenario == "routes":
             scenario_routes(a.grpo, tmp)
+        elif a.scenario == "tools":
+            scenario_tools(a.grpo, tmp)
         else:
             scenario_load(a.grpo, tmp, a.seconds, a.workers)
     finally:

@@ -24,6 +24,7 @@ The reference for "equal" is an independent run of `grpo rollout` (one process, 
 Usage: workers_integration.py SCENARIO --grpo PATH [--seconds S] [--keep DIR]
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -704,19 +705,28 @@ def scenario_tools(grpo, tmp):
     the trainer's batches carry tool_mask 0 on the observation tokens. Needs the python tool:
     skipped (77) when grpo rollout says it is unsupported here."""
     import numpy as np
-    n = 8
+    n = 6
     prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
-    write_prompts(prompts, n)
+    # the demo policy answers these with a ```python block, which the tool runs
+    fns = ["len(xs)", "max(xs)", "min(xs)", "sum(xs)", "sorted(xs)", "xs[0]"]
+    with open(prompts, "w") as f:
+        for i, body in enumerate(fns[:n]):
+            f.write(json.dumps({"id": "t%d" % i, "task": "code", "language": "python",
+                                "prompt": "Write a Python function g(xs) that returns %s." % body,
+                                "tests": {"fn_name": "g", "inputs": [[[1, 2]]],
+                                          "outputs": [eval(body, {"xs": [1, 2]})]}}) + "\n")
     ref = os.path.join(tmp, "ref.db")
+    demo = os.path.join(SRC, "models", "demo")
+    gen = ["--group", "4", "--max-new-tokens", "80", "--seed", "1234", "--temperature", "0.9"]
     tools = ["--tools", "python", "--max-tool-calls", "2", "--max-obs-tokens", "16"]
-    r = subprocess.run([grpo, "rollout", "--model", MODEL, "--prompts", prompts, "--db", ref,
-                        "--threads", "1"] + GEN + tools, capture_output=True, text=True, cwd=tmp)
+    r = subprocess.run([grpo, "rollout", "--model", demo, "--prompts", prompts, "--db", ref,
+                        "--threads", "1"] + gen + tools, capture_output=True, text=True, cwd=tmp)
     if r.returncode != 0 and ("unsupported" in r.stderr.lower() or "stub" in r.stderr):
         print("the python tool is not available here: " + r.stderr.strip())
         sys.exit(77)
     if r.returncode != 0:
         fail("grpo rollout --tools python: " + r.stderr)
-    turns_sql = ("SELECT p.idx, c.sample_index, t.turn_index, t.action_end, t.n_obs, t.n_obs_cut "
+    turns_sql = ("SELECT p.idx, c.sample_index, t.idx, t.action_end, t.n_obs, t.n_obs_cut "
                  "FROM turns t JOIN completions c ON c.id = t.completion_id "
                  "JOIN groups g ON g.id = c.group_id JOIN prompts p ON p.id = g.prompt_id "
                  "ORDER BY 1, 2, 3")
@@ -726,10 +736,13 @@ def scenario_tools(grpo, tmp):
     os.makedirs(keep)
     P = Procs(grpo, tmp)
     try:
-        serve = P.start("serve", serve_args(prompts, db, url, "--publish", pub, *tools))
+        serve = P.start("serve", ["serve", "--prompts", prompts, "--db", db, "--listen", url,
+                                  "--lease-timeout", "10", "--linger", "1", "--publish", pub]
+                        + gen + tools)
         t, tlog = start_batch_logger(P, tmp, pub, keep)
         for w in ("A", "B"):
-            P.start(w, worker_args(url, w, "--inflight", "2", "--tool-threads", "2"))
+            P.start(w, ["worker", "--connect", url, "--model", demo, "--threads", "1", "--id", w,
+                        "--give-up", str(GIVE_UP), "--inflight", "2", "--tool-threads", "2"])
         rc = P.wait(serve, 120)
         if rc != 0:
             fail("serve exited %d:\n%s" % (rc, P.log("serve")))
@@ -742,9 +755,13 @@ def scenario_tools(grpo, tmp):
         obs = 0
         for f in sorted(os.listdir(keep)):
             b = np.load(os.path.join(keep, f))
-            if "tool_mask" in b:
-                obs += int((b["tool_mask"] == 0).sum())
+            if "tool_mask" in b:  # 0 on prompt tokens too: count the completions' only
+                off, pl = b["seq_offsets"], b["prompt_lens"]
+                for i in range(len(pl)):
+                    obs += int((b["tool_mask"][off[i] + pl[i]:off[i + 1]] == 0).sum())
         want_obs = sum(row[4] for row in want_turns)
+        if not want_turns:
+            fail("grpo rollout --tools python made no tool call: nothing was checked")
         if obs != want_obs:
             fail("the batches mark %d observation tokens, the turns %d" % (obs, want_obs))
         print("ok: %d groups with %d turns equal grpo rollout --tools python's; the batches mark "

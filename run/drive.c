@@ -131,6 +131,8 @@ route_shape(grpo_run_group *g, const grpo_model_config *mc)
 grpo_err
 grpo_run_score_default(grpo_run *c, grpo_run_group *g, const grpo_run_prompt *p)
 {
+    if (c->turns != NULL && grpo_run__score_env(g, p, grpo_run_turns_names(c->turns)))
+        return GRPO_OK;
     pthread_mutex_lock(&c->score_mu);
     grpo_err err = grpo_run__score_on(g, c->rewarder, p, c->score_pool);
     pthread_mutex_unlock(&c->score_mu);

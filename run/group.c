@@ -3,6 +3,9 @@
  * group's advantages (grpo_reward_result.skipped). */
 #include "run/run_int.h"
 
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -182,6 +185,63 @@ grpo_run__score_on(grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *
 done:
     free(vs), free(res);
     return err;
+}
+
+/* 1 when task is one of the comma-separated names. */
+static int
+names_task(const char *names, const char *task)
+{
+    size_t n = strlen(task);
+    for (const char *p = names; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == n && memcmp(p, task, n) == 0)
+            return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+/* The last reward a turn of s recorded (*label its label), or -1 when none did. */
+static double
+env_reward(const grpo_run_sample *s, char *label, size_t cap)
+{
+    double r = -1;
+    snprintf(label, cap, "no-reward");
+    for (int32_t t = 0; t < s->n_turns; t++) {
+        cJSON *o = s->turns[t].record_json ? cJSON_Parse(s->turns[t].record_json) : NULL;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "reward");
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "label");
+        if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1) {
+            r = v->valuedouble;
+            snprintf(label, cap, "%s", cJSON_IsString(l) ? l->valuestring : "ok");
+        }
+        cJSON_Delete(o);
+    }
+    return r;
+}
+
+int
+grpo_run__score_env(grpo_run_group *g, const grpo_run_prompt *p, const char *env_names)
+{
+    const char *task = p->prompt->task;
+    if (task == NULL || env_names == NULL || !names_task(env_names, task))
+        return 0;
+    double t0 = grpo_now();
+    for (int32_t i = 0; i < g->n_samples; i++) {
+        grpo_run_sample *s = &g->samples[i];
+        grpo_reward_result_fini(&s->score);
+        memset(&s->score, 0, sizeof s->score);
+        grpo_reward_term *tm = &s->score.terms[0];
+        double r = env_reward(s, tm->label, sizeof tm->label);
+        snprintf(tm->verifier, sizeof tm->verifier, "%s", task);
+        snprintf(tm->version, sizeof tm->version, "env");
+        tm->weight = 1.0, tm->score = r > 0 ? r : 0.0;
+        tm->kind = r > 0 ? GRPO_VERDICT_PASS : GRPO_VERDICT_FAIL;
+        s->score.n_terms = 1, s->score.reward = tm->score;
+    }
+    g->verify_ms = (grpo_now() - t0) * 1e3;
+    return 1;
 }
 
 grpo_err

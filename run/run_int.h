@@ -70,6 +70,12 @@ struct grpo_run {
 /* The sample's turns as store records, into tr (s->n_turns of them; views). (run/record.c) */
 void grpo_run__turn_recs(const grpo_run_sample *s, grpo_turn_rec *tr);
 
+/* The score step of a prompt whose task names one of the run's environments (env_names,
+ * comma-separated): each sample's reward is the last reward its environment's steps gave (0 and
+ * "no-reward" when none did), one term named after the task. Returns 0 (nothing done) for any
+ * other task. (run/group.c) */
+int grpo_run__score_env(grpo_run_group *g, const grpo_run_prompt *p, const char *env_names);
+
 /* The score step over pool (NULL: the calling thread): grpo_run_score with the samples spread
  * over the pool's threads. (run/group.c) */
 grpo_err grpo_run__score_on(grpo_run_group *g, grpo_rewarder *rw, const grpo_run_prompt *p,

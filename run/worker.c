@@ -455,7 +455,8 @@ return_group(grpo_worker *w, grpo_rollout_group *rg)
     grpo_run_prompt rp = {&j->ps.items[0], j->rendered, grpo_policy_opens_think(w->pol)};
     int aborted = err == GRPO_OK && grpo_run_group_aborted(&g);
     if (err == GRPO_OK && !aborted)
-        err = grpo_run__score_on(&g, w->rewarder, &rp, w->score_pool);
+        if (w->turns == NULL || !grpo_run__score_env(&g, &rp, grpo_run_turns_names(w->turns)))
+            err = grpo_run__score_on(&g, w->rewarder, &rp, w->score_pool);
     void *wturns = NULL;
     if (err == GRPO_OK && !aborted) {
         wire_samples(&g, ws, terms);

@@ -14,11 +14,12 @@ L5 task:
 
 tokenized the way `grpo rollout --tools python` hands it to the model: encode(text up to and
 including the call's closing ```) + encode(OBS) + encode(rest), the observation's tokens masked out
-of the loss. Writes models/demo-tools/ (config, FP8 safetensors, the demo's tokenizer files,
-README.md) and data/tool_prompts.jsonl (held-out L5 prompts), then measures the mean reward on
-those prompts under transformers with the tool simulated (the code run with exec in a subprocess,
-the observation appended as tokens) and without it (the model's own continuation). models/demo is
-read, never written.
+of the loss. Writes models/demo-tools/ (config, FP8 safetensors, the demo's tokenizer files; its
+README.md is written by hand from the numbers) and data/tool_prompts.jsonl (held-out L5 prompts),
+then measures the mean reward on those prompts under transformers with the tool simulated (the
+code run with exec in a subprocess, the observation appended as tokens) and without it (the model's
+own continuation), and models/demo without it, into build-demo/tools_work/results.json.
+models/demo is read, never written.
 """
 
 import argparse

@@ -136,6 +136,14 @@ def token_logprobs(model, inp, temperature, routes=None):
     return lp.gather(-1, inp["completion_ids"].unsqueeze(-1)).squeeze(-1)
 
 
+def loss_mask(inp):
+    """The tokens the loss is over: completion_mask, and in a multi-turn batch (tool_mask set) only
+    the model's own tokens of it, completion_mask * tool_mask (observation tokens are attended to,
+    never trained on)."""
+    m = inp["completion_mask"]
+    return m if inp.get("tool_mask") is None else m * inp["tool_mask"]
+
+
 def aggregate(per_tok, mask, mode, norm_len, n_tok_total, n_seq_total):
     """This micro-batch's share of the step's loss, so that summing over micro-batches gives the
     aggregation over the whole step (verl's agg_loss; fully masked sequences do not count)."""
@@ -199,8 +207,8 @@ class Trainer:
         a = self.a
         t0 = time.time()
         inps = [to_trl(b) for b in batches]
-        n_tok = sum(int(i["completion_mask"].sum()) for i in inps)
-        n_seq = sum(int((i["completion_mask"].sum(-1) > 0).sum()) for i in inps)
+        n_tok = sum(int(loss_mask(i).sum()) for i in inps)
+        n_seq = sum(int((loss_mask(i).sum(-1) > 0).sum()) for i in inps)
         norm_len = a.norm_len or max(int(i["completion_ids"].shape[1]) for i in inps)
         stats = {"loss": 0.0, "pg_loss": 0.0, "clip": 0.0, "clip_low": 0.0, "clip_high": 0.0,
                  "kl": 0.0, "ratio_max": 0.0, "mm_kl": 0.0, "mm_abs": 0.0, "mm_tok": 0,
@@ -209,7 +217,7 @@ class Trainer:
             p.grad = None
         for b, inp in zip(batches, inps):
             T = float(b.sampling.get("temperature", 1.0))
-            mask = inp["completion_mask"].bool()
+            mask = loss_mask(inp).bool()
             rewards = inp["rewards"].float()
             stats["rewards"] += rewards.tolist()
             stats["zero_std"] += int(bool((rewards == rewards[0]).all()))

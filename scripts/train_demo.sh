@@ -20,7 +20,14 @@
 # (16: samples per prompt of the demo's 120-prompt evaluation set; 0 = skip), EVAL_SEED (12345), TRAIN_SEED (1),
 # PROMPT_SEED (4242), ENGINE_THREADS (1), TRAINER_THREADS (1: torch threads spin badly on a
 # loaded machine), EXTRA_TRAIN_ARGS (--log-kl), EXTRA_ROLLOUT_ARGS (none; e.g. --record-routes with
-# EXTRA_TRAIN_ARGS="--log-kl --replay-routes" for routing replay).
+# EXTRA_TRAIN_ARGS="--log-kl --replay-routes" for routing replay), EVAL_ROLLOUT_ARGS (none: extra
+# `grpo rollout` options of the held-out measurements), MODEL (models/demo: the starting policy,
+# copied into the work folder), HELDOUT (data/demo_prompts.jsonl: the held-out prompts).
+#
+# The tool-use policy (models/demo-tools, tools/demo_model/train_tools.py) with the python tool:
+#
+#   MODEL=models/demo-tools HELDOUT=data/tool_prompts.jsonl EXTRA_ROLLOUT_ARGS="--tools python" \
+#       EVAL_ROLLOUT_ARGS="--tools python" EVALSET_GROUP=0 scripts/train_demo.sh
 set -euo pipefail
 
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
@@ -44,6 +51,9 @@ ENGINE_THREADS=${ENGINE_THREADS:-1}
 TRAINER_THREADS=${TRAINER_THREADS:-1}
 EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:---log-kl}
 EXTRA_ROLLOUT_ARGS=${EXTRA_ROLLOUT_ARGS:-}
+EVAL_ROLLOUT_ARGS=${EVAL_ROLLOUT_ARGS:-}
+MODEL_SRC=$(realpath "${MODEL:-$ROOT/models/demo}")
+HELDOUT_SRC=$(realpath "${HELDOUT:-$ROOT/data/demo_prompts.jsonl}")
 
 say() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -51,8 +61,8 @@ python3 -c 'import torch, transformers, pynng, safetensors' 2>/dev/null || {
     echo "train_demo.sh: needs python3 with torch, transformers, pynng and safetensors" >&2
     exit 1
 }
-[ -f "$ROOT/models/demo/model.safetensors" ] || {
-    echo "train_demo.sh: models/demo/model.safetensors is missing (tools/demo_model/train.py makes it)" >&2
+[ -f "$MODEL_SRC/model.safetensors" ] || {
+    echo "train_demo.sh: $MODEL_SRC/model.safetensors is missing (tools/demo_model/train.py makes models/demo)" >&2
     exit 1
 }
 GRPO=$BUILD/cli/grpo
@@ -66,10 +76,10 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 T_START=$(date +%s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-# The run works on its own copy of the demo model (a re-export of models/demo during the run
+# The run works on its own copy of the starting model (a re-export of models/demo during the run
 # cannot change the starting point).
-cp -r "$ROOT/models/demo" "$WORK/model0"
-cp "$ROOT/data/demo_prompts.jsonl" "$WORK/heldout.jsonl"
+cp -r "$MODEL_SRC" "$WORK/model0"
+cp "$HELDOUT_SRC" "$WORK/heldout.jsonl"
 MODEL=$WORK/model0
 HELDOUT=$WORK/heldout.jsonl
 
@@ -103,14 +113,15 @@ with open(out_path, "w") as f:
         k += 1
 EOF
 
+# shellcheck disable=SC2086
 evaluate() { # $1 = model dir, $2 = name: the held-out prompts, and the demo's evaluation set
     "$GRPO" rollout --model "$1" --prompts "$HELDOUT" --group "$EVAL_GROUP" \
         --max-new-tokens "$MAX_NEW" --seed "$EVAL_SEED" --threads 2 --db "$WORK/$2.db" \
-        --out "$WORK/$2.jsonl" >"$WORK/$2.log" 2>&1
+        --out "$WORK/$2.jsonl" $EVAL_ROLLOUT_ARGS >"$WORK/$2.log" 2>&1
     [ "$EVALSET_GROUP" -gt 0 ] || return 0
     "$GRPO" rollout --model "$1" --prompts "$WORK/evalset.jsonl" --group "$EVALSET_GROUP" \
         --max-new-tokens "$MAX_NEW" --seed "$EVAL_SEED" --threads 2 --db "$WORK/${2}_set.db" \
-        >"$WORK/${2}_set.log" 2>&1
+        $EVAL_ROLLOUT_ARGS >"$WORK/${2}_set.log" 2>&1
 }
 
 say "held-out accuracy before training (data/demo_prompts.jsonl, G=$EVAL_GROUP, seed $EVAL_SEED)"

@@ -6,3 +6,14 @@ if(GRPO_DEMO_MODEL_TEST AND TARGET PkgConfig::CMOCKA AND TARGET grpo_tokenizer)
   grpo_add_test(demo_model_test SOURCES demo_model_test.c
     LIBS grpo_model grpo_tokenizer grpo_common m TIMEOUT 120)
 endif()
+
+# models/demo-tools' training data: tool-use examples tokenized as the engine sees a call (the
+# observation encoded alone, masked out of the loss) and the simulated python cell of its
+# measurement (tools/demo_model/train_tools.py). Exits 77 without torch/transformers.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME demo_tools_data_test
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/demo_tools_data_test.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(demo_tools_data_test PROPERTIES TIMEOUT 120 LABELS cpu SKIP_RETURN_CODE 77)
+endif()

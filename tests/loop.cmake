@@ -11,3 +11,12 @@ if(TARGET grpo AND Python3_Interpreter_FOUND)
   set_tests_properties(loop_test PROPERTIES TIMEOUT 300 LABELS cpu SKIP_RETURN_CODE 77
     ENVIRONMENT "GRPO_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endif()
+
+# examples/train_grpo.py's loss mask on multi-turn batches: the loss over completion_mask * tool_mask
+# (the model's tokens), attention over completion_mask; single-turn batches unchanged.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME train_grpo_mask_test
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/train_grpo_mask_test.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(train_grpo_mask_test PROPERTIES TIMEOUT 120 LABELS cpu SKIP_RETURN_CODE 77)
+endif()

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "env/env_int.h"
+#include "run/run_int.h"
 #include "run/turns_int.h"
 
 #include <cjson/cJSON.h>
@@ -336,6 +337,33 @@ test_replay(void **state)
     }
 }
 
+/* A prompt whose task names an environment is scored by its steps' last reward. */
+static void
+test_env_reward(void **state)
+{
+    (void)state;
+    grpo_rollout_turn t0[2] = {{1, 1, 0, 0, 0, (char *)"{\"label\":\"lower\",\"reward\":0}"},
+                               {3, 1, 0, 0, 0, (char *)"{\"label\":\"correct\",\"reward\":1}"}};
+    grpo_rollout_turn t1[1] = {{1, 1, 0, 0, 0, (char *)"{\"label\":\"higher\"}"}};
+    grpo_run_group g = {0};
+    assert_int_equal(grpo_run_group_init(&g, 3), GRPO_OK);
+    g.samples[0].turns = t0, g.samples[0].n_turns = 2;
+    g.samples[1].turns = t1, g.samples[1].n_turns = 1; /* no reward given: 0 */
+    grpo_prompt pr = {0};
+    pr.task = (char *)"guess";
+    grpo_run_prompt p = {&pr, "", 0};
+    assert_int_equal(grpo_run__score_env(&g, &p, "python,calc"), 0); /* not an environment */
+    assert_int_equal(grpo_run__score_env(&g, &p, "python,guess"), 1);
+    assert_true(g.samples[0].score.reward == 1.0);
+    assert_string_equal(g.samples[0].score.terms[0].label, "correct");
+    assert_int_equal(g.samples[0].score.terms[0].kind, GRPO_VERDICT_PASS);
+    assert_true(g.samples[1].score.reward == 0.0);
+    assert_string_equal(g.samples[1].score.terms[0].label, "no-reward");
+    assert_int_equal(g.samples[2].score.terms[0].kind, GRPO_VERDICT_FAIL); /* no turn at all */
+    assert_string_equal(g.samples[2].score.terms[0].verifier, "guess");
+    grpo_run_group_fini(&g);
+}
+
 int
 main(void)
 {
@@ -344,6 +372,7 @@ main(void)
         cmocka_unit_test(test_async_and_orphan),
         cmocka_unit_test(test_limits_and_cut),
         cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_env_reward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,11 +78,11 @@ raw_int(const char *sql)
 /* The records of the test's turns: a full one, one with a reward that ends the episode, one that
  * is not JSON, one that is JSON but not an object, one whose fields have the wrong types. */
 static const char *const records[] = {
-    "{\"env\":\"python\",\"label\":\"ok\",\"action\":\"```python\\nprint(1+1)\\n```\","
-    "\"observation\":\"\\n```output\\n2\\n```\\n\",\"obs_tokens\":9,\"obs_cut_tokens\":0,"
-    "\"tool_ms\":3.25,\"queue_ms\":0.1,\"ran\":true,\"done\":false}",
-    "{\"env\":\"search\",\"label\":\"timeout\",\"tool_ms\":5000,\"ran\":true,\"done\":true,"
-    "\"reward\":0.5,\"info\":{\"q\":\"x\"}}",
+    ("{\"env\":\"python\",\"label\":\"ok\",\"action\":\"```python\\nprint(1+1)\\n```\","
+     "\"observation\":\"\\n```output\\n2\\n```\\n\",\"obs_tokens\":9,\"obs_cut_tokens\":0,"
+     "\"tool_ms\":3.25,\"queue_ms\":0.1,\"ran\":true,\"done\":false}"),
+    ("{\"env\":\"search\",\"label\":\"timeout\",\"tool_ms\":5000,\"ran\":true,\"done\":true,"
+     "\"reward\":0.5,\"info\":{\"q\":\"x\"}}"),
     "{\"env\":\"python\",\"label\":\"ok\"", /* cut short */
     "[1,2,3]",
     "{\"env\":3,\"label\":null,\"tool_ms\":\"fast\",\"ran\":\"yes\",\"done\":1,\"reward\":\"1\"}",

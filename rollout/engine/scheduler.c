@@ -293,7 +293,7 @@ emit(grpo_rollout *r, group_state *gs, int32_t i, int32_t tok, float lr, float l
     o->n_tokens++;
     r->st.tokens_generated++;
     s->pending = tok;
-    size_t from_text = s->text.len;
+    size_t from_text = s->text.len; /* this token's bytes start here (stop strings, actions) */
     if (tok == p->eos_id) {
         o->finish = GRPO_FINISH_EOS;
         return GRPO_OK;
@@ -303,11 +303,11 @@ emit(grpo_rollout *r, group_state *gs, int32_t i, int32_t tok, float lr, float l
         return GRPO_OK;
     }
     if (r->opts.token_bytes) {
-        size_t n = 0, from = s->text.len, end;
+        size_t n = 0, end;
         const char *b = r->opts.token_bytes(r->opts.token_bytes_ctx, tok, &n);
         if (n > 0 && (err = grpo__buf_append(&s->text, b, n)) != GRPO_OK)
             return err;
-        int k = grpo_engine__stop_find(s->text.data, s->text.len, from, p->stop_strings,
+        int k = grpo_engine__stop_find(s->text.data, s->text.len, from_text, p->stop_strings,
                                        p->n_stop_strings, &end);
         if (k >= 0) {
             s->text.len = end;

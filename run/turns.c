@@ -81,8 +81,8 @@ drop_group_slot(grpo_run_turns *t, uint64_t id, int32_t i)
 /* ---- the hook ---- */
 
 int
-grpo_run__find_action(grpo_run_turns *t, tsample *s, const char *text, size_t len,
-                      size_t scan_from, size_t new_from)
+grpo_run__find_action(grpo_run_turns *t, tsample *s, const char *text, size_t len, size_t scan_from,
+                      size_t new_from)
 {
     for (int e = 0; e < t->n_envs; e++) {
         const grpo_env_marker *m;
@@ -125,27 +125,25 @@ h_detect(void *ctx, const grpo_rollout_group *g, int32_t i, const char *text, si
     return s != NULL && grpo_run__replay_detect(t, s, g, i, text, len, scan_from, new_from);
 }
 
-/* An action that is not run: its observation says why, at once. */
+/* An action that is not run: its observation says why, at once; with fmt NULL the sample ends
+ * here (done) with nothing shown. */
 static grpo_err
-refuse(grpo_run_turns *t, tsample *s, const char *label, const char *fmt, long v)
+refuse(tsample *s, const char *label, const char *fmt, long v)
 {
     job *j = calloc(1, sizeof *j);
     if (j == NULL)
         return grpo__fail(GRPO_ENOMEM, "tools: out of memory");
     j->s = s, j->refused = 1, j->done = 1;
-    char msg[160];
-    snprintf(msg, sizeof msg, fmt, v);
-    j->res.observation = strdup(msg);
-    j->res.observation_len = j->res.observation ? strlen(msg) : 0;
-    snprintf(j->res.label, sizeof j->res.label, "%s", label);
-    j->res.done = strcmp(label, "turn-limit") == 0;
-    if (j->res.done) { /* the sample ends here: nothing to show */
-        free(j->res.observation);
-        j->res.observation = NULL, j->res.observation_len = 0;
+    if (fmt != NULL) {
+        char msg[160];
+        snprintf(msg, sizeof msg, fmt, v);
+        j->res.observation = strdup(msg);
+        j->res.observation_len = j->res.observation ? strlen(msg) : 0;
     }
+    snprintf(j->res.label, sizeof j->res.label, "%s", label);
+    j->res.done = fmt == NULL;
     j->t_queued = j->t_start = j->t_end = grpo_now();
     s->job = j;
-    (void)t;
     return GRPO_OK;
 }
 
@@ -161,13 +159,13 @@ h_start(void *ctx, const grpo_rollout_group *g, int32_t i)
     s->turns++;
     const grpo_run_tools *o = &t->o;
     if (o->max_turns > 0 && s->turns >= o->max_turns)
-        return refuse(t, s, "turn-limit", "[turn limit (%ld) reached]", (long)o->max_turns);
+        return refuse(s, "turn-limit", NULL, 0);
     if (s->calls >= o->max_calls)
-        return refuse(t, s, "call-limit",
+        return refuse(s, "call-limit",
                       "\n[tool call limit (%ld calls) reached: the call was not run]\n",
                       (long)o->max_calls);
     if (s->tool_s >= o->time_s)
-        return refuse(t, s, "time-limit",
+        return refuse(s, "time-limit",
                       "\n[tool time limit (%ld s) reached: the call was not run]\n",
                       (long)o->time_s);
     s->calls++;
@@ -186,13 +184,14 @@ h_start(void *ctx, const grpo_rollout_group *g, int32_t i)
 
 /* The observation's tokens, cut to max_obs_tokens with a marker. */
 grpo_err
-grpo_run__obs_tokens(grpo_run_turns *t, const grpo_env_result *r, grpo_rollout_obs *out, int32_t *cut)
+grpo_run__obs_tokens(grpo_run_turns *t, const grpo_env_result *r, grpo_rollout_obs *out,
+                     int32_t *cut)
 {
     int32_t *ids = NULL, *mk = NULL;
     size_t n = 0, nm = 0;
     *cut = 0;
-    grpo_err err = t->encode(t->ctx, r->observation ? r->observation : "", r->observation_len,
-                             &ids, &n);
+    grpo_err err =
+        t->encode(t->ctx, r->observation ? r->observation : "", r->observation_len, &ids, &n);
     if (err != GRPO_OK)
         return err;
     size_t max = (size_t)t->o.max_obs_tokens;
@@ -300,7 +299,8 @@ load_envs(grpo_run_turns *t, const char *list)
     if (copy == NULL)
         return grpo__fail(GRPO_ENOMEM, "tools: out of memory");
     grpo_err err = GRPO_OK;
-    for (char *p = strtok_r(copy, ",", &save); p && err == GRPO_OK; p = strtok_r(NULL, ",", &save)) {
+    for (char *p = strtok_r(copy, ",", &save); p && err == GRPO_OK;
+         p = strtok_r(NULL, ",", &save)) {
         if (*p == '\0')
             continue;
         err = add_env(t, p);
@@ -326,9 +326,10 @@ grpo_run__turns_new(grpo_run_turns **out, const grpo_run_tools *o, grpo_run_enco
     *out = NULL;
     if (o->max_calls < 0 || o->max_turns < 0 || o->max_obs_tokens <= 0 || o->threads <= 0 ||
         !(o->time_s > 0))
-        return grpo__fail(GRPO_EINVAL, "tools: max calls %d, max turns %d, max observation "
-                                       "tokens %d, tool threads %d and tool time %g s: expected "
-                                       "calls and turns >= 0, the rest > 0",
+        return grpo__fail(GRPO_EINVAL,
+                          "tools: max calls %d, max turns %d, max observation "
+                          "tokens %d, tool threads %d and tool time %g s: expected "
+                          "calls and turns >= 0, the rest > 0",
                           o->max_calls, o->max_turns, o->max_obs_tokens, o->threads, o->time_s);
     grpo_run_turns *t = calloc(1, sizeof *t);
     if (t == NULL)

@@ -82,7 +82,7 @@ tool_thread(void *arg)
         int orphan = j->s->orphan;
         pthread_cond_broadcast(&t->done_cv);
         pthread_mutex_unlock(&t->mu);
-        if (orphan) /* the sample ended while this ran: nobody polls it */
+        if (orphan)                          /* the sample ended while this ran: nobody polls it */
             grpo_run__sample_close(t, j->s); /* frees j, its s->job */
     }
 }

@@ -91,8 +91,9 @@ grpo_run__replay_poll(grpo_run_turns *t, tsample *s, job *j, grpo_rollout_obs *o
         at++;
     /* the recorded observation may have been cut for lack of room: compare what was fed */
     if (at < m || (again.n_tokens != n && again.n_tokens != rt->n_obs))
-        diff(t, "turn %d (%s): the observation differs from token %d on (recorded %d tokens, "
-                "re-run %d, label %s)",
+        diff(t,
+             "turn %d (%s): the observation differs from token %d on (recorded %d tokens, "
+             "re-run %d, label %s)",
              s->replay_k, grpo_env_name(t->envs[j->env]), at, n, again.n_tokens,
              j->res.label[0] ? j->res.label : "ok");
     free(again.tokens);
@@ -100,8 +101,8 @@ grpo_run__replay_poll(grpo_run_turns *t, tsample *s, job *j, grpo_rollout_obs *o
 
 grpo_err
 grpo_run_turns_replay(grpo_run_turns **out, const grpo_run_replay_turn *turns, int32_t n_turns,
-                      const grpo_run_tools *t, grpo_run_encode_fn encode,
-                      grpo_run_record_fn record, void *ctx)
+                      const grpo_run_tools *t, grpo_run_encode_fn encode, grpo_run_record_fn record,
+                      void *ctx)
 {
     grpo_run_tools none;
     grpo_run_tools_default(&none);

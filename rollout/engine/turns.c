@@ -148,7 +148,7 @@ grpo_err
 grpo_engine__turns_build(grpo_rollout *r, int32_t *n, int32_t *budget)
 {
     for (group_state *gs = r->active; gs && *budget > 0; gs = gs->next)
-        for (int32_t i = 0; i < gs->g->n_samples && *budget > 0; i++) {
+        for (int32_t i = 0; i<gs->g->n_samples && * budget> 0; i++) {
             sample_state *s = &gs->s[i];
             if (s->phase != PH_OBS)
                 continue;
@@ -159,9 +159,8 @@ grpo_engine__turns_build(grpo_rollout *r, int32_t *n, int32_t *budget)
             if (len > *budget)
                 len = *budget;
             int32_t last = s->feed_from + len == o->n_tokens;
-            grpo_err err =
-                grpo_engine__add_item(r, n, s->kv, gs->g->n_prompt + s->feed_from, len,
-                                      o->tokens + s->feed_from, gs, i, last);
+            grpo_err err = grpo_engine__add_item(r, n, s->kv, gs->g->n_prompt + s->feed_from, len,
+                                                 o->tokens + s->feed_from, gs, i, last);
             if (err != GRPO_OK)
                 return err;
             if (s->route_row_bytes > 0)

@@ -114,8 +114,8 @@ dot_portable(const int8_t *wq, const float *wd, const int8_t *xq, const float *x
  * weight rows (the rows past nn repeat row 0), out[r * NB + j]. A weight block's absolute values
  * are taken once for the R rows. */
 __attribute__((always_inline, target("arch=x86-64-v3"))) static inline void
-dot_avx2(int R, const int8_t *const *wq, const float *const *wd, const int8_t *xq, const float *xd,
-         int K, float *out)
+dot_avx2(int R, const int8_t *const *wq, const float *const *wd, const int8_t *const *nq,
+         const int8_t *xq, const float *xd, int K, float *out)
 {
     __m256 acc[2][NB];
     const __m256i ones = _mm256_set1_epi16(1);
@@ -126,6 +126,9 @@ dot_avx2(int R, const int8_t *const *wq, const float *const *wd, const int8_t *x
     for (int b = 0; b < S; b++) {
         __m256i x[2];
         __m256 dx[2];
+        if (nq != NULL && (b & 1) == 0) /* the next tile's rows stream in along (gemm.c) */
+            for (int j = 0; j < NB; j++)
+                __builtin_prefetch(nq[j] + (size_t)b * QB, 0, 3);
         for (int r = 0; r < R; r++) {
             x[r] = _mm256_loadu_si256(
                 (const __m256i *)(const void *)(xq + (size_t)r * (size_t)K + (size_t)b * QB));
@@ -151,17 +154,17 @@ dot_avx2(int R, const int8_t *const *wq, const float *const *wd, const int8_t *x
 }
 
 __attribute__((target("arch=x86-64-v3"))) static void
-dot_avx2_1(const int8_t *const *wq, const float *const *wd, const int8_t *xq, const float *xd,
-           int K, float *out)
+dot_avx2_1(const int8_t *const *wq, const float *const *wd, const int8_t *const *nq,
+           const int8_t *xq, const float *xd, int K, float *out)
 {
-    dot_avx2(1, wq, wd, xq, xd, K, out);
+    dot_avx2(1, wq, wd, nq, xq, xd, K, out);
 }
 
 __attribute__((target("arch=x86-64-v3"))) static void
-dot_avx2_2(const int8_t *const *wq, const float *const *wd, const int8_t *xq, const float *xd,
-           int K, float *out)
+dot_avx2_2(const int8_t *const *wq, const float *const *wd, const int8_t *const *nq,
+           const int8_t *xq, const float *xd, int K, float *out)
 {
-    dot_avx2(2, wq, wd, xq, xd, K, out);
+    dot_avx2(2, wq, wd, nq, xq, xd, K, out);
 }
 
 static int
@@ -180,8 +183,8 @@ have_avx2(void)
 
 /* Rows [m, m + R) of tile (h, n0) on the AVX2 kernel; 0 when it does not apply here. */
 static int
-rows_avx2(const q8_ctx *c, const int8_t *const *wq, const float *const *wd, int h, int n0, int nn,
-          int m, int R)
+rows_avx2(const q8_ctx *c, const int8_t *const *wq, const float *const *wd, const int8_t *const *nq,
+          int h, int n0, int nn, int m, int R)
 {
 #ifdef GRPO_Q8_AVX2
     if (!have_avx2())
@@ -190,15 +193,15 @@ rows_avx2(const q8_ctx *c, const int8_t *const *wq, const float *const *wd, int 
     size_t xr = (size_t)h * (size_t)c->M + (size_t)m;
     float out[2 * NB];
     if (R == 2)
-        dot_avx2_2(wq, wd, c->xq + xr * (size_t)K, c->xd + xr * (size_t)(K / QB), K, out);
+        dot_avx2_2(wq, wd, nq, c->xq + xr * (size_t)K, c->xd + xr * (size_t)(K / QB), K, out);
     else
-        dot_avx2_1(wq, wd, c->xq + xr * (size_t)K, c->xd + xr * (size_t)(K / QB), K, out);
+        dot_avx2_1(wq, wd, nq, c->xq + xr * (size_t)K, c->xd + xr * (size_t)(K / QB), K, out);
     for (int r = 0; r < R; r++)
         memcpy(c->y + (size_t)(m + r) * (size_t)c->ldy + (size_t)h * (size_t)c->yhs + n0,
                out + r * NB, (size_t)nn * sizeof *out);
     return 1;
 #else
-    (void)c, (void)wq, (void)wd, (void)h, (void)n0, (void)nn, (void)m, (void)R;
+    (void)c, (void)wq, (void)wd, (void)nq, (void)h, (void)n0, (void)nn, (void)m, (void)R;
     return 0;
 #endif
 }
@@ -229,17 +232,27 @@ q8_range(void *vctx, size_t b, size_t e, int worker)
         const float *wd[NB], *nd[NB];
         int h, n0, h1, n1;
         int nn = tile_rows(c, t, wq, wd, &h, &n0);
-        if (c->M <= 2 && t + 1 < e) { /* streaming: the next tile's rows on their way */
-            tile_rows(c, t + 1, nq, nd, &h1, &n1);
+        /* streaming: the next tile's rows fetched along the columns (two tiles ahead when a
+         * tile is short), for decode-sized batches */
+        size_t tn = t + ((size_t)K * NB < 4096 ? 2 : 1);
+        int stream = c->M <= 2 && tn < e;
+        if (stream)
+            tile_rows(c, tn, nq, nd, &h1, &n1);
+        if (stream && t == b && tn == t + 2) { /* the tile in between, at once */
+            const int8_t *mq[NB];
+            const float *md[NB];
+            int hm, nm;
+            tile_rows(c, t + 1, mq, md, &hm, &nm);
             for (int j = 0; j < NB; j++)
                 for (int off = 0; off < K; off += 64)
-                    __builtin_prefetch(nq[j] + off, 0, 0);
+                    __builtin_prefetch(mq[j] + off, 0, 3);
         }
         int m = 0;
-        for (; m + 2 <= c->M && rows_avx2(c, wq, wd, h, n0, nn, m, 2); m += 2)
+        const int8_t *const *pf = stream ? nq : NULL;
+        for (; m + 2 <= c->M && rows_avx2(c, wq, wd, pf, h, n0, nn, m, 2); m += 2)
             ;
         for (; m < c->M; m++) {
-            if (rows_avx2(c, wq, wd, h, n0, nn, m, 1))
+            if (rows_avx2(c, wq, wd, pf, h, n0, nn, m, 1))
                 continue;
             size_t xr = (size_t)h * (size_t)c->M + (size_t)m;
             float *y = c->y + (size_t)m * (size_t)c->ldy + (size_t)h * (size_t)c->yhs + n0;

@@ -288,7 +288,7 @@ fused_block(int R, grpo_dtype dt, const gemm_ctx *c, const fused_rows *fr, int r
                 }
             }
             for (; k < end; k += 8) {
-                fused_prefetch(fr, k, grpo_dtype_size(dt));
+                fused_prefetch(fr, k, dt == GRPO_DT_F8E4M3 ? 1 : dt == GRPO_DT_BF16 ? 2 : 4);
                 grpo_v8f w[NB];
                 for (int j = 0; j < NB; j++)
                     w[j] = fused_w8(dt, fr->row[j], k, sc[j]);

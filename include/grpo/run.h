@@ -229,6 +229,10 @@ typedef struct grpo_coord_opts {
     const char *publish;       /* a trainer's NNG URL, or NULL */
     const char *template_name; /* sent to the workers, or NULL (theirs) */
     const char *command_line;  /* recorded with the run */
+    /* The workers' model directory, or NULL. Nothing is loaded: its single model.safetensors is
+     * version 0 (recorded with its sha256) and the base a trainer's first weight delta may be
+     * against (schemas/weights_delta.md). Not part of the run's config. */
+    const char *model;
     int32_t new_run;           /* 1: never resume an unfinished run with these options */
     int32_t window;            /* unacknowledged batches before new leases wait (default 4) */
     int32_t max_staleness;     /* policy versions a result may lag (-1 any; default 1) */

@@ -36,15 +36,15 @@ Publishing (--publish-format): full sends the whole file; delta sends a weight d
 previous version (schemas/weights_delta.md; version 0 is the model's own file), even when it is not
 smaller; auto sends the delta only when it is smaller. A delta the engine refuses is followed by
 the full file. Only changed 128x128 blocks travel, so deltas pay off with fp8 and an update that
-leaves blocks unchanged (frozen tensors); a dense step moves every block's scale and is not smaller.
+leaves blocks unchanged (frozen tensors); a dense AdamW step changes every block (its amax, hence
+its scale, moves), so its delta is not smaller.
 
 Logged per step (stdout and --out-dir/train_log.jsonl): reward mean, frac_reward_zero_std, loss,
 pg_clipfrac, kl (k3 vs the initial policy, when computed), mismatch_kl and the largest |logprob
 difference| (each batch scored with the weights of the version that sampled it), staleness (trainer
 version minus batch version), timings. Each published version's sha256 goes to
---out-dir/published.jsonl; with what was sent (kind, bytes, full_bytes, seconds); the final weights are also written as a
-model directory (--out-dir/final)
-that `grpo rollout --model` loads.
+--out-dir/published.jsonl with what was sent (kind, bytes, full_bytes, seconds); the final weights
+are also written as a model directory (--out-dir/final) that `grpo rollout --model` loads.
 """
 
 import argparse

@@ -46,6 +46,9 @@ usage(FILE *f)
         "  --publish URL        publish one batch per group to a trainer (as grpo rollout does);\n"
         "                       new weights the trainer announces go to the workers\n"
         "  --publish-window K   unacknowledged batches before new leases wait (default 4)\n"
+        "  --model DIR          the workers' --model (optional; not loaded here): its single\n"
+        "                       model.safetensors is version 0, recorded with its sha256, and a\n"
+        "                       trainer's first weight delta may be against it\n"
         "  --max-staleness K    refuse groups sampled from a policy more than K versions behind\n"
         "                       (they are re-issued); -1 = any (default 1). Workers drop their\n"
         "                       in-flight groups on a new version when K is 0, else finish them\n"
@@ -106,7 +109,8 @@ enum {
     O_BACKUP,
     O_NEWRUN,
     O_TEMPLATE,
-    O_ROUTES
+    O_ROUTES,
+    O_MODEL
 };
 
 static const struct option long_opts[] = {
@@ -123,6 +127,7 @@ static const struct option long_opts[] = {
     {"new-run", no_argument, 0, O_NEWRUN},
     {"template", required_argument, 0, O_TEMPLATE},
     {"record-routes", no_argument, 0, O_ROUTES},
+    {"model", required_argument, 0, O_MODEL},
     CLI_GEN_LONG_OPTS,
     CLI_TOOLS_LONG_OPTS,
     {0, 0, 0, 0},
@@ -148,6 +153,9 @@ parse_opt(void *ctx, int c, const char *v)
         return 0;
     case O_TEMPLATE:
         a->template_name = v;
+        return 0;
+    case O_MODEL:
+        a->model = v;
         return 0;
     case O_NEWRUN:
         a->new_run = 1;

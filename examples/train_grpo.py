@@ -23,17 +23,28 @@ here from the batch's rewards (--advantage grpo | dr_grpo | rloo).
 Weights. The model is built from models/demo/model.safetensors with every FP8 E4M3 projection
 dequantized (q * weight_scale_inv per 128x128 block) into fp32, so at version 0 the trainer holds
 exactly the engine's weights. The optimizer updates fp32 master copies; the model itself always
-holds the master weights rounded to the publish dtype (BF16 by default), i.e. exactly what the
-engine runs after it loads a published version (gradients pass straight through the rounding).
-That is what keeps mismatch_kl, the KL between the engine's sampling logprobs and the trainer's
-recomputed ones on the same weights, near zero.
+holds the master weights rounded to the publish dtype, i.e. exactly what the engine runs after it
+loads a published version (gradients pass straight through the rounding). That is what keeps
+mismatch_kl, the KL between the engine's sampling logprobs and the trainer's recomputed ones on the
+same weights, near zero. --publish-dtype bf16 (default) sends every parameter in BF16; fp8 sends
+the checkpoint's own format: each matrix the model file holds in FP8 E4M3 is re-quantized with
+grpo_bridge.delta.fp8_quantize (E4M3 with a float32 weight_scale_inv = amax/448 per 128x128
+block), the rest in BF16 (the router's e_score_correction_bias in F32). --trainable REGEX trains
+only the parameters whose name matches (the rest stay exactly the checkpoint's bytes).
+
+Publishing (--publish-format): full sends the whole file; delta sends a weight delta against the
+previous version (schemas/weights_delta.md; version 0 is the model's own file), even when it is not
+smaller; auto sends the delta only when it is smaller. A delta the engine refuses is followed by
+the full file. Only changed 128x128 blocks travel, so deltas pay off with fp8 and an update that
+leaves blocks unchanged (frozen tensors); a dense AdamW step changes every block (its amax, hence
+its scale, moves), so its delta is not smaller.
 
 Logged per step (stdout and --out-dir/train_log.jsonl): reward mean, frac_reward_zero_std, loss,
 pg_clipfrac, kl (k3 vs the initial policy, when computed), mismatch_kl and the largest |logprob
 difference| (each batch scored with the weights of the version that sampled it), staleness (trainer
 version minus batch version), timings. Each published version's sha256 goes to
---out-dir/published.jsonl; the final weights are also written as a model directory (--out-dir/final)
-that `grpo rollout --model` loads.
+--out-dir/published.jsonl with what was sent (kind, bytes, full_bytes, seconds); the final weights
+are also written as a model directory (--out-dir/final) that `grpo rollout --model` loads.
 """
 
 import argparse
@@ -41,6 +52,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -51,6 +63,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "trainer_bridge", "python"))
 from grpo_bridge import BatchClient, to_trl, weights  # noqa: E402
 from grpo_bridge import routes as rr  # noqa: E402
+from grpo_bridge.delta import fp8_quantize  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- the policy
@@ -68,14 +81,28 @@ def round_to(t, dtype):
     return t.to(dtype).float() if dtype != torch.float32 else t
 
 
-def export_weights(model, dtype):
+def fp8_checkpoint(model_dir):
+    """{name: (E4M3 weight, weight_scale_inv)} of every FP8 matrix in model_dir's model file."""
+    from safetensors import safe_open
+    out = {}
+    with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
+        for k in f.keys():
+            if k.endswith(".weight") and f.get_slice(k).get_dtype() == "F8_E4M3":
+                out[k] = (f.get_tensor(k), f.get_tensor(k[:-len("weight")] + "weight_scale_inv"))
+    return out
+
+
+def export_weights(model, dtype, fp8=None):
     """State dict as the engine loads it: parameters in the publish dtype (BF16 or F32), the
-    router's e_score_correction_bias in F32 (as DeepSeek-V3 stores it), no rotary buffers."""
+    router's e_score_correction_bias in F32 (as DeepSeek-V3 stores it), no rotary buffers. fp8
+    ({name: (E4M3 weight, weight_scale_inv)}): those matrices in the checkpoint's FP8 format."""
     out = {}
     for name, t in model.state_dict().items():
         if "rotary_emb" in name:
             continue
-        if name.endswith("e_score_correction_bias"):
+        if fp8 is not None and name in fp8:
+            out[name], out[name[:-len("weight")] + "weight_scale_inv"] = fp8[name]
+        elif name.endswith("e_score_correction_bias"):
             out[name] = t.detach().float().contiguous()
         else:
             out[name] = t.detach().to(dtype).contiguous()
@@ -168,8 +195,19 @@ class Trainer:
         self.a = args
         torch.manual_seed(args.seed)
         self.model, self.cfg = load_policy(args.model)
-        self.dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.publish_dtype]
-        self.params = [p for _, p in self.model.named_parameters()]
+        self.dtype = {"bf16": torch.bfloat16, "fp32": torch.float32,
+                      "fp8": torch.bfloat16}[args.publish_dtype]
+        # the FP8 matrices' E4M3 weights and scales as last published (version 0: the file's)
+        self.fp8 = fp8_checkpoint(args.model) if args.publish_dtype == "fp8" else None
+        named = [(n, p) for n, p in self.model.named_parameters()
+                 if args.trainable is None or re.search(args.trainable, n)]
+        if not named:
+            raise SystemExit("train_grpo: --trainable %r matches no parameter" % args.trainable)
+        trained = {id(p) for _, p in named}
+        for p in self.model.parameters():
+            p.requires_grad_(id(p) in trained)
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
         # fp32 master copies; the model holds them rounded to the publish dtype (at version 0 it
         # holds the engine's FP8-dequantized weights exactly, and those stay until the first step).
         self.master = [p.detach().clone().requires_grad_(True) for p in self.params]
@@ -184,6 +222,15 @@ class Trainer:
         self.stepped_since_publish = False
         self.snapshots = {}        # version -> the model's weights at that version (mismatch_kl)
         self.steps = 0
+
+    def _rounded(self, name, m):
+        """The master weight m as the engine will run it: rounded to the publish dtype, or for an
+        FP8 matrix quantized (kept for the next publish) and dequantized."""
+        if self.fp8 is not None and name in self.fp8:
+            q, s = fp8_quantize(m)
+            self.fp8[name] = (q, s)
+            return weights.fp8_dequantize(q, s)
+        return round_to(m, self.dtype)
 
     def _snapshot(self):
         self.snapshots[self.version] = [p.detach().clone() for p in self.params]
@@ -270,8 +317,8 @@ class Trainer:
         gnorm = float(torch.nn.utils.clip_grad_norm_(self.master, a.max_grad_norm))
         self.opt.step()
         with torch.no_grad():
-            for m, p in zip(self.master, self.params):
-                p.copy_(round_to(m.detach(), self.dtype))
+            for n, m, p in zip(self.names, self.master, self.params):
+                p.copy_(self._rounded(n, m.detach()))
         self.stepped_since_publish = True
         self.steps += 1
         r = stats["rewards"]
@@ -298,17 +345,25 @@ class Trainer:
     def publish(self, client, out):
         """Sends the model's weights as the next version; returns (version, sha256)."""
         self.version += 1
-        w = export_weights(self.model, self.dtype)
+        t0 = time.time()
+        w = export_weights(self.model, self.dtype, self.fp8)
         wdir = os.path.join(self.a.out_dir, "weights")
         os.makedirs(wdir, exist_ok=True)
-        sha = client.publish_weights(w, self.version, shared_dir=wdir)
+        mode = {"full": False, "delta": "always", "auto": True}[self.a.publish_format]
+        sha = client.publish_weights(w, self.version, shared_dir=wdir, delta=mode)
+        lp = client.last_publish
         self.stepped_since_publish = False
         self._snapshot()
         out.write(json.dumps({"version": self.version, "sha256": sha, "step": self.steps,
                               "path": os.path.join(os.path.abspath(wdir),
                                                    "policy-v%d.safetensors" % self.version),
-                              "time": time.time()}) + "\n")
+                              "kind": lp["kind"], "bytes": lp["bytes"],
+                              "full_bytes": lp["full_bytes"], "seconds": lp["seconds"],
+                              "export_s": time.time() - t0 - lp["seconds"],
+                              "refused": lp.get("refused"), "time": time.time()}) + "\n")
         out.flush()
+        print("train_grpo: published v%d: %s, %d bytes (full %d), %.3f s" %
+              (self.version, lp["kind"], lp["bytes"], lp["full_bytes"], lp["seconds"]), flush=True)
         return self.version, sha
 
 
@@ -325,7 +380,15 @@ def main():
     ap.add_argument("--out-dir", required=True, help="logs, published weights, final model")
     ap.add_argument("--groups-per-step", type=int, default=4, help="batches (groups) per step")
     ap.add_argument("--publish-every", type=int, default=1, help="publish weights every K steps")
-    ap.add_argument("--publish-dtype", choices=["bf16", "fp32"], default="bf16")
+    ap.add_argument("--publish-dtype", choices=["bf16", "fp32", "fp8"], default="bf16",
+                    help="fp8: the checkpoint's FP8 matrices as E4M3 + 128x128 weight_scale_inv, "
+                    "the rest BF16")
+    ap.add_argument("--publish-format", choices=["full", "delta", "auto"], default="full",
+                    help="full weights, a delta against the previous version (sent even when "
+                    "not smaller), or auto: the delta when it is smaller")
+    ap.add_argument("--trainable", default=None, metavar="REGEX",
+                    help="train only the parameters whose name matches (re.search); the rest "
+                    "stay the checkpoint's")
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--max-grad-norm", type=float, default=1.0)
@@ -368,6 +431,10 @@ def main():
         # the engine starts at version 0 (-1 = no weights received yet)
         tr.version = max(0, int(client.ready.get("weights_version") or 0))
         tr.snapshots = {tr.version: tr.snapshots.popitem()[1]}
+        mf = os.path.join(args.model, "model.safetensors")
+        if args.publish_format != "full" and tr.version == 0 and os.path.exists(mf):
+            with open(mf, "rb") as f:    # the engine runs the model's own file as version 0
+                client.set_base(0, f.read())
         print("train_grpo: run %s, window %s, engine at policy version %d" %
               (client.run_id, client.window, tr.version), flush=True)
         for batch in client:
@@ -401,7 +468,7 @@ def main():
         if pending:                         # a last partial step: acknowledged, not trained on
             for b in pending:
                 client.ack(b)
-    final = export_weights(tr.model, tr.dtype)
+    final = export_weights(tr.model, tr.dtype, tr.fp8)
     save_model_dir(args.model, final, os.path.join(args.out_dir, "final"))
     summary = {"steps": tr.steps, "batches": n_batches, "last_version": tr.version,
                "wall_s": time.time() - t_start}

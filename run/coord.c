@@ -5,9 +5,11 @@
 #include "run/coord_int.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* What identifies a run: a restarted coordinator with the same options resumes it. */
@@ -32,6 +34,33 @@ config_json(const grpo_coord_opts *a)
     return s;
 }
 
+/* opts.model's weights file, checked and hashed (nothing is loaded): version 0, and the base a
+ * trainer's first weight delta may be against. */
+static grpo_err
+base_weights(grpo_coord *c)
+{
+    const char *m = c->a->model;
+    char idx[4300];
+    struct stat st;
+    if (m == NULL)
+        return GRPO_OK;
+    if (realpath(m, c->base_dir) == NULL)
+        return grpo__fail_errno(GRPO_EIO, errno, "serve: --model %s", m);
+    snprintf(c->base_path, sizeof c->base_path, "%s/model.safetensors", c->base_dir);
+    snprintf(idx, sizeof idx, "%s.index.json", c->base_path);
+    if (stat(idx, &st) == 0)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "serve: --model %s is sharded (%s); only a single model.safetensors "
+                          "can be version 0's weights",
+                          m, idx);
+    grpo_err err = grpo_bridge_weights_verify(c->base_path, NULL, NULL);
+    if (err == GRPO_OK)
+        err = grpo_sha256_file(c->base_path, c->base_sha);
+    if (err != GRPO_OK)
+        c->base_sha[0] = '\0';
+    return err;
+}
+
 static grpo_err
 open_run(grpo_coord *c)
 {
@@ -53,7 +82,9 @@ open_run(grpo_coord *c)
     err = grpo_run_store_begin(&c->run_id, c->store, a->command_line, cfg, &c->ps, a->prompts);
     if (err == GRPO_OK)
         err = grpo_run_lock_take(&c->lock, a->db, c->run_id);
-    if (err == GRPO_OK) /* version 0 is whatever --model the workers were started with */
+    if (err == GRPO_OK && c->base_sha[0]) /* version 0: the model the workers are told to run */
+        err = grpo_store_put_policy_version(c->store, c->run_id, 0, c->base_dir, c->base_sha);
+    else if (err == GRPO_OK) /* version 0 is whatever --model the workers were started with */
         err = grpo_store_put_policy_version(c->store, c->run_id, 0, "worker --model", NULL);
 done:
     free(cfg);
@@ -166,7 +197,10 @@ open_publisher(grpo_coord *c)
     bo.weights_dir = wdir;
     grpo_run_persist_init(&c->persist, c->store, c->run_id);
     bo.persist = &c->persist.persist;
-    return grpo_bridge_publisher_create(&c->pub, c->a->publish, &bo);
+    grpo_err err = grpo_bridge_publisher_create(&c->pub, c->a->publish, &bo);
+    if (err == GRPO_OK && c->base_sha[0])
+        grpo_bridge_set_base_weights(c->pub, 0, c->base_path, c->base_sha);
+    return err;
 }
 
 static void
@@ -206,6 +240,8 @@ grpo_coord_open(grpo_coord **out, const grpo_coord_opts *opts)
         return grpo__fail(GRPO_EINVAL, "serve: prompts, a listen URL and a store are required");
     fill_params(c);
     grpo_err err = grpo_prompts_load(&c->ps, c->o.prompts, c->o.gen.skip_bad);
+    if (err == GRPO_OK)
+        err = base_weights(c);
     if (err == GRPO_OK) /* a bad URL fails before the store is touched */
         err = grpo_wserver_create(&c->srv, c->o.listen);
     if (err == GRPO_OK)

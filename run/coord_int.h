@@ -43,6 +43,7 @@ struct grpo_coord {
     grpo_run_lock *lock; /* the run is this process's */
     grpo_wpolicy policy;
     char weights_path[4096], weights_sha[65];
+    char base_dir[4096], base_path[4200], base_sha[65]; /* version 0 (opts.model), or "" */
     grpo_wparams params;
     worker_info *workers;
     size_t n_workers;

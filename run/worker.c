@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* One lease being generated; the group's user pointer. */
@@ -151,6 +152,25 @@ weights_dir(const grpo_worker *w, const char *weights, int64_t version, char *ou
 
 static grpo_err create_engine(grpo_worker *w, int64_t version);
 
+/* The weights this worker mapped must be the ones the coordinator checked and announced (the
+ * file is read over a shared filesystem, after the check): else the old engine keeps the
+ * worker's state and the swap fails with the reason. */
+static grpo_err
+check_sha(const grpo_worker *w, grpo_policy *np)
+{
+    if (w->want_sha[0] == '\0')
+        return GRPO_OK;
+    const char *sha = grpo_model_weights_sha256(grpo_policy_model(np));
+    if (sha == NULL)
+        return GRPO_EIO;
+    if (strcasecmp(sha, w->want_sha) != 0)
+        return grpo__fail(GRPO_EFORMAT,
+                          "worker %s: weights v%lld at %s have sha256 %s; the coordinator "
+                          "announced %s",
+                          w->a->id, (long long)w->want.version, w->want_path, sha, w->want_sha);
+    return GRPO_OK;
+}
+
 /* With no group in flight: a new engine over the new weights (the old engine may be cancelled,
  * which is final, when in-flight groups were dropped). */
 static grpo_err
@@ -161,8 +181,12 @@ swap_policy(grpo_worker *w)
     grpo_err err = weights_dir(w, w->want_path, w->want.version, dir, sizeof dir);
     if (err == GRPO_OK)
         err = open_policy(w, dir, &np);
-    if (err != GRPO_OK)
+    if (err == GRPO_OK)
+        err = check_sha(w, np);
+    if (err != GRPO_OK) {
+        grpo_policy_close(np);
         return err;
+    }
     grpo_rollout_destroy(w->r);
     w->r = NULL;
     grpo_policy_close(w->pol);

@@ -22,7 +22,13 @@
 # loaded machine), EXTRA_TRAIN_ARGS (--log-kl), EXTRA_ROLLOUT_ARGS (none; e.g. --record-routes with
 # EXTRA_TRAIN_ARGS="--log-kl --replay-routes" for routing replay), EVAL_ROLLOUT_ARGS (none: extra
 # `grpo rollout` options of the held-out measurements), MODEL (models/demo: the starting policy,
-# copied into the work folder), HELDOUT (data/demo_prompts.jsonl: the held-out prompts).
+# copied into the work folder), HELDOUT (data/demo_prompts.jsonl: the held-out prompts),
+# PUBLISH_DTYPE (bf16; fp8 = the checkpoint's FP8 format), PUBLISH_FORMAT (full; delta or auto:
+# weight deltas, schemas/weights_delta.md), TRAINABLE (all; a regex of the parameters trained).
+#
+# Weight deltas in the deployment format, e.g. only the last layer trained:
+#
+#   PUBLISH_DTYPE=fp8 PUBLISH_FORMAT=auto TRAINABLE='layers\.3\.' scripts/train_demo.sh
 #
 # The tool-use policy (models/demo-tools, tools/demo_model/train_tools.py) with the python tool:
 #
@@ -52,6 +58,9 @@ TRAINER_THREADS=${TRAINER_THREADS:-1}
 EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:---log-kl}
 EXTRA_ROLLOUT_ARGS=${EXTRA_ROLLOUT_ARGS:-}
 EVAL_ROLLOUT_ARGS=${EVAL_ROLLOUT_ARGS:-}
+PUBLISH_DTYPE=${PUBLISH_DTYPE:-bf16}
+PUBLISH_FORMAT=${PUBLISH_FORMAT:-full}
+TRAINABLE=${TRAINABLE:-}
 MODEL_SRC=$(realpath "${MODEL:-$ROOT/models/demo}")
 HELDOUT_SRC=$(realpath "${HELDOUT:-$ROOT/data/demo_prompts.jsonl}")
 
@@ -142,7 +151,8 @@ trap 'kill $ENGINE 2>/dev/null || true' EXIT
 python3 "$ROOT/examples/train_grpo.py" --model "$MODEL" --url "$URL" --out-dir "$WORK/trainer" \
     --groups-per-step "$GROUPS_PER_STEP" --publish-every "$PUBLISH_EVERY" --lr "$LR" \
     --beta "$BETA" --loss-agg "$LOSS_AGG" --advantage "$ADVANTAGE" --threads "$TRAINER_THREADS" \
-    --mismatch-every 2 $EXTRA_TRAIN_ARGS 2>&1 | tee "$WORK/trainer.log" | grep --line-buffered '^step\|^train_grpo'
+    --publish-dtype "$PUBLISH_DTYPE" --publish-format "$PUBLISH_FORMAT" \
+    ${TRAINABLE:+--trainable "$TRAINABLE"} --mismatch-every 2 $EXTRA_TRAIN_ARGS 2>&1 | tee "$WORK/trainer.log" | grep --line-buffered '^step\|^train_grpo'
 wait $ENGINE || { echo "train_demo.sh: grpo rollout failed; see $WORK/rollout.log" >&2; exit 1; }
 trap - EXIT
 T_TRAIN_END=$(date +%s)
@@ -236,6 +246,14 @@ p("- training reward mean: first fifth of the steps %.3f, last fifth %.3f; frac_
      mean([r["frac_reward_zero_std"] for r in first]), mean([r["frac_reward_zero_std"] for r in last])))
 p("- pg_clipfrac mean %.4f, staleness mean %.2f versions" % (
     mean([r["pg_clipfrac"] for r in log]), mean([r["staleness_mean"] for r in log])))
+kinds = {}
+for r in pub:
+    kinds.setdefault(r.get("kind", "full"), []).append(r)
+for k, rs in sorted(kinds.items()):
+    p("- weight updates sent as %s: %d; bytes per update %.0f (full file %.0f); wall time per "
+      "update %.3f s (publish_weights until the engine answered) + %.3f s export" % (
+          k, len(rs), mean([r["bytes"] for r in rs]), mean([r["full_bytes"] for r in rs]),
+          mean([r["seconds"] for r in rs]), mean([r["export_s"] for r in rs])))
 
 # Every policy version the engine recorded must be exactly what the trainer published.
 con = sqlite3.connect(work + "/train.db")

@@ -10,6 +10,13 @@ if(TARGET grpo AND Python3_Interpreter_FOUND)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(loop_test PROPERTIES TIMEOUT 300 LABELS cpu SKIP_RETURN_CODE 77
     ENVIRONMENT "GRPO_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  # the same loop publishing the checkpoint's FP8 format as weight deltas (last layer trained)
+  add_test(NAME loop_fp8_delta_test
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/loop_test.py --grpo $<TARGET_FILE:grpo>
+                   --variant fp8-delta
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(loop_fp8_delta_test PROPERTIES TIMEOUT 300 LABELS cpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "GRPO_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endif()
 
 # examples/train_grpo.py's loss mask on multi-turn batches: the loss over completion_mask * tool_mask

@@ -14,6 +14,13 @@ Checks that the loop works, not that reward rises:
     from the trainer), the C engine's sampling logprobs and transformers' recomputed ones on the
     same weights agree (mismatch_kl < 1e-3, |difference| < 0.05), an independent implementation.
 
+--variant fp8-delta: the trainer publishes in the checkpoint's FP8 format (--publish-dtype fp8),
+as weight deltas (--publish-format delta), training only the last layer (--trainable): every
+version went as a delta smaller than a third of the file, each published file holds the FP8
+matrices as E4M3 with their weight_scale_inv grids and the untrained tensors byte for byte as the
+model file has them, and the checks above hold (so the engine built each version from its delta
+and runs exactly the FP8 weights the trainer holds).
+
 Exit 77 (skipped) without torch/transformers/pynng/safetensors or without models/demo.
 Usage: loop_test.py [--grpo PATH]   (default $GRPO_BIN)
 """
@@ -38,10 +45,38 @@ def sha_file(path):
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
+VARIANTS = {"bf16-full": [],
+            "fp8-delta": ["--publish-dtype", "fp8", "--publish-format", "delta",
+                          "--trainable", r"^model\.layers\.3\."]}
+
+
+def check_fp8_delta(pub, model):
+    """Every version a delta; FP8 matrices stay E4M3 + scales; untrained tensors are the model's."""
+    sys.path.insert(0, os.path.join(ROOT, "trainer_bridge", "python"))
+    from grpo_bridge.delta import parse
+    for p in pub:
+        if p["kind"] != "delta" or p["bytes"] * 3 > p["full_bytes"]:
+            fail("version %d went as %s, %d of %d bytes" % (p["version"], p["kind"], p["bytes"],
+                                                          p["full_bytes"]))
+    _, t0, _ = parse(open(os.path.join(model, "model.safetensors"), "rb").read())
+    _, t1, _ = parse(open(pub[-1]["path"], "rb").read())
+    if set(t0) != set(t1):
+        fail("the published tensors are not the model file's: %s" % (set(t0) ^ set(t1)))
+    for k, (dt, shape, b) in t0.items():
+        if t1[k][:2] != (dt, shape):
+            fail("%s is %s %s in the model file, %s %s published" % ((k, dt, shape) + t1[k][:2]))
+    changed = {k for k in t0 if t0[k][2] != t1[k][2]}
+    outside = [k for k in changed if not k.startswith("model.layers.3.")]
+    if outside or not changed:
+        fail("tensors changed: %d in layer 3, %s outside it" % (len(changed), outside[:5]))
+    return len(changed)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grpo", default=os.environ.get("GRPO_BIN"))
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--variant", choices=["bf16-full", "fp8-delta"], default="bf16-full")
     args = ap.parse_args()
     missing = []
     for mod in ("torch", "transformers", "pynng", "safetensors"):
@@ -77,7 +112,7 @@ def main():
             [sys.executable, os.path.join(ROOT, "examples", "train_grpo.py"), "--model", model,
              "--url", url, "--out-dir", os.path.join(work, "trainer"), "--groups-per-step", "2",
              "--publish-every", "1", "--lr", "1e-4", "--threads", "1", "--mismatch-every", "1",
-             "--connect-timeout", "60"],
+             "--connect-timeout", "60"] + VARIANTS[args.variant],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
         eout, _ = engine.communicate(timeout=60)
     finally:
@@ -147,8 +182,12 @@ def main():
         if not (kl < 1e-3 and mx < 0.05):
             fail("engine and trainer disagree on versions %s: mismatch_kl %.3g, max |dlogp| %.3g"
                  % (v, kl, mx))
-    print("loop_test: ok: %d steps, versions %s in the store, %d groups, mismatch_kl <= %.2e"
-          % (len(log), sorted(set(versions)), n_groups, max(m[0] for m in measured)))
+    extra = ""
+    if args.variant == "fp8-delta":
+        extra = "; every version a delta (mean %.0f of %d bytes), %d layer-3 tensors changed" % (
+            sum(p["bytes"] for p in pub) / len(pub), pub[0]["full_bytes"], check_fp8_delta(pub, model))
+    print("loop_test: ok: %d steps, versions %s in the store, %d groups, mismatch_kl <= %.2e%s"
+          % (len(log), sorted(set(versions)), n_groups, max(m[0] for m in measured), extra))
     if not args.keep:
         subprocess.run(["rm", "-rf", work])
 

@@ -400,7 +400,10 @@ known_weights(grpo_bridge_publisher *p, int64_t version, const char *sha)
     return known;
 }
 
-/* The result of a delta by path: in weights_dir when there is one, else beside the delta. */
+/* The result of a delta by path goes where the full update would have been: DIR/NAME.safetensors
+ * beside DIR/NAME.delta.safetensors, a folder the trainer shares with whoever reads the weights
+ * (this engine, or a pool's workers on other hosts). A delta of another name: weights_dir when
+ * there is one, else beside it. */
 static grpo_err
 on_delta_path(grpo_bridge_publisher *p, int64_t version, const char *delta, const char *sha,
               double base)
@@ -409,15 +412,13 @@ on_delta_path(grpo_bridge_publisher *p, int64_t version, const char *delta, cons
     grpo_err err = delta_base_known(p, version, base >= 0 && base < 9e15 ? (int64_t)base : -1);
     if (err != GRPO_OK)
         return err;
-    if (p->weights_dir)
+    size_t n = strlen(delta), sl = strlen(".delta.safetensors");
+    if (n > sl && strcmp(delta + n - sl, ".delta.safetensors") == 0)
+        snprintf(out, sizeof out, "%.*s.safetensors", (int)(n - sl), delta);
+    else if (p->weights_dir)
         snprintf(out, sizeof out, "%s/weights-v%" PRId64 ".safetensors", p->weights_dir, version);
-    else { /* DIR/NAME.delta.safetensors -> DIR/NAME.safetensors, what a full update writes */
-        size_t n = strlen(delta), sl = strlen(".delta.safetensors");
-        if (n > sl && strcmp(delta + n - sl, ".delta.safetensors") == 0)
-            snprintf(out, sizeof out, "%.*s.safetensors", (int)(n - sl), delta);
-        else
-            snprintf(out, sizeof out, "%s.v%" PRId64 ".safetensors", delta, version);
-    }
+    else
+        snprintf(out, sizeof out, "%s.v%" PRId64 ".safetensors", delta, version);
     return accept_delta(p, version, delta, out, sha);
 }
 

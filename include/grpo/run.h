@@ -242,6 +242,10 @@ typedef struct grpo_coord_opts {
      * and plugin paths must exist on every worker's machine); threads and in_process are each
      * worker's own (grpo_worker_opts). Part of the run's config. */
     grpo_run_tools tools;
+    /* The workers' model directory, or NULL. Nothing is loaded: its single model.safetensors is
+     * version 0 (recorded with its sha256) and the base a trainer's first weight delta may be
+     * against (schemas/weights_delta.md). Not part of the run's config. */
+    const char *model;
 } grpo_coord_opts;
 
 void grpo_coord_opts_default(grpo_coord_opts *o);

@@ -19,6 +19,14 @@
   repeats   a prompts file in which some records repeat an earlier record's content (with
             another id, and without an id): every record is served and its group recorded, as
             `grpo rollout` records them, and the completions equal grpo rollout's.
+  delta     `grpo serve --model` registers the model's file as version 0; a trainer sends
+            version 1 as a weight delta against it and later a corrupted delta: version 1 is
+            built byte for byte equal to the full file, every worker loads it, and the groups
+            of each version equal grpo rollout with that version's full weights; the corrupted
+            delta is refused and both workers keep serving version 1.
+  tampered  the file of an accepted version is replaced (by a valid safetensors file, the model's
+            own) between the coordinator's check and the worker's load: the worker refuses to
+            swap (its sha256 is not the one announced) and exits with the reason.
 
 The reference for "equal" is an independent run of `grpo rollout` (one process, no workers).
 Usage: workers_integration.py SCENARIO --grpo PATH [--seconds S] [--keep DIR]
@@ -574,6 +582,162 @@ def scenario_weights(grpo, tmp, staleness=0):
         P.cleanup()
 
 
+def delta_check_versions(db, shared, trainer_log):
+    """policy_versions: 0 is the model file (location and sha256), 1 the trainer's version 1,
+    whose file (built by the coordinator from the delta) is byte for byte the full update."""
+    import hashlib
+    sha = lambda p: hashlib.sha256(open(p, "rb").read()).hexdigest()  # noqa: E731
+    pub = [l.split() for l in open(trainer_log) if l.startswith("published")]
+    if len(pub) != 1 or pub[0][2] != "delta" or int(pub[0][3]) * 10 > int(pub[0][4]):
+        fail("the trainer's version 1 was not a delta of at most a tenth of the file: %r" % pub)
+    pv = db_rows(db, "SELECT version, location, sha256 FROM policy_versions ORDER BY version")
+    want0 = (0, os.path.realpath(MODEL), sha(os.path.join(MODEL, "model.safetensors")))
+    if len(pv) != 2 or tuple(pv[0]) != want0 or pv[1][0] != 1 or pv[1][2] != pub[0][5]:
+        fail("policy_versions %r; expected %r and v1 with sha256 %s" % (pv, want0, pub[0][5]))
+    full = os.path.join(shared, "full-v1.safetensors")
+    if os.path.dirname(pv[1][1]) != shared or open(pv[1][1], "rb").read() != open(full, "rb").read():
+        fail("v1 at %s is not the full v1 file %s, beside the delta" % (pv[1][1], full))
+    return full
+
+
+def delta_check_refused(db, trainer_log, P):
+    """The corrupted delta was refused, and afterwards every worker still served version 1."""
+    lines = open(trainer_log).read().splitlines()
+    at = [i for i, l in enumerate(lines) if l.startswith(("refused 2", "accepted 2"))]
+    if not at or not lines[at[0]].startswith("refused 2") or "sha256" not in lines[at[0]]:
+        fail("the corrupted delta was not refused on its sha256: %r" % lines[at[0]:at[0] + 1])
+    after = [int(l.split()[1]) & 0xFFFFFFFF for l in lines[at[0] + 1:] if l.startswith("batch")]
+    rows = db_rows(db, "SELECT p.idx, g.worker_id, g.policy_version FROM groups g "
+                       "JOIN prompts p ON p.id = g.prompt_id")
+    later = [(w, v) for i, w, v in rows if i in after]
+    if {w for w, _ in later} != {"A", "B"} or any(v != 1 for _, v in later):
+        fail("groups after the refused delta (worker, version): %r; expected both workers, v1" % later)
+    for w in ("A", "B"):
+        if "policy version 2" in P.log(w) or "policy version 1" not in P.log(w):
+            fail("worker %s did not stay on version 1:\n%s" % (w, P.log(w)[-2000:]))
+    return len(later)
+
+
+def scenario_delta(grpo, tmp):
+    try:
+        import torch  # noqa: F401  (the trainer needs it)
+        import safetensors  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError:
+        print("torch/safetensors/numpy missing")
+        sys.exit(77)
+    n = 24
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    shared = os.path.join(tmp, "shared")
+    os.makedirs(shared)
+    write_prompts(prompts, n)
+    url = "ipc://" + os.path.join(tmp, "coord.ipc")
+    pub = "ipc://" + os.path.join(tmp, "trainer.ipc")
+    env = {"PYTHONPATH": os.path.join(SRC, "trainer_bridge", "python") + os.pathsep
+           + os.environ.get("PYTHONPATH", "")}
+    P = Procs(grpo, tmp)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url, "--publish", pub, "--model", MODEL,
+                                            "--max-staleness", "0", "--publish-window", "2"))
+        wait_until(lambda: "listening on" in P.log("serve") or serve.poll() is not None, 60,
+                   "the coordinator to listen")
+        tlog = os.path.join(tmp, "trainer_events.log")
+        trainer = subprocess.Popen([sys.executable, os.path.join(HERE, "workers_delta_trainer.py"),
+                                    pub, MODEL, shared, tlog, "3", "8"], env=dict(os.environ, **env),
+                                   stdout=open(os.path.join(tmp, "trainer.log"), "w"),
+                                   stderr=subprocess.STDOUT)
+        trainer.name = "trainer"
+        P.all.append(trainer)
+        for w in ("A", "B"):
+            P.start(w, worker_args(url, w, "--step-delay", "30", "--inflight", "1"))
+        if P.wait(serve, 120) != 0 or P.wait(trainer, 30) != 0:
+            fail("serve exited %s, trainer %s:\n%s" % (serve.returncode, trainer.returncode, "\n".join(
+                "--- %s:\n%s" % (k, P.log(k)[-3000:]) for k in ("serve", "trainer", "A", "B"))))
+        check_exactly_once(db, n)
+        full = delta_check_versions(db, shared, tlog)
+        n_after = delta_check_refused(db, tlog, P)
+        by_v = dict(db_rows(db, "SELECT policy_version, count(*) FROM groups GROUP BY policy_version"))
+        if by_v.get(0, 0) < 2 or by_v.get(1, 0) < 4:
+            fail("expected groups of versions 0 and 1, got %r" % by_v)
+        v1dir = os.path.join(tmp, "v1model")
+        os.makedirs(v1dir)
+        os.symlink(os.path.join(MODEL, "config.json"), os.path.join(v1dir, "config.json"))
+        os.symlink(full, os.path.join(v1dir, "model.safetensors"))
+        gv = dict(db_rows(db, "SELECT p.idx, g.policy_version FROM groups g JOIN prompts p ON p.id = g.prompt_id"))
+        got = {(r[0], r[1]): r for r in completions(db)}
+        refs = {}
+        for v, mdir in ((0, MODEL), (1, v1dir)):
+            ref = os.path.join(tmp, "ref%d.db" % v)
+            r = subprocess.run([grpo, "rollout", "--model", mdir, "--prompts", prompts, "--db", ref,
+                                "--threads", "1"] + GEN, capture_output=True, text=True, cwd=tmp)
+            if r.returncode != 0:
+                fail("grpo rollout v%d: %s" % (v, r.stderr))
+            refs[v] = {(x[0], x[1]): x for x in completions(ref)}
+            bad = [k for k in got if gv[k[0]] == v and got[k][2:6] != refs[v][k][2:6]]
+            if bad:
+                fail("v%d completions differ from grpo rollout with the full v%d file at %r" % (v, v, bad[:3]))
+        if all(refs[0][k][2] == refs[1][k][2] for k in refs[1]):
+            fail("v1's completions equal v0's: the delta changed nothing that matters")
+        print("ok: groups by version %r; v1 arrived as a delta, was built equal to the full file, "
+              "and its groups equal grpo rollout with the full file; the corrupted delta was refused "
+              "and the %d groups after it were v1 on both workers" % (by_v, n_after))
+    finally:
+        P.cleanup()
+
+
+def scenario_tampered(grpo, tmp):
+    try:
+        import torch  # noqa: F401
+        import safetensors.torch
+        sys.path.insert(0, os.path.join(SRC, "trainer_bridge", "python"))
+        from grpo_bridge import BatchClient
+    except ImportError:
+        print("torch/safetensors/pynng missing")
+        sys.exit(77)
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    shared = os.path.join(tmp, "shared")
+    os.makedirs(shared)
+    write_prompts(prompts, 40)
+    url = "ipc://" + os.path.join(tmp, "coord.ipc")
+    pub = "ipc://" + os.path.join(tmp, "trainer.ipc")
+    P = Procs(grpo, tmp)
+    try:
+        P.start("serve", serve_args(prompts, db, url, "--publish", pub, "--max-staleness", "0"))
+        wait_until(lambda: "listening on" in P.log("serve"), 60, "the coordinator to listen")
+        a = P.start("A", worker_args(url, "A", "--step-delay", "30", "--inflight", "1"))
+        mf = os.path.join(MODEL, "model.safetensors")
+        sd = safetensors.torch.load_file(mf)
+        sd["lm_head.weight"] = (sd["lm_head.weight"].float() * 1.5).to(sd["lm_head.weight"].dtype)
+        with BatchClient(pub, auto_ack=True) as client:
+            client.ack(client.next(timeout=60))
+            a.send_signal(signal.SIGSTOP)
+            client.publish_weights(sd, 1, shared_dir=shared)  # checked by the coordinator
+            wait_until(lambda: "serve: policy version 1" in P.log("serve"), 30, "v1 announced")
+            v1 = os.path.join(shared, "policy-v1.safetensors")
+            with open(mf, "rb") as f, open(v1 + ".tmp", "wb") as g:
+                g.write(f.read())
+            os.replace(v1 + ".tmp", v1)
+            a.send_signal(signal.SIGCONT)
+            for _ in range(200):  # keep the window open until the worker is gone
+                if a.poll() is not None:
+                    break
+                try:
+                    client.ack(client.next(timeout=0.2))
+                except TimeoutError:
+                    pass
+        rc = P.wait(a, 60)
+        log = P.log("A")
+        if rc == 0 or "the coordinator announced" not in log or "policy version 1" in log:
+            fail("worker A exited %d after loading tampered weights:\n%s" % (rc, log[-3000:]))
+        v1_groups = db_rows(db, "SELECT count(*) FROM groups WHERE policy_version = 1")[0][0]
+        if v1_groups:
+            fail("%d groups recorded with the tampered version 1" % v1_groups)
+        print("ok: the worker refused weights whose sha256 is not the one announced: %s"
+              % [l for l in log.splitlines() if "announced" in l][0][:200])
+    finally:
+        P.cleanup()
+
+
 def scenario_repeats(grpo, tmp):
     """Records with the same content at other lines are other prompts: each gets its group."""
     prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
@@ -773,7 +937,7 @@ def scenario_tools(grpo, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats", "pause", "tail",
-                                         "routes", "tools"])
+                                         "routes", "tools", "delta", "tampered"])
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
@@ -805,6 +969,10 @@ def main():
             scenario_weights(a.grpo, tmp, a.staleness)
         elif a.scenario == "routes":
             scenario_routes(a.grpo, tmp)
+        elif a.scenario == "delta":
+            scenario_delta(a.grpo, tmp)
+        elif a.scenario == "tampered":
+            scenario_tampered(a.grpo, tmp)
         elif a.scenario == "tools":
             scenario_tools(a.grpo, tmp)
         else:

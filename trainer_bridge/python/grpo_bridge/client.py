@@ -158,8 +158,10 @@ class BatchClient:
         shared_dir: a folder both sides can read; the file is written there (atomically) and only
         its path and sha256 travel. Without it the bytes go inline over NNG in chunks. Values may
         be torch tensors or numpy arrays. delta=True sends only what changed since the last
-        version sent (or set_base), schemas/weights_delta.md; a delta the rollout side refuses
-        (it does not hold that version, or anything else) is followed by the full weights.
+        version sent (or set_base), schemas/weights_delta.md, when that is smaller than the full
+        weights (else the full weights); delta="always" sends the delta even when it is not
+        smaller (for measuring). A delta the rollout side refuses (it does not hold that version,
+        or anything else) is followed by the full weights.
         Returns the sha256 of the full weights (the same either way); self.last_publish says
         what was sent: kind ("full", "delta", "full after refused delta"), bytes, seconds."""
         t0 = time.monotonic()
@@ -170,7 +172,7 @@ class BatchClient:
         if delta and base is not None and base[0] < version:
             from .delta import encode_delta
             d, _ = encode_delta(base[1], data, base[0], version)
-            if len(d) >= len(data):  # a dense step re-quantized: every block changed
+            if len(d) >= len(data) and delta != "always":  # e.g. a dense step: every block
                 self.last_publish["refused"] = "the delta is not smaller than the full weights"
                 d = None
             try:

@@ -403,8 +403,11 @@ grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o)
         (err = write_header(o, b, &data_len)) != GRPO_OK)
         return err;
     grpo_bridge__put_u64((uint8_t *)o->data, o->len - 8);
+    char *had = o->data;
     if ((err = grpo__buf_reserve(o, data_len)) != GRPO_OK)
         return err;
+    if (o->data != had) /* a new (or moved) allocation: its pages are not faulted in yet */
+        grpo_bridge__hint_huge(o->data, o->cap);
     grpo_bridge__routes_data(o, b, 0);
     for (size_t j = 0; j < 2 * N_FIELDS; j++) {
         const field *f = &fields[j % N_FIELDS];

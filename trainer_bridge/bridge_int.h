@@ -117,6 +117,9 @@ typedef struct {
  * batch would be faulted and cleared on its own (they topped the 64 MiB profile). */
 struct nng_msg;
 int grpo_bridge__msg_alloc(struct nng_msg **m, size_t len);
+/* Marks [p, p + len) for transparent huge pages when it spans at least 4 MiB (whole pages
+ * inside it only; a hint, so a refusal is ignored). For memory about to be written first. */
+void grpo_bridge__hint_huge(void *p, size_t len);
 
 /* Parses a received message (bounds-checked). */
 grpo_err grpo_bridge__msg_parse(const void *buf, size_t len, grpb_msg *m);

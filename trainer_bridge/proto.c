@@ -23,20 +23,27 @@ grpo_bridge__msg_header(uint8_t hdr[GRPB_HDR], int type, int64_t a, int64_t b, s
         hdr[24 + i] = (uint8_t)((uint32_t)json_len >> (8 * i));
 }
 
-int
-grpo_bridge__msg_alloc(nng_msg **m, size_t len)
+void
+grpo_bridge__hint_huge(void *p, size_t len)
 {
-    int rv = nng_msg_alloc(m, len);
-    if (rv != 0 || len < HUGE_HINT_BYTES)
-        return rv;
-    /* only whole pages inside the body: the hint never reaches memory NNG did not give us */
+    if (p == NULL || len < HUGE_HINT_BYTES)
+        return;
+    /* only whole pages inside [p, p + len): the hint never reaches memory that is not ours */
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)nng_msg_body(*m), hi = lo + len;
+    uintptr_t lo = (uintptr_t)p, hi = lo + len;
     lo = (lo + pg - 1) / pg * pg;
     hi = hi / pg * pg;
     if (hi > lo)
         (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: refused is fine */
-    return 0;
+}
+
+int
+grpo_bridge__msg_alloc(nng_msg **m, size_t len)
+{
+    int rv = nng_msg_alloc(m, len);
+    if (rv == 0)
+        grpo_bridge__hint_huge(nng_msg_body(*m), len);
+    return rv;
 }
 
 grpo_err

@@ -445,7 +445,7 @@ main(void)
         cmocka_unit_test(test_roundtrip),        cmocka_unit_test(test_layout),
         cmocka_unit_test(test_validate_refuses), cmocka_unit_test(test_decode_refuses),
         cmocka_unit_test(test_empty_batch),      cmocka_unit_test(test_python_encoded),
-        cmocka_unit_test(test_tool_mask),         cmocka_unit_test(test_validate_positions),
+        cmocka_unit_test(test_tool_mask),        cmocka_unit_test(test_validate_positions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

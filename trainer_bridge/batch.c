@@ -199,8 +199,8 @@ check_finite(const float *x, size_t n, const char *name, int64_t id)
             continue;
         for (size_t i = lo; i < lo + k; i++)
             if (!isfinite(x[i]))
-                return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": %s[%zu] is not finite", id,
-                                  name, i);
+                return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": %s[%zu] is not finite", id, name,
+                                  i);
     }
     return GRPO_OK;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -190,6 +191,16 @@ run_plain(int unix_domain, const void *bytes, size_t len, int count, double *sec
     return rc;
 }
 
+/* CPU seconds this process has used so far, every thread (NNG's included). */
+static double
+cpu_now(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+           ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) * 1e-6;
+}
+
 static void
 help(void)
 {
@@ -199,7 +210,8 @@ help(void)
         "Publishes batches through the trainer bridge (encode, queue, NNG REQ/REP, decode-free C\n"
         "consumer that acknowledges each batch) and prints batches/s and GB/s, beside a plain\n"
         "loopback socket (unix socketpair for ipc, TCP for tcp) moving the same bytes with a\n"
-        "one-byte acknowledgement per batch, measured in the same run.\n\n"
+        "one-byte acknowledgement per batch, measured in the same run; also the CPU time per\n"
+        "batch of each (all threads), steadier than wall time on a shared machine.\n\n"
         "  --sizes LIST        batch sizes (bytes, K/M/G suffixes), default 1M,64M\n"
         "  --seconds S         about this long per row (batch count from a first estimate), "
         "default 2\n"
@@ -250,8 +262,8 @@ grpo_bench_bridge(int argc, char **argv)
         if (cli_parse_size(s, &v) != 0 || v < 64)
             return cli_usage("bench bridge", "bad size \"%s\"", s);
     }
-    printf("%-9s %9s %8s %11s %9s %13s %9s\n", "transport", "batch", "batches", "batches/s", "GB/s",
-           "plain GB/s", "bridge/plain");
+    printf("%-9s %9s %8s %11s %9s %13s %9s %10s %10s\n", "transport", "batch", "batches",
+           "batches/s", "GB/s", "plain GB/s", "bridge/plain", "cpu ms/b", "plain cpu");
     char sz_list[256];
     snprintf(sz_list, sizeof sz_list, "%s", sizes);
     for (char *save = NULL, *s = strtok_r(sz_list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
@@ -279,16 +291,18 @@ grpo_bench_bridge(int argc, char **argv)
                 return cli_fail("bench bridge");
             int count = (int)(seconds / (secs / 3));
             count = count < 5 ? 5 : count > 20000 ? 20000 : count;
+            double c0 = cpu_now();
             if (run_bridge(url, b, count, window, &secs, &got) != 0)
                 return cli_fail("bench bridge");
-            double psecs;
+            double psecs, c1 = cpu_now();
             if (run_plain(t == 0, bytes, len, count, &psecs) != 0) {
                 fprintf(stderr, "grpo bench bridge: plain socket failed: %s\n", strerror(errno));
                 return CLI_FAIL;
             }
             double gbs = (double)len * count / secs / 1e9, pgbs = (double)len * count / psecs / 1e9;
-            printf("%-9s %8.1fM %8d %11.1f %9.3f %13.3f %9.2f\n", tr, (double)len / (1 << 20),
-                   count, count / secs, gbs, pgbs, gbs / pgbs);
+            double cb = (c1 - c0) * 1e3 / count, cp = (cpu_now() - c1) * 1e3 / count;
+            printf("%-9s %8.1fM %8d %11.1f %9.3f %13.3f %9.2f %10.2f %10.2f\n", tr,
+                   (double)len / (1 << 20), count, count / secs, gbs, pgbs, gbs / pgbs, cb, cp);
             fflush(stdout);
         }
         free(bytes);

@@ -233,6 +233,60 @@ test_validate_refuses(void **state)
     grpo_batch_destroy(a);
 }
 
+/* The per-token checks run block by block: a fault anywhere (first token, either side of a block
+ * boundary, the short last block) is found, and the message names exactly the token planted;
+ * with two faults, the first. */
+static void
+test_validate_positions(void **state)
+{
+    (void)state;
+    const size_t n = 3 * 1024 + 5, at[] = {0, 1023, 1024, 2047, 3071, 3072, n - 1};
+    uint32_t fl = GRPO_BATCH_HAS_REF | GRPO_BATCH_HAS_TOOL_MASK | GRPO_BATCH_HAS_TOKEN_ADV;
+    grpo_batch *b = NULL;
+    assert_int_equal(grpo_batch_create(&b, "r", 1, n, fl), GRPO_OK);
+    b->seq_offsets[1] = (int64_t)n;
+    for (size_t t = 0; t < n; t++) {
+        b->tokens[t] = (int32_t)t, b->tool_mask[t] = 1, b->loss_mask[t] = t % 2;
+        b->logprobs[t] = b->ref_logprobs[t] = b->token_advantages[t] = -0.25f;
+    }
+    assert_int_equal(grpo_batch_validate(b), GRPO_OK);
+    float *fv[] = {b->logprobs, b->ref_logprobs, b->token_advantages};
+    const char *fname[] = {"logprobs", "ref_logprobs", "token_advantages"};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        size_t t = at[k];
+        char want[64];
+        snprintf(want, sizeof want, "token %zu has", t);
+        for (int kind = 0; kind < 4; kind++) { /* negative id, masks above 1, loss on no tool */
+            if (kind == 0)
+                b->tokens[t] = -1;
+            else if (kind == 1)
+                b->loss_mask[t] = 2;
+            else if (kind == 2)
+                b->tool_mask[t] = 2;
+            else
+                b->tool_mask[t] = 0, b->loss_mask[t] = 1;
+            assert_int_equal(grpo_batch_validate(b), GRPO_EINVAL);
+            assert_non_null(strstr(grpo_error_last(), want));
+            b->tokens[t] = (int32_t)t, b->tool_mask[t] = 1, b->loss_mask[t] = t % 2;
+        }
+        for (int f = 0; f < 3; f++)
+            for (int v = 0; v < 3; v++) {
+                fv[f][t] = v == 0 ? NAN : v == 1 ? INFINITY : -INFINITY;
+                snprintf(want, sizeof want, "%s[%zu] is not finite", fname[f], t);
+                assert_int_equal(grpo_batch_validate(b), GRPO_EINVAL);
+                assert_non_null(strstr(grpo_error_last(), want));
+                fv[f][t] = -0.25f;
+            }
+    }
+    b->logprobs[2500] = NAN, b->logprobs[1500] = INFINITY; /* two in different blocks */
+    assert_int_equal(grpo_batch_validate(b), GRPO_EINVAL);
+    assert_non_null(strstr(grpo_error_last(), "logprobs[1500]"));
+    b->logprobs[2500] = b->logprobs[1500] = -0.25f;
+    b->logprobs[7] = 3.4e38f, b->logprobs[8] = -1e-45f; /* the largest and a subnormal: finite */
+    assert_int_equal(grpo_batch_validate(b), GRPO_OK);
+    grpo_batch_destroy(b);
+}
+
 /* Replaces the first occurrence of `from` in the header with `to` (same length). */
 static int
 patch(uint8_t *buf, size_t len, const char *from, const char *to)
@@ -391,7 +445,7 @@ main(void)
         cmocka_unit_test(test_roundtrip),        cmocka_unit_test(test_layout),
         cmocka_unit_test(test_validate_refuses), cmocka_unit_test(test_decode_refuses),
         cmocka_unit_test(test_empty_batch),      cmocka_unit_test(test_python_encoded),
-        cmocka_unit_test(test_tool_mask),
+        cmocka_unit_test(test_tool_mask),        cmocka_unit_test(test_validate_positions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

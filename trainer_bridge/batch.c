@@ -172,12 +172,71 @@ check_meta(const grpo_batch *b)
     return GRPO_OK;
 }
 
+/* The per-token checks run over blocks of a fixed length with no early exit inside a block, so
+ * that the compiler turns them into vector code (they read every byte of a batch on the way out);
+ * the exact position of a fault is looked for only once a block has one. */
+#define BLOCK 1024
+
+/* 1 when some x[0..n) is an infinity or a NaN (all exponent bits set). */
+static int
+block_nonfinite(const float *x, size_t n)
+{
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        acc |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return acc != 0;
+}
+
 static grpo_err
 check_finite(const float *x, size_t n, const char *name, int64_t id)
 {
+    for (size_t lo = 0; lo < n; lo += BLOCK) {
+        size_t k = n - lo < BLOCK ? n - lo : BLOCK;
+        if (k == BLOCK ? !block_nonfinite(x + lo, BLOCK) : !block_nonfinite(x + lo, k))
+            continue;
+        for (size_t i = lo; i < lo + k; i++)
+            if (!isfinite(x[i]))
+                return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": %s[%zu] is not finite", id, name,
+                                  i);
+    }
+    return GRPO_OK;
+}
+
+/* 1 when some token in [0, n) has a negative id, a loss_mask or tool_mask above 1, or a loss_mask
+ * above its tool_mask (tool may be NULL). */
+static int
+block_bad_tokens(const int32_t *tok, const uint8_t *loss, const uint8_t *tool, size_t n)
+{
+    uint32_t acc = 0;
     for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": %s[%zu] is not finite", id, name, i);
+        acc |= (uint32_t)tok[i] >> 31 | (uint32_t)(loss[i] > 1);
+    if (tool != NULL)
+        for (size_t i = 0; i < n; i++)
+            acc |= (uint32_t)(tool[i] > 1) | (uint32_t)(loss[i] > tool[i]);
+    return acc != 0;
+}
+
+static grpo_err
+check_tokens(const grpo_batch *b)
+{
+    for (size_t lo = 0; lo < b->n_tok; lo += BLOCK) {
+        size_t k = b->n_tok - lo < BLOCK ? b->n_tok - lo : BLOCK;
+        const uint8_t *tool = b->tool_mask ? b->tool_mask + lo : NULL;
+        if (k == BLOCK ? !block_bad_tokens(b->tokens + lo, b->loss_mask + lo, tool, BLOCK)
+                       : !block_bad_tokens(b->tokens + lo, b->loss_mask + lo, tool, k))
+            continue;
+        for (size_t t = lo; t < lo + k; t++)
+            if (b->tokens[t] < 0 || b->loss_mask[t] > 1 ||
+                (b->tool_mask && (b->tool_mask[t] > 1 || b->loss_mask[t] > b->tool_mask[t])))
+                return grpo__fail(GRPO_EINVAL,
+                                  "batch %" PRId64 ": token %zu has a negative id, a loss_mask "
+                                  "or tool_mask other than 0/1, or a loss_mask set where "
+                                  "tool_mask is 0",
+                                  b->batch_id, t);
+    }
     return GRPO_OK;
 }
 
@@ -222,16 +281,9 @@ grpo_batch_validate(const grpo_batch *b)
     grpo_err err;
     if (b == NULL)
         return grpo__fail(GRPO_EINVAL, "batch: NULL");
-    if ((err = check_meta(b)) != GRPO_OK || (err = check_seqs(b)) != GRPO_OK)
+    if ((err = check_meta(b)) != GRPO_OK || (err = check_seqs(b)) != GRPO_OK ||
+        (err = check_tokens(b)) != GRPO_OK)
         return err;
-    for (size_t t = 0; t < b->n_tok; t++)
-        if (b->tokens[t] < 0 || b->loss_mask[t] > 1 ||
-            (b->tool_mask && (b->tool_mask[t] > 1 || b->loss_mask[t] > b->tool_mask[t])))
-            return grpo__fail(GRPO_EINVAL,
-                              "batch %" PRId64 ": token %zu has a negative id, a loss_mask "
-                              "or tool_mask other than 0/1, or a loss_mask set where "
-                              "tool_mask is 0",
-                              b->batch_id, t);
     if ((err = check_finite(b->logprobs, b->n_tok, "logprobs", b->batch_id)) != GRPO_OK ||
         (err = check_finite(b->advantages, b->n_seq, "advantages", b->batch_id)) != GRPO_OK ||
         (err = check_finite(b->rewards, b->n_seq, "rewards", b->batch_id)) != GRPO_OK)
@@ -351,8 +403,11 @@ grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o)
         (err = write_header(o, b, &data_len)) != GRPO_OK)
         return err;
     grpo_bridge__put_u64((uint8_t *)o->data, o->len - 8);
+    char *had = o->data;
     if ((err = grpo__buf_reserve(o, data_len)) != GRPO_OK)
         return err;
+    if (o->data != had) /* a new (or moved) allocation: its pages are not faulted in yet */
+        grpo_bridge__hint_huge(o->data, o->cap);
     grpo_bridge__routes_data(o, b, 0);
     for (size_t j = 0; j < 2 * N_FIELDS; j++) {
         const field *f = &fields[j % N_FIELDS];

@@ -111,6 +111,16 @@ typedef struct {
     size_t payload_len;
 } grpb_msg;
 
+/* nng_msg_alloc for a message the caller fills before sending. A large body is marked for
+ * transparent huge pages before its first write: NNG allocates every message afresh, glibc maps
+ * one over 32 MiB straight from the kernel and unmaps it on free, so at 4 KiB each page of every
+ * batch would be faulted and cleared on its own (they topped the 64 MiB profile). */
+struct nng_msg;
+int grpo_bridge__msg_alloc(struct nng_msg **m, size_t len);
+/* Marks [p, p + len) for transparent huge pages when it spans at least 4 MiB (whole pages
+ * inside it only; a hint, so a refusal is ignored). For memory about to be written first. */
+void grpo_bridge__hint_huge(void *p, size_t len);
+
 /* Parses a received message (bounds-checked). */
 grpo_err grpo_bridge__msg_parse(const void *buf, size_t len, grpb_msg *m);
 /* Writes the 32-byte header into hdr. */

@@ -3,7 +3,12 @@
 #include "trainer_bridge/bridge_int.h"
 
 #include <nng/nng.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define HUGE_HINT_BYTES ((size_t)4 << 20) /* two 2 MiB pages: smaller bodies stay as they are */
 
 void
 grpo_bridge__msg_header(uint8_t hdr[GRPB_HDR], int type, int64_t a, int64_t b, size_t json_len)
@@ -16,6 +21,29 @@ grpo_bridge__msg_header(uint8_t hdr[GRPB_HDR], int type, int64_t a, int64_t b, s
     grpo_bridge__put_u64(hdr + 16, (uint64_t)b);
     for (int i = 0; i < 4; i++)
         hdr[24 + i] = (uint8_t)((uint32_t)json_len >> (8 * i));
+}
+
+void
+grpo_bridge__hint_huge(void *p, size_t len)
+{
+    if (p == NULL || len < HUGE_HINT_BYTES)
+        return;
+    /* only whole pages inside [p, p + len): the hint never reaches memory that is not ours */
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p, hi = lo + len;
+    lo = (lo + pg - 1) / pg * pg;
+    hi = hi / pg * pg;
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: refused is fine */
+}
+
+int
+grpo_bridge__msg_alloc(nng_msg **m, size_t len)
+{
+    int rv = nng_msg_alloc(m, len);
+    if (rv == 0)
+        grpo_bridge__hint_huge(nng_msg_body(*m), len);
+    return rv;
 }
 
 grpo_err

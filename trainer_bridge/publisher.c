@@ -23,6 +23,7 @@ typedef struct {
     void *bytes;
     size_t len, cap; /* cap: the allocation behind bytes, for the buffer pool */
     int sends;
+    nng_msg *msg; /* its BATCH reply, built at publish time for the first send; then NULL */
 } entry;
 
 #define LINGER_MS 1000 /* destroy after finish waits this long for a trainer to hear "end" */
@@ -127,9 +128,11 @@ pool_put(grpo_bridge_publisher *p, void *data, size_t cap)
         free(data);
 }
 
-/* Inserts in id order (the common case, the largest id, is an append). Takes ownership of bytes. */
+/* Inserts in id order (the common case, the largest id, is an append). Takes ownership of bytes
+ * and msg (NULL: built when asked for). */
 static grpo_err
-q_insert(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len, size_t cap)
+q_insert(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len, size_t cap,
+         nng_msg *msg)
 {
     if (p->nq == p->capq) {
         size_t cap = p->capq ? 2 * p->capq : 16;
@@ -142,29 +145,36 @@ q_insert(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, siz
     size_t i = p->nq++;
     for (; i > 0 && p->q[i - 1].id > id; i--)
         p->q[i] = p->q[i - 1];
-    p->q[i] = (entry){id, version, bytes, len, cap, 0};
+    p->q[i] = (entry){id, version, bytes, len, cap, 0, msg};
     return GRPO_OK;
 }
 
 /* ---- replies ----------------------------------------------------------------------------- */
 
-static void
-reply(grpo_bridge_publisher *p, int type, int64_t a, int64_t b, const char *json,
-      const void *payload, size_t plen)
+/* One allocation of the final size, one copy of the payload; NULL when out of memory. */
+static nng_msg *
+build(int type, int64_t a, int64_t b, const char *json, const void *payload, size_t plen)
 {
     nng_msg *m = NULL;
     size_t jl = json ? strlen(json) : 0;
-    /* one allocation of the final size, one copy of the payload */
-    if (nng_msg_alloc(&m, GRPB_HDR + jl + plen) != 0)
-        return;
+    if (grpo_bridge__msg_alloc(&m, GRPB_HDR + jl + plen) != 0)
+        return NULL;
     uint8_t *body = nng_msg_body(m);
     grpo_bridge__msg_header(body, type, a, b, jl);
     if (jl)
         memcpy(body + GRPB_HDR, json, jl);
     if (plen)
         memcpy(body + GRPB_HDR + jl, payload, plen);
-    grpo__rep_reply(p->rep, p->token,
-                    m); /* once per request; a trainer that went away asks again */
+    return m;
+}
+
+static void
+reply(grpo_bridge_publisher *p, int type, int64_t a, int64_t b, const char *json,
+      const void *payload, size_t plen)
+{
+    nng_msg *m = build(type, a, b, json, payload, plen);
+    if (m != NULL) /* once per request; a trainer that went away (or no memory) asks again */
+        grpo__rep_reply(p->rep, p->token, m);
 }
 
 static void
@@ -223,6 +233,8 @@ apply_ack(grpo_bridge_publisher *p, int64_t id)
         grpo_log(GRPO_LOG_ERROR, "bridge: persisting ack of batch %" PRId64 ": %s", id,
                  grpo_error_last());
     pool_put(p, p->q[i].bytes, p->q[i].cap);
+    if (p->q[i].msg != NULL) /* acknowledged before it was ever sent (an earlier publisher's) */
+        nng_msg_free(p->q[i].msg);
     memmove(p->q + i, p->q + i + 1, (p->nq - (size_t)i - 1) * sizeof *p->q);
     p->nq--;
     acked_add(p, id);
@@ -309,6 +321,7 @@ on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
     }
     /* Only this thread removes entries, so the bytes stay valid after unlocking. */
     entry e = p->q[i];
+    p->q[i].msg = NULL; /* the prebuilt reply goes to NNG, which frees it once written */
     p->q[i].sends++;
     p->st.sent++;
     if (e.sends > 0)
@@ -317,7 +330,10 @@ on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
     free(acks);
     if (e.sends == 0 && p->has_persist && p->persist.mark_sent)
         p->persist.mark_sent(p->persist.ctx, e.id);
-    reply(p, GRPB_BATCH, e.id, e.version, NULL, e.bytes, e.len);
+    if (e.msg != NULL) /* the common case: nothing to build or copy while the trainer waits */
+        grpo__rep_reply(p->rep, p->token, e.msg);
+    else /* a redelivery, or a batch resumed from the store: a copy of the kept bytes */
+        reply(p, GRPB_BATCH, e.id, e.version, NULL, e.bytes, e.len);
 }
 
 static void
@@ -639,7 +655,7 @@ resume_one(void *arg, int64_t id, const void *bytes, size_t len)
     if (c == NULL)
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
     memcpy(c, bytes, len);
-    grpo_err err = q_insert(p, id, ver, c, len, len);
+    grpo_err err = q_insert(p, id, ver, c, len, len, NULL);
     if (err != GRPO_OK)
         free(c);
     return err;
@@ -734,8 +750,11 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
         pthread_join(p->thr, NULL);
     grpo__rep_close_bounded(p->rep, 5000, "bridge"); /* NNG 1.5's close can hang: left then */
     wa_reset(&p->wa);
-    for (size_t i = 0; i < p->nq; i++)
+    for (size_t i = 0; i < p->nq; i++) {
         free(p->q[i].bytes);
+        if (p->q[i].msg != NULL)
+            nng_msg_free(p->q[i].msg);
+    }
     for (size_t i = 0; i < p->npool; i++)
         free(p->pool[i].data);
     free(p->q);
@@ -783,10 +802,11 @@ wait_room(grpo_bridge_publisher *p, int timeout_ms)
     return p->stop ? grpo__fail(GRPO_ECANCELED, "bridge: publisher is closing") : GRPO_OK;
 }
 
-/* Takes ownership of bytes. */
+/* Takes ownership of bytes (kept for redelivery until acknowledged) and of msg, their BATCH reply
+ * for the first send (NULL: built when asked for). */
 static grpo_err
 publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len,
-              size_t cap, int timeout_ms)
+              size_t cap, nng_msg *msg, int timeout_ms)
 {
     grpo_err err = GRPO_OK;
     pthread_mutex_lock(&p->pub_mu); /* one publish at a time keeps ids ordered */
@@ -804,8 +824,9 @@ publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes
         err = p->persist.put(p->persist.ctx, id, bytes, len);
     if (err == GRPO_OK && !dup) {
         pthread_mutex_lock(&p->mu);
-        if ((err = q_insert(p, id, version, bytes, len, cap)) == GRPO_OK) {
+        if ((err = q_insert(p, id, version, bytes, len, cap, msg)) == GRPO_OK) {
             bytes = NULL;
+            msg = NULL;
             p->st.published++;
             pthread_cond_broadcast(&p->cv);
         }
@@ -815,6 +836,8 @@ publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes
     pool_put(p, bytes, cap); /* not queued (duplicate or failure): keep the memory */
     pthread_mutex_unlock(&p->mu);
     pthread_mutex_unlock(&p->pub_mu);
+    if (msg != NULL)
+        nng_msg_free(msg);
     return err;
 }
 
@@ -833,7 +856,10 @@ grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_m
         pthread_mutex_unlock(&p->mu);
         return err;
     }
-    return publish_owned(p, b->batch_id, b->policy_version, o.data, o.len, o.cap, timeout_ms);
+    /* The reply is built here, before waiting for room in the window, so that it is ready (and
+     * its pages faulted in) while earlier batches are on the wire. */
+    nng_msg *m = build(GRPB_BATCH, b->batch_id, b->policy_version, NULL, o.data, o.len);
+    return publish_owned(p, b->batch_id, b->policy_version, o.data, o.len, o.cap, m, timeout_ms);
 }
 
 grpo_err
@@ -853,7 +879,8 @@ grpo_bridge_publish_bytes(grpo_bridge_publisher *p, const void *bytes, size_t le
     if (c == NULL)
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
     memcpy(c, bytes, len);
-    return publish_owned(p, id, ver, c, len, len ? len : 1, timeout_ms);
+    nng_msg *m = build(GRPB_BATCH, id, ver, NULL, c, len);
+    return publish_owned(p, id, ver, c, len, len ? len : 1, m, timeout_ms);
 }
 
 grpo_err

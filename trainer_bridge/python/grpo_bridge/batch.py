@@ -1,6 +1,7 @@
 """The batch wire format (schemas/batch_format.md): safetensors bytes with a ragged token layout.
 
-Tensors are read with safetensors.numpy.load; the metadata is the header's "__metadata__"."""
+Tensors are numpy arrays over one writable copy of the received bytes (the header is checked as
+strictly as the safetensors library does); the metadata is the header's "__metadata__"."""
 import json
 import struct
 
@@ -37,14 +38,66 @@ class BatchFormatError(ValueError):
     pass
 
 
-def read_metadata(data):
-    """The __metadata__ dict of safetensors bytes (strings)."""
+_DTYPES = {"BOOL": "?", "U8": "u1", "I8": "i1", "U16": "<u2", "I16": "<i2", "F16": "<f2",
+           "U32": "<u4", "I32": "<i4", "F32": "<f4", "U64": "<u8", "I64": "<i8", "F64": "<f8"}
+
+
+def _header(data):
+    """(header dict, data section start) of safetensors bytes."""
     if len(data) < 8:
         raise BatchFormatError("batch: too short")
     (n,) = struct.unpack("<Q", bytes(data[:8]))
     if n > len(data) - 8:
         raise BatchFormatError("batch: header length exceeds the data")
-    return json.loads(bytes(data[8:8 + n])).get("__metadata__", {})
+    try:
+        h = json.loads(bytes(data[8:8 + n]))
+    except ValueError as e:
+        raise BatchFormatError("batch: header is not JSON: %s" % e)
+    if not isinstance(h, dict):
+        raise BatchFormatError("batch: header is not a JSON object")
+    return h, 8 + n
+
+
+def read_metadata(data):
+    """The __metadata__ dict of safetensors bytes (strings)."""
+    return _header(data)[0].get("__metadata__", {})
+
+
+def _entry(name, e, n):
+    """(offset, end, dtype, shape) of one header entry, checked against a data section of n."""
+    ok = (isinstance(e, dict) and e.get("dtype") in _DTYPES and isinstance(e.get("shape"), list)
+          and isinstance(e.get("data_offsets"), list) and len(e["data_offsets"]) == 2)
+    ints = ok and all(type(v) is int and v >= 0 for v in e["shape"] + e["data_offsets"])
+    if not ints:
+        raise BatchFormatError("batch: tensor %r has a bad header entry" % name)
+    dt = np.dtype(_DTYPES[e["dtype"]])
+    lo, hi = e["data_offsets"]
+    if not lo <= hi <= n or hi - lo != int(np.prod(e["shape"], dtype=object)) * dt.itemsize:
+        raise BatchFormatError("batch: tensor %r: data_offsets [%d, %d] do not hold %s %s"
+                               % (name, lo, hi, e["dtype"], e["shape"]))
+    return lo, hi, dt, tuple(e["shape"])
+
+
+def _load(data):
+    """(tensors, metadata): the tensors tile the data section exactly, in some order, as the
+    safetensors library requires; each is a view of one copy of data (writable, as
+    safetensors.numpy.load gives)."""
+    h, start = _header(data)
+    meta = h.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise BatchFormatError("batch: __metadata__ is not an object of strings")
+    n = len(data) - start
+    ents = sorted((_entry(k, e, n) + (k,) for k, e in h.items()), key=lambda x: x[:2])
+    pos = 0
+    for lo, hi, _, _, name in ents:
+        if lo != pos:
+            raise BatchFormatError("batch: tensor %r starts at %d; expected %d" % (name, lo, pos))
+        pos = hi
+    if pos != n:
+        raise BatchFormatError("batch: tensors cover %d of %d data bytes" % (pos, n))
+    buf = bytearray(memoryview(data)[start:])  # the one copy: the arrays below are views of it
+    return {name: np.frombuffer(buf, dt, (hi - lo) // dt.itemsize, lo).reshape(shape)
+            for lo, hi, dt, shape, name in ents}, meta
 
 
 class Batch:
@@ -210,8 +263,7 @@ def _check_routes(t, meta, version):
 
 def decode_batch(data, client=None):
     """Decodes and validates safetensors bytes into a Batch."""
-    meta = read_metadata(data)
-    tensors = safetensors.numpy.load(bytes(data))
+    tensors, meta = _load(data)
     _check(tensors, meta)
     return Batch(tensors, meta, client)
 

@@ -136,9 +136,11 @@ def set_qat(mtp, on):
 
 
 def lr_at(step, args, warmup=20):
+    """Linear warmup, then cosine to 5% over --schedule-steps (default --steps): a run stopped
+    early with the same plan follows the longer run's trajectory step for step."""
     if step < warmup:
         return args.lr * (step + 1) / warmup
-    p = (step - warmup) / max(1, args.steps - warmup)
+    p = (step - warmup) / max(1, args.schedule_steps - warmup)
     return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
 
@@ -146,12 +148,12 @@ def train_mtp(mtp, seqs, hs, args):
     params = [p for p in mtp.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     ckpt = os.path.join(args.work, "mtp_ckpt.pt")
-    step, hist = 0, []
+    step, hist, secs0 = 0, [], 0.0
     if os.path.exists(ckpt):
         st = torch.load(ckpt, weights_only=False)
         mtp.load_state_dict(st["mtp"])
         opt.load_state_dict(st["opt"])
-        step, hist = st["step"], st["hist"]
+        step, hist, secs0 = st["step"], st["hist"], st.get("seconds")
         log(f"resumed from {ckpt} at step {step}")
     mtp.train()
     t0 = time.time()
@@ -176,10 +178,11 @@ def train_mtp(mtp, seqs, hs, args):
                 f"lr {lr_at(step, args):.2e} {time.time() - t0:.0f}s")
         if step % 100 == 0 or step == args.steps:
             torch.save({"mtp": mtp.state_dict(), "opt": opt.state_dict(), "step": step,
-                        "hist": hist}, ckpt + ".tmp")
+                        "hist": hist, "seconds": secs0 + time.time() - t0}, ckpt + ".tmp")
             os.replace(ckpt + ".tmp", ckpt)
     set_qat(mtp, False)
-    return mtp.eval(), hist
+    secs = None if secs0 is None else round(secs0 + time.time() - t0)
+    return mtp.eval(), hist, secs
 
 
 def write_model(model_dir, base, mtp):
@@ -189,6 +192,7 @@ def write_model(model_dir, base, mtp):
     layer = train.export_tensors({f"model.layers.{L}.{k}": v for k, v in mtp.export().items()})
     path = os.path.join(model_dir, "model.safetensors")
     save_file(dict(base, **layer), path, metadata={"format": "pt"})
+    os.chmod(path, 0o644)
     back = load_file(path)
     for k, v in base.items():
         assert torch.equal(back[k].view(torch.uint8), v.view(torch.uint8)), k
@@ -221,6 +225,13 @@ def readme_section(res):
     a = res["args"]
     per = "\n".join(f"| {k} | {v['greedy_top1']:.3f} | {v['accept']:.3f} | {v['accept_top_p']:.3f} | "
                     f"{v['positions']} |" for k, v in res["per_prompt"].items())
+    cmd = "python3 tools/demo_model/train_mtp.py" + "".join(f" {x}" for x in res.get("cmdline", []))
+    qat = (f"FP8 fake quantization from step {a['qat_from']}" if a["qat_from"] < a["steps"] else
+           "no FP8 fake quantization: the weights were rounded to FP8 once, at export")
+    plan = (f"cosine over {a['schedule_steps']} steps, stopped at step {a['steps']} with lr "
+            f"{lr_at(a['steps'], argparse.Namespace(**a)):.2g}" if a["schedule_steps"] > a["steps"]
+            else "cosine")
+    load = res.get("load_note") or f"{res['load'][0]:.1f}"
     return f"""## Multi-token prediction (MTP) layer
 
 Layer 4 (`model.layers.4.*`) is a DeepSeek-V3 MTP module trained on the frozen policy's own
@@ -228,16 +239,16 @@ samples, so speculative decoding has drafts worth measuring. Made after train.py
 build/cli/grpo built, by
 
 ```
-python3 tools/demo_model/train_mtp.py
+{cmd}
 ```
 
-CPU only ({a['threads']} threads), seed {a['seed']}: `grpo rollout` on this model (T=0.6, top-p 0.95)
-sampled {a['samples']} completions for each of {a['prompts']} prompts of train.py's phase-2 task mix
-(its held-out and evaluation draws excluded), {res['sequences']} sequences in {res['sample_seconds']} s;
-training took {res['train_seconds']} s ({a['steps']} steps of {a['batch']} sequences, AdamW, lr
-{a['lr']:g} cosine, FP8 fake quantization from step {a['qat_from']}; h_t computed once), loss
-{res['first_loss']:.3f} -> {res['final_loss']:.3f} (cross-entropy on token t+2, mean of the first and
-last 25 steps), load average {res['load'][0]:.1f} on the shared machine.
+CPU only ({a['threads']} threads), seed {a['seed']}. `grpo rollout` on this model (T=0.6, top-p
+0.95) sampled {a['samples']} completions for each of {a['prompts']} prompts of train.py's phase-2
+task mix (its held-out and evaluation draws excluded): {res['sequences']} sequences in
+{res['sample_seconds']} s. The policy's h_t over them took {res['hidden_seconds']} s, training
+{res['train_seconds']} s: {a['steps']} steps of {a['batch']} sequences, AdamW, lr {a['lr']:g}
+({plan}), {qat}. Loss (cross-entropy on token t+2, mean of the first and last 25 steps)
+{res['first_loss']:.3f} -> {res['final_loss']:.3f}. Load average {load} on the shared machine.
 
 - Initialised from the policy: the decoder layer (MLA + MoE, router bias included) a copy of layer
   3, `eh_proj` = [I | I], `enorm`/`hnorm` ones, `shared_head.norm` the final norm; the head is
@@ -250,13 +261,16 @@ last 25 steps), load average {res['load'][0]:.1f} on the shared machine.
 - Loss on the positions where a draft is made: from the last prompt position on (the first draft
   follows the first sampled token), EOS included.
 
-Drafts on the held-out prompts of data/demo_prompts.jsonl (`python3 tools/demo_model/mtp_acceptance.py`:
-the engine samples, torch fp32 scores; {res['samples']} samples per prompt): greedy top-1 agreement
-(draft argmax = the greedy token t+2) **{res['greedy_top1']:.3f}** over {res['greedy_positions']}
-positions; expected acceptance of speculative sampling, the mean of sum_x min(p(x), q(x)) with p
-the policy's distribution for token t+2 given the sampled t+1 and q the draft's, **{res['accept']:.3f}**
-at T=0.6 and **{res['accept_top_p']:.3f}** with top-p 0.95 applied to both, over
-{res['sampled_positions']} positions.
+Drafts on the held-out prompts of data/demo_prompts.jsonl
+(`python3 tools/demo_model/mtp_acceptance.py`: the engine samples, torch fp32 scores; {res['samples']}
+samples per prompt):
+
+- greedy top-1 agreement (the draft's argmax is the greedy token t+2): **{res['greedy_top1']:.3f}**
+  over {res['greedy_positions']} positions;
+- expected acceptance of speculative sampling, the mean over positions of sum_x min(p(x), q(x)),
+  p the policy's distribution for token t+2 given the sampled token t+1 and q the draft's:
+  **{res['accept']:.3f}** at T=0.6, **{res['accept_top_p']:.3f}** with top-p 0.95 applied to both,
+  over {res['sampled_positions']} positions.
 
 | prompt | greedy top-1 | acceptance T=0.6 | with top-p 0.95 | sampled positions |
 |---|---|---|---|---|
@@ -272,7 +286,7 @@ def write_readme(path, res):
     if head in text:
         a = text.index(head)
         b = text.find("\n## ", a + len(head))
-        text = text[:a] + sec + (text[b + 1:] if b >= 0 else "")
+        text = text[:a] + sec + (text[b:] if b >= 0 else "")
     else:
         a = text.index("## Tasks")
         text = text[:a] + sec + "\n" + text[a:]
@@ -292,6 +306,8 @@ def parse_args():
     ap.add_argument("--grpo", default=None, help="the engine that samples (default "
                     "ROOT/build/cli/grpo)")
     ap.add_argument("--steps", type=int, default=240)
+    ap.add_argument("--schedule-steps", type=int, default=None, help="length of the cosine plan "
+                    "(default --steps)")
     ap.add_argument("--batch", type=int, default=24)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--qat-from", type=int, default=140)
@@ -309,6 +325,7 @@ def main():
     torch.manual_seed(args.seed)
     args.work = args.work or os.path.join(args.root, "build-demo", "mtp_work")
     args.grpo = args.grpo or os.path.join(args.root, "build", "cli", "grpo")
+    args.schedule_steps = args.schedule_steps or args.steps
     os.makedirs(args.work, exist_ok=True)
     model_dir = os.path.join(args.root, "models", "demo")
     res_path = os.path.join(args.work, "results.json")
@@ -325,13 +342,16 @@ def main():
     seqs, gen_secs = load_or_sample(tok, args, exclude)
     log(f"{len(seqs)} sequences, {sum(len(s) - p for p, s in seqs)} sampled tokens")
     t0 = time.time()
-    hs = hidden_states(model, seqs)
+    ckpt = os.path.join(args.work, "mtp_ckpt.pt")
+    done = os.path.exists(ckpt) and torch.load(ckpt, weights_only=False)["step"] >= args.steps
+    hs = None if done else hidden_states(model, seqs)   # a finished checkpoint only re-exports
     mtp = init_mtp(train.hf_config("eager"), dequantized_state_dict(base))
-    mtp, hist = train_mtp(mtp, seqs, hs, args)
-    train_secs = round(time.time() - t0)
+    prep_secs = round(time.time() - t0)
+    mtp, hist, train_secs = train_mtp(mtp, seqs, hs, args)
     log(f"trained in {train_secs}s, loss {sum(hist[:25]) / 25:.3f} -> {sum(hist[-25:]) / 25:.3f}")
     write_model(model_dir, base, mtp)
-    res = {"sample_seconds": gen_secs, "train_seconds": train_secs, "sequences": len(seqs),
+    res = {"cmdline": sys.argv[1:], "sample_seconds": gen_secs, "train_seconds": train_secs, "sequences": len(seqs),
+           "hidden_seconds": None if done else prep_secs,
            "first_loss": sum(hist[:25]) / 25, "final_loss": sum(hist[-25:]) / 25,
            "load": os.getloadavg(), "args": {k: v for k, v in vars(args).items()
                                               if k not in ("root", "work")}}

@@ -7,6 +7,12 @@ if(GRPO_DEMO_MODEL_TEST AND TARGET PkgConfig::CMOCKA AND TARGET grpo_tokenizer)
     LIBS grpo_model grpo_tokenizer grpo_common m TIMEOUT 120)
 endif()
 
+# The demo policy's trained MTP layer (models/demo layer 4) against its torch reference, and the
+# main model unchanged by load_mtp. Fixture: tests/data/demo_mtp/ (tools/demo_model/mtp_acceptance.py).
+if(GRPO_DEMO_MODEL_TEST AND TARGET PkgConfig::CMOCKA)
+  grpo_add_test(demo_mtp_test SOURCES demo_mtp_test.c LIBS grpo_model grpo_common m TIMEOUT 120)
+endif()
+
 # models/demo-tools' training data: tool-use examples tokenized as the engine sees a call (the
 # observation encoded alone, masked out of the loss) and the simulated python cell of its
 # measurement (tools/demo_model/train_tools.py). Exits 77 without torch/transformers.

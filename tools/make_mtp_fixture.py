@@ -18,11 +18,10 @@ serve the released checkpoints compute it (vLLM's deepseek_mtp.py, SGLang's deep
 No position-0 masking: vLLM zeroes the embedding at position 0 (inputs_embeds[positions == 0] = 0);
 SGLang and the technical report do not. This reference and grpo follow SGLang.
 
-The glue (RMSNorm, concatenation, eh_proj, shared head) is written here in torch fp32; the inner
-decoder layer is transformers' DeepseekV3DecoderLayer (eager attention) loaded with the layer-L
-weights, with a causal mask and transformers' YaRN rotary embedding. The MTP router's choices are
-checked against DeepSeek's reference gate (tools/make_tiny_models.py: ref_route) so the fixture is
-valid for both router conventions.
+The module itself is tools/mtp_reference.py (torch fp32 glue around transformers'
+DeepseekV3DecoderLayer, eager attention, causal mask, YaRN rotary embedding), shared with the demo
+model's MTP training. The MTP router's choices are checked here against DeepSeek's reference gate
+(tools/make_tiny_models.py: ref_route) so the fixture is valid for both router conventions.
 
 Usage (from the repository root): python3 tools/make_mtp_fixture.py
 Writes tests/data/mtp/: mtp.json, hidden.f32 ((T-1, hidden): the h_t fed in, from transformers),
@@ -37,19 +36,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-from transformers.models.deepseek_v3.modeling_deepseek_v3 import (DeepseekV3DecoderLayer,
-                                                                  DeepseekV3RotaryEmbedding)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_tiny_models import ref_route  # noqa: E402
+from mtp_reference import Mtp, split_mtp  # noqa: E402
 
 SRC = "tests/data/tiny_models/bf16"
 OUT = "tests/data/mtp"
-
-
-def rmsnorm(x, w, eps):
-    x = x.float()
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.float()
 
 
 def main():
@@ -58,9 +51,7 @@ def main():
     cfg._attn_implementation = "eager"
     L, H = cfg.num_hidden_layers, cfg.hidden_size
     sd = {k: v.float() for k, v in load_file(os.path.join(SRC, "model.safetensors")).items()}
-    mtp_pre = f"model.layers.{L}."
-    main_sd = {k: v for k, v in sd.items() if not k.startswith(mtp_pre)}
-    mtp_sd = {k[len(mtp_pre):]: v for k, v in sd.items() if k.startswith(mtp_pre)}
+    main_sd, mtp_sd = split_mtp(sd, L)
     exp = json.load(open(os.path.join(SRC, "expected.json")))
     ids = torch.tensor([exp["tokens"]])
     T = ids.shape[1]
@@ -74,16 +65,8 @@ def main():
     ref = np.fromfile(os.path.join(SRC, "expected_logits.f32"), "<f4").reshape(T, -1)
     assert np.abs(main_logits.numpy() - ref).max() <= 1e-4 * np.abs(ref).max(), "main model drift"
 
-    layer = DeepseekV3DecoderLayer(cfg, layer_idx=L).float().eval()
-    layer_sd = {k: v for k, v in mtp_sd.items()
-                if k.split(".")[0] in ("input_layernorm", "post_attention_layernorm",
-                                       "self_attn", "mlp")}
-    layer.load_state_dict(layer_sd, strict=True)
-    rot = DeepseekV3RotaryEmbedding(cfg)
-
+    module = Mtp(cfg, mtp_sd, sd["model.embed_tokens.weight"]).eval()
     n = T - 1  # positions 0..T-2 have a next token
-    emb_w = mtp_sd.get("embed_tokens.weight", sd["model.embed_tokens.weight"])
-    eps = cfg.rms_norm_eps
     routes = []
 
     def hook(mod, inp, o):
@@ -96,21 +79,14 @@ def main():
         assert torch.allclose(o[1].gather(1, st[1]), w_r.gather(1, sr[1]), rtol=1e-6, atol=0)
         routes.append(int(x.shape[0]))
 
-    hk = layer.mlp.gate.register_forward_hook(hook)
+    hk = module.layer.mlp.gate.register_forward_hook(hook)
     hin = h[:n]  # (n, H): h_t
 
     def mtp(enorm, hnorm, head_norm):
         with torch.no_grad():
-            e = emb_w[ids[0, 1:]]                                # (n, H): token t+1
-            x = torch.cat([rmsnorm(e, enorm, eps), rmsnorm(hin, hnorm, eps)], dim=-1)  # (n, 2H)
-            x = x @ mtp_sd["eh_proj.weight"].t()                 # (n, H)
-            pos = torch.arange(n)[None]
-            pe = rot(x[None], pos)
-            mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
-            y = layer(x[None], attention_mask=mask, position_ids=pos, position_embeddings=pe)
-            y = y[0] if isinstance(y, tuple) else y
-            y = y[0]                                             # (n, H)
-            return rmsnorm(y, head_norm, eps) @ mtp_sd["shared_head.head.weight"].t()  # (n, V)
+            for p, v in ((module.enorm, enorm), (module.hnorm, hnorm), (module.head_norm, head_norm)):
+                p.copy_(v)
+            return module(hin[None], ids[:, 1:])[0]                # (n, V)
 
     logits = mtp(mtp_sd["enorm.weight"], mtp_sd["hnorm.weight"], mtp_sd["shared_head.norm.weight"])
     # The tiny checkpoint's three MTP norms are all ones; a second run with distinct weights (the

@@ -20,7 +20,9 @@ kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
 Run: python3 tools/make_tiny_models.py [--out tests/data/tiny_models]
 
 `--bench-model DIR` instead writes a larger random FP8 model (no oracle, not committed) for
-`grpo bench forward`: hidden 2048, 4 layers (1 dense), 32 experts top-6 + 1 shared, vocab 32768.
+`grpo bench forward`: hidden 2048, 4 layers (1 dense), 32 experts top-6 + 1 shared, vocab 32768;
+with `--mtp` also a random MTP layer (layer 4: MoE decoder layer, enorm, hnorm, FP8 eh_proj,
+shared_head), drawn after the main tensors so the main model is the same bytes either way.
 """
 import argparse
 import json
@@ -343,7 +345,51 @@ def fp8_quant_fast(w):
     return q, s.float().contiguous()
 
 
-def build_bench(d, seed=7):
+def bench_layer(t, c, i, lin, vec, gen):
+    """Decoder layer i of the bench model into t: MLA, then the dense MLP or the MoE."""
+    H, nh = c.hidden_size, c.num_attention_heads
+    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+    p = f"model.layers.{i}."
+    vec(p + "input_layernorm.weight", H)
+    vec(p + "post_attention_layernorm.weight", H)
+    lin(p + "self_attn.q_a_proj", c.q_lora_rank, H)
+    vec(p + "self_attn.q_a_layernorm.weight", c.q_lora_rank)
+    lin(p + "self_attn.q_b_proj", nh * qk, c.q_lora_rank)
+    lin(p + "self_attn.kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, H)
+    vec(p + "self_attn.kv_a_layernorm.weight", c.kv_lora_rank)
+    lin(p + "self_attn.kv_b_proj", nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank)
+    lin(p + "self_attn.o_proj", H, nh * c.v_head_dim)
+    if i < c.first_k_dense_replace:
+        for n, (r, k) in {"gate_proj": (c.intermediate_size, H), "up_proj": (
+                c.intermediate_size, H), "down_proj": (H, c.intermediate_size)}.items():
+            lin(p + "mlp." + n, r, k)
+        return
+    t[p + "mlp.gate.weight"] = (torch.randn(c.n_routed_experts, H, generator=gen) /
+                                math.sqrt(H)).to(torch.bfloat16)
+    t[p + "mlp.gate.e_score_correction_bias"] = 0.01 * torch.randn(c.n_routed_experts,
+                                                                   generator=gen)
+    mi = c.moe_intermediate_size
+    for e in [f"experts.{j}." for j in range(c.n_routed_experts)] + ["shared_experts."]:
+        lin(p + "mlp." + e + "gate_proj", mi, H)
+        lin(p + "mlp." + e + "up_proj", mi, H)
+        lin(p + "mlp." + e + "down_proj", H, mi)
+
+
+def bench_mtp(t, c, lin, vec, gen):
+    """A random (untrained) MTP module at layer num_hidden_layers, laid out as DeepSeek-V3's:
+    an MoE decoder layer, enorm, hnorm, FP8 eh_proj, shared_head.norm and its own BF16 head."""
+    L, H = c.num_hidden_layers, c.hidden_size
+    bench_layer(t, c, L, lin, vec, gen)
+    p = f"model.layers.{L}."
+    vec(p + "enorm.weight", H)
+    vec(p + "hnorm.weight", H)
+    lin(p + "eh_proj", H, 2 * H)
+    vec(p + "shared_head.norm.weight", H)
+    t[p + "shared_head.head.weight"] = (torch.randn(c.vocab_size, H, generator=gen) /
+                                        math.sqrt(H)).to(torch.bfloat16)
+
+
+def build_bench(d, seed=7, mtp=False):
     gen = torch.Generator().manual_seed(seed)
     cfg = dict(BF16_CFG)
     cfg.update(vocab_size=32768, hidden_size=2048, intermediate_size=5632,
@@ -355,8 +401,7 @@ def build_bench(d, seed=7):
                rope_scaling=dict(ROPE, original_max_position_embeddings=4096))
     c = DeepseekV3Config(**cfg)
     os.makedirs(d, exist_ok=True)
-    H, nh = c.hidden_size, c.num_attention_heads
-    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+    H = c.hidden_size
     t = {}
 
     def lin(name, rows, cols):
@@ -373,37 +418,16 @@ def build_bench(d, seed=7):
         torch.bfloat16)
     vec("model.norm.weight", H)
     for i in range(c.num_hidden_layers):
-        p = f"model.layers.{i}."
-        vec(p + "input_layernorm.weight", H)
-        vec(p + "post_attention_layernorm.weight", H)
-        lin(p + "self_attn.q_a_proj", c.q_lora_rank, H)
-        vec(p + "self_attn.q_a_layernorm.weight", c.q_lora_rank)
-        lin(p + "self_attn.q_b_proj", nh * qk, c.q_lora_rank)
-        lin(p + "self_attn.kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, H)
-        vec(p + "self_attn.kv_a_layernorm.weight", c.kv_lora_rank)
-        lin(p + "self_attn.kv_b_proj", nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank)
-        lin(p + "self_attn.o_proj", H, nh * c.v_head_dim)
-        if i < c.first_k_dense_replace:
-            for n, (r, k) in {"gate_proj": (c.intermediate_size, H), "up_proj": (
-                    c.intermediate_size, H), "down_proj": (H, c.intermediate_size)}.items():
-                lin(p + "mlp." + n, r, k)
-            continue
-        t[p + "mlp.gate.weight"] = (torch.randn(c.n_routed_experts, H, generator=gen) /
-                                    math.sqrt(H)).to(torch.bfloat16)
-        t[p + "mlp.gate.e_score_correction_bias"] = 0.01 * torch.randn(c.n_routed_experts,
-                                                                       generator=gen)
-        mi = c.moe_intermediate_size
-        for e in [f"experts.{j}." for j in range(c.n_routed_experts)] + ["shared_experts."]:
-            lin(p + "mlp." + e + "gate_proj", mi, H)
-            lin(p + "mlp." + e + "up_proj", mi, H)
-            lin(p + "mlp." + e + "down_proj", H, mi)
+        bench_layer(t, c, i, lin, vec, gen)
+    if mtp:   # drawn after every main tensor: the main model is the same with and without
+        bench_mtp(t, c, lin, vec, gen)
     save_file(t, os.path.join(d, "model.safetensors"))
     conf = c.to_dict()
     for k in ("_attn_implementation_autoset", "transformers_version", "dtype", "torch_dtype",
               "output_hidden_states", "use_cache", "_name_or_path"):
         conf.pop(k, None)
     conf.update(EXTRA)
-    conf["num_nextn_predict_layers"] = 0
+    conf["num_nextn_predict_layers"] = 1 if mtp else 0
     conf["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
                                    "quant_method": "fp8", "weight_block_size": [128, 128]}
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -414,11 +438,13 @@ def build_bench(d, seed=7):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench-model", help="write the larger random FP8 bench model here instead")
+    ap.add_argument("--mtp", action="store_true", help="with --bench-model: also a random MTP "
+                    "layer (layer 4, num_nextn_predict_layers 1), to time speculative decoding")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
                                                   "tiny_models"))
     a = ap.parse_args()
     if a.bench_model:
-        build_bench(a.bench_model)
+        build_bench(a.bench_model, mtp=a.mtp)
         return
     torch.set_num_threads(1)
     build(a.out, "bf16", BF16_CFG, fp8=False, seed=1234, seq_len=80, mtp=True, shards=1)

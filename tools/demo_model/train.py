@@ -90,9 +90,11 @@ MODEL_CONFIG = {
     "vocab_size": 1024,
 }
 
-# Projection weights the real checkpoint stores as FP8 with weight_scale_inv (suffixes of names).
+# Projection weights the real checkpoint stores as FP8 with weight_scale_inv (suffixes of names;
+# eh_proj is the MTP layer's, tools/demo_model/train_mtp.py).
 FP8_SUFFIXES = ("q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight", "kv_b_proj.weight",
-                "o_proj.weight", "gate_proj.weight", "up_proj.weight", "down_proj.weight")
+                "o_proj.weight", "gate_proj.weight", "up_proj.weight", "down_proj.weight",
+                "eh_proj.weight")
 
 HELDOUT_PER_LEVEL = {1: 2, 2: 2, 3: 2, 4: 2, 5: 2, 6: 2}   # drawn first, excluded from training
 EVAL_PER_LEVEL = 20                                         # larger set for per-level accuracy
@@ -340,7 +342,12 @@ def set_qat(model, on):
 
 def export_state(model):
     """The state dict in the real checkpoint's names, dtypes and per-expert layout."""
-    sd = model.state_dict()
+    return export_tensors(model.state_dict())
+
+
+def export_tensors(sd):
+    """Checkpoint-named fp32 tensors in the checkpoint's dtypes: FP8 projections with their
+    weight_scale_inv, F32 correction bias, BF16 elsewhere."""
     out = {}
     for name, t in sd.items():
         if "rotary_emb" in name:
@@ -358,12 +365,14 @@ def export_state(model):
 
 
 def dequantized_model(tensors, attn="sdpa"):
-    """An fp32 transformers model holding exactly the exported weights (FP8 dequantized)."""
+    """An fp32 transformers model holding exactly the exported weights (FP8 dequantized); an MTP
+    layer (index num_hidden_layers, not part of the transformers model) is left out."""
     from transformers import DeepseekV3ForCausalLM
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "trainer_bridge", "python"))
     from grpo_bridge.weights import dequantized_state_dict
-    sd = dequantized_state_dict(tensors)
+    mtp = f"model.layers.{MODEL_CONFIG['num_hidden_layers']}."
+    sd = dequantized_state_dict({k: v for k, v in tensors.items() if not k.startswith(mtp)})
     model = DeepseekV3ForCausalLM(hf_config(attn)).float()
     missing, unexpected = model.load_state_dict(sd, strict=False)
     missing = [m for m in missing if "rotary_emb" not in m]

@@ -340,8 +340,10 @@ def main():
         model, hist, secs = finetune(args, tok, exclude)
         tensors = train.export_state(model)
         save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-        for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        for f in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(root, "models", "demo", f), os.path.join(out_dir, f))
+        with open(os.path.join(out_dir, "config.json"), "w") as f:   # no MTP layer here
+            json.dump(dict(train.MODEL_CONFIG, num_nextn_predict_layers=0), f, indent=2)
         res.update(train_seconds=round(secs), final_loss=sum(hist[-25:]) / 25,
                    first_loss=sum(hist[:25]) / 25, load_start=load0, load_end=os.getloadavg(),
                    args={k: v for k, v in vars(args).items() if k not in ("root", "work")})

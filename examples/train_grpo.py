@@ -92,11 +92,27 @@ def fp8_checkpoint(model_dir):
     return out
 
 
-def export_weights(model, dtype, fp8=None):
+def mtp_tensors(model_dir, cfg):
+    """The checkpoint's multi-token-prediction layers (index num_hidden_layers and up), which the
+    transformers model does not hold: published unchanged with every version, so the engine's
+    speculative decoding keeps its draft module (it drafts for the policy as first trained; the
+    acceptance step keeps the samples exact whatever the drafts)."""
+    from safetensors import safe_open
+    first, out = int(cfg["num_hidden_layers"]), {}
+    with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
+        for k in f.keys():
+            parts = k.split(".")
+            if len(parts) > 2 and parts[:2] == ["model", "layers"] and int(parts[2]) >= first:
+                out[k] = f.get_tensor(k)
+    return out
+
+
+def export_weights(model, dtype, fp8=None, extra=None):
     """State dict as the engine loads it: parameters in the publish dtype (BF16 or F32), the
     router's e_score_correction_bias in F32 (as DeepSeek-V3 stores it), no rotary buffers. fp8
-    ({name: (E4M3 weight, weight_scale_inv)}): those matrices in the checkpoint's FP8 format."""
-    out = {}
+    ({name: (E4M3 weight, weight_scale_inv)}): those matrices in the checkpoint's FP8 format.
+    extra: tensors published as they are (the MTP layers)."""
+    out = dict(extra or {})
     for name, t in model.state_dict().items():
         if "rotary_emb" in name:
             continue
@@ -199,6 +215,7 @@ class Trainer:
                       "fp8": torch.bfloat16}[args.publish_dtype]
         # the FP8 matrices' E4M3 weights and scales as last published (version 0: the file's)
         self.fp8 = fp8_checkpoint(args.model) if args.publish_dtype == "fp8" else None
+        self.extra = mtp_tensors(args.model, self.cfg)
         named = [(n, p) for n, p in self.model.named_parameters()
                  if args.trainable is None or re.search(args.trainable, n)]
         if not named:
@@ -346,7 +363,7 @@ class Trainer:
         """Sends the model's weights as the next version; returns (version, sha256)."""
         self.version += 1
         t0 = time.time()
-        w = export_weights(self.model, self.dtype, self.fp8)
+        w = export_weights(self.model, self.dtype, self.fp8, self.extra)
         wdir = os.path.join(self.a.out_dir, "weights")
         os.makedirs(wdir, exist_ok=True)
         mode = {"full": False, "delta": "always", "auto": True}[self.a.publish_format]
@@ -468,7 +485,7 @@ def main():
         if pending:                         # a last partial step: acknowledged, not trained on
             for b in pending:
                 client.ack(b)
-    final = export_weights(tr.model, tr.dtype, tr.fp8)
+    final = export_weights(tr.model, tr.dtype, tr.fp8, tr.extra)
     save_model_dir(args.model, final, os.path.join(args.out_dir, "final"))
     summary = {"steps": tr.steps, "batches": n_batches, "last_version": tr.version,
                "wall_s": time.time() - t_start}

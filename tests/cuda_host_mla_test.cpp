@@ -95,22 +95,25 @@ frand(void)
 }
 
 static void
-run_case(int B, int H, int dc, int dr, const int32_t *len)
+run_case(int B, int H, int dc, int dr, const int32_t *len, int cap)
 {
     int row = dc + dr, stride = 2 * row, maxp = 1, page_len = 64;
     for (int b = 0; b < B; b++)
         maxp = (len[b] + 63) / 64 > maxp ? (len[b] + 63) / 64 : maxp;
+    /* the table is as wide as the capacity; pages past the live lengths are never read */
+    int tabp = cap > 0 ? (cap + 63) / 64 : maxp;
     /* page pool; every sequence's first two pages are the shared prompt's; layer 1 of 2 */
     std::vector<std::vector<float>> pool((size_t)B * maxp, std::vector<float>((size_t)64 * stride));
     for (auto &pg : pool)
         for (auto &v : pg)
             v = frand();
-    std::vector<const float *> ptab((size_t)B * maxp);
+    std::vector<const float *> ptab((size_t)B * tabp);
     std::vector<const float *const *> pages_of(B);
     for (int b = 0; b < B; b++) {
-        for (int i = 0; i < maxp; i++)
-            ptab[(size_t)b * maxp + i] = pool[i < 2 ? i : (size_t)b * maxp + i].data() + row;
-        pages_of[b] = &ptab[(size_t)b * maxp];
+        for (int i = 0; i < tabp; i++)
+            ptab[(size_t)b * tabp + i] =
+                i < maxp ? pool[i < 2 ? i : (size_t)b * maxp + i].data() + row : NULL;
+        pages_of[b] = &ptab[(size_t)b * tabp];
     }
     std::vector<float> ql((size_t)B * H * dc), qr((size_t)B * H * dr);
     for (auto &v : ql)
@@ -128,10 +131,14 @@ run_case(int B, int H, int dc, int dr, const int32_t *len)
     grpo_kernels_destroy(cpu);
 
     launch L;
-    L.B = B, L.H = H, L.dc = dc, L.dr = dr, L.max_pages = maxp, L.page_len = page_len;
+    L.B = B, L.H = H, L.dc = dc, L.dr = dr, L.max_pages = tabp, L.page_len = page_len;
     L.row_stride = stride, L.chunk = grpo_cuda_mla_chunk(0), L.nsm = 1;
     for (int b = 0; b < B; b++)
         L.nsm = grpo_cuda_mla_nsplit(len[b]) > L.nsm ? grpo_cuda_mla_nsplit(len[b]) : L.nsm;
+    if (cap > 0) { /* captured: the plan frozen from the capacity, not from these lengths */
+        grpo_cuda_mla_plan pl = grpo_cuda_mla_plan_for(cap);
+        L.chunk = pl.chunk, L.nsm = pl.nsm;
+    }
     L.ql = ql.data(), L.qr = qr.data(), L.ptab = ptab.data(), L.len = len, L.scale = scale;
     std::vector<float> part((size_t)B * H * L.nsm * (2 + dc), NAN);
     std::vector<float> smem((size_t)mla_decode_smem_floats(dc, dr)), wbuf(MLA_NT);
@@ -159,8 +166,9 @@ run_case(int B, int H, int dc, int dr, const int32_t *len)
         md = d > md || isnan(d) ? d : md;
         mr = fabs((double)ref[i]) > mr ? fabs((double)ref[i]) : mr;
     }
-    printf("    B=%d H=%d dc=%d dr=%d splits=%d: max |gpu body - cpu| / max |cpu| = %.3g\n", B, H,
-           dc, dr, L.nsm, md / mr);
+    printf("    B=%d H=%d dc=%d dr=%d cap=%d chunk=%d splits=%d: max |gpu body - cpu| / max |cpu| "
+           "= %.3g\n",
+           B, H, dc, dr, cap, L.chunk, L.nsm, md / mr);
     assert_true(md / mr <= 2e-5);
 }
 
@@ -169,16 +177,56 @@ decode_matches_cpu(void **state)
 {
     (void)state;
     const int32_t a[] = {1, 65, 600, 1100};
-    run_case(4, 20, 64, 16, a); /* 2 head groups, the second partial; up to 3 splits */
+    run_case(4, 20, 64, 16, a, 0); /* 2 head groups, the second partial; up to 3 splits */
     const int32_t c[] = {70, 513};
-    run_case(2, 16, 512, 64, c); /* V3 widths, a split boundary at 512 */
+    run_case(2, 16, 512, 64, c, 0); /* V3 widths, a split boundary at 512 */
     const int32_t d[] = {0, 3};
-    run_case(2, 5, 32, 8, d); /* an empty sequence gives zeros, as the CPU */
+    run_case(2, 5, 32, 8, d, 0); /* an empty sequence gives zeros, as the CPU */
+}
+
+/* A captured decode replayed at other lengths: the grid and the combine use the plan made from
+ * the capacity, whatever the live lengths (here far shorter, and different from the ones a
+ * capture would have seen); past the clamp the chunk grows and the result still matches. */
+static void
+captured_plan_matches_cpu(void **state)
+{
+    (void)state;
+    const int32_t a[] = {1, 513, 1100, 2048};
+    run_case(4, 20, 64, 16, a, 2048); /* chunk 512, 4 splits frozen; lengths 1 .. cap */
+    const int32_t b[] = {0, 577, 1300};
+    run_case(3, 16, 32, 8, b, 40000); /* clamped: 64 splits of 640 positions */
+}
+
+/* The combine reads no partial its grid did not write: with nsm = 2 frozen and a length that
+ * would need 5 chunks, the unwritten slots (NaN here, as on a device they hold another head's
+ * partials or garbage) are never touched. */
+static void
+combine_reads_only_frozen_splits(void **state)
+{
+    (void)state;
+    const int H = 2, dc = 3, nsm = 2, chunk = 64;
+    const int32_t len[] = {300};
+    std::vector<float> part((size_t)H * nsm * (2 + dc), NAN), ol((size_t)H * dc, NAN);
+    for (int h = 0; h < H; h++)
+        for (int s = 0; s < nsm; s++) {
+            float *pp = &part[((size_t)h * nsm + s) * (2 + dc)];
+            pp[0] = 0.5f * (float)s, pp[1] = 2.0f;
+            for (int d = 0; d < dc; d++)
+                pp[2 + d] = (float)(d + 1) * (s ? 3.0f : 1.0f);
+        }
+    part[(size_t)1 * nsm * (2 + dc)] = NAN; /* head 1's first split: must reach only head 1 */
+    mla_combine_one(0, 1, 0, 0, H, dc, len, chunk, nsm, part.data(), ol.data());
+    /* head 0: M = 0.5, l = 2 e^-0.5 + 2, out_d = ((d+1) e^-0.5 + 3 (d+1)) / l */
+    double e = exp(-0.5), l = 2 * e + 2;
+    for (int d = 0; d < dc; d++)
+        assert_float_equal(ol[d], ((d + 1) * e + 3.0 * (d + 1)) / l, 1e-6);
 }
 
 int
 main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(decode_matches_cpu)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(decode_matches_cpu),
+                                       cmocka_unit_test(captured_plan_matches_cpu),
+                                       cmocka_unit_test(combine_reads_only_frozen_splits)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

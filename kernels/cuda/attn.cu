@@ -1,9 +1,10 @@
 /* CUDA MLA attention, the twins of kernels/cpu/attn.c.
  *   Decode (absorbed form): grid (sequence, group of HG heads, split of the positions); each block
  *   streams its chunk of cache rows through shared memory a tile of TJ positions at a time, with an
- *   online softmax per head; a combine kernel merges the splits in split order. The split depends
- *   only on the sequence length (plan.c), so results do not depend on the batch. The G samples of
- *   a group point at the same prompt pages, which the blocks then read through L2.
+ *   online softmax per head; a combine kernel merges the splits in split order. The chunk is fixed
+ *   per call (plan.h), so results do not depend on the batch; the captured variant freezes its
+ *   split plan from the capacity, so a replay at other lengths reads only partials its grid wrote.
+ *   The G samples of a group point at the same prompt pages, which the blocks then read via L2.
  *   Prefill (naive form): one block per (query, head), tiles of 256 keys, online softmax. */
 #include "kernels/cuda/cuda_int.cuh"
 #include "kernels/cuda/mla_body.h"
@@ -54,22 +55,22 @@ mla_combine_k(int H, int dc, const int32_t *len, int chunk, int nsm, const float
 
 static grpo_err
 decode_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
-              const float *const *d_ptab, int max_pages, const int32_t *d_len, int nsm,
-              int page_len, int row_stride, float scale, float *ol)
+              const float *const *d_ptab, int max_pages, const int32_t *d_len,
+              grpo_cuda_mla_plan pl, int page_len, int row_stride, float scale, float *ol)
 {
-    int chunk = grpo_cuda_mla_chunk(0);
-    grpo_err err = grpo_cu__reserve(&s->ws[1], (size_t)B * H * nsm * (2 + dc) * sizeof(float));
+    grpo_err err =
+        grpo_cu__reserve(&s->ws[1], (size_t)B * H * pl.nsm * (2 + dc) * sizeof(float));
     if (err != GRPO_OK)
         return err;
     size_t smem = (size_t)mla_decode_smem_floats(dc, dr) * sizeof(float);
     CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)smem));
-    dim3 grid((unsigned)B, cu_blocks((size_t)H, MLA_HG), (unsigned)nsm);
+    dim3 grid((unsigned)B, cu_blocks((size_t)H, MLA_HG), (unsigned)pl.nsm);
     mla_decode_k<<<grid, MLA_NT, smem, s->stream>>>(H, dc, dr, ql, qr, d_ptab, max_pages, d_len,
-                                                 page_len, row_stride, scale, chunk, nsm,
+                                                 page_len, row_stride, scale, pl.chunk, pl.nsm,
                                                  (float *)s->ws[1].d);
     CU_LAUNCHED();
-    mla_combine_k<<<B * H, 128, 0, s->stream>>>(H, dc, d_len, chunk, nsm,
+    mla_combine_k<<<B * H, 128, 0, s->stream>>>(H, dc, d_len, pl.chunk, pl.nsm,
                                                 (const float *)s->ws[1].d, ol);
     CU_LAUNCHED();
     return GRPO_OK;
@@ -84,30 +85,33 @@ grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const float *ql, 
         return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla decode: latent width %d > 512", dc);
     if (B <= 0 || H <= 0)
         return GRPO_OK;
-    int nsm = 1;
+    /* not capturable (host lengths): the fixed chunk, as many splits as the longest sequence */
+    grpo_cuda_mla_plan pl = {GRPO_CUDA_MLA_CHUNK, 1};
     for (int b = 0; b < B; b++)
-        nsm = max(nsm, grpo_cuda_mla_nsplit(len[b]));
+        pl.nsm = max(pl.nsm, grpo_cuda_mla_nsplit(len[b]));
     grpo_err err = grpo_cu__reserve(&s->ws[2], (size_t)B * sizeof(int32_t));
     if (err != GRPO_OK)
         return err;
     CU_TRY(cudaMemcpyAsync(s->ws[2].d, len, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
                            s->stream));
     return decode_launch(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, (const int32_t *)s->ws[2].d,
-                         nsm, page_len, row_stride, scale, ol);
+                         pl, page_len, row_stride, scale, ol);
 }
 
 extern "C" grpo_err
 grpo_cuda_mla_decode_dev(grpo_kernels *k, int B, int H, int dc, int dr, const float *d_ql,
                          const float *d_qr, const float *const *d_ptab, int max_pages,
-                         const int32_t *d_len, int max_len, int page_len, int row_stride,
+                         const int32_t *d_len, int cap, int page_len, int row_stride,
                          float scale, float *d_ol)
 {
     if (dc > 512)
         return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla decode: latent width %d > 512", dc);
     if (B <= 0 || H <= 0)
         return GRPO_OK;
-    return decode_launch(cu_of(k), B, H, dc, dr, d_ql, d_qr, d_ptab, max_pages, d_len,
-                         grpo_cuda_mla_nsplit(max_len), page_len, row_stride, scale, d_ol);
+    int64_t table = (int64_t)max_pages * page_len;
+    grpo_cuda_mla_plan pl = grpo_cuda_mla_plan_for(cap > 0 && cap < table ? cap : table);
+    return decode_launch(cu_of(k), B, H, dc, dr, d_ql, d_qr, d_ptab, max_pages, d_len, pl,
+                         page_len, row_stride, scale, d_ol);
 }
 
 extern "C" grpo_err

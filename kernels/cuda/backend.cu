@@ -90,6 +90,25 @@ grpo_cuda_d2h(void *h, const void *d, size_t n)
 }
 
 extern "C" grpo_err
+grpo_cuda_fp8_scales_upload(float **d, const float *h_grid, int rows, int cols, int32_t *ld)
+{
+    *d = NULL;
+    *ld = (int32_t)grpo_cuda_wscale_ld((int64_t)cols * GRPO_CUDA_QBLK);
+    size_t n = (size_t)(rows > 0 ? rows : 0) * (size_t)*ld * sizeof(float);
+    float *pad = (float *)malloc(n ? n : 1);
+    if (pad == NULL)
+        return grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+    grpo_cuda_wscale_pad(h_grid, rows, cols, pad);
+    grpo_err err = grpo_cuda_malloc((void **)d, n);
+    if (err == GRPO_OK && (err = grpo_cuda_h2d(*d, pad, n)) != GRPO_OK) {
+        grpo_cuda_free(*d);
+        *d = NULL;
+    }
+    free(pad);
+    return err;
+}
+
+extern "C" grpo_err
 grpo_cuda_sync(void)
 {
     CU_TRY(cudaDeviceSynchronize());
@@ -132,15 +151,20 @@ stage_out(cu_state *s, int slot, void *h, size_t n, grpo_err *err)
         *err = grpo_cu__err(e, "stage out");
 }
 
-/* The device copy of a long-lived host range (weights, norms, biases), uploaded once. */
+/* The cached device copy of host range h of at least n bytes, or NULL. */
 static const void *
-cached(cu_state *s, const void *h, size_t n, grpo_err *err)
+cache_find(cu_state *s, const void *h, size_t n)
 {
-    if (*err != GRPO_OK || h == NULL)
-        return NULL;
     for (int i = 0; i < s->n_cache; i++)
         if (s->cache[i].h == h && s->cache[i].n >= n)
             return s->cache[i].d;
+    return NULL;
+}
+
+/* Uploads n bytes at src as the copy of host range h (src is h, or a repacked copy of it). */
+static const void *
+cache_add(cu_state *s, const void *h, const void *src, size_t n, grpo_err *err)
+{
     if (s->n_cache == s->cap_cache) {
         int cap = s->cap_cache ? 2 * s->cap_cache : 64;
         cu_cached *c = (cu_cached *)realloc(s->cache, (size_t)cap * sizeof *c);
@@ -153,7 +177,7 @@ cached(cu_state *s, const void *h, size_t n, grpo_err *err)
     void *d = NULL;
     cudaError_t e = cudaMalloc(&d, n ? n : 1);
     if (e == cudaSuccess)
-        e = cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+        e = cudaMemcpy(d, src, n, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
         cudaFree(d);
         *err = grpo_cu__err(e, "upload weights");
@@ -163,15 +187,52 @@ cached(cu_state *s, const void *h, size_t n, grpo_err *err)
     return d;
 }
 
+/* The device copy of a long-lived host range (weights, norms, biases), uploaded once. */
+static const void *
+cached(cu_state *s, const void *h, size_t n, grpo_err *err)
+{
+    if (*err != GRPO_OK || h == NULL)
+        return NULL;
+    const void *d = cache_find(s, h, n);
+    return d != NULL ? d : cache_add(s, h, h, n, err);
+}
+
+/* An FP8 weight's 128 x 128 scale grid, uploaded once with its rows padded to
+ * grpo_cuda_wscale_ld(K) floats (the layout cuBLASLt's BLK128x128 mode reads, plan.h); the
+ * view's scale_cols becomes that row stride. Keyed by the host grid, padded sizes only. */
+static const float *
+cached_scales(cu_state *s, const grpo_kw *w, int32_t *ld, grpo_err *err)
+{
+    size_t grows = (size_t)(w->row0 + w->rows + w->br - 1) / (size_t)w->br;
+    *ld = w->scale_cols;
+    if (w->br != 128 || w->bc != 128 || w->scale_cols != (w->cols + 127) / 128 ||
+        grpo_cuda_wscale_ld(w->cols) == w->scale_cols)
+        return (const float *)cached(s, w->scale, grows * w->scale_cols * sizeof(float), err);
+    if (*err != GRPO_OK || w->scale == NULL)
+        return NULL;
+    *ld = (int32_t)grpo_cuda_wscale_ld(w->cols);
+    size_t n = grows * (size_t)*ld * sizeof(float);
+    const void *d = cache_find(s, w->scale, n);
+    if (d != NULL)
+        return (const float *)d;
+    float *pad = (float *)malloc(n ? n : 1);
+    if (pad == NULL) {
+        *err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+        return NULL;
+    }
+    grpo_cuda_wscale_pad(w->scale, (int64_t)grows, w->scale_cols, pad);
+    d = cache_add(s, w->scale, pad, n, err);
+    free(pad);
+    return (const float *)d;
+}
+
 static grpo_kw
 stage_kw(cu_state *s, const grpo_kw *w, grpo_err *err)
 {
     grpo_kw d = *w;
     d.data = cached(s, w->data, (size_t)w->rows * w->cols * grpo_dtype_size(w->dt), err);
-    if (w->dt == GRPO_DT_F8E4M3) {
-        size_t grows = (size_t)(w->row0 + w->rows + w->br - 1) / (size_t)w->br;
-        d.scale = (const float *)cached(s, w->scale, grows * w->scale_cols * sizeof(float), err);
-    }
+    if (w->dt == GRPO_DT_F8E4M3)
+        d.scale = cached_scales(s, w, &d.scale_cols, err);
     return d;
 }
 

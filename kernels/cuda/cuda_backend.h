@@ -67,6 +67,12 @@ void grpo_cuda_free(void *d);
 grpo_err grpo_cuda_h2d(void *d, const void *h, size_t n);
 grpo_err grpo_cuda_d2h(void *h, const void *d, size_t n);
 grpo_err grpo_cuda_sync(void);
+/* Uploads an FP8 weight's 128 x 128 scale grid h_grid (rows, cols) as the GEMMs want it: rows
+ * padded to *ld = grpo_cuda_wscale_ld(cols * 128) floats (plan.h); set the weight's scale_cols to
+ * *ld. The caller frees *d with grpo_cuda_free. A weight whose grid keeps the checkpoint's rows
+ * (scale_cols = cols) still runs, on the generic kernel, when cols is not a multiple of 4. */
+grpo_err grpo_cuda_fp8_scales_upload(float **d, const float *h_grid, int rows, int cols,
+                                     int32_t *ld);
 
 /* ---- Direct device APIs (device pointers), on the table's stream ---- */
 
@@ -75,7 +81,9 @@ grpo_err grpo_cuda_sync(void);
 grpo_err grpo_cuda_quant_fp8(grpo_kernels *k, int M, int K, const float *d_x, int ldx, void *d_q,
                              float *d_scale);
 /* y (M, N) fp32 = dequant(q, xs) . dequant(w, ws)^T through cuBLASLt (VEC128_32F x
- * BLK128x128_32F scales); w (N, K) E4M3 row-major with scale grid (ceil(N/128), ceil(K/128)). */
+ * BLK128x128_32F scales); w (N, K) E4M3 row-major with scale grid (ceil(N/128), ceil(K/128)) in
+ * rows of grpo_cuda_wscale_ld(K) floats (grpo_cuda_fp8_scales_upload); M a multiple of 4 (the op
+ * table's gemm pads other M itself, plan.h). */
 grpo_err grpo_cuda_gemm_fp8(grpo_kernels *k, int M, int N, int K, const void *d_q,
                             const float *d_xs, const void *d_w, const float *d_ws, float *d_y,
                             int ldy);
@@ -126,12 +134,14 @@ grpo_err grpo_cuda_mla_decode(grpo_kernels *k, int B, int H, int dc, int dr, con
                               float *d_ol);
 
 /* ---- Capture-safe variants (no host round trip, no allocation once warm): for CUDA graphs ----
- * The decode attention with lengths already on the device (max_len bounds every length), and the
- * grouped expert GEMM reading a device table of E weights made once by grpo_cuda_moe_table
- * (free it with grpo_cuda_free). */
+ * The decode attention with lengths already on the device: cap is the capacity, the most
+ * positions any sequence reaches at capture and at every replay (at most max_pages * page_len,
+ * which is used when cap is larger or <= 0); the split plan is frozen from it
+ * (grpo_cuda_mla_plan_for in plan.h), never from live lengths. The grouped expert GEMM reads a
+ * device table of E weights made once by grpo_cuda_moe_table (free it with grpo_cuda_free). */
 grpo_err grpo_cuda_mla_decode_dev(grpo_kernels *k, int B, int H, int dc, int dr, const float *d_ql,
                                   const float *d_qr, const float *const *d_ptab, int max_pages,
-                                  const int32_t *d_len, int max_len, int page_len, int row_stride,
+                                  const int32_t *d_len, int cap, int page_len, int row_stride,
                                   float scale, float *d_ol);
 grpo_err grpo_cuda_moe_table(void **d_table, int E, const grpo_kw *w_of);
 grpo_err grpo_cuda_moe_gemm_dev(grpo_kernels *k, int E, int rows_max, const int32_t *d_offs,

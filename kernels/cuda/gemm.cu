@@ -123,8 +123,26 @@ grpo_cuda_moe_gemm_dev(grpo_kernels *k, int E, int rows_max, const int32_t *d_of
 
 #define LT_WS (32u << 20)
 
+/* The alignments cuBLASLt may assume (its default is 256 bytes for every matrix): those of the
+ * real pointers, so no algorithm that needs more is picked. */
+static cublasStatus_t
+lt_align(cublasLtMatmulPreference_t pref, const void *a, const void *b, const void *d)
+{
+    const void *ptr[4] = {a, b, d, d};
+    const cublasLtMatmulPreferenceAttributes_t at[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uint32_t al = grpo_cuda_ptr_align(ptr[i]);
+        cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, at[i], &al, sizeof al);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 /* y^T (N, M) col-major = W (K, N col-major)^T . x^T (K, M col-major): cuBLASLt's TN layout,
- * the one FP8 needs on sm_90. */
+ * the one FP8 needs on sm_90. For FP8, M is a multiple of 4 and ws's rows are padded (plan.h). */
 static grpo_err
 lt_run(cu_state *s, cudaDataType_t in, int M, int N, int K, const void *x, const float *xs,
        const void *w, const float *ws, float *y, int ldy)
@@ -167,6 +185,7 @@ lt_run(cu_state *s, cudaDataType_t in, int M, int N, int K, const void *x, const
     LT(cublasLtMatmulPreferenceCreate(&pref));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz,
                                             sizeof wsz));
+    LT(lt_align(pref, w, x, y));
     /* INVALID_VALUE / NOT_SUPPORTED from the heuristic: this shape is not for cuBLASLt (the caller
      * falls back to the generic kernel), not a failure of the run */
     st = cublasLtMatmulAlgoGetHeuristic(s->lt, op, la, lb, ld, ld, pref, 1, &heur, &found);
@@ -220,28 +239,53 @@ to_bf16_k(int M, int K, const float *x, int ldx, __nv_bfloat16 *q)
         q[t] = __float2bfloat16_rn(x[t / K * ldx + t % K]);
 }
 
-/* The op table's GEMM: the fast path when the policy and the shapes allow it, else generic. */
+/* FP8 through cuBLASLt with M padded to a multiple of 4 (plan.h): x quantized into scratch with
+ * zero pad rows (and zero pad scales), the output into scratch when padded, its first M rows then
+ * copied to y. GRPO_EUNSUPPORTED when cuBLASLt has no algorithm (the caller falls back). */
+static grpo_err
+fp8_run(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
+{
+    int N = w->rows, K = w->cols;
+    grpo_cuda_fp8_plan p;
+    grpo_cuda_fp8_plan_make(&p, M, N, K);
+    grpo_err err = grpo_cu__reserve(&s->ws[0], p.total);
+    if (err != GRPO_OK)
+        return err;
+    uint8_t *base = (uint8_t *)s->ws[0].d, *q = base + p.q_off;
+    float *xs = (float *)(base + p.xs_off), *yp = p.y_bytes ? (float *)(base + p.y_off) : y;
+    if (p.Mp != M) {
+        CU_TRY(cudaMemsetAsync(q + (size_t)M * K, 0, (size_t)(p.Mp - M) * K, s->stream));
+        CU_TRY(cudaMemset2DAsync(xs + M, (size_t)p.Mp * sizeof(float), 0,
+                                 (size_t)(p.Mp - M) * sizeof(float), (size_t)p.kb, s->stream));
+    }
+    grpo_kernels kk;
+    memset(&kk, 0, sizeof kk);
+    kk.impl = s;
+    if ((err = grpo_cuda_quant_fp8(&kk, M, K, x, ldx, q, xs)) != GRPO_OK)
+        return err;
+    const float *wsc = w->scale + (size_t)(w->row0 / 128) * w->scale_cols;
+    err = lt_run(s, CUDA_R_8F_E4M3, (int)p.Mp, N, K, q, xs, w->data, wsc, yp,
+                 p.y_bytes ? N : ldy);
+    if (err != GRPO_OK || yp == y)
+        return err;
+    CU_TRY(cudaMemcpy2DAsync(y, (size_t)ldy * sizeof(float), yp, (size_t)N * sizeof(float),
+                             (size_t)N * sizeof(float), (size_t)M, cudaMemcpyDeviceToDevice,
+                             s->stream));
+    return GRPO_OK;
+}
+
+/* The op table's GEMM: the fast path when the policy and the shapes allow it, else generic. An FP8
+ * weight takes cuBLASLt only with its scale grid in the padded layout (scale_cols =
+ * grpo_cuda_wscale_ld(K), as the staged upload and grpo_cuda_fp8_scales_upload make it). */
 grpo_err
 grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
 {
     int N = w->rows, K = w->cols;
     int aligned = M > 0 && K % 16 == 0 && N % 16 == 0 && ldy % 4 == 0;
     if (s->policy == GRPO_CUDA_GEMM_FAST && aligned && grpo_cuda_fp8_lt_shape_ok(M, N, K) &&
-        w->dt == GRPO_DT_F8E4M3 && w->br == 128 &&
-        w->bc == 128 && w->row0 % 128 == 0 && w->scale_cols == (K + 127) / 128) {
-        size_t qb = ((size_t)M * K + 255) / 256 * 256;
-        grpo_err err = grpo_cu__reserve(&s->ws[0], grpo_cuda_fp8_workspace(M, K));
-        if (err != GRPO_OK)
-            return err;
-        uint8_t *q = (uint8_t *)s->ws[0].d;
-        float *xs = (float *)(q + qb);
-        grpo_kernels kk;
-        memset(&kk, 0, sizeof kk);
-        kk.impl = s;
-        if ((err = grpo_cuda_quant_fp8(&kk, M, K, x, ldx, q, xs)) != GRPO_OK)
-            return err;
-        const float *wsc = w->scale + (size_t)(w->row0 / 128) * w->scale_cols;
-        err = lt_run(s, CUDA_R_8F_E4M3, M, N, K, q, xs, w->data, wsc, y, ldy);
+        w->dt == GRPO_DT_F8E4M3 && w->br == 128 && w->bc == 128 && w->row0 % 128 == 0 &&
+        w->scale_cols == grpo_cuda_wscale_ld(K)) {
+        grpo_err err = fp8_run(s, M, x, ldx, w, y, ldy);
         if (err != GRPO_EUNSUPPORTED) {
             s->n_lt += err == GRPO_OK;
             return err;

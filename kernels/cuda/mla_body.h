@@ -138,13 +138,15 @@ mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const 
     }
 }
 
-/* Output of (b, h): the splits merged in split order; threads stride over the dc outputs. */
+/* Output of (b, h): the splits merged in split order; threads stride over the dc outputs. Only
+ * the splits the decode grid (nsm of them, frozen with chunk when captured) wrote are read, even
+ * when a length has outgrown nsm * chunk. */
 MB_FN void
 mla_combine_one(int t, int nt, int b, int h, int H, int dc, const int32_t *len, int chunk, int nsm,
                 const float *part, float *ol)
 {
     int L = len[b];
-    int ns = L <= 0 ? 1 : (L + chunk - 1) / chunk;
+    int ns = mb_min(L <= 0 ? 1 : (int)((L + (int64_t)chunk - 1) / chunk), nsm);
     const float *pp = part + ((size_t)b * H + h) * nsm * (2 + dc);
     float M = -INFINITY;
     for (int s = 0; s < ns; s++)

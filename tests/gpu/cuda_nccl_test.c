@@ -24,10 +24,10 @@ val(int rank, int pair, int c)
 }
 
 static int
-rank_main(const char *id_path, int rank, int R)
+rank_main(const char *id_path, uint64_t nonce, int rank, int R)
 {
     grpo_ep *ep = NULL;
-    GT_OK(grpo_ep_create(&ep, id_path, rank, R, rank, 60000));
+    GT_OK(grpo_ep_create(&ep, id_path, nonce, rank, R, rank, 60000));
     /* broadcast */
     float hb[256], got[256];
     for (int i = 0; i < 256; i++)
@@ -89,8 +89,8 @@ rank_main(const char *id_path, int rank, int R)
 int
 main(int argc, char **argv)
 {
-    if (argc == 7 && strcmp(argv[1], "--rank") == 0) /* a child rank */
-        return rank_main(argv[6], atoi(argv[2]), atoi(argv[4]));
+    if (argc == 9 && strcmp(argv[1], "--rank") == 0) /* a child rank */
+        return rank_main(argv[8], strtoull(argv[6], NULL, 16), atoi(argv[2]), atoi(argv[4]));
     gt_init("cuda_nccl_test");
     int R = grpo_cuda_device_count();
     R = R > 8 ? 8 : R;
@@ -98,13 +98,18 @@ main(int argc, char **argv)
     if (mkdtemp(dir) == NULL)
         return 1;
     snprintf(path, sizeof path, "%s/id", dir);
+    uint64_t nonce = 0;
+    char nonce_s[24];
+    GT_OK(grpo_nccl_nonce_new(&nonce));
+    snprintf(nonce_s, sizeof nonce_s, "%016llx", (unsigned long long)nonce);
     pid_t pids[8];
     for (int r = 0; r < R; r++) {
         char rs[16], ns[16];
         snprintf(rs, sizeof rs, "%d", r);
         snprintf(ns, sizeof ns, "%d", R);
         if ((pids[r] = fork()) == 0) {
-            execl("/proc/self/exe", argv[0], "--rank", rs, "--nranks", ns, path, (char *)NULL);
+            execl("/proc/self/exe", argv[0], "--rank", rs, "--nranks", ns, "--nonce", nonce_s, path,
+                  (char *)NULL);
             _exit(127);
         }
     }

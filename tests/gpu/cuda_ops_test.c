@@ -42,10 +42,12 @@ wt_make(wt *w, grpo_dtype dt, int rows, int cols)
         for (int i = 0; i < sr * sc; i++)
             w->hs[i] = (1.5f + gt_frand()) * 1e-3f;
         w->h.scale = w->hs, w->h.br = 128, w->h.bc = 128, w->h.scale_cols = sc;
-        w->ds = gt_up(w->hs, (size_t)sr * sc * sizeof(float));
     }
     w->dd = gt_up(w->hd, n * es);
     w->d = w->h;
+    if (dt == GRPO_DT_F8E4M3) /* the device grid in the padded rows the FP8 GEMMs read */
+        GT_OK(grpo_cuda_fp8_scales_upload(&w->ds, w->hs, (rows + 127) / 128, (cols + 127) / 128,
+                                          &w->d.scale_cols));
     w->d.data = w->dd, w->d.scale = w->ds;
 }
 

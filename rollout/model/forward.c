@@ -565,7 +565,7 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
 
 static grpo_err
 forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, float *logits, int all,
-        void *const *routes, float *hidden)
+        const int32_t *tail, void *const *routes, float *hidden)
 {
     if (m == NULL || kv == NULL || items == NULL || logits == NULL || n_items <= 0)
         return grpo__fail(GRPO_EINVAL, "model: forward needs a model, a KV pool and items");
@@ -613,10 +613,12 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
     }
     if (hidden != NULL) /* row-wise: the logits rows below get these same bits */
         m->k->rmsnorm(m->k, T, s.h, H, m->final_norm, H, c->rms_norm_eps, hidden, H);
-    int R = all ? T : n_items; /* rows that get logits */
-    for (int i = 0; i < R; i++) {
-        int t = all ? i : t0_of[i] + items[i].n - 1;
-        memcpy(s.x + (size_t)i * H, s.h + (size_t)t * H, (size_t)H * sizeof(float));
+    int R = 0; /* rows that get logits: every position (all), the last tail[i], or the last */
+    for (int i = 0; i < n_items; i++) {
+        int nr = all ? items[i].n : tail != NULL ? tail[i] : 1;
+        for (int j = items[i].n - nr; j < items[i].n; j++, R++)
+            memcpy(s.x + (size_t)R * H, s.h + (size_t)(t0_of[i] + j) * H,
+                   (size_t)H * sizeof(float));
     }
     m->k->rmsnorm(m->k, R, s.x, H, m->final_norm, H, c->rms_norm_eps, s.x, H);
     if (m->debug_hidden != NULL)
@@ -634,28 +636,39 @@ grpo_err
 grpo_model_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                    float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 0, NULL, NULL);
+    return forward(m, kv, items, n_items, logits, 0, NULL, NULL, NULL);
 }
 
 grpo_err
 grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                        float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 1, NULL, NULL);
+    return forward(m, kv, items, n_items, logits, 1, NULL, NULL, NULL);
 }
 
 grpo_err
 grpo_model_forward_routes(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                           float *logits, void *const *routes)
 {
-    return forward(m, kv, items, n_items, logits, 0, routes, NULL);
+    return forward(m, kv, items, n_items, logits, 0, NULL, routes, NULL);
 }
 
 grpo_err
 grpo_model_forward_hidden(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                           int all, float *logits, float *hidden)
 {
-    return forward(m, kv, items, n_items, logits, all != 0, NULL, hidden);
+    return forward(m, kv, items, n_items, logits, all != 0, NULL, NULL, hidden);
+}
+
+grpo_err
+grpo_model__forward_spec(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                         const int32_t *tail, float *logits, void *const *routes, float *hidden)
+{
+    for (int i = 0; tail != NULL && i < n_items; i++)
+        if (tail[i] < 1 || tail[i] > items[i].n)
+            return grpo__fail(GRPO_EINVAL, "model: item %d wants %d logits rows of %d", i, tail[i],
+                              items[i].n);
+    return forward(m, kv, items, n_items, logits, 0, tail, routes, hidden);
 }
 
 /* ---- multi-token prediction (the MTP module at layer num_hidden_layers) ---- */
@@ -677,7 +690,7 @@ mtp_input(grpo_model *m, const float *hidden, float *cat, scratch *s)
 /* The MTP decoder layer over its one-layer pool, then shared_head.norm and shared_head.head. */
 static grpo_err
 mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
-               const int32_t *t0_of, int all, float *logits, scratch *s)
+               const int32_t *t0_of, int all, float *logits, float *hidden_out, scratch *s)
 {
     const grpo_model_config *c = &m->cfg;
     const grpo_layer_w *l = &m->mtp->layer;
@@ -698,6 +711,8 @@ mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_ite
         memcpy(s->x + (size_t)i * H, s->h + (size_t)t * H, (size_t)H * sizeof(float));
     }
     m->k->rmsnorm(m->k, R, s->x, H, m->mtp->head_norm, H, c->rms_norm_eps, s->x, H);
+    if (hidden_out != NULL) /* the chained draft's h: shared_head.norm's output, as SGLang */
+        memcpy(hidden_out, s->x, (size_t)R * H * sizeof(float));
     m->k->gemm(m->k, R, s->x, H, &m->mtp->head, logits, c->vocab_size);
     return GRPO_OK;
 }
@@ -705,6 +720,13 @@ mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_ite
 grpo_err
 grpo_model_mtp_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                        const float *hidden, int all, float *logits)
+{
+    return grpo_model__mtp_forward_ex(m, kv, items, n_items, hidden, all, logits, NULL);
+}
+
+grpo_err
+grpo_model__mtp_forward_ex(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                           const float *hidden, int all, float *logits, float *hidden_out)
 {
     if (m == NULL || kv == NULL || items == NULL || hidden == NULL || logits == NULL ||
         n_items <= 0)
@@ -742,7 +764,8 @@ grpo_model_mtp_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, i
         if (items[i].n == 1)
             s.dec[b++] = i;
     mtp_input(m, hidden, cat, &s);
-    if ((err = mtp_layer_head(m, kv, items, n_items, t0_of, all, logits, &s)) != GRPO_OK)
+    if ((err = mtp_layer_head(m, kv, items, n_items, t0_of, all, logits, hidden_out, &s)) !=
+        GRPO_OK)
         goto done;
     for (int i = 0; i < n_items; i++)
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;

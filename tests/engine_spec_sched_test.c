@@ -26,7 +26,60 @@ typedef struct {
     grpo_sampling s;
     int32_t n_stop_ids, stop_id;
     uint64_t seed;
+    int stop_char; /* > 0: a one-byte stop string (ids below 256 decode to their byte) */
+    int action;    /* > 0: the byte that ends an action (a turns hook answering at once) */
+    int routes;    /* record_routes */
 } cfg;
+
+static char BYTES[256];
+
+static const char *
+token_bytes(const void *ctx, int32_t id, size_t *len)
+{
+    (void)ctx;
+    *len = id < 256 ? 1 : 0;
+    return id < 256 ? &BYTES[id] : NULL;
+}
+
+/* A turns hook: an action ends at the byte ctx points to; the observation is 3 fixed tokens,
+ * the sample ends after its second. */
+static int
+t_detect(void *ctx, const grpo_rollout_group *g, int32_t i, const char *text, size_t len,
+         size_t scan_from, size_t new_from)
+{
+    (void)g, (void)i, (void)scan_from;
+    return len > new_from && text[len - 1] == *(const char *)ctx;
+}
+
+static grpo_err
+t_start(void *ctx, const grpo_rollout_group *g, int32_t i)
+{
+    (void)ctx, (void)g, (void)i;
+    return GRPO_OK;
+}
+
+static int
+t_poll(void *ctx, const grpo_rollout_group *g, int32_t i, grpo_rollout_obs *out)
+{
+    (void)ctx;
+    out->tokens = malloc(3 * sizeof *out->tokens);
+    out->tokens[0] = 300, out->tokens[1] = 301, out->tokens[2] = 302;
+    out->n_tokens = 3;
+    out->done = g->samples[i].n_turns >= 2;
+    return 1;
+}
+
+static void
+t_wait(void *ctx, int ms)
+{
+    (void)ctx, (void)ms;
+}
+
+static void
+t_end(void *ctx, const grpo_rollout_group *g, int32_t i)
+{
+    (void)ctx, (void)g, (void)i;
+}
 
 typedef struct {
     grpo_model *m;
@@ -62,6 +115,15 @@ run_group(env *e, const cfg *c, grpo_rollout_stats *st)
     grpo_rollout_opts ro = {0};
     ro.speculative = c->spec, ro.max_batch_seqs = c->max_batch;
     ro.sample_threads = c->sample_threads;
+    char act = (char)c->action;
+    grpo_rollout_turns th = {&act, t_detect, t_start, t_poll, t_wait, t_end};
+    for (int k = 0; k < 256; k++)
+        BYTES[k] = (char)k;
+    if (c->stop_char > 0 || c->action > 0)
+        ro.token_bytes = token_bytes;
+    if (c->action > 0)
+        ro.turns = &th;
+    ro.record_routes = c->routes;
     grpo_rollout *r = NULL;
     if (grpo_rollout_create(&r, &e->be, &ro) != GRPO_OK)
         fail_msg("create: %s", grpo_error_last());
@@ -75,6 +137,9 @@ run_group(env *e, const cfg *c, grpo_rollout_stats *st)
     q.params.logprobs = GRPO_LOGPROBS_BOTH;
     q.params.n_stop_ids = c->n_stop_ids;
     q.params.stop_ids[0] = c->stop_id;
+    char stop[2] = {(char)c->stop_char, 0};
+    q.params.n_stop_strings = c->stop_char > 0;
+    q.params.stop_strings[0] = stop;
     assert_int_equal(grpo_rollout_submit(r, &q, NULL), GRPO_OK);
     if (grpo_rollout_run(r) != GRPO_OK)
         fail_msg("run: %s", grpo_error_last());
@@ -98,7 +163,7 @@ same_sample(const grpo_rollout_sample *a, const grpo_rollout_sample *b)
                         (size_t)a->n_tokens * sizeof(float));
 }
 
-static const cfg BASE = {2, 0, 1, 1, 6, 0, 40, {0.9f, 0.95f, 0, 0.0f}, 0, 0, 7};
+static const cfg BASE = {2, 0, 1, 1, 6, 0, 40, {0.9f, 0.95f, 0, 0.0f}, 0, 0, 7, 0, 0, 0};
 
 /* (a) 1 vs 2 threads (forward and sampling), a batch cap of 1 and 4, and the group split in two
  * give the same completions bit for bit; max_new_tokens is never passed. */
@@ -122,6 +187,8 @@ test_determinism(void **state)
         grpo_rollout_group *h = run_group(&e1, &c3, NULL);
         for (int i = 0; i < c.G; i++) {
             assert_true(a->samples[i].n_tokens <= c.max_new);
+            if (a->samples[i].finish == GRPO_FINISH_LENGTH)
+                assert_int_equal(a->samples[i].n_tokens, c.max_new);
             same_sample(&a->samples[i], &b->samples[i]);
             if (i >= 3)
                 same_sample(&a->samples[i], &h->samples[i - 3]);
@@ -408,13 +475,121 @@ test_refusals(void **state)
     env_close(&e);
 }
 
+/* The first token of sample 0 below 256 at or after index 3 (a byte to stop or act on). */
+static int
+a_byte(const grpo_rollout_sample *o)
+{
+    for (int32_t t = 3; t < o->n_tokens; t++)
+        if (o->tokens[t] < 256 && o->tokens[t] > 0)
+            return o->tokens[t];
+    fail_msg("no byte token in sample 0");
+    return 0;
+}
+
+/* The first index at or after `from` of byte b in o's tokens, or -1. */
+static int32_t
+first_byte(const grpo_rollout_sample *o, int32_t from, int b)
+{
+    for (int32_t t = from; t < o->n_tokens; t++)
+        if (o->tokens[t] == b)
+            return t;
+    return -1;
+}
+
+/* (f) a stop string, and an action (the turns hook) met in the middle of a verified run: the
+ * completion is the one without them up to the byte, the drafts after it dropped; after the
+ * observation, decoding goes on (same with 1 and 2 threads). */
+static void
+test_stop_string_and_action(void **state)
+{
+    (void)state;
+    env e;
+    env_open(&e, 2);
+    cfg c = BASE;
+    c.spec = 3, c.max_new = 80;
+    grpo_rollout_group *free_run = run_group(&e, &c, NULL);
+    cfg cs = c;
+    cs.stop_char = a_byte(&free_run->samples[0]);
+    grpo_rollout_group *g = run_group(&e, &cs, NULL);
+    cfg ca = c;
+    ca.action = cs.stop_char, ca.sample_threads = 2;
+    grpo_rollout_group *t2 = run_group(&e, &ca, NULL);
+    ca.sample_threads = 1, ca.max_batch = 2;
+    grpo_rollout_group *t1 = run_group(&e, &ca, NULL);
+    int acted = 0;
+    for (int i = 0; i < c.G; i++) {
+        const grpo_rollout_sample *a = &free_run->samples[i], *b = &g->samples[i];
+        int32_t k = first_byte(a, 0, cs.stop_char);
+        same_sample(&t1->samples[i], &t2->samples[i]);
+        if (k < 0) {
+            same_sample(a, b);
+            continue;
+        }
+        assert_int_equal(b->finish, GRPO_FINISH_STOP);
+        assert_int_equal(b->stop_string, 0);
+        assert_int_equal(b->n_tokens, k + 1);
+        assert_memory_equal(a->tokens, b->tokens, (size_t)b->n_tokens * sizeof(int32_t));
+        const grpo_rollout_sample *s = &t2->samples[i];
+        assert_true(s->n_turns >= 1);
+        assert_int_equal(s->turns[0].action_end, k + 1);
+        assert_memory_equal(a->tokens, s->tokens, (size_t)(k + 1) * sizeof(int32_t));
+        assert_int_equal(s->tokens[k + 1], 300);
+        assert_int_equal(s->mask[k + 1], 0);
+        acted += s->n_tokens > k + 4; /* decoded after the observation */
+    }
+    assert_true(acted > 0);
+    grpo_rollout_group_free(g), grpo_rollout_group_free(free_run);
+    grpo_rollout_group_free(t1), grpo_rollout_group_free(t2);
+    env_close(&e);
+}
+
+/* --record-routes: the routes kept are those of the emitted tokens as fed (a teacher-forced
+ * forward of the whole completion routes them the same), never a rejected draft's. */
+static void
+test_routes(void **state)
+{
+    (void)state;
+    env e;
+    env_open(&e, 2);
+    cfg c = BASE;
+    c.spec = 3, c.routes = 1;
+    grpo_rollout_group *g = run_group(&e, &c, NULL);
+    size_t rb = g->route_row_bytes;
+    assert_true(rb > 0);
+    long rows = 0, diff = 0;
+    for (int i = 0; i < c.G; i++) {
+        const grpo_rollout_sample *o = &g->samples[i];
+        int32_t L = NP + o->n_tokens - 1, seq;
+        int32_t *all = malloc((size_t)L * sizeof *all);
+        uint8_t *rt = malloc((size_t)L * rb);
+        float *lg = malloc(V * sizeof *lg);
+        memcpy(all, PROMPT, sizeof PROMPT);
+        memcpy(all + NP, o->tokens, (size_t)(o->n_tokens - 1) * sizeof *all);
+        assert_int_equal(grpo_kv_seq_new(e.kv, &seq), GRPO_OK);
+        grpo_fwd_item it = {seq, 0, L, all};
+        void *rp[1] = {rt};
+        assert_int_equal(grpo_model_forward_routes(e.m, e.kv, &it, 1, lg, rp), GRPO_OK);
+        grpo_kv_seq_free(e.kv, seq);
+        for (int32_t t = 0; t + 1 < o->n_tokens; t++, rows++)
+            diff += memcmp(o->routes + (size_t)t * rb, rt + (size_t)(NP + t) * rb, rb) != 0;
+        free(all), free(rt), free(lg);
+    }
+    printf("    %ld of %ld completion tokens routed differently from teacher forcing\n", diff,
+           rows);
+    assert_true(rows > 0);
+    assert_int_equal(diff, 0);
+    grpo_rollout_group_free(g);
+    env_close(&e);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_truncate),        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_determinism),     cmocka_unit_test(test_logprobs),
-        cmocka_unit_test(test_greedy_and_stops), cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_greedy_and_stops), cmocka_unit_test(test_stop_string_and_action),
+        cmocka_unit_test(test_routes),          cmocka_unit_test(test_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -251,8 +251,8 @@ test_logprobs(void **state)
     env_close(&e);
 }
 
-/* (e) greedy: speculation emits the tokens decoding without it does (on this model the verify
- * chunk's attention form never flips an argmax); (f) a stop id ends a sample at its first
+/* (e) greedy: speculation emits the tokens decoding without it does, with the same logprob bits
+ * (verify items take the absorbed attention form per token, as decode does); (f) a stop id ends a sample at its first
  * occurrence, drafts past it dropped. */
 static void
 test_greedy_and_stops(void **state)
@@ -272,6 +272,9 @@ test_greedy_and_stops(void **state)
             assert_int_equal(g->samples[i].n_tokens, ref->samples[i].n_tokens);
             assert_memory_equal(g->samples[i].tokens, ref->samples[i].tokens,
                                 (size_t)g->samples[i].n_tokens * sizeof(int32_t));
+            /* the verify rows take the absorbed form token by token: decode's very bits */
+            assert_memory_equal(g->samples[i].logprob_raw, ref->samples[i].logprob_raw,
+                                (size_t)g->samples[i].n_tokens * sizeof(float));
         }
         grpo_rollout_group_free(g);
     }

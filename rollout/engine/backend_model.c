@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Items of up to this many tokens (a verify item: the last token and at most 3 drafts; an MTP
+ * catch-up) take the absorbed attention form per token: the bits of single-token decode, and
+ * none of the naive form's expansion of the whole context per item. */
+#define SPEC_ABSORB 4
+
 typedef struct {
     grpo_model *m;
     grpo_kv *kv;
@@ -68,7 +73,8 @@ m_forward_spec(void *ctx, const grpo_fwd_item *items, int n, const int32_t *tail
                void *const *routes, float *hidden)
 {
     model_ctx *c = ctx;
-    return grpo_model__forward_spec(c->m, c->kv, items, n, tail, logits, routes, hidden);
+    return grpo_model__forward_spec(c->m, c->kv, items, n, tail, SPEC_ABSORB, logits, routes,
+                                    hidden);
 }
 
 /* As many pages as the main pool, so a draft sequence (never longer than its main one) always
@@ -110,7 +116,8 @@ m_mtp_forward(void *ctx, const grpo_fwd_item *items, int n, const float *hidden,
               float *hidden_out)
 {
     model_ctx *c = ctx;
-    return grpo_model__mtp_forward_ex(c->m, c->mkv, items, n, hidden, 0, logits, hidden_out);
+    return grpo_model__mtp_forward_ex(c->m, c->mkv, items, n, hidden, 0, SPEC_ABSORB, logits,
+                                      hidden_out);
 }
 
 static void

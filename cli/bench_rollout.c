@@ -463,8 +463,9 @@ grpo_bench_rollout(int argc, char **argv)
             }
             char name[160];
             if (sp)
-                snprintf(name, sizeof name, "%s, speculative %d (%.0f%% of drafts kept, %.2f "
-                         "tokens per verify)", names[w], a.speculative,
+                snprintf(name, sizeof name,
+                         "%s, speculative %d (%.0f%% of drafts kept, %.2f tokens per verify)",
+                         names[w], a.speculative,
                          r.drafted ? 100.0 * (double)r.accepted / (double)r.drafted : 0.0,
                          r.verify_rows ? (double)r.emitted / (double)r.verify_rows : 0.0);
             tps[w][sp] = r.secs > 0 ? (double)r.tokens / r.secs : 0.0;

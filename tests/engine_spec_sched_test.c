@@ -211,7 +211,8 @@ teacher(env *e, const int32_t *toks, int32_t n)
     int32_t *all = malloc((size_t)L * sizeof *all);
     float *lg = malloc((size_t)L * V * sizeof *lg);
     memcpy(all, PROMPT, sizeof PROMPT);
-    memcpy(all + NP, toks, (size_t)n * sizeof *toks);
+    if (n > 0)
+        memcpy(all + NP, toks, (size_t)n * sizeof *toks);
     assert_int_equal(grpo_kv_seq_new(e->kv, &seq), GRPO_OK);
     grpo_fwd_item it = {seq, 0, L, all};
     assert_int_equal(grpo_model_forward_all(e->m, e->kv, &it, 1, lg), GRPO_OK);
@@ -252,8 +253,8 @@ test_logprobs(void **state)
 }
 
 /* (e) greedy: speculation emits the tokens decoding without it does, with the same logprob bits
- * (verify items take the absorbed attention form per token, as decode does); (f) a stop id ends a sample at its first
- * occurrence, drafts past it dropped. */
+ * (verify items take the absorbed attention form per token, as decode does); (f) a stop id ends a
+ * sample at its first occurrence, drafts past it dropped. */
 static void
 test_greedy_and_stops(void **state)
 {
@@ -371,8 +372,10 @@ static void
 test_distribution(void **state)
 {
     (void)state;
-    static const grpo_sampling CASES[] = {
-        {0.25f, 1.0f, 0, 0.0f}, {0.4f, 0.6f, 0, 0.0f}, {0.4f, 1.0f, 12, 0.0f}, {0.4f, 1.0f, 0, 0.2f}};
+    static const grpo_sampling CASES[] = {{0.25f, 1.0f, 0, 0.0f},
+                                          {0.4f, 0.6f, 0, 0.0f},
+                                          {0.4f, 1.0f, 12, 0.0f},
+                                          {0.4f, 1.0f, 0, 0.2f}};
     env e;
     env_open(&e, 2);
     long *cnt = malloc((size_t)V * V * sizeof *cnt);
@@ -589,10 +592,10 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_truncate),        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_determinism),     cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_truncate),         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_determinism),      cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_greedy_and_stops), cmocka_unit_test(test_stop_string_and_action),
-        cmocka_unit_test(test_routes),          cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_routes),           cmocka_unit_test(test_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

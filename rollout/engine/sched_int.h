@@ -25,13 +25,13 @@ typedef struct sample_state {
     size_t scan_from;       /* text before this byte belongs to earlier turns */
     int32_t turns_cap;
     /* speculative decoding (spec_sched.c) */
-    int32_t mkv, mlen;           /* MTP sequence (-1 when none) and the positions it holds */
-    const float *hsrc;           /* this step's final hidden rows, from position hpos0, or NULL */
+    int32_t mkv, mlen; /* MTP sequence (-1 when none) and the positions it holds */
+    const float *hsrc; /* this step's final hidden rows, from position hpos0, or NULL */
     int32_t hpos0;
-    int32_t n_draft;             /* drafts made for the next verify */
-    int32_t vt[1 + SPEC_MAX];    /* the verify item: the pending token, then the drafts */
-    float *dlogits;              /* (SPEC_MAX, vocab): each draft's MTP logits */
-    uint8_t *vroutes;            /* (1 + SPEC_MAX) routes rows of the verify item */
+    int32_t n_draft;          /* drafts made for the next verify */
+    int32_t vt[1 + SPEC_MAX]; /* the verify item: the pending token, then the drafts */
+    float *dlogits;           /* (SPEC_MAX, vocab): each draft's MTP logits */
+    uint8_t *vroutes;         /* (1 + SPEC_MAX) routes rows of the verify item */
 } sample_state;
 
 typedef struct group_state {

@@ -685,7 +685,8 @@ process_rows(grpo_rollout *r, int32_t n)
         draw_range(r, 0, (size_t)r->n_draws, 0);
     for (int32_t k = 0; k < r->n_draws && err == GRPO_OK; k++)
         err = apply_draw(r, &r->draws[k]);
-    if (err == GRPO_OK && r->opts.speculative > 0 && (err = grpo_engine__spec_verify(r, n)) == GRPO_OK)
+    if (err == GRPO_OK && r->opts.speculative > 0 &&
+        (err = grpo_engine__spec_verify(r, n)) == GRPO_OK)
         err = grpo_engine__spec_draft(r);
     return err;
 }

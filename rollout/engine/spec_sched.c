@@ -337,8 +337,8 @@ judge(grpo_rollout *r, verdict *v, int worker)
     }
     int32_t j = v->n_draft; /* every draft kept: the bonus token from the last row */
     const float *row = r->logits + (size_t)(v->row0 + j) * (size_t)V;
-    int32_t tok = grpo_sample_ex(row, V, sp, key_of(g, o, idx + j, KEY_PLAIN), &v->lr[j],
-                                 &v->lp[j], scr);
+    int32_t tok =
+        grpo_sample_ex(row, V, sp, key_of(g, o, idx + j, KEY_PLAIN), &v->lr[j], &v->lp[j], scr);
     if (tok < 0)
         return;
     v->tok[v->n_out++] = tok;
@@ -393,8 +393,8 @@ grpo_engine__spec_verify(grpo_rollout *r, int32_t n)
             continue;
         if ((err = grow((void **)&b->v, &b->v_cap, b->n_v + 1, sizeof *b->v)) != GRPO_OK)
             return err;
-        b->v[b->n_v++] = (verdict){.gs = w->gs, .i = w->sample, .row0 = row0,
-                                   .n_draft = r->tail[k] - 1};
+        b->v[b->n_v++] =
+            (verdict){.gs = w->gs, .i = w->sample, .row0 = row0, .n_draft = r->tail[k] - 1};
     }
     if (r->pool != NULL && b->n_v > 1)
         grpo_pool_parallel_for(r->pool, b->n_v, judge_range, r);
@@ -437,9 +437,9 @@ draw_draft(grpo_rollout *r, group_state *gs, int32_t i, int32_t j, const float *
     if (s->dlogits == NULL && (s->dlogits = malloc(SPEC_MAX * V * sizeof *s->dlogits)) == NULL)
         return grpo__fail(GRPO_ENOMEM, "rollout: out of memory for draft logits");
     memcpy(s->dlogits + (size_t)j * V, row, V * sizeof *row);
-    int32_t tok = grpo_sample_ex(row, (int32_t)V, &gs->g->req.params.sampling,
-                                 key_of(gs->g, o, o->n_tokens + j, KEY_DRAFT), NULL, NULL,
-                                 r->scratch[0]);
+    int32_t tok =
+        grpo_sample_ex(row, (int32_t)V, &gs->g->req.params.sampling,
+                       key_of(gs->g, o, o->n_tokens + j, KEY_DRAFT), NULL, NULL, r->scratch[0]);
     if (tok < 0)
         return grpo__fail(GRPO_EINVAL, "rollout: group %llu sample %d: draft: %s",
                           (unsigned long long)gs->g->id, i, grpo_error_last());

@@ -29,6 +29,7 @@ typedef struct {
     int stop_char; /* > 0: a one-byte stop string (ids below 256 decode to their byte) */
     int action;    /* > 0: the byte that ends an action (a turns hook answering at once) */
     int routes;    /* record_routes */
+    int priv;      /* no_share_prefix: every sample prefills its own prompt */
 } cfg;
 
 static char BYTES[256];
@@ -124,6 +125,7 @@ run_group(env *e, const cfg *c, grpo_rollout_stats *st)
     if (c->action > 0)
         ro.turns = &th;
     ro.record_routes = c->routes;
+    ro.no_share_prefix = c->priv;
     grpo_rollout *r = NULL;
     if (grpo_rollout_create(&r, &e->be, &ro) != GRPO_OK)
         fail_msg("create: %s", grpo_error_last());
@@ -163,10 +165,10 @@ same_sample(const grpo_rollout_sample *a, const grpo_rollout_sample *b)
                         (size_t)a->n_tokens * sizeof(float));
 }
 
-static const cfg BASE = {2, 0, 1, 1, 6, 0, 40, {0.9f, 0.95f, 0, 0.0f}, 0, 0, 7, 0, 0, 0};
+static const cfg BASE = {2, 0, 1, 1, 6, 0, 40, {0.9f, 0.95f, 0, 0.0f}, 0, 0, 7, 0, 0, 0, 0};
 
-/* (a) 1 vs 2 threads (forward and sampling), a batch cap of 1 and 4, and the group split in two
- * give the same completions bit for bit; max_new_tokens is never passed. */
+/* (a) 1 vs 2 threads (forward and sampling), a batch cap of 1 and 4, the group split in two and
+ * private prompt copies give the same completions bit for bit; max_new_tokens is never passed. */
 static void
 test_determinism(void **state)
 {
@@ -185,7 +187,11 @@ test_determinism(void **state)
         cfg c3 = c;
         c3.max_batch = 1, c3.G = 3, c3.sample0 = 3;
         grpo_rollout_group *h = run_group(&e1, &c3, NULL);
+        cfg c4 = c;
+        c4.priv = 1; /* private prompts: the same items reach the model and the MTP */
+        grpo_rollout_group *pv = run_group(&e1, &c4, NULL);
         for (int i = 0; i < c.G; i++) {
+            same_sample(&a->samples[i], &pv->samples[i]);
             assert_true(a->samples[i].n_tokens <= c.max_new);
             if (a->samples[i].finish == GRPO_FINISH_LENGTH)
                 assert_int_equal(a->samples[i].n_tokens, c.max_new);
@@ -198,6 +204,7 @@ test_determinism(void **state)
                (double)st.spec_emitted / (double)st.spec_verify_rows);
         assert_true(st.spec_drafted > 0 && st.spec_accepted <= st.spec_drafted);
         grpo_rollout_group_free(a), grpo_rollout_group_free(b), grpo_rollout_group_free(h);
+        grpo_rollout_group_free(pv);
     }
     env_close(&e1);
     env_close(&e2);

@@ -347,6 +347,47 @@ hf_peer(const bench_args *a, int32_t vocab, double shared_tps)
     return CLI_OK;
 }
 
+/* The grpo rows of the table: each scenario asked for, and again with --speculative K. */
+static int
+table_rows(bench_args *a, double *shared_tps, int32_t *vocab)
+{
+    static const char *names[3] = {"1 prompt x G (shared prefill + pages)",
+                                   "G independent prompts x 1", "1 prompt x G, batch-1 decode"};
+    double tps[3][2] = {{0}};
+    for (int w = 0; w < 3; w++)
+        for (int sp = 0; sp < 1 + (a->speculative > 0) && (a->scenarios & 1u << w); sp++) {
+            bench_result r;
+            long rss = 0;
+            a->spec_run = sp ? a->speculative : 0;
+            if (fork_scenario(a, w, &r, &rss) != 0) {
+                fprintf(stderr, "grpo bench rollout: scenario \"%s\"%s failed\n", names[w],
+                        sp ? " with --speculative" : "");
+                return CLI_FAIL;
+            }
+            char name[160];
+            if (sp)
+                snprintf(name, sizeof name,
+                         "%s, speculative %d (%.0f%% of drafts kept, %.2f tokens per verify)",
+                         names[w], a->speculative,
+                         r.drafted ? 100.0 * (double)r.accepted / (double)r.drafted : 0.0,
+                         r.verify_rows ? (double)r.emitted / (double)r.verify_rows : 0.0);
+            tps[w][sp] = r.secs > 0 ? (double)r.tokens / r.secs : 0.0;
+            printf("| %s | %.1f | %.2f | %llu | %llu | %.1f | %.1f |\n", sp ? name : names[w],
+                   tps[w][sp], r.secs, (unsigned long long)r.prefilled,
+                   (unsigned long long)r.forwards,
+                   (double)r.peak_pages * (double)r.page_bytes / 1048576.0, (double)rss / 1024.0);
+            *vocab = r.vocab;
+            if (w == 0 && sp == 0)
+                *shared_tps = tps[w][sp];
+            fflush(stdout);
+        }
+    for (int w = 0; w < 3 && a->speculative > 0; w++)
+        if (tps[w][0] > 0)
+            printf("%sspeculative %d vs off, %s: %.2fx\n", w == 0 ? "\n" : "", a->speculative,
+                   scenario_keys[w], tps[w][1] / tps[w][0]);
+    return CLI_OK;
+}
+
 int
 grpo_bench_rollout(int argc, char **argv)
 {
@@ -443,44 +484,13 @@ grpo_bench_rollout(int argc, char **argv)
         if (a.model == NULL)
             return cli_usage(CMD, "--model DIR is required (no bundled model found)");
     }
-    static const char *names[3] = {"1 prompt x G (shared prefill + pages)",
-                                   "G independent prompts x 1", "1 prompt x G, batch-1 decode"};
     printf("model %s, prompt %d tokens, G = %d, %d new tokens per sample, threads %d\n\n", a.model,
            a.prompt_len, a.G, a.new_tokens, a.threads);
     printf("| scenario | generated tok/s | wall s | prefill tokens | forwards | peak KV MiB | "
            "peak RSS MiB |\n|---|---|---|---|---|---|---|\n");
-    double shared_tps = 0, tps[3][2] = {{0}};
+    double shared_tps = 0;
     int32_t vocab = 0;
-    for (int w = 0; w < 3; w++)
-        for (int sp = 0; sp < 1 + (a.speculative > 0) && (a.scenarios & 1u << w); sp++) {
-            bench_result r;
-            long rss = 0;
-            a.spec_run = sp ? a.speculative : 0;
-            if (fork_scenario(&a, w, &r, &rss) != 0) {
-                fprintf(stderr, "grpo bench rollout: scenario \"%s\"%s failed\n", names[w],
-                        sp ? " with --speculative" : "");
-                return CLI_FAIL;
-            }
-            char name[160];
-            if (sp)
-                snprintf(name, sizeof name,
-                         "%s, speculative %d (%.0f%% of drafts kept, %.2f tokens per verify)",
-                         names[w], a.speculative,
-                         r.drafted ? 100.0 * (double)r.accepted / (double)r.drafted : 0.0,
-                         r.verify_rows ? (double)r.emitted / (double)r.verify_rows : 0.0);
-            tps[w][sp] = r.secs > 0 ? (double)r.tokens / r.secs : 0.0;
-            printf("| %s | %.1f | %.2f | %llu | %llu | %.1f | %.1f |\n", sp ? name : names[w],
-                   tps[w][sp], r.secs, (unsigned long long)r.prefilled,
-                   (unsigned long long)r.forwards,
-                   (double)r.peak_pages * (double)r.page_bytes / 1048576.0, (double)rss / 1024.0);
-            vocab = r.vocab;
-            if (w == 0 && sp == 0)
-                shared_tps = tps[w][sp];
-            fflush(stdout);
-        }
-    for (int w = 0; w < 3 && a.speculative > 0; w++)
-        if (tps[w][0] > 0)
-            printf("%sspeculative %d vs off, %s: %.2fx\n", w == 0 ? "\n" : "", a.speculative,
-                   scenario_keys[w], tps[w][1] / tps[w][0]);
+    if (table_rows(&a, &shared_tps, &vocab) != CLI_OK)
+        return CLI_FAIL;
     return a.hf ? hf_peer(&a, vocab, shared_tps) : CLI_OK;
 }

@@ -5,7 +5,8 @@
  * Each scenario runs in its own child process so its peak RSS is its own (wait4 rusage). Every
  * sample generates exactly --new tokens (EOS ignored) so the work is equal. Then the peer users run
  * today, HF transformers `generate` (tools/bench_hf_generate.py), on the same prompt ids, G, N and
- * threads, in the same run. */
+ * threads, in the same run. With --speculative K each scenario runs a second time with K MTP
+ * drafts per step, so the two speeds come from the same run. */
 #include "cli/cli.h"
 #include "common/json.h"
 #include "grpo/rollout.h"
@@ -29,6 +30,8 @@ typedef struct bench_args {
     int numerics;       /* grpo_numerics */
     int kv_dtype;       /* grpo_kv_dtype */
     int record_routes;  /* grpo_rollout_opts.record_routes */
+    int speculative;    /* --speculative K: each scenario again with K drafts per step */
+    int spec_run;       /* the drafts of the run at hand (0 or speculative) */
 } bench_args;
 
 typedef struct bench_result {
@@ -37,6 +40,7 @@ typedef struct bench_result {
     uint64_t tokens, prefilled, forwards;
     size_t peak_pages, page_bytes;
     int32_t peak_seqs, vocab;
+    uint64_t drafted, accepted, verify_rows, emitted;
 } bench_result;
 
 static void
@@ -60,6 +64,8 @@ usage(FILE *f)
                "                     (default: all three, in that order)\n"
                "  --record-routes    keep every token's MoE routes, as grpo rollout\n"
                "                     --record-routes does (to measure what it costs)\n"
+               "  --speculative K    run each scenario again with K = 1..3 MTP draft tokens per\n"
+               "                     step (the model needs an MTP module; CPU)\n"
                "  --no-hf            skip the HF transformers peer (python3\n"
                "                     tools/bench_hf_generate.py: generate with\n"
                "                     num_return_sequences=G on the same prompt ids)\n"
@@ -108,6 +114,7 @@ run_scenario(const bench_args *a, int which, bench_result *out)
     po.kv_budget_bytes = (size_t)budget;
     po.numerics = a->numerics;
     po.kv_dtype = a->kv_dtype;
+    po.load_mtp = a->spec_run > 0;
     grpo_policy *pol = NULL;
     grpo_rollout *r = NULL;
     int32_t *prompts = NULL;
@@ -119,6 +126,7 @@ run_scenario(const bench_args *a, int which, bench_result *out)
     ro.max_batch_seqs = which == 2 ? 1 : 0;
     ro.sample_threads = a->threads > 0 ? a->threads : grpo_cpu_count();
     ro.record_routes = a->record_routes;
+    ro.speculative = a->spec_run;
     int n_prompts = which == 1 ? a->G : 1;
     prompts = malloc((size_t)n_prompts * (size_t)a->prompt_len * sizeof *prompts);
     if (prompts == NULL || (err = grpo_rollout_create(&r, be, &ro)) != GRPO_OK)
@@ -143,6 +151,8 @@ run_scenario(const bench_args *a, int which, bench_result *out)
     out->tokens = st.tokens_generated, out->prefilled = st.tokens_prefilled;
     out->forwards = st.forward_calls, out->peak_pages = st.peak_pages_used;
     out->peak_seqs = st.peak_seqs_active;
+    out->drafted = st.spec_drafted, out->accepted = st.spec_accepted;
+    out->verify_rows = st.spec_verify_rows, out->emitted = st.spec_emitted;
     out->vocab = be->vocab;
     out->page_bytes = grpo_kv_page_bytes(grpo_policy_kv(pol));
     out->ok = 1;
@@ -337,6 +347,47 @@ hf_peer(const bench_args *a, int32_t vocab, double shared_tps)
     return CLI_OK;
 }
 
+/* The grpo rows of the table: each scenario asked for, and again with --speculative K. */
+static int
+table_rows(bench_args *a, double *shared_tps, int32_t *vocab)
+{
+    static const char *names[3] = {"1 prompt x G (shared prefill + pages)",
+                                   "G independent prompts x 1", "1 prompt x G, batch-1 decode"};
+    double tps[3][2] = {{0}};
+    for (int w = 0; w < 3; w++)
+        for (int sp = 0; sp < 1 + (a->speculative > 0) && (a->scenarios & 1u << w); sp++) {
+            bench_result r;
+            long rss = 0;
+            a->spec_run = sp ? a->speculative : 0;
+            if (fork_scenario(a, w, &r, &rss) != 0) {
+                fprintf(stderr, "grpo bench rollout: scenario \"%s\"%s failed\n", names[w],
+                        sp ? " with --speculative" : "");
+                return CLI_FAIL;
+            }
+            char name[160];
+            if (sp)
+                snprintf(name, sizeof name,
+                         "%s, speculative %d (%.0f%% of drafts kept, %.2f tokens per verify)",
+                         names[w], a->speculative,
+                         r.drafted ? 100.0 * (double)r.accepted / (double)r.drafted : 0.0,
+                         r.verify_rows ? (double)r.emitted / (double)r.verify_rows : 0.0);
+            tps[w][sp] = r.secs > 0 ? (double)r.tokens / r.secs : 0.0;
+            printf("| %s | %.1f | %.2f | %llu | %llu | %.1f | %.1f |\n", sp ? name : names[w],
+                   tps[w][sp], r.secs, (unsigned long long)r.prefilled,
+                   (unsigned long long)r.forwards,
+                   (double)r.peak_pages * (double)r.page_bytes / 1048576.0, (double)rss / 1024.0);
+            *vocab = r.vocab;
+            if (w == 0 && sp == 0)
+                *shared_tps = tps[w][sp];
+            fflush(stdout);
+        }
+    for (int w = 0; w < 3 && a->speculative > 0; w++)
+        if (tps[w][0] > 0)
+            printf("%sspeculative %d vs off, %s: %.2fx\n", w == 0 ? "\n" : "", a->speculative,
+                   scenario_keys[w], tps[w][1] / tps[w][0]);
+    return CLI_OK;
+}
+
 int
 grpo_bench_rollout(int argc, char **argv)
 {
@@ -344,14 +395,15 @@ grpo_bench_rollout(int argc, char **argv)
         usage(stdout);
         return CLI_OK;
     }
-    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1, 7u, GRPO_NUMERICS_EXACT, GRPO_KV_F32, 0};
+    bench_args a = {NULL, 256, 64, 64, 0, "1G", 1, 7u, GRPO_NUMERICS_EXACT, GRPO_KV_F32, 0, 0, 0};
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt-len", required_argument, 0, 'l'},
         {"group", required_argument, 0, 'g'},    {"new", required_argument, 0, 'n'},
         {"threads", required_argument, 0, 't'},  {"kv-budget", required_argument, 0, 'k'},
         {"no-hf", no_argument, 0, 'h'},          {"scenarios", required_argument, 0, 's'},
         {"numerics", required_argument, 0, 'q'}, {"kv-dtype", required_argument, 0, 'd'},
-        {"record-routes", no_argument, 0, 'r'},  {0, 0, 0, 0}};
+        {"record-routes", no_argument, 0, 'r'},  {"speculative", required_argument, 0, 'x'},
+        {0, 0, 0, 0}};
     int c;
     optind = 1;
     opterr = 0;
@@ -379,6 +431,11 @@ grpo_bench_rollout(int argc, char **argv)
             continue;
         case 'r':
             a.record_routes = 1;
+            continue;
+        case 'x':
+            if (v < 1 || v > 3)
+                return cli_usage(CMD, "--speculative %s: expected 1 to 3 draft tokens", optarg);
+            a.speculative = v;
             continue;
         case 's':
             if (parse_scenarios(optarg, &a.scenarios) != 0)
@@ -427,31 +484,13 @@ grpo_bench_rollout(int argc, char **argv)
         if (a.model == NULL)
             return cli_usage(CMD, "--model DIR is required (no bundled model found)");
     }
-    static const char *names[3] = {"1 prompt x G (shared prefill + pages)",
-                                   "G independent prompts x 1", "1 prompt x G, batch-1 decode"};
     printf("model %s, prompt %d tokens, G = %d, %d new tokens per sample, threads %d\n\n", a.model,
            a.prompt_len, a.G, a.new_tokens, a.threads);
     printf("| scenario | generated tok/s | wall s | prefill tokens | forwards | peak KV MiB | "
            "peak RSS MiB |\n|---|---|---|---|---|---|---|\n");
     double shared_tps = 0;
     int32_t vocab = 0;
-    for (int w = 0; w < 3; w++) {
-        if (!(a.scenarios & 1u << w))
-            continue;
-        bench_result r;
-        long rss = 0;
-        if (fork_scenario(&a, w, &r, &rss) != 0) {
-            fprintf(stderr, "grpo bench rollout: scenario \"%s\" failed\n", names[w]);
-            return CLI_FAIL;
-        }
-        printf("| %s | %.1f | %.2f | %llu | %llu | %.1f | %.1f |\n", names[w],
-               r.secs > 0 ? (double)r.tokens / r.secs : 0.0, r.secs,
-               (unsigned long long)r.prefilled, (unsigned long long)r.forwards,
-               (double)r.peak_pages * (double)r.page_bytes / 1048576.0, (double)rss / 1024.0);
-        vocab = r.vocab;
-        if (w == 0)
-            shared_tps = r.secs > 0 ? (double)r.tokens / r.secs : 0.0;
-        fflush(stdout);
-    }
+    if (table_rows(&a, &shared_tps, &vocab) != CLI_OK)
+        return CLI_FAIL;
     return a.hf ? hf_peer(&a, vocab, shared_tps) : CLI_OK;
 }

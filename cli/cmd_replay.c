@@ -45,6 +45,7 @@ typedef struct recorded {
     char prompt_id[512], template_name[16], tokenizer[4096];
     int32_t prompt_tokens;
     int numerics, kv_dtype;
+    int32_t speculative; /* the run's --speculative (absent: 0) */
     char *stops[GRPO_ROLLOUT_MAX_STOP];
     grpo_run_tools tools; /* the run's --tools (list NULL: none) */
     char tools_list[1024];
@@ -121,6 +122,13 @@ parse_recorded(const char *json, recorded *r)
         (err = grpo_kv_dtype_parse(kd, &r->kv_dtype)) != GRPO_OK)
         goto done;
     parse_tools(cJSON_GetObjectItemCaseSensitive(o, "tools"), r);
+    double sp = 0; /* absent: off */
+    if (cJSON_GetObjectItemCaseSensitive(o, "speculative") != NULL &&
+        ((err = json_num(o, "speculative", &sp)) != GRPO_OK || !(sp >= 0 && sp <= 3))) {
+        err = grpo__fail(GRPO_EFORMAT, "recorded sampling params: \"speculative\" is not 0..3");
+        goto done;
+    }
+    r->speculative = (int32_t)sp;
     grpo_error_clear();
     grpo_gen_params_default(&r->params);
     r->params.sampling = (grpo_sampling){(float)t, (float)tp, (int32_t)tk, (float)mp};
@@ -292,7 +300,8 @@ regenerate(const grpo_stored_completion *c, const recorded *rec, const char *mod
                            .n_threads = threads,
                            .kv_budget_tokens = tokens,
                            .numerics = rec->numerics,
-                           .kv_dtype = rec->kv_dtype};
+                           .kv_dtype = rec->kv_dtype,
+                           .load_mtp = rec->speculative > 0};
     if (strcmp(rec->template_name, "bytes") == 0)
         po.template_name = "none";
     grpo_err err = grpo_policy_open(&pol, model, &po);
@@ -318,6 +327,7 @@ regenerate(const grpo_stored_completion *c, const recorded *rec, const char *mod
     grpo_rollout_opts ro = {0};
     ro.token_bytes = grpo_policy_token_bytes;
     ro.token_bytes_ctx = pol;
+    ro.speculative = rec->speculative;
     if ((err = turns_open(&rt, c, rec, pol, re_exec)) != GRPO_OK)
         goto done;
     ro.turns = rt.t ? grpo_run_turns_hook(rt.t) : NULL;

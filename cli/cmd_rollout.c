@@ -398,6 +398,11 @@ summary(const grpo_run_stats *st)
         printf("%zu completions skipped by the verifiers (no advantage, not in the mean)\n",
                st->skipped);
     const grpo_rollout_stats *e = &st->engine;
+    if (e->spec_verify_rows > 0)
+        printf("speculative: %llu of %llu drafts accepted (%.1f%%), %.2f tokens per verify step\n",
+               (unsigned long long)e->spec_accepted, (unsigned long long)e->spec_drafted,
+               e->spec_drafted ? 100.0 * (double)e->spec_accepted / (double)e->spec_drafted : 0.0,
+               (double)e->spec_emitted / (double)e->spec_verify_rows);
     if (e->turns > 0)
         printf("tools: %llu observations fed (%llu tokens, loss mask 0); the engine waited for "
                "tools in %llu of %llu steps (%.2f s)\n",

@@ -100,6 +100,11 @@ cli_gen_parse_opt(const char *cmd, grpo_run_gen *g, int c, const char *v)
             return cli_usage(cmd, "--logprobs %s: expected raw, processed or both", v);
         g->logprobs |= GRPO_LOGPROBS_RAW;
         return 0;
+    case CLI_O_SPEC:
+        if (cli_parse_long(v, 0, 3, &n) != 0)
+            return cli_usage(cmd, "--speculative %s: expected 0 (off) to 3 draft tokens", v);
+        g->speculative = (int32_t)n;
+        return 0;
     case CLI_O_BADLINE:
         if (strcmp(v, "skip") != 0 && strcmp(v, "fail") != 0)
             return cli_usage(cmd, "--on-bad-line %s: expected skip or fail", v);
@@ -118,7 +123,10 @@ cli_gen_help_sampling(FILE *f)
           "  --temperature T      sampling temperature; 0 = greedy (default 0.6)\n"
           "  --top-p P            nucleus mass (default 0.95; 1 = off)\n"
           "  --top-k K            keep the K most likely tokens (default 0 = off)\n"
-          "  --min-p P            drop tokens below P x the top probability (default 0 = off)\n",
+          "  --min-p P            drop tokens below P x the top probability (default 0 = off)\n"
+          "  --speculative K      draft K = 1..3 tokens per step with the model's MTP module and\n"
+          "                       verify them in the same forward (CPU; the distribution is the\n"
+          "                       policy's, the tokens differ from a run without; default 0 = off)\n",
           f);
 }
 

@@ -25,6 +25,7 @@ enum {
     CLI_O_STOPID,
     CLI_O_LOGPROBS,
     CLI_O_BADLINE,
+    CLI_O_SPEC,
     CLI_O_GEN_END
 };
 
@@ -38,6 +39,7 @@ enum {
         {"stop", required_argument, 0, CLI_O_STOP},                                                \
         {"stop-id", required_argument, 0, CLI_O_STOPID},                                           \
         {"logprobs", required_argument, 0, CLI_O_LOGPROBS},                                        \
+        {"speculative", required_argument, 0, CLI_O_SPEC},                                         \
     {                                                                                              \
         "on-bad-line", required_argument, 0, CLI_O_BADLINE                                         \
     }

@@ -138,6 +138,7 @@ fill_params(grpo_coord *c)
     p->n_stop_ids = a->gen.n_stop_ids;
     memcpy(p->stop_ids, a->gen.stop_ids, sizeof p->stop_ids);
     p->record_routes = a->record_routes != 0;
+    p->speculative = a->gen.speculative;
     const grpo_run_tools *t = &a->tools;
     p->tools = t->list && t->list[0] ? (char *)t->list : NULL;
     p->max_calls = t->max_calls, p->max_turns = t->max_turns;

@@ -236,7 +236,8 @@ swap_weights(grpo_run *c, const grpo_weights_update *u)
                            .kv_budget_tokens = (size_t)a->kv_tokens,
                            .backend = a->gpu >= 0,
                            .numerics = a->numerics,
-                           .kv_dtype = a->kv_dtype};
+                           .kv_dtype = a->kv_dtype,
+                           .load_mtp = a->gen.speculative > 0};
     grpo_err err = weights_dir(c, u, dir, sizeof dir);
     if (err == GRPO_OK)
         err = grpo_policy_open(&np, dir, &po);
@@ -360,6 +361,7 @@ grpo_run__start(grpo_run *c)
     ro.ref = c->ref ? grpo_policy_backend(c->ref) : NULL;
     ro.rescore = c->rescore_kv ? &c->rescore_be : NULL;
     ro.record_routes = a->record_routes;
+    ro.speculative = a->gen.speculative;
     grpo_err err = GRPO_OK;
     if (a->turns_hook != NULL) {
         ro.turns = a->turns_hook;

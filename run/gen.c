@@ -47,6 +47,8 @@ grpo_run__json_sampling(cJSON *o, const grpo_run_gen *g, const char *prompt_id)
     cJSON_AddNumberToObject(o, "top_k", g->s.top_k);
     cJSON_AddNumberToObject(o, "min_p", g->s.min_p);
     cJSON_AddNumberToObject(o, "max_new_tokens", g->max_new);
+    if (g->speculative > 0) /* runs without read as they always did */
+        cJSON_AddNumberToObject(o, "speculative", g->speculative);
     cJSON_AddStringToObject(o, "seed", seed);
     cJSON_AddStringToObject(o, "prompt_id", prompt_id);
 }
@@ -60,6 +62,8 @@ grpo_run__json_config(cJSON *o, const grpo_run_gen *g)
     cJSON_AddNumberToObject(o, "top_p", g->s.top_p);
     cJSON_AddNumberToObject(o, "top_k", g->s.top_k);
     cJSON_AddNumberToObject(o, "min_p", g->s.min_p);
+    if (g->speculative > 0)
+        cJSON_AddNumberToObject(o, "speculative", g->speculative);
 }
 
 void

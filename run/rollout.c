@@ -138,7 +138,8 @@ open_all(grpo_run *c, const grpo_run_opts *a)
                            .kv_budget_tokens = (size_t)tokens,
                            .backend = a->gpu >= 0,
                            .numerics = a->numerics,
-                           .kv_dtype = a->kv_dtype};
+                           .kv_dtype = a->kv_dtype,
+                           .load_mtp = a->gen.speculative > 0};
     if ((err = grpo_policy_open(&c->pol, a->model, &po)) != GRPO_OK)
         return err;
     const grpo_rollout_backend *be = grpo_policy_backend(c->pol);

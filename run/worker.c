@@ -135,7 +135,8 @@ open_policy(grpo_worker *w, const char *dir, grpo_policy **out)
                                w->params.template_name ? w->params.template_name : a->template_name,
                            .n_threads = a->threads,
                            .kv_budget_bytes = (size_t)a->kv_bytes,
-                           .backend = a->gpu >= 0};
+                           .backend = a->gpu >= 0,
+                           .load_mtp = w->params.speculative > 0};
     return grpo_policy_open(out, dir, &po);
 }
 
@@ -335,6 +336,7 @@ create_engine(grpo_worker *w, int64_t version)
     ro.token_bytes = token_bytes;
     ro.token_bytes_ctx = w;
     ro.record_routes = w->params.record_routes;
+    ro.speculative = w->params.speculative;
     ro.turns = w->turns ? grpo_run_turns_hook(w->turns) : NULL;
     if (w->params.tools != NULL && w->a->turns_hook != NULL)
         ro.turns = w->a->turns_hook;

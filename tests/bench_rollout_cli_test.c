@@ -1,7 +1,9 @@
 /* `grpo bench rollout` plumbing on the tiny models (no timing is checked): the three grpo rows,
  * and the HF transformers peer's row run with the same workload (G*L prefill tokens, N forwards)
  * on a BF16 and an FP8 (dequantized) model, or a "skipped" line when python3 cannot import torch;
- * --no-hf leaves the peer out; --scenarios runs only the rows it names and refuses unknown names.
+ * --no-hf leaves the peer out; --scenarios runs only the rows it names and refuses unknown names;
+ * --speculative K adds each scenario's row with K MTP drafts and the ratio lines, and fails on a
+ * model without an MTP module.
  * Needs GRPO_BIN (set by ctest). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -142,13 +144,31 @@ scenarios_bad(void **s)
     }
 }
 
+static void
+speculative(void **s)
+{
+    (void)s;
+    int rc = bench("bf16", "--no-hf --scenarios shared,batch1 --speculative 2");
+    if (rc == -2)
+        skip();
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "| 1 prompt x G (shared prefill + pages) |"));
+    assert_non_null(strstr(out, "| 1 prompt x G (shared prefill + pages), speculative 2 ("));
+    assert_non_null(strstr(out, "| 1 prompt x G, batch-1 decode, speculative 2 ("));
+    assert_non_null(strstr(out, "tokens per verify) |"));
+    assert_non_null(strstr(out, "speculative 2 vs off, shared: "));
+    assert_non_null(strstr(out, "speculative 2 vs off, batch1: "));
+    assert_int_equal(bench("fp8", "--no-hf --scenarios shared --speculative 2 2>/dev/null"), 1);
+    assert_int_equal(bench("bf16", "--no-hf --speculative 5 2>/dev/null"), 2);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(peer_bf16),     cmocka_unit_test(peer_fp8),
         cmocka_unit_test(no_hf),         cmocka_unit_test(scenarios_subset),
-        cmocka_unit_test(scenarios_bad),
+        cmocka_unit_test(scenarios_bad), cmocka_unit_test(speculative),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,10 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
                 TIMEOUT 120)
 endif()
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
+  grpo_add_test(engine_spec_sched_test SOURCES engine_spec_sched_test.c
+                LIBS grpo_engine grpo_model grpo_common m TIMEOUT 300)
+endif()
+if(TARGET PkgConfig::CMOCKA AND TARGET grpo_engine)
   grpo_add_test(engine_sched_test SOURCES engine_sched_test.c LIBS grpo_engine grpo_common m
                 TIMEOUT 120)
 endif()

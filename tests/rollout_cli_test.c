@@ -214,6 +214,51 @@ test_numerics_q8(void **state)
     assert_non_null(strstr(slurp("out.txt"), "expected \"exact\" or \"q8\""));
 }
 
+/* --speculative 2 (the bf16 tiny model's MTP layer): the same completions with 1 and 2 threads,
+ * other than those without speculation, the value recorded with each group, replay bit-identical
+ * from the record, the acceptance line printed; a model without an MTP module is refused. */
+static void
+test_speculative(void **state)
+{
+    (void)state;
+    char d1[512], d2[512], d0[512];
+    snprintf(d1, sizeof d1, "%s/spec1.db", tmpdir);
+    snprintf(d2, sizeof d2, "%s/spec2.db", tmpdir);
+    snprintf(d0, sizeof d0, "%s/spec0.db", tmpdir);
+#define ROLL_SPEC ROLL " --group 4 --max-new-tokens 24 --temperature 1.0"
+    assert_int_equal(run(ROLL_SPEC " --db %s --threads 2 --speculative 2", bin, src, src, d2), 0);
+    assert_non_null(strstr(slurp("out.txt"), "drafts accepted"));
+    assert_int_equal(run(ROLL_SPEC " --db %s --threads 1 --speculative 2", bin, src, src, d1), 0);
+    assert_int_equal(run(ROLL_SPEC " --db %s --threads 2", bin, src, src, d0), 0);
+    static char b1[1 << 16], b2[1 << 16], b0[1 << 16];
+    size_t n1 = token_blobs(d1, b1, sizeof b1), n2 = token_blobs(d2, b2, sizeof b2);
+    size_t n0 = token_blobs(d0, b0, sizeof b0);
+    assert_true(n1 > 0);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    assert_true(n1 != n0 || memcmp(b1, b0, n1) != 0);
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(d2, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h,
+                                        "SELECT count(*) FROM groups WHERE sampling_json LIKE "
+                                        "'%\"speculative\":2%'",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 4);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    for (int id = 1; id <= 16; id += 3) {
+        assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, d2, id), 0);
+        assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
+    }
+    assert_int_equal(run(ROLL_FP8 " --db %s --speculative 2", bin, src, src, d0), 1);
+    assert_non_null(strstr(slurp("out.txt"), "MTP module"));
+    assert_int_equal(run(ROLL_SPEC " --db %s --speculative 4", bin, src, src, d0), 2);
+#undef ROLL_SPEC
+}
+
 /* --kv-dtype bf16 and fp8: the same completions with 1 and 2 threads, other than the f32
  * cache's, the dtype recorded with each group and replay bit-identical from the record (and not
  * with the record's dtype taken away); the byte budget that holds one f32 group at a time holds
@@ -760,6 +805,7 @@ main(void)
         cmocka_unit_test(test_rollout_replay),
         cmocka_unit_test(test_numerics_q8),
         cmocka_unit_test(test_kv_dtype),
+        cmocka_unit_test(test_speculative),
         cmocka_unit_test(test_budget_and_bad_lines),
         cmocka_unit_test(test_publish),
         cmocka_unit_test(test_resume_routes),

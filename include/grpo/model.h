@@ -159,6 +159,11 @@ grpo_err grpo_kv_seq_new(grpo_kv *kv, int32_t *seq_out);
  * either side writes into it). */
 grpo_err grpo_kv_seq_fork(grpo_kv *kv, int32_t parent, int32_t *child_out);
 void grpo_kv_seq_free(grpo_kv *kv, int32_t seq);
+/* Drops positions len.. of a sequence (speculative decoding's rejected drafts): pages wholly past
+ * len are released (a shared one only loses this sequence's reference); rows past len in the kept
+ * last page are overwritten by the next append. GRPO_EINVAL for an unknown sequence or a len
+ * outside 0..current length. */
+grpo_err grpo_kv_seq_truncate(grpo_kv *kv, int32_t seq, int32_t len);
 int32_t grpo_kv_seq_len(const grpo_kv *kv, int32_t seq);
 size_t grpo_kv_pages_total(const grpo_kv *kv);
 size_t grpo_kv_pages_used(const grpo_kv *kv);

@@ -75,6 +75,14 @@ int32_t grpo_sample_ex(const float *logits, int32_t vocab, const grpo_sampling *
 int32_t grpo_sample(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_rng_key key,
                     float *logprob_raw, float *logprob_processed);
 
+/* The logprobs grpo_sample_ex reports when it draws tok (*logprob_raw, *logprob_processed; either
+ * may be NULL), for a token chosen elsewhere (a speculative draft the policy kept). A token the
+ * processed distribution does not keep gets -inf processed. GRPO_EINVAL on NaN/+inf logits or tok
+ * out of range, GRPO_ENOMEM. */
+grpo_err grpo_sample_logprobs(const float *logits, int32_t vocab, const grpo_sampling *p,
+                              int32_t tok, float *logprob_raw, float *logprob_processed,
+                              void *scratch);
+
 /* The processed distribution grpo_sample_ex draws from, into probs[0..vocab): the kept tokens'
  * softmax(logits / T) weights divided by their sum, 0 elsewhere; one-hot at the argmax at T = 0.
  * scratch as grpo_sample_ex. GRPO_EINVAL on NaN/+inf logits, GRPO_ENOMEM. */
@@ -146,6 +154,26 @@ typedef struct grpo_rollout_backend {
     grpo_err (*forward_routes)(void *ctx, const grpo_fwd_item *items, int n_items, float *logits,
                                void *const *routes);
     size_t route_row_bytes;
+    /* Speculative decoding with the model's MTP module (grpo_rollout_opts.speculative); all NULL
+     * and 0 when the backend has none. hidden_size: floats per hidden row. */
+    int32_t hidden_size;
+    /* Drops positions len.. of a main-pool sequence (grpo_kv_seq_truncate). */
+    grpo_err (*seq_truncate)(void *ctx, int32_t seq, int32_t len);
+    /* The verify forward: item i gets the logits of its last tail[i] positions (rows in item
+     * order), the routes of every position as forward_routes (routes NULL: none), and every
+     * position's final-normed hidden state (sum of n rows, hidden_size). */
+    grpo_err (*forward_spec)(void *ctx, const grpo_fwd_item *items, int n_items,
+                             const int32_t *tail, float *logits, void *const *routes,
+                             float *hidden);
+    /* The draft pool (grpo_kv_create_mtp; same page count as the main pool) and its forward:
+     * grpo_model_mtp_forward with the last row per item, and each item's output state
+     * (n_items rows) in hidden_out for a chained draft step. */
+    grpo_err (*mtp_seq_new)(void *ctx, int32_t *seq);
+    grpo_err (*mtp_seq_fork)(void *ctx, int32_t parent, int32_t *child);
+    void (*mtp_seq_free)(void *ctx, int32_t seq);
+    grpo_err (*mtp_seq_truncate)(void *ctx, int32_t seq, int32_t len);
+    grpo_err (*mtp_forward)(void *ctx, const grpo_fwd_item *items, int n_items,
+                            const float *hidden, float *logits, float *hidden_out);
 } grpo_rollout_backend;
 
 /* A backend over a loaded model and its KV pool (both borrowed); release with
@@ -229,6 +257,11 @@ typedef struct grpo_rollout_opts {
      * Observation tokens count toward max_new_tokens (the KV budget holds them) and are fed to
      * the model in chunks like a prompt; their logprobs are 0 and their mask 0. */
     const grpo_rollout_turns *turns;
+    /* Speculative decoding: 1..3 draft tokens per step from the backend's MTP module, verified in
+     * the same batched forward and kept or replaced by rejection sampling, so every token follows
+     * the policy's processed distribution exactly (a completion differs token for token from one
+     * without; its distribution does not). 0 = off. Needs backend.forward_spec. */
+    int32_t speculative;
 } grpo_rollout_opts;
 
 /* One prompt group to generate. The engine copies everything it needs at submit. */
@@ -296,6 +329,9 @@ typedef struct grpo_rollout_stats {
     uint64_t turns, obs_tokens, wait_steps;
     double wait_s;
     int32_t seqs_parked;
+    /* Speculation: draft tokens verified, of them accepted, and the verify rows (one per decoding
+     * sequence per step) that emitted spec_emitted tokens. */
+    uint64_t spec_drafted, spec_accepted, spec_verify_rows, spec_emitted;
 } grpo_rollout_stats;
 
 typedef struct grpo_rollout grpo_rollout;
@@ -392,6 +428,7 @@ typedef struct grpo_policy_opts {
     int backend;             /* grpo_model_opts.backend: 0 CPU, 1 CUDA (device 0 as visible) */
     int numerics;            /* grpo_model_opts.numerics: 0 exact, GRPO_NUMERICS_Q8 */
     int kv_dtype;            /* grpo_model_opts.kv_dtype (and the pool's): 0 f32, bf16, fp8 */
+    int load_mtp;            /* grpo_model_opts.load_mtp: keep the MTP module (speculation) */
 } grpo_policy_opts;
 
 grpo_err grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opts *opts);

@@ -117,6 +117,7 @@ typedef struct grpo_run_gen {
     int32_t n_stop, n_stop_ids;
     const char *stop[GRPO_ROLLOUT_MAX_STOP];
     int32_t stop_ids[GRPO_ROLLOUT_MAX_STOP];
+    int32_t speculative; /* MTP draft tokens per step (grpo_rollout_opts.speculative; 0 = off) */
 } grpo_run_gen;
 
 void grpo_run_gen_default(grpo_run_gen *g);

@@ -29,7 +29,7 @@ extern "C" {
 
 /* 2: MoE routes with a result (grpo serve --record-routes); 3: tools (the WORK params' tools
  * config, each sample's turns in a result) */
-#define GRPO_WORKERS_PROTOCOL 3
+#define GRPO_WORKERS_PROTOCOL 4
 #define GRPO_WORKERS_MAGIC 0x57505247u    /* "GRPW" as little-endian bytes */
 #define GRPO_WORKERS_MAX_MSG (256u << 20) /* bytes per message */
 #define GRPO_WORKERS_MAX_STR (16u << 20)  /* bytes per string field */
@@ -83,6 +83,7 @@ typedef struct grpo_wparams {
     char *tools;
     int32_t max_calls, max_turns, max_obs_tokens;
     double tool_time_s;
+    int32_t speculative; /* MTP draft tokens per step (grpo serve --speculative; 0 = off) */
 } grpo_wparams;
 
 typedef struct grpo_wlease {

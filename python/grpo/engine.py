@@ -27,7 +27,8 @@ _vp, _cp, _i32, _u64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.
 class _PolicyOpts(ctypes.Structure):  # grpo_policy_opts
     _fields_ = [("tokenizer", _cp), ("template_name", _cp), ("n_threads", ctypes.c_int),
                 ("kv_budget_bytes", ctypes.c_size_t), ("kv_budget_tokens", ctypes.c_size_t),
-                ("backend", ctypes.c_int), ("numerics", ctypes.c_int), ("kv_dtype", ctypes.c_int)]
+                ("backend", ctypes.c_int), ("numerics", ctypes.c_int), ("kv_dtype", ctypes.c_int),
+                ("load_mtp", ctypes.c_int)]
 
 
 NUMERICS = {"exact": 0, "q8": 1}  # grpo_numerics
@@ -61,7 +62,8 @@ class _Opts(ctypes.Structure):  # grpo_rollout_opts
     _fields_ = [("kv_budget_pages", ctypes.c_size_t), ("max_batch_seqs", _i32),
                 ("prefill_chunk", _i32), ("max_step_tokens", _i32), ("no_share_prefix", _i32),
                 ("sample_threads", _i32), ("token_bytes", _vp), ("token_bytes_ctx", _vp),
-                ("ref", _vp), ("rescore", _vp), ("record_routes", _i32), ("turns", _vp)]
+                ("ref", _vp), ("rescore", _vp), ("record_routes", _i32), ("turns", _vp),
+                ("speculative", _i32)]
 
 
 class _Request(ctypes.Structure):  # grpo_rollout_request

@@ -110,6 +110,7 @@ grpo_policy_open(grpo_policy **out, const char *model_dir, const grpo_policy_opt
     mo.backend = o.backend;
     mo.numerics = o.numerics;
     mo.kv_dtype = o.kv_dtype;
+    mo.load_mtp = o.load_mtp;
     grpo_err err = grpo_model_load(&p->model, model_dir, &mo);
     if (err != GRPO_OK)
         goto done;

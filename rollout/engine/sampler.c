@@ -284,6 +284,45 @@ grpo_sample_dist(const float *logits, int32_t vocab, const grpo_sampling *p, dou
     return GRPO_OK;
 }
 
+grpo_err
+grpo_sample_logprobs(const float *logits, int32_t vocab, const grpo_sampling *p, int32_t tok,
+                     float *lp_raw, float *lp_proc, void *scratch)
+{
+    if (vocab <= 0 || logits == NULL || p == NULL || tok < 0 || tok >= vocab)
+        return grpo__fail(GRPO_EINVAL, "sampler: logprobs of token %d of %d", tok, vocab);
+    for (int32_t i = 0; i < vocab; i++)
+        if (isnan(logits[i]) || logits[i] == INFINITY)
+            return grpo__fail(GRPO_EINVAL, "sampler: logit %d is %g", i, logits[i]);
+    if (p->temperature <= 0.0f) { /* as grpo_sample_ex's greedy branch */
+        int32_t am = argmax(logits, vocab);
+        double s = 0.0;
+        for (int32_t i = 0; i < vocab; i++)
+            s += exp((double)logits[i] - (double)logits[tok]);
+        if (lp_raw)
+            *lp_raw = (float)-log(s);
+        if (lp_proc)
+            *lp_proc = tok == am ? 0.0f : -INFINITY;
+        return GRPO_OK;
+    }
+    void *mem = scratch;
+    if (mem == NULL && (mem = malloc(grpo_sample_scratch_bytes(vocab))) == NULL)
+        return grpo__fail(GRPO_ENOMEM, "sampler: out of memory for %d logits", vocab);
+    scratch_view s = view(mem, vocab);
+    double t = (double)p->temperature, total = 0.0;
+    float mx = logits[argmax(logits, vocab)];
+    for (int32_t i = 0; i < vocab; i++) /* the same weights, cut and formulas as sample_temp */
+        total += s.w[i] = exp(((double)logits[i] - (double)mx) / t);
+    double z = truncate_dist(&s, vocab, p, total);
+    double lw = ((double)logits[tok] - (double)mx) / t;
+    if (lp_raw)
+        *lp_raw = (float)(lw - log(total));
+    if (lp_proc)
+        *lp_proc = s.keep[tok] ? (float)(lw - log(z)) : -INFINITY;
+    if (mem != scratch)
+        free(mem);
+    return GRPO_OK;
+}
+
 int
 grpo_logprobs_parse(const char *s)
 {

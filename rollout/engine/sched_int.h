@@ -11,6 +11,8 @@
  * done, parked while a tool or an environment answers, feeding an observation. */
 enum { PH_WAIT = 0, PH_PREFILL = 1, PH_DECODE = 2, PH_DONE = 3, PH_PARKED = 4, PH_OBS = 5 };
 
+#define SPEC_MAX 3 /* most draft tokens per step (grpo_rollout_opts.speculative) */
+
 typedef struct sample_state {
     int phase;
     int32_t kv;        /* KV sequence, -1 when none */
@@ -22,12 +24,21 @@ typedef struct sample_state {
     int32_t feed_from;      /* PH_OBS: the next token of tokens[] to feed */
     size_t scan_from;       /* text before this byte belongs to earlier turns */
     int32_t turns_cap;
+    /* speculative decoding (spec_sched.c) */
+    int32_t mkv, mlen; /* MTP sequence (-1 when none) and the positions it holds */
+    const float *hsrc; /* this step's final hidden rows, from position hpos0, or NULL */
+    int32_t hpos0;
+    int32_t n_draft;          /* drafts made for the next verify */
+    int32_t vt[1 + SPEC_MAX]; /* the verify item: the pending token, then the drafts */
+    float *dlogits;           /* (SPEC_MAX, vocab): each draft's MTP logits */
+    uint8_t *vroutes;         /* (1 + SPEC_MAX) routes rows of the verify item */
 } sample_state;
 
 typedef struct group_state {
     grpo_rollout_group *g; /* the result being built */
     sample_state *s;
     int32_t parent_kv, parent_prefilled;
+    int32_t parent_mkv, parent_mlen; /* speculation: the prompt's MTP sequence */
     int32_t n_active;
     int32_t prompt_routed;                 /* every prompt token's routes are in g->prompt_routes */
     size_t pages_shared, pages_per_sample; /* reservation */
@@ -45,6 +56,7 @@ typedef struct row_ref {
     group_state *gs;
     int32_t sample;
     int32_t last_chunk; /* 1: the row's logits are used (end of a prompt, or a decode row) */
+    int32_t verify;     /* speculation: a verify item (pending token + drafts) */
 } row_ref;
 
 struct grpo_rollout {
@@ -73,6 +85,11 @@ struct grpo_rollout {
     int32_t n_draws, draws_cap;
     int n_scratch;
     uint32_t rr; /* round-robin start for capped decode batches */
+    /* speculation: logits rows per item, every position's hidden state, the MTP passes */
+    int32_t *tail;
+    float *hidden;
+    size_t hidden_cap;
+    struct spec_bufs *spec;
 };
 
 /* One draw to make this step: a logits row and the sample it is for. */
@@ -90,6 +107,27 @@ grpo_err grpo_engine__add_item(grpo_rollout *r, int32_t *n, int32_t seq, int32_t
                                int32_t len, const int32_t *tok, group_state *gs, int32_t sample,
                                int32_t last);
 grpo_err grpo_engine__finish_sample(grpo_rollout *r, group_state *gs, int32_t i);
+
+/* spec_sched.c: speculative decoding with the backend's MTP module. */
+grpo_err grpo_engine__spec_init(grpo_rollout *r);
+void grpo_engine__spec_fini(grpo_rollout *r);
+/* The verify item of a decoding sample: its pending token and its drafts. */
+grpo_err grpo_engine__spec_item(grpo_rollout *r, int32_t *n, group_state *gs, int32_t i);
+/* The step's forward: logits rows per r->tail, hidden states of every position. */
+grpo_err grpo_engine__spec_forward(grpo_rollout *r, int32_t n);
+/* Before the draws: the prompt chunks' MTP positions (every one whose next token is known). */
+grpo_err grpo_engine__spec_prefill(grpo_rollout *r, int32_t n);
+/* A group's samples were forked from its parent: fork its MTP sequence too. */
+grpo_err grpo_engine__spec_fork(grpo_rollout *r, group_state *gs, const float *parent_hidden);
+/* Accepts or replaces the verify items' drafts and emits the tokens. */
+grpo_err grpo_engine__spec_verify(grpo_rollout *r, int32_t n);
+/* After the draws: the MTP catches up with every sample that moved, then drafts. */
+grpo_err grpo_engine__spec_draft(grpo_rollout *r);
+void grpo_engine__spec_free_sample(grpo_rollout *r, sample_state *s);
+void grpo_engine__spec_free_group(grpo_rollout *r, group_state *gs);
+/* scheduler.c's emit, for the verify step. */
+grpo_err grpo_engine__emit(grpo_rollout *r, group_state *gs, int32_t i, int32_t tok, float lr,
+                           float lp);
 
 /* turns.c: parks a sample whose text now ends an action (after emit appended its token). */
 grpo_err grpo_engine__turns_detect(grpo_rollout *r, group_state *gs, int32_t i, size_t new_from);

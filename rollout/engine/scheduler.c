@@ -50,10 +50,12 @@ gs_free(grpo_rollout *r, group_state *gs)
     for (int32_t i = 0; gs->s && i < gs->g->n_samples; i++) {
         if (gs->s[i].kv >= 0)
             r->be.seq_free(r->be.ctx, gs->s[i].kv);
+        grpo_engine__spec_free_sample(r, &gs->s[i]);
         grpo__buf_fini(&gs->s[i].text);
     }
     if (gs->parent_kv >= 0)
         r->be.seq_free(r->be.ctx, gs->parent_kv);
+    grpo_engine__spec_free_group(r, gs);
     free(gs->s);
     grpo_rollout_group_free(gs->g);
     free(gs);
@@ -156,6 +158,7 @@ copy_request(group_state *gs, const grpo_rollout_request *q, uint64_t id, size_t
         g->samples[i].index = q->sample0 + i;
         g->samples[i].stop_string = -1;
         gs->s[i].kv = -1;
+        gs->s[i].mkv = -1;
         gs->s[i].route_row_bytes = rb;
     }
     g->route_row_bytes = rb;
@@ -174,6 +177,7 @@ grpo_rollout_submit(grpo_rollout *r, const grpo_rollout_request *q, uint64_t *id
     if (gs == NULL)
         return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
     gs->parent_kv = -1;
+    gs->parent_mkv = -1;
     reservation(r, q, &gs->pages_shared, &gs->pages_per_sample);
     size_t need = gs->pages_shared + gs->pages_per_sample * (size_t)q->group_size;
     if (need > r->budget) {
@@ -275,8 +279,8 @@ is_stop_id(const grpo_gen_params *p, int32_t tok)
 }
 
 /* Appends a sampled token; decides whether the sample is finished. */
-static grpo_err
-emit(grpo_rollout *r, group_state *gs, int32_t i, int32_t tok, float lr, float lp)
+grpo_err
+grpo_engine__emit(grpo_rollout *r, group_state *gs, int32_t i, int32_t tok, float lr, float lp)
 {
     const grpo_gen_params *p = &gs->g->req.params;
     grpo_rollout_sample *o = &gs->g->samples[i];
@@ -368,6 +372,7 @@ grpo_engine__finish_sample(grpo_rollout *r, group_state *gs, int32_t i)
     if (s->kv >= 0)
         r->be.seq_free(r->be.ctx, s->kv);
     s->kv = -1;
+    grpo_engine__spec_free_sample(r, s);
     s->phase = PH_DONE;
     o->t_done = grpo_now();
     gs->n_active--;
@@ -389,6 +394,7 @@ finish_group(grpo_rollout *r, group_state *gs)
     if (gs->parent_kv >= 0)
         r->be.seq_free(r->be.ctx, gs->parent_kv);
     gs->parent_kv = -1;
+    grpo_engine__spec_free_group(r, gs);
     r->reserved -= gs->pages_shared;
     if ((r->opts.ref && (err = score_group(r->opts.ref, gs->g, 0)) != GRPO_OK) ||
         (r->opts.rescore && (err = score_group(r->opts.rescore, gs->g, 1)) != GRPO_OK)) {
@@ -476,7 +482,10 @@ ensure_items(grpo_rollout *r, int32_t n)
     void **rt = realloc(r->routes, (size_t)nc * sizeof *rt);
     if (rt)
         r->routes = rt;
-    if (!it || !rw || !rt)
+    int32_t *tl = realloc(r->tail, (size_t)nc * sizeof *tl);
+    if (tl)
+        r->tail = tl;
+    if (!it || !rw || !rt || !tl)
         return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
     r->items_cap = nc;
     return GRPO_OK;
@@ -490,8 +499,9 @@ grpo_engine__add_item(grpo_rollout *r, int32_t *n, int32_t seq, int32_t pos0, in
     if (err != GRPO_OK)
         return err;
     r->items[*n] = (grpo_fwd_item){seq, pos0, len, tok};
-    r->rows[*n] = (row_ref){gs, sample, last};
+    r->rows[*n] = (row_ref){gs, sample, last, 0};
     r->routes[*n] = NULL;
+    r->tail[*n] = 1;
     (*n)++;
     return GRPO_OK;
 }
@@ -562,6 +572,12 @@ build_decode(grpo_rollout *r, int32_t *n)
             int32_t off = (k++ - start + active) % active; /* rank in the rotated order */
             if (off >= take)
                 continue;
+            if (r->opts.speculative > 0) {
+                grpo_err err = grpo_engine__spec_item(r, n, gs, i);
+                if (err != GRPO_OK)
+                    return err;
+                continue;
+            }
             int32_t pos = gs->g->n_prompt + gs->g->samples[i].n_tokens - 1;
             grpo_err err = grpo_engine__add_item(r, n, s->kv, pos, 1, &s->pending, gs, i, 1);
             if (err != GRPO_OK)
@@ -591,12 +607,14 @@ add_draw(grpo_rollout *r, const float *row, group_state *gs, int32_t i)
 /* The parent's prompt is in the cache: fork every sample from it; their first tokens are all
  * drawn from the parent's last logits row, each with its own key. */
 static grpo_err
-fork_group(grpo_rollout *r, group_state *gs, const float *logits)
+fork_group(grpo_rollout *r, group_state *gs, const float *logits, const float *hidden)
 {
     grpo_err err;
     for (int32_t i = 0; i < gs->g->n_samples; i++)
         if ((err = r->be.seq_fork(r->be.ctx, gs->parent_kv, &gs->s[i].kv)) != GRPO_OK)
             return err;
+    if (r->opts.speculative > 0 && (err = grpo_engine__spec_fork(r, gs, hidden)) != GRPO_OK)
+        return err;
     r->be.seq_free(r->be.ctx, gs->parent_kv);
     gs->parent_kv = -1;
     for (int32_t i = 0; i < gs->g->n_samples; i++)
@@ -635,7 +653,7 @@ apply_draw(grpo_rollout *r, const draw *d)
     if (d->gs->g->t_first_token == 0.0)
         d->gs->g->t_first_token = grpo_now();
     d->gs->s[d->sample].phase = PH_DECODE; /* emit may park it */
-    grpo_err err = emit(r, d->gs, d->sample, d->tok, d->lr, d->lp);
+    grpo_err err = grpo_engine__emit(r, d->gs, d->sample, d->tok, d->lr, d->lp);
     if (err != GRPO_OK)
         return err;
     if (d->gs->g->samples[d->sample].finish != GRPO_FINISH_NONE)
@@ -647,14 +665,17 @@ static grpo_err
 process_rows(grpo_rollout *r, int32_t n)
 {
     grpo_err err = GRPO_OK;
-    size_t V = (size_t)r->be.vocab;
+    size_t V = (size_t)r->be.vocab, H = (size_t)r->be.hidden_size;
     r->n_draws = 0;
-    for (int32_t k = 0; k < n && err == GRPO_OK; k++) {
+    for (int32_t k = 0, row0 = 0, t = 0; k < n && err == GRPO_OK; k++) {
         row_ref *w = &r->rows[k];
-        const float *row = r->logits + (size_t)k * V;
-        if (!w->last_chunk)
+        int32_t nr = r->opts.speculative > 0 ? r->tail[k] : 1; /* logits rows of item k */
+        const float *row = r->logits + (size_t)row0 * V;
+        row0 += nr, t += r->items[k].n;
+        if (!w->last_chunk || w->verify)
             continue;
-        err = w->sample < 0 ? fork_group(r, w->gs, row) : add_draw(r, row, w->gs, w->sample);
+        const float *h = r->hidden ? r->hidden + (size_t)(t - 1) * H : NULL; /* its last row */
+        err = w->sample < 0 ? fork_group(r, w->gs, row, h) : add_draw(r, row, w->gs, w->sample);
     }
     if (err != GRPO_OK)
         return err;
@@ -664,6 +685,9 @@ process_rows(grpo_rollout *r, int32_t n)
         draw_range(r, 0, (size_t)r->n_draws, 0);
     for (int32_t k = 0; k < r->n_draws && err == GRPO_OK; k++)
         err = apply_draw(r, &r->draws[k]);
+    if (err == GRPO_OK && r->opts.speculative > 0 &&
+        (err = grpo_engine__spec_verify(r, n)) == GRPO_OK)
+        err = grpo_engine__spec_draft(r);
     return err;
 }
 
@@ -710,6 +734,8 @@ abort_all(grpo_rollout *r)
 static grpo_err
 step_forward(grpo_rollout *r, int32_t n)
 {
+    if (r->opts.speculative > 0)
+        return grpo_engine__spec_forward(r, n);
     if (r->opts.record_routes)
         return r->be.forward_routes(r->be.ctx, r->items, n, r->logits, r->routes);
     return r->be.forward(r->be.ctx, r->items, n, r->logits);
@@ -739,7 +765,12 @@ grpo_rollout_step(grpo_rollout *r, int *busy)
         r->st.wait_s += grpo_now() - t0;
     }
     if (n > 0) {
-        if ((err = ensure_logits(r, n)) != GRPO_OK || (err = step_forward(r, n)) != GRPO_OK)
+        int32_t rows = n;
+        for (int32_t k = 0; r->opts.speculative > 0 && k < n; k++)
+            rows += r->tail[k] - 1;
+        if ((err = ensure_logits(r, rows)) != GRPO_OK || (err = step_forward(r, n)) != GRPO_OK)
+            return err;
+        if (r->opts.speculative > 0 && (err = grpo_engine__spec_prefill(r, n)) != GRPO_OK)
             return err;
         r->st.forward_calls++;
         size_t used = r->be.pages_used(r->be.ctx);
@@ -841,6 +872,8 @@ grpo_rollout_set_policy(grpo_rollout *r, const grpo_rollout_backend *b, int64_t 
                           "rollout: new policy's KV pool of %zu pages is below the "
                           "budget of %zu",
                           b->pages_total, r->budget);
+    if (r->opts.speculative > 0 && b->forward_spec == NULL)
+        return grpo__fail(GRPO_EINVAL, "rollout: the new policy has no MTP module to draft with");
     if (r->opts.record_routes &&
         (b->forward_routes == NULL || b->route_row_bytes != r->be.route_row_bytes))
         return grpo__fail(GRPO_EINVAL,
@@ -908,6 +941,10 @@ grpo_rollout_create(grpo_rollout **out, const grpo_rollout_backend *policy,
         grpo_rollout_destroy(r);
         return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
     }
+    if ((err = grpo_engine__spec_init(r)) != GRPO_OK) {
+        grpo_rollout_destroy(r);
+        return err;
+    }
     *out = r;
     return GRPO_OK;
 }
@@ -931,6 +968,8 @@ grpo_rollout_destroy(grpo_rollout *r)
     for (int i = 0; r->scratch && i < r->n_scratch; i++)
         free(r->scratch[i]);
     grpo_pool_destroy(r->pool);
+    grpo_engine__spec_fini(r);
+    free(r->tail), free(r->hidden);
     free(r->items), free(r->rows), free(r->routes), free(r->logits), free(r->scratch),
         free(r->draws);
     free(r);

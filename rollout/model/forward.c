@@ -14,9 +14,10 @@
 #define MLA_NORM_EPS 1e-6f
 
 typedef struct {
-    int T, B; /* tokens in the batch; decode items */
+    int T, B; /* tokens in the batch; absorbed-form queries (decode tokens) */
     int32_t *pos, *tok;
-    int32_t *dec; /* items with n == 1, in item order */
+    int32_t *dec, *decj; /* absorbed query b: token decj[b] of item dec[b], in item order */
+    int absorb;          /* items of n <= absorb take the absorbed form per token (else n == 1) */
     float *h, *x, *q, *qa, *kva, *ao, *tmp, *acc;
     float *g, *u;                  /* (T, max intermediate) */
     float *rl, *rw;                /* router logits (T, E), weights (T, k) */
@@ -99,6 +100,7 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->pos = carve(cv, T * i4);
     s->tok = carve(cv, T * i4);
     s->dec = carve(cv, (B + 1) * i4);
+    s->decj = carve(cv, (B + 1) * i4);
     s->h = carve(cv, T * H * f);
     s->x = carve(cv, T * H * f);
     s->q = carve(cv, T * nh * qk * f);
@@ -141,15 +143,31 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
 }
 
+static int
+absorbed(const scratch *s, const grpo_fwd_item *it)
+{
+    return it->n == 1 || it->n <= s->absorb;
+}
+
+/* The absorbed queries' list (s->dec, s->decj). */
+static void
+dec_list(scratch *s, const grpo_fwd_item *items, int n_items)
+{
+    for (int i = 0, b = 0; i < n_items; i++)
+        for (int j = 0; absorbed(s, &items[i]) && j < items[i].n; j++, b++)
+            s->dec[b] = i, s->decj[b] = j;
+}
+
 static grpo_err
-scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items)
+scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items, int absorb)
 {
     memset(s, 0, sizeof *s);
+    s->absorb = absorb;
     size_t T = 0;
     for (int i = 0; i < n_items; i++) {
         T += (size_t)items[i].n;
-        if (items[i].n == 1)
-            s->B++;
+        if (absorbed(s, &items[i]))
+            s->B += items[i].n;
         else if (items[i].pos0 + items[i].n > s->max_len)
             s->max_len = items[i].pos0 + items[i].n;
         int32_t np = (items[i].pos0 + items[i].n + GRPO_KV_PAGE - 1) / GRPO_KV_PAGE;
@@ -170,6 +188,7 @@ scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items)
     }
     cv = (carver){m->scratch, 0, m->scratch_size};
     layout(s, &m->cfg, &cv);
+    dec_list(s, items, n_items);
     return GRPO_OK;
 }
 
@@ -292,7 +311,7 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
     int dv = c->v_head_dim, dc = c->kv_lora_rank, qk = dn + dr, B = s->B;
     for (int b = 0; b < B; b++) {
         const grpo_fwd_item *it = &items[s->dec[b]];
-        int t = t0_of[s->dec[b]];
+        int t = t0_of[s->dec[b]] + s->decj[b];
         memcpy(s->qd + (size_t)b * nh * qk, s->q + (size_t)t * nh * qk,
                (size_t)nh * qk * sizeof(float));
         for (int h = 0; h < nh; h++)
@@ -301,7 +320,7 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
         const void **pp = s->page_ptrs + (size_t)b * s->max_pages;
         seq_pages(kv, it->seq, layer, pp);
         s->pages_of[b] = pp;
-        s->lens[b] = it->pos0 + 1;
+        s->lens[b] = it->pos0 + s->decj[b] + 1; /* causal within the item */
     }
     m->k->gemm_t_heads(m->k, B, nh, s->qd, nh * qk, qk, &l->kv_b, dn + dv, dn, s->ql, nh * dc, dc);
     m->k->mla_absorbed(m->k, B, nh, dc, dr, s->ql, s->qr, (const void *const *const *)s->pages_of,
@@ -309,8 +328,8 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
     grpo_kw wuv = grpo_kw_rows(&l->kv_b, dn, l->kv_b.rows - dn);
     m->k->gemm_heads(m->k, B, nh, s->ol, nh * dc, dc, &wuv, dn + dv, dv, s->od, nh * dv, dv);
     for (int b = 0; b < B; b++)
-        memcpy(s->ao + (size_t)t0_of[s->dec[b]] * nh * dv, s->od + (size_t)b * nh * dv,
-               (size_t)nh * dv * sizeof(float));
+        memcpy(s->ao + (size_t)(t0_of[s->dec[b]] + s->decj[b]) * nh * dv,
+               s->od + (size_t)b * nh * dv, (size_t)nh * dv * sizeof(float));
 }
 
 static grpo_err
@@ -347,7 +366,7 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
             grpo_kv__put(kv, items[i].seq, layer, items[i].pos0 + j,
                          s->kva + (size_t)(t0_of[i] + j) * row);
     for (int i = 0; i < n_items; i++) {
-        if (items[i].n == 1)
+        if (absorbed(s, &items[i]))
             continue;
         grpo_err err = attn_naive(m, kv, l, layer, &items[i], t0_of[i], s);
         if (err != GRPO_OK)
@@ -565,7 +584,7 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
 
 static grpo_err
 forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, float *logits, int all,
-        void *const *routes, float *hidden)
+        const int32_t *tail, int absorb, void *const *routes, float *hidden)
 {
     if (m == NULL || kv == NULL || items == NULL || logits == NULL || n_items <= 0)
         return grpo__fail(GRPO_EINVAL, "model: forward needs a model, a KV pool and items");
@@ -574,7 +593,7 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
         return err;
     const grpo_model_config *c = &m->cfg;
     scratch s;
-    if ((err = scratch_init(&s, m, items, n_items)) != GRPO_OK)
+    if ((err = scratch_init(&s, m, items, n_items, absorb)) != GRPO_OK)
         return err;
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
     if (t0_of == NULL)
@@ -588,9 +607,6 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
             s.tok[t] = items[i].tokens[j];
         }
     }
-    for (int i = 0, b = 0; i < n_items; i++)
-        if (items[i].n == 1)
-            s.dec[b++] = i;
     int H = c->hidden_size, T = s.T;
     m->k->embed(m->k, T, s.tok, &m->embed, s.h, H);
     if (m->debug_hidden != NULL)
@@ -613,10 +629,12 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
     }
     if (hidden != NULL) /* row-wise: the logits rows below get these same bits */
         m->k->rmsnorm(m->k, T, s.h, H, m->final_norm, H, c->rms_norm_eps, hidden, H);
-    int R = all ? T : n_items; /* rows that get logits */
-    for (int i = 0; i < R; i++) {
-        int t = all ? i : t0_of[i] + items[i].n - 1;
-        memcpy(s.x + (size_t)i * H, s.h + (size_t)t * H, (size_t)H * sizeof(float));
+    int R = 0; /* rows that get logits: every position (all), the last tail[i], or the last */
+    for (int i = 0; i < n_items; i++) {
+        int nr = all ? items[i].n : tail != NULL ? tail[i] : 1;
+        for (int j = items[i].n - nr; j < items[i].n; j++, R++)
+            memcpy(s.x + (size_t)R * H, s.h + (size_t)(t0_of[i] + j) * H,
+                   (size_t)H * sizeof(float));
     }
     m->k->rmsnorm(m->k, R, s.x, H, m->final_norm, H, c->rms_norm_eps, s.x, H);
     if (m->debug_hidden != NULL)
@@ -634,28 +652,40 @@ grpo_err
 grpo_model_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                    float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 0, NULL, NULL);
+    return forward(m, kv, items, n_items, logits, 0, NULL, 0, NULL, NULL);
 }
 
 grpo_err
 grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                        float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 1, NULL, NULL);
+    return forward(m, kv, items, n_items, logits, 1, NULL, 0, NULL, NULL);
 }
 
 grpo_err
 grpo_model_forward_routes(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                           float *logits, void *const *routes)
 {
-    return forward(m, kv, items, n_items, logits, 0, routes, NULL);
+    return forward(m, kv, items, n_items, logits, 0, NULL, 0, routes, NULL);
 }
 
 grpo_err
 grpo_model_forward_hidden(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                           int all, float *logits, float *hidden)
 {
-    return forward(m, kv, items, n_items, logits, all != 0, NULL, hidden);
+    return forward(m, kv, items, n_items, logits, all != 0, NULL, 0, NULL, hidden);
+}
+
+grpo_err
+grpo_model__forward_spec(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                         const int32_t *tail, int absorb, float *logits, void *const *routes,
+                         float *hidden)
+{
+    for (int i = 0; tail != NULL && i < n_items; i++)
+        if (tail[i] < 1 || tail[i] > items[i].n)
+            return grpo__fail(GRPO_EINVAL, "model: item %d wants %d logits rows of %d", i, tail[i],
+                              items[i].n);
+    return forward(m, kv, items, n_items, logits, 0, tail, absorb, routes, hidden);
 }
 
 /* ---- multi-token prediction (the MTP module at layer num_hidden_layers) ---- */
@@ -677,7 +707,7 @@ mtp_input(grpo_model *m, const float *hidden, float *cat, scratch *s)
 /* The MTP decoder layer over its one-layer pool, then shared_head.norm and shared_head.head. */
 static grpo_err
 mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
-               const int32_t *t0_of, int all, float *logits, scratch *s)
+               const int32_t *t0_of, int all, float *logits, float *hidden_out, scratch *s)
 {
     const grpo_model_config *c = &m->cfg;
     const grpo_layer_w *l = &m->mtp->layer;
@@ -698,6 +728,8 @@ mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_ite
         memcpy(s->x + (size_t)i * H, s->h + (size_t)t * H, (size_t)H * sizeof(float));
     }
     m->k->rmsnorm(m->k, R, s->x, H, m->mtp->head_norm, H, c->rms_norm_eps, s->x, H);
+    if (hidden_out != NULL) /* the chained draft's h: shared_head.norm's output, as SGLang */
+        memcpy(hidden_out, s->x, (size_t)R * H * sizeof(float));
     m->k->gemm(m->k, R, s->x, H, &m->mtp->head, logits, c->vocab_size);
     return GRPO_OK;
 }
@@ -705,6 +737,14 @@ mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_ite
 grpo_err
 grpo_model_mtp_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                        const float *hidden, int all, float *logits)
+{
+    return grpo_model__mtp_forward_ex(m, kv, items, n_items, hidden, all, 0, logits, NULL);
+}
+
+grpo_err
+grpo_model__mtp_forward_ex(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                           const float *hidden, int all, int absorb, float *logits,
+                           float *hidden_out)
 {
     if (m == NULL || kv == NULL || items == NULL || hidden == NULL || logits == NULL ||
         n_items <= 0)
@@ -720,7 +760,7 @@ grpo_model_mtp_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, i
     if (err != GRPO_OK)
         return err;
     scratch s;
-    if ((err = scratch_init(&s, m, items, n_items)) != GRPO_OK)
+    if ((err = scratch_init(&s, m, items, n_items, absorb)) != GRPO_OK)
         return err;
     int H = m->cfg.hidden_size;
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
@@ -738,11 +778,9 @@ grpo_model_mtp_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, i
             s.tok[t] = items[i].tokens[j];
         }
     }
-    for (int i = 0, b = 0; i < n_items; i++)
-        if (items[i].n == 1)
-            s.dec[b++] = i;
     mtp_input(m, hidden, cat, &s);
-    if ((err = mtp_layer_head(m, kv, items, n_items, t0_of, all, logits, &s)) != GRPO_OK)
+    if ((err = mtp_layer_head(m, kv, items, n_items, t0_of, all, logits, hidden_out, &s)) !=
+        GRPO_OK)
         goto done;
     for (int i = 0; i < n_items; i++)
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;

@@ -218,6 +218,24 @@ grpo_kv_seq_free(grpo_kv *kv, int32_t seq)
     s->used = 0;
 }
 
+grpo_err
+grpo_kv_seq_truncate(grpo_kv *kv, int32_t seq, int32_t len)
+{
+    grpo_kv_seq *s = seq_get(kv, seq);
+    if (s == NULL)
+        return grpo__fail(GRPO_EINVAL, "kv: truncate of unknown sequence %d", seq);
+    if (len < 0 || len > s->len)
+        return grpo__fail(GRPO_EINVAL, "kv: truncate of sequence %d (%d positions) to %d", seq,
+                          s->len, len);
+    int32_t keep = (len + GRPO_KV_PAGE - 1) / GRPO_KV_PAGE;
+    for (int32_t i = keep; i < s->n_pages; i++)
+        page_release(kv, s->pages[i]);
+    if (keep < s->n_pages)
+        s->n_pages = keep;
+    s->len = len;
+    return GRPO_OK;
+}
+
 int32_t
 grpo_kv_seq_len(const grpo_kv *kv, int32_t seq)
 {

@@ -199,6 +199,20 @@ void grpo_kv__put(grpo_kv *kv, int32_t seq, int32_t layer, int32_t pos, const fl
 /* GRPO_OK, or the first error the backend's ops hit (the CUDA table keeps it and reports it on
  * every later call; the CPU table has none). Called at the end of every forward. */
 grpo_err grpo_model__backend_status(grpo_model *m);
+/* Speculative decoding's verify forward: item i gets the logits of its last tail[i] positions
+ * (rows in item order; NULL: the last one), routes as grpo_model_forward_routes (NULL: none) and
+ * hidden as grpo_model_forward_hidden (NULL: none). An item of at most `absorb` tokens takes the
+ * absorbed attention form token by token (each its own query over the positions up to it), so
+ * its rows are the bits single-token decode gives; longer items take the naive form. */
+grpo_err grpo_model__forward_spec(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
+                                  int n_items, const int32_t *tail, int absorb, float *logits,
+                                  void *const *routes, float *hidden);
+/* grpo_model_mtp_forward that also writes each logits row's MTP output state (after
+ * shared_head.norm; rows as logits, hidden_size each) into hidden_out (NULL: not wanted), the h a
+ * chained draft step feeds back; absorb as grpo_model__forward_spec. */
+grpo_err grpo_model__mtp_forward_ex(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
+                                    int n_items, const float *hidden, int all, int absorb,
+                                    float *logits, float *hidden_out);
 
 /* Copies MoE layer moe_layer's router choices ri (T, top-k; rows in item order, item i from row
  * t0_of[i]) into routes[i] for every item that has a buffer (routes.c). */

@@ -65,6 +65,7 @@ put_params(wr *w, const grpo_wparams *p)
     grpo__put_i32(&w->c, p->max_turns);
     grpo__put_i32(&w->c, p->max_obs_tokens);
     grpo__put_f64(&w->c, p->tool_time_s);
+    grpo__put_i32(&w->c, p->speculative);
 }
 
 size_t
@@ -447,6 +448,9 @@ get_params(rd *r, grpo_wparams *p)
     if (r->err == GRPO_OK && p->record_routes != 0 && p->record_routes != 1)
         bad(r, "params.record_routes", "not 0 or 1");
     get_tools(r, p);
+    p->speculative = get_i32(r, "params.speculative");
+    if (r->err == GRPO_OK && (p->speculative < 0 || p->speculative > 3))
+        bad(r, "params.speculative", "not 0 to 3");
 }
 
 /* n rows of routes (row bytes each, layers x k ids) as a new copy: every id below experts and

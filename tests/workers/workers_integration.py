@@ -738,6 +738,32 @@ def scenario_tampered(grpo, tmp):
         P.cleanup()
 
 
+def scenario_speculative(grpo, tmp):
+    """--speculative 2 on serve reaches the workers: their groups equal grpo rollout's with it."""
+    global GEN
+    GEN = GEN + ["--speculative", "2"]
+    n = 8
+    prompts, db, want, url, P = small_run(grpo, tmp, n)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url))
+        for w in ("A", "B"):
+            P.start(w, worker_args(url, w))
+        rc = P.wait(serve, 120)
+        if rc != 0:
+            fail("serve exited %d:\n%s" % (rc, P.log("serve")))
+        check_exactly_once(db, n)
+        got = completions(db)
+        if got != want:
+            fail("completions differ from grpo rollout --speculative 2's (%d vs %d rows)"
+                 % (len(got), len(want)))
+        rows = db_rows(db, "SELECT count(*) FROM groups WHERE sampling_json LIKE '%\"speculative\":2%'")
+        if rows[0][0] != n:
+            fail("expected speculative 2 in every group's sampling record, got %d of %d" % (rows[0][0], n))
+        print("ok: %d groups with --speculative 2 equal grpo rollout's" % n)
+    finally:
+        P.cleanup()
+
+
 def scenario_repeats(grpo, tmp):
     """Records with the same content at other lines are other prompts: each gets its group."""
     prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
@@ -937,7 +963,7 @@ def scenario_tools(grpo, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats", "pause", "tail",
-                                         "routes", "tools", "delta", "tampered"])
+                                         "routes", "tools", "delta", "tampered", "speculative"])
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
@@ -975,6 +1001,8 @@ def main():
             scenario_tampered(a.grpo, tmp)
         elif a.scenario == "tools":
             scenario_tools(a.grpo, tmp)
+        elif a.scenario == "speculative":
+            scenario_speculative(a.grpo, tmp)
         else:
             scenario_load(a.grpo, tmp, a.seconds, a.workers)
     finally:

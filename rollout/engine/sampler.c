@@ -184,15 +184,45 @@ truncate_dist(const scratch_view *s, int32_t vocab, const grpo_sampling *p, doub
     return kept;
 }
 
+/* GRPO_EINVAL (with a message naming the logit) when a logit is NaN or +inf. */
+static grpo_err
+check_logits(const float *logits, int32_t vocab)
+{
+    for (int32_t i = 0; i < vocab; i++)
+        if (isnan(logits[i]) || logits[i] == INFINITY)
+            return grpo__fail(GRPO_EINVAL, "sampler: logit %d is %g", i, logits[i]);
+    return GRPO_OK;
+}
+
+/* log softmax(logits)[tok] at temperature 1, the raw logprob of the greedy branch. */
+static float
+greedy_logprob(const float *logits, int32_t vocab, int32_t tok)
+{
+    double s = 0.0;
+    for (int32_t i = 0; i < vocab; i++)
+        s += exp((double)logits[i] - (double)logits[tok]);
+    return (float)-log(s);
+}
+
+/* sample_temp's weights exp((logit - max) / T) into s->w; their sum, the max in *mx. */
+static double
+temp_weights(const float *logits, int32_t vocab, double t, scratch_view *s, float *mx)
+{
+    double total = 0.0;
+    *mx = logits[argmax(logits, vocab)];
+    for (int32_t i = 0; i < vocab; i++)
+        total += s->w[i] = exp(((double)logits[i] - (double)*mx) / t);
+    return total;
+}
+
 static int32_t
 sample_temp(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_rng_key key,
             float *lp_raw, float *lp_proc, void *mem)
 {
     scratch_view s = view(mem, vocab);
-    double t = (double)p->temperature, total = 0.0;
-    float mx = logits[argmax(logits, vocab)];
-    for (int32_t i = 0; i < vocab; i++)
-        total += s.w[i] = exp(((double)logits[i] - (double)mx) / t);
+    double t = (double)p->temperature;
+    float mx;
+    double total = temp_weights(logits, vocab, t, &s, &mx);
     double z = truncate_dist(&s, vocab, p, total);
     double target = grpo_rng_uniform(key) * z, cum = 0.0;
     int32_t tok = -1;
@@ -220,18 +250,12 @@ grpo_sample_ex(const float *logits, int32_t vocab, const grpo_sampling *p, grpo_
         grpo__fail(GRPO_EINVAL, "sampler: vocabulary size %d", vocab);
         return -1;
     }
-    for (int32_t i = 0; i < vocab; i++)
-        if (isnan(logits[i]) || logits[i] == INFINITY) {
-            grpo__fail(GRPO_EINVAL, "sampler: logit %d is %g", i, logits[i]);
-            return -1;
-        }
+    if (check_logits(logits, vocab) != GRPO_OK)
+        return -1;
     if (p->temperature <= 0.0f) {
         int32_t tok = argmax(logits, vocab);
-        double s = 0.0;
-        for (int32_t i = 0; i < vocab; i++)
-            s += exp((double)logits[i] - (double)logits[tok]);
         if (lp_raw)
-            *lp_raw = (float)-log(s);
+            *lp_raw = greedy_logprob(logits, vocab, tok);
         if (lp_proc)
             *lp_proc = 0.0f;
         return tok;
@@ -260,9 +284,9 @@ grpo_sample_dist(const float *logits, int32_t vocab, const grpo_sampling *p, dou
 {
     if (vocab <= 0 || logits == NULL || p == NULL || probs == NULL)
         return grpo__fail(GRPO_EINVAL, "sampler: distribution of %d logits needs buffers", vocab);
-    for (int32_t i = 0; i < vocab; i++)
-        if (isnan(logits[i]) || logits[i] == INFINITY)
-            return grpo__fail(GRPO_EINVAL, "sampler: logit %d is %g", i, logits[i]);
+    grpo_err err = check_logits(logits, vocab);
+    if (err != GRPO_OK)
+        return err;
     if (p->temperature <= 0.0f) {
         memset(probs, 0, (size_t)vocab * sizeof *probs);
         probs[argmax(logits, vocab)] = 1.0;
@@ -272,11 +296,9 @@ grpo_sample_dist(const float *logits, int32_t vocab, const grpo_sampling *p, dou
     if (mem == NULL && (mem = malloc(grpo_sample_scratch_bytes(vocab))) == NULL)
         return grpo__fail(GRPO_ENOMEM, "sampler: out of memory for %d logits", vocab);
     scratch_view s = view(mem, vocab);
-    double t = (double)p->temperature, total = 0.0;
-    float mx = logits[argmax(logits, vocab)];
-    for (int32_t i = 0; i < vocab; i++) /* the same weights and cut as sample_temp */
-        total += s.w[i] = exp(((double)logits[i] - (double)mx) / t);
-    double z = truncate_dist(&s, vocab, p, total);
+    float mx;
+    double total = temp_weights(logits, vocab, (double)p->temperature, &s, &mx);
+    double z = truncate_dist(&s, vocab, p, total); /* the same weights and cut as sample_temp */
     for (int32_t i = 0; i < vocab; i++)
         probs[i] = s.keep[i] ? s.w[i] / z : 0.0;
     if (mem != scratch)
@@ -290,16 +312,13 @@ grpo_sample_logprobs(const float *logits, int32_t vocab, const grpo_sampling *p,
 {
     if (vocab <= 0 || logits == NULL || p == NULL || tok < 0 || tok >= vocab)
         return grpo__fail(GRPO_EINVAL, "sampler: logprobs of token %d of %d", tok, vocab);
-    for (int32_t i = 0; i < vocab; i++)
-        if (isnan(logits[i]) || logits[i] == INFINITY)
-            return grpo__fail(GRPO_EINVAL, "sampler: logit %d is %g", i, logits[i]);
+    grpo_err err = check_logits(logits, vocab);
+    if (err != GRPO_OK)
+        return err;
     if (p->temperature <= 0.0f) { /* as grpo_sample_ex's greedy branch */
         int32_t am = argmax(logits, vocab);
-        double s = 0.0;
-        for (int32_t i = 0; i < vocab; i++)
-            s += exp((double)logits[i] - (double)logits[tok]);
         if (lp_raw)
-            *lp_raw = (float)-log(s);
+            *lp_raw = greedy_logprob(logits, vocab, tok);
         if (lp_proc)
             *lp_proc = tok == am ? 0.0f : -INFINITY;
         return GRPO_OK;
@@ -308,11 +327,10 @@ grpo_sample_logprobs(const float *logits, int32_t vocab, const grpo_sampling *p,
     if (mem == NULL && (mem = malloc(grpo_sample_scratch_bytes(vocab))) == NULL)
         return grpo__fail(GRPO_ENOMEM, "sampler: out of memory for %d logits", vocab);
     scratch_view s = view(mem, vocab);
-    double t = (double)p->temperature, total = 0.0;
-    float mx = logits[argmax(logits, vocab)];
-    for (int32_t i = 0; i < vocab; i++) /* the same weights, cut and formulas as sample_temp */
-        total += s.w[i] = exp(((double)logits[i] - (double)mx) / t);
-    double z = truncate_dist(&s, vocab, p, total);
+    double t = (double)p->temperature;
+    float mx;
+    double total = temp_weights(logits, vocab, t, &s, &mx);
+    double z = truncate_dist(&s, vocab, p, total); /* the same cut and formulas as sample_temp */
     double lw = ((double)logits[tok] - (double)mx) / t;
     if (lp_raw)
         *lp_raw = (float)(lw - log(total));

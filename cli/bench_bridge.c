@@ -219,6 +219,40 @@ help(void)
         "  --transports LIST   ipc and/or tcp, default ipc,tcp\n");
 }
 
+/* One row of the table: the bridge over ipc (else tcp) for about `seconds`, then the plain socket
+ * with the same count of the same bytes. */
+static int
+bench_row(int ipc, grpo_batch *b, const void *bytes, size_t len, double seconds, int window)
+{
+    const char *tr = ipc ? "ipc" : "tcp";
+    char url[256];
+    if (ipc)
+        snprintf(url, sizeof url, "ipc:///tmp/grpo-bench-bridge-%d.ipc", (int)getpid());
+    else
+        snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+    /* a short first run sizes the count for about `seconds` */
+    double secs;
+    size_t got;
+    if (run_bridge(url, b, 3, window, &secs, &got) != 0)
+        return cli_fail("bench bridge");
+    int count = (int)(seconds / (secs / 3));
+    count = count < 5 ? 5 : count > 20000 ? 20000 : count;
+    double c0 = cpu_now();
+    if (run_bridge(url, b, count, window, &secs, &got) != 0)
+        return cli_fail("bench bridge");
+    double psecs, c1 = cpu_now();
+    if (run_plain(ipc, bytes, len, count, &psecs) != 0) {
+        fprintf(stderr, "grpo bench bridge: plain socket failed: %s\n", strerror(errno));
+        return CLI_FAIL;
+    }
+    double gbs = (double)len * count / secs / 1e9, pgbs = (double)len * count / psecs / 1e9;
+    double cb = (c1 - c0) * 1e3 / count, cp = (cpu_now() - c1) * 1e3 / count;
+    printf("%-9s %8.1fM %8d %11.1f %9.3f %13.3f %9.2f %10.2f %10.2f\n", tr, (double)len / (1 << 20),
+           count, count / secs, gbs, pgbs, gbs / pgbs, cb, cp);
+    fflush(stdout);
+    return CLI_OK;
+}
+
 int
 grpo_bench_bridge(int argc, char **argv)
 {
@@ -275,38 +309,14 @@ grpo_bench_bridge(int argc, char **argv)
         size_t len = 0;
         if (b == NULL || grpo_batch_encode(b, &bytes, &len) != GRPO_OK)
             return cli_fail("bench bridge");
-        for (int t = 0; t < 2; t++) {
-            const char *tr = t == 0 ? "ipc" : "tcp";
-            if (strstr(transports, tr) == NULL)
-                continue;
-            char url[256];
-            if (t == 0)
-                snprintf(url, sizeof url, "ipc:///tmp/grpo-bench-bridge-%d.ipc", (int)getpid());
-            else
-                snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
-            /* a short first run sizes the count for about `seconds` */
-            double secs;
-            size_t got;
-            if (run_bridge(url, b, 3, window, &secs, &got) != 0)
-                return cli_fail("bench bridge");
-            int count = (int)(seconds / (secs / 3));
-            count = count < 5 ? 5 : count > 20000 ? 20000 : count;
-            double c0 = cpu_now();
-            if (run_bridge(url, b, count, window, &secs, &got) != 0)
-                return cli_fail("bench bridge");
-            double psecs, c1 = cpu_now();
-            if (run_plain(t == 0, bytes, len, count, &psecs) != 0) {
-                fprintf(stderr, "grpo bench bridge: plain socket failed: %s\n", strerror(errno));
-                return CLI_FAIL;
-            }
-            double gbs = (double)len * count / secs / 1e9, pgbs = (double)len * count / psecs / 1e9;
-            double cb = (c1 - c0) * 1e3 / count, cp = (cpu_now() - c1) * 1e3 / count;
-            printf("%-9s %8.1fM %8d %11.1f %9.3f %13.3f %9.2f %10.2f %10.2f\n", tr,
-                   (double)len / (1 << 20), count, count / secs, gbs, pgbs, gbs / pgbs, cb, cp);
-            fflush(stdout);
-        }
+        int rc = CLI_OK;
+        for (int t = 0; t < 2 && rc == CLI_OK; t++)
+            if (strstr(transports, t == 0 ? "ipc" : "tcp") != NULL)
+                rc = bench_row(t == 0, b, bytes, len, seconds, window);
         free(bytes);
         grpo_batch_destroy(b);
+        if (rc != CLI_OK)
+            return rc;
     }
     return CLI_OK;
 }

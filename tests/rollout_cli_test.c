@@ -216,7 +216,8 @@ test_numerics_q8(void **state)
 
 /* --speculative 2 (the bf16 tiny model's MTP layer): the same completions with 1 and 2 threads,
  * other than those without speculation, the value recorded with each group, replay bit-identical
- * from the record, the acceptance line printed; a model without an MTP module is refused. */
+ * from the record, the acceptance line printed; the same with an FP8 cache; a model without an
+ * MTP module is refused. */
 static void
 test_speculative(void **state)
 {
@@ -250,6 +251,21 @@ test_speculative(void **state)
     sqlite3_finalize(st);
     sqlite3_close(h);
     for (int id = 1; id <= 16; id += 3) {
+        assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, d2, id), 0);
+        assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
+    }
+    /* with an FP8 cache (the MTP pool too): thread-invariant and replayed bit for bit */
+    snprintf(d1, sizeof d1, "%s/spec1k.db", tmpdir);
+    snprintf(d2, sizeof d2, "%s/spec2k.db", tmpdir);
+    assert_int_equal(
+        run(ROLL_SPEC " --db %s --threads 2 --speculative 2 --kv-dtype fp8", bin, src, src, d2), 0);
+    assert_int_equal(
+        run(ROLL_SPEC " --db %s --threads 1 --speculative 2 --kv-dtype fp8", bin, src, src, d1), 0);
+    n1 = token_blobs(d1, b1, sizeof b1), n2 = token_blobs(d2, b2, sizeof b2);
+    assert_true(n1 > 0);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    for (int id = 2; id <= 16; id += 7) {
         assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, d2, id), 0);
         assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
     }

@@ -201,6 +201,12 @@ gemm_all_dtypes(void **state)
             k1->gemm(k1, 1, x + (size_t)r * K, K, &m.w, y1, N);
             assert_memory_equal(y1, y + (size_t)r * N, (size_t)N * 4);
         }
+        for (int rows = 4; rows <= 6; rows++) { /* fused for BF16 up to 6 rows, else staged */
+            float *yr = malloc((size_t)rows * N * 4);
+            k3->gemm(k3, rows, x, K, &m.w, yr, N);
+            assert_memory_equal(yr, y, (size_t)rows * N * 4);
+            free(yr);
+        }
         /* gemm_t_heads: 2 heads of 65 rows; y[m, h, c] = sum_d x[m, h, d] W[h*65 + d][c] */
         k3->gemm_t_heads(k3, M, 2, x, K, 65, &m.w, 65, 65, yt, 2 * K, K);
         for (int r = 0; r < M; r++)

@@ -188,6 +188,10 @@ tile_block(const gemm_ctx *c, size_t t, int k0, int mm, const float *x, float *y
  * of writing the dequantized tile to memory and reading it back. Its values (the exact dequantized
  * weights), lanes, contraction, tail and tree are the staged path's, so the bits are the same. */
 #define FUSED_MAX_M 3
+/* BF16 weights widen with one shift, so converting a tile in registers once per 3 rows still
+ * beats staging it up to 6 rows (one thread, 4096 x 2048 at M = 4: 29.5 -> 36-37 GFLOP/s; FP8's
+ * conversion costs more, and there staging wins from M = 4 on). */
+#define FUSED_MAX_M_BF16 6
 
 /* 8 weights at column k of a row in dtype dt, as grpo_kw_dequant_row gives them: FP8 through the
  * E4M3 -> FP16 shift (value * 2^-8, exact) and one multiply by scale * 256; BF16 widened. */
@@ -259,7 +263,7 @@ fused_block(int R, grpo_dtype dt, const gemm_ctx *c, const fused_rows *fr, int r
         __attribute__((aligned(64))); /* the tail columns only (K not a multiple of 8) */
     for (int k0 = 0; k0 < K; k0 += KB) {
         int kb = K - k0 < KB ? K - k0 : KB, kv = kb & ~7;
-        grpo_v8f a[FUSED_MAX_M][NB];
+        grpo_v8f a[3][NB]; /* row blocks of at most 3 */
         for (int r = 0; r < R; r++)
             for (int j = 0; j < NB; j++)
                 a[r][j] = (grpo_v8f){0};
@@ -309,8 +313,9 @@ fused_block(int R, grpo_dtype dt, const gemm_ctx *c, const fused_rows *fr, int r
     }
 }
 
-/* Tile t for all c->M (<= FUSED_MAX_M) rows; 0 when the tile needs the staged path (an FP8 scale
- * whose 256- or 2^120-fold is not finite, which the register routes cannot carry). */
+/* Tile t for all c->M (<= FUSED_MAX_M, or FUSED_MAX_M_BF16) rows, 3 at a time; 0 when the tile
+ * needs the staged path (an FP8 scale whose 256- or 2^120-fold is not finite, which the register
+ * routes cannot carry). */
 __attribute__((target("arch=x86-64-v3"))) GRPO_CPU_CONTRACT static int
 tile_fused(const gemm_ctx *c, size_t t, size_t e)
 {
@@ -383,7 +388,8 @@ fused_weights_ok(const grpo_kw *w, int group)
 static int
 fused_ok(const gemm_ctx *c)
 {
-    return c->M <= FUSED_MAX_M && fused_weights_ok(c->w, 8);
+    return c->M <= (c->w->dt == GRPO_DT_BF16 ? FUSED_MAX_M_BF16 : FUSED_MAX_M) &&
+           fused_weights_ok(c->w, 8);
 }
 #endif
 
@@ -537,8 +543,7 @@ grpo_cpu__gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
     int q8 = 0, other = 0;
     for (int j = 0; j < n; j++) {
         if (jobs[j].M > 0 && jobs[j].w->cols == 0) /* y = 0; no tiles below */
-            grpo_cpu__gemm(k, jobs[j].M, jobs[j].x, jobs[j].ldx, jobs[j].w, jobs[j].y,
-                           jobs[j].ldy);
+            grpo_cpu__gemm(k, jobs[j].M, jobs[j].x, jobs[j].ldx, jobs[j].w, jobs[j].y, jobs[j].ldy);
         else if (jobs[j].M > 0)
             jobs[j].w->dt == GRPO_DT_Q8 ? q8++ : other++;
     }
@@ -622,8 +627,7 @@ tile_t_fused(const gemmt_ctx *c, int h, int c0)
             grpo_v8f xv = (grpo_v8f){0} + xr[d];
             if (w->dt == GRPO_DT_F8E4M3) {
                 float s256, s120;
-                if (!fused_scales(w->scale[(size_t)((w->row0 + r) / w->br) *
-                                               (size_t)w->scale_cols +
+                if (!fused_scales(w->scale[(size_t)((w->row0 + r) / w->br) * (size_t)w->scale_cols +
                                            (size_t)(c0 / w->bc)],
                                   &s256, &s120))
                     return 0; /* the staged path then writes every row */

@@ -201,7 +201,7 @@ gemm_all_dtypes(void **state)
             k1->gemm(k1, 1, x + (size_t)r * K, K, &m.w, y1, N);
             assert_memory_equal(y1, y + (size_t)r * N, (size_t)N * 4);
         }
-        for (int rows = 4; rows <= 6; rows++) { /* fused for BF16 up to 6 rows, else staged */
+        for (int rows = 4; rows <= 6; rows++) { /* the fused path up to 6 rows */
             float *yr = malloc((size_t)rows * N * 4);
             k3->gemm(k3, rows, x, K, &m.w, yr, N);
             assert_memory_equal(yr, y, (size_t)rows * N * 4);

@@ -187,11 +187,10 @@ tile_block(const gemm_ctx *c, size_t t, int k0, int mm, const float *x, float *y
  * kernel converts each 8-wide group of weights in registers and multiplies it in at once, instead
  * of writing the dequantized tile to memory and reading it back. Its values (the exact dequantized
  * weights), lanes, contraction, tail and tree are the staged path's, so the bits are the same. */
-#define FUSED_MAX_M 3
-/* BF16 weights widen with one shift, so converting a tile in registers once per 3 rows still
- * beats staging it up to 6 rows (one thread, 4096 x 2048 at M = 4: 29.5 -> 36-37 GFLOP/s; FP8's
- * conversion costs more, and there staging wins from M = 4 on). */
-#define FUSED_MAX_M_BF16 6
+/* Up to 6 rows (3 at a time, so each tile's weights are converted in registers twice at most):
+ * converting again costs less than staging a tile that streams from memory (bench model decode, 2
+ * threads: batch 4 72-75 -> 95-99 tok/s, batch 6 109-110 -> 112-113). */
+#define FUSED_MAX_M 6
 
 /* 8 weights at column k of a row in dtype dt, as grpo_kw_dequant_row gives them: FP8 through the
  * E4M3 -> FP16 shift (value * 2^-8, exact) and one multiply by scale * 256; BF16 widened. */
@@ -313,7 +312,7 @@ fused_block(int R, grpo_dtype dt, const gemm_ctx *c, const fused_rows *fr, int r
     }
 }
 
-/* Tile t for all c->M (<= FUSED_MAX_M, or FUSED_MAX_M_BF16) rows, 3 at a time; 0 when the tile
+/* Tile t for all c->M (<= FUSED_MAX_M) rows, 3 at a time; 0 when the tile
  * needs the staged path (an FP8 scale whose 256- or 2^120-fold is not finite, which the register
  * routes cannot carry). */
 __attribute__((target("arch=x86-64-v3"))) GRPO_CPU_CONTRACT static int
@@ -388,8 +387,7 @@ fused_weights_ok(const grpo_kw *w, int group)
 static int
 fused_ok(const gemm_ctx *c)
 {
-    return c->M <= (c->w->dt == GRPO_DT_BF16 ? FUSED_MAX_M_BF16 : FUSED_MAX_M) &&
-           fused_weights_ok(c->w, 8);
+    return c->M <= FUSED_MAX_M && fused_weights_ok(c->w, 8);
 }
 #endif
 

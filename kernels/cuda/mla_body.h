@@ -39,6 +39,34 @@ mla_decode_smem_floats(int dc, int dr)
     return (MLA_HG + MLA_TJ) * (dc + dr + 1) + MLA_HG * MLA_TJ + 3 * MLA_HG;
 }
 
+/* Head h's scores against tile row jj = lane (nj rows valid) into p, with the running max mh,
+ * sum lh and the factor al that rescales the head's earlier output (one warp per head). */
+template <class Ctx>
+MB_FN void
+mla_tile_scores(Ctx &cx, int h, int lane, int nj, int dc, int D, float scale, const float *q,
+                const float *kt, float *p, float *mh, float *lh, float *al)
+{
+    int jj = lane, DP = D + 1;
+    const float *qh = q + h * DP, *kj = kt + jj * DP;
+    float a = 0.0f, c = 0.0f;
+    for (int d = 0; d < dc; d++)
+        a = fmaf(qh[d], kj[d], a);
+    for (int d = dc; d < D; d++)
+        c = fmaf(qh[d], kj[d], c);
+    float sc = jj < nj ? (a + c) * scale : -INFINITY;
+    float mx = fmaxf(mh[h], cx.warp_max(sc));
+    float pe = jj < nj ? expf(sc - mx) : 0.0f;
+    float ps = cx.warp_sum(pe);
+    p[h * MLA_TJ + jj] = pe;
+    cx.syncwarp();
+    if (lane == 0) {
+        float a0 = expf(mh[h] - mx); /* exp(-inf) = 0 on the first tile */
+        al[h] = a0;
+        lh[h] = lh[h] * a0 + ps;
+        mh[h] = mx;
+    }
+}
+
 template <class Ctx>
 MB_FN void
 mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const float *ql,
@@ -79,29 +107,9 @@ mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const 
                                       : 0.0f;
         }
         cx.sync();
-        for (int r = 0; r < MLA_HG * MLA_TJ / MLA_NT; r++) { /* warp w -> heads 2w, 2w+1 */
-            int h = 2 * w + r, jj = lane;
-            if (h >= nh) /* whole warp: heads past H */
-                continue;
-            const float *qh = q + h * DP, *kj = kt + jj * DP;
-            float a = 0.0f, c = 0.0f;
-            for (int d = 0; d < dc; d++)
-                a = fmaf(qh[d], kj[d], a);
-            for (int d = dc; d < D; d++)
-                c = fmaf(qh[d], kj[d], c);
-            float sc = jj < nj ? (a + c) * scale : -INFINITY;
-            float mx = fmaxf(mh[h], cx.warp_max(sc));
-            float pe = jj < nj ? expf(sc - mx) : 0.0f;
-            float ps = cx.warp_sum(pe);
-            p[h * MLA_TJ + jj] = pe;
-            cx.syncwarp();
-            if (lane == 0) {
-                float a0 = expf(mh[h] - mx); /* exp(-inf) = 0 on the first tile */
-                al[h] = a0;
-                lh[h] = lh[h] * a0 + ps;
-                mh[h] = mx;
-            }
-        }
+        for (int r = 0; r < MLA_HG * MLA_TJ / MLA_NT; r++) /* warp w -> heads 2w, 2w+1 */
+            if (2 * w + r < nh) /* whole warp: heads past H skip */
+                mla_tile_scores(cx, 2 * w + r, lane, nj, dc, D, scale, q, kt, p, mh, lh, al);
         cx.sync();
 #ifdef __CUDA_ARCH__
 #pragma unroll

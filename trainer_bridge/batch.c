@@ -198,7 +198,7 @@ check_finite(const float *x, size_t n, const char *name, int64_t id)
         if (k == BLOCK ? !block_nonfinite(x + lo, BLOCK) : !block_nonfinite(x + lo, k))
             continue;
         for (size_t i = lo; i < lo + k; i++)
-            if (!isfinite(x[i]))
+            if (block_nonfinite(x + i, 1))
                 return grpo__fail(GRPO_EINVAL, "batch %" PRId64 ": %s[%zu] is not finite", id, name,
                                   i);
     }
@@ -228,9 +228,8 @@ check_tokens(const grpo_batch *b)
         if (k == BLOCK ? !block_bad_tokens(b->tokens + lo, b->loss_mask + lo, tool, BLOCK)
                        : !block_bad_tokens(b->tokens + lo, b->loss_mask + lo, tool, k))
             continue;
-        for (size_t t = lo; t < lo + k; t++)
-            if (b->tokens[t] < 0 || b->loss_mask[t] > 1 ||
-                (b->tool_mask && (b->tool_mask[t] > 1 || b->loss_mask[t] > b->tool_mask[t])))
+        for (size_t t = lo; t < lo + k; t++) /* the block's first bad token */
+            if (block_bad_tokens(b->tokens + t, b->loss_mask + t, tool ? tool + (t - lo) : NULL, 1))
                 return grpo__fail(GRPO_EINVAL,
                                   "batch %" PRId64 ": token %zu has a negative id, a loss_mask "
                                   "or tool_mask other than 0/1, or a loss_mask set where "

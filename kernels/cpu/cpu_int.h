@@ -48,6 +48,14 @@ grpo_cpu__e4m3x16(const uint8_t *p, __m256 s120, __m256 *w0, __m256 *w1)
 }
 #endif
 
+/* Decode GEMMs stream the rows of a tile ahead in while they compute one (gemm.c, q8.c): the
+ * next tile, or the one after when a tile is under 4 KB (so the fetch has time to land). */
+static inline size_t
+grpo_cpu__pf_ahead(size_t tile_bytes)
+{
+    return tile_bytes < 4096 ? 2 : 1;
+}
+
 /* 8-lane float vectors (GCC/clang vector extensions): one AVX register on the v3 clone, two SSE
  * registers on the baseline one; the arithmetic is lane-wise, so results do not depend on which. */
 typedef float grpo_v8f __attribute__((vector_size(32)));

@@ -234,16 +234,14 @@ fused_scales(float scale, float *s256, float *s120)
 typedef struct {
     const void *row[NB];   /* weight rows (rows past nn repeat row 0; their sums are dropped) */
     const float *srow[NB]; /* FP8: each row's line of the scale grid */
-    const char *next[NB];  /* the rows of the tile PF_TILES ahead, prefetched along; or NULL */
+    const char *next[NB];  /* the rows of the tile grpo_cpu__pf_ahead tiles on, or NULL */
 } fused_rows;
 
 /* Streaming prefetch for the fused kernels: while a tile's rows are read at column k, the same
- * columns of the rows PF_TILES tiles ahead are fetched, one cache line per row at a time. A burst
- * of a whole tile's lines at the tile's start (the staged path's prefetch_tile) overruns the
+ * columns of the rows grpo_cpu__pf_ahead tiles on are fetched, one cache line per row at a time. A
+ * burst of a whole tile's lines at the tile's start (the staged path's prefetch_tile) overruns the
  * core's outstanding-miss slots; spread along, the fetches keep both cores streaming (batch-1
- * decode of the bench model: 23-27 -> 30-34 tok/s on 2 loaded cores). Tiles smaller than
- * PF_NEAR bytes look two tiles ahead. */
-#define PF_NEAR 4096
+ * decode of the bench model: 23-27 -> 30-34 tok/s on 2 loaded cores). */
 __attribute__((always_inline)) static inline void
 fused_prefetch(const fused_rows *fr, int k, size_t es)
 {
@@ -312,9 +310,8 @@ fused_block(int R, grpo_dtype dt, const gemm_ctx *c, const fused_rows *fr, int r
     }
 }
 
-/* Tile t for all c->M (<= FUSED_MAX_M) rows, 3 at a time; 0 when the tile
- * needs the staged path (an FP8 scale whose 256- or 2^120-fold is not finite, which the register
- * routes cannot carry). */
+/* Tile t for all c->M (<= FUSED_MAX_M) rows, 3 at a time; 0 when the tile needs the staged path
+ * (an FP8 scale whose 256- or 2^120-fold is not finite, which the register routes cannot carry). */
 __attribute__((target("arch=x86-64-v3"))) GRPO_CPU_CONTRACT static int
 tile_fused(const gemm_ctx *c, size_t t, size_t e)
 {
@@ -322,7 +319,7 @@ tile_fused(const gemm_ctx *c, size_t t, size_t e)
     int h = (int)(t / (size_t)c->tiles), n0 = (int)(t % (size_t)c->tiles) * NB;
     int nn = c->N - n0 < NB ? c->N - n0 : NB, r0 = h * c->wrs + n0;
     size_t es = grpo_dtype_size(w->dt), row = (size_t)w->cols * es;
-    size_t tn = t + (row * NB < PF_NEAR ? 2 : 1); /* the tile whose rows stream in meanwhile */
+    size_t tn = t + grpo_cpu__pf_ahead(row * NB); /* the tile whose rows stream in meanwhile */
     int hn = (int)(tn / (size_t)c->tiles), nn0 = (int)(tn % (size_t)c->tiles) * NB;
     fused_rows fr;
     for (int j = 0; j < NB; j++) {
@@ -401,7 +398,8 @@ gemm_range(void *vctx, size_t b, size_t e, int worker)
 #ifdef GRPO_CPU_FUSED
     if (fused_ok(c)) {
         for (size_t t = b; t < e; t++) {
-            if (t == b && b + 1 < e && (size_t)K * grpo_dtype_size(c->w->dt) * NB < PF_NEAR)
+            if (t == b && b + 1 < e &&
+                grpo_cpu__pf_ahead((size_t)K * grpo_dtype_size(c->w->dt) * NB) == 2)
                 prefetch_tile(c, t + 1, 0, K); /* the tile between this one and the streamed */
             if (!tile_fused(c, t, e))
                 for (int k0 = 0; k0 < K; k0 += KB)

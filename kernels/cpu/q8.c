@@ -234,7 +234,7 @@ q8_range(void *vctx, size_t b, size_t e, int worker)
         int nn = tile_rows(c, t, wq, wd, &h, &n0);
         /* streaming: the next tile's rows fetched along the columns (two tiles ahead when a
          * tile is short), for decode-sized batches */
-        size_t tn = t + ((size_t)K * NB < 4096 ? 2 : 1);
+        size_t tn = t + grpo_cpu__pf_ahead((size_t)K * NB);
         int stream = c->M <= 2 && tn < e;
         if (stream)
             tile_rows(c, tn, nq, nd, &h1, &n1);
@@ -271,8 +271,8 @@ grpo_cpu__gemm_batch_q8(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
     size_t bytes = 0;
     for (int j = 0; j < n; j++)
         if (jobs[j].M > 0 && jobs[j].w->cols > 0)
-            bytes += (size_t)jobs[j].M * ((size_t)jobs[j].w->cols + (size_t)jobs[j].w->cols / QB *
-                                                                        sizeof(float)) +
+            bytes += (size_t)jobs[j].M *
+                         ((size_t)jobs[j].w->cols + (size_t)jobs[j].w->cols / QB * sizeof(float)) +
                      64;
     char *buf = malloc(bytes + 1);
     if (ctx == NULL || parts == NULL || buf == NULL) {

@@ -53,9 +53,12 @@ def main():
     sent = set(int(x) for x in open(sent_path).read().split()) if os.path.exists(sent_path) else set()
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     dups = os.open(os.path.join(state, "dups.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    shm_log = os.open(os.path.join(state, "shared.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     with BatchClient(url, run_id="integration", auto_ack=False) as client:
         for batch in client:
             check(batch)
+            if client.last_shared:  # ipc://: the batch was read from the publisher's memory
+                os.write(shm_log, b"s")
             if batch.batch_id in processed:
                 os.write(dups, b"%d\n" % batch.batch_id)
             else:

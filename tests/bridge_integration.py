@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Integration test of the trainer bridge with real processes: the C publisher
-(bridge_transport_test publish ...) sends 1,000 batches over tcp:// to a Python consumer
+(bridge_transport_test publish ...) sends 1,000 batches over tcp:// (or ipc://, where the consumer
+reads them from the publisher's memory) to a Python consumer
 (tests/bridge_consumer.py); the consumer is SIGKILLed twice mid-stream and restarted, the publisher
 once. Afterwards every batch id was processed exactly once and none is missing, and the weights
 published back were loaded: their versions appear in later batches.
 
-    bridge_integration.py --pub PATH/bridge_transport_test [--n 1000] [--window 8]
+    bridge_integration.py --pub PATH/bridge_transport_test [--n 1000] [--window 8] [--ipc]
 Exit 77 (skipped) when pynng, safetensors or numpy cannot be imported."""
 import argparse
 import os
@@ -50,12 +51,13 @@ def main():
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=100)
+    ap.add_argument("--ipc", action="store_true", help="ipc:// instead of tcp://")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="grpo_bridge_it_")
     state, spool, shared = (os.path.join(tmp, d) for d in ("state", "spool", "shared"))
     for d in (state, shared):
         os.makedirs(d)
-    url = "tcp://127.0.0.1:%d" % free_port()
+    url = "ipc://%s/bridge.ipc" % tmp if a.ipc else "tcp://127.0.0.1:%d" % free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(here, "..", "trainer_bridge", "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("GRPO_LOG", "warn")
@@ -99,6 +101,13 @@ def main():
                 p.wait()
     if ok:
         ok = verify(a.n, state, kills)
+    if ok:
+        shared = os.path.getsize(os.path.join(state, "shared.log"))
+        print("%d batches read from the publisher's memory" % shared)
+        if (shared >= a.n) != a.ipc or (not a.ipc and shared):
+            print("FAIL: over %s, %d of %d batches came through shared memory"
+                  % ("ipc" if a.ipc else "tcp", shared, a.n))
+            ok = False
     shutil.rmtree(tmp, ignore_errors=True)
     print("PASS" if ok else "FAIL", flush=True)
     return 0 if ok else 1

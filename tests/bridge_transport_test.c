@@ -18,6 +18,7 @@
 
 #include "common/common_int.h"
 #include "grpo/bridge.h"
+#include "trainer_bridge/bridge_int.h"
 
 /* The deterministic batch of id k, stamped with a policy version. tests/bridge_consumer.py
  * checks the same formula. */
@@ -268,6 +269,125 @@ write_weights(const char *path, float v, int overlap)
     assert_int_equal(grpo__write_file_atomic(path, buf, (size_t)(8 + n + 16)), GRPO_OK);
 }
 
+/* Over ipc:// the batches travel through the publisher's memfd slots (every reply a reference)
+ * and arrive byte for byte as encoded; a consumer that turns it off gets the same bytes in the
+ * messages; over tcp:// nothing is shared. Batches of 2 MB reuse the slots of acknowledged ones. */
+static void
+shared_run(const char *url, int shm, int64_t n, int64_t *shared, int64_t *sent)
+{
+    grpo_bridge_publisher *p = start(url, 2, NULL);
+    grpo_bridge_consumer *c = NULL;
+    assert_int_equal(grpo_bridge_consumer_create(&c, url, "r1", 5000), GRPO_OK);
+    if (!shm)
+        grpo_bridge_consumer_set_shm(c, 0);
+    for (int64_t k = 0; k < n; k++) {
+        grpo_batch *b = make_batch("r1", k, 0);
+        if (k % 3 == 2) { /* a large one: its slot grows, later ones reuse the pages */
+            grpo_batch *big = NULL;
+            size_t T = (size_t)1 << 18;
+            assert_int_equal(grpo_batch_create(&big, "r1", 1, T, 0), GRPO_OK);
+            big->batch_id = k;
+            big->seq_offsets[1] = (int64_t)T;
+            for (size_t t = 0; t < T; t++)
+                big->tokens[t] = (int32_t)(t * 2654435761u % 129280), big->loss_mask[t] = 1;
+            grpo_batch_destroy(b);
+            b = big;
+        }
+        void *want = NULL;
+        size_t wlen = 0;
+        assert_int_equal(grpo_batch_encode(b, &want, &wlen), GRPO_OK);
+        assert_int_equal(grpo_bridge_publish(p, b, 5000), GRPO_OK);
+        const void *got = NULL;
+        size_t len = 0;
+        int64_t id = -1;
+        assert_int_equal(grpo_bridge_consumer_next(c, &got, &len, &id, 5000), GRPO_OK);
+        assert_int_equal(id, k);
+        assert_int_equal(len, wlen);
+        assert_memory_equal(got, want, wlen);
+        assert_int_equal(grpo_bridge_consumer_ack(c, id, k == n - 1), GRPO_OK);
+        free(want);
+        grpo_batch_destroy(b);
+    }
+    assert_int_equal(grpo_bridge_flush(p, 5000), GRPO_OK);
+    grpo_bridge_stats st;
+    grpo_bridge_publisher_stats(p, &st);
+    *shared = st.shared;
+    *sent = st.sent;
+    grpo_bridge_consumer_destroy(c);
+    grpo_bridge_publisher_destroy(p);
+}
+
+static void
+test_shared_memory(void **state)
+{
+    (void)state;
+    char url[300];
+    int64_t shared = -1, sent = -1;
+    fresh_url(url, sizeof url);
+    shared_run(url, 1, 9, &shared, &sent);
+    assert_int_equal(sent, 9);
+    assert_int_equal(shared, 9);
+    fresh_url(url, sizeof url);
+    shared_run(url, 0, 4, &shared, &sent);
+    assert_int_equal(sent, 4);
+    assert_int_equal(shared, 0);
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 30000 + (int)(getpid() % 20000));
+    shared_run(url, 1, 4, &shared, &sent);
+    assert_int_equal(sent, 4);
+    assert_int_equal(shared, 0);
+}
+
+/* The reader of a slot refuses what it must: a rewritten slot (ESTATE: ask again), a wrong
+ * token or an fd that is not there (EIO: fall back to messages), a malformed reference or one
+ * over the size bound (EFORMAT); a reply without a reference reads nothing. */
+static void
+test_shm_refusals(void **state)
+{
+    (void)state;
+    grpo_bridge__shm_slot s;
+    assert_int_equal(grpo_bridge__shm_open(&s), GRPO_OK);
+    const char a[] = "first payload", b2[] = "the second, longer payload";
+    assert_int_equal(grpo_bridge__shm_write(&s, a, sizeof a), GRPO_OK);
+    char js[256], old[256];
+    grpo_bridge__shm_ref(&s, js, sizeof js);
+    grpo_buf out = {0};
+    int ref = -1;
+    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, &out, &ref), GRPO_OK);
+    assert_int_equal(ref, 1);
+    assert_int_equal(out.len, sizeof a);
+    assert_memory_equal(out.data, a, sizeof a);
+    snprintf(old, sizeof old, "%s", js);
+    assert_int_equal(grpo_bridge__shm_write(&s, b2, sizeof b2), GRPO_OK);
+    assert_int_equal(grpo_bridge__shm_read(old, strlen(old), 0, &out, &ref), GRPO_ESTATE);
+    grpo_bridge__shm_ref(&s, js, sizeof js);
+    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, &out, &ref), GRPO_OK);
+    assert_memory_equal(out.data, b2, sizeof b2);
+    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 8, &out, &ref), GRPO_EFORMAT);
+    char *tok = strstr(js, "\"token\":\"") + 9;
+    tok[0] = tok[0] == '0' ? '1' : '0'; /* another slot's token */
+    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, &out, &ref), GRPO_EIO);
+    char gone[256];
+    snprintf(gone, sizeof gone,
+             "{\"shm\":{\"pid\":%d,\"fd\":999999,\"token\":\"%032d\",\"gen\":2,\"len\":4}}",
+             (int)getpid(), 0);
+    assert_int_equal(grpo_bridge__shm_read(gone, strlen(gone), 0, &out, &ref), GRPO_EIO);
+    const char *bad[] = {
+        "{\"shm\":{}}",
+        "{\"shm\":{\"pid\":1,\"fd\":3,\"token\":\"zz\",\"gen\":2,"
+        "\"len\":4}}",
+        "{\"shm\":{\"pid\":-4,\"fd\":3,\"token\":\"00000000000000000000000000000000\","
+        "\"gen\":2,\"len\":4}}"};
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(grpo_bridge__shm_read(bad[i], strlen(bad[i]), 0, &out, &ref),
+                         GRPO_EFORMAT);
+    assert_int_equal(grpo_bridge__shm_read("{}", 2, 0, &out, &ref), GRPO_OK);
+    assert_int_equal(ref, 0);
+    assert_int_equal(grpo_bridge__shm_read(NULL, 0, 0, &out, &ref), GRPO_OK);
+    assert_int_equal(ref, 0);
+    grpo__buf_fini(&out);
+    grpo_bridge__shm_close(&s);
+}
+
 static void
 test_weights(void **state)
 {
@@ -409,10 +529,9 @@ main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "publish") == 0)
         return publisher_main(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_order_window_end),
-        cmocka_unit_test(test_redelivery_and_resume),
-        cmocka_unit_test(test_staleness),
-        cmocka_unit_test(test_weights),
+        cmocka_unit_test(test_order_window_end), cmocka_unit_test(test_redelivery_and_resume),
+        cmocka_unit_test(test_staleness),        cmocka_unit_test(test_weights),
+        cmocka_unit_test(test_shared_memory),    cmocka_unit_test(test_shm_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -121,6 +121,30 @@ int grpo_bridge__msg_alloc(struct nng_msg **m, size_t len);
  * inside it only; a hint, so a refusal is ignored). For memory about to be written first. */
 void grpo_bridge__hint_huge(void *p, size_t len);
 
+/* ---- same-host payloads (shm.c) ----------------------------------------------------------------
+ * Over ipc:// a trainer that asks for it (GET with JSON {"shm": 1}) gets each batch as a
+ * reference to a memfd slot of the publisher (BATCH reply with JSON {"shm": {pid, fd, token,
+ * gen, len}} and no payload) and reads it with one pread; docs/bridge.md, "Protocol". */
+typedef struct {
+    int fd;            /* the memfd; -1 when closed */
+    uint8_t token[16]; /* random, checked by the reader: the fd number alone could be reused */
+    uint64_t gen;      /* even when stable; bumped by every write */
+    size_t len;        /* payload bytes of the current generation */
+} grpo_bridge__shm_slot;
+
+grpo_err grpo_bridge__shm_open(grpo_bridge__shm_slot *s);
+void grpo_bridge__shm_close(grpo_bridge__shm_slot *s);
+/* Replaces the slot's payload (the generation goes odd, then to the next even value). */
+grpo_err grpo_bridge__shm_write(grpo_bridge__shm_slot *s, const void *bytes, size_t len);
+/* The BATCH reply's JSON naming the slot's current generation. */
+void grpo_bridge__shm_ref(const grpo_bridge__shm_slot *s, char *json, size_t cap);
+/* Reads the batch a reply's JSON references into out (its memory reused). *referenced is 0 for a
+ * reply without a reference (nothing read). GRPO_ESTATE: the slot was rewritten before or while
+ * it was read (ask again); other errors: this trainer cannot read the publisher's memory (fall
+ * back to payloads in the messages). max_len bounds the size (0: none). */
+grpo_err grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len, grpo_buf *out,
+                               int *referenced);
+
 /* Parses a received message (bounds-checked). */
 grpo_err grpo_bridge__msg_parse(const void *buf, size_t len, grpb_msg *m);
 /* Writes the 32-byte header into hdr. */

@@ -21,6 +21,8 @@ struct grpo_bridge_consumer {
     int64_t *acks, *held;
     size_t nacks, capacks, nheld, capheld;
     nng_msg *last; /* the reply whose payload next() handed out */
+    int shm;       /* ask for same-host payloads (ipc:// only; off after one cannot be read) */
+    grpo_buf buf;  /* the batch read from shared memory that next() handed out */
 };
 
 static grpo_err
@@ -108,6 +110,7 @@ grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url, const c
         goto done;
     }
     nng_socket_set_size(c->s, NNG_OPT_RECVMAXSZ, 0); /* batches have no fixed bound */
+    c->shm = strncmp(url, "ipc://", 6) == 0;
     nng_socket_set_ms(c->s, NNG_OPT_REQ_RESENDTIME, SLICE_MS);
     nng_socket_set_ms(c->s, NNG_OPT_RECONNMINT, 20);
     nng_socket_set_ms(c->s, NNG_OPT_RECONNMAXT, 500);
@@ -147,7 +150,14 @@ grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
     free(c->acks);
     free(c->held);
     free(c->url);
+    grpo__buf_fini(&c->buf);
     free(c);
+}
+
+void
+grpo_bridge_consumer_set_shm(grpo_bridge_consumer *c, int on)
+{
+    c->shm = on && strncmp(c->url, "ipc://", 6) == 0;
 }
 
 static grpo_err
@@ -169,8 +179,9 @@ get_once(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
     grpo_err err;
     if ((err = ids_payload(c->acks, c->nacks, &pa)) == GRPO_OK &&
         (err = ids_payload(c->held, c->nheld, &ph)) == GRPO_OK &&
-        (err = request(c, GRPB_GET, (int64_t)c->nacks, (int64_t)c->nheld, NULL, pa, c->nacks * 8,
-                       ph, c->nheld * 8, timeout_ms, rep)) == GRPO_OK &&
+        (err = request(c, GRPB_GET, (int64_t)c->nacks, (int64_t)c->nheld,
+                       c->shm ? "{\"shm\":1}" : NULL, pa, c->nacks * 8, ph, c->nheld * 8,
+                       timeout_ms, rep)) == GRPO_OK &&
         (err = check_reply(c, *rep, m)) == GRPO_OK)
         c->nacks = 0;
     free(pa);
@@ -199,6 +210,19 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
                 nng_msg_free(rep);
             return err;
         }
+        int shared = 0;
+        if (m.type == GRPB_BATCH &&
+            (err = grpo_bridge__shm_read(m.json, m.json_len, 0, &c->buf, &shared)) != GRPO_OK) {
+            nng_msg_free(rep);
+            if (err == GRPO_ENOMEM)
+                return err;
+            if (err != GRPO_ESTATE) { /* another host, namespace or user: payloads in messages */
+                grpo_log(GRPO_LOG_INFO, "bridge %s: %s; batches come in the messages from now on",
+                         c->url, grpo_error_last());
+                c->shm = 0;
+            }
+            continue; /* the batch is not held yet: the next GET returns it (or a newer one) */
+        }
         if (m.type == GRPB_BATCH) {
             bool dup = false;
             for (size_t i = 0; i < c->nheld; i++)
@@ -207,10 +231,16 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
                 nng_msg_free(rep);
                 return err;
             }
+            *batch_id = m.a;
+            if (shared) {
+                nng_msg_free(rep);
+                *bytes = c->buf.data;
+                *len = c->buf.len;
+                return GRPO_OK;
+            }
             c->last = rep; /* the payload is handed out in place */
             *bytes = m.payload;
             *len = m.payload_len;
-            *batch_id = m.a;
             return GRPO_OK;
         }
         nng_msg_free(rep);

@@ -24,10 +24,12 @@ typedef struct {
     size_t len, cap; /* cap: the allocation behind bytes, for the buffer pool */
     int sends;
     nng_msg *msg; /* its BATCH reply, built at publish time for the first send; then NULL */
+    int slot;     /* its memfd slot (shm.c) holding the bytes, or -1 */
 } entry;
 
 #define LINGER_MS 1000 /* destroy after finish waits this long for a trainer to hear "end" */
 #define POOL_MAX 4     /* encode buffers kept for reuse (each up to a batch's size) */
+#define SLOTS_MAX 64   /* memfd slots (same-host payloads) */
 
 typedef struct {
     int64_t version, n_chunks, next, bytes, written;
@@ -59,6 +61,11 @@ struct grpo_bridge_publisher {
     wassembly wa;
     grpo_buf pool[POOL_MAX]; /* freed batch buffers, reused by publish (under mu) */
     size_t npool;
+    /* same-host payloads (ipc:// only): memfd slots, each free or holding one queued batch */
+    int shm_ok;   /* the URL is ipc:// */
+    int shm_mode; /* the last GET asked for shared memory: publish fills a slot, not a reply */
+    grpo_bridge__shm_slot slots[SLOTS_MAX]; /* fixed: a slot's address never moves */
+    unsigned char slot_used[SLOTS_MAX];
 };
 
 /* ---- small helpers ------------------------------------------------------------------------- */
@@ -128,11 +135,66 @@ pool_put(grpo_bridge_publisher *p, void *data, size_t cap)
         free(data);
 }
 
-/* Inserts in id order (the common case, the largest id, is an append). Takes ownership of bytes
- * and msg (NULL: built when asked for). */
+/* Called with mu held: a free memfd slot (opened when none is free), or -1 when all SLOTS_MAX
+ * hold queued batches (a window that large sends the rest in messages). */
+static int
+slot_take(grpo_bridge_publisher *p)
+{
+    int closed = -1;
+    for (int i = 0; i < SLOTS_MAX; i++) {
+        if (!p->slot_used[i] && p->slots[i].fd >= 0) {
+            p->slot_used[i] = 1;
+            return i;
+        }
+        if (closed < 0 && p->slots[i].fd < 0)
+            closed = i;
+    }
+    if (closed < 0 || grpo_bridge__shm_open(&p->slots[closed]) != GRPO_OK)
+        return -1;
+    p->slot_used[closed] = 1;
+    return closed;
+}
+
+/* Called with mu held: a slot whose batch was acknowledged (or never queued) is free again; past
+ * POOL_MAX free slots it is closed, so a long queue resumed from the store does not keep a second
+ * copy of every batch it once sent. */
+static void
+slot_put(grpo_bridge_publisher *p, int slot)
+{
+    if (slot < 0)
+        return;
+    p->slot_used[slot] = 0;
+    size_t nfree = 0;
+    for (int i = 0; i < SLOTS_MAX; i++)
+        nfree += !p->slot_used[i] && p->slots[i].fd >= 0;
+    if (nfree > POOL_MAX)
+        grpo_bridge__shm_close(&p->slots[slot]);
+}
+
+/* Copies bytes into a fresh slot for a batch; -1 when that fails (the batch then goes in the
+ * messages). Takes mu for the slot table only: the write happens outside it. */
+static int
+slot_fill(grpo_bridge_publisher *p, const void *bytes, size_t len)
+{
+    pthread_mutex_lock(&p->mu);
+    int s = slot_take(p);
+    grpo_bridge__shm_slot *sl = s >= 0 ? &p->slots[s] : NULL;
+    pthread_mutex_unlock(&p->mu);
+    if (sl != NULL && grpo_bridge__shm_write(sl, bytes, len) == GRPO_OK)
+        return s;
+    if (s >= 0)
+        grpo_log(GRPO_LOG_WARN, "bridge: %s; sending the batch in messages", grpo_error_last());
+    pthread_mutex_lock(&p->mu);
+    slot_put(p, s);
+    pthread_mutex_unlock(&p->mu);
+    return -1;
+}
+
+/* Inserts in id order (the common case, the largest id, is an append). Takes ownership of bytes,
+ * msg (NULL: built when asked for) and slot (-1: none). */
 static grpo_err
 q_insert(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len, size_t cap,
-         nng_msg *msg)
+         nng_msg *msg, int slot)
 {
     if (p->nq == p->capq) {
         size_t cap = p->capq ? 2 * p->capq : 16;
@@ -145,7 +207,7 @@ q_insert(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, siz
     size_t i = p->nq++;
     for (; i > 0 && p->q[i - 1].id > id; i--)
         p->q[i] = p->q[i - 1];
-    p->q[i] = (entry){id, version, bytes, len, cap, 0, msg};
+    p->q[i] = (entry){id, version, bytes, len, cap, 0, msg, slot};
     return GRPO_OK;
 }
 
@@ -233,6 +295,7 @@ apply_ack(grpo_bridge_publisher *p, int64_t id)
         grpo_log(GRPO_LOG_ERROR, "bridge: persisting ack of batch %" PRId64 ": %s", id,
                  grpo_error_last());
     pool_put(p, p->q[i].bytes, p->q[i].cap);
+    slot_put(p, p->q[i].slot);
     if (p->q[i].msg != NULL) /* acknowledged before it was ever sent (an earlier publisher's) */
         nng_msg_free(p->q[i].msg);
     memmove(p->q + i, p->q + i + 1, (p->nq - (size_t)i - 1) * sizeof *p->q);
@@ -281,16 +344,54 @@ pick(const grpo_bridge_publisher *p, const int64_t *holds, size_t nholds)
     return -1;
 }
 
+/* True when a GET's JSON asks for same-host payloads ({"shm": 1}) and this publisher is on ipc://
+ * (a trainer on another host could not open the memfd). */
+static bool
+wants_shm(const grpo_bridge_publisher *p, const grpb_msg *m)
+{
+    if (!p->shm_ok || m->json_len == 0)
+        return false;
+    cJSON *j = cJSON_ParseWithLength(m->json, m->json_len);
+    const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "shm") : NULL;
+    bool yes = cJSON_IsNumber(v) && v->valuedouble == 1;
+    cJSON_Delete(j);
+    return yes;
+}
+
+/* Answers a GET with a reference to the batch's memfd slot (filled now if it has none); false
+ * when no slot could be had, and the batch goes in the reply instead. */
+static bool
+reply_shm(grpo_bridge_publisher *p, entry *e)
+{
+    if (e->slot < 0 && (e->slot = slot_fill(p, e->bytes, e->len)) < 0)
+        return false;
+    char js[256];
+    pthread_mutex_lock(&p->mu);
+    ssize_t k = q_find(p, e->id); /* still queued: only this thread removes entries */
+    if (k >= 0)
+        p->q[k].slot = e->slot;
+    grpo_bridge__shm_ref(&p->slots[e->slot], js, sizeof js);
+    p->st.shared++;
+    pthread_mutex_unlock(&p->mu);
+    if (e->msg != NULL)
+        nng_msg_free(e->msg);
+    reply(p, GRPB_BATCH, e->id, e->version, js, NULL, 0);
+    return true;
+}
+
 static void
 on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
 {
     int64_t *acks = NULL, *holds = NULL;
     size_t na = 0, nh = 0;
+    bool shm = wants_shm(p, m);
     if (read_ids(m, &acks, &na, &holds, &nh) != GRPO_OK) {
         reply_error(p, grpo_error_last());
         return;
     }
     pthread_mutex_lock(&p->mu);
+    if (!ack_only)
+        p->shm_mode = shm;
     for (size_t i = 0; i < na; i++)
         apply_ack(p, acks[i]);
     if (ack_only) {
@@ -330,6 +431,8 @@ on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
     free(acks);
     if (e.sends == 0 && p->has_persist && p->persist.mark_sent)
         p->persist.mark_sent(p->persist.ctx, e.id);
+    if (shm && reply_shm(p, &e))
+        return;
     if (e.msg != NULL) /* the common case: nothing to build or copy while the trainer waits */
         grpo__rep_reply(p->rep, p->token, e.msg);
     else /* a redelivery, or a batch resumed from the store: a copy of the kept bytes */
@@ -380,10 +483,11 @@ accept_delta(grpo_bridge_publisher *p, int64_t version, const char *delta_path,
     if (err == GRPO_OK && (in.result_version != version || in.base_version != base.version ||
                            strcasecmp(in.result_sha256, sha) != 0)) {
         unlink(out_path);
-        err = grpo__fail(GRPO_EFORMAT, "bridge: delta %s is v%" PRId64 " -> v%" PRId64
+        err = grpo__fail(GRPO_EFORMAT,
+                         "bridge: delta %s is v%" PRId64 " -> v%" PRId64
                          " (sha256 %.12s...); the request says v%" PRId64 " (sha256 %.12s...)",
-                         delta_path, in.base_version, in.result_version, in.result_sha256,
-                         version, sha);
+                         delta_path, in.base_version, in.result_version, in.result_sha256, version,
+                         sha);
     }
     if (err == GRPO_OK)
         record_weights(p, version, out_path, sha, in.result_bytes);
@@ -399,9 +503,11 @@ delta_base_known(grpo_bridge_publisher *p, int64_t version, int64_t base_version
     pthread_mutex_unlock(&p->mu);
     if (base_version == held && held >= 0 && base_version < version)
         return GRPO_OK;
-    return grpo__fail(GRPO_ESTATE, "bridge: weights delta v%" PRId64 " is against v%" PRId64
+    return grpo__fail(GRPO_ESTATE,
+                      "bridge: weights delta v%" PRId64 " is against v%" PRId64
                       ", which this side does not hold (newest held: v%" PRId64
-                      "); send the full weights", version, base_version, held);
+                      "); send the full weights",
+                      version, base_version, held);
 }
 
 /* True when this version (with this hash) was already accepted, or a newer one was: answering OK
@@ -655,7 +761,7 @@ resume_one(void *arg, int64_t id, const void *bytes, size_t len)
     if (c == NULL)
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
     memcpy(c, bytes, len);
-    grpo_err err = q_insert(p, id, ver, c, len, len, NULL);
+    grpo_err err = q_insert(p, id, ver, c, len, len, NULL, -1);
     if (err != GRPO_OK)
         free(c);
     return err;
@@ -692,6 +798,9 @@ grpo_bridge_publisher_create(grpo_bridge_publisher **out, const char *url,
     p->engine_version = -1;
     p->st.weights_version = -1;
     p->wa.version = -1, p->wa.delta_base = -1;
+    p->shm_ok = strncmp(url, "ipc://", 6) == 0;
+    for (int i = 0; i < SLOTS_MAX; i++)
+        p->slots[i].fd = -1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->pub_mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -757,6 +866,8 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
     }
     for (size_t i = 0; i < p->npool; i++)
         free(p->pool[i].data);
+    for (int i = 0; i < SLOTS_MAX; i++)
+        grpo_bridge__shm_close(&p->slots[i]);
     free(p->q);
     free(p->acked);
     free(p->url);
@@ -802,11 +913,11 @@ wait_room(grpo_bridge_publisher *p, int timeout_ms)
     return p->stop ? grpo__fail(GRPO_ECANCELED, "bridge: publisher is closing") : GRPO_OK;
 }
 
-/* Takes ownership of bytes (kept for redelivery until acknowledged) and of msg, their BATCH reply
- * for the first send (NULL: built when asked for). */
+/* Takes ownership of bytes (kept for redelivery until acknowledged), of msg, their BATCH reply
+ * for the first send (NULL: built when asked for), and of slot, their memfd copy (-1: none). */
 static grpo_err
 publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes, size_t len,
-              size_t cap, nng_msg *msg, int timeout_ms)
+              size_t cap, nng_msg *msg, int slot, int timeout_ms)
 {
     grpo_err err = GRPO_OK;
     pthread_mutex_lock(&p->pub_mu); /* one publish at a time keeps ids ordered */
@@ -824,9 +935,10 @@ publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes
         err = p->persist.put(p->persist.ctx, id, bytes, len);
     if (err == GRPO_OK && !dup) {
         pthread_mutex_lock(&p->mu);
-        if ((err = q_insert(p, id, version, bytes, len, cap, msg)) == GRPO_OK) {
+        if ((err = q_insert(p, id, version, bytes, len, cap, msg, slot)) == GRPO_OK) {
             bytes = NULL;
             msg = NULL;
+            slot = -1;
             p->st.published++;
             pthread_cond_broadcast(&p->cv);
         }
@@ -834,6 +946,7 @@ publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes
     }
     pthread_mutex_lock(&p->mu);
     pool_put(p, bytes, cap); /* not queued (duplicate or failure): keep the memory */
+    slot_put(p, slot);
     pthread_mutex_unlock(&p->mu);
     pthread_mutex_unlock(&p->pub_mu);
     if (msg != NULL)
@@ -856,10 +969,16 @@ grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_m
         pthread_mutex_unlock(&p->mu);
         return err;
     }
-    /* The reply is built here, before waiting for room in the window, so that it is ready (and
-     * its pages faulted in) while earlier batches are on the wire. */
-    nng_msg *m = build(GRPB_BATCH, b->batch_id, b->policy_version, NULL, o.data, o.len);
-    return publish_owned(p, b->batch_id, b->policy_version, o.data, o.len, o.cap, m, timeout_ms);
+    /* The reply (or, for a trainer reading shared memory, the slot) is filled here, before
+     * waiting for room in the window, so that it is ready while earlier batches are on the wire. */
+    pthread_mutex_lock(&p->mu);
+    int shm = p->shm_mode;
+    pthread_mutex_unlock(&p->mu);
+    int slot = shm ? slot_fill(p, o.data, o.len) : -1;
+    nng_msg *m =
+        slot < 0 ? build(GRPB_BATCH, b->batch_id, b->policy_version, NULL, o.data, o.len) : NULL;
+    return publish_owned(p, b->batch_id, b->policy_version, o.data, o.len, o.cap, m, slot,
+                         timeout_ms);
 }
 
 grpo_err
@@ -880,7 +999,7 @@ grpo_bridge_publish_bytes(grpo_bridge_publisher *p, const void *bytes, size_t le
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
     memcpy(c, bytes, len);
     nng_msg *m = build(GRPB_BATCH, id, ver, NULL, c, len);
-    return publish_owned(p, id, ver, c, len, len ? len : 1, m, timeout_ms);
+    return publish_owned(p, id, ver, c, len, len ? len : 1, m, -1, timeout_ms);
 }
 
 grpo_err

@@ -414,6 +414,7 @@ typedef struct grpo_bridge_stats {
     int64_t handshakes;      /* trainer hello messages (a trainer (re)start) */
     size_t unacked;          /* batches waiting for an acknowledgement now */
     int64_t weights_version; /* newest validated weights version received, -1 if none */
+    int64_t shared;          /* of sent: replies naming the batch in shared memory (ipc://) */
 } grpo_bridge_stats;
 
 void grpo_bridge_publisher_stats(grpo_bridge_publisher *p, grpo_bridge_stats *s);
@@ -477,6 +478,14 @@ typedef struct grpo_bridge_consumer grpo_bridge_consumer;
 grpo_err grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url,
                                      const char *expect_run_id, int timeout_ms);
 void grpo_bridge_consumer_destroy(grpo_bridge_consumer *c);
+
+/* Same-host payloads, on by default over ipc://: each GET asks the publisher for a reference to
+ * the batch in its memory (a memfd read once through /proc/PID/fd), so the bytes are copied once
+ * instead of going through NNG's messages. A trainer that cannot open the publisher's memory (a
+ * container of its own, another user) falls back to payloads in the messages by itself, after
+ * one info line. on = 0 asks for payloads in the messages from the next GET on; over tcp:// it
+ * is always off. */
+void grpo_bridge_consumer_set_shm(grpo_bridge_consumer *c, int on);
 
 /* Receives the next batch: *bytes points into the consumer's receive buffer (no copy) and stays
  * valid until the next call to next() or destroy(); do not free it. Pending acknowledgements

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import struct
+import sys
 import time
 
 import pynng
@@ -24,6 +25,48 @@ _HDR = struct.Struct("<4sBBHqqII")  # 32 bytes
 
 class BridgeError(RuntimeError):
     pass
+
+
+class _SharedChanged(Exception):
+    """The publisher rewrote the slot before or while it was read: ask again."""
+
+
+_SHM_HDR = 64
+
+
+def _read_shared(ref):
+    """The batch bytes a BATCH reply references in the publisher's memory (ipc:// only): its memfd
+    opened as /proc/PID/fd/FD and read once, the slot's token and generation checked before and
+    after (docs/bridge.md, "Same-host payloads"). OSError: this process cannot open the
+    publisher's memory; _SharedChanged: ask again."""
+    try:
+        pid, fd, gen, n = (int(ref[k]) for k in ("pid", "fd", "gen", "len"))
+        token = bytes.fromhex(ref["token"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise BridgeError("bridge: malformed shared-memory reference: %s" % e)
+    if len(token) != 16 or pid < 1 or fd < 0 or n < 0:
+        raise BridgeError("bridge: malformed shared-memory reference")
+    f = os.open("/proc/%d/fd/%d" % (pid, fd), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        def stable():
+            h = os.pread(f, _SHM_HDR, 0)
+            if len(h) < _SHM_HDR or h[:16] != token:
+                raise OSError("bridge: /proc/%d/fd/%d is not the publisher's batch file" % (pid, fd))
+            return struct.unpack_from("<QQ", h, 16) == (gen, n)
+        if not stable():
+            raise _SharedChanged()
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = os.preadv(f, [view[got:]], _SHM_HDR + got)
+            if k <= 0:
+                raise OSError("bridge: short read of the publisher's batch")
+            got += k
+        if not stable():
+            raise _SharedChanged()
+        return buf
+    finally:
+        os.close(f)
 
 
 class EndOfStream(Exception):
@@ -65,6 +108,10 @@ class BatchClient:
         self._slice_ms = slice_ms
         self._acks = []
         self._held = []
+        # same-host payloads: the batch read from the publisher's memory, not carried in NNG
+        # messages; off by itself when this process cannot open it (another container or user)
+        self.shared_memory = url.startswith("ipc://") and os.environ.get("GRPO_BRIDGE_SHM") != "0"
+        self.last_shared = False  # whether the last batch came through shared memory
         self._sock = pynng.Req0(recv_max_size=0, resend_time=slice_ms,
                                 reconnect_time_min=20, reconnect_time_max=500)
         self._sock.dial(url, block=False)
@@ -102,8 +149,20 @@ class BatchClient:
             payload = struct.pack("<%dq" % len(ids), *ids)
             left = None if timeout is None else max(0.001, timeout - (time.monotonic() - t0))
             mtype, a, b, js, body = self._request(
-                _pack(GET, len(self._acks), len(self._held), None, payload), timeout=left)
+                _pack(GET, len(self._acks), len(self._held),
+                      {"shm": 1} if self.shared_memory else None, payload), timeout=left)
             self._acks = []
+            self.last_shared = mtype == BATCH and isinstance(js, dict) and "shm" in js
+            if self.last_shared:
+                try:
+                    body = _read_shared(js["shm"])
+                except _SharedChanged:
+                    continue  # not held yet: the next GET returns it (or a newer one)
+                except OSError as e:
+                    print("grpo_bridge: %s; batches come in the messages from now on" % e,
+                          file=sys.stderr)
+                    self.shared_memory = False
+                    continue
             if mtype == BATCH:
                 if a not in self._held:
                     self._held.append(a)

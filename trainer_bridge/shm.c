@@ -1,0 +1,195 @@
+/* Same-host payloads: over ipc:// a batch's bytes can travel through a memfd of the publisher
+ * that the trainer opens as /proc/PID/fd/FD and reads with one pread, instead of inside NNG
+ * messages (NNG 1.5 allocates and zero-fills every message, and each reply costs a copy into it,
+ * a copy into the socket and one out of it). The slot's file lives only as long as the
+ * publisher's process, so nothing is left behind in /dev/shm when it dies.
+ *
+ * A slot file is a 64-byte header, then the payload:
+ *   0  16-byte random token (the slot's, chosen when it was opened)
+ *   16 u64 generation: odd while the publisher rewrites the slot, even when it is stable
+ *   24 u64 payload length     32..63 zero
+ * The reply names (pid, fd, token, gen, len). The reader checks token, gen and len before its
+ * read and gen again after it (a sequence lock): a slot reused for a later batch while a slow
+ * second trainer was reading it is detected, never handed out. */
+#include "trainer_bridge/bridge_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define SHM_HDR 64
+
+grpo_err
+grpo_bridge__shm_open(grpo_bridge__shm_slot *s)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = memfd_create("grpo-bridge-batch", MFD_CLOEXEC);
+    if (s->fd < 0)
+        return grpo__fail_errno(GRPO_ESYS, errno, "bridge: memfd_create");
+    if (getrandom(s->token, sizeof s->token, 0) != (ssize_t)sizeof s->token) {
+        close(s->fd);
+        s->fd = -1;
+        return grpo__fail_errno(GRPO_ESYS, errno, "bridge: getrandom");
+    }
+    return GRPO_OK;
+}
+
+void
+grpo_bridge__shm_close(grpo_bridge__shm_slot *s)
+{
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
+}
+
+static int
+pwrite_full(int fd, const void *buf, size_t n, off_t off)
+{
+    for (size_t put = 0; put < n;) {
+        ssize_t r = pwrite(fd, (const char *)buf + put, n - put, off + (off_t)put);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        put += (size_t)r;
+    }
+    return 0;
+}
+
+static int
+pread_full(int fd, void *buf, size_t n, off_t off)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static void
+put_hdr(uint8_t h[SHM_HDR], const uint8_t token[16], uint64_t gen, uint64_t len)
+{
+    memset(h, 0, SHM_HDR);
+    memcpy(h, token, 16);
+    grpo_bridge__put_u64(h + 16, gen);
+    grpo_bridge__put_u64(h + 24, len);
+}
+
+grpo_err
+grpo_bridge__shm_write(grpo_bridge__shm_slot *s, const void *bytes, size_t len)
+{
+    uint8_t h[SHM_HDR];
+    put_hdr(h, s->token, s->gen | 1, 0); /* odd: a reader of the old contents sees the change */
+    if (pwrite_full(s->fd, h, SHM_HDR, 0) != 0 ||
+        (len > 0 && pwrite_full(s->fd, bytes, len, SHM_HDR) != 0))
+        return grpo__fail_errno(GRPO_ESYS, errno, "bridge: writing %zu bytes to a batch memfd",
+                                len);
+    s->gen = (s->gen | 1) + 1;
+    s->len = len;
+    put_hdr(h, s->token, s->gen, len);
+    if (pwrite_full(s->fd, h, SHM_HDR, 0) != 0)
+        return grpo__fail_errno(GRPO_ESYS, errno, "bridge: writing a batch memfd's header");
+    return GRPO_OK;
+}
+
+void
+grpo_bridge__shm_ref(const grpo_bridge__shm_slot *s, char *json, size_t cap)
+{
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", s->token[i]);
+    snprintf(json, cap,
+             "{\"shm\":{\"pid\":%d,\"fd\":%d,\"token\":\"%s\",\"gen\":%" PRIu64 ",\"len\":%zu}}",
+             (int)getpid(), s->fd, hex, s->gen, s->len);
+}
+
+/* Reads the reference out of a reply's JSON; 0 when it has none (an in-band reply). */
+static int
+parse_ref(const char *json, size_t jl, int *pid, int *fd, uint8_t token[16], uint64_t *gen,
+          uint64_t *len)
+{
+    cJSON *j = jl ? cJSON_ParseWithLength(json, jl) : NULL;
+    const cJSON *r = j ? cJSON_GetObjectItemCaseSensitive(j, "shm") : NULL;
+    const cJSON *p = r ? cJSON_GetObjectItemCaseSensitive(r, "pid") : NULL;
+    const cJSON *f = r ? cJSON_GetObjectItemCaseSensitive(r, "fd") : NULL;
+    const cJSON *t = r ? cJSON_GetObjectItemCaseSensitive(r, "token") : NULL;
+    const cJSON *g = r ? cJSON_GetObjectItemCaseSensitive(r, "gen") : NULL;
+    const cJSON *l = r ? cJSON_GetObjectItemCaseSensitive(r, "len") : NULL;
+    int ok = cJSON_IsNumber(p) && cJSON_IsNumber(f) && cJSON_IsString(t) && cJSON_IsNumber(g) &&
+             cJSON_IsNumber(l) && strlen(t->valuestring) == 32 && p->valuedouble >= 1 &&
+             p->valuedouble < 4194305 && f->valuedouble >= 0 && f->valuedouble < 1 << 30 &&
+             g->valuedouble >= 0 && g->valuedouble < 9e15 && l->valuedouble >= 0 &&
+             l->valuedouble < 9e15;
+    for (int i = 0; ok && i < 16; i++) {
+        unsigned v;
+        ok = sscanf(t->valuestring + 2 * i, "%2x", &v) == 1;
+        token[i] = (uint8_t)v;
+    }
+    if (ok) {
+        *pid = (int)p->valuedouble;
+        *fd = (int)f->valuedouble;
+        *gen = (uint64_t)g->valuedouble;
+        *len = (uint64_t)l->valuedouble;
+    }
+    int had = r != NULL;
+    cJSON_Delete(j);
+    return ok ? 1 : had ? -1 : 0;
+}
+
+static int
+hdr_matches(const uint8_t h[SHM_HDR], const uint8_t token[16], uint64_t gen, uint64_t len)
+{
+    return memcmp(h, token, 16) == 0 && grpo_bridge__get_u64(h + 16) == gen &&
+           grpo_bridge__get_u64(h + 24) == len;
+}
+
+grpo_err
+grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len, grpo_buf *out,
+                      int *referenced)
+{
+    int pid = 0, fd = -1;
+    uint8_t token[16], h[SHM_HDR];
+    uint64_t gen = 0, len = 0;
+    int r = parse_ref(json, json_len, &pid, &fd, token, &gen, &len);
+    *referenced = r != 0;
+    if (r == 0)
+        return GRPO_OK;
+    if (r < 0)
+        return grpo__fail(GRPO_EFORMAT, "bridge: malformed shared-memory reference");
+    if (max_len && len > max_len)
+        return grpo__fail(GRPO_EFORMAT, "bridge: shared batch of %" PRIu64 " bytes (max %zu)", len,
+                          max_len);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0)
+        return grpo__fail_errno(GRPO_EIO, errno, "bridge: opening the publisher's batch (%s)",
+                                path);
+    grpo_err err = GRPO_OK;
+    out->len = 0;
+    if (pread_full(f, h, SHM_HDR, 0) != 0 || memcmp(h, token, 16) != 0)
+        err = grpo__fail(GRPO_EIO, "bridge: %s is not the publisher's batch file", path);
+    else if (!hdr_matches(h, token, gen, len))
+        err = grpo__fail(GRPO_ESTATE, "bridge: the shared batch changed before it was read");
+    else if ((err = grpo__buf_reserve(out, (size_t)len ? (size_t)len : 1)) == GRPO_OK) {
+        if (len && pread_full(f, out->data, (size_t)len, SHM_HDR) != 0)
+            err = grpo__fail_errno(GRPO_EIO, errno, "bridge: reading %s", path);
+        else if (pread_full(f, h, SHM_HDR, 0) != 0 || !hdr_matches(h, token, gen, len))
+            err = grpo__fail(GRPO_ESTATE, "bridge: the shared batch changed while it was read");
+        else
+            out->len = (size_t)len;
+    }
+    close(f);
+    return err;
+}

@@ -391,30 +391,51 @@ write_header(grpo_buf *o, const grpo_batch *b, uint64_t *data_len)
 }
 
 grpo_err
-grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o)
+grpo_bridge__encode_head(const grpo_batch *b, grpo_buf *o, uint64_t *data_len)
 {
     grpo_err err;
-    uint64_t data_len = 0;
     uint8_t zero[8] = {0};
     o->len = 0; /* reuses o's memory: large batches then avoid faulting in fresh pages */
     if ((err = grpo_batch_validate(b)) != GRPO_OK ||
         (err = grpo__buf_append(o, zero, 8)) != GRPO_OK ||
-        (err = write_header(o, b, &data_len)) != GRPO_OK)
+        (err = write_header(o, b, data_len)) != GRPO_OK)
         return err;
     grpo_bridge__put_u64((uint8_t *)o->data, o->len - 8);
+    return GRPO_OK;
+}
+
+void
+grpo_bridge__encode_data(const grpo_batch *b, uint8_t *dst)
+{
+    dst = grpo_bridge__routes_data(dst, b, 0);
+    for (size_t j = 0; j < 2 * N_FIELDS; j++) {
+        const field *f = &fields[j % N_FIELDS];
+        if (j == N_FIELDS)
+            dst = grpo_bridge__routes_data(dst, b, 1);
+        if (present(b->flags, f) && in_pass(f, j >= N_FIELDS)) {
+            size_t n = fcount(b, f) * grpo_bridge__st_dtype_size(f->dt);
+            if (n) {
+                memcpy(dst, fget(b, f), n);
+                dst += n;
+            }
+        }
+    }
+}
+
+grpo_err
+grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o)
+{
+    uint64_t data_len = 0;
+    grpo_err err = grpo_bridge__encode_head(b, o, &data_len);
+    if (err != GRPO_OK)
+        return err;
     char *had = o->data;
     if ((err = grpo__buf_reserve(o, data_len)) != GRPO_OK)
         return err;
     if (o->data != had) /* a new (or moved) allocation: its pages are not faulted in yet */
         grpo_bridge__hint_huge(o->data, o->cap);
-    grpo_bridge__routes_data(o, b, 0);
-    for (size_t j = 0; j < 2 * N_FIELDS; j++) {
-        const field *f = &fields[j % N_FIELDS];
-        if (j == N_FIELDS)
-            grpo_bridge__routes_data(o, b, 1);
-        if (present(b->flags, f) && in_pass(f, j >= N_FIELDS))
-            grpo__buf_append(o, fget(b, f), fcount(b, f) * grpo_bridge__st_dtype_size(f->dt));
-    }
+    grpo_bridge__encode_data(b, (uint8_t *)o->data + o->len);
+    o->len += data_len;
     return GRPO_OK;
 }
 

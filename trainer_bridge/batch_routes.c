@@ -193,18 +193,25 @@ grpo_bridge__routes_header(grpo_buf *o, const grpo_batch *b, int pass, uint64_t 
     return err;
 }
 
-void
-grpo_bridge__routes_data(grpo_buf *o, const grpo_batch *b, int pass)
+uint8_t *
+grpo_bridge__routes_data(uint8_t *dst, const grpo_batch *b, int pass)
 {
     if (!(b->flags & GRPO_BATCH_HAS_ROUTES))
-        return;
+        return dst;
     size_t row = row_ids(b) * (size_t)b->route_bytes;
+    const void *src[2] = {b->route_prompt, b->route_completion};
+    size_t n[2] = {b->n_route_prompt * row, b->n_route_completion * row};
     if (pass == 0) {
-        grpo__buf_append(o, b->route_prompt_offsets, b->n_seq * 8);
-        return;
+        src[0] = b->route_prompt_offsets;
+        n[0] = b->n_seq * 8;
+        n[1] = 0;
     }
-    grpo__buf_append(o, b->route_prompt, b->n_route_prompt * row);
-    grpo__buf_append(o, b->route_completion, b->n_route_completion * row);
+    for (int i = 0; i < 2; i++)
+        if (n[i]) {
+            memcpy(dst, src[i], n[i]);
+            dst += n[i];
+        }
+    return dst;
 }
 
 static grpo_err

@@ -13,6 +13,11 @@ grpo_err grpo_bridge__check_offsets(const int64_t *off, size_t n_seq, const char
 
 /* Encodes into o (o->len is reset; its memory is reused). */
 grpo_err grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o);
+/* The two halves of an encoding, for a destination sized first (a shared-memory slot): head
+ * validates b and writes the length prefix and the JSON header into o (reset, memory reused),
+ * with *data_len the bytes of tensor data that follow it; data writes exactly those at dst. */
+grpo_err grpo_bridge__encode_head(const grpo_batch *b, grpo_buf *o, uint64_t *data_len);
+void grpo_bridge__encode_data(const grpo_batch *b, uint8_t *dst);
 
 /* Routes of a version-2 batch (batch_routes.c). */
 typedef struct {
@@ -27,7 +32,8 @@ int grpo_bridge__routes_any(const grpo__st_header *f);
 /* Header entries of the route tensors whose bytes go at *pos: pass 0 the offsets (8-byte), pass
  * 1 the ids; *pos advances. Nothing without HAS_ROUTES. */
 grpo_err grpo_bridge__routes_header(grpo_buf *o, const grpo_batch *b, int pass, uint64_t *pos);
-void grpo_bridge__routes_data(grpo_buf *o, const grpo_batch *b, int pass);
+uint8_t *grpo_bridge__routes_data(uint8_t *dst, const grpo_batch *b,
+                                  int pass); /* returns the end */
 /* Finds and shape-checks the route tensors of a parsed file of the given version (all three in
  * version 2, none in version 1) and sizes them into b (grpo_batch_set_routes) when b is not NULL;
  * experts from the metadata. */
@@ -130,12 +136,19 @@ typedef struct {
     uint8_t token[16]; /* random, checked by the reader: the fd number alone could be reused */
     uint64_t gen;      /* even when stable; bumped by every write */
     size_t len;        /* payload bytes of the current generation */
+    uint8_t *map;      /* the file mapped (header and payload), map_len bytes */
+    size_t map_len;
 } grpo_bridge__shm_slot;
 
 grpo_err grpo_bridge__shm_open(grpo_bridge__shm_slot *s);
 void grpo_bridge__shm_close(grpo_bridge__shm_slot *s);
-/* Replaces the slot's payload (the generation goes odd, then to the next even value). */
+/* Replaces the slot's payload: begin makes room for len bytes, marks the generation odd and
+ * gives where they go; commit publishes them (the next even generation). write = both, copying. */
+grpo_err grpo_bridge__shm_begin(grpo_bridge__shm_slot *s, size_t len, uint8_t **dst);
+void grpo_bridge__shm_commit(grpo_bridge__shm_slot *s, size_t len);
 grpo_err grpo_bridge__shm_write(grpo_bridge__shm_slot *s, const void *bytes, size_t len);
+/* The committed payload (s->len bytes), valid until the slot is written again or closed. */
+const void *grpo_bridge__shm_payload(const grpo_bridge__shm_slot *s);
 /* The BATCH reply's JSON naming the slot's current generation. */
 void grpo_bridge__shm_ref(const grpo_bridge__shm_slot *s, char *json, size_t cap);
 /* Reads the batch a reply's JSON references into out (its memory reused). *referenced is 0 for a

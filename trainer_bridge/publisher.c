@@ -127,7 +127,7 @@ acked_add(grpo_bridge_publisher *p, int64_t id)
 static void
 pool_put(grpo_bridge_publisher *p, void *data, size_t cap)
 {
-    if (data == NULL)
+    if (data == NULL || cap == 0) /* cap 0: the bytes are a slot's (encoded into it) */
         return;
     if (p->npool < POOL_MAX)
         p->pool[p->npool++] = (grpo_buf){data, 0, cap};
@@ -860,7 +860,8 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
     grpo__rep_close_bounded(p->rep, 5000, "bridge"); /* NNG 1.5's close can hang: left then */
     wa_reset(&p->wa);
     for (size_t i = 0; i < p->nq; i++) {
-        free(p->q[i].bytes);
+        if (p->q[i].cap)
+            free(p->q[i].bytes);
         if (p->q[i].msg != NULL)
             nng_msg_free(p->q[i].msg);
     }
@@ -954,30 +955,75 @@ publish_owned(grpo_bridge_publisher *p, int64_t id, int64_t version, void *bytes
     return err;
 }
 
+/* For a trainer reading shared memory: b encoded straight into a slot (no second copy), with
+ * *slot >= 0, *bytes and *len; *slot = -1 when no slot could be had (encode as usual). Fails only
+ * on an invalid batch. */
+static grpo_err
+encode_to_slot(grpo_bridge_publisher *p, const grpo_batch *b, int *slot, const void **bytes,
+               size_t *len)
+{
+    grpo_buf head = {0};
+    uint64_t data_len = 0;
+    grpo_err err = grpo_bridge__encode_head(b, &head, &data_len);
+    *slot = -1;
+    if (err != GRPO_OK) {
+        grpo__buf_fini(&head);
+        return err;
+    }
+    pthread_mutex_lock(&p->mu);
+    int s = slot_take(p);
+    grpo_bridge__shm_slot *sl = s >= 0 ? &p->slots[s] : NULL;
+    pthread_mutex_unlock(&p->mu);
+    uint8_t *dst = NULL;
+    size_t n = head.len + (size_t)data_len;
+    if (sl == NULL || grpo_bridge__shm_begin(sl, n, &dst) != GRPO_OK) {
+        pthread_mutex_lock(&p->mu);
+        slot_put(p, s);
+        pthread_mutex_unlock(&p->mu);
+        grpo__buf_fini(&head);
+        return GRPO_OK;
+    }
+    memcpy(dst, head.data, head.len);
+    grpo_bridge__encode_data(b, dst + head.len);
+    grpo_bridge__shm_commit(sl, n);
+    grpo__buf_fini(&head);
+    *slot = s;
+    *bytes = grpo_bridge__shm_payload(sl);
+    *len = n;
+    return GRPO_OK;
+}
+
 grpo_err
 grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_ms)
 {
+    pthread_mutex_lock(&p->mu);
+    int shm = p->shm_mode;
+    pthread_mutex_unlock(&p->mu);
+    int slot = -1;
+    const void *sb = NULL;
+    size_t sn = 0;
+    grpo_err err = shm ? encode_to_slot(p, b, &slot, &sb, &sn) : GRPO_OK;
+    if (err != GRPO_OK)
+        return err;
+    if (slot >= 0) /* the entry does not own the bytes (cap 0): the slot does */
+        return publish_owned(p, b->batch_id, b->policy_version, (void *)sb, sn, 0, NULL, slot,
+                             timeout_ms);
     grpo_buf o = {0};
     pthread_mutex_lock(&p->mu);
     if (p->npool > 0)
         o = p->pool[--p->npool];
     pthread_mutex_unlock(&p->mu);
-    grpo_err err = grpo_bridge__encode_into(b, &o);
+    err = grpo_bridge__encode_into(b, &o);
     if (err != GRPO_OK) {
         pthread_mutex_lock(&p->mu);
         pool_put(p, o.data, o.cap);
         pthread_mutex_unlock(&p->mu);
         return err;
     }
-    /* The reply (or, for a trainer reading shared memory, the slot) is filled here, before
-     * waiting for room in the window, so that it is ready while earlier batches are on the wire. */
-    pthread_mutex_lock(&p->mu);
-    int shm = p->shm_mode;
-    pthread_mutex_unlock(&p->mu);
-    int slot = shm ? slot_fill(p, o.data, o.len) : -1;
-    nng_msg *m =
-        slot < 0 ? build(GRPB_BATCH, b->batch_id, b->policy_version, NULL, o.data, o.len) : NULL;
-    return publish_owned(p, b->batch_id, b->policy_version, o.data, o.len, o.cap, m, slot,
+    /* The reply (or the slot, above) is filled here, before waiting for room in the window, so
+     * that it is ready while earlier batches are on the wire. */
+    nng_msg *m = build(GRPB_BATCH, b->batch_id, b->policy_version, NULL, o.data, o.len);
+    return publish_owned(p, b->batch_id, b->policy_version, o.data, o.len, o.cap, m, -1,
                          timeout_ms);
 }
 

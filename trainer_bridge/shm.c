@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <stdint.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -44,63 +45,76 @@ grpo_bridge__shm_open(grpo_bridge__shm_slot *s)
 void
 grpo_bridge__shm_close(grpo_bridge__shm_slot *s)
 {
+    if (s->map != NULL)
+        munmap(s->map, s->map_len);
     if (s->fd >= 0)
         close(s->fd);
+    s->map = NULL;
+    s->map_len = 0;
     s->fd = -1;
 }
 
-static int
-pwrite_full(int fd, const void *buf, size_t n, off_t off)
-{
-    for (size_t put = 0; put < n;) {
-        ssize_t r = pwrite(fd, (const char *)buf + put, n - put, off + (off_t)put);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        put += (size_t)r;
-    }
-    return 0;
-}
-
-static int
-pread_full(int fd, void *buf, size_t n, off_t off)
-{
-    for (size_t got = 0; got < n;) {
-        ssize_t r = pread(fd, (char *)buf + got, n - got, off + (off_t)got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        got += (size_t)r;
-    }
-    return 0;
-}
-
 static void
-put_hdr(uint8_t h[SHM_HDR], const uint8_t token[16], uint64_t gen, uint64_t len)
+store_u64(uint8_t *p, uint64_t v)
 {
-    memset(h, 0, SHM_HDR);
-    memcpy(h, token, 16);
-    grpo_bridge__put_u64(h + 16, gen);
-    grpo_bridge__put_u64(h + 24, len);
+    __atomic_store_n((uint64_t *)(void *)p, v, __ATOMIC_RELEASE); /* little-endian hosts */
+}
+
+grpo_err
+grpo_bridge__shm_begin(grpo_bridge__shm_slot *s, size_t len, uint8_t **dst)
+{
+    if (len > SIZE_MAX / 2 - SHM_HDR)
+        return grpo__fail(GRPO_ENOMEM, "bridge: a batch of %zu bytes", len);
+    size_t need = SHM_HDR + len;
+    if (need > s->map_len) { /* grows (by half again) and never shrinks: the pages stay in */
+        size_t pg = (size_t)sysconf(_SC_PAGESIZE), cap = s->map_len + s->map_len / 2;
+        cap = (cap > need ? cap : need) + pg - 1;
+        cap -= cap % pg;
+        if (ftruncate(s->fd, (off_t)cap) != 0)
+            return grpo__fail_errno(GRPO_ENOMEM, errno, "bridge: growing a batch memfd to %zu",
+                                    cap);
+        void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+        if (m == MAP_FAILED)
+            return grpo__fail_errno(GRPO_ENOMEM, errno, "bridge: mapping a batch memfd");
+        if (s->map != NULL)
+            munmap(s->map, s->map_len);
+        s->map = m;
+        s->map_len = cap;
+        memcpy(s->map, s->token, 16);
+    }
+    /* odd: a reader of the previous contents sees the change (its check after the read) */
+    store_u64(s->map + 16, s->gen | 1);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    *dst = s->map + SHM_HDR;
+    return GRPO_OK;
+}
+
+void
+grpo_bridge__shm_commit(grpo_bridge__shm_slot *s, size_t len)
+{
+    s->gen = (s->gen | 1) + 1;
+    s->len = len;
+    store_u64(s->map + 24, len);
+    store_u64(s->map + 16, s->gen); /* after the payload and the length (release stores) */
 }
 
 grpo_err
 grpo_bridge__shm_write(grpo_bridge__shm_slot *s, const void *bytes, size_t len)
 {
-    uint8_t h[SHM_HDR];
-    put_hdr(h, s->token, s->gen | 1, 0); /* odd: a reader of the old contents sees the change */
-    if (pwrite_full(s->fd, h, SHM_HDR, 0) != 0 ||
-        (len > 0 && pwrite_full(s->fd, bytes, len, SHM_HDR) != 0))
-        return grpo__fail_errno(GRPO_ESYS, errno, "bridge: writing %zu bytes to a batch memfd",
-                                len);
-    s->gen = (s->gen | 1) + 1;
-    s->len = len;
-    put_hdr(h, s->token, s->gen, len);
-    if (pwrite_full(s->fd, h, SHM_HDR, 0) != 0)
-        return grpo__fail_errno(GRPO_ESYS, errno, "bridge: writing a batch memfd's header");
+    uint8_t *dst = NULL;
+    grpo_err err = grpo_bridge__shm_begin(s, len, &dst);
+    if (err != GRPO_OK)
+        return err;
+    if (len)
+        memcpy(dst, bytes, len);
+    grpo_bridge__shm_commit(s, len);
     return GRPO_OK;
+}
+
+const void *
+grpo_bridge__shm_payload(const grpo_bridge__shm_slot *s)
+{
+    return s->map ? s->map + SHM_HDR : NULL;
 }
 
 void
@@ -145,6 +159,20 @@ parse_ref(const char *json, size_t jl, int *pid, int *fd, uint8_t token[16], uin
     int had = r != NULL;
     cJSON_Delete(j);
     return ok ? 1 : had ? -1 : 0;
+}
+
+static int
+pread_full(int fd, void *buf, size_t n, off_t off)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
 }
 
 static int

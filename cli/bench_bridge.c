@@ -46,21 +46,53 @@ consume(void *arg)
     return NULL;
 }
 
-/* A batch whose encoding is about `size` bytes: one sequence, 9 bytes per token. */
+/* A batch whose encoding is about `size` bytes, shaped like a GRPO group with DeepSeek-V3 routes:
+ * 64 samples of one 64-token prompt (its routes carried once), completions long enough for the
+ * size, each token's 58 MoE layers x 8 expert ids as uint8 (464 B) beside its token, mask and
+ * logprob (9 B). */
+#define B_SEQ 64
+#define B_PROMPT 64
+#define B_LAYERS 58
+#define B_K 8
 static grpo_batch *
 sized_batch(uint64_t size)
 {
-    size_t T = (size_t)(size / 9);
+    const uint64_t per = 9 + B_LAYERS * B_K, fixed = (uint64_t)B_PROMPT * (per + 4) * 2;
+    size_t C = size > fixed ? (size_t)((size - fixed) / (B_SEQ * per)) : 0;
+    C = C < 2 ? 2 : C;
+    size_t T = (size_t)B_SEQ * (B_PROMPT + C), nc = (size_t)B_SEQ * (C - 1);
     grpo_batch *b = NULL;
-    if (grpo_batch_create(&b, "bench", 1, T, 0) != GRPO_OK)
+    if (grpo_batch_create(&b, "bench", B_SEQ, T, 0) != GRPO_OK)
         return NULL;
-    b->prompt_lens[0] = 0;
-    b->seq_offsets[1] = (int64_t)T;
-    for (size_t t = 0; t < T; t++) {
-        b->tokens[t] = (int32_t)(t % 129280);
-        b->loss_mask[t] = 1;
-        b->logprobs[t] = -0.5f;
+    if (grpo_batch_set_routes(b, 256, B_LAYERS, B_K, B_PROMPT, nc) != GRPO_OK) {
+        grpo_batch_destroy(b);
+        return NULL;
     }
+    uint8_t *rp = b->route_prompt, *rc = b->route_completion;
+    for (size_t t = 0; t < (size_t)B_PROMPT + nc; t++) /* k distinct ids per token and layer */
+        for (int l = 0; l < B_LAYERS; l++)
+            for (int k = 0; k < B_K; k++) {
+                uint8_t id = (uint8_t)((t * 7 + (size_t)l * 13) % 248 + (size_t)k);
+                if (t < B_PROMPT)
+                    rp[(t * B_LAYERS + (size_t)l) * B_K + (size_t)k] = id;
+                else
+                    rc[((t - B_PROMPT) * B_LAYERS + (size_t)l) * B_K + (size_t)k] = id;
+            }
+    size_t t = 0;
+    for (size_t i = 0; i < B_SEQ; i++) {
+        b->seq_offsets[i] = (int64_t)t;
+        b->prompt_lens[i] = B_PROMPT;
+        b->route_prompt_offsets[i] = 0; /* one group: every sample shares the prompt */
+        b->group_ids[i] = 0;
+        b->sample_idx[i] = (int32_t)i;
+        for (size_t j = 0; j < B_PROMPT + C; j++, t++) {
+            size_t v = j < B_PROMPT ? j : t;
+            b->tokens[t] = (int32_t)((v * 2654435761u) % 129280);
+            b->loss_mask[t] = j >= B_PROMPT;
+            b->logprobs[t] = j >= B_PROMPT ? -0.5f : 0.0f;
+        }
+    }
+    b->seq_offsets[B_SEQ] = (int64_t)t;
     return b;
 }
 

@@ -183,6 +183,45 @@ test_routes_roundtrip(void **state)
     grpo_batch_destroy(a), grpo_batch_destroy(b);
 }
 
+/* The k = 8, uint8 shape (DeepSeek-V3/R1) has its own vectorized test: every pair of positions
+ * in a row holding the same expert is refused, at rows in the vector body and in the tail, and
+ * so is an id at or past the expert count; intact ids pass. */
+static void
+test_routes_k8_refused(void **state)
+{
+    (void)state;
+    const int experts = 200, layers = 2, rows = 37; /* 74 id rows: 72 in blocks of 4, 2 after */
+    grpo_batch *b = NULL;
+    assert_int_equal(grpo_batch_create(&b, "r", 1, (size_t)rows + 1, 0), GRPO_OK);
+    assert_int_equal(grpo_batch_set_routes(b, experts, layers, 8, 0, (size_t)rows), GRPO_OK);
+    b->prompt_lens[0] = 0;
+    b->seq_offsets[1] = rows + 1;
+    uint8_t *ids = b->route_completion;
+    for (int r = 0; r < rows * layers; r++)
+        for (int k = 0; k < 8; k++)
+            ids[8 * r + k] = (uint8_t)((r * 3) % (experts - 8) + k);
+    assert_int_equal(grpo_batch_validate(b), GRPO_OK);
+    int at_rows[] = {0, 5, 71, 72, 73};
+    for (size_t a = 0; a < sizeof at_rows / sizeof at_rows[0]; a++)
+        for (int i = 0; i < 8; i++)
+            for (int j = i + 1; j < 8; j++) {
+                uint8_t *row = ids + 8 * at_rows[a], keep = row[j];
+                row[j] = row[i];
+                assert_int_equal(grpo_batch_validate(b), GRPO_EINVAL);
+                assert_non_null(strstr(grpo_error_last(), "twice"));
+                row[j] = keep;
+            }
+    for (size_t a = 0; a < sizeof at_rows / sizeof at_rows[0]; a++) {
+        uint8_t *row = ids + 8 * at_rows[a] + 3, keep = *row;
+        *row = (uint8_t)experts;
+        assert_int_equal(grpo_batch_validate(b), GRPO_EINVAL);
+        assert_non_null(strstr(grpo_error_last(), "outside [0, 200)"));
+        *row = keep;
+    }
+    assert_int_equal(grpo_batch_validate(b), GRPO_OK);
+    grpo_batch_destroy(b);
+}
+
 /* Each damage refused by validate (what encode and decode both run), with a message. */
 static void
 test_routes_refused(void **state)
@@ -399,9 +438,10 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes_roundtrip),         cmocka_unit_test(test_routes_refused),
-        cmocka_unit_test(test_routes_decode_refused),    cmocka_unit_test(test_processed_roundtrip),
-        cmocka_unit_test(test_processed_decode_refused), cmocka_unit_test(test_processed_seeds),
+        cmocka_unit_test(test_routes_roundtrip),    cmocka_unit_test(test_routes_refused),
+        cmocka_unit_test(test_routes_k8_refused),   cmocka_unit_test(test_routes_decode_refused),
+        cmocka_unit_test(test_processed_roundtrip), cmocka_unit_test(test_processed_decode_refused),
+        cmocka_unit_test(test_processed_seeds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 #include "trainer_bridge/bridge_int.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,10 +75,126 @@ id_at(const grpo_batch *b, const void *ids, size_t i)
     return v;
 }
 
-/* Every id in [0, route_experts), the k of one token and layer distinct. */
+/* 1 when some byte of v is zero (the classic test: exact, no false positives). */
+static inline uint64_t
+zero_byte(uint64_t v)
+{
+    return (v - 0x0101010101010101ull) & ~v & 0x8080808080808080ull;
+}
+
+static inline uint64_t
+rot8(uint64_t v, int bytes)
+{
+    return v >> (8 * bytes) | v << (64 - 8 * bytes);
+}
+
+/* The common shape at batch speed: uint8 ids, k = 8 (DeepSeek-V3/R1, Qwen3-MoE). A row of 8 ids
+ * is one word; two of its bytes are equal exactly when the word XOR its rotation by 1, 2, 3 or
+ * 4 bytes has a zero byte (a rotation by r and by 8 - r find the same pairs). Nonzero when some
+ * of the n rows (a fixed count, so the compiler vectorizes the loop) has a repeated id or an id
+ * of experts or more. */
+static inline uint64_t
+rows_bad_u8k8(const uint8_t *ids, size_t n, int experts)
+{
+    uint64_t bad = 0;
+    for (size_t r = 0; r < n; r++) {
+        uint64_t v;
+        memcpy(&v, ids + 8 * r, 8);
+        bad |= zero_byte(v ^ rot8(v, 1)) | zero_byte(v ^ rot8(v, 2)) | zero_byte(v ^ rot8(v, 3)) |
+               zero_byte(v ^ rot8(v, 4));
+    }
+    uint8_t top = 0; /* byte-wide max: one compare after the loop */
+    for (size_t i = 0; i < 8 * n; i++)
+        top = ids[i] > top ? ids[i] : top;
+    return bad | (uint64_t)(top >= experts);
+}
+
+#define ROW_BLOCK 64
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* The same test with byte shuffles: each 32 bytes (4 rows) against their rows rotated by 1..4
+ * bytes, equal bytes flagged by one compare; the max byte for the range. */
+__attribute__((target("avx2"))) static uint64_t
+rows_bad_avx2(const uint8_t *ids, size_t n_rows, int experts)
+{
+    __m256i any = _mm256_setzero_si256(), top = _mm256_setzero_si256(), rot[4];
+    for (int r = 1; r <= 4; r++) {
+        uint8_t ix[32];
+        for (int j = 0; j < 32; j++)
+            ix[j] = (uint8_t)(((j & 15) & ~7) | ((j + r) & 7));
+        rot[r - 1] = _mm256_loadu_si256((const __m256i *)(const void *)ix);
+    }
+    size_t r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(ids + 8 * r));
+        __m256i e0 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[0]));
+        __m256i e1 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[1]));
+        __m256i e2 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[2]));
+        __m256i e3 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[3]));
+        any =
+            _mm256_or_si256(any, _mm256_or_si256(_mm256_or_si256(e0, e1), _mm256_or_si256(e2, e3)));
+        top = _mm256_max_epu8(top, v);
+    }
+    uint8_t t[32];
+    _mm256_storeu_si256((__m256i *)(void *)t, top);
+    uint8_t m = 0;
+    for (int j = 0; j < 32; j++)
+        m = t[j] > m ? t[j] : m;
+    uint64_t bad = (uint64_t)!_mm256_testz_si256(any, any) | (uint64_t)(m >= experts);
+    return bad | rows_bad_u8k8(ids + 8 * r, n_rows - r, experts);
+}
+#endif
+
+static bool
+ids_ok_u8k8(const uint8_t *ids, size_t n_rows, int experts)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2"))
+        return rows_bad_avx2(ids, n_rows, experts) == 0;
+#endif
+    uint64_t bad = 0;
+    size_t r = 0;
+    for (; r + ROW_BLOCK <= n_rows; r += ROW_BLOCK)
+        bad |= rows_bad_u8k8(ids + 8 * r, ROW_BLOCK, experts);
+    return (bad | rows_bad_u8k8(ids + 8 * r, n_rows - r, experts)) == 0;
+}
+
+/* Any shape: a bitset of the experts seen in the current row (k ids). */
+static bool
+ids_ok_any(const grpo_batch *b, const void *ids, size_t rows)
+{
+    size_t K = (size_t)b->route_k, n = rows * row_ids(b);
+    uint64_t seen[(MAX_EXPERTS + 64) / 64];
+    memset(seen, 0, sizeof seen); /* empty between rows: each row clears what it set */
+    for (size_t at = 0; at < n; at += K) {
+        int ok = 1;
+        for (size_t j = 0; j < K && ok; j++) {
+            int id = id_at(b, ids, at + j);
+            ok = id >= 0 && id < b->route_experts && !(seen[id >> 6] >> (id & 63) & 1);
+            if (ok)
+                seen[id >> 6] |= 1ull << (id & 63);
+        }
+        for (size_t j = 0; j < K; j++) { /* clear what this row set, whatever it held */
+            int id = id_at(b, ids, at + j);
+            if (id >= 0 && id < b->route_experts)
+                seen[id >> 6] = 0;
+        }
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* Every id in [0, route_experts), the k of one token and layer distinct: the fast test, then,
+ * only for a batch that fails it, the scalar walk that names the first fault. */
 static grpo_err
 check_ids(const grpo_batch *b, const void *ids, size_t rows, const char *name)
 {
+    if (b->route_bytes == 1 && b->route_k == 8
+            ? ids_ok_u8k8(ids, rows * (size_t)b->route_layers, b->route_experts)
+            : ids_ok_any(b, ids, rows))
+        return GRPO_OK;
     size_t K = (size_t)b->route_k, n = rows * row_ids(b);
     for (size_t at = 0; at < n; at += K)
         for (size_t j = 0; j < K; j++) {

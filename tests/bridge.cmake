@@ -28,6 +28,14 @@ if(TARGET bridge_transport_test AND Python3_Interpreter_FOUND)
                    --pub $<TARGET_FILE:bridge_transport_test> --n 1000 --window 8 --ipc
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(bridge_integration_ipc PROPERTIES TIMEOUT 150 LABELS cpu SKIP_RETURN_CODE 77)
+  # ... and by a consumer that cannot open it: after 3 tries, every batch in the messages
+  add_test(NAME bridge_integration_ipc_fallback
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bridge_integration.py
+                   --pub $<TARGET_FILE:bridge_transport_test> --n 1000 --window 8 --ipc
+                   --shm-unreadable
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(bridge_integration_ipc_fallback PROPERTIES TIMEOUT 150 LABELS cpu
+                       SKIP_RETURN_CODE 77)
 endif()
 if(Python3_Interpreter_FOUND)
   add_test(NAME bridge_pyclient_test

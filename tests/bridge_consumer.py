@@ -41,6 +41,13 @@ def check(batch):
 
 
 def main():
+    if os.environ.get("GRPO_TEST_SHM_UNREADABLE") == "1":
+        # as a trainer in another container: the publisher's memfds cannot be opened
+        import grpo_bridge.client as gc
+
+        def unreadable(ref):
+            raise OSError("test: the publisher's memory is not reachable")
+        gc._read_shared = unreadable
     url, state, shared = sys.argv[1:4]
     pause_at = set(int(x) for x in sys.argv[4].split(",")) if len(sys.argv) > 4 else set()
     log_path = os.path.join(state, "processed.log")

@@ -7,6 +7,7 @@ once. Afterwards every batch id was processed exactly once and none is missing, 
 published back were loaded: their versions appear in later batches.
 
     bridge_integration.py --pub PATH/bridge_transport_test [--n 1000] [--window 8] [--ipc]
+                          [--shm-unreadable]   (over ipc: a consumer that must fall back)
 Exit 77 (skipped) when pynng, safetensors or numpy cannot be imported."""
 import argparse
 import os
@@ -52,6 +53,8 @@ def main():
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=100)
     ap.add_argument("--ipc", action="store_true", help="ipc:// instead of tcp://")
+    ap.add_argument("--shm-unreadable", action="store_true",
+                    help="the consumer cannot open the publisher's memory: it must fall back")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="grpo_bridge_it_")
     state, spool, shared = (os.path.join(tmp, d) for d in ("state", "spool", "shared"))
@@ -61,6 +64,8 @@ def main():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(here, "..", "trainer_bridge", "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("GRPO_LOG", "warn")
+    if a.shm_unreadable:
+        env["GRPO_TEST_SHM_UNREADABLE"] = "1"
     pub_cmd = [a.pub, "publish", url, spool, str(a.n), str(a.window), shared]
     kills = [(int(a.n * 0.2), "consumer"), (int(a.n * 0.45), "consumer"), (int(a.n * 0.7), "publisher")]
     pause = ",".join(str(k) for k, who in kills if who == "consumer")
@@ -104,7 +109,8 @@ def main():
     if ok:
         shared = os.path.getsize(os.path.join(state, "shared.log"))
         print("%d batches read from the publisher's memory" % shared)
-        if (shared >= a.n) != a.ipc or (not a.ipc and shared):
+        want_shared = a.ipc and not a.shm_unreadable
+        if (shared >= a.n) != want_shared or (not want_shared and shared):
             print("FAIL: over %s, %d of %d batches came through shared memory"
                   % ("ipc" if a.ipc else "tcp", shared, a.n))
             ok = False

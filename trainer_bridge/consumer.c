@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#define SHM_TRIES 3   /* unreadable shared-memory references in a row before the messages */
 #define SLICE_MS 5000 /* a request unanswered this long is sent again (it is idempotent) */
 
 struct grpo_bridge_consumer {
@@ -21,7 +22,8 @@ struct grpo_bridge_consumer {
     int64_t *acks, *held;
     size_t nacks, capacks, nheld, capheld;
     nng_msg *last; /* the reply whose payload next() handed out */
-    int shm;       /* ask for same-host payloads (ipc:// only; off after one cannot be read) */
+    int shm;       /* ask for same-host payloads (ipc:// only; off after SHM_TRIES failures) */
+    int shm_fails; /* references in a row that could not be opened */
     grpo_buf buf;  /* the batch read from shared memory that next() handed out */
 };
 
@@ -216,13 +218,17 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
             nng_msg_free(rep);
             if (err == GRPO_ENOMEM)
                 return err;
-            if (err != GRPO_ESTATE) { /* another host, namespace or user: payloads in messages */
+            /* A publisher that died after its reply is asked again; one this trainer cannot open
+             * SHM_TRIES times in a row (another namespace or user) sends in messages from now on */
+            if (err != GRPO_ESTATE && ++c->shm_fails >= SHM_TRIES) {
                 grpo_log(GRPO_LOG_INFO, "bridge %s: %s; batches come in the messages from now on",
                          c->url, grpo_error_last());
                 c->shm = 0;
             }
             continue; /* the batch is not held yet: the next GET returns it (or a newer one) */
         }
+        if (shared)
+            c->shm_fails = 0;
         if (m.type == GRPB_BATCH) {
             bool dup = false;
             for (size_t i = 0; i < c->nheld; i++)

@@ -112,6 +112,7 @@ class BatchClient:
         # messages; off by itself when this process cannot open it (another container or user)
         self.shared_memory = url.startswith("ipc://") and os.environ.get("GRPO_BRIDGE_SHM") != "0"
         self.last_shared = False  # whether the last batch came through shared memory
+        self._shm_fails = 0
         self._sock = pynng.Req0(recv_max_size=0, resend_time=slice_ms,
                                 reconnect_time_min=20, reconnect_time_max=500)
         self._sock.dial(url, block=False)
@@ -159,10 +160,15 @@ class BatchClient:
                 except _SharedChanged:
                     continue  # not held yet: the next GET returns it (or a newer one)
                 except OSError as e:
-                    print("grpo_bridge: %s; batches come in the messages from now on" % e,
-                          file=sys.stderr)
-                    self.shared_memory = False
+                    # a publisher that died after its reply is asked again; one this process
+                    # cannot open 3 times in a row (another namespace or user): the messages
+                    self._shm_fails += 1
+                    if self._shm_fails >= 3:
+                        print("grpo_bridge: %s; batches come in the messages from now on" % e,
+                              file=sys.stderr)
+                        self.shared_memory = False
                     continue
+                self._shm_fails = 0
             if mtype == BATCH:
                 if a not in self._held:
                     self._held.append(a)

@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/common_int.h"
@@ -317,6 +320,20 @@ shared_run(const char *url, int shm, int64_t n, int64_t *shared, int64_t *sent)
     grpo_bridge_publisher_destroy(p);
 }
 
+/* A TCP port nobody listens on now (the kernel's choice for port 0). */
+static int
+free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
 static void
 test_shared_memory(void **state)
 {
@@ -331,7 +348,7 @@ test_shared_memory(void **state)
     shared_run(url, 0, 4, &shared, &sent);
     assert_int_equal(sent, 4);
     assert_int_equal(shared, 0);
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 30000 + (int)(getpid() % 20000));
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
     shared_run(url, 1, 4, &shared, &sent);
     assert_int_equal(sent, 4);
     assert_int_equal(shared, 0);

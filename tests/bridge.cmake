@@ -36,6 +36,13 @@ if(TARGET bridge_transport_test AND Python3_Interpreter_FOUND)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(bridge_integration_ipc_fallback PROPERTIES TIMEOUT 150 LABELS cpu
                        SKIP_RETURN_CODE 77)
+  # over tcp with every batch in 256-byte parts, through the same kills and restart
+  add_test(NAME bridge_integration_parts
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/bridge_integration.py
+                   --pub $<TARGET_FILE:bridge_transport_test> --n 1000 --window 8 --chunk 256
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(bridge_integration_parts PROPERTIES TIMEOUT 150 LABELS cpu
+                       SKIP_RETURN_CODE 77)
 endif()
 if(Python3_Interpreter_FOUND)
   add_test(NAME bridge_pyclient_test

@@ -61,11 +61,15 @@ def main():
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     dups = os.open(os.path.join(state, "dups.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     shm_log = os.open(os.path.join(state, "shared.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    with BatchClient(url, run_id="integration", auto_ack=False) as client:
+    parts_log = os.open(os.path.join(state, "parts.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    chunk = int(os.environ.get("GRPO_TEST_CHUNK", str(1 << 20)))  # small: every batch in parts
+    with BatchClient(url, run_id="integration", auto_ack=False, chunk_bytes=chunk) as client:
         for batch in client:
             check(batch)
             if client.last_shared:  # ipc://: the batch was read from the publisher's memory
                 os.write(shm_log, b"s")
+            if client.last_parts > 1:  # it came in parts
+                os.write(parts_log, b"p")
             if batch.batch_id in processed:
                 os.write(dups, b"%d\n" % batch.batch_id)
             else:

@@ -8,6 +8,7 @@ published back were loaded: their versions appear in later batches.
 
     bridge_integration.py --pub PATH/bridge_transport_test [--n 1000] [--window 8] [--ipc]
                           [--shm-unreadable]   (over ipc: a consumer that must fall back)
+                          [--chunk 256]        (every batch in parts of 256 bytes)
 Exit 77 (skipped) when pynng, safetensors or numpy cannot be imported."""
 import argparse
 import os
@@ -53,6 +54,8 @@ def main():
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=100)
     ap.add_argument("--ipc", action="store_true", help="ipc:// instead of tcp://")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="the consumer's part size (256: every batch comes in parts)")
     ap.add_argument("--shm-unreadable", action="store_true",
                     help="the consumer cannot open the publisher's memory: it must fall back")
     a = ap.parse_args()
@@ -66,6 +69,8 @@ def main():
     env.setdefault("GRPO_LOG", "warn")
     if a.shm_unreadable:
         env["GRPO_TEST_SHM_UNREADABLE"] = "1"
+    if a.chunk:
+        env["GRPO_TEST_CHUNK"] = str(a.chunk)
     pub_cmd = [a.pub, "publish", url, spool, str(a.n), str(a.window), shared]
     kills = [(int(a.n * 0.2), "consumer"), (int(a.n * 0.45), "consumer"), (int(a.n * 0.7), "publisher")]
     pause = ",".join(str(k) for k, who in kills if who == "consumer")
@@ -109,6 +114,11 @@ def main():
     if ok:
         shared = os.path.getsize(os.path.join(state, "shared.log"))
         print("%d batches read from the publisher's memory" % shared)
+        parts = os.path.getsize(os.path.join(state, "parts.log"))
+        print("%d batches came in parts" % parts)
+        if (parts >= a.n) != bool(a.chunk):
+            print("FAIL: %d of %d batches came in parts (part size %d)" % (parts, a.n, a.chunk))
+            ok = False
         want_shared = a.ipc and not a.shm_unreadable
         if (shared >= a.n) != want_shared or (not want_shared and shared):
             print("FAIL: over %s, %d of %d batches came through shared memory"

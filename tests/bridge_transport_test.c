@@ -274,15 +274,17 @@ write_weights(const char *path, float v, int overlap)
 
 /* Over ipc:// the batches travel through the publisher's memfd slots (every reply a reference)
  * and arrive byte for byte as encoded; a consumer that turns it off gets the same bytes in the
- * messages; over tcp:// nothing is shared. Batches of 2 MB reuse the slots of acknowledged ones. */
+ * messages; over tcp:// nothing is shared. Batches of 2 MB reuse the slots of acknowledged ones.
+ * In messages, batches over the consumer's part size come in parts, put together exactly. */
 static void
-shared_run(const char *url, int shm, int64_t n, int64_t *shared, int64_t *sent)
+shared_run(const char *url, int shm, size_t chunk, int64_t n, int64_t *shared, int64_t *sent)
 {
     grpo_bridge_publisher *p = start(url, 2, NULL);
     grpo_bridge_consumer *c = NULL;
     assert_int_equal(grpo_bridge_consumer_create(&c, url, "r1", 5000), GRPO_OK);
     if (!shm)
         grpo_bridge_consumer_set_shm(c, 0);
+    grpo_bridge_consumer_set_chunk(c, chunk);
     for (int64_t k = 0; k < n; k++) {
         grpo_batch *b = make_batch("r1", k, 0);
         if (k % 3 == 2) { /* a large one: its slot grows, later ones reuse the pages */
@@ -341,17 +343,24 @@ test_shared_memory(void **state)
     char url[300];
     int64_t shared = -1, sent = -1;
     fresh_url(url, sizeof url);
-    shared_run(url, 1, 9, &shared, &sent);
+    shared_run(url, 1, 1 << 20, 9, &shared, &sent);
     assert_int_equal(sent, 9);
     assert_int_equal(shared, 9);
     fresh_url(url, sizeof url);
-    shared_run(url, 0, 4, &shared, &sent);
+    shared_run(url, 0, 1 << 20, 4, &shared, &sent); /* the 2 MB one in two parts */
     assert_int_equal(sent, 4);
     assert_int_equal(shared, 0);
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
-    shared_run(url, 1, 4, &shared, &sent);
+    shared_run(url, 1, 1 << 20, 4, &shared, &sent);
     assert_int_equal(sent, 4);
     assert_int_equal(shared, 0);
+    /* parts of 4096 (and 1000: a size that divides nothing), and whole messages */
+    size_t chunks[3] = {4096, 1000, 0};
+    for (int i = 0; i < 3; i++) {
+        snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+        shared_run(url, 0, chunks[i], 4, &shared, &sent);
+        assert_int_equal(sent, 4);
+    }
 }
 
 /* The reader of a slot refuses what it must: a rewritten slot (ESTATE: ask again), a wrong

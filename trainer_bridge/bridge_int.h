@@ -90,6 +90,9 @@ const char *grpo_bridge__st_meta(const st_file *f, const char *key);
 #define GRPB_MAGIC "GRPB"
 #define GRPB_VERSION 1
 #define GRPB_HDR 32
+/* Batches in parts (GET JSON {"chunk": N}): N within these bounds, else whole batches. */
+#define GRPB_CHUNK_MIN ((size_t)256)
+#define GRPB_CHUNK_MAX ((size_t)1 << 30)
 
 enum {
     /* trainer -> publisher (requests) */
@@ -99,13 +102,16 @@ enum {
     GRPB_WEIGHTS = 4, /* a = version; json {path, sha256}; answered OK or ERROR */
     GRPB_WCHUNK = 5,  /* a = version, b = chunk index; json {n_chunks, bytes, sha256} on chunk 0
                        * and json {n_chunks} after; payload = chunk bytes; answered OK/ERROR */
+    GRPB_PART = 6,    /* a = batch id, b = offset; json {len}: the rest of a batch whose BATCH
+                       * reply said {total}; answered PART, or NONE when it is no longer queued */
     /* publisher -> trainer (replies) */
     GRPB_READY = 65, /* json {run_id, window, schema, schema_version, weights_version} */
     GRPB_BATCH = 66, /* a = batch id, b = policy version; payload = safetensors bytes */
     GRPB_NONE = 67,  /* nothing to send yet (long poll expired); a = unacked count */
     GRPB_END = 68,   /* the stream is finished and every batch acknowledged */
     GRPB_OK = 69,
-    GRPB_ERROR = 70 /* json {error} */
+    GRPB_ERROR = 70,   /* json {error} */
+    GRPB_PARTDATA = 71 /* a = batch id, b = offset; payload = bytes [b, b + len) of the batch */
 };
 
 typedef struct {

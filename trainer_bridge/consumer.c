@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#define CHUNK_DEFAULT ((size_t)1 << 20) /* parts that glibc serves from its heap, warm */
 #define SHM_TRIES 3   /* unreadable shared-memory references in a row before the messages */
 #define SLICE_MS 5000 /* a request unanswered this long is sent again (it is idempotent) */
 
@@ -24,7 +25,9 @@ struct grpo_bridge_consumer {
     nng_msg *last; /* the reply whose payload next() handed out */
     int shm;       /* ask for same-host payloads (ipc:// only; off after SHM_TRIES failures) */
     int shm_fails; /* references in a row that could not be opened */
-    grpo_buf buf;  /* the batch read from shared memory that next() handed out */
+    grpo_buf
+        buf; /* the batch read from shared memory (or put together from parts) next() handed out */
+    size_t chunk; /* batches over this many bytes come in parts of it (0: whole) */
 };
 
 static grpo_err
@@ -113,6 +116,7 @@ grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url, const c
     }
     nng_socket_set_size(c->s, NNG_OPT_RECVMAXSZ, 0); /* batches have no fixed bound */
     c->shm = strncmp(url, "ipc://", 6) == 0;
+    c->chunk = CHUNK_DEFAULT;
     nng_socket_set_ms(c->s, NNG_OPT_REQ_RESENDTIME, SLICE_MS);
     nng_socket_set_ms(c->s, NNG_OPT_RECONNMINT, 20);
     nng_socket_set_ms(c->s, NNG_OPT_RECONNMAXT, 500);
@@ -162,6 +166,15 @@ grpo_bridge_consumer_set_shm(grpo_bridge_consumer *c, int on)
     c->shm = on && strncmp(c->url, "ipc://", 6) == 0;
 }
 
+void
+grpo_bridge_consumer_set_chunk(grpo_bridge_consumer *c, size_t bytes)
+{
+    c->chunk = bytes == 0               ? 0
+               : bytes < GRPB_CHUNK_MIN ? GRPB_CHUNK_MIN
+               : bytes > GRPB_CHUNK_MAX ? GRPB_CHUNK_MAX
+                                        : bytes;
+}
+
 static grpo_err
 ids_payload(const int64_t *ids, size_t n, uint8_t **out)
 {
@@ -179,15 +192,67 @@ get_once(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
 {
     uint8_t *pa = NULL, *ph = NULL;
     grpo_err err;
+    char js[64];
+    snprintf(js, sizeof js, "{\"shm\":%d,\"chunk\":%zu}", c->shm, c->chunk);
     if ((err = ids_payload(c->acks, c->nacks, &pa)) == GRPO_OK &&
         (err = ids_payload(c->held, c->nheld, &ph)) == GRPO_OK &&
-        (err = request(c, GRPB_GET, (int64_t)c->nacks, (int64_t)c->nheld,
-                       c->shm ? "{\"shm\":1}" : NULL, pa, c->nacks * 8, ph, c->nheld * 8,
-                       timeout_ms, rep)) == GRPO_OK &&
+        (err = request(c, GRPB_GET, (int64_t)c->nacks, (int64_t)c->nheld, js, pa, c->nacks * 8, ph,
+                       c->nheld * 8, timeout_ms, rep)) == GRPO_OK &&
         (err = check_reply(c, *rep, m)) == GRPO_OK)
         c->nacks = 0;
     free(pa);
     free(ph);
+    return err;
+}
+
+/* The total size a BATCH reply announces for a batch sent in parts; 0 for a whole batch. */
+static size_t
+parts_total(const grpb_msg *m)
+{
+    cJSON *j = m->json_len ? cJSON_ParseWithLength(m->json, m->json_len) : NULL;
+    const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "total") : NULL;
+    size_t n = cJSON_IsNumber(t) && t->valuedouble > 0 && t->valuedouble < 9e15
+                   ? (size_t)t->valuedouble
+                   : 0;
+    cJSON_Delete(j);
+    return n;
+}
+
+/* Puts together in c->buf a batch announced with {"total"}: the first part in m, the rest asked
+ * for with PART requests. GRPO_ESTATE when the publisher no longer has it (ask again). */
+static grpo_err
+get_parts(grpo_bridge_consumer *c, const grpb_msg *m, size_t total)
+{
+    if (m->payload_len == 0 || m->payload_len > total)
+        return grpo__fail(GRPO_EFORMAT, "bridge %s: first part of %zu bytes for a batch of %zu",
+                          c->url, m->payload_len, total);
+    c->buf.len = 0;
+    grpo_err err = grpo__buf_append(&c->buf, m->payload, m->payload_len);
+    if (err == GRPO_OK && c->buf.len < total)
+        err = grpo__buf_reserve(&c->buf, total - c->buf.len);
+    char js[48];
+    snprintf(js, sizeof js, "{\"len\":%zu}", c->chunk ? c->chunk : GRPB_CHUNK_MAX);
+    while (err == GRPO_OK && c->buf.len < total) {
+        nng_msg *rep = NULL;
+        grpb_msg r;
+        if ((err = request(c, GRPB_PART, m->a, (int64_t)c->buf.len, js, NULL, 0, NULL, 0, -1,
+                           &rep)) == GRPO_OK &&
+            (err = check_reply(c, rep, &r)) == GRPO_OK) {
+            if (r.type == GRPB_NONE)
+                err =
+                    grpo__fail(GRPO_ESTATE, "bridge %s: batch %" PRId64 " went away", c->url, m->a);
+            else if (r.type != GRPB_PARTDATA || r.a != m->a || r.b != (int64_t)c->buf.len ||
+                     r.payload_len == 0 || r.payload_len > total - c->buf.len)
+                err =
+                    grpo__fail(GRPO_EFORMAT,
+                               "bridge %s: a part that does not continue batch %" PRId64 " at %zu",
+                               c->url, m->a, c->buf.len);
+            else
+                err = grpo__buf_append(&c->buf, r.payload, r.payload_len);
+        }
+        if (rep)
+            nng_msg_free(rep);
+    }
     return err;
 }
 
@@ -229,6 +294,14 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
         }
         if (shared)
             c->shm_fails = 0;
+        size_t total = m.type == GRPB_BATCH && !shared ? parts_total(&m) : 0;
+        if (total && (err = get_parts(c, &m, total)) != GRPO_OK) {
+            nng_msg_free(rep);
+            if (err != GRPO_ESTATE)
+                return err;
+            continue; /* not held yet: the next GET returns it (or a newer one) */
+        }
+        shared = shared || total; /* handed out from c->buf */
         if (m.type == GRPB_BATCH) {
             bool dup = false;
             for (size_t i = 0; i < c->nheld; i++)

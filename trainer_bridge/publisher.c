@@ -62,8 +62,9 @@ struct grpo_bridge_publisher {
     grpo_buf pool[POOL_MAX]; /* freed batch buffers, reused by publish (under mu) */
     size_t npool;
     /* same-host payloads (ipc:// only): memfd slots, each free or holding one queued batch */
-    int shm_ok;   /* the URL is ipc:// */
-    int shm_mode; /* the last GET asked for shared memory: publish fills a slot, not a reply */
+    int shm_ok;        /* the URL is ipc:// */
+    int shm_mode;      /* the last GET asked for shared memory: publish fills a slot, not a reply */
+    size_t chunk_mode; /* the last GET's part size (0: whole batches): no whole reply prebuilt */
     grpo_bridge__shm_slot slots[SLOTS_MAX]; /* fixed: a slot's address never moves */
     unsigned char slot_used[SLOTS_MAX];
 };
@@ -344,18 +345,62 @@ pick(const grpo_bridge_publisher *p, const int64_t *holds, size_t nholds)
     return -1;
 }
 
-/* True when a GET's JSON asks for same-host payloads ({"shm": 1}) and this publisher is on ipc://
- * (a trainer on another host could not open the memfd). */
-static bool
-wants_shm(const grpo_bridge_publisher *p, const grpb_msg *m)
+/* A GET's options from its JSON: same-host payloads ({"shm": 1}, honoured on ipc:// only: a
+ * trainer on another host could not open the memfd) and batches in parts ({"chunk": N}: a batch
+ * over N bytes is answered with its first N and {"total"}; the trainer asks for the rest with
+ * PART requests, so neither side handles one message of the whole size). */
+static void
+get_options(const grpo_bridge_publisher *p, const grpb_msg *m, bool *shm, size_t *chunk)
 {
-    if (!p->shm_ok || m->json_len == 0)
-        return false;
+    *shm = false;
+    *chunk = 0;
+    if (m->json_len == 0)
+        return;
     cJSON *j = cJSON_ParseWithLength(m->json, m->json_len);
     const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "shm") : NULL;
-    bool yes = cJSON_IsNumber(v) && v->valuedouble == 1;
+    const cJSON *c = j ? cJSON_GetObjectItemCaseSensitive(j, "chunk") : NULL;
+    *shm = p->shm_ok && cJSON_IsNumber(v) && v->valuedouble == 1;
+    if (cJSON_IsNumber(c) && c->valuedouble >= (double)GRPB_CHUNK_MIN &&
+        c->valuedouble <= (double)GRPB_CHUNK_MAX)
+        *chunk = (size_t)c->valuedouble;
     cJSON_Delete(j);
-    return yes;
+}
+
+/* The first part of a batch over chunk bytes, with {"total"}; the rest is asked for by PART. */
+static void
+reply_first_part(grpo_bridge_publisher *p, const entry *e, size_t chunk)
+{
+    char js[64];
+    snprintf(js, sizeof js, "{\"total\":%zu}", e->len);
+    if (e->msg != NULL)
+        nng_msg_free(e->msg);
+    reply(p, GRPB_BATCH, e->id, e->version, js, e->bytes, chunk);
+}
+
+/* PART: bytes [b, b + len) of queued batch a (len clipped to the batch), or NONE when the batch
+ * is no longer queued (acknowledged, or this publisher restarted): the trainer starts over. */
+static void
+on_part(grpo_bridge_publisher *p, const grpb_msg *m)
+{
+    cJSON *j = m->json_len ? cJSON_ParseWithLength(m->json, m->json_len) : NULL;
+    const cJSON *l = j ? cJSON_GetObjectItemCaseSensitive(j, "len") : NULL;
+    double want = cJSON_IsNumber(l) ? l->valuedouble : -1;
+    cJSON_Delete(j);
+    pthread_mutex_lock(&p->mu);
+    ssize_t k = q_find(p, m->a);
+    entry e = k >= 0 ? p->q[k] : (entry){0};
+    pthread_mutex_unlock(&p->mu); /* only this thread removes entries: e's bytes stay valid */
+    if (k < 0) {
+        reply(p, GRPB_NONE, 0, 0, NULL, NULL, 0);
+        return;
+    }
+    if (want < (double)GRPB_CHUNK_MIN || want > (double)GRPB_CHUNK_MAX || m->b < 0 ||
+        (uint64_t)m->b >= e.len) {
+        reply_error(p, "bridge: PART needs an offset inside the batch and JSON {len} in range");
+        return;
+    }
+    size_t off = (size_t)m->b, n = e.len - off < (size_t)want ? e.len - off : (size_t)want;
+    reply(p, GRPB_PARTDATA, e.id, m->b, NULL, (const uint8_t *)e.bytes + off, n);
 }
 
 /* Answers a GET with a reference to the batch's memfd slot (filled now if it has none); false
@@ -384,14 +429,18 @@ on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
 {
     int64_t *acks = NULL, *holds = NULL;
     size_t na = 0, nh = 0;
-    bool shm = wants_shm(p, m);
+    bool shm;
+    size_t chunk;
+    get_options(p, m, &shm, &chunk);
     if (read_ids(m, &acks, &na, &holds, &nh) != GRPO_OK) {
         reply_error(p, grpo_error_last());
         return;
     }
     pthread_mutex_lock(&p->mu);
-    if (!ack_only)
+    if (!ack_only) {
         p->shm_mode = shm;
+        p->chunk_mode = chunk;
+    }
     for (size_t i = 0; i < na; i++)
         apply_ack(p, acks[i]);
     if (ack_only) {
@@ -433,6 +482,10 @@ on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
         p->persist.mark_sent(p->persist.ctx, e.id);
     if (shm && reply_shm(p, &e))
         return;
+    if (chunk && e.len > chunk) {
+        reply_first_part(p, &e, chunk);
+        return;
+    }
     if (e.msg != NULL) /* the common case: nothing to build or copy while the trainer waits */
         grpo__rep_reply(p->rep, p->token, e.msg);
     else /* a redelivery, or a batch resumed from the store: a copy of the kept bytes */
@@ -705,6 +758,9 @@ handle(grpo_bridge_publisher *p, const void *buf, size_t len)
         break;
     case GRPB_WCHUNK:
         on_chunk(p, &m);
+        break;
+    case GRPB_PART:
+        on_part(p, &m);
         break;
     default:
         reply_error(p, "unknown request type");
@@ -1021,8 +1077,14 @@ grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_m
         return err;
     }
     /* The reply (or the slot, above) is filled here, before waiting for room in the window, so
-     * that it is ready while earlier batches are on the wire. */
-    nng_msg *m = build(GRPB_BATCH, b->batch_id, b->policy_version, NULL, o.data, o.len);
+     * that it is ready while earlier batches are on the wire; not for a trainer taking it in
+     * parts (each built as asked for). */
+    pthread_mutex_lock(&p->mu);
+    size_t chunk = p->chunk_mode;
+    pthread_mutex_unlock(&p->mu);
+    nng_msg *m = chunk && o.len > chunk
+                     ? NULL
+                     : build(GRPB_BATCH, b->batch_id, b->policy_version, NULL, o.data, o.len);
     return publish_owned(p, b->batch_id, b->policy_version, o.data, o.len, o.cap, m, -1,
                          timeout_ms);
 }

@@ -487,6 +487,12 @@ void grpo_bridge_consumer_destroy(grpo_bridge_consumer *c);
  * is always off. */
 void grpo_bridge_consumer_set_shm(grpo_bridge_consumer *c, int on);
 
+/* Batches over `bytes` (default 1 MiB; 0 = whole batches; clamped to [256 B, 1 GiB]) come in
+ * parts of that size, one request each, put together in the consumer's buffer: neither side then
+ * allocates (and faults in) a message of the whole batch, which is what NNG 1.5.2 costs most at
+ * 64 MiB. Publishers that predate it send whole batches, which are taken as before. */
+void grpo_bridge_consumer_set_chunk(grpo_bridge_consumer *c, size_t bytes);
+
 /* Receives the next batch: *bytes points into the consumer's receive buffer (no copy) and stays
  * valid until the next call to next() or destroy(); do not free it. Pending acknowledgements
  * travel with the request. Returns GRPO_ETIMEOUT when none came within timeout_ms,

@@ -18,8 +18,8 @@ from .batch import decode_batch
 
 MAGIC = b"GRPB"
 VERSION = 1
-HELLO, GET, ACK, WEIGHTS, WCHUNK = 1, 2, 3, 4, 5
-READY, BATCH, NONE, END, OK, ERROR = 65, 66, 67, 68, 69, 70
+HELLO, GET, ACK, WEIGHTS, WCHUNK, PART = 1, 2, 3, 4, 5, 6
+READY, BATCH, NONE, END, OK, ERROR, PARTDATA = 65, 66, 67, 68, 69, 70, 71
 _HDR = struct.Struct("<4sBBHqqII")  # 32 bytes
 
 
@@ -102,7 +102,8 @@ class BatchClient:
     batch = client.next(); ...; client.ack(batch)   explicit
     """
 
-    def __init__(self, url, run_id=None, auto_ack=True, slice_ms=5000, connect_timeout=None):
+    def __init__(self, url, run_id=None, auto_ack=True, slice_ms=5000, connect_timeout=None,
+                 chunk_bytes=1 << 20):
         self.url = url
         self.auto_ack = auto_ack
         self._slice_ms = slice_ms
@@ -112,6 +113,9 @@ class BatchClient:
         # messages; off by itself when this process cannot open it (another container or user)
         self.shared_memory = url.startswith("ipc://") and os.environ.get("GRPO_BRIDGE_SHM") != "0"
         self.last_shared = False  # whether the last batch came through shared memory
+        self.last_parts = 0  # how many messages the last batch came in (0: shared memory)
+        # batches over chunk_bytes come in parts of it (None or 0: whole messages)
+        self.chunk_bytes = min(max(int(chunk_bytes), 256), 1 << 30) if chunk_bytes else 0
         self._shm_fails = 0
         self._sock = pynng.Req0(recv_max_size=0, resend_time=slice_ms,
                                 reconnect_time_min=20, reconnect_time_max=500)
@@ -151,9 +155,11 @@ class BatchClient:
             left = None if timeout is None else max(0.001, timeout - (time.monotonic() - t0))
             mtype, a, b, js, body = self._request(
                 _pack(GET, len(self._acks), len(self._held),
-                      {"shm": 1} if self.shared_memory else None, payload), timeout=left)
+                      {"shm": int(self.shared_memory), "chunk": self.chunk_bytes}, payload),
+                timeout=left)
             self._acks = []
             self.last_shared = mtype == BATCH and isinstance(js, dict) and "shm" in js
+            self.last_parts = 0 if self.last_shared else 1
             if self.last_shared:
                 try:
                     body = _read_shared(js["shm"])
@@ -169,6 +175,10 @@ class BatchClient:
                         self.shared_memory = False
                     continue
                 self._shm_fails = 0
+            elif mtype == BATCH and isinstance(js, dict) and "total" in js:
+                body = self._parts(a, body, js["total"])
+                if body is None:
+                    continue  # the publisher no longer has it: not held, so asked for again
             if mtype == BATCH:
                 if a not in self._held:
                     self._held.append(a)
@@ -179,6 +189,29 @@ class BatchClient:
                 raise BridgeError("bridge %s: unexpected reply %d" % (self.url, mtype))
             if timeout is not None and time.monotonic() - t0 >= timeout:
                 raise TimeoutError("bridge %s: no batch within %.1f s" % (self.url, timeout))
+
+    def _parts(self, batch_id, first, total):
+        """A batch the publisher sends in parts: the first part, then PART requests for the rest
+        (one message of the whole size never exists on either side). None when the publisher no
+        longer holds it."""
+        if not isinstance(total, int) or total < len(first) or not len(first):
+            raise BridgeError("bridge %s: a first part of %d bytes for a batch of %r"
+                              % (self.url, len(first), total))
+        buf = bytearray(total)
+        buf[:len(first)] = first
+        got = len(first)
+        while got < total:
+            mtype, a, b, _, part = self._request(
+                _pack(PART, batch_id, got, {"len": self.chunk_bytes or (1 << 30)}))
+            if mtype == NONE:
+                return None
+            if mtype != PARTDATA or a != batch_id or b != got or not len(part) or len(part) > total - got:
+                raise BridgeError("bridge %s: a part that does not continue batch %d at %d"
+                                  % (self.url, batch_id, got))
+            buf[got:got + len(part)] = part
+            got += len(part)
+            self.last_parts += 1
+        return buf
 
     def ack(self, batch, flush=False):
         """Acknowledges a Batch (or a batch id): sent with the next request, or now (flush)."""

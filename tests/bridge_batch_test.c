@@ -390,14 +390,17 @@ test_python_encoded(void **state)
     (void)state;
     char *text = NULL;
     size_t n = 0;
-    assert_int_equal(grpo__read_file("data/bridge/py_batches.json", 0, &text, &n), GRPO_OK);
+    assert_int_equal(
+        grpo__read_file(GRPO_SOURCE_DIR "/tests/data/bridge/py_batches.json", 0, &text, &n),
+        GRPO_OK);
     cJSON *all = cJSON_ParseWithLength(text, n), *c;
     free(text);
     int seen = 0;
     cJSON_ArrayForEach(c, all)
     {
-        char path[256];
-        snprintf(path, sizeof path, "data/bridge/%s", cJSON_GetObjectItem(c, "file")->valuestring);
+        char path[4096];
+        snprintf(path, sizeof path, GRPO_SOURCE_DIR "/tests/data/bridge/%s",
+                 cJSON_GetObjectItem(c, "file")->valuestring);
         char *bytes = NULL;
         size_t len = 0;
         assert_int_equal(grpo__read_file(path, 0, &bytes, &len), GRPO_OK);

@@ -64,6 +64,41 @@ token_blobs(const char *db, char *buf, size_t cap)
     return n;
 }
 
+/* Runs a and b stored the same completions (tokens and logprobs); run other (NULL: none) did
+ * not. */
+static void
+assert_same_completions(const char *a, const char *b, const char *other)
+{
+    static char b1[1 << 16], b2[1 << 16], b3[1 << 16];
+    size_t n1 = token_blobs(a, b1, sizeof b1), n2 = token_blobs(b, b2, sizeof b2);
+    assert_true(n1 > 0);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(b1, b2, n1);
+    if (other != NULL) {
+        size_t n3 = token_blobs(other, b3, sizeof b3);
+        assert_true(n1 != n3 || memcmp(b1, b3, n1) != 0);
+    }
+}
+
+/* Rows of table (in db) whose column contains needle. */
+static int
+count_containing(const char *db, const char *table, const char *column, const char *needle)
+{
+    char sql[256], like[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE %s LIKE ?1", table, column);
+    snprintf(like, sizeof like, "%%%s%%", needle);
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_text(st, 1, like, -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return n;
+}
+
 /* --logprobs both: the published batches (4 groups of 3 samples, 6 tokens each) carry
  * logprobs_processed, equal (as floats) to the JSONL's for the same prompt and sample, never
  * below the raw logprob (the truncated mass is at most the whole vocabulary's) and above it on
@@ -187,25 +222,8 @@ test_numerics_q8(void **state)
     assert_int_equal(run(ROLL_FP8 " --db %s --threads 2 --numerics q8", bin, src, src, dq), 0);
     assert_int_equal(run(ROLL_FP8 " --db %s --threads 1 --numerics q8", bin, src, src, dq1), 0);
     assert_int_equal(run(ROLL_FP8 " --db %s --threads 2", bin, src, src, de), 0);
-    static char b1[1 << 16], b2[1 << 16], b3[1 << 16];
-    size_t n1 = token_blobs(dq, b1, sizeof b1), n2 = token_blobs(dq1, b2, sizeof b2);
-    size_t n3 = token_blobs(de, b3, sizeof b3);
-    assert_true(n1 > 0);
-    assert_int_equal(n1, n2);
-    assert_memory_equal(b1, b2, n1);
-    assert_true(n1 != n3 || memcmp(b1, b3, n1) != 0); /* not the exact path's */
-    sqlite3 *h;
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_open_v2(dq, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(h,
-                                        "SELECT count(*) FROM groups WHERE sampling_json LIKE "
-                                        "'%\"numerics\":\"q8\"%'",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_int_equal(sqlite3_column_int(st, 0), 4);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
+    assert_same_completions(dq, dq1, de); /* and not the exact path's */
+    assert_int_equal(count_containing(dq, "groups", "sampling_json", "\"numerics\":\"q8\""), 4);
     for (int id = 1; id <= 16; id += 5) {
         assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, dq, id), 0);
         assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
@@ -231,25 +249,8 @@ test_speculative(void **state)
     assert_non_null(strstr(slurp("out.txt"), "drafts accepted"));
     assert_int_equal(run(ROLL_SPEC " --db %s --threads 1 --speculative 2", bin, src, src, d1), 0);
     assert_int_equal(run(ROLL_SPEC " --db %s --threads 2", bin, src, src, d0), 0);
-    static char b1[1 << 16], b2[1 << 16], b0[1 << 16];
-    size_t n1 = token_blobs(d1, b1, sizeof b1), n2 = token_blobs(d2, b2, sizeof b2);
-    size_t n0 = token_blobs(d0, b0, sizeof b0);
-    assert_true(n1 > 0);
-    assert_int_equal(n1, n2);
-    assert_memory_equal(b1, b2, n1);
-    assert_true(n1 != n0 || memcmp(b1, b0, n1) != 0);
-    sqlite3 *h;
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_open_v2(d2, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(h,
-                                        "SELECT count(*) FROM groups WHERE sampling_json LIKE "
-                                        "'%\"speculative\":2%'",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_int_equal(sqlite3_column_int(st, 0), 4);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
+    assert_same_completions(d1, d2, d0);
+    assert_int_equal(count_containing(d2, "groups", "sampling_json", "\"speculative\":2"), 4);
     for (int id = 1; id <= 16; id += 3) {
         assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, d2, id), 0);
         assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
@@ -261,10 +262,7 @@ test_speculative(void **state)
         run(ROLL_SPEC " --db %s --threads 2 --speculative 2 --kv-dtype fp8", bin, src, src, d2), 0);
     assert_int_equal(
         run(ROLL_SPEC " --db %s --threads 1 --speculative 2 --kv-dtype fp8", bin, src, src, d1), 0);
-    n1 = token_blobs(d1, b1, sizeof b1), n2 = token_blobs(d2, b2, sizeof b2);
-    assert_true(n1 > 0);
-    assert_int_equal(n1, n2);
-    assert_memory_equal(b1, b2, n1);
+    assert_same_completions(d1, d2, NULL);
     for (int id = 2; id <= 16; id += 7) {
         assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, d2, id), 0);
         assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
@@ -287,8 +285,6 @@ test_kv_dtype(void **state)
     char de[512];
     snprintf(de, sizeof de, "%s/kvf32.db", tmpdir);
     assert_int_equal(run(ROLL_FP8 " --db %s --threads 2", bin, src, src, de), 0);
-    static char b1[1 << 16], b2[1 << 16], b3[1 << 16];
-    size_t n3 = token_blobs(de, b3, sizeof b3);
     for (int d = 0; d < 2; d++) {
         char d2[512], d1[512], like[64];
         snprintf(d2, sizeof d2, "%s/kv%s.db", tmpdir, dts[d]);
@@ -297,33 +293,12 @@ test_kv_dtype(void **state)
             run(ROLL_FP8 " --db %s --threads 2 --kv-dtype %s", bin, src, src, d2, dts[d]), 0);
         assert_int_equal(
             run(ROLL_FP8 " --db %s --threads 1 --kv-dtype %s", bin, src, src, d1, dts[d]), 0);
-        size_t n1 = token_blobs(d2, b1, sizeof b1), n2 = token_blobs(d1, b2, sizeof b2);
-        assert_true(n1 > 0);
-        assert_int_equal(n1, n2);
-        assert_memory_equal(b1, b2, n1);
-        assert_true(n1 != n3 || memcmp(b1, b3, n1) != 0); /* not the f32 cache's */
+        assert_same_completions(d2, d1, de); /* and not the f32 cache's */
+        snprintf(like, sizeof like, "\"kv_dtype\":\"%s\"", dts[d]);
+        assert_int_equal(count_containing(d2, "groups", "sampling_json", like), 4);
+        assert_int_equal(count_containing(d2, "runs", "config_json", like), 1);
         sqlite3 *h;
-        sqlite3_stmt *st;
-        snprintf(like, sizeof like, "%%\"kv_dtype\":\"%s\"%%", dts[d]);
         assert_int_equal(sqlite3_open(d2, &h), SQLITE_OK);
-        assert_int_equal(sqlite3_prepare_v2(h,
-                                            "SELECT count(*) FROM groups WHERE sampling_json "
-                                            "LIKE ?1",
-                                            -1, &st, NULL),
-                         SQLITE_OK);
-        sqlite3_bind_text(st, 1, like, -1, SQLITE_STATIC);
-        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-        assert_int_equal(sqlite3_column_int(st, 0), 4);
-        sqlite3_finalize(st);
-        assert_int_equal(sqlite3_prepare_v2(h,
-                                            "SELECT count(*) FROM runs WHERE config_json "
-                                            "LIKE ?1",
-                                            -1, &st, NULL),
-                         SQLITE_OK);
-        sqlite3_bind_text(st, 1, like, -1, SQLITE_STATIC);
-        assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-        assert_int_equal(sqlite3_column_int(st, 0), 1);
-        sqlite3_finalize(st);
         for (int id = 1; id <= 16; id += 5) {
             assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, d2, id), 0);
             assert_non_null(strstr(slurp("out.txt"), "bit-identical"));

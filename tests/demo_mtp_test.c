@@ -86,13 +86,7 @@ teardown(void **state)
 static double
 worst_vs_ref(const fx *f, const float *got, int r0, int n)
 {
-    double w = 0;
-    for (int t = 0; t < n; t++) {
-        double r =
-            tm_rel_err(got + (size_t)t * f->V, f->logits + (size_t)(r0 + t) * f->V, (size_t)f->V);
-        w = r > w ? r : w;
-    }
-    return w;
+    return tm_worst_rows(got, f->logits, f->V, r0, n);
 }
 
 /* The main model's prefill over positions 0..n-1: every row's logits and h_t. */

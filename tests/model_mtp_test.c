@@ -76,13 +76,7 @@ mtp_kv(grpo_model *m)
 static double
 worst_vs_ref(const fx *f, const float *got, int r0, int n)
 {
-    double w = 0;
-    for (int t = 0; t < n; t++) {
-        double r =
-            tm_rel_err(got + (size_t)t * f->V, f->logits + (size_t)(r0 + t) * f->V, (size_t)f->V);
-        w = r > w ? r : w;
-    }
-    return w;
+    return tm_worst_rows(got, f->logits, f->V, r0, n);
 }
 
 /* One prefill of all positions, fed the reference's h_t: every row within TOL; the last-row form

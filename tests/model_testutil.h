@@ -93,6 +93,18 @@ tm_rel_err(const float *a, const float *b, size_t n)
     return mb > 0 ? md / mb : md;
 }
 
+/* The worst tm_rel_err of n rows of got (V values each) against rows r0..r0+n-1 of ref. */
+static inline double
+tm_worst_rows(const float *got, const float *ref, int V, int r0, int n)
+{
+    double w = 0;
+    for (int t = 0; t < n; t++) {
+        double r = tm_rel_err(got + (size_t)t * V, ref + (size_t)(r0 + t) * V, (size_t)V);
+        w = r > w ? r : w;
+    }
+    return w;
+}
+
 /* Fixture directory tests/data/<set>/<name> (set "gqa_models", "v2_models", ...). */
 static inline const char *
 tm_set_dir(const char *set, const char *name, char *buf, size_t n)

@@ -136,15 +136,23 @@ main_model_unchanged(void **state)
     grpo_model_destroy(plain);
 }
 
+/* A cache for the MTP layer (16 MiB) with one sequence in it. */
+static grpo_kv *
+mtp_kv(grpo_model *m, int32_t *seq)
+{
+    grpo_kv *kv = NULL;
+    assert_int_equal(grpo_kv_create_mtp(&kv, m, 16u << 20), GRPO_OK);
+    assert_int_equal(grpo_kv_seq_new(kv, seq), GRPO_OK);
+    return kv;
+}
+
 /* One MTP prefill over all positions fed the reference h_t, and again fed the engine's own. */
 static void
 prefill_matches_reference(void **state)
 {
     fx *f = *state;
-    grpo_kv *kv = NULL;
     int32_t s1, s2;
-    assert_int_equal(grpo_kv_create_mtp(&kv, f->m, 16u << 20), GRPO_OK);
-    assert_int_equal(grpo_kv_seq_new(kv, &s1), GRPO_OK);
+    grpo_kv *kv = mtp_kv(f->m, &s1);
     assert_int_equal(grpo_kv_seq_new(kv, &s2), GRPO_OK);
     size_t nl = (size_t)f->n * f->V;
     float *lg = malloc(nl * 4), *own = malloc(nl * 4), *h = malloc((size_t)f->n * f->H * 4);
@@ -170,10 +178,8 @@ static void
 decode_matches_reference(void **state)
 {
     fx *f = *state;
-    grpo_kv *kv = NULL;
     int32_t seq;
-    assert_int_equal(grpo_kv_create_mtp(&kv, f->m, 16u << 20), GRPO_OK);
-    assert_int_equal(grpo_kv_seq_new(kv, &seq), GRPO_OK);
+    grpo_kv *kv = mtp_kv(f->m, &seq);
     float *lg = malloc((size_t)f->V * 4);
     int p = f->plen;
     grpo_fwd_item it = {seq, 0, p, f->tok + 1};
@@ -209,10 +215,8 @@ static void
 drafts_predict_greedy_tokens(void **state)
 {
     fx *f = *state;
-    grpo_kv *kv = NULL;
     int32_t seq;
-    assert_int_equal(grpo_kv_create_mtp(&kv, f->m, 16u << 20), GRPO_OK);
-    assert_int_equal(grpo_kv_seq_new(kv, &seq), GRPO_OK);
+    grpo_kv *kv = mtp_kv(f->m, &seq);
     float *lg = malloc((size_t)f->n * f->V * 4);
     grpo_fwd_item it = {seq, 0, f->n, f->tok + 1};
     assert_int_equal(grpo_model_mtp_forward(f->m, kv, &it, 1, f->hin, 1, lg), GRPO_OK);

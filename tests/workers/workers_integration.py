@@ -489,6 +489,21 @@ def scenario_load(grpo, tmp, seconds, workers):
         P.cleanup()
 
 
+def trainer_setup(tmp, n):
+    """A scenario with a trainer on the bridge: n prompts written, the store's path, the shared
+    weights folder (created), the coordinator's and the trainer's ipc URLs, and the environment
+    that lets the trainer import grpo_bridge."""
+    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
+    shared = os.path.join(tmp, "shared")
+    os.makedirs(shared)
+    write_prompts(prompts, n)
+    url = "ipc://" + os.path.join(tmp, "coord.ipc")
+    pub = "ipc://" + os.path.join(tmp, "trainer.ipc")
+    env = {"PYTHONPATH": os.path.join(SRC, "trainer_bridge", "python") + os.pathsep
+           + os.environ.get("PYTHONPATH", "")}
+    return prompts, db, shared, url, pub, env
+
+
 def scenario_weights(grpo, tmp, staleness=0):
     """A trainer on the bridge sends new weights (version 1) mid-run; --max-staleness 0 (workers
     drop their in-flight groups) or 1 (they finish them, and v0 groups are still recorded).
@@ -502,14 +517,7 @@ def scenario_weights(grpo, tmp, staleness=0):
         print("torch/safetensors missing")
         sys.exit(77)
     n = 16
-    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
-    shared = os.path.join(tmp, "shared")
-    os.makedirs(shared)
-    write_prompts(prompts, n)
-    url = "ipc://" + os.path.join(tmp, "coord.ipc")
-    pub = "ipc://" + os.path.join(tmp, "trainer.ipc")
-    env = {"PYTHONPATH": os.path.join(SRC, "trainer_bridge", "python") + os.pathsep
-           + os.environ.get("PYTHONPATH", "")}
+    prompts, db, shared, url, pub, env = trainer_setup(tmp, n)
     P = Procs(grpo, tmp)
     try:
         serve = P.start("serve", serve_args(prompts, db, url, "--publish", pub, "--max-staleness", str(staleness)))
@@ -627,14 +635,7 @@ def scenario_delta(grpo, tmp):
         print("torch/safetensors/numpy missing")
         sys.exit(77)
     n = 24
-    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
-    shared = os.path.join(tmp, "shared")
-    os.makedirs(shared)
-    write_prompts(prompts, n)
-    url = "ipc://" + os.path.join(tmp, "coord.ipc")
-    pub = "ipc://" + os.path.join(tmp, "trainer.ipc")
-    env = {"PYTHONPATH": os.path.join(SRC, "trainer_bridge", "python") + os.pathsep
-           + os.environ.get("PYTHONPATH", "")}
+    prompts, db, shared, url, pub, env = trainer_setup(tmp, n)
     P = Procs(grpo, tmp)
     try:
         serve = P.start("serve", serve_args(prompts, db, url, "--publish", pub, "--model", MODEL,
@@ -694,12 +695,7 @@ def scenario_tampered(grpo, tmp):
     except ImportError:
         print("torch/safetensors/pynng missing")
         sys.exit(77)
-    prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
-    shared = os.path.join(tmp, "shared")
-    os.makedirs(shared)
-    write_prompts(prompts, 40)
-    url = "ipc://" + os.path.join(tmp, "coord.ipc")
-    pub = "ipc://" + os.path.join(tmp, "trainer.ipc")
+    prompts, db, shared, url, pub, _ = trainer_setup(tmp, 40)
     P = Procs(grpo, tmp)
     try:
         P.start("serve", serve_args(prompts, db, url, "--publish", pub, "--max-staleness", "0"))

@@ -1052,8 +1052,9 @@ encode_to_slot(grpo_bridge_publisher *p, const grpo_batch *b, int *slot, const v
 grpo_err
 grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_ms)
 {
-    pthread_mutex_lock(&p->mu);
+    pthread_mutex_lock(&p->mu); /* how the trainer last asked: shared memory, parts */
     int shm = p->shm_mode;
+    size_t chunk = p->chunk_mode;
     pthread_mutex_unlock(&p->mu);
     int slot = -1;
     const void *sb = NULL;
@@ -1079,9 +1080,6 @@ grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_m
     /* The reply (or the slot, above) is filled here, before waiting for room in the window, so
      * that it is ready while earlier batches are on the wire; not for a trainer taking it in
      * parts (each built as asked for). */
-    pthread_mutex_lock(&p->mu);
-    size_t chunk = p->chunk_mode;
-    pthread_mutex_unlock(&p->mu);
     nng_msg *m = chunk && o.len > chunk
                      ? NULL
                      : build(GRPB_BATCH, b->batch_id, b->policy_version, NULL, o.data, o.len);

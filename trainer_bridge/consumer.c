@@ -17,8 +17,16 @@
 #define SHM_TRIES 3   /* unreadable shared-memory references in a row before the messages */
 #define SLICE_MS 5000 /* a request unanswered this long is sent again (it is idempotent) */
 
+/* Two REQ sockets to the same publisher: requests go on s[cur]; after each batch the GET for the
+ * next one goes out on the other socket at once (a prefetch), so its round trip overlaps the
+ * reading of this one (NNG's round trip through its threads costs about as much as reading 1 MiB);
+ * batches in parts keep a PART in flight on each. A REQ socket holds one request at a time. */
 struct grpo_bridge_consumer {
-    nng_socket s;
+    nng_socket s[2];
+    int cur;        /* the socket requests go on */
+    int prefetch;   /* send the next GET early (default on) */
+    int pf;         /* a prefetched GET is out on s[1 - cur] */
+    size_t pf_acks; /* the leading acks it carries: dropped once it is answered */
     char *url;
     int64_t *acks, *held;
     size_t nacks, capacks, nheld, capheld;
@@ -55,30 +63,43 @@ left_ms(int timeout_ms, double t0)
     return left > 0 ? left : 0;
 }
 
-/* Sends one request and waits for its reply, resending every SLICE_MS until timeout_ms
+/* Builds one request and hands it to socket si within timeout_ms; does not wait for the reply. */
+static grpo_err
+send_req(grpo_bridge_consumer *c, int si, int type, int64_t a, int64_t b, const char *json,
+         const void *p1, size_t n1, const void *p2, size_t n2, int timeout_ms)
+{
+    uint8_t hdr[GRPB_HDR];
+    size_t jl = json ? strlen(json) : 0;
+    grpo_bridge__msg_header(hdr, type, a, b, jl);
+    nng_msg *m = NULL;
+    int rv = nng_msg_alloc(&m, 0);
+    if (rv == 0 && (rv = nng_msg_append(m, hdr, sizeof hdr)) == 0 &&
+        (!jl || (rv = nng_msg_append(m, json, jl)) == 0) &&
+        (!n1 || (rv = nng_msg_append(m, p1, n1)) == 0) &&
+        (!n2 || (rv = nng_msg_append(m, p2, n2)) == 0))
+        rv = grpo__nng_send(c->s[si], m, timeout_ms);
+    if (rv != 0) {
+        if (m)
+            nng_msg_free(m);
+        return grpo_bridge__nng_fail(rv, "send", c->url);
+    }
+    return GRPO_OK;
+}
+
+/* Sends one request on s[cur] and waits for its reply, resending every SLICE_MS until timeout_ms
  * (-1 = forever). On success *rep is the reply (the caller frees it with nng_msg_free). */
 static grpo_err
 request(grpo_bridge_consumer *c, int type, int64_t a, int64_t b, const char *json, const void *p1,
         size_t n1, const void *p2, size_t n2, int timeout_ms, nng_msg **rep)
 {
-    uint8_t hdr[GRPB_HDR];
-    size_t jl = json ? strlen(json) : 0;
     double t0 = grpo_now();
-    grpo_bridge__msg_header(hdr, type, a, b, jl);
     for (;;) {
-        nng_msg *m = NULL;
-        int rv = nng_msg_alloc(&m, 0);
-        if (rv == 0 && (rv = nng_msg_append(m, hdr, sizeof hdr)) == 0 &&
-            (!jl || (rv = nng_msg_append(m, json, jl)) == 0) &&
-            (!n1 || (rv = nng_msg_append(m, p1, n1)) == 0) &&
-            (!n2 || (rv = nng_msg_append(m, p2, n2)) == 0))
-            rv = grpo__nng_send(c->s, m, left_ms(timeout_ms, t0));
-        if (rv != 0) {
-            nng_msg_free(m);
-            return grpo_bridge__nng_fail(rv, "send", c->url);
-        }
+        grpo_err err =
+            send_req(c, c->cur, type, a, b, json, p1, n1, p2, n2, left_ms(timeout_ms, t0));
+        if (err != GRPO_OK)
+            return err;
         int left = timeout_ms < 0 ? SLICE_MS : left_ms(timeout_ms, t0);
-        rv = grpo__nng_recv(c->s, rep, left < SLICE_MS ? left : SLICE_MS);
+        int rv = grpo__nng_recv(c->s[c->cur], rep, left < SLICE_MS ? left : SLICE_MS);
         if (rv == 0)
             return GRPO_OK;
         if (rv != NNG_ETIMEDOUT || (timeout_ms >= 0 && (grpo_now() - t0) * 1000 >= timeout_ms))
@@ -110,19 +131,22 @@ grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url, const c
         free(c);
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
     }
-    if ((rv = nng_req0_open(&c->s)) != 0) {
-        err = grpo_bridge__nng_fail(rv, "open REQ socket", url);
-        goto done;
-    }
-    nng_socket_set_size(c->s, NNG_OPT_RECVMAXSZ, 0); /* batches have no fixed bound */
     c->shm = strncmp(url, "ipc://", 6) == 0;
     c->chunk = CHUNK_DEFAULT;
-    nng_socket_set_ms(c->s, NNG_OPT_REQ_RESENDTIME, SLICE_MS);
-    nng_socket_set_ms(c->s, NNG_OPT_RECONNMINT, 20);
-    nng_socket_set_ms(c->s, NNG_OPT_RECONNMAXT, 500);
-    if ((rv = nng_dial(c->s, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
-        err = grpo_bridge__nng_fail(rv, "dial", url);
-        goto done;
+    c->prefetch = 1;
+    for (int i = 0; i < 2; i++) {
+        if ((rv = nng_req0_open(&c->s[i])) != 0) {
+            err = grpo_bridge__nng_fail(rv, "open REQ socket", url);
+            goto done;
+        }
+        nng_socket_set_size(c->s[i], NNG_OPT_RECVMAXSZ, 0); /* batches have no fixed bound */
+        nng_socket_set_ms(c->s[i], NNG_OPT_REQ_RESENDTIME, SLICE_MS);
+        nng_socket_set_ms(c->s[i], NNG_OPT_RECONNMINT, 20);
+        nng_socket_set_ms(c->s[i], NNG_OPT_RECONNMAXT, 500);
+        if ((rv = nng_dial(c->s[i], url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+            err = grpo_bridge__nng_fail(rv, "dial", url);
+            goto done;
+        }
     }
     cJSON *j = cJSON_CreateObject();
     if (expect_run_id)
@@ -152,7 +176,9 @@ grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
         return;
     if (c->last)
         nng_msg_free(c->last);
-    grpo__nng_close_bounded(c->s, 5000, "bridge"); /* NNG 1.5's close can hang */
+    for (int i = 0; i < 2; i++)
+        if (nng_socket_id(c->s[i]) > 0)
+            grpo__nng_close_bounded(c->s[i], 5000, "bridge"); /* NNG 1.5's close can hang */
     free(c->acks);
     free(c->held);
     free(c->url);
@@ -175,15 +201,32 @@ grpo_bridge_consumer_set_chunk(grpo_bridge_consumer *c, size_t bytes)
                                         : bytes;
 }
 
-static grpo_err
-ids_payload(const int64_t *ids, size_t n, uint8_t **out)
+void
+grpo_bridge_consumer_set_prefetch(grpo_bridge_consumer *c, int on)
 {
-    *out = malloc(n * 8 + 1);
+    c->prefetch = on != 0;
+}
+
+/* ids, then `extra` when it is not NULL, as u64s. */
+static grpo_err
+ids_payload(const int64_t *ids, size_t n, const int64_t *extra, uint8_t **out)
+{
+    *out = malloc(n * 8 + 9);
     if (*out == NULL)
         return grpo__fail(GRPO_ENOMEM, "bridge: out of memory");
     for (size_t i = 0; i < n; i++)
         grpo_bridge__put_u64(*out + 8 * i, (uint64_t)ids[i]);
+    if (extra)
+        grpo_bridge__put_u64(*out + 8 * n, (uint64_t)*extra);
     return GRPO_OK;
+}
+
+/* The publisher has applied every pending acknowledgement. */
+static void
+acks_sent(grpo_bridge_consumer *c)
+{
+    c->nacks = 0;
+    c->pf_acks = 0;
 }
 
 /* One GET: *rep holds the reply. Acks are cleared once the publisher has answered. */
@@ -194,15 +237,70 @@ get_once(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
     grpo_err err;
     char js[64];
     snprintf(js, sizeof js, "{\"shm\":%d,\"chunk\":%zu}", c->shm, c->chunk);
-    if ((err = ids_payload(c->acks, c->nacks, &pa)) == GRPO_OK &&
-        (err = ids_payload(c->held, c->nheld, &ph)) == GRPO_OK &&
+    if ((err = ids_payload(c->acks, c->nacks, NULL, &pa)) == GRPO_OK &&
+        (err = ids_payload(c->held, c->nheld, NULL, &ph)) == GRPO_OK &&
         (err = request(c, GRPB_GET, (int64_t)c->nacks, (int64_t)c->nheld, js, pa, c->nacks * 8, ph,
                        c->nheld * 8, timeout_ms, rep)) == GRPO_OK &&
         (err = check_reply(c, *rep, m)) == GRPO_OK)
-        c->nacks = 0;
+        acks_sent(c);
     free(pa);
     free(ph);
     return err;
+}
+
+/* Sends, on the other socket, the GET for the batch after `got` (held from now on) with
+ * {"wait":0}: answered at once, NONE when there is none yet, so it never holds the publisher's
+ * thread. A failure only means no prefetch: next() then sends its GET as usual. */
+static void
+prefetch_send(grpo_bridge_consumer *c, int64_t got)
+{
+    if (!c->prefetch || c->pf)
+        return;
+    bool dup = false;
+    for (size_t i = 0; i < c->nheld; i++)
+        dup = dup || c->held[i] == got;
+    size_t nh = c->nheld + !dup;
+    uint8_t *pa = NULL, *ph = NULL;
+    char js[80];
+    snprintf(js, sizeof js, "{\"shm\":%d,\"chunk\":%zu,\"wait\":0}", c->shm, c->chunk);
+    if (ids_payload(c->acks, c->nacks, NULL, &pa) == GRPO_OK &&
+        ids_payload(c->held, c->nheld, dup ? NULL : &got, &ph) == GRPO_OK &&
+        send_req(c, 1 - c->cur, GRPB_GET, (int64_t)c->nacks, (int64_t)nh, js, pa, c->nacks * 8,
+                 ph, nh * 8, SLICE_MS) == GRPO_OK) {
+        c->pf = 1;
+        c->pf_acks = c->nacks;
+    }
+    free(pa);
+    free(ph);
+}
+
+/* The prefetched GET's reply, when one is out: requests go on its socket from now on. *rep stays
+ * NULL when none was out, or none came within the slice (the next GET on that socket replaces
+ * it; a REQ socket drops a reply to a replaced request). */
+static grpo_err
+prefetch_take(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
+{
+    *rep = NULL;
+    if (!c->pf)
+        return GRPO_OK;
+    c->pf = 0;
+    c->cur = 1 - c->cur;
+    int wait = timeout_ms < 0 || timeout_ms > SLICE_MS ? SLICE_MS : timeout_ms;
+    if (grpo__nng_recv(c->s[c->cur], rep, wait) != 0) {
+        *rep = NULL;
+        return GRPO_OK;
+    }
+    grpo_err err = check_reply(c, *rep, m);
+    if (err != GRPO_OK) {
+        nng_msg_free(*rep);
+        *rep = NULL;
+        return err;
+    }
+    size_t n = c->pf_acks < c->nacks ? c->pf_acks : c->nacks; /* applied: drop them */
+    memmove(c->acks, c->acks + n, (c->nacks - n) * sizeof *c->acks);
+    c->nacks -= n;
+    c->pf_acks = 0;
+    return GRPO_OK;
 }
 
 /* The total size a BATCH reply announces for a batch sent in parts; 0 for a whole batch. */
@@ -218,8 +316,32 @@ parts_total(const grpb_msg *m)
     return n;
 }
 
+static grpo_err
+part_send(grpo_bridge_consumer *c, int si, int64_t id, size_t off, const char *js)
+{
+    return send_req(c, si, GRPB_PART, id, (int64_t)off, js, NULL, 0, NULL, 0, -1);
+}
+
+/* The reply to the PART for bytes at off of batch id out on socket si, resent every SLICE_MS. */
+static grpo_err
+part_wait(grpo_bridge_consumer *c, int si, int64_t id, size_t off, const char *js, nng_msg **rep)
+{
+    for (;;) {
+        int rv = grpo__nng_recv(c->s[si], rep, SLICE_MS);
+        if (rv == 0)
+            return GRPO_OK;
+        if (rv != NNG_ETIMEDOUT)
+            return grpo_bridge__nng_fail(rv, "waiting for the publisher", c->url);
+        grpo_err err = part_send(c, si, id, off, js);
+        if (err != GRPO_OK)
+            return err;
+    }
+}
+
 /* Puts together in c->buf a batch announced with {"total"}: the first part in m, the rest asked
- * for with PART requests. GRPO_ESTATE when the publisher no longer has it (ask again). */
+ * for with PART requests, one in flight on each socket that has no prefetch out (parts come back
+ * in offset order: the k-th request goes on socket (cur + k) % 2). GRPO_ESTATE when the publisher
+ * no longer has it (ask again). */
 static grpo_err
 get_parts(grpo_bridge_consumer *c, const grpb_msg *m, size_t total)
 {
@@ -230,13 +352,21 @@ get_parts(grpo_bridge_consumer *c, const grpb_msg *m, size_t total)
     grpo_err err = grpo__buf_append(&c->buf, m->payload, m->payload_len);
     if (err == GRPO_OK && c->buf.len < total)
         err = grpo__buf_reserve(&c->buf, total - c->buf.len);
+    size_t want = c->chunk ? c->chunk : GRPB_CHUNK_MAX, next = c->buf.len, off_of[2] = {0, 0};
+    int ns = c->pf || !c->prefetch ? 1 : 2, k_sent = 0, k_got = 0;
     char js[48];
-    snprintf(js, sizeof js, "{\"len\":%zu}", c->chunk ? c->chunk : GRPB_CHUNK_MAX);
+    snprintf(js, sizeof js, "{\"len\":%zu}", want);
     while (err == GRPO_OK && c->buf.len < total) {
+        while (err == GRPO_OK && next < total && k_sent - k_got < ns) {
+            int si = (c->cur + k_sent++ % ns) % 2;
+            off_of[si] = next;
+            err = part_send(c, si, m->a, next, js);
+            next += want;
+        }
         nng_msg *rep = NULL;
         grpb_msg r;
-        if ((err = request(c, GRPB_PART, m->a, (int64_t)c->buf.len, js, NULL, 0, NULL, 0, -1,
-                           &rep)) == GRPO_OK &&
+        int si = (c->cur + k_got++ % ns) % 2;
+        if (err == GRPO_OK && (err = part_wait(c, si, m->a, off_of[si], js, &rep)) == GRPO_OK &&
             (err = check_reply(c, rep, &r)) == GRPO_OK) {
             if (r.type == GRPB_NONE)
                 err =
@@ -253,6 +383,7 @@ get_parts(grpo_bridge_consumer *c, const grpb_msg *m, size_t total)
         if (rep)
             nng_msg_free(rep);
     }
+    /* a part still out (after an error) is replaced by the next request on its socket */
     return err;
 }
 
@@ -271,16 +402,29 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
         nng_msg *rep = NULL;
         grpb_msg m;
         int left = timeout_ms < 0 ? -1 : timeout_ms - (int)((grpo_now() - t0) * 1000);
-        grpo_err err = get_once(c, left < 0 && timeout_ms >= 0 ? 0 : left, &rep, &m);
+        int tmo = left < 0 && timeout_ms >= 0 ? 0 : left;
+        grpo_err err = prefetch_take(c, tmo, &rep, &m);
+        if (err == GRPO_OK && (rep == NULL || m.type == GRPB_NONE)) {
+            if (rep) /* nothing was ready when the prefetch came: wait for one as usual */
+                nng_msg_free(rep);
+            rep = NULL;
+            err = get_once(c, tmo, &rep, &m);
+        }
         if (err != GRPO_OK) {
             if (rep)
                 nng_msg_free(rep);
             return err;
         }
+        size_t total = m.type == GRPB_BATCH ? parts_total(&m) : 0;
+        if (m.type == GRPB_BATCH && !total)
+            prefetch_send(c, m.a); /* its round trip overlaps the read below */
         int shared = 0;
-        if (m.type == GRPB_BATCH &&
+        if (m.type == GRPB_BATCH && !total &&
             (err = grpo_bridge__shm_read(m.json, m.json_len, 0, &c->buf, &shared)) != GRPO_OK) {
             nng_msg_free(rep);
+            /* the prefetch asked past this batch: left out, it would come before this one */
+            c->pf = 0;
+            c->pf_acks = 0;
             if (err == GRPO_ENOMEM)
                 return err;
             /* A publisher that died after its reply is asked again; one this trainer cannot open
@@ -294,13 +438,14 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
         }
         if (shared)
             c->shm_fails = 0;
-        size_t total = m.type == GRPB_BATCH && !shared ? parts_total(&m) : 0;
         if (total && (err = get_parts(c, &m, total)) != GRPO_OK) {
             nng_msg_free(rep);
             if (err != GRPO_ESTATE)
                 return err;
             continue; /* not held yet: the next GET returns it (or a newer one) */
         }
+        if (total)
+            prefetch_send(c, m.a);
         shared = shared || total; /* handed out from c->buf */
         if (m.type == GRPB_BATCH) {
             bool dup = false;
@@ -347,11 +492,11 @@ grpo_bridge_consumer_ack(grpo_bridge_consumer *c, int64_t batch_id, int flush)
     uint8_t *pa = NULL;
     nng_msg *rep = NULL;
     grpb_msg m;
-    if ((err = ids_payload(c->acks, c->nacks, &pa)) == GRPO_OK &&
+    if ((err = ids_payload(c->acks, c->nacks, NULL, &pa)) == GRPO_OK &&
         (err = request(c, GRPB_ACK, (int64_t)c->nacks, 0, NULL, pa, c->nacks * 8, NULL, 0, -1,
                        &rep)) == GRPO_OK &&
         (err = check_reply(c, rep, &m)) == GRPO_OK)
-        c->nacks = 0;
+        acks_sent(c);
     free(pa);
     if (rep)
         nng_msg_free(rep);

@@ -350,16 +350,20 @@ pick(const grpo_bridge_publisher *p, const int64_t *holds, size_t nholds)
  * over N bytes is answered with its first N and {"total"}; the trainer asks for the rest with
  * PART requests, so neither side handles one message of the whole size). */
 static void
-get_options(const grpo_bridge_publisher *p, const grpb_msg *m, bool *shm, size_t *chunk)
+get_options(const grpo_bridge_publisher *p, const grpb_msg *m, bool *shm, size_t *chunk,
+            bool *wait)
 {
     *shm = false;
     *chunk = 0;
+    *wait = true;
     if (m->json_len == 0)
         return;
     cJSON *j = cJSON_ParseWithLength(m->json, m->json_len);
     const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "shm") : NULL;
     const cJSON *c = j ? cJSON_GetObjectItemCaseSensitive(j, "chunk") : NULL;
+    const cJSON *w = j ? cJSON_GetObjectItemCaseSensitive(j, "wait") : NULL;
     *shm = p->shm_ok && cJSON_IsNumber(v) && v->valuedouble == 1;
+    *wait = !(cJSON_IsNumber(w) && w->valuedouble == 0);
     if (cJSON_IsNumber(c) && c->valuedouble >= (double)GRPB_CHUNK_MIN &&
         c->valuedouble <= (double)GRPB_CHUNK_MAX)
         *chunk = (size_t)c->valuedouble;
@@ -429,9 +433,9 @@ on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
 {
     int64_t *acks = NULL, *holds = NULL;
     size_t na = 0, nh = 0;
-    bool shm;
+    bool shm, wait;
     size_t chunk;
-    get_options(p, m, &shm, &chunk);
+    get_options(p, m, &shm, &chunk, &wait);
     if (read_ids(m, &acks, &na, &holds, &nh) != GRPO_OK) {
         reply_error(p, grpo_error_last());
         return;
@@ -452,7 +456,9 @@ on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
     struct timespec dl;
     deadline_after(&dl, p->o.poll_ms);
     ssize_t i;
-    while ((i = pick(p, holds, nh)) < 0 && !p->stop && !(p->finished && p->nq == 0))
+    /* a prefetching trainer's GET ({"wait":0}) is answered at once: it must not hold this thread
+     * while the same trainer's PART or ACK requests wait behind it */
+    while ((i = pick(p, holds, nh)) < 0 && wait && !p->stop && !(p->finished && p->nq == 0))
         if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT)
             break;
     if (i < 0) {

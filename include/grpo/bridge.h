@@ -493,6 +493,13 @@ void grpo_bridge_consumer_set_shm(grpo_bridge_consumer *c, int on);
  * 64 MiB. Publishers that predate it send whole batches, which are taken as before. */
 void grpo_bridge_consumer_set_chunk(grpo_bridge_consumer *c, size_t bytes);
 
+/* on (the default): as soon as a batch's reply is in, the GET for the next one goes out on a
+ * second connection, answered at once (NONE when none is ready, and next() then waits as
+ * before), so the publisher's round trip overlaps the reading of this batch; batches in parts
+ * keep two parts in flight. The prefetched batch counts as held (it is redelivered to a trainer
+ * that dies holding it). 0: one request at a time. */
+void grpo_bridge_consumer_set_prefetch(grpo_bridge_consumer *c, int on);
+
 /* Receives the next batch: *bytes points into the consumer's receive buffer (no copy) and stays
  * valid until the next call to next() or destroy(); do not free it. Pending acknowledgements
  * travel with the request. Returns GRPO_ETIMEOUT when none came within timeout_ms,

@@ -248,6 +248,15 @@ get_once(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
     return err;
 }
 
+static bool
+is_held(const grpo_bridge_consumer *c, int64_t id)
+{
+    for (size_t i = 0; i < c->nheld; i++)
+        if (c->held[i] == id)
+            return true;
+    return false;
+}
+
 /* Sends, on the other socket, the GET for the batch after `got` (held from now on) with
  * {"wait":0}: answered at once, NONE when there is none yet, so it never holds the publisher's
  * thread. A failure only means no prefetch: next() then sends its GET as usual. */
@@ -256,9 +265,7 @@ prefetch_send(grpo_bridge_consumer *c, int64_t got)
 {
     if (!c->prefetch || c->pf)
         return;
-    bool dup = false;
-    for (size_t i = 0; i < c->nheld; i++)
-        dup = dup || c->held[i] == got;
+    bool dup = is_held(c, got);
     size_t nh = c->nheld + !dup;
     uint8_t *pa = NULL, *ph = NULL;
     char js[80];
@@ -387,6 +394,20 @@ get_parts(grpo_bridge_consumer *c, const grpb_msg *m, size_t total)
     return err;
 }
 
+/* The reply to the prefetched GET, or, when none is out or it found nothing ready, to a GET sent
+ * now (which waits for a batch as usual). */
+static grpo_err
+next_reply(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
+{
+    grpo_err err = prefetch_take(c, timeout_ms, rep, m);
+    if (err != GRPO_OK || (*rep != NULL && m->type != GRPB_NONE))
+        return err;
+    if (*rep)
+        nng_msg_free(*rep);
+    *rep = NULL;
+    return get_once(c, timeout_ms, rep, m);
+}
+
 grpo_err
 grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *len,
                           int64_t *batch_id, int timeout_ms)
@@ -403,13 +424,7 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
         grpb_msg m;
         int left = timeout_ms < 0 ? -1 : timeout_ms - (int)((grpo_now() - t0) * 1000);
         int tmo = left < 0 && timeout_ms >= 0 ? 0 : left;
-        grpo_err err = prefetch_take(c, tmo, &rep, &m);
-        if (err == GRPO_OK && (rep == NULL || m.type == GRPB_NONE)) {
-            if (rep) /* nothing was ready when the prefetch came: wait for one as usual */
-                nng_msg_free(rep);
-            rep = NULL;
-            err = get_once(c, tmo, &rep, &m);
-        }
+        grpo_err err = next_reply(c, tmo, &rep, &m);
         if (err != GRPO_OK) {
             if (rep)
                 nng_msg_free(rep);
@@ -448,10 +463,8 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
             prefetch_send(c, m.a);
         shared = shared || total; /* handed out from c->buf */
         if (m.type == GRPB_BATCH) {
-            bool dup = false;
-            for (size_t i = 0; i < c->nheld; i++)
-                dup = dup || c->held[i] == m.a;
-            if (!dup && (err = push_id(&c->held, &c->nheld, &c->capheld, m.a)) != GRPO_OK) {
+            if (!is_held(c, m.a) &&
+                (err = push_id(&c->held, &c->nheld, &c->capheld, m.a)) != GRPO_OK) {
                 nng_msg_free(rep);
                 return err;
             }

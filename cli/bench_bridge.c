@@ -21,6 +21,7 @@
 typedef struct {
     const char *url;
     int in_messages; /* ipc-msg: the batches in NNG messages, not shared memory */
+    int prefetch;    /* the consumer's early GET (grpo_bridge_consumer_set_prefetch) */
     int count;
     int64_t bytes;
     grpo_err err;
@@ -35,6 +36,8 @@ consume(void *arg)
     a->err = grpo_bridge_consumer_create(&c, a->url, "bench", 10000);
     if (a->err == GRPO_OK && a->in_messages)
         grpo_bridge_consumer_set_shm(c, 0);
+    if (a->err == GRPO_OK)
+        grpo_bridge_consumer_set_prefetch(c, a->prefetch);
     for (int i = 0; i < a->count && a->err == GRPO_OK; i++) {
         const void *bytes = NULL;
         size_t len = 0;
@@ -101,8 +104,8 @@ sized_batch(uint64_t size)
 
 /* Bridge: publish `count` batches (encode + store in memory + send), consumer acks each. */
 static int
-run_bridge(const char *url, int in_messages, grpo_batch *b, int count, int window, double *secs,
-           size_t *len)
+run_bridge(const char *url, int in_messages, int prefetch, grpo_batch *b, int count, int window,
+           double *secs, size_t *len)
 {
     grpo_bridge_opts o;
     grpo_bridge_opts_default(&o);
@@ -111,7 +114,7 @@ run_bridge(const char *url, int in_messages, grpo_batch *b, int count, int windo
     grpo_bridge_publisher *p = NULL;
     if (grpo_bridge_publisher_create(&p, url, &o) != GRPO_OK)
         return -1;
-    consumer_arg ca = {url, in_messages, count, 0, GRPO_OK, ""};
+    consumer_arg ca = {url, in_messages, prefetch, count, 0, GRPO_OK, ""};
     pthread_t th;
     double t0 = grpo_now();
     pthread_create(&th, NULL, consume, &ca);
@@ -253,7 +256,7 @@ help(void)
 {
     printf(
         "usage: grpo bench bridge [--sizes 1M,64M] [--seconds S] [--window K] [--transports "
-        "ipc,tcp]\n\n"
+        "ipc,tcp]\n                         [--prefetch on|off|both]\n\n"
         "Publishes batches through the trainer bridge (encode, queue, NNG REQ/REP, decode-free C\n"
         "consumer that acknowledges each batch) and prints batches/s and GB/s, beside a plain\n"
         "loopback socket (unix socketpair for ipc, TCP for tcp) moving the same bytes with a\n"
@@ -267,7 +270,10 @@ help(void)
         "  --window K          the bridge's window of unacknowledged batches, default 4\n"
         "  --transports LIST   ipc, ipc-msg and/or tcp, default ipc,tcp (ipc: the trainer reads\n"
         "                      each batch from the publisher's memory; ipc-msg: over ipc:// in\n"
-        "                      NNG messages, as a trainer that cannot open it)\n");
+        "                      NNG messages, as a trainer that cannot open it)\n"
+        "  --prefetch MODE     on (default): the consumer sends the GET for the next batch while\n"
+        "                      it reads this one; off: one request at a time; both: each row\n"
+        "                      twice, the second (marked /1req) without, in the same run\n");
 }
 
 static const char *const transport_names[3] = {"ipc", "ipc-msg", "tcp"};
@@ -275,9 +281,11 @@ static const char *const transport_names[3] = {"ipc", "ipc-msg", "tcp"};
 /* One row of the table: the bridge over transport t (transport_names) for about `seconds`, then
  * the plain socket with the same count of the same bytes. */
 static int
-bench_row(int t, grpo_batch *b, const void *bytes, size_t len, double seconds, int window)
+bench_row(int t, int prefetch, grpo_batch *b, const void *bytes, size_t len, double seconds,
+          int window)
 {
-    const char *tr = transport_names[t];
+    char tr[32];
+    snprintf(tr, sizeof tr, "%s%s", transport_names[t], prefetch ? "" : "/1req");
     int ipc = t < 2, in_messages = t == 1;
     char url[256];
     if (ipc)
@@ -287,12 +295,12 @@ bench_row(int t, grpo_batch *b, const void *bytes, size_t len, double seconds, i
     /* a short first run sizes the count for about `seconds` */
     double secs;
     size_t got;
-    if (run_bridge(url, in_messages, b, 3, window, &secs, &got) != 0)
+    if (run_bridge(url, in_messages, prefetch, b, 3, window, &secs, &got) != 0)
         return cli_fail("bench bridge");
     int count = (int)(seconds / (secs / 3));
     count = count < 5 ? 5 : count > 20000 ? 20000 : count;
     double c0 = cpu_now();
-    if (run_bridge(url, in_messages, b, count, window, &secs, &got) != 0)
+    if (run_bridge(url, in_messages, prefetch, b, count, window, &secs, &got) != 0)
         return cli_fail("bench bridge");
     double psecs, c1 = cpu_now();
     if (run_plain(ipc, bytes, len, count, &psecs) != 0) {
@@ -301,7 +309,7 @@ bench_row(int t, grpo_batch *b, const void *bytes, size_t len, double seconds, i
     }
     double gbs = (double)len * count / secs / 1e9, pgbs = (double)len * count / psecs / 1e9;
     double cb = (c1 - c0) * 1e3 / count, cp = (cpu_now() - c1) * 1e3 / count;
-    printf("%-9s %8.1fM %8d %11.1f %9.3f %13.3f %9.2f %10.2f %10.2f\n", tr, (double)len / (1 << 20),
+    printf("%-11s %8.1fM %8d %11.1f %9.3f %13.3f %9.2f %10.2f %10.2f\n", tr, (double)len / (1 << 20),
            count, count / secs, gbs, pgbs, gbs / pgbs, cb, cp);
     fflush(stdout);
     return CLI_OK;
@@ -310,7 +318,7 @@ bench_row(int t, grpo_batch *b, const void *bytes, size_t len, double seconds, i
 int
 grpo_bench_bridge(int argc, char **argv)
 {
-    const char *sizes = "1M,64M", *transports = "ipc,tcp";
+    const char *sizes = "1M,64M", *transports = "ipc,tcp", *prefetch = "on";
     double seconds = 2;
     int window = 4;
     if (cli_wants_help(argc, argv)) {
@@ -318,9 +326,9 @@ grpo_bench_bridge(int argc, char **argv)
         return CLI_OK;
     }
     for (int i = 1; i < argc; i++) {
-        const char *known[] = {"--sizes", "--seconds", "--window", "--transports"};
+        const char *known[] = {"--sizes", "--seconds", "--window", "--transports", "--prefetch"};
         bool ok = false;
-        for (size_t k = 0; k < 4; k++)
+        for (size_t k = 0; k < 5; k++)
             ok = ok || strcmp(argv[i], known[k]) == 0;
         if (!ok)
             return cli_usage("bench bridge", "unknown option \"%s\"", argv[i]);
@@ -332,11 +340,16 @@ grpo_bench_bridge(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--window") == 0)
             window = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--prefetch") == 0)
+            prefetch = argv[++i];
         else
             transports = argv[++i];
     }
     if (seconds <= 0 || window < 1)
         return cli_usage("bench bridge", "--seconds must be > 0 and --window >= 1");
+    int pf_on = strcmp(prefetch, "off") != 0, pf_off = strcmp(prefetch, "on") != 0;
+    if (strcmp(prefetch, "on") != 0 && strcmp(prefetch, "off") != 0 && strcmp(prefetch, "both"))
+        return cli_usage("bench bridge", "--prefetch is on, off or both, not \"%s\"", prefetch);
     char trs[256];
     snprintf(trs, sizeof trs, "%s", transports);
     for (char *save = NULL, *t = strtok_r(trs, ",", &save); t; t = strtok_r(NULL, ",", &save))
@@ -350,7 +363,7 @@ grpo_bench_bridge(int argc, char **argv)
         if (cli_parse_size(s, &v) != 0 || v < 64)
             return cli_usage("bench bridge", "bad size \"%s\"", s);
     }
-    printf("%-9s %9s %8s %11s %9s %13s %9s %10s %10s\n", "transport", "batch", "batches",
+    printf("%-11s %9s %8s %11s %9s %13s %9s %10s %10s\n", "transport", "batch", "batches",
            "batches/s", "GB/s", "plain GB/s", "bridge/plain", "cpu ms/b", "plain cpu");
     char sz_list[256];
     snprintf(sz_list, sizeof sz_list, "%s", sizes);
@@ -365,8 +378,9 @@ grpo_bench_bridge(int argc, char **argv)
             return cli_fail("bench bridge");
         int rc = CLI_OK;
         for (int t = 0; t < 3 && rc == CLI_OK; t++)
-            if (list_has(transports, transport_names[t]))
-                rc = bench_row(t, b, bytes, len, seconds, window);
+            for (int pf = 1; pf >= 0 && rc == CLI_OK; pf--)
+                if (list_has(transports, transport_names[t]) && (pf ? pf_on : pf_off))
+                    rc = bench_row(t, pf, b, bytes, len, seconds, window);
         free(bytes);
         grpo_batch_destroy(b);
         if (rc != CLI_OK)

@@ -46,6 +46,9 @@ if(TARGET grpo)
   add_test(NAME bench_gemm_cli_test
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_gemm_cli_test.sh $<TARGET_FILE:grpo>)
   set_tests_properties(bench_gemm_cli_test PROPERTIES TIMEOUT 120 LABELS "cpu;cli")
+  add_test(NAME bench_bridge_cli_test
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bridge_cli_test.sh $<TARGET_FILE:grpo>)
+  set_tests_properties(bench_bridge_cli_test PROPERTIES TIMEOUT 120 LABELS "cpu;cli")
 endif()
 # `grpo rollout` / `grpo replay` on a qwen2-architecture model with the demo tokenizer.
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${PROJECT_SOURCE_DIR}/models/demo/tokenizer.json)

@@ -304,8 +304,10 @@ prefetch_take(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *
         return err;
     }
     size_t n = c->pf_acks < c->nacks ? c->pf_acks : c->nacks; /* applied: drop them */
-    memmove(c->acks, c->acks + n, (c->nacks - n) * sizeof *c->acks);
-    c->nacks -= n;
+    if (n > 0) {
+        memmove(c->acks, c->acks + n, (c->nacks - n) * sizeof *c->acks);
+        c->nacks -= n;
+    }
     c->pf_acks = 0;
     return GRPO_OK;
 }

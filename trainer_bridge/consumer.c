@@ -176,6 +176,9 @@ grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
         return;
     if (c->last)
         nng_msg_free(c->last);
+    nng_msg *late = NULL; /* a prefetch's reply still on its way: taken, so the close is clean */
+    if (c->pf && grpo__nng_recv(c->s[1 - c->cur], &late, 200) == 0)
+        nng_msg_free(late);
     for (int i = 0; i < 2; i++)
         if (nng_socket_id(c->s[i]) > 0)
             grpo__nng_close_bounded(c->s[i], 5000, "bridge"); /* NNG 1.5's close can hang */

@@ -169,6 +169,18 @@ done:
     return err;
 }
 
+/* Gives up the prefetched GET: its reply, if it comes within 200 ms, is taken and dropped, so no
+ * socket is left with a reply on its way (NNG 1.5.2's close then hangs); its acks are sent again. */
+static void
+prefetch_drop(grpo_bridge_consumer *c)
+{
+    nng_msg *late = NULL;
+    if (c->pf && grpo__nng_recv(c->s[1 - c->cur], &late, 200) == 0)
+        nng_msg_free(late);
+    c->pf = 0;
+    c->pf_acks = 0;
+}
+
 void
 grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
 {
@@ -176,9 +188,7 @@ grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
         return;
     if (c->last)
         nng_msg_free(c->last);
-    nng_msg *late = NULL; /* a prefetch's reply still on its way: taken, so the close is clean */
-    if (c->pf && grpo__nng_recv(c->s[1 - c->cur], &late, 200) == 0)
-        nng_msg_free(late);
+    prefetch_drop(c);
     for (int i = 0; i < 2; i++)
         if (nng_socket_id(c->s[i]) > 0)
             grpo__nng_close_bounded(c->s[i], 5000, "bridge"); /* NNG 1.5's close can hang */
@@ -442,9 +452,7 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
         if (m.type == GRPB_BATCH && !total &&
             (err = grpo_bridge__shm_read(m.json, m.json_len, 0, &c->buf, &shared)) != GRPO_OK) {
             nng_msg_free(rep);
-            /* the prefetch asked past this batch: left out, it would come before this one */
-            c->pf = 0;
-            c->pf_acks = 0;
+            prefetch_drop(c); /* it asked past this batch, which would come after it */
             if (err == GRPO_ENOMEM)
                 return err;
             /* A publisher that died after its reply is asked again; one this trainer cannot open

@@ -20,7 +20,8 @@
 
 typedef struct {
     const char *url;
-    int in_messages; /* ipc-msg: the batches in NNG messages, not shared memory */
+    int in_messages; /* ipc-msg, tcp-msg: the batches in NNG messages (no shared memory, no
+                      * stream) */
     int prefetch;    /* the consumer's early GET (grpo_bridge_consumer_set_prefetch) */
     int count;
     int64_t bytes;
@@ -34,8 +35,10 @@ consume(void *arg)
     consumer_arg *a = arg;
     grpo_bridge_consumer *c = NULL;
     a->err = grpo_bridge_consumer_create(&c, a->url, "bench", 10000);
-    if (a->err == GRPO_OK && a->in_messages)
+    if (a->err == GRPO_OK && a->in_messages) {
         grpo_bridge_consumer_set_shm(c, 0);
+        grpo_bridge_consumer_set_stream(c, 0);
+    }
     if (a->err == GRPO_OK)
         grpo_bridge_consumer_set_prefetch(c, a->prefetch);
     for (int i = 0; i < a->count && a->err == GRPO_OK; i++) {
@@ -257,26 +260,30 @@ help(void)
     printf(
         "usage: grpo bench bridge [--sizes 1M,64M] [--seconds S] [--window K] [--transports "
         "ipc,tcp]\n                         [--prefetch on|off|both]\n\n"
-        "Publishes batches through the trainer bridge (encode, queue, NNG REQ/REP, decode-free C\n"
-        "consumer that acknowledges each batch) and prints batches/s and GB/s, beside a plain\n"
-        "loopback socket (unix socketpair for ipc, TCP for tcp) moving the same bytes with a\n"
-        "one-byte acknowledgement per batch, measured in the same run; also the CPU time per\n"
-        "batch of each (all threads), steadier than wall time on a shared machine. Each batch is\n"
-        "a GRPO group with DeepSeek-V3 routes: 64 samples of one 64-token prompt, 464 bytes of\n"
-        "expert ids per token.\n\n"
+        "Publishes batches through the trainer bridge (encode, queue, requests and replies,\n"
+        "decode-free C consumer that acknowledges each batch) and prints batches/s and GB/s,\n"
+        "beside a plain loopback socket (unix socketpair for ipc, TCP for tcp) moving the same\n"
+        "bytes with a one-byte acknowledgement per batch, measured in the same run; also the CPU\n"
+        "time per batch of each (all threads), steadier than wall time on a shared machine. Each\n"
+        "batch is a GRPO group with DeepSeek-V3 routes: 64 samples of one 64-token prompt, 464\n"
+        "bytes of expert ids per token.\n\n"
         "  --sizes LIST        batch sizes (bytes, K/M/G suffixes), default 1M,64M\n"
         "  --seconds S         about this long per row (batch count from a first estimate), "
         "default 2\n"
         "  --window K          the bridge's window of unacknowledged batches, default 4\n"
-        "  --transports LIST   ipc, ipc-msg and/or tcp, default ipc,tcp (ipc: the trainer reads\n"
-        "                      each batch from the publisher's memory; ipc-msg: over ipc:// in\n"
-        "                      NNG messages, as a trainer that cannot open it)\n"
+        "  --transports LIST   ipc, ipc-msg, tcp and/or tcp-msg, default ipc,tcp (ipc: the\n"
+        "                      trainer reads each batch from the publisher's memory; ipc-msg:\n"
+        "                      over ipc:// in NNG messages, as a trainer that cannot open it;\n"
+        "                      tcp: requests and batches on the publisher's plain TCP stream;\n"
+        "                      tcp-msg: over tcp:// in NNG messages, as a trainer that cannot\n"
+        "                      reach the stream's port)\n"
         "  --prefetch MODE     on (default): the consumer sends the GET for the next batch while\n"
         "                      it reads this one; off: one request at a time; both: each row\n"
         "                      twice, the second (marked /1req) without, in the same run\n");
 }
 
-static const char *const transport_names[3] = {"ipc", "ipc-msg", "tcp"};
+#define N_TRANSPORTS 4
+static const char *const transport_names[N_TRANSPORTS] = {"ipc", "ipc-msg", "tcp", "tcp-msg"};
 
 /* One row of the table: the bridge over transport t (transport_names) for about `seconds`, then
  * the plain socket with the same count of the same bytes. */
@@ -286,7 +293,7 @@ bench_row(int t, int prefetch, grpo_batch *b, const void *bytes, size_t len, dou
 {
     char tr[32];
     snprintf(tr, sizeof tr, "%s%s", transport_names[t], prefetch ? "" : "/1req");
-    int ipc = t < 2, in_messages = t == 1;
+    int ipc = t < 2, in_messages = t == 1 || t == 3;
     char url[256];
     if (ipc)
         snprintf(url, sizeof url, "ipc:///tmp/grpo-bench-bridge-%d.ipc", (int)getpid());
@@ -353,9 +360,12 @@ grpo_bench_bridge(int argc, char **argv)
     char trs[256];
     snprintf(trs, sizeof trs, "%s", transports);
     for (char *save = NULL, *t = strtok_r(trs, ",", &save); t; t = strtok_r(NULL, ",", &save))
-        if (strcmp(t, "ipc") != 0 && strcmp(t, "ipc-msg") != 0 && strcmp(t, "tcp") != 0)
+        if (strcmp(t, "ipc") != 0 && strcmp(t, "ipc-msg") != 0 && strcmp(t, "tcp") != 0 &&
+            strcmp(t, "tcp-msg") != 0)
             return cli_usage("bench bridge",
-                             "--transports: unknown transport \"%s\" (ipc, ipc-msg, tcp)", t);
+                             "--transports: unknown transport \"%s\" (ipc, ipc-msg, tcp, "
+                             "tcp-msg)",
+                             t);
     char check[256];
     snprintf(check, sizeof check, "%s", sizes);
     for (char *save = NULL, *s = strtok_r(check, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
@@ -377,7 +387,7 @@ grpo_bench_bridge(int argc, char **argv)
         if (b == NULL || grpo_batch_encode(b, &bytes, &len) != GRPO_OK)
             return cli_fail("bench bridge");
         int rc = CLI_OK;
-        for (int t = 0; t < 3 && rc == CLI_OK; t++)
+        for (int t = 0; t < N_TRANSPORTS && rc == CLI_OK; t++)
             for (int pf = 1; pf >= 0 && rc == CLI_OK; pf--)
                 if (list_has(transports, transport_names[t]) && (pf ? pf_on : pf_off))
                     rc = bench_row(t, pf, b, bytes, len, seconds, window);

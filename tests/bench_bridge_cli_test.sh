@@ -5,10 +5,11 @@
 # GRPO_BIN
 set -u
 grpo=$1
-out=$("$grpo" bench bridge --sizes 64K --seconds 0.2 --transports ipc,ipc-msg,tcp --prefetch both) || {
+out=$("$grpo" bench bridge --sizes 64K --seconds 0.2 --transports ipc,ipc-msg,tcp,tcp-msg --prefetch both) || {
     echo "$out"; echo "FAIL: grpo bench bridge exited $?"; exit 1; }
 echo "$out"
-for row in "ipc " "ipc/1req " "ipc-msg " "ipc-msg/1req " "tcp " "tcp/1req "; do
+for row in "ipc " "ipc/1req " "ipc-msg " "ipc-msg/1req " "tcp " "tcp/1req " "tcp-msg " \
+           "tcp-msg/1req "; do
     echo "$out" | grep -q "^$row" || { echo "FAIL: no row for $row"; exit 1; }
 done
 for bad in "--prefetch maybe" "--transports udp" "--sizes 1" "--window 0" "--bogus 1"; do

@@ -13,6 +13,11 @@ if(TARGET PkgConfig::CMOCKA AND TARGET grpo_bridge)
   # its publisher restarts while the consumer's request is on the wire: tests/lsan-nng.supp
   set_property(TEST bridge_transport_test APPEND PROPERTY ENVIRONMENT
                "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-nng.supp")
+  # the conversation on a plain TCP stream beside the NNG socket (trainer_bridge/stream.c)
+  grpo_add_test(bridge_stream_test SOURCES bridge_stream_test.c LIBS grpo_bridge grpo_common
+                TIMEOUT 90)
+  set_property(TEST bridge_stream_test APPEND PROPERTY ENVIRONMENT
+               "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-nng.supp")
 endif()
 # Real processes: C publisher (bridge_transport_test publish ...) and Python consumer, with kills.
 find_package(Python3 COMPONENTS Interpreter)

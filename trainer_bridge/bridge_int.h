@@ -7,6 +7,8 @@
 #include "common/safetensors.h"
 #include "grpo/bridge.h"
 
+#include <pthread.h>
+
 grpo_err grpo_bridge__check_groups(const int64_t *offsets, size_t n_groups, size_t n,
                                    const char *where);
 grpo_err grpo_bridge__check_offsets(const int64_t *off, size_t n_seq, const char *where);
@@ -163,6 +165,50 @@ void grpo_bridge__shm_ref(const grpo_bridge__shm_slot *s, char *json, size_t cap
  * back to payloads in the messages). max_len bounds the size (0: none). */
 grpo_err grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len, grpo_buf *out,
                                int *referenced);
+
+/* ---- the conversation on a plain TCP stream (stream.c) -----------------------------------------
+ * Over tcp:// a trainer that connected the stream its publisher announced in READY (JSON
+ * {"stream": {"port", "token"}}) sends its GET and ACK requests on it, each message after its u64
+ * length, and reads the replies in order, batches inline; docs/bridge.md, "Protocol". */
+typedef struct grpo_bridge__stream_out grpo_bridge__stream_out; /* one trainer's, publisher side */
+typedef struct {
+    void *ctx;
+    /* Answers one GET or ACK read from a stream with exactly one grpo_bridge__stream_reply (on
+     * the stream's own thread: one per trainer). */
+    void (*serve)(void *ctx, const grpb_msg *req, grpo_bridge__stream_out *out);
+} grpo_bridge__stream_host;
+typedef struct grpo_bridge__streams grpo_bridge__streams;
+
+/* Listens on an ephemeral port of the host of url (tcp:// only: *out stays NULL otherwise, or
+ * when no socket could be had, which only means trainers talk over NNG). */
+grpo_err grpo_bridge__streams_open(grpo_bridge__streams **out, const char *url,
+                                   const grpo_bridge__stream_host *h);
+/* Ends every conversation and closes every socket; NULL is a no-op. serve() must return (the
+ * publisher's stop wakes a GET that waits). */
+void grpo_bridge__streams_close(grpo_bridge__streams *s);
+/* The port READY announces, with the token trainers send (32 hex digits); 0 when s is NULL. */
+int grpo_bridge__streams_port(const grpo_bridge__streams *s, char token_hex[33]);
+/* Writes one reply; -1 once the stream is broken (the conversation then ends). */
+int grpo_bridge__stream_reply(grpo_bridge__stream_out *out, int type, int64_t a, int64_t b,
+                              const char *json, const void *payload, size_t plen);
+
+/* The trainer's end of a stream. */
+typedef struct {
+    int fd; /* -1: none */
+} grpo_bridge__stream_in;
+/* Connects to port on url's host and registers (token from READY, hex) within timeout_ms; reads
+ * and writes give up after stall_ms without progress. */
+grpo_err grpo_bridge__stream_connect(grpo_bridge__stream_in *in, const char *url, int port,
+                                     const char *token_hex, int timeout_ms, int stall_ms);
+/* One request: header, json, then payloads p1 and p2. */
+grpo_err grpo_bridge__stream_send(grpo_bridge__stream_in *in, int type, int64_t a, int64_t b,
+                                  const char *json, const void *p1, size_t n1, const void *p2,
+                                  size_t n2);
+/* Waits up to timeout_ms (-1: forever) for a reply to begin: 1 it has, 0 not yet, -1 broken. */
+int grpo_bridge__stream_wait(grpo_bridge__stream_in *in, int timeout_ms);
+/* The next reply, whole, into msg (its memory reused; parse it with grpo_bridge__msg_parse). */
+grpo_err grpo_bridge__stream_recv(grpo_bridge__stream_in *in, grpo_buf *msg);
+void grpo_bridge__stream_close(grpo_bridge__stream_in *in);
 
 /* Parses a received message (bounds-checked). */
 grpo_err grpo_bridge__msg_parse(const void *buf, size_t len, grpb_msg *m);

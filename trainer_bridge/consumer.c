@@ -36,6 +36,13 @@ struct grpo_bridge_consumer {
     grpo_buf
         buf; /* the batch read from shared memory (or put together from parts) next() handed out */
     size_t chunk; /* batches over this many bytes come in parts of it (0: whole) */
+    int want_stream; /* talk on the publisher's stream (tcp:// only; off after it failed) */
+    int stream_port; /* announced in READY (0: none) */
+    char stream_token[33];
+    grpo_bridge__stream_in stream; /* connected: GETs go on it, batches come inline */
+    grpo_buf sbuf;                 /* the last reply read from it (next() hands out its payload) */
+    int spf;                       /* a GET is out on the stream (its reply not read yet) */
+    size_t spf_acks;               /* the leading acks it carries: dropped once it is answered */
 };
 
 static grpo_err
@@ -117,6 +124,37 @@ check_reply(const grpo_bridge_consumer *c, nng_msg *rep, grpb_msg *m)
     return err;
 }
 
+/* Keeps the stream READY announces (tcp:// only); connected by the first next(). */
+static void
+stream_announced(grpo_bridge_consumer *c, const grpb_msg *m)
+{
+    cJSON *j = m->json_len ? cJSON_ParseWithLength(m->json, m->json_len) : NULL;
+    const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "stream") : NULL;
+    const cJSON *port = cJSON_GetObjectItemCaseSensitive(st, "port");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(st, "token");
+    if (strncmp(c->url, "tcp://", 6) == 0 && cJSON_IsNumber(port) && port->valuedouble >= 1 &&
+        port->valuedouble <= 65535 && cJSON_IsString(tok) && strlen(tok->valuestring) == 32) {
+        c->stream_port = (int)port->valuedouble;
+        snprintf(c->stream_token, sizeof c->stream_token, "%s", tok->valuestring);
+    }
+    cJSON_Delete(j);
+}
+
+/* Connects the announced stream when it is wanted and not up yet; a failure only means
+ * payloads in the messages (said once). */
+static void
+stream_up(grpo_bridge_consumer *c)
+{
+    if (!c->want_stream || c->stream_port == 0 || c->stream.fd >= 0)
+        return;
+    if (grpo_bridge__stream_connect(&c->stream, c->url, c->stream_port, c->stream_token, 2000,
+                                    2 * SLICE_MS) !=
+        GRPO_OK) {
+        grpo_log(GRPO_LOG_INFO, "%s; batches come in the messages", grpo_error_last());
+        c->want_stream = 0;
+    }
+}
+
 grpo_err
 grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url, const char *expect_run_id,
                             int timeout_ms)
@@ -134,6 +172,8 @@ grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url, const c
     c->shm = strncmp(url, "ipc://", 6) == 0;
     c->chunk = CHUNK_DEFAULT;
     c->prefetch = 1;
+    c->want_stream = 1;
+    c->stream.fd = -1;
     for (int i = 0; i < 2; i++) {
         if ((rv = nng_req0_open(&c->s[i])) != 0) {
             err = grpo_bridge__nng_fail(rv, "open REQ socket", url);
@@ -158,6 +198,8 @@ grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url, const c
     free(js);
     if (err == GRPO_OK && (err = check_reply(c, rep, &m)) == GRPO_OK && m.type != GRPB_READY)
         err = grpo__fail(GRPO_EFORMAT, "bridge %s: handshake answered with type %d", url, m.type);
+    if (err == GRPO_OK)
+        stream_announced(c, &m);
 done:
     if (rep)
         nng_msg_free(rep);
@@ -192,6 +234,8 @@ grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
     for (int i = 0; i < 2; i++)
         if (nng_socket_id(c->s[i]) > 0)
             grpo__nng_close_bounded(c->s[i], 5000, "bridge"); /* NNG 1.5's close can hang */
+    grpo_bridge__stream_close(&c->stream);
+    grpo__buf_fini(&c->sbuf);
     free(c->acks);
     free(c->held);
     free(c->url);
@@ -215,6 +259,17 @@ grpo_bridge_consumer_set_chunk(grpo_bridge_consumer *c, size_t bytes)
 }
 
 void
+grpo_bridge_consumer_set_stream(grpo_bridge_consumer *c, int on)
+{
+    c->want_stream = on != 0;
+    if (!on) { /* a GET still out there is answered to nobody: its batch is redelivered */
+        grpo_bridge__stream_close(&c->stream);
+        c->spf = 0;
+        c->spf_acks = 0;
+    }
+}
+
+void
 grpo_bridge_consumer_set_prefetch(grpo_bridge_consumer *c, int on)
 {
     c->prefetch = on != 0;
@@ -234,6 +289,15 @@ ids_payload(const int64_t *ids, size_t n, const int64_t *extra, uint8_t **out)
     return GRPO_OK;
 }
 
+/* A GET's JSON options: payloads in shared memory or in parts; wait0: answered at once (a
+ * prefetch). */
+static void
+get_json(const grpo_bridge_consumer *c, int wait0, char *js, size_t cap)
+{
+    snprintf(js, cap, "{\"shm\":%d,\"chunk\":%zu%s}", c->shm, c->chunk,
+             wait0 ? ",\"wait\":0" : "");
+}
+
 /* The publisher has applied every pending acknowledgement. */
 static void
 acks_sent(grpo_bridge_consumer *c)
@@ -248,8 +312,8 @@ get_once(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
 {
     uint8_t *pa = NULL, *ph = NULL;
     grpo_err err;
-    char js[64];
-    snprintf(js, sizeof js, "{\"shm\":%d,\"chunk\":%zu}", c->shm, c->chunk);
+    char js[128];
+    get_json(c, 0, js, sizeof js);
     if ((err = ids_payload(c->acks, c->nacks, NULL, &pa)) == GRPO_OK &&
         (err = ids_payload(c->held, c->nheld, NULL, &ph)) == GRPO_OK &&
         (err = request(c, GRPB_GET, (int64_t)c->nacks, (int64_t)c->nheld, js, pa, c->nacks * 8, ph,
@@ -281,8 +345,8 @@ prefetch_send(grpo_bridge_consumer *c, int64_t got)
     bool dup = is_held(c, got);
     size_t nh = c->nheld + !dup;
     uint8_t *pa = NULL, *ph = NULL;
-    char js[80];
-    snprintf(js, sizeof js, "{\"shm\":%d,\"chunk\":%zu,\"wait\":0}", c->shm, c->chunk);
+    char js[128];
+    get_json(c, 1, js, sizeof js);
     if (ids_payload(c->acks, c->nacks, NULL, &pa) == GRPO_OK &&
         ids_payload(c->held, c->nheld, dup ? NULL : &got, &ph) == GRPO_OK &&
         send_req(c, 1 - c->cur, GRPB_GET, (int64_t)c->nacks, (int64_t)nh, js, pa, c->nacks * 8,
@@ -336,6 +400,114 @@ parts_total(const grpb_msg *m)
                    : 0;
     cJSON_Delete(j);
     return n;
+}
+
+/* ---- the stream (tcp://): GETs on a plain TCP connection, batches inline -------------------- */
+
+/* The stream is given up: said once, and requests go over NNG from now on (a batch its last GET
+ * was answered with is not held, so the next GET returns it again). */
+static void
+stream_fail(grpo_bridge_consumer *c)
+{
+    grpo_log(GRPO_LOG_INFO, "bridge %s: %s; requests go over NNG from now on", c->url,
+             grpo_error_last());
+    grpo_bridge__stream_close(&c->stream);
+    c->want_stream = 0;
+    c->spf = 0;
+    c->spf_acks = 0;
+}
+
+/* Sends a GET on the stream with the pending acks and the held ids (and extra, when not NULL and
+ * not held yet); wait0: answered at once (a prefetch). */
+static grpo_err
+stream_get_send(grpo_bridge_consumer *c, const int64_t *extra, int wait0)
+{
+    int add = extra != NULL && !is_held(c, *extra);
+    size_t nh = c->nheld + (size_t)add;
+    uint8_t *pa = NULL, *ph = NULL;
+    grpo_err err;
+    if ((err = ids_payload(c->acks, c->nacks, NULL, &pa)) == GRPO_OK &&
+        (err = ids_payload(c->held, c->nheld, add ? extra : NULL, &ph)) == GRPO_OK &&
+        (err = grpo_bridge__stream_send(&c->stream, GRPB_GET, (int64_t)c->nacks, (int64_t)nh,
+                                        wait0 ? "{\"wait\":0}" : NULL, pa, c->nacks * 8, ph,
+                                        nh * 8)) == GRPO_OK) {
+        c->spf = 1;
+        c->spf_acks = c->nacks;
+    }
+    free(pa);
+    free(ph);
+    return err;
+}
+
+/* The reply to the GET out on the stream, into c->sbuf and *m, within timeout_ms (-1: forever).
+ * GRPO_ETIMEOUT leaves it out (the next call reads it); GRPO_ENET: the stream is broken. */
+static grpo_err
+stream_get_recv(grpo_bridge_consumer *c, int timeout_ms, grpb_msg *m)
+{
+    int r = grpo_bridge__stream_wait(&c->stream, timeout_ms);
+    if (r == 0)
+        return grpo__fail(GRPO_ETIMEOUT, "bridge %s: no batch within %d ms", c->url, timeout_ms);
+    c->spf = 0;
+    grpo_err err = r < 0 ? grpo__fail(GRPO_ENET, "bridge %s: the stream broke off", c->url)
+                         : grpo_bridge__stream_recv(&c->stream, &c->sbuf);
+    if (err == GRPO_OK && (err = grpo_bridge__msg_parse(c->sbuf.data, c->sbuf.len, m)) != GRPO_OK)
+        err = GRPO_ENET; /* out of step: give the stream up */
+    if (err != GRPO_OK)
+        return err;
+    size_t n = c->spf_acks < c->nacks ? c->spf_acks : c->nacks; /* applied: drop them */
+    if (n > 0) {
+        memmove(c->acks, c->acks + n, (c->nacks - n) * sizeof *c->acks);
+        c->nacks -= n;
+    }
+    c->spf_acks = 0;
+    if (m->type == GRPB_ERROR)
+        return grpo__fail(GRPO_ESTATE, "bridge %s: publisher says: %.*s", c->url,
+                          (int)m->json_len, m->json);
+    return GRPO_OK;
+}
+
+/* next() on the stream. *fell = 1 when the stream failed (given up; the caller goes on over NNG
+ * with what is left of timeout_ms). */
+static grpo_err
+next_stream(grpo_bridge_consumer *c, const void **bytes, size_t *len, int64_t *batch_id,
+            int timeout_ms, double t0, int *fell)
+{
+    *fell = 0;
+    for (;;) {
+        grpb_msg m;
+        grpo_err err = c->spf ? GRPO_OK : stream_get_send(c, NULL, 0);
+        if (err == GRPO_OK)
+            err = stream_get_recv(c, left_ms(timeout_ms, t0), &m);
+        if (err == GRPO_ENET) {
+            stream_fail(c);
+            *fell = 1;
+            return err;
+        }
+        if (err != GRPO_OK)
+            return err;
+        if (m.type == GRPB_BATCH) {
+            if (!is_held(c, m.a) &&
+                (err = push_id(&c->held, &c->nheld, &c->capheld, m.a)) != GRPO_OK)
+                return err;
+            *batch_id = m.a;
+            *bytes = m.payload;
+            *len = m.payload_len;
+            /* the next GET goes out now: its reply waits in the socket while this one is used */
+            if (c->prefetch && stream_get_send(c, &m.a, 1) != GRPO_OK)
+                stream_fail(c); /* this batch is in hand; the next call goes over NNG */
+            return GRPO_OK;
+        }
+        if (m.type == GRPB_END)
+            return grpo__fail(GRPO_ECANCELED, "bridge %s: the publisher ended the stream", c->url);
+        if (m.type != GRPB_NONE) {
+            stream_fail(c);
+            *fell = 1;
+            return GRPO_ENET;
+        }
+        if (timeout_ms >= 0 && (grpo_now() - t0) * 1000 >= timeout_ms)
+            return grpo__fail(GRPO_ETIMEOUT, "bridge %s: no batch within %d ms", c->url,
+                              timeout_ms);
+    }
 }
 
 static grpo_err
@@ -433,6 +605,13 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
     if (c->last) {
         nng_msg_free(c->last);
         c->last = NULL;
+    }
+    stream_up(c);
+    if (c->stream.fd >= 0) {
+        int fell = 0;
+        grpo_err err = next_stream(c, bytes, len, batch_id, timeout_ms, t0, &fell);
+        if (!fell)
+            return err;
     }
     for (;;) {
         nng_msg *rep = NULL;

@@ -30,6 +30,7 @@ typedef struct {
 #define LINGER_MS 1000 /* destroy after finish waits this long for a trainer to hear "end" */
 #define POOL_MAX 4     /* encode buffers kept for reuse (each up to a batch's size) */
 #define SLOTS_MAX 64   /* memfd slots (same-host payloads) */
+#define PINS_MAX 24    /* replies being sent at once: the server thread's and one per stream */
 
 typedef struct {
     int64_t version, n_chunks, next, bytes, written;
@@ -65,6 +66,13 @@ struct grpo_bridge_publisher {
     int shm_ok;        /* the URL is ipc:// */
     int shm_mode;      /* the last GET asked for shared memory: publish fills a slot, not a reply */
     size_t chunk_mode; /* the last GET's part size (0: whole batches): no whole reply prebuilt */
+    int stream_mode;   /* the last GET came on a stream: no whole reply prebuilt either */
+    grpo_bridge__streams *streams; /* tcp:// only: trainers' GETs and ACKs on plain TCP streams */
+    /* A batch's bytes being sent outside mu (by the server thread or a stream's) are pinned: an
+     * acknowledgement meanwhile (possible after a redelivery) parks them until the send is done. */
+    const void *pinned[PINS_MAX];
+    grpo_buf parked[PINS_MAX];
+    size_t nparked;
     grpo_bridge__shm_slot slots[SLOTS_MAX]; /* fixed: a slot's address never moves */
     unsigned char slot_used[SLOTS_MAX];
 };
@@ -134,6 +142,53 @@ pool_put(grpo_bridge_publisher *p, void *data, size_t cap)
         p->pool[p->npool++] = (grpo_buf){data, 0, cap};
     else
         free(data);
+}
+
+static bool
+is_pinned(const grpo_bridge_publisher *p, const void *bytes)
+{
+    for (int i = 0; i < PINS_MAX; i++)
+        if (p->pinned[i] == bytes)
+            return true;
+    return false;
+}
+
+/* Called with mu held: pins bytes; the pin, or -1 when the table is full (cannot be: one per
+ * thread that sends). */
+static int
+pin(grpo_bridge_publisher *p, const void *bytes)
+{
+    for (int i = 0; bytes != NULL && i < PINS_MAX; i++)
+        if (p->pinned[i] == NULL) {
+            p->pinned[i] = bytes;
+            return i;
+        }
+    return -1;
+}
+
+/* Called with mu held: drops the pin; bytes parked meanwhile that no pin holds go to the pool. */
+static void
+unpin(grpo_bridge_publisher *p, int k)
+{
+    if (k < 0)
+        return;
+    p->pinned[k] = NULL;
+    for (size_t i = 0; i < p->nparked;)
+        if (!is_pinned(p, p->parked[i].data)) {
+            pool_put(p, p->parked[i].data, p->parked[i].cap);
+            p->parked[i] = p->parked[--p->nparked];
+        } else
+            i++;
+}
+
+/* Called with mu held: an acknowledged batch's bytes, to the pool, or parked while pinned. */
+static void
+release(grpo_bridge_publisher *p, void *bytes, size_t cap)
+{
+    if (bytes != NULL && cap > 0 && p->nparked < PINS_MAX && is_pinned(p, bytes))
+        p->parked[p->nparked++] = (grpo_buf){bytes, 0, cap};
+    else
+        pool_put(p, bytes, cap);
 }
 
 /* Called with mu held: a free memfd slot (opened when none is free), or -1 when all SLOTS_MAX
@@ -279,6 +334,13 @@ on_hello(grpo_bridge_publisher *p, const grpb_msg *m)
     cJSON_AddStringToObject(r, "schema", GRPO_BATCH_SCHEMA);
     cJSON_AddNumberToObject(r, "schema_version", GRPO_BATCH_SCHEMA_VERSION);
     cJSON_AddNumberToObject(r, "weights_version", (double)wv);
+    char token[33];
+    int port = grpo_bridge__streams_port(p->streams, token);
+    if (port > 0) {
+        cJSON *st = cJSON_AddObjectToObject(r, "stream");
+        cJSON_AddNumberToObject(st, "port", port);
+        cJSON_AddStringToObject(st, "token", token);
+    }
     char *s = cJSON_PrintUnformatted(r);
     reply(p, GRPB_READY, 0, 0, s, NULL, 0);
     free(s);
@@ -295,7 +357,7 @@ apply_ack(grpo_bridge_publisher *p, int64_t id)
     if (p->has_persist && p->persist.ack(p->persist.ctx, id) != GRPO_OK)
         grpo_log(GRPO_LOG_ERROR, "bridge: persisting ack of batch %" PRId64 ": %s", id,
                  grpo_error_last());
-    pool_put(p, p->q[i].bytes, p->q[i].cap);
+    release(p, p->q[i].bytes, p->q[i].cap);
     slot_put(p, p->q[i].slot);
     if (p->q[i].msg != NULL) /* acknowledged before it was ever sent (an earlier publisher's) */
         nng_msg_free(p->q[i].msg);
@@ -393,18 +455,20 @@ on_part(grpo_bridge_publisher *p, const grpb_msg *m)
     pthread_mutex_lock(&p->mu);
     ssize_t k = q_find(p, m->a);
     entry e = k >= 0 ? p->q[k] : (entry){0};
-    pthread_mutex_unlock(&p->mu); /* only this thread removes entries: e's bytes stay valid */
-    if (k < 0) {
+    int pn = k >= 0 ? pin(p, e.bytes) : -1; /* e's bytes stay valid until unpinned */
+    pthread_mutex_unlock(&p->mu);
+    if (k < 0)
         reply(p, GRPB_NONE, 0, 0, NULL, NULL, 0);
-        return;
-    }
-    if (want < (double)GRPB_CHUNK_MIN || want > (double)GRPB_CHUNK_MAX || m->b < 0 ||
-        (uint64_t)m->b >= e.len) {
+    else if (want < (double)GRPB_CHUNK_MIN || want > (double)GRPB_CHUNK_MAX || m->b < 0 ||
+             (uint64_t)m->b >= e.len)
         reply_error(p, "bridge: PART needs an offset inside the batch and JSON {len} in range");
-        return;
+    else {
+        size_t off = (size_t)m->b, n = e.len - off < (size_t)want ? e.len - off : (size_t)want;
+        reply(p, GRPB_PARTDATA, e.id, m->b, NULL, (const uint8_t *)e.bytes + off, n);
     }
-    size_t off = (size_t)m->b, n = e.len - off < (size_t)want ? e.len - off : (size_t)want;
-    reply(p, GRPB_PARTDATA, e.id, m->b, NULL, (const uint8_t *)e.bytes + off, n);
+    pthread_mutex_lock(&p->mu);
+    unpin(p, pn);
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* Answers a GET with a reference to the batch's memfd slot (filled now if it has none); false
@@ -428,74 +492,130 @@ reply_shm(grpo_bridge_publisher *p, entry *e)
     return true;
 }
 
+/* What a GET (or ACK) comes to, before it is answered in a message or on a stream. */
+typedef struct {
+    int type;        /* GRPB_OK (an ACK), NONE, END, BATCH; GRPB_ERROR (grpo_error_last()) */
+    int64_t unacked; /* NONE, END */
+    entry e;         /* BATCH: the batch, its bytes pinned (pin) until get_done */
+    int pin;
+    bool shm, wait;
+    size_t chunk;
+} get_res;
+
+/* Applies a GET's (or ACK's) acknowledgements and, for a GET, takes the first batch the trainer
+ * does not hold, waiting for one up to poll_ms unless it asked {"wait":0} (a prefetching
+ * trainer's GET must not hold this thread while its PART or ACK requests wait behind it).
+ * on_stream: the request came on a stream (how the trainer asks decides what publish prebuilds). */
 static void
-on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
+get_take(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only, int on_stream, get_res *r)
 {
     int64_t *acks = NULL, *holds = NULL;
     size_t na = 0, nh = 0;
-    bool shm, wait;
-    size_t chunk;
-    get_options(p, m, &shm, &chunk, &wait);
+    memset(r, 0, sizeof *r);
+    r->pin = -1;
+    get_options(p, m, &r->shm, &r->chunk, &r->wait);
     if (read_ids(m, &acks, &na, &holds, &nh) != GRPO_OK) {
-        reply_error(p, grpo_error_last());
+        r->type = GRPB_ERROR;
         return;
     }
     pthread_mutex_lock(&p->mu);
     if (!ack_only) {
-        p->shm_mode = shm;
-        p->chunk_mode = chunk;
+        p->shm_mode = r->shm && !on_stream;
+        p->chunk_mode = on_stream ? 0 : r->chunk;
+        p->stream_mode = on_stream;
     }
     for (size_t i = 0; i < na; i++)
         apply_ack(p, acks[i]);
-    if (ack_only) {
-        pthread_mutex_unlock(&p->mu);
-        free(acks);
-        reply(p, GRPB_OK, 0, 0, NULL, NULL, 0);
-        return;
-    }
     struct timespec dl;
     deadline_after(&dl, p->o.poll_ms);
-    ssize_t i;
-    /* a prefetching trainer's GET ({"wait":0}) is answered at once: it must not hold this thread
-     * while the same trainer's PART or ACK requests wait behind it */
-    while ((i = pick(p, holds, nh)) < 0 && wait && !p->stop && !(p->finished && p->nq == 0))
+    ssize_t i = -1;
+    while (!ack_only && (i = pick(p, holds, nh)) < 0 && r->wait && !p->stop &&
+           !(p->finished && p->nq == 0))
         if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT)
             break;
-    if (i < 0) {
-        int type = p->finished && p->nq == 0 ? GRPB_END : GRPB_NONE;
-        int64_t n = (int64_t)p->nq;
+    if (ack_only || i < 0) {
+        r->type = ack_only ? GRPB_OK : p->finished && p->nq == 0 ? GRPB_END : GRPB_NONE;
+        r->unacked = (int64_t)p->nq;
         pthread_mutex_unlock(&p->mu);
         free(acks);
-        reply(p, type, n, 0, NULL, NULL, 0);
-        if (type == GRPB_END) {
-            pthread_mutex_lock(&p->mu);
-            p->end_sent = 1;
-            pthread_cond_broadcast(&p->cv);
-            pthread_mutex_unlock(&p->mu);
-        }
         return;
     }
-    /* Only this thread removes entries, so the bytes stay valid after unlocking. */
-    entry e = p->q[i];
+    r->type = GRPB_BATCH;
+    r->e = p->q[i];
+    r->pin = pin(p, r->e.bytes);
     p->q[i].msg = NULL; /* the prebuilt reply goes to NNG, which frees it once written */
     p->q[i].sends++;
     p->st.sent++;
-    if (e.sends > 0)
+    if (r->e.sends > 0)
         p->st.redelivered++;
     pthread_mutex_unlock(&p->mu);
     free(acks);
-    if (e.sends == 0 && p->has_persist && p->persist.mark_sent)
-        p->persist.mark_sent(p->persist.ctx, e.id);
-    if (shm && reply_shm(p, &e))
-        return;
-    if (chunk && e.len > chunk) {
-        reply_first_part(p, &e, chunk);
-        return;
+    if (r->e.sends == 0 && p->has_persist && p->persist.mark_sent)
+        p->persist.mark_sent(p->persist.ctx, r->e.id);
+}
+
+/* After a GET's answer went out: unpins its batch; after END, lets destroy stop lingering. */
+static void
+get_done(grpo_bridge_publisher *p, get_res *r)
+{
+    pthread_mutex_lock(&p->mu);
+    unpin(p, r->pin);
+    if (r->type == GRPB_END) {
+        p->end_sent = 1;
+        pthread_cond_broadcast(&p->cv);
     }
-    if (e.msg != NULL) /* the common case: nothing to build or copy while the trainer waits */
-        grpo__rep_reply(p->rep, p->token, e.msg);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void
+on_get(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only)
+{
+    get_res r;
+    get_take(p, m, ack_only, 0, &r);
+    entry *e = &r.e;
+    if (r.type == GRPB_ERROR)
+        reply_error(p, grpo_error_last());
+    else if (r.type != GRPB_BATCH)
+        reply(p, r.type, r.type == GRPB_OK ? 0 : r.unacked, 0, NULL, NULL, 0);
+    else if (r.shm && reply_shm(p, e))
+        ;
+    else if (r.chunk && e->len > r.chunk)
+        reply_first_part(p, e, r.chunk);
+    else if (e->msg != NULL) /* the common case: nothing to build or copy while the trainer waits */
+        grpo__rep_reply(p->rep, p->token, e->msg);
     else /* a redelivery, or a batch resumed from the store: a copy of the kept bytes */
-        reply(p, GRPB_BATCH, e.id, e.version, NULL, e.bytes, e.len);
+        reply(p, GRPB_BATCH, e->id, e->version, NULL, e->bytes, e->len);
+    get_done(p, &r);
+}
+
+/* A GET or ACK read from a trainer's stream (its own thread): batches go from the kept bytes
+ * straight into the socket. */
+static void
+stream_serve(void *ctx, const grpb_msg *m, grpo_bridge__stream_out *out)
+{
+    grpo_bridge_publisher *p = ctx;
+    get_res r;
+    get_take(p, m, m->type == GRPB_ACK, 1, &r);
+    if (r.type == GRPB_ERROR) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "error", grpo_error_last());
+        char *js = cJSON_PrintUnformatted(j);
+        grpo_bridge__stream_reply(out, GRPB_ERROR, 0, 0, js, NULL, 0);
+        free(js);
+        cJSON_Delete(j);
+    } else if (r.type != GRPB_BATCH)
+        grpo_bridge__stream_reply(out, r.type, r.type == GRPB_OK ? 0 : r.unacked, 0, NULL, NULL,
+                                  0);
+    else {
+        if (r.e.msg != NULL) /* prebuilt for a trainer that asked over NNG */
+            nng_msg_free(r.e.msg);
+        pthread_mutex_lock(&p->mu);
+        p->st.streamed++;
+        pthread_mutex_unlock(&p->mu);
+        grpo_bridge__stream_reply(out, GRPB_BATCH, r.e.id, r.e.version, NULL, r.e.bytes,
+                                  r.e.len);
+    }
+    get_done(p, &r);
 }
 
 static void
@@ -881,6 +1001,9 @@ grpo_bridge_publisher_create(grpo_bridge_publisher **out, const char *url,
     }
     if ((err = open_socket(p)) != GRPO_OK)
         goto done;
+    grpo_bridge__stream_host sh = {p, stream_serve};
+    if ((err = grpo_bridge__streams_open(&p->streams, url, &sh)) != GRPO_OK)
+        goto done;
     if (pthread_create(&p->thr, NULL, serve, p) != 0) {
         err = grpo__fail(GRPO_ESYS, "bridge: cannot start the server thread");
         goto done;
@@ -920,6 +1043,7 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
     if (p->thr_started) /* it sees stop within one receive slice */
         pthread_join(p->thr, NULL);
     grpo__rep_close_bounded(p->rep, 5000, "bridge"); /* NNG 1.5's close can hang: left then */
+    grpo_bridge__streams_close(p->streams); /* its threads read queued bytes: before they go */
     wa_reset(&p->wa);
     for (size_t i = 0; i < p->nq; i++) {
         if (p->q[i].cap)
@@ -1061,6 +1185,7 @@ grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_m
     pthread_mutex_lock(&p->mu); /* how the trainer last asked: shared memory, parts */
     int shm = p->shm_mode;
     size_t chunk = p->chunk_mode;
+    int streamed = p->stream_mode;
     pthread_mutex_unlock(&p->mu);
     int slot = -1;
     const void *sb = NULL;
@@ -1085,8 +1210,8 @@ grpo_bridge_publish(grpo_bridge_publisher *p, const grpo_batch *b, int timeout_m
     }
     /* The reply (or the slot, above) is filled here, before waiting for room in the window, so
      * that it is ready while earlier batches are on the wire; not for a trainer taking it in
-     * parts (each built as asked for). */
-    nng_msg *m = chunk && o.len > chunk
+     * parts (each built as asked for) or on a stream (written from the kept bytes). */
+    nng_msg *m = streamed || (chunk && o.len > chunk)
                      ? NULL
                      : build(GRPB_BATCH, b->batch_id, b->policy_version, NULL, o.data, o.len);
     return publish_owned(p, b->batch_id, b->policy_version, o.data, o.len, o.cap, m, -1,

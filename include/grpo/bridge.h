@@ -415,6 +415,7 @@ typedef struct grpo_bridge_stats {
     size_t unacked;          /* batches waiting for an acknowledgement now */
     int64_t weights_version; /* newest validated weights version received, -1 if none */
     int64_t shared;          /* of sent: replies naming the batch in shared memory (ipc://) */
+    int64_t streamed;        /* of sent: replies on a trainer's stream (tcp://) */
 } grpo_bridge_stats;
 
 void grpo_bridge_publisher_stats(grpo_bridge_publisher *p, grpo_bridge_stats *s);
@@ -492,6 +493,13 @@ void grpo_bridge_consumer_set_shm(grpo_bridge_consumer *c, int on);
  * allocates (and faults in) a message of the whole batch, which is what NNG 1.5.2 costs most at
  * 64 MiB. Publishers that predate it send whole batches, which are taken as before. */
 void grpo_bridge_consumer_set_chunk(grpo_bridge_consumer *c, size_t bytes);
+
+/* Over tcp:// (on by default): batches come on a plain TCP connection to the port the publisher
+ * announces (its host, an ephemeral port), straight into the consumer's buffer, instead of inside
+ * NNG messages (which cost a zero-filled allocation and a copy on each side). A trainer that
+ * cannot reach that port falls back to the messages by itself, after one info line; so does one
+ * whose stream breaks. 0: payloads in the messages from the next GET on. */
+void grpo_bridge_consumer_set_stream(grpo_bridge_consumer *c, int on);
 
 /* on (the default): as soon as a batch's reply is in, the GET for the next one goes out on a
  * second connection, answered at once (NONE when none is ready, and next() then waits as

@@ -185,7 +185,21 @@ test_routes_roundtrip(void **state)
 
 /* The k = 8, uint8 shape (DeepSeek-V3/R1) has its own vectorized test: every pair of positions
  * in a row holding the same expert is refused, at rows in the vector body and in the tail, and
- * so is an id at or past the expert count; intact ids pass. */
+ * so is an id at or past the expert count; intact ids pass. Encoding refuses the same, with
+ * the same message (on AVX2 its copy of the ids checks them: validation before it leaves them
+ * out), and an intact batch encodes to ids that decode unchanged. */
+static void
+refused_both(const grpo_batch *b, const char *want)
+{
+    assert_int_equal(grpo_batch_validate(b), GRPO_EINVAL);
+    assert_non_null(strstr(grpo_error_last(), want));
+    void *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(grpo_batch_encode(b, &bytes, &len), GRPO_EINVAL);
+    assert_non_null(strstr(grpo_error_last(), want));
+    assert_null(bytes);
+}
+
 static void
 test_routes_k8_refused(void **state)
 {
@@ -207,18 +221,25 @@ test_routes_k8_refused(void **state)
             for (int j = i + 1; j < 8; j++) {
                 uint8_t *row = ids + 8 * at_rows[a], keep = row[j];
                 row[j] = row[i];
-                assert_int_equal(grpo_batch_validate(b), GRPO_EINVAL);
-                assert_non_null(strstr(grpo_error_last(), "twice"));
+                refused_both(b, "twice");
                 row[j] = keep;
             }
     for (size_t a = 0; a < sizeof at_rows / sizeof at_rows[0]; a++) {
         uint8_t *row = ids + 8 * at_rows[a] + 3, keep = *row;
         *row = (uint8_t)experts;
-        assert_int_equal(grpo_batch_validate(b), GRPO_EINVAL);
-        assert_non_null(strstr(grpo_error_last(), "outside [0, 200)"));
+        refused_both(b, "outside [0, 200)");
         *row = keep;
     }
     assert_int_equal(grpo_batch_validate(b), GRPO_OK);
+    void *bytes = NULL;
+    size_t len = 0;
+    grpo_batch *back = NULL;
+    assert_int_equal(grpo_batch_encode(b, &bytes, &len), GRPO_OK);
+    assert_int_equal(grpo_batch_decode(&back, bytes, len), GRPO_OK);
+    assert_int_equal(back->n_route_completion, (size_t)rows);
+    assert_memory_equal(back->route_completion, ids, (size_t)rows * layers * 8);
+    grpo_batch_destroy(back);
+    free(bytes);
     grpo_batch_destroy(b);
 }
 

@@ -1,5 +1,6 @@
-/* The bridge's conversation on a plain TCP stream (trainer_bridge/stream.c), over tcp://:
- * batches arrive in id order byte for byte with the stream's prefetch on and off and with the
+/* The bridge's conversation on a plain stream socket (trainer_bridge/stream.c), over tcp://
+ * (batches inline) and ipc:// (an abstract unix socket, batches as memfd references, or inline
+ * when the trainer turns shared memory off), every test run over each: batches arrive in id order byte for byte with the stream's prefetch on and off and with the
  * stream turned off; the window, acknowledgements and end of stream behave as over NNG; a trainer
  * that dies holding a batch gets it redelivered; a publisher restart breaks the stream and the
  * trainer goes on over NNG by itself; two trainers (one on the stream, one over NNG) racing over
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/common_int.h"
@@ -43,10 +45,17 @@ free_port(void)
     return ntohs(sa.sin_port);
 }
 
+enum { TCP, IPC, IPC_INLINE }; /* the transports the tests run over */
+static int kind;
+static int url_seq;
+
 static void
 fresh_url(char *url, size_t cap)
 {
-    snprintf(url, cap, "tcp://127.0.0.1:%d", free_port());
+    if (kind == TCP)
+        snprintf(url, cap, "tcp://127.0.0.1:%d", free_port());
+    else
+        snprintf(url, cap, "ipc:///tmp/grpo-stream-test-%d-%d.ipc", (int)getpid(), url_seq++);
 }
 
 static grpo_bridge_publisher *
@@ -90,6 +99,8 @@ consumer(const char *url, int stream, int prefetch)
     assert_int_equal(err, GRPO_OK);
     grpo_bridge_consumer_set_stream(c, stream);
     grpo_bridge_consumer_set_prefetch(c, prefetch);
+    if (kind == IPC_INLINE)
+        grpo_bridge_consumer_set_shm(c, 0);
     return c;
 }
 
@@ -146,6 +157,7 @@ queued_run(int stream, int prefetch)
     grpo_bridge_publisher_stats(p, &st);
     assert_int_equal(st.sent, N);
     assert_int_equal(st.streamed, stream ? N : 0); /* every reply on the stream, or none */
+    assert_int_equal(st.shared, kind == IPC ? N : 0); /* ipc://: memfd references */
     assert_int_equal(st.redelivered, 0);
     assert_int_equal(st.acked, N);
     assert_int_equal(st.unacked, 0);
@@ -282,6 +294,8 @@ race(void *arg)
         return NULL;
     }
     grpo_bridge_consumer_set_stream(c, r->stream);
+    if (kind == IPC_INLINE)
+        grpo_bridge_consumer_set_shm(c, 0);
     for (;;) {
         const void *bytes = NULL;
         size_t len = 0;
@@ -344,9 +358,10 @@ test_two_trainers(void **state)
 
 /* ---- the listener's refusals ------------------------------------------------------------------ */
 
-/* The stream READY announces, read with a HELLO over NNG. */
+/* The stream READY announces (a port, or an abstract unix socket's name), read with a HELLO over
+ * NNG. */
 static void
-announced(const char *url, int *port, char token[33])
+announced(const char *url, int *port, char name[64], char token[33])
 {
     nng_socket s;
     assert_int_equal(nng_req0_open(&s), 0);
@@ -363,9 +378,12 @@ announced(const char *url, int *port, char token[33])
     cJSON *j = cJSON_ParseWithLength(r.json, r.json_len);
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "stream");
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(st, "port");
+    const cJSON *un = cJSON_GetObjectItemCaseSensitive(st, "unix");
     const cJSON *tk = cJSON_GetObjectItemCaseSensitive(st, "token");
-    assert_true(cJSON_IsNumber(pt) && cJSON_IsString(tk));
-    *port = (int)pt->valuedouble;
+    assert_true(cJSON_IsString(tk));
+    assert_true(kind == TCP ? cJSON_IsNumber(pt) && !un : cJSON_IsString(un) && !pt);
+    *port = kind == TCP ? (int)pt->valuedouble : 0;
+    snprintf(name, 64, "%s", kind == TCP ? "" : un->valuestring);
     snprintf(token, 33, "%s", tk->valuestring);
     cJSON_Delete(j);
     nng_msg_free(m);
@@ -384,13 +402,23 @@ closed_by_peer(int fd)
 }
 
 static int
-raw_connect(int port)
+raw_connect(int port, const char *name)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                             .sin_port = htons((uint16_t)port)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(port ? AF_INET : AF_UNIX, SOCK_STREAM, 0);
     assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    if (port) {
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                 .sin_port = htons((uint16_t)port)};
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    } else { /* abstract: a NUL, then the name */
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        size_t n = strlen(name);
+        assert_true(n + 1 < sizeof sa.sun_path);
+        memcpy(sa.sun_path + 1, name, n);
+        socklen_t sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sl), 0);
+    }
     return fd;
 }
 
@@ -415,14 +443,14 @@ static void
 test_refusals(void **state)
 {
     (void)state;
-    char url[64], token[33], bad[33];
+    char url[64], token[33], bad[33], name[64];
     fresh_url(url, sizeof url);
     grpo_bridge_publisher *p = start(url, 4, NULL);
     int port = 0;
-    announced(url, &port, token);
-    assert_true(port > 0);
+    announced(url, &port, name, token);
+    const char *un = port ? NULL : name;
     /* a wrong token: the connection is closed */
-    int fd = raw_connect(port);
+    int fd = raw_connect(port, name);
     uint8_t hello[32] = {0};
     assert_int_equal(send(fd, hello, sizeof hello, 0), (ssize_t)sizeof hello);
     assert_true(closed_by_peer(fd));
@@ -430,10 +458,10 @@ test_refusals(void **state)
     snprintf(bad, sizeof bad, "%s", token);
     bad[0] = bad[0] == '0' ? '1' : '0';
     grpo_bridge__stream_in in;
-    assert_int_not_equal(grpo_bridge__stream_connect(&in, url, port, bad, 2000, 2000), GRPO_OK);
+    assert_int_not_equal(grpo_bridge__stream_connect(&in, url, port, un, bad, 2000, 2000), GRPO_OK);
     /* the right token: PART is not taken on a stream, malformed ids are refused, the
      * conversation goes on after both, and an ACK is answered OK */
-    assert_int_equal(grpo_bridge__stream_connect(&in, url, port, token, 2000, 5000), GRPO_OK);
+    assert_int_equal(grpo_bridge__stream_connect(&in, url, port, un, token, 2000, 5000), GRPO_OK);
     grpo_buf buf = {0};
     send_req(&in, GRPB_PART, 0, 0, NULL, 0);
     assert_int_equal(reply_type(&in, &buf), GRPB_ERROR);
@@ -463,15 +491,45 @@ test_refusals(void **state)
     grpo_bridge_publisher_destroy(p);
 }
 
+static int
+over_tcp(void **state)
+{
+    (void)state;
+    kind = TCP;
+    return 0;
+}
+
+static int
+over_ipc(void **state)
+{
+    (void)state;
+    kind = IPC;
+    return 0;
+}
+
+static int
+over_ipc_inline(void **state)
+{
+    (void)state;
+    kind = IPC_INLINE;
+    return 0;
+}
+
+#define OVER(setup)                                                                            \
+    cmocka_unit_test_setup(test_queued, setup),                                                \
+        cmocka_unit_test_setup(test_window_and_wait, setup),                                   \
+        cmocka_unit_test_setup(test_redelivery_and_restart, setup),                            \
+        cmocka_unit_test_setup(test_two_trainers, setup),                                      \
+        cmocka_unit_test_setup(test_refusals, setup)
+
 int
 main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_queued),
-        cmocka_unit_test(test_window_and_wait),
-        cmocka_unit_test(test_redelivery_and_restart),
-        cmocka_unit_test(test_two_trainers),
-        cmocka_unit_test(test_refusals),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest tests[] = {OVER(over_tcp), OVER(over_ipc), OVER(over_ipc_inline)};
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128]; /* NNG's ipc:// socket files */
+    snprintf(cmd, sizeof cmd, "rm -f /tmp/grpo-stream-test-%d-*.ipc", (int)getpid());
+    if (system(cmd) != 0)
+        rc = rc ? rc : 1;
+    return rc;
 }

@@ -274,8 +274,9 @@ check_seqs(const grpo_batch *b)
     return GRPO_OK;
 }
 
-grpo_err
-grpo_batch_validate(const grpo_batch *b)
+/* ids = 0: the route ids are left to the encoding's copy when it checks them (fused_check). */
+static grpo_err
+validate(const grpo_batch *b, int ids)
 {
     grpo_err err;
     if (b == NULL)
@@ -296,7 +297,13 @@ grpo_batch_validate(const grpo_batch *b)
     if (b->token_advantages && (err = check_finite(b->token_advantages, b->n_tok,
                                                    "token_advantages", b->batch_id)) != GRPO_OK)
         return err;
-    return grpo_bridge__routes_check(b);
+    return grpo_bridge__routes_check(b, ids);
+}
+
+grpo_err
+grpo_batch_validate(const grpo_batch *b)
+{
+    return validate(b, 1);
 }
 
 /* ---- encode ---------------------------------------------------------------------------------- */
@@ -396,22 +403,22 @@ grpo_bridge__encode_head(const grpo_batch *b, grpo_buf *o, uint64_t *data_len)
     grpo_err err;
     uint8_t zero[8] = {0};
     o->len = 0; /* reuses o's memory: large batches then avoid faulting in fresh pages */
-    if ((err = grpo_batch_validate(b)) != GRPO_OK ||
-        (err = grpo__buf_append(o, zero, 8)) != GRPO_OK ||
+    if ((err = validate(b, 0)) != GRPO_OK || (err = grpo__buf_append(o, zero, 8)) != GRPO_OK ||
         (err = write_header(o, b, data_len)) != GRPO_OK)
         return err;
     grpo_bridge__put_u64((uint8_t *)o->data, o->len - 8);
     return GRPO_OK;
 }
 
-void
+grpo_err
 grpo_bridge__encode_data(const grpo_batch *b, uint8_t *dst)
 {
-    dst = grpo_bridge__routes_data(dst, b, 0);
+    grpo_err err = GRPO_OK;
+    dst = grpo_bridge__routes_data(dst, b, 0, &err);
     for (size_t j = 0; j < 2 * N_FIELDS; j++) {
         const field *f = &fields[j % N_FIELDS];
         if (j == N_FIELDS)
-            dst = grpo_bridge__routes_data(dst, b, 1);
+            dst = grpo_bridge__routes_data(dst, b, 1, &err);
         if (present(b->flags, f) && in_pass(f, j >= N_FIELDS)) {
             size_t n = fcount(b, f) * grpo_bridge__st_dtype_size(f->dt);
             if (n) {
@@ -420,6 +427,7 @@ grpo_bridge__encode_data(const grpo_batch *b, uint8_t *dst)
             }
         }
     }
+    return err;
 }
 
 grpo_err
@@ -434,7 +442,8 @@ grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o)
         return err;
     if (o->data != had) /* a new (or moved) allocation: its pages are not faulted in yet */
         grpo_bridge__hint_huge(o->data, o->cap);
-    grpo_bridge__encode_data(b, (uint8_t *)o->data + o->len);
+    if ((err = grpo_bridge__encode_data(b, (uint8_t *)o->data + o->len)) != GRPO_OK)
+        return err;
     o->len += data_len;
     return GRPO_OK;
 }

@@ -17,16 +17,18 @@ grpo_err grpo_bridge__check_offsets(const int64_t *off, size_t n_seq, const char
 grpo_err grpo_bridge__encode_into(const grpo_batch *b, grpo_buf *o);
 /* The two halves of an encoding, for a destination sized first (a shared-memory slot): head
  * validates b and writes the length prefix and the JSON header into o (reset, memory reused),
- * with *data_len the bytes of tensor data that follow it; data writes exactly those at dst. */
+ * with *data_len the bytes of tensor data that follow it; data writes exactly those at dst and
+ * fails when route ids that head left to it are wrong (the destination is then not used). */
 grpo_err grpo_bridge__encode_head(const grpo_batch *b, grpo_buf *o, uint64_t *data_len);
-void grpo_bridge__encode_data(const grpo_batch *b, uint8_t *dst);
+grpo_err grpo_bridge__encode_data(const grpo_batch *b, uint8_t *dst);
 
 /* Routes of a version-2 batch (batch_routes.c). */
 typedef struct {
     const grpo__st_tensor *offsets, *prompt, *completion;
 } grpo_bridge__route_tensors;
-/* Invariants of b's routes (none to check without HAS_ROUTES). */
-grpo_err grpo_bridge__routes_check(const grpo_batch *b);
+/* Invariants of b's routes (none to check without HAS_ROUTES); ids = 0 leaves out the ids that
+ * routes_data checks while it copies them. */
+grpo_err grpo_bridge__routes_check(const grpo_batch *b, int ids);
 /* 1 when name is a route tensor's. */
 int grpo_bridge__routes_is_name(const char *name);
 /* 1 when f holds any of the route tensors. */
@@ -34,8 +36,10 @@ int grpo_bridge__routes_any(const grpo__st_header *f);
 /* Header entries of the route tensors whose bytes go at *pos: pass 0 the offsets (8-byte), pass
  * 1 the ids; *pos advances. Nothing without HAS_ROUTES. */
 grpo_err grpo_bridge__routes_header(grpo_buf *o, const grpo_batch *b, int pass, uint64_t *pos);
-uint8_t *grpo_bridge__routes_data(uint8_t *dst, const grpo_batch *b,
-                                  int pass); /* returns the end */
+/* Writes pass 0 (offsets) or 1 (ids) at dst and returns the end; ids that routes_check(b, 0)
+ * left unchecked are checked on the way, *err set when they are wrong (the bytes are written all
+ * the same: the encoding is then not used). */
+uint8_t *grpo_bridge__routes_data(uint8_t *dst, const grpo_batch *b, int pass, grpo_err *err);
 /* Finds and shape-checks the route tensors of a parsed file of the given version (all three in
  * version 2, none in version 1) and sizes them into b (grpo_batch_set_routes) when b is not NULL;
  * experts from the metadata. */
@@ -166,10 +170,11 @@ void grpo_bridge__shm_ref(const grpo_bridge__shm_slot *s, char *json, size_t cap
 grpo_err grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len, grpo_buf *out,
                                int *referenced);
 
-/* ---- the conversation on a plain TCP stream (stream.c) -----------------------------------------
- * Over tcp:// a trainer that connected the stream its publisher announced in READY (JSON
- * {"stream": {"port", "token"}}) sends its GET and ACK requests on it, each message after its u64
- * length, and reads the replies in order, batches inline; docs/bridge.md, "Protocol". */
+/* ---- the conversation on a plain stream socket (stream.c) --------------------------------------
+ * A trainer that connected the stream its publisher announced in READY (JSON {"stream": {"port"
+ * (tcp://) or "unix" (ipc://: an abstract socket's name), "token"}}) sends its GET and ACK
+ * requests on it, each message after its u64 length, and reads the replies in order: batches
+ * inline, or over ipc:// as memfd references; docs/bridge.md, "Protocol". */
 typedef struct grpo_bridge__stream_out grpo_bridge__stream_out; /* one trainer's, publisher side */
 typedef struct {
     void *ctx;
@@ -179,15 +184,18 @@ typedef struct {
 } grpo_bridge__stream_host;
 typedef struct grpo_bridge__streams grpo_bridge__streams;
 
-/* Listens on an ephemeral port of the host of url (tcp:// only: *out stays NULL otherwise, or
- * when no socket could be had, which only means trainers talk over NNG). */
+/* Listens on an ephemeral port of the host of a tcp:// url, or on an abstract unix socket for an
+ * ipc:// one (*out stays NULL otherwise, or when no socket could be had, which only means
+ * trainers talk over NNG). */
 grpo_err grpo_bridge__streams_open(grpo_bridge__streams **out, const char *url,
                                    const grpo_bridge__stream_host *h);
 /* Ends every conversation and closes every socket; NULL is a no-op. serve() must return (the
  * publisher's stop wakes a GET that waits). */
 void grpo_bridge__streams_close(grpo_bridge__streams *s);
-/* The port READY announces, with the token trainers send (32 hex digits); 0 when s is NULL. */
-int grpo_bridge__streams_port(const grpo_bridge__streams *s, char token_hex[33]);
+/* What READY announces: the port (tcp://), or *unix_name (ipc://; else NULL), with the token
+ * trainers send (32 hex digits); 0 when s is NULL. */
+int grpo_bridge__streams_port(const grpo_bridge__streams *s, const char **unix_name,
+                              char token_hex[33]);
 /* Writes one reply; -1 once the stream is broken (the conversation then ends). */
 int grpo_bridge__stream_reply(grpo_bridge__stream_out *out, int type, int64_t a, int64_t b,
                               const char *json, const void *payload, size_t plen);
@@ -196,10 +204,12 @@ int grpo_bridge__stream_reply(grpo_bridge__stream_out *out, int type, int64_t a,
 typedef struct {
     int fd; /* -1: none */
 } grpo_bridge__stream_in;
-/* Connects to port on url's host and registers (token from READY, hex) within timeout_ms; reads
- * and writes give up after stall_ms without progress. */
+/* Connects to port on url's host (or to the abstract unix socket unix_name when not NULL) and
+ * registers (token from READY, hex) within timeout_ms; reads and writes give up after stall_ms
+ * without progress. */
 grpo_err grpo_bridge__stream_connect(grpo_bridge__stream_in *in, const char *url, int port,
-                                     const char *token_hex, int timeout_ms, int stall_ms);
+                                     const char *unix_name, const char *token_hex,
+                                     int timeout_ms, int stall_ms);
 /* One request: header, json, then payloads p1 and p2. */
 grpo_err grpo_bridge__stream_send(grpo_bridge__stream_in *in, int type, int64_t a, int64_t b,
                                   const char *json, const void *p1, size_t n1, const void *p2,

@@ -36,8 +36,9 @@ struct grpo_bridge_consumer {
     grpo_buf
         buf; /* the batch read from shared memory (or put together from parts) next() handed out */
     size_t chunk; /* batches over this many bytes come in parts of it (0: whole) */
-    int want_stream; /* talk on the publisher's stream (tcp:// only; off after it failed) */
-    int stream_port; /* announced in READY (0: none) */
+    int want_stream; /* talk on the publisher's stream (off after it failed) */
+    int stream_port; /* announced in READY (tcp://; 0: none) */
+    char stream_unix[64]; /* announced in READY (ipc://: an abstract socket's name; "": none) */
     char stream_token[33];
     grpo_bridge__stream_in stream; /* connected: GETs go on it, batches come inline */
     grpo_buf sbuf;                 /* the last reply read from it (next() hands out its payload) */
@@ -124,17 +125,23 @@ check_reply(const grpo_bridge_consumer *c, nng_msg *rep, grpb_msg *m)
     return err;
 }
 
-/* Keeps the stream READY announces (tcp:// only); connected by the first next(). */
+/* Keeps the stream READY announces (a port over tcp://, an abstract unix socket over ipc://);
+ * connected by the first next(). */
 static void
 stream_announced(grpo_bridge_consumer *c, const grpb_msg *m)
 {
     cJSON *j = m->json_len ? cJSON_ParseWithLength(m->json, m->json_len) : NULL;
     const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "stream") : NULL;
     const cJSON *port = cJSON_GetObjectItemCaseSensitive(st, "port");
+    const cJSON *un = cJSON_GetObjectItemCaseSensitive(st, "unix");
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(st, "token");
-    if (strncmp(c->url, "tcp://", 6) == 0 && cJSON_IsNumber(port) && port->valuedouble >= 1 &&
-        port->valuedouble <= 65535 && cJSON_IsString(tok) && strlen(tok->valuestring) == 32) {
-        c->stream_port = (int)port->valuedouble;
+    int tcp = strncmp(c->url, "tcp://", 6) == 0, ipc = strncmp(c->url, "ipc://", 6) == 0;
+    if (cJSON_IsString(tok) && strlen(tok->valuestring) == 32) {
+        if (tcp && cJSON_IsNumber(port) && port->valuedouble >= 1 && port->valuedouble <= 65535)
+            c->stream_port = (int)port->valuedouble;
+        else if (ipc && cJSON_IsString(un) && un->valuestring[0] &&
+                 strlen(un->valuestring) < sizeof c->stream_unix)
+            snprintf(c->stream_unix, sizeof c->stream_unix, "%s", un->valuestring);
         snprintf(c->stream_token, sizeof c->stream_token, "%s", tok->valuestring);
     }
     cJSON_Delete(j);
@@ -145,11 +152,11 @@ stream_announced(grpo_bridge_consumer *c, const grpb_msg *m)
 static void
 stream_up(grpo_bridge_consumer *c)
 {
-    if (!c->want_stream || c->stream_port == 0 || c->stream.fd >= 0)
+    if (!c->want_stream || (c->stream_port == 0 && !c->stream_unix[0]) || c->stream.fd >= 0)
         return;
-    if (grpo_bridge__stream_connect(&c->stream, c->url, c->stream_port, c->stream_token, 2000,
-                                    2 * SLICE_MS) !=
-        GRPO_OK) {
+    if (grpo_bridge__stream_connect(&c->stream, c->url, c->stream_port,
+                                    c->stream_unix[0] ? c->stream_unix : NULL, c->stream_token,
+                                    2000, 2 * SLICE_MS) != GRPO_OK) {
         grpo_log(GRPO_LOG_INFO, "%s; batches come in the messages", grpo_error_last());
         c->want_stream = 0;
     }
@@ -426,11 +433,12 @@ stream_get_send(grpo_bridge_consumer *c, const int64_t *extra, int wait0)
     size_t nh = c->nheld + (size_t)add;
     uint8_t *pa = NULL, *ph = NULL;
     grpo_err err;
+    char js[128];
+    get_json(c, wait0, js, sizeof js);
     if ((err = ids_payload(c->acks, c->nacks, NULL, &pa)) == GRPO_OK &&
         (err = ids_payload(c->held, c->nheld, add ? extra : NULL, &ph)) == GRPO_OK &&
         (err = grpo_bridge__stream_send(&c->stream, GRPB_GET, (int64_t)c->nacks, (int64_t)nh,
-                                        wait0 ? "{\"wait\":0}" : NULL, pa, c->nacks * 8, ph,
-                                        nh * 8)) == GRPO_OK) {
+                                        js, pa, c->nacks * 8, ph, nh * 8)) == GRPO_OK) {
         c->spf = 1;
         c->spf_acks = c->nacks;
     }
@@ -466,6 +474,30 @@ stream_get_recv(grpo_bridge_consumer *c, int timeout_ms, grpb_msg *m)
     return GRPO_OK;
 }
 
+/* Reads a batch the stream's reply references in shared memory (ipc://) into c->buf, with
+ * *shared = 1; nothing for a batch inline. On failure the prefetch sent for the batch after it
+ * is answered and dropped (it asked past this one), and a trainer that cannot open the
+ * publisher's memory SHM_TRIES times in a row asks for batches inline from now on. */
+static grpo_err
+stream_shm(grpo_bridge_consumer *c, const grpb_msg *m, int *shared)
+{
+    grpo_err err = grpo_bridge__shm_read(m->json, m->json_len, 0, &c->buf, shared);
+    if (err == GRPO_OK) {
+        if (*shared)
+            c->shm_fails = 0;
+        return GRPO_OK;
+    }
+    grpb_msg late;
+    if (c->spf && stream_get_recv(c, SLICE_MS, &late) == GRPO_ENET)
+        stream_fail(c);
+    if (err != GRPO_ESTATE && err != GRPO_ENOMEM && ++c->shm_fails >= SHM_TRIES) {
+        grpo_log(GRPO_LOG_INFO, "bridge %s: %s; batches come inline from now on", c->url,
+                 grpo_error_last());
+        c->shm = 0;
+    }
+    return err;
+}
+
 /* next() on the stream. *fell = 1 when the stream failed (given up; the caller goes on over NNG
  * with what is left of timeout_ms). */
 static grpo_err
@@ -475,6 +507,10 @@ next_stream(grpo_bridge_consumer *c, const void **bytes, size_t *len, int64_t *b
     *fell = 0;
     for (;;) {
         grpb_msg m;
+        if (c->stream.fd < 0) { /* given up on the way (said once) */
+            *fell = 1;
+            return GRPO_ENET;
+        }
         grpo_err err = c->spf ? GRPO_OK : stream_get_send(c, NULL, 0);
         if (err == GRPO_OK)
             err = stream_get_recv(c, left_ms(timeout_ms, t0), &m);
@@ -486,15 +522,22 @@ next_stream(grpo_bridge_consumer *c, const void **bytes, size_t *len, int64_t *b
         if (err != GRPO_OK)
             return err;
         if (m.type == GRPB_BATCH) {
+            /* the next GET goes out now: its reply waits in the socket while this one is read
+             * (from shared memory) and used */
+            if (c->prefetch && stream_get_send(c, &m.a, 1) != GRPO_OK)
+                stream_fail(c); /* the next call goes over NNG */
+            int shared = 0;
+            if ((err = stream_shm(c, &m, &shared)) != GRPO_OK) {
+                if (err == GRPO_ENOMEM)
+                    return err;
+                continue; /* not held: the next GET returns it again (or a newer one) */
+            }
             if (!is_held(c, m.a) &&
                 (err = push_id(&c->held, &c->nheld, &c->capheld, m.a)) != GRPO_OK)
                 return err;
             *batch_id = m.a;
-            *bytes = m.payload;
-            *len = m.payload_len;
-            /* the next GET goes out now: its reply waits in the socket while this one is used */
-            if (c->prefetch && stream_get_send(c, &m.a, 1) != GRPO_OK)
-                stream_fail(c); /* this batch is in hand; the next call goes over NNG */
+            *bytes = shared ? (const void *)c->buf.data : m.payload;
+            *len = shared ? c->buf.len : m.payload_len;
             return GRPO_OK;
         }
         if (m.type == GRPB_END)

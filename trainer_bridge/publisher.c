@@ -71,7 +71,11 @@ struct grpo_bridge_publisher {
     /* A batch's bytes being sent outside mu (by the server thread or a stream's) are pinned: an
      * acknowledgement meanwhile (possible after a redelivery) parks them until the send is done. */
     const void *pinned[PINS_MAX];
-    grpo_buf parked[PINS_MAX];
+    struct {
+        void *bytes;
+        size_t cap;
+        int slot;
+    } parked[PINS_MAX];
     size_t nparked;
     grpo_bridge__shm_slot slots[SLOTS_MAX]; /* fixed: a slot's address never moves */
     unsigned char slot_used[SLOTS_MAX];
@@ -166,7 +170,10 @@ pin(grpo_bridge_publisher *p, const void *bytes)
     return -1;
 }
 
-/* Called with mu held: drops the pin; bytes parked meanwhile that no pin holds go to the pool. */
+static void slot_put(grpo_bridge_publisher *p, int slot);
+
+/* Called with mu held: drops the pin; bytes parked meanwhile that no pin holds go to the pool
+ * (and their slot is free again). */
 static void
 unpin(grpo_bridge_publisher *p, int k)
 {
@@ -174,21 +181,26 @@ unpin(grpo_bridge_publisher *p, int k)
         return;
     p->pinned[k] = NULL;
     for (size_t i = 0; i < p->nparked;)
-        if (!is_pinned(p, p->parked[i].data)) {
-            pool_put(p, p->parked[i].data, p->parked[i].cap);
+        if (!is_pinned(p, p->parked[i].bytes)) {
+            pool_put(p, p->parked[i].bytes, p->parked[i].cap);
+            slot_put(p, p->parked[i].slot);
             p->parked[i] = p->parked[--p->nparked];
         } else
             i++;
 }
 
-/* Called with mu held: an acknowledged batch's bytes, to the pool, or parked while pinned. */
+/* Called with mu held: an acknowledged batch's bytes to the pool and its slot free again, or
+ * both parked while the bytes are pinned (they may be the slot's own). */
 static void
-release(grpo_bridge_publisher *p, void *bytes, size_t cap)
+release(grpo_bridge_publisher *p, void *bytes, size_t cap, int slot)
 {
-    if (bytes != NULL && cap > 0 && p->nparked < PINS_MAX && is_pinned(p, bytes))
-        p->parked[p->nparked++] = (grpo_buf){bytes, 0, cap};
-    else
-        pool_put(p, bytes, cap);
+    if (bytes != NULL && p->nparked < PINS_MAX && is_pinned(p, bytes)) {
+        size_t k = p->nparked++;
+        p->parked[k].bytes = bytes, p->parked[k].cap = cap, p->parked[k].slot = slot;
+        return;
+    }
+    pool_put(p, bytes, cap);
+    slot_put(p, slot);
 }
 
 /* Called with mu held: a free memfd slot (opened when none is free), or -1 when all SLOTS_MAX
@@ -335,10 +347,14 @@ on_hello(grpo_bridge_publisher *p, const grpb_msg *m)
     cJSON_AddNumberToObject(r, "schema_version", GRPO_BATCH_SCHEMA_VERSION);
     cJSON_AddNumberToObject(r, "weights_version", (double)wv);
     char token[33];
-    int port = grpo_bridge__streams_port(p->streams, token);
+    const char *unix_name = NULL;
+    int port = grpo_bridge__streams_port(p->streams, &unix_name, token);
     if (port > 0) {
         cJSON *st = cJSON_AddObjectToObject(r, "stream");
-        cJSON_AddNumberToObject(st, "port", port);
+        if (unix_name != NULL)
+            cJSON_AddStringToObject(st, "unix", unix_name);
+        else
+            cJSON_AddNumberToObject(st, "port", port);
         cJSON_AddStringToObject(st, "token", token);
     }
     char *s = cJSON_PrintUnformatted(r);
@@ -357,8 +373,7 @@ apply_ack(grpo_bridge_publisher *p, int64_t id)
     if (p->has_persist && p->persist.ack(p->persist.ctx, id) != GRPO_OK)
         grpo_log(GRPO_LOG_ERROR, "bridge: persisting ack of batch %" PRId64 ": %s", id,
                  grpo_error_last());
-    release(p, p->q[i].bytes, p->q[i].cap);
-    slot_put(p, p->q[i].slot);
+    release(p, p->q[i].bytes, p->q[i].cap, p->q[i].slot);
     if (p->q[i].msg != NULL) /* acknowledged before it was ever sent (an earlier publisher's) */
         nng_msg_free(p->q[i].msg);
     memmove(p->q + i, p->q + i + 1, (p->nq - (size_t)i - 1) * sizeof *p->q);
@@ -471,23 +486,41 @@ on_part(grpo_bridge_publisher *p, const grpb_msg *m)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Answers a GET with a reference to the batch's memfd slot (filled now if it has none); false
- * when no slot could be had, and the batch goes in the reply instead. */
+/* The JSON of a reference to the batch's memfd slot (filled now from its pinned bytes if it has
+ * none); false when no slot could be had (the batch then goes in the reply). A slot filled here
+ * for a batch acknowledged meanwhile, or one another thread gave it first, goes back. */
+static bool
+shm_ref_of(grpo_bridge_publisher *p, const entry *e, char *js, size_t cap)
+{
+    int mine = e->slot < 0 ? slot_fill(p, e->bytes, e->len) : -1;
+    if (e->slot < 0 && mine < 0)
+        return false;
+    pthread_mutex_lock(&p->mu);
+    ssize_t k = q_find(p, e->id);
+    if (k >= 0 && p->q[k].slot < 0)
+        p->q[k].slot = mine;
+    else
+        slot_put(p, mine);
+    int s = k >= 0 ? p->q[k].slot : -1;
+    if (s >= 0) {
+        grpo_bridge__shm_ref(&p->slots[s], js, cap);
+        p->st.shared++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return s >= 0;
+}
+
+/* Answers a GET with a reference to the batch's memfd slot; false when there is none (answer in
+ * the message instead). */
 static bool
 reply_shm(grpo_bridge_publisher *p, entry *e)
 {
-    if (e->slot < 0 && (e->slot = slot_fill(p, e->bytes, e->len)) < 0)
-        return false;
     char js[256];
-    pthread_mutex_lock(&p->mu);
-    ssize_t k = q_find(p, e->id); /* still queued: only this thread removes entries */
-    if (k >= 0)
-        p->q[k].slot = e->slot;
-    grpo_bridge__shm_ref(&p->slots[e->slot], js, sizeof js);
-    p->st.shared++;
-    pthread_mutex_unlock(&p->mu);
+    if (!shm_ref_of(p, e, js, sizeof js))
+        return false;
     if (e->msg != NULL)
         nng_msg_free(e->msg);
+    e->msg = NULL;
     reply(p, GRPB_BATCH, e->id, e->version, js, NULL, 0);
     return true;
 }
@@ -520,7 +553,7 @@ get_take(grpo_bridge_publisher *p, const grpb_msg *m, int ack_only, int on_strea
     }
     pthread_mutex_lock(&p->mu);
     if (!ack_only) {
-        p->shm_mode = r->shm && !on_stream;
+        p->shm_mode = r->shm;
         p->chunk_mode = on_stream ? 0 : r->chunk;
         p->stream_mode = on_stream;
     }
@@ -607,13 +640,15 @@ stream_serve(void *ctx, const grpb_msg *m, grpo_bridge__stream_out *out)
         grpo_bridge__stream_reply(out, r.type, r.type == GRPB_OK ? 0 : r.unacked, 0, NULL, NULL,
                                   0);
     else {
+        char js[256];
+        bool shm = r.shm && shm_ref_of(p, &r.e, js, sizeof js); /* ipc:// */
         if (r.e.msg != NULL) /* prebuilt for a trainer that asked over NNG */
             nng_msg_free(r.e.msg);
         pthread_mutex_lock(&p->mu);
         p->st.streamed++;
         pthread_mutex_unlock(&p->mu);
-        grpo_bridge__stream_reply(out, GRPB_BATCH, r.e.id, r.e.version, NULL, r.e.bytes,
-                                  r.e.len);
+        grpo_bridge__stream_reply(out, GRPB_BATCH, r.e.id, r.e.version, shm ? js : NULL,
+                                  shm ? NULL : r.e.bytes, shm ? 0 : r.e.len);
     }
     get_done(p, &r);
 }
@@ -1004,6 +1039,10 @@ grpo_bridge_publisher_create(grpo_bridge_publisher **out, const char *url,
     grpo_bridge__stream_host sh = {p, stream_serve};
     if ((err = grpo_bridge__streams_open(&p->streams, url, &sh)) != GRPO_OK)
         goto done;
+    /* before any trainer asked: as the C consumer asks by default (the first batches then need
+     * no message of their own either; a trainer that asks otherwise gets them all the same) */
+    p->shm_mode = p->shm_ok;
+    p->stream_mode = p->streams != NULL;
     if (pthread_create(&p->thr, NULL, serve, p) != 0) {
         err = grpo__fail(GRPO_ESYS, "bridge: cannot start the server thread");
         goto done;
@@ -1053,6 +1092,9 @@ grpo_bridge_publisher_destroy(grpo_bridge_publisher *p)
     }
     for (size_t i = 0; i < p->npool; i++)
         free(p->pool[i].data);
+    for (size_t i = 0; i < p->nparked; i++) /* none: every pin is dropped before its thread ends */
+        if (p->parked[i].cap)
+            free(p->parked[i].bytes);
     for (int i = 0; i < SLOTS_MAX; i++)
         grpo_bridge__shm_close(&p->slots[i]);
     free(p->q);
@@ -1170,7 +1212,13 @@ encode_to_slot(grpo_bridge_publisher *p, const grpo_batch *b, int *slot, const v
         return GRPO_OK;
     }
     memcpy(dst, head.data, head.len);
-    grpo_bridge__encode_data(b, dst + head.len);
+    if ((err = grpo_bridge__encode_data(b, dst + head.len)) != GRPO_OK) {
+        pthread_mutex_lock(&p->mu); /* its generation stays odd: no reader takes it */
+        slot_put(p, s);
+        pthread_mutex_unlock(&p->mu);
+        grpo__buf_fini(&head);
+        return err;
+    }
     grpo_bridge__shm_commit(sl, n);
     grpo__buf_fini(&head);
     *slot = s;

@@ -1,17 +1,20 @@
-/* The bridge's conversation on a plain TCP connection beside the NNG socket (tcp:// only).
+/* The bridge's conversation on a plain stream socket beside the NNG socket: TCP for tcp://, an
+ * abstract unix socket for ipc://.
  *
  * Through NNG 1.5.2 a request and its reply pass through NNG's threads (about 20 context switches
- * a round trip on a 2-core machine, which bounds 1 MiB batches), and a batch costs, besides the two
+ * a round trip on a 2-core machine, which bounds batches of 1 MiB and less), and a batch costs, besides the two
  * copies through the kernel, a zero-filled message and a copy into it on each side (NNG frees
  * what it sends and exports no shared message). On a stream a trainer's GET and ACK requests are
  * read and answered by one publisher thread of its own, and a batch goes from the publisher's kept
  * bytes straight into the socket and from the socket straight into the trainer's buffer.
  *
- * The publisher listens on an ephemeral port of the host its URL names and announces it, with a
- * random token, in its READY reply (JSON {"stream": {"port", "token"}}). A trainer connects and
+ * The publisher listens on an ephemeral port of the host its URL names (tcp://), or on an abstract
+ * unix socket of a random name (ipc://), and announces it, with a random token, in its READY reply
+ * (JSON {"stream": {"port" or "unix", "token"}}). A trainer connects and
  * sends 32 bytes, the token then 16 zero bytes; the publisher answers with a READY message. From then on both sides send the bridge's own messages (the 32-byte GRPB
  * header, JSON, payload; docs/bridge.md, "Protocol"), each after its u64 little-endian length;
- * only GET and ACK are taken, each answered in order. A trainer may send its next GET before it
+ * only GET and ACK are taken, each answered in order (over ipc:// a GET asking {"shm": 1} is
+ * answered with a memfd reference, as over NNG). A trainer may send its next GET before it
  * has read the reply to the last (a prefetch: the replies come in order). A stream that fails on
  * either side is closed and that trainer talks over NNG again. */
 #include "trainer_bridge/bridge_int.h"
@@ -30,6 +33,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define STREAMS_MAX 16 /* trainers with a stream at once; more talk over NNG */
@@ -52,7 +56,8 @@ struct grpo_bridge__streams {
     grpo_bridge__stream_host h;
     pthread_mutex_t mu; /* the table */
     int lfd;
-    int port;
+    int port;         /* tcp:// */
+    char unix_name[64]; /* ipc://: the abstract socket's name (without its leading NUL) */
     uint8_t token[16];
     pthread_t acc;
     int acc_started, stop;
@@ -150,7 +155,37 @@ static void
 nodelay(int fd)
 {
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* a no-op on unix sockets */
+}
+
+/* The abstract unix socket address of name (no file: nothing is left behind by a crash). */
+static socklen_t
+unix_addr(struct sockaddr_un *sa, const char *name)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    if (n > sizeof sa->sun_path - 1)
+        n = sizeof sa->sun_path - 1;
+    memcpy(sa->sun_path + 1, name, n);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+static int
+listen_unix(char *name, size_t cap)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+        return -1;
+    snprintf(name, cap, "grpo-bridge-%d-%016" PRIx64, (int)getpid(), r);
+    struct sockaddr_un sa;
+    socklen_t sl = unix_addr(&sa, name);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && (bind(fd, (struct sockaddr *)&sa, sl) != 0 || listen(fd, 8) != 0)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
 }
 
 /* host and port of a tcp:// URL ("*" or empty host: every interface, host NULL); 0 when the URL
@@ -343,7 +378,12 @@ grpo_bridge__streams_open(grpo_bridge__streams **out, const char *url,
                           const grpo_bridge__stream_host *h)
 {
     *out = NULL;
-    int port = 0, lfd = strncmp(url, "tcp://", 6) == 0 ? listen_on(url, &port) : -1;
+    int port = 0, lfd = -1;
+    char name[64] = "";
+    if (strncmp(url, "tcp://", 6) == 0)
+        lfd = listen_on(url, &port);
+    else if (strncmp(url, "ipc://", 6) == 0)
+        lfd = listen_unix(name, sizeof name);
     if (lfd < 0)
         return GRPO_OK;
     grpo_bridge__streams *ss = calloc(1, sizeof *ss);
@@ -354,6 +394,7 @@ grpo_bridge__streams_open(grpo_bridge__streams **out, const char *url,
     ss->h = *h;
     ss->lfd = lfd;
     ss->port = port;
+    snprintf(ss->unix_name, sizeof ss->unix_name, "%s", name);
     pthread_mutex_init(&ss->mu, NULL);
     for (int i = 0; i < STREAMS_MAX; i++) {
         ss->st[i].owner = ss;
@@ -395,17 +436,42 @@ grpo_bridge__streams_close(grpo_bridge__streams *ss)
 }
 
 int
-grpo_bridge__streams_port(const grpo_bridge__streams *ss, char token_hex[33])
+grpo_bridge__streams_port(const grpo_bridge__streams *ss, const char **unix_name,
+                          char token_hex[33])
 {
     token_hex[0] = '\0';
+    *unix_name = NULL;
     if (ss == NULL)
         return 0;
     for (int i = 0; i < 16; i++)
         snprintf(token_hex + 2 * i, 3, "%02x", ss->token[i]);
-    return ss->port;
+    if (ss->unix_name[0])
+        *unix_name = ss->unix_name;
+    return ss->unix_name[0] ? 1 : ss->port;
 }
 
 /* ---- trainer side -------------------------------------------------------------------------- */
+
+static int
+connect_unix(const char *name, int timeout_ms)
+{
+    struct sockaddr_un sa;
+    socklen_t sl = unix_addr(&sa, name);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), soerr = 0;
+    socklen_t el = sizeof soerr;
+    if (fd < 0)
+        return -1;
+    int rc = connect(fd, (struct sockaddr *)&sa, sl);
+    if (rc != 0 && (errno == EINPROGRESS || errno == EAGAIN) &&
+        wait_fd(fd, POLLOUT, timeout_ms) == 1 &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &el) == 0 && soerr == 0)
+        rc = 0;
+    if (rc != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
 
 static int
 connect_to(const char *url, int port, int timeout_ms)
@@ -440,11 +506,13 @@ connect_to(const char *url, int port, int timeout_ms)
 
 grpo_err
 grpo_bridge__stream_connect(grpo_bridge__stream_in *in, const char *url, int port,
-                            const char *token_hex, int timeout_ms, int stall_ms)
+                            const char *unix_name, const char *token_hex, int timeout_ms,
+                            int stall_ms)
 {
     uint8_t hello[32] = {0};
     in->fd = -1;
-    if (port <= 0 || port > 65535 || token_hex == NULL || strlen(token_hex) != 32)
+    if ((unix_name == NULL && (port <= 0 || port > 65535)) || token_hex == NULL ||
+        strlen(token_hex) != 32)
         return grpo__fail(GRPO_EFORMAT, "bridge %s: malformed stream announcement", url);
     for (int i = 0; i < 16; i++) {
         unsigned v = 0;
@@ -452,10 +520,15 @@ grpo_bridge__stream_connect(grpo_bridge__stream_in *in, const char *url, int por
             return grpo__fail(GRPO_EFORMAT, "bridge %s: malformed stream token", url);
         hello[i] = (uint8_t)v;
     }
-    int fd = connect_to(url, port, timeout_ms);
+    char where[96];
+    if (unix_name)
+        snprintf(where, sizeof where, "@%s", unix_name);
+    else
+        snprintf(where, sizeof where, "port %d", port);
+    int fd = unix_name ? connect_unix(unix_name, timeout_ms) : connect_to(url, port, timeout_ms);
     if (fd < 0)
-        return grpo__fail_errno(GRPO_ENET, errno, "bridge %s: connecting its stream (port %d)",
-                                url, port);
+        return grpo__fail_errno(GRPO_ENET, errno, "bridge %s: connecting its stream (%s)", url,
+                                where);
     nodelay(fd);
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
@@ -469,8 +542,8 @@ grpo_bridge__stream_connect(grpo_bridge__stream_in *in, const char *url, int por
     grpo__buf_fini(&r);
     if (!ok) {
         close(fd);
-        return grpo__fail(GRPO_ENET, "bridge %s: its stream (port %d) refused this trainer", url,
-                          port);
+        return grpo__fail(GRPO_ENET, "bridge %s: its stream (%s) refused this trainer", url,
+                          where);
     }
     set_timeouts(fd, stall_ms);
     in->fd = fd;

@@ -62,10 +62,16 @@ def main():
     dups = os.open(os.path.join(state, "dups.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     shm_log = os.open(os.path.join(state, "shared.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     parts_log = os.open(os.path.join(state, "parts.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    stream_log = os.open(os.path.join(state, "streamed.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     chunk = int(os.environ.get("GRPO_TEST_CHUNK", str(1 << 20)))  # small: every batch in parts
-    with BatchClient(url, run_id="integration", auto_ack=False, chunk_bytes=chunk) as client:
+    # parts are an NNG matter: a consumer asking for them keeps off the stream
+    stream = os.environ.get("GRPO_TEST_CHUNK") is None
+    with BatchClient(url, run_id="integration", auto_ack=False, chunk_bytes=chunk,
+                     stream=stream) as client:
         for batch in client:
             check(batch)
+            if client.last_streamed:  # its reply came on the publisher's stream
+                os.write(stream_log, b"t")
             if client.last_shared:  # ipc://: the batch was read from the publisher's memory
                 os.write(shm_log, b"s")
             if client.last_parts > 1:  # it came in parts

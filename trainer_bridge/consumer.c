@@ -36,7 +36,10 @@ struct grpo_bridge_consumer {
     grpo_buf
         buf; /* the batch read from shared memory (or put together from parts) next() handed out */
     size_t chunk; /* batches over this many bytes come in parts of it (0: whole) */
-    int want_stream; /* talk on the publisher's stream (off after it failed) */
+    int want_stream; /* talk on the publisher's stream (set_stream; off when it cannot be had) */
+    int stream_was_up;      /* it was connected once: after it breaks it is sought again */
+    double stream_retry_at; /* grpo_now() from which it is sought again */
+    double stream_backoff;  /* seconds to the next try after a failed one (1 s, doubling to 60) */
     int stream_port; /* announced in READY (tcp://; 0: none) */
     char stream_unix[64]; /* announced in READY (ipc://: an abstract socket's name; "": none) */
     char stream_token[33];
@@ -147,17 +150,48 @@ stream_announced(grpo_bridge_consumer *c, const grpb_msg *m)
     cJSON_Delete(j);
 }
 
-/* Connects the announced stream when it is wanted and not up yet; a failure only means
- * payloads in the messages (said once). */
+static void
+stream_later(grpo_bridge_consumer *c)
+{
+    c->stream_retry_at = grpo_now() + c->stream_backoff;
+    c->stream_backoff = c->stream_backoff * 2 > 60 ? 60 : c->stream_backoff * 2;
+}
+
+/* Connects the announced stream when it is wanted and not up. One that cannot be reached at
+ * first (another host's firewall) is given up, said once: requests go over NNG. One that broke
+ * (a publisher restart) is sought again, with a new HELLO for the new publisher's announcement,
+ * after 1 s, then 2, 4, ... 60 s while that fails. */
 static void
 stream_up(grpo_bridge_consumer *c)
 {
-    if (!c->want_stream || (c->stream_port == 0 && !c->stream_unix[0]) || c->stream.fd >= 0)
+    if (!c->want_stream || c->stream.fd >= 0 || grpo_now() < c->stream_retry_at)
         return;
+    if (c->stream_was_up) {
+        nng_msg *rep = NULL;
+        grpb_msg m;
+        c->stream_port = 0;
+        c->stream_unix[0] = '\0';
+        if (request(c, GRPB_HELLO, 0, 0, "{\"consumer\":\"c\"}", NULL, 0, NULL, 0, 2000, &rep) ==
+                GRPO_OK &&
+            check_reply(c, rep, &m) == GRPO_OK && m.type == GRPB_READY)
+            stream_announced(c, &m);
+        if (rep)
+            nng_msg_free(rep);
+    }
+    if (c->stream_port == 0 && !c->stream_unix[0]) { /* none announced */
+        if (c->stream_was_up)
+            stream_later(c);
+        return;
+    }
     if (grpo_bridge__stream_connect(&c->stream, c->url, c->stream_port,
                                     c->stream_unix[0] ? c->stream_unix : NULL, c->stream_token,
-                                    2000, 2 * SLICE_MS) != GRPO_OK) {
-        grpo_log(GRPO_LOG_INFO, "%s; batches come in the messages", grpo_error_last());
+                                    2000, 2 * SLICE_MS) == GRPO_OK) {
+        c->stream_was_up = 1;
+        c->stream_backoff = 1;
+    } else if (c->stream_was_up)
+        stream_later(c);
+    else {
+        grpo_log(GRPO_LOG_INFO, "%s; requests go over NNG", grpo_error_last());
         c->want_stream = 0;
     }
 }
@@ -180,6 +214,7 @@ grpo_bridge_consumer_create(grpo_bridge_consumer **out, const char *url, const c
     c->chunk = CHUNK_DEFAULT;
     c->prefetch = 1;
     c->want_stream = 1;
+    c->stream_backoff = 1;
     c->stream.fd = -1;
     for (int i = 0; i < 2; i++) {
         if ((rv = nng_req0_open(&c->s[i])) != 0) {
@@ -269,6 +304,7 @@ void
 grpo_bridge_consumer_set_stream(grpo_bridge_consumer *c, int on)
 {
     c->want_stream = on != 0;
+    c->stream_retry_at = 0;
     if (!on) { /* a GET still out there is answered to nobody: its batch is redelivered */
         grpo_bridge__stream_close(&c->stream);
         c->spf = 0;
@@ -411,15 +447,15 @@ parts_total(const grpb_msg *m)
 
 /* ---- the stream (tcp://): GETs on a plain TCP connection, batches inline -------------------- */
 
-/* The stream is given up: said once, and requests go over NNG from now on (a batch its last GET
- * was answered with is not held, so the next GET returns it again). */
+/* The stream broke: requests go over NNG until it is back (stream_up; a batch its last GET was
+ * answered with is not held, so the next GET returns it again). */
 static void
 stream_fail(grpo_bridge_consumer *c)
 {
-    grpo_log(GRPO_LOG_INFO, "bridge %s: %s; requests go over NNG from now on", c->url,
+    grpo_log(GRPO_LOG_INFO, "bridge %s: %s; requests go over NNG until it is back", c->url,
              grpo_error_last());
     grpo_bridge__stream_close(&c->stream);
-    c->want_stream = 0;
+    stream_later(c);
     c->spf = 0;
     c->spf_acks = 0;
 }

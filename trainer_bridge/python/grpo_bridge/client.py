@@ -1,6 +1,9 @@
 """BatchClient: the trainer's end of the NNG transport (docs/bridge.md, "Protocol").
 
-The trainer pulls with a REQ socket. Every GET carries the ids it acknowledges and the ids it still
+The trainer pulls with a REQ socket, or, when the publisher announces one, on a plain stream
+socket beside it (TCP for tcp://, an abstract unix socket for ipc://: the same messages, each
+after its u64 length, without NNG's threads and copies; requests go over NNG again by themselves
+when the stream cannot be reached or breaks). Every GET carries the ids it acknowledges and the ids it still
 holds (received, not yet acknowledged); the publisher answers with the first unacknowledged batch
 the trainer does not hold. A lost reply, a publisher restart or a trainer restart therefore only
 means the batch comes again: delivery is at least once, and Batch.batch_id lets the trainer drop
@@ -8,6 +11,7 @@ duplicates (keep the ids of processed batches with the checkpoint)."""
 import hashlib
 import json
 import os
+import socket
 import struct
 import sys
 import time
@@ -103,7 +107,7 @@ class BatchClient:
     """
 
     def __init__(self, url, run_id=None, auto_ack=True, slice_ms=5000, connect_timeout=None,
-                 chunk_bytes=1 << 20):
+                 chunk_bytes=1 << 20, stream=True):
         self.url = url
         self.auto_ack = auto_ack
         self._slice_ms = slice_ms
@@ -117,6 +121,12 @@ class BatchClient:
         # batches over chunk_bytes come in parts of it (None or 0: whole messages)
         self.chunk_bytes = min(max(int(chunk_bytes), 256), 1 << 30) if chunk_bytes else 0
         self._shm_fails = 0
+        self._stream = None  # the publisher's stream socket, once connected
+        self._want_stream = stream and os.environ.get("GRPO_BRIDGE_STREAM") != "0"
+        self._stream_was_up = False  # once connected, a broken stream is sought again:
+        self._stream_retry_at, self._stream_backoff = 0.0, 1.0  # after 1, 2, 4, ... 60 s
+        self._sbuf = bytearray()
+        self.last_streamed = False  # whether the last batch's reply came on the stream
         self._sock = pynng.Req0(recv_max_size=0, resend_time=slice_ms,
                                 reconnect_time_min=20, reconnect_time_max=500)
         self._sock.dial(url, block=False)
@@ -124,8 +134,118 @@ class BatchClient:
                                    timeout=connect_timeout)[3] or {}
         self.run_id = self.ready.get("run_id")
         self.window = self.ready.get("window")
+        if self._want_stream:
+            self._stream_up(self.ready.get("stream"))
+
+    # -- the stream ------------------------------------------------------------------------------
+
+    def _stream_up(self, ann):
+        """Connects the stream READY announced ({"port"} over tcp://, {"unix"} over ipc://, and a
+        token). One that cannot be reached at first is given up (requests over NNG); one that
+        broke is sought again by _stream_again."""
+        if not isinstance(ann, dict) or not isinstance(ann.get("token"), str):
+            if self._stream_was_up:
+                self._stream_later()
+            return
+        try:
+            token = bytes.fromhex(ann["token"])
+            if len(token) != 16:
+                return
+            if self.url.startswith("tcp://") and isinstance(ann.get("port"), int):
+                host = self.url[6:].rsplit(":", 1)[0].strip("[]")
+                s = socket.create_connection((host if host not in ("", "*") else "127.0.0.1",
+                                              ann["port"]), timeout=2)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            elif self.url.startswith("ipc://") and isinstance(ann.get("unix"), str):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(2)
+                s.connect("\0" + ann["unix"])
+            else:
+                return
+            s.sendall(token + bytes(16))
+            self._stream = s
+            if self._stream_recv()[0] != READY:
+                raise BridgeError("the stream did not answer READY")
+            s.settimeout(max(10.0, self._slice_ms / 1000 * 2))
+            self._stream_was_up, self._stream_backoff = True, 1.0
+        except (OSError, ValueError, BridgeError) as e:
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None
+            if self._stream_was_up:
+                self._stream_later()
+            else:
+                print("grpo_bridge: bridge %s: its stream cannot be had (%s); requests go over NNG"
+                      % (self.url, e), file=sys.stderr)
+                self._want_stream = False
+
+    def _stream_later(self):
+        self._stream_retry_at = time.monotonic() + self._stream_backoff
+        self._stream_backoff = min(60.0, self._stream_backoff * 2)
+
+    def _stream_again(self):
+        """After the stream broke (a publisher restart): a new HELLO for the new announcement."""
+        if self._stream is None and self._want_stream and self._stream_was_up and \
+                time.monotonic() >= self._stream_retry_at:
+            try:
+                ready = self._request(_pack(HELLO, js={}), timeout=2)[3] or {}
+            except (TimeoutError, BridgeError):
+                ready = {}
+            self._stream_up(ready.get("stream"))
+
+    def _stream_fail(self, e):
+        if self._stream is not None:
+            print("grpo_bridge: bridge %s: the stream failed (%s); requests go over NNG until it "
+                  "is back" % (self.url, e), file=sys.stderr)
+            self._stream.close()
+        self._stream = None
+        self._stream_later()
+
+    def _stream_recv(self):
+        """One reply from the stream, parsed (its payload a view of this client's buffer)."""
+        pre = self._recv_exact(8)
+        n = struct.unpack("<Q", pre)[0]
+        if n < _HDR.size or n > 1 << 40:
+            raise BridgeError("bridge %s: a stream message of %d bytes" % (self.url, n))
+        if len(self._sbuf) != n:
+            self._sbuf = bytearray(n)
+        view, got = memoryview(self._sbuf), 0
+        while got < n:
+            k = self._stream.recv_into(view[got:])
+            if k <= 0:
+                raise OSError("the publisher closed the stream")
+            got += k
+        return _unpack(self._sbuf)
+
+    def _recv_exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            k = self._stream.recv(n - len(buf))
+            if not k:
+                raise OSError("the publisher closed the stream")
+            buf += k
+        return buf
 
     # -- requests ------------------------------------------------------------------------------
+
+    def _get(self, msg, timeout=None):
+        """A GET on the stream when there is one (its reply whole before the next request goes
+        out), else over NNG; the stream given up on any failure, and the GET sent again over
+        NNG (it is idempotent)."""
+        self._stream_again()
+        self.last_streamed = self._stream is not None
+        if self._stream is not None:
+            try:
+                self._stream.sendall(struct.pack("<Q", len(msg)) + msg)
+                r = self._stream_recv()
+                if r[0] == ERROR:
+                    raise BridgeError("bridge %s: publisher says: %s"
+                                      % (self.url, (r[3] or {}).get("error")))
+                return r
+            except (OSError, socket.timeout) as e:
+                self._stream_fail(e)
+                self.last_streamed = False
+        return self._request(msg, timeout)
 
     def _request(self, msg, timeout=None):
         """Sends msg, resending every slice until a reply comes (requests are idempotent)."""
@@ -153,7 +273,7 @@ class BatchClient:
             ids = self._acks + self._held
             payload = struct.pack("<%dq" % len(ids), *ids)
             left = None if timeout is None else max(0.001, timeout - (time.monotonic() - t0))
-            mtype, a, b, js, body = self._request(
+            mtype, a, b, js, body = self._get(
                 _pack(GET, len(self._acks), len(self._held),
                       {"shm": int(self.shared_memory), "chunk": self.chunk_bytes}, payload),
                 timeout=left)
@@ -320,7 +440,13 @@ class BatchClient:
         try:
             self.flush()
         finally:
-            self._sock.close()
+            self._close_sockets()
+
+    def _close_sockets(self):
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        self._sock.close()
 
     def __enter__(self):
         return self
@@ -329,7 +455,7 @@ class BatchClient:
         if exc_type is None:
             self.close()
         else:
-            self._sock.close()
+            self._close_sockets()
         return False
 
 

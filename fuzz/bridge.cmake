@@ -10,3 +10,8 @@ grpo_add_fuzzer(batch_decode_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/batch_deco
 # The weight-delta applier (trainer_bridge/delta.c) against a small fixed base.
 grpo_add_fuzzer(weights_delta_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/weights_delta_fuzz.c
                 LIBS grpo_bridge grpo_common)
+# The publisher's end of the bridge stream (trainer_bridge/stream.c and the GET/ACK handling behind
+# it): each input written on a fresh stream connection to one publisher. Seeds:
+# fuzz/seeds/bridge_stream_fuzz (python3 tools/make_stream_seeds.py).
+grpo_add_fuzzer(bridge_stream_fuzz SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/bridge_stream_fuzz.c
+                LIBS grpo_bridge grpo_common)

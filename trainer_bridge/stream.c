@@ -222,10 +222,14 @@ recv_msg(int fd, grpo_buf *buf, uint64_t max)
     uint64_t n = grpo_bridge__get_u64(pre);
     if (n < GRPB_HDR || n > max)
         return -1;
-    buf->len = 0;
-    if (grpo__buf_reserve(buf, (size_t)n) != GRPO_OK || recv_all(fd, buf->data, (size_t)n) != 0)
-        return -1;
-    buf->len = (size_t)n;
+    /* the memory grows with the bytes that came, 16 MiB at a time: a length alone reserves
+     * nothing (once grown, a buffer is reused) */
+    for (buf->len = 0; buf->len < n;) {
+        size_t step = n - buf->len < ((size_t)16 << 20) ? (size_t)(n - buf->len) : (size_t)16 << 20;
+        if (grpo__buf_reserve(buf, step) != GRPO_OK || recv_all(fd, buf->data + buf->len, step) != 0)
+            return -1;
+        buf->len += step;
+    }
     return 0;
 }
 

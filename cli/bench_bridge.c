@@ -316,8 +316,8 @@ bench_row(int t, int prefetch, grpo_batch *b, const void *bytes, size_t len, dou
     }
     double gbs = (double)len * count / secs / 1e9, pgbs = (double)len * count / psecs / 1e9;
     double cb = (c1 - c0) * 1e3 / count, cp = (cpu_now() - c1) * 1e3 / count;
-    printf("%-11s %8.1fM %8d %11.1f %9.3f %13.3f %9.2f %10.2f %10.2f\n", tr, (double)len / (1 << 20),
-           count, count / secs, gbs, pgbs, gbs / pgbs, cb, cp);
+    printf("%-11s %8.1fM %8d %11.1f %9.3f %13.3f %9.2f %10.2f %10.2f\n", tr,
+           (double)len / (1 << 20), count, count / secs, gbs, pgbs, gbs / pgbs, cb, cp);
     fflush(stdout);
     return CLI_OK;
 }

@@ -1,11 +1,12 @@
 /* The bridge's conversation on a plain stream socket (trainer_bridge/stream.c), over tcp://
  * (batches inline) and ipc:// (an abstract unix socket, batches as memfd references, or inline
- * when the trainer turns shared memory off), every test run over each: batches arrive in id order byte for byte with the stream's prefetch on and off and with the
- * stream turned off; the window, acknowledgements and end of stream behave as over NNG; a trainer
- * that dies holding a batch gets it redelivered; a publisher restart breaks the stream, the
- * trainer goes on over NNG by itself and finds the new publisher's stream a second later; two trainers (one on the stream, one over NNG) racing over
- * the same batches leave nothing unacknowledged; and the stream's listener refuses what it must
- * (a wrong token, requests other than GET and ACK, malformed ids, an oversized message). */
+ * when the trainer turns shared memory off), every test run over each: batches arrive in id order
+ * byte for byte with the stream's prefetch on and off and with the stream turned off; the window,
+ * acknowledgements and end of stream behave as over NNG; a trainer that dies holding a batch gets
+ * it redelivered; a publisher restart breaks the stream, the trainer goes on over NNG by itself and
+ * finds the new publisher's stream a second later; two trainers (one on the stream, one over NNG)
+ * racing over the same batches leave nothing unacknowledged; and the stream's listener refuses what
+ * it must (a wrong token, requests other than GET and ACK, malformed ids, an oversized message). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -156,7 +157,7 @@ queued_run(int stream, int prefetch)
     grpo_bridge_stats st;
     grpo_bridge_publisher_stats(p, &st);
     assert_int_equal(st.sent, N);
-    assert_int_equal(st.streamed, stream ? N : 0); /* every reply on the stream, or none */
+    assert_int_equal(st.streamed, stream ? N : 0);    /* every reply on the stream, or none */
     assert_int_equal(st.shared, kind == IPC ? N : 0); /* ipc://: memfd references */
     assert_int_equal(st.redelivered, 0);
     assert_int_equal(st.acked, N);
@@ -318,8 +319,8 @@ race(void *arg)
         if (err == GRPO_ECANCELED)
             break;
         grpo_batch *b = NULL;
-        if (err != GRPO_OK || grpo_batch_decode(&b, bytes, len) != GRPO_OK ||
-            b->batch_id != id || id < 0 || id >= 64) { /* whole and valid */
+        if (err != GRPO_OK || grpo_batch_decode(&b, bytes, len) != GRPO_OK || b->batch_id != id ||
+            id < 0 || id >= 64) { /* whole and valid */
             fprintf(stderr, "trainer %d: %s\n", r->stream, grpo_error_last());
             grpo_batch_destroy(b);
             r->failures++;
@@ -370,7 +371,8 @@ test_two_trainers(void **state)
     grpo_bridge_publisher_destroy(p);
 }
 
-/* ---- the listener's refusals ------------------------------------------------------------------ */
+/* ---- the listener's refusals ------------------------------------------------------------------
+ */
 
 /* The stream READY announces (a port, or an abstract unix socket's name), read with a HELLO over
  * NNG. */
@@ -529,11 +531,11 @@ over_ipc_inline(void **state)
     return 0;
 }
 
-#define OVER(setup)                                                                            \
-    cmocka_unit_test_setup(test_queued, setup),                                                \
-        cmocka_unit_test_setup(test_window_and_wait, setup),                                   \
-        cmocka_unit_test_setup(test_redelivery_and_restart, setup),                            \
-        cmocka_unit_test_setup(test_two_trainers, setup),                                      \
+#define OVER(setup)                                                                                \
+    cmocka_unit_test_setup(test_queued, setup),                                                    \
+        cmocka_unit_test_setup(test_window_and_wait, setup),                                       \
+        cmocka_unit_test_setup(test_redelivery_and_restart, setup),                                \
+        cmocka_unit_test_setup(test_two_trainers, setup),                                          \
         cmocka_unit_test_setup(test_refusals, setup)
 
 int

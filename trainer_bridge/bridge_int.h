@@ -208,8 +208,8 @@ typedef struct {
  * registers (token from READY, hex) within timeout_ms; reads and writes give up after stall_ms
  * without progress. */
 grpo_err grpo_bridge__stream_connect(grpo_bridge__stream_in *in, const char *url, int port,
-                                     const char *unix_name, const char *token_hex,
-                                     int timeout_ms, int stall_ms);
+                                     const char *unix_name, const char *token_hex, int timeout_ms,
+                                     int stall_ms);
 /* One request: header, json, then payloads p1 and p2. */
 grpo_err grpo_bridge__stream_send(grpo_bridge__stream_in *in, int type, int64_t a, int64_t b,
                                   const char *json, const void *p1, size_t n1, const void *p2,

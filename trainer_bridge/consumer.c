@@ -35,13 +35,13 @@ struct grpo_bridge_consumer {
     int shm_fails; /* references in a row that could not be opened */
     grpo_buf
         buf; /* the batch read from shared memory (or put together from parts) next() handed out */
-    size_t chunk; /* batches over this many bytes come in parts of it (0: whole) */
-    int want_stream; /* talk on the publisher's stream (set_stream; off when it cannot be had) */
-    int stream_was_up;      /* it was connected once: after it breaks it is sought again */
+    size_t chunk;      /* batches over this many bytes come in parts of it (0: whole) */
+    int want_stream;   /* talk on the publisher's stream (set_stream; off when it cannot be had) */
+    int stream_was_up; /* it was connected once: after it breaks it is sought again */
     double stream_retry_at; /* grpo_now() from which it is sought again */
     double stream_backoff;  /* seconds to the next try after a failed one (1 s, doubling to 60) */
-    int stream_port; /* announced in READY (tcp://; 0: none) */
-    char stream_unix[64]; /* announced in READY (ipc://: an abstract socket's name; "": none) */
+    int stream_port;        /* announced in READY (tcp://; 0: none) */
+    char stream_unix[64];   /* announced in READY (ipc://: an abstract socket's name; "": none) */
     char stream_token[33];
     grpo_bridge__stream_in stream; /* connected: GETs go on it, batches come inline */
     grpo_buf sbuf;                 /* the last reply read from it (next() hands out its payload) */
@@ -254,7 +254,8 @@ done:
 }
 
 /* Gives up the prefetched GET: its reply, if it comes within 200 ms, is taken and dropped, so no
- * socket is left with a reply on its way (NNG 1.5.2's close then hangs); its acks are sent again. */
+ * socket is left with a reply on its way (NNG 1.5.2's close then hangs); its acks are sent again.
+ */
 static void
 prefetch_drop(grpo_bridge_consumer *c)
 {
@@ -337,8 +338,7 @@ ids_payload(const int64_t *ids, size_t n, const int64_t *extra, uint8_t **out)
 static void
 get_json(const grpo_bridge_consumer *c, int wait0, char *js, size_t cap)
 {
-    snprintf(js, cap, "{\"shm\":%d,\"chunk\":%zu%s}", c->shm, c->chunk,
-             wait0 ? ",\"wait\":0" : "");
+    snprintf(js, cap, "{\"shm\":%d,\"chunk\":%zu%s}", c->shm, c->chunk, wait0 ? ",\"wait\":0" : "");
 }
 
 /* The publisher has applied every pending acknowledgement. */
@@ -392,8 +392,8 @@ prefetch_send(grpo_bridge_consumer *c, int64_t got)
     get_json(c, 1, js, sizeof js);
     if (ids_payload(c->acks, c->nacks, NULL, &pa) == GRPO_OK &&
         ids_payload(c->held, c->nheld, dup ? NULL : &got, &ph) == GRPO_OK &&
-        send_req(c, 1 - c->cur, GRPB_GET, (int64_t)c->nacks, (int64_t)nh, js, pa, c->nacks * 8,
-                 ph, nh * 8, SLICE_MS) == GRPO_OK) {
+        send_req(c, 1 - c->cur, GRPB_GET, (int64_t)c->nacks, (int64_t)nh, js, pa, c->nacks * 8, ph,
+                 nh * 8, SLICE_MS) == GRPO_OK) {
         c->pf = 1;
         c->pf_acks = c->nacks;
     }
@@ -473,8 +473,8 @@ stream_get_send(grpo_bridge_consumer *c, const int64_t *extra, int wait0)
     get_json(c, wait0, js, sizeof js);
     if ((err = ids_payload(c->acks, c->nacks, NULL, &pa)) == GRPO_OK &&
         (err = ids_payload(c->held, c->nheld, add ? extra : NULL, &ph)) == GRPO_OK &&
-        (err = grpo_bridge__stream_send(&c->stream, GRPB_GET, (int64_t)c->nacks, (int64_t)nh,
-                                        js, pa, c->nacks * 8, ph, nh * 8)) == GRPO_OK) {
+        (err = grpo_bridge__stream_send(&c->stream, GRPB_GET, (int64_t)c->nacks, (int64_t)nh, js,
+                                        pa, c->nacks * 8, ph, nh * 8)) == GRPO_OK) {
         c->spf = 1;
         c->spf_acks = c->nacks;
     }
@@ -505,8 +505,8 @@ stream_get_recv(grpo_bridge_consumer *c, int timeout_ms, grpb_msg *m)
     }
     c->spf_acks = 0;
     if (m->type == GRPB_ERROR)
-        return grpo__fail(GRPO_ESTATE, "bridge %s: publisher says: %.*s", c->url,
-                          (int)m->json_len, m->json);
+        return grpo__fail(GRPO_ESTATE, "bridge %s: publisher says: %.*s", c->url, (int)m->json_len,
+                          m->json);
     return GRPO_OK;
 }
 

@@ -427,8 +427,7 @@ pick(const grpo_bridge_publisher *p, const int64_t *holds, size_t nholds)
  * over N bytes is answered with its first N and {"total"}; the trainer asks for the rest with
  * PART requests, so neither side handles one message of the whole size). */
 static void
-get_options(const grpo_bridge_publisher *p, const grpb_msg *m, bool *shm, size_t *chunk,
-            bool *wait)
+get_options(const grpo_bridge_publisher *p, const grpb_msg *m, bool *shm, size_t *chunk, bool *wait)
 {
     *shm = false;
     *chunk = 0;
@@ -637,8 +636,7 @@ stream_serve(void *ctx, const grpb_msg *m, grpo_bridge__stream_out *out)
         free(js);
         cJSON_Delete(j);
     } else if (r.type != GRPB_BATCH)
-        grpo_bridge__stream_reply(out, r.type, r.type == GRPB_OK ? 0 : r.unacked, 0, NULL, NULL,
-                                  0);
+        grpo_bridge__stream_reply(out, r.type, r.type == GRPB_OK ? 0 : r.unacked, 0, NULL, NULL, 0);
     else {
         char js[256];
         bool shm = r.shm && shm_ref_of(p, &r.e, js, sizeof js); /* ipc:// */

@@ -2,21 +2,23 @@
  * abstract unix socket for ipc://.
  *
  * Through NNG 1.5.2 a request and its reply pass through NNG's threads (about 20 context switches
- * a round trip on a 2-core machine, which bounds batches of 1 MiB and less), and a batch costs, besides the two
- * copies through the kernel, a zero-filled message and a copy into it on each side (NNG frees
- * what it sends and exports no shared message). On a stream a trainer's GET and ACK requests are
- * read and answered by one publisher thread of its own, and a batch goes from the publisher's kept
- * bytes straight into the socket and from the socket straight into the trainer's buffer.
+ * a round trip on a 2-core machine, which bounds batches of 1 MiB and less), and a batch costs,
+ * besides the two copies through the kernel, a zero-filled message and a copy into it on each side
+ * (NNG frees what it sends and exports no shared message). On a stream a trainer's GET and ACK
+ * requests are read and answered by one publisher thread of its own, and a batch goes from the
+ * publisher's kept bytes straight into the socket and from the socket straight into the trainer's
+ * buffer.
  *
  * The publisher listens on an ephemeral port of the host its URL names (tcp://), or on an abstract
  * unix socket of a random name (ipc://), and announces it, with a random token, in its READY reply
- * (JSON {"stream": {"port" or "unix", "token"}}). A trainer connects and
- * sends 32 bytes, the token then 16 zero bytes; the publisher answers with a READY message. From then on both sides send the bridge's own messages (the 32-byte GRPB
- * header, JSON, payload; docs/bridge.md, "Protocol"), each after its u64 little-endian length;
- * only GET and ACK are taken, each answered in order (over ipc:// a GET asking {"shm": 1} is
- * answered with a memfd reference, as over NNG). A trainer may send its next GET before it
- * has read the reply to the last (a prefetch: the replies come in order). A stream that fails on
- * either side is closed and that trainer talks over NNG again. */
+ * (JSON {"stream": {"port" or "unix", "token"}}). A trainer connects and sends 32 bytes, the
+ * token then 16 zero bytes; the publisher answers with a READY message. From then on both sides
+ * send the bridge's own messages (the 32-byte GRPB header, JSON, payload; docs/bridge.md,
+ * "Protocol"), each after its u64 little-endian length; only GET and ACK are taken, each answered
+ * in order (over ipc:// a GET asking {"shm": 1} is answered with a memfd reference, as over NNG).
+ * A trainer may send its next GET before it has read the reply to the last (a prefetch: the
+ * replies come in order). A stream that fails on either side is closed and that trainer talks over
+ * NNG until it finds the stream again. */
 #include "trainer_bridge/bridge_int.h"
 
 #include <errno.h>
@@ -46,7 +48,7 @@ typedef struct grpo_bridge__streams grpo_bridge__streams;
 
 struct grpo_bridge__stream_out {
     grpo_bridge__streams *owner;
-    int fd;  /* -1: free */
+    int fd;     /* -1: free */
     int broken; /* a reply could not be written */
     pthread_t thr;
     int started, exited; /* the thread was started / has returned (join it) */
@@ -56,7 +58,7 @@ struct grpo_bridge__streams {
     grpo_bridge__stream_host h;
     pthread_mutex_t mu; /* the table */
     int lfd;
-    int port;         /* tcp:// */
+    int port;           /* tcp:// */
     char unix_name[64]; /* ipc://: the abstract socket's name (without its leading NUL) */
     uint8_t token[16];
     pthread_t acc;
@@ -115,8 +117,8 @@ send_msg(int fd, int type, int64_t a, int64_t b, const char *json, const void *p
     size_t jl = json ? strlen(json) : 0;
     grpo_bridge__put_u64(pre, GRPB_HDR + jl + n1 + n2);
     grpo_bridge__msg_header(pre + 8, type, a, b, jl);
-    struct iovec iov[4] = {{pre, sizeof pre}, {(void *)json, jl}, {(void *)p1, n1},
-                           {(void *)p2, n2}};
+    struct iovec iov[4] = {
+        {pre, sizeof pre}, {(void *)json, jl}, {(void *)p1, n1}, {(void *)p2, n2}};
     struct iovec packed[4];
     int n = 0;
     for (int i = 0; i < 4; i++)
@@ -140,6 +142,17 @@ recv_all(int fd, void *buf, size_t n)
         return -1;
     }
     return 0;
+}
+
+/* TCP keepalive probes after 30 s idle, every 10 s, 3 of them (a no-op on unix sockets). */
+static void
+keepalive(int fd)
+{
+    int on = 1, idle = 30, intvl = 10, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
 }
 
 /* A blocking socket whose sends and receives give up after ms without progress. */
@@ -226,7 +239,8 @@ recv_msg(int fd, grpo_buf *buf, uint64_t max)
      * nothing (once grown, a buffer is reused) */
     for (buf->len = 0; buf->len < n;) {
         size_t step = n - buf->len < ((size_t)16 << 20) ? (size_t)(n - buf->len) : (size_t)16 << 20;
-        if (grpo__buf_reserve(buf, step) != GRPO_OK || recv_all(fd, buf->data + buf->len, step) != 0)
+        if (grpo__buf_reserve(buf, step) != GRPO_OK ||
+            recv_all(fd, buf->data + buf->len, step) != 0)
             return -1;
         buf->len += step;
     }
@@ -253,7 +267,9 @@ conversation(void *arg)
     grpo_buf req = {0};
     while (!out->broken) {
         grpb_msg m;
-        if (recv_msg(out->fd, &req, REQ_MAX) != 0 ||
+        /* a trainer may take its time between requests (a training step): only a message that
+         * stops half way is given up */
+        if (wait_fd(out->fd, POLLIN, -1) != 1 || recv_msg(out->fd, &req, REQ_MAX) != 0 ||
             grpo_bridge__msg_parse(req.data, req.len, &m) != GRPO_OK) {
             out->broken = 1;
             break;
@@ -305,7 +321,13 @@ admit(grpo_bridge__streams *ss, int fd)
         close(fd);
         return;
     }
+    /* Receives: STALL_MS inside a message. Sends: no bound, since a reply to a prefetched GET
+     * waits in the socket until the trainer's step is done and it reads (a trainer gone for good
+     * is found by keepalive, and the publisher's close shuts the socket). */
     set_timeouts(fd, STALL_MS);
+    struct timeval forever = {0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &forever, sizeof forever);
+    keepalive(fd);
     if (send_msg(fd, GRPB_READY, 0, 0, NULL, NULL, 0, NULL, 0) != 0) {
         close(fd);
         return;
@@ -351,7 +373,8 @@ listen_on(const char *url, int *port)
     if (!url_host(url, host, sizeof host, sport, sizeof sport))
         return -1;
     int wild = host[0] == '\0' || strcmp(host, "*") == 0;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE},
                     *res = NULL;
     if (getaddrinfo(wild ? NULL : host, "0", &hints, &res) != 0)
@@ -534,6 +557,7 @@ grpo_bridge__stream_connect(grpo_bridge__stream_in *in, const char *url, int por
         return grpo__fail_errno(GRPO_ENET, errno, "bridge %s: connecting its stream (%s)", url,
                                 where);
     nodelay(fd);
+    keepalive(fd); /* a publisher's host gone for good, while a reply is awaited */
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -546,8 +570,7 @@ grpo_bridge__stream_connect(grpo_bridge__stream_in *in, const char *url, int por
     grpo__buf_fini(&r);
     if (!ok) {
         close(fd);
-        return grpo__fail(GRPO_ENET, "bridge %s: its stream (%s) refused this trainer", url,
-                          where);
+        return grpo__fail(GRPO_ENET, "bridge %s: its stream (%s) refused this trainer", url, where);
     }
     set_timeouts(fd, stall_ms);
     in->fd = fd;
@@ -585,9 +608,9 @@ grpo_bridge__stream_recv(grpo_bridge__stream_in *in, grpo_buf *msg)
     errno = 0;
     if (in->fd < 0 || recv_msg(in->fd, msg, MSG_MAX) != 0)
         return grpo__fail(GRPO_ENET, "bridge: the stream broke off (%s)",
-                          in->fd < 0  ? "not connected"
-                          : errno     ? strerror(errno)
-                                      : "closed by the publisher");
+                          in->fd < 0 ? "not connected"
+                          : errno    ? strerror(errno)
+                                     : "closed by the publisher");
     return GRPO_OK;
 }
 

@@ -6,6 +6,7 @@
  * grpo_bridge__msg_parse accepts, of a reply type, and the publisher ends the conversation (EOF)
  * within 3 s of the input's end, so no input can hold one of its threads. Seeds:
  * fuzz/seeds/bridge_stream_fuzz (a GET, an ACK, a GET with JSON options, framed). */
+#include "common/common_int.h"
 #include "grpo/bridge.h"
 #include "trainer_bridge/bridge_int.h"
 
@@ -19,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -28,14 +28,6 @@ static grpo_bridge_publisher *pub;
 static char url[64], token[33];
 static int port;
 static int64_t next_id;
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The stream READY announces, from a HELLO over NNG. */
 static void
@@ -123,11 +115,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         put += (size_t)w;
     }
     shutdown(in.fd, SHUT_WR);
-    double t0 = now_s();
+    double t0 = grpo_now();
     grpo_buf msg = {0};
     for (;;) {
         int r = grpo_bridge__stream_wait(&in, 3000);
-        if (r == 0 || now_s() - t0 > 3.0)
+        if (r == 0 || grpo_now() - t0 > 3.0)
             abort(); /* the conversation did not end */
         if (r < 0 || grpo_bridge__stream_recv(&in, &msg) != GRPO_OK)
             break; /* EOF (or a reset): the end */

@@ -114,9 +114,11 @@ rows_bad_u8k8(const uint8_t *ids, size_t n, int experts)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 /* The same test with byte shuffles: each 32 bytes (4 rows) against their rows rotated by 1..4
- * bytes, equal bytes flagged by one compare; the max byte for the range. */
-__attribute__((target("avx2"))) static uint64_t
-rows_bad_avx2(const uint8_t *ids, size_t n_rows, int experts)
+ * bytes, equal bytes flagged by one compare; the max byte for the range. With dst, the rows are
+ * also copied there: one pass over memory instead of two (the check of a 64 MiB batch's routes
+ * took as long as their copy). Inlined into both callers, so the test without dst has no store. */
+__attribute__((target("avx2"), always_inline)) static inline uint64_t
+rows_bad_avx2_into(uint8_t *dst, const uint8_t *ids, size_t n_rows, int experts)
 {
     __m256i any = _mm256_setzero_si256(), top = _mm256_setzero_si256(), rot[4];
     for (int r = 1; r <= 4; r++) {
@@ -128,6 +130,8 @@ rows_bad_avx2(const uint8_t *ids, size_t n_rows, int experts)
     size_t r = 0;
     for (; r + 4 <= n_rows; r += 4) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(ids + 8 * r));
+        if (dst)
+            _mm256_storeu_si256((__m256i *)(void *)(dst + 8 * r), v);
         __m256i e0 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[0]));
         __m256i e1 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[1]));
         __m256i e2 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[2]));
@@ -141,42 +145,22 @@ rows_bad_avx2(const uint8_t *ids, size_t n_rows, int experts)
     uint8_t m = 0;
     for (int j = 0; j < 32; j++)
         m = t[j] > m ? t[j] : m;
+    if (dst)
+        memcpy(dst + 8 * r, ids + 8 * r, 8 * (n_rows - r));
     uint64_t bad = (uint64_t)!_mm256_testz_si256(any, any) | (uint64_t)(m >= experts);
     return bad | rows_bad_u8k8(ids + 8 * r, n_rows - r, experts);
 }
 
-/* rows_bad_avx2 fused with copying the rows to dst: one pass over memory instead of two (the
- * check of a 64 MiB batch's routes took as long as their copy). */
+__attribute__((target("avx2"))) static uint64_t
+rows_bad_avx2(const uint8_t *ids, size_t n_rows, int experts)
+{
+    return rows_bad_avx2_into(NULL, ids, n_rows, experts);
+}
+
 __attribute__((target("avx2"))) static uint64_t
 rows_copy_bad_avx2(uint8_t *dst, const uint8_t *ids, size_t n_rows, int experts)
 {
-    __m256i any = _mm256_setzero_si256(), top = _mm256_setzero_si256(), rot[4];
-    for (int r = 1; r <= 4; r++) {
-        uint8_t ix[32];
-        for (int j = 0; j < 32; j++)
-            ix[j] = (uint8_t)(((j & 15) & ~7) | ((j + r) & 7));
-        rot[r - 1] = _mm256_loadu_si256((const __m256i *)(const void *)ix);
-    }
-    size_t r = 0;
-    for (; r + 4 <= n_rows; r += 4) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(ids + 8 * r));
-        _mm256_storeu_si256((__m256i *)(void *)(dst + 8 * r), v);
-        __m256i e0 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[0]));
-        __m256i e1 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[1]));
-        __m256i e2 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[2]));
-        __m256i e3 = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(v, rot[3]));
-        any =
-            _mm256_or_si256(any, _mm256_or_si256(_mm256_or_si256(e0, e1), _mm256_or_si256(e2, e3)));
-        top = _mm256_max_epu8(top, v);
-    }
-    uint8_t t[32];
-    _mm256_storeu_si256((__m256i *)(void *)t, top);
-    uint8_t m = 0;
-    for (int j = 0; j < 32; j++)
-        m = t[j] > m ? t[j] : m;
-    memcpy(dst + 8 * r, ids + 8 * r, 8 * (n_rows - r));
-    uint64_t bad = (uint64_t)!_mm256_testz_si256(any, any) | (uint64_t)(m >= experts);
-    return bad | rows_bad_u8k8(ids + 8 * r, n_rows - r, experts);
+    return rows_bad_avx2_into(dst, ids, n_rows, experts);
 }
 #endif
 

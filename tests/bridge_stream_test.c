@@ -31,20 +31,7 @@
 #include "common/common_int.h"
 #include "grpo/bridge.h"
 #include "trainer_bridge/bridge_int.h"
-
-/* A TCP port nobody listens on now (the kernel's choice for port 0). */
-static int
-free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
+#include "tests/bridge_test_util.h"
 
 enum { TCP, IPC, IPC_INLINE }; /* the transports the tests run over */
 static int kind;
@@ -62,18 +49,7 @@ fresh_url(char *url, size_t cap)
 static grpo_bridge_publisher *
 start(const char *url, int window, const grpo_bridge_persist *persist)
 {
-    grpo_bridge_opts o;
-    grpo_bridge_opts_default(&o);
-    o.run_id = "r1";
-    o.window = window;
-    o.poll_ms = 50;
-    o.persist = persist;
-    grpo_bridge_publisher *p = NULL;
-    grpo_err err = grpo_bridge_publisher_create(&p, url, &o);
-    if (err != GRPO_OK)
-        fprintf(stderr, "%s\n", grpo_error_last());
-    assert_int_equal(err, GRPO_OK);
-    return p;
+    return start_publisher(url, window, persist, NULL);
 }
 
 /* Batch k: T tokens (1 MB ones among small ones when big), its tokens a function of k. */

@@ -384,7 +384,6 @@ test_prefetch(void **state)
     }
 }
 
-
 static void
 test_shared_memory(void **state)
 {
@@ -414,11 +413,11 @@ test_shared_memory(void **state)
 
 /* The reader of a slot refuses what it must: a rewritten slot (ESTATE: ask again), a wrong
  * token or an fd that is not there (EIO: fall back to messages), a malformed reference or one
- * over the size bound (EFORMAT); a reply without a reference reads nothing. */
+ * over the size bound (EFORMAT); a reply without a reference reads nothing. The same through
+ * pread and through mappings kept across reads (a slot grown past its mapping is mapped again). */
 static void
-test_shm_refusals(void **state)
+shm_refusals(grpo_bridge__shm_maps *maps)
 {
-    (void)state;
     grpo_bridge__shm_slot s;
     assert_int_equal(grpo_bridge__shm_open(&s), GRPO_OK);
     const char a[] = "first payload", b2[] = "the second, longer payload";
@@ -427,25 +426,25 @@ test_shm_refusals(void **state)
     grpo_bridge__shm_ref(&s, js, sizeof js);
     grpo_buf out = {0};
     int ref = -1;
-    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, &out, &ref), GRPO_OK);
+    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, maps, &out, &ref), GRPO_OK);
     assert_int_equal(ref, 1);
     assert_int_equal(out.len, sizeof a);
     assert_memory_equal(out.data, a, sizeof a);
     snprintf(old, sizeof old, "%s", js);
     assert_int_equal(grpo_bridge__shm_write(&s, b2, sizeof b2), GRPO_OK);
-    assert_int_equal(grpo_bridge__shm_read(old, strlen(old), 0, &out, &ref), GRPO_ESTATE);
+    assert_int_equal(grpo_bridge__shm_read(old, strlen(old), 0, maps, &out, &ref), GRPO_ESTATE);
     grpo_bridge__shm_ref(&s, js, sizeof js);
-    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, &out, &ref), GRPO_OK);
+    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, maps, &out, &ref), GRPO_OK);
     assert_memory_equal(out.data, b2, sizeof b2);
-    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 8, &out, &ref), GRPO_EFORMAT);
+    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 8, maps, &out, &ref), GRPO_EFORMAT);
     char *tok = strstr(js, "\"token\":\"") + 9;
     tok[0] = tok[0] == '0' ? '1' : '0'; /* another slot's token */
-    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, &out, &ref), GRPO_EIO);
+    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, maps, &out, &ref), GRPO_EIO);
     char gone[256];
     snprintf(gone, sizeof gone,
              "{\"shm\":{\"pid\":%d,\"fd\":999999,\"token\":\"%032d\",\"gen\":2,\"len\":4}}",
              (int)getpid(), 0);
-    assert_int_equal(grpo_bridge__shm_read(gone, strlen(gone), 0, &out, &ref), GRPO_EIO);
+    assert_int_equal(grpo_bridge__shm_read(gone, strlen(gone), 0, maps, &out, &ref), GRPO_EIO);
     const char *bad[] = {
         "{\"shm\":{}}",
         "{\"shm\":{\"pid\":1,\"fd\":3,\"token\":\"zz\",\"gen\":2,"
@@ -453,14 +452,35 @@ test_shm_refusals(void **state)
         "{\"shm\":{\"pid\":-4,\"fd\":3,\"token\":\"00000000000000000000000000000000\","
         "\"gen\":2,\"len\":4}}"};
     for (size_t i = 0; i < 3; i++)
-        assert_int_equal(grpo_bridge__shm_read(bad[i], strlen(bad[i]), 0, &out, &ref),
+        assert_int_equal(grpo_bridge__shm_read(bad[i], strlen(bad[i]), 0, maps, &out, &ref),
                          GRPO_EFORMAT);
-    assert_int_equal(grpo_bridge__shm_read("{}", 2, 0, &out, &ref), GRPO_OK);
+    assert_int_equal(grpo_bridge__shm_read("{}", 2, 0, maps, &out, &ref), GRPO_OK);
     assert_int_equal(ref, 0);
-    assert_int_equal(grpo_bridge__shm_read(NULL, 0, 0, &out, &ref), GRPO_OK);
+    assert_int_equal(grpo_bridge__shm_read(NULL, 0, 0, maps, &out, &ref), GRPO_OK);
     assert_int_equal(ref, 0);
+    static char big[10000]; /* past the slot's first page: it grows, and is mapped again */
+    memset(big, 7, sizeof big);
+    assert_int_equal(grpo_bridge__shm_write(&s, big, sizeof big), GRPO_OK);
+    grpo_bridge__shm_ref(&s, js, sizeof js);
+    assert_int_equal(grpo_bridge__shm_read(js, strlen(js), 0, maps, &out, &ref), GRPO_OK);
+    assert_int_equal(out.len, sizeof big);
+    assert_memory_equal(out.data, big, sizeof big);
     grpo__buf_fini(&out);
     grpo_bridge__shm_close(&s);
+}
+
+static void
+test_shm_refusals(void **state)
+{
+    (void)state;
+    shm_refusals(NULL); /* pread */
+    grpo_bridge__shm_maps maps = {0};
+    shm_refusals(&maps); /* copied out of the slots mapped once (they are sealed) */
+    int used = 0;
+    for (int i = 0; i < GRPO_BRIDGE__SHM_MAPS; i++)
+        used += maps.m[i].map != NULL;
+    assert_true(used >= 1);
+    grpo_bridge__shm_maps_fini(&maps);
 }
 
 static void
@@ -606,7 +626,8 @@ main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_window_end), cmocka_unit_test(test_redelivery_and_resume),
         cmocka_unit_test(test_staleness),        cmocka_unit_test(test_weights),
-        cmocka_unit_test(test_shared_memory), cmocka_unit_test(test_prefetch),    cmocka_unit_test(test_shm_refusals),
+        cmocka_unit_test(test_shared_memory),    cmocka_unit_test(test_prefetch),
+        cmocka_unit_test(test_shm_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

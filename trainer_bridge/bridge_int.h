@@ -163,12 +163,26 @@ grpo_err grpo_bridge__shm_write(grpo_bridge__shm_slot *s, const void *bytes, siz
 const void *grpo_bridge__shm_payload(const grpo_bridge__shm_slot *s);
 /* The BATCH reply's JSON naming the slot's current generation. */
 void grpo_bridge__shm_ref(const grpo_bridge__shm_slot *s, char *json, size_t cap);
+/* A trainer's mappings of the publisher's slots, each mapped once and reused. */
+#define GRPO_BRIDGE__SHM_MAPS 8
+typedef struct {
+    int pid, fd;
+    uint8_t token[16];
+    uint8_t *map; /* NULL: free */
+    size_t len;
+} grpo_bridge__shm_map;
+typedef struct {
+    grpo_bridge__shm_map m[GRPO_BRIDGE__SHM_MAPS];
+    unsigned next; /* the entry replaced next when none is free */
+} grpo_bridge__shm_maps;
+void grpo_bridge__shm_maps_fini(grpo_bridge__shm_maps *maps);
 /* Reads the batch a reply's JSON references into out (its memory reused). *referenced is 0 for a
  * reply without a reference (nothing read). GRPO_ESTATE: the slot was rewritten before or while
  * it was read (ask again); other errors: this trainer cannot read the publisher's memory (fall
- * back to payloads in the messages). max_len bounds the size (0: none). */
-grpo_err grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len, grpo_buf *out,
-                               int *referenced);
+ * back to payloads in the messages). max_len bounds the size (0: none). With maps (may be NULL)
+ * a slot sealed against shrinking is copied out of a mapping kept there, else read with pread. */
+grpo_err grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len,
+                               grpo_bridge__shm_maps *maps, grpo_buf *out, int *referenced);
 
 /* ---- the conversation on a plain stream socket (stream.c) --------------------------------------
  * A trainer that connected the stream its publisher announced in READY (JSON {"stream": {"port"

@@ -45,6 +45,7 @@ struct grpo_bridge_consumer {
     char stream_token[33];
     grpo_bridge__stream_in stream; /* connected: GETs go on it, batches come inline */
     grpo_buf sbuf;                 /* the last reply read from it (next() hands out its payload) */
+    grpo_bridge__shm_maps maps;    /* the publisher's slots, mapped (ipc://) */
     int spf;                       /* a GET is out on the stream (its reply not read yet) */
     size_t spf_acks;               /* the leading acks it carries: dropped once it is answered */
 };
@@ -279,6 +280,7 @@ grpo_bridge_consumer_destroy(grpo_bridge_consumer *c)
             grpo__nng_close_bounded(c->s[i], 5000, "bridge"); /* NNG 1.5's close can hang */
     grpo_bridge__stream_close(&c->stream);
     grpo__buf_fini(&c->sbuf);
+    grpo_bridge__shm_maps_fini(&c->maps);
     free(c->acks);
     free(c->held);
     free(c->url);
@@ -517,7 +519,7 @@ stream_get_recv(grpo_bridge_consumer *c, int timeout_ms, grpb_msg *m)
 static grpo_err
 stream_shm(grpo_bridge_consumer *c, const grpb_msg *m, int *shared)
 {
-    grpo_err err = grpo_bridge__shm_read(m->json, m->json_len, 0, &c->buf, shared);
+    grpo_err err = grpo_bridge__shm_read(m->json, m->json_len, 0, &c->maps, &c->buf, shared);
     if (err == GRPO_OK) {
         if (*shared)
             c->shm_fails = 0;
@@ -708,7 +710,8 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
             prefetch_send(c, m.a); /* its round trip overlaps the read below */
         int shared = 0;
         if (m.type == GRPB_BATCH && !total &&
-            (err = grpo_bridge__shm_read(m.json, m.json_len, 0, &c->buf, &shared)) != GRPO_OK) {
+            (err = grpo_bridge__shm_read(m.json, m.json_len, 0, &c->maps, &c->buf, &shared)) !=
+                GRPO_OK) {
             nng_msg_free(rep);
             prefetch_drop(c); /* it asked past this batch, which would come after it */
             if (err == GRPO_ENOMEM)

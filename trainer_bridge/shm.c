@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <stdint.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SHM_HDR 64
@@ -31,9 +32,16 @@ grpo_err
 grpo_bridge__shm_open(grpo_bridge__shm_slot *s)
 {
     memset(s, 0, sizeof *s);
-    s->fd = memfd_create("grpo-bridge-batch", MFD_CLOEXEC);
+    s->fd = memfd_create("grpo-bridge-batch", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (s->fd < 0)
         return grpo__fail_errno(GRPO_ESYS, errno, "bridge: memfd_create");
+    /* never smaller: a trainer may then map it without a SIGBUS past a shrunk end */
+    if (fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+        int e = errno;
+        close(s->fd);
+        s->fd = -1;
+        return grpo__fail_errno(GRPO_ESYS, e, "bridge: sealing a batch memfd");
+    }
     if (getrandom(s->token, sizeof s->token, 0) != (ssize_t)sizeof s->token) {
         close(s->fd);
         s->fd = -1;
@@ -182,9 +190,82 @@ hdr_matches(const uint8_t h[SHM_HDR], const uint8_t token[16], uint64_t gen, uin
            grpo_bridge__get_u64(h + 24) == len;
 }
 
+/* The payload through a mapping of the slot kept in maps (one per publisher slot, mapped once):
+ * a copy out of memory already mapped, where a pread looks every 4 KiB page up in the file. Only
+ * for a file sealed against shrinking (else 0: read it with pread). */
+static int
+mapped(grpo_bridge__shm_maps *maps, int pid, int fd, int f, const uint8_t token[16], uint64_t len,
+       grpo_bridge__shm_map **out)
+{
+    grpo_bridge__shm_map *m = NULL;
+    for (int i = 0; i < GRPO_BRIDGE__SHM_MAPS && m == NULL; i++) {
+        grpo_bridge__shm_map *e = &maps->m[i];
+        if (e->map && e->pid == pid && e->fd == fd && memcmp(e->token, token, 16) == 0)
+            m = e;
+    }
+    if (m != NULL && m->len >= SHM_HDR + len) {
+        *out = m;
+        return 1;
+    }
+    struct stat st;
+    int seals = f >= 0 ? fcntl(f, F_GET_SEALS) : -1;
+    if (f < 0 || seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(f, &st) != 0 ||
+        (uint64_t)st.st_size < SHM_HDR + len)
+        return 0;
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, f, 0);
+    if (p == MAP_FAILED)
+        return 0;
+    if (m == NULL) /* a free entry, or the next in turn */
+        m = &maps->m[maps->next++ % GRPO_BRIDGE__SHM_MAPS];
+    if (m->map)
+        munmap(m->map, m->len);
+    m->map = p;
+    m->len = (size_t)st.st_size;
+    m->pid = pid;
+    m->fd = fd;
+    memcpy(m->token, token, 16);
+    *out = m;
+    return 1;
+}
+
+void
+grpo_bridge__shm_maps_fini(grpo_bridge__shm_maps *maps)
+{
+    for (int i = 0; i < GRPO_BRIDGE__SHM_MAPS; i++)
+        if (maps->m[i].map)
+            munmap(maps->m[i].map, maps->m[i].len);
+    memset(maps, 0, sizeof *maps);
+}
+
+static uint64_t
+load_u64(const uint8_t *p)
+{
+    return __atomic_load_n((const uint64_t *)(const void *)p, __ATOMIC_ACQUIRE);
+}
+
+/* The sequence-locked read out of a mapping: header, payload, header again. */
+static grpo_err
+read_mapped(const grpo_bridge__shm_map *m, const uint8_t token[16], uint64_t gen, uint64_t len,
+            grpo_buf *out)
+{
+    if (memcmp(m->map, token, 16) != 0)
+        return grpo__fail(GRPO_EIO, "bridge: a mapped slot is not the publisher's batch file");
+    if (load_u64(m->map + 16) != gen || load_u64(m->map + 24) != len)
+        return grpo__fail(GRPO_ESTATE, "bridge: the shared batch changed before it was read");
+    grpo_err err = grpo__buf_reserve(out, (size_t)len ? (size_t)len : 1);
+    if (err != GRPO_OK)
+        return err;
+    memcpy(out->data, m->map + SHM_HDR, (size_t)len);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (load_u64(m->map + 16) != gen || load_u64(m->map + 24) != len)
+        return grpo__fail(GRPO_ESTATE, "bridge: the shared batch changed while it was read");
+    out->len = (size_t)len;
+    return GRPO_OK;
+}
+
 grpo_err
-grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len, grpo_buf *out,
-                      int *referenced)
+grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len,
+                      grpo_bridge__shm_maps *maps, grpo_buf *out, int *referenced)
 {
     int pid = 0, fd = -1;
     uint8_t token[16], h[SHM_HDR];
@@ -206,6 +287,11 @@ grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len, grpo_bu
                                 path);
     grpo_err err = GRPO_OK;
     out->len = 0;
+    grpo_bridge__shm_map *m = NULL;
+    if (maps != NULL && mapped(maps, pid, fd, f, token, len, &m)) {
+        close(f);
+        return read_mapped(m, token, gen, len, out);
+    }
     if (pread_full(f, h, SHM_HDR, 0) != 0 || memcmp(h, token, 16) != 0)
         err = grpo__fail(GRPO_EIO, "bridge: %s is not the publisher's batch file", path);
     else if (!hdr_matches(h, token, gen, len))

@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 #include "grpo/bridge.h"
 
+#include <inttypes.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -279,7 +280,10 @@ help(void)
         "                      reach the stream's port)\n"
         "  --prefetch MODE     on (default): the consumer sends the GET for the next batch while\n"
         "                      it reads this one; off: one request at a time; both: each row\n"
-        "                      twice, the second (marked /1req) without, in the same run\n");
+        "                      twice, the second (marked /1req) without, in the same run\n"
+        "  --serve URL         only publish, at URL, --batches N batches of the first size (run\n"
+        "                      id \"bench\") for a consumer in another process (bench/\n"
+        "                      bridge_python.py), then end the stream once all are acknowledged\n");
 }
 
 #define N_TRANSPORTS 4
@@ -322,20 +326,55 @@ bench_row(int t, int prefetch, grpo_batch *b, const void *bytes, size_t len, dou
     return CLI_OK;
 }
 
+/* --serve URL: a publisher of n batches of the given size (run id "bench") for a consumer in
+ * another process (bench/bridge_python.py): it publishes them, waits for every acknowledgement
+ * and ends the stream. */
+static int
+serve_only(const char *url, uint64_t size, int n, int window)
+{
+    grpo_batch *b = sized_batch(size);
+    grpo_bridge_opts o;
+    grpo_bridge_opts_default(&o);
+    o.run_id = "bench";
+    o.window = window;
+    grpo_bridge_publisher *p = NULL;
+    if (b == NULL || grpo_bridge_publisher_create(&p, url, &o) != GRPO_OK) {
+        grpo_batch_destroy(b);
+        return cli_fail("bench bridge --serve");
+    }
+    double t0 = grpo_now();
+    grpo_err err = GRPO_OK;
+    for (int i = 0; i < n && err == GRPO_OK; i++) {
+        b->batch_id = i;
+        err = grpo_bridge_publish(p, b, 600000);
+    }
+    if (err == GRPO_OK)
+        err = grpo_bridge_flush(p, 600000);
+    grpo_bridge_finish(p);
+    grpo_bridge_stats st;
+    grpo_bridge_publisher_stats(p, &st);
+    fprintf(stderr, "served %d batches in %.2f s (%" PRId64 " on streams, %" PRId64 " shared)\n", n,
+            grpo_now() - t0, st.streamed, st.shared);
+    grpo_bridge_publisher_destroy(p);
+    grpo_batch_destroy(b);
+    return err == GRPO_OK ? CLI_OK : cli_fail("bench bridge --serve");
+}
+
 int
 grpo_bench_bridge(int argc, char **argv)
 {
-    const char *sizes = "1M,64M", *transports = "ipc,tcp", *prefetch = "on";
+    const char *sizes = "1M,64M", *transports = "ipc,tcp", *prefetch = "on", *serve = NULL;
     double seconds = 2;
-    int window = 4;
+    int window = 4, n_serve = 0;
     if (cli_wants_help(argc, argv)) {
         help();
         return CLI_OK;
     }
     for (int i = 1; i < argc; i++) {
-        const char *known[] = {"--sizes", "--seconds", "--window", "--transports", "--prefetch"};
+        const char *known[] = {"--sizes",    "--seconds", "--window", "--transports",
+                               "--prefetch", "--serve",   "--batches"};
         bool ok = false;
-        for (size_t k = 0; k < 5; k++)
+        for (size_t k = 0; k < 7; k++)
             ok = ok || strcmp(argv[i], known[k]) == 0;
         if (!ok)
             return cli_usage("bench bridge", "unknown option \"%s\"", argv[i]);
@@ -349,8 +388,20 @@ grpo_bench_bridge(int argc, char **argv)
             window = atoi(argv[++i]);
         else if (strcmp(argv[i], "--prefetch") == 0)
             prefetch = argv[++i];
+        else if (strcmp(argv[i], "--serve") == 0)
+            serve = argv[++i];
+        else if (strcmp(argv[i], "--batches") == 0)
+            n_serve = atoi(argv[++i]);
         else
             transports = argv[++i];
+    }
+    if (serve != NULL) {
+        uint64_t size;
+        char first[64];
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(sizes, ","), sizes);
+        if (cli_parse_size(first, &size) != 0 || size < 64 || n_serve < 1 || window < 1)
+            return cli_usage("bench bridge", "--serve needs --batches N >= 1 and a size >= 64");
+        return serve_only(serve, size, n_serve, window);
     }
     if (seconds <= 0 || window < 1)
         return cli_usage("bench bridge", "--seconds must be > 0 and --window >= 1");

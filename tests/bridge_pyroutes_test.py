@@ -100,8 +100,31 @@ def main():
         b = decode_batch(f.read())
     assert not b.has_routes and b.routes(0) is None and routes_padded(b) is None
     check_v3()
+    check_k8()
     print("ok")
     return 0
+
+
+def check_k8():
+    """The k = 8 uint8 check (one 64-bit word per row, as in C) against sorting each row: random
+    rows of distinct ids, then a repeat at every pair of positions in the first, a middle and the
+    last row."""
+    from grpo_bridge.batch import _repeats
+    rng = np.random.default_rng(7)
+    a = np.stack([rng.permutation(256)[:8] for _ in range(37 * 3)]).astype(np.uint8)
+    a = a.reshape(37, 3, 8)
+    assert not _repeats(a)
+    rows = a.reshape(-1, 8)
+    for r in (0, 55, len(rows) - 1):
+        for i in range(8):
+            for j in range(i + 1, 8):
+                keep = rows[r, j]
+                rows[r, j] = rows[r, i]
+                assert _repeats(a), (r, i, j)
+                s = np.sort(rows.astype(np.int32), axis=1)
+                assert np.any(s[:, 1:] == s[:, :-1])
+                rows[r, j] = keep
+    assert not _repeats(a)
 
 
 def check_v3():

@@ -211,6 +211,33 @@ def _check(t, meta):
         n in t for n in ROUTE_FIELDS)) else 1)
 
 
+_ONES, _HIGHS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
+
+
+def _repeats(a):
+    """True when some (token, layer) row of a [tokens, layers, k] names an expert twice. Rows of 8
+    uint8 ids (V3/R1, Qwen3-MoE) as one 64-bit word each, as the C decoder does: two bytes are
+    equal exactly when the word XOR its rotation by 1, 2, 3 or 4 bytes has a zero byte; other
+    shapes by sorting each row."""
+    rows = a.reshape(-1, a.shape[2])
+    if a.dtype == np.uint8 and a.shape[2] == 8:
+        v = np.ascontiguousarray(rows).view("<u8").ravel()
+        x, t, acc = np.empty_like(v), np.empty_like(v), np.zeros_like(v)
+        for r in (8, 16, 24, 32):  # in place: no temporary arrays per operation
+            np.right_shift(v, np.uint64(r), out=t)
+            np.left_shift(v, np.uint64(64 - r), out=x)
+            x |= t
+            x ^= v
+            np.subtract(x, _ONES, out=t)
+            np.invert(x, out=x)
+            t &= x
+            acc |= t
+        acc &= _HIGHS
+        return bool(acc.any())
+    s = np.sort(rows.astype(np.int32), axis=1)
+    return bool(np.any(s[:, 1:] == s[:, :-1]))
+
+
 def _check_routes(t, meta, version):
     """Version 2's routes (schemas/batch_format.md, "Routes"), as grpo_batch_decode checks them."""
     present = [n for n in ROUTE_FIELDS if n in t]
@@ -237,8 +264,7 @@ def _check_routes(t, meta, version):
                                    % (n, np.dtype(dt)))
         if a.size and (int(a.min()) < 0 or int(a.max()) >= E):
             raise BatchFormatError("batch: %s holds an expert outside [0, %d)" % (n, E))
-        s = np.sort(a.reshape(-1, a.shape[2]).astype(np.int32), axis=1)
-        if np.any(s[:, 1:] == s[:, :-1]):
+        if _repeats(a):
             raise BatchFormatError("batch: %s names an expert twice for one token and layer" % n)
     nxt = 0
     for i in range(B):

@@ -360,16 +360,17 @@ serve_only(const char *url, uint64_t size, int n, int window)
     return err == GRPO_OK ? CLI_OK : cli_fail("bench bridge --serve");
 }
 
-int
-grpo_bench_bridge(int argc, char **argv)
+typedef struct {
+    const char *sizes, *transports, *prefetch, *serve;
+    double seconds;
+    int window, n_serve;
+} bridge_opts;
+
+/* The options (CLI_OK), or a usage error's status. */
+static int
+parse_opts(int argc, char **argv, bridge_opts *o)
 {
-    const char *sizes = "1M,64M", *transports = "ipc,tcp", *prefetch = "on", *serve = NULL;
-    double seconds = 2;
-    int window = 4, n_serve = 0;
-    if (cli_wants_help(argc, argv)) {
-        help();
-        return CLI_OK;
-    }
+    *o = (bridge_opts){"1M,64M", "ipc,tcp", "on", NULL, 2, 4, 0};
     for (int i = 1; i < argc; i++) {
         const char *known[] = {"--sizes",    "--seconds", "--window", "--transports",
                                "--prefetch", "--serve",   "--batches"};
@@ -381,35 +382,27 @@ grpo_bench_bridge(int argc, char **argv)
         if (i + 1 >= argc)
             return cli_usage("bench bridge", "%s needs a value", argv[i]);
         if (strcmp(argv[i], "--sizes") == 0)
-            sizes = argv[++i];
+            o->sizes = argv[++i];
         else if (strcmp(argv[i], "--seconds") == 0)
-            seconds = atof(argv[++i]);
+            o->seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--window") == 0)
-            window = atoi(argv[++i]);
+            o->window = atoi(argv[++i]);
         else if (strcmp(argv[i], "--prefetch") == 0)
-            prefetch = argv[++i];
+            o->prefetch = argv[++i];
         else if (strcmp(argv[i], "--serve") == 0)
-            serve = argv[++i];
+            o->serve = argv[++i];
         else if (strcmp(argv[i], "--batches") == 0)
-            n_serve = atoi(argv[++i]);
+            o->n_serve = atoi(argv[++i]);
         else
-            transports = argv[++i];
+            o->transports = argv[++i];
     }
-    if (serve != NULL) {
-        uint64_t size;
-        char first[64];
-        snprintf(first, sizeof first, "%.*s", (int)strcspn(sizes, ","), sizes);
-        if (cli_parse_size(first, &size) != 0 || size < 64 || n_serve < 1 || window < 1)
-            return cli_usage("bench bridge", "--serve needs --batches N >= 1 and a size >= 64");
-        return serve_only(serve, size, n_serve, window);
-    }
-    if (seconds <= 0 || window < 1)
+    if (o->seconds <= 0 || o->window < 1)
         return cli_usage("bench bridge", "--seconds must be > 0 and --window >= 1");
-    int pf_on = strcmp(prefetch, "off") != 0, pf_off = strcmp(prefetch, "on") != 0;
-    if (strcmp(prefetch, "on") != 0 && strcmp(prefetch, "off") != 0 && strcmp(prefetch, "both"))
-        return cli_usage("bench bridge", "--prefetch is on, off or both, not \"%s\"", prefetch);
+    if (strcmp(o->prefetch, "on") != 0 && strcmp(o->prefetch, "off") != 0 &&
+        strcmp(o->prefetch, "both"))
+        return cli_usage("bench bridge", "--prefetch is on, off or both, not \"%s\"", o->prefetch);
     char trs[256];
-    snprintf(trs, sizeof trs, "%s", transports);
+    snprintf(trs, sizeof trs, "%s", o->transports);
     for (char *save = NULL, *t = strtok_r(trs, ",", &save); t; t = strtok_r(NULL, ",", &save))
         if (strcmp(t, "ipc") != 0 && strcmp(t, "ipc-msg") != 0 && strcmp(t, "tcp") != 0 &&
             strcmp(t, "tcp-msg") != 0)
@@ -418,30 +411,54 @@ grpo_bench_bridge(int argc, char **argv)
                              "tcp-msg)",
                              t);
     char check[256];
-    snprintf(check, sizeof check, "%s", sizes);
+    snprintf(check, sizeof check, "%s", o->sizes);
     for (char *save = NULL, *s = strtok_r(check, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
         uint64_t v;
         if (cli_parse_size(s, &v) != 0 || v < 64)
             return cli_usage("bench bridge", "bad size \"%s\"", s);
     }
+    if (o->serve != NULL && o->n_serve < 1)
+        return cli_usage("bench bridge", "--serve needs --batches N >= 1");
+    return CLI_OK;
+}
+
+int
+grpo_bench_bridge(int argc, char **argv)
+{
+    if (cli_wants_help(argc, argv)) {
+        help();
+        return CLI_OK;
+    }
+    bridge_opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc != CLI_OK)
+        return rc;
+    if (o.serve != NULL) { /* the first size */
+        uint64_t size;
+        char first[64];
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(o.sizes, ","), o.sizes);
+        if (cli_parse_size(first, &size) != 0)
+            return cli_usage("bench bridge", "bad size \"%s\"", first);
+        return serve_only(o.serve, size, o.n_serve, o.window);
+    }
+    int pf_on = strcmp(o.prefetch, "off") != 0, pf_off = strcmp(o.prefetch, "on") != 0;
     printf("%-11s %9s %8s %11s %9s %13s %9s %10s %10s\n", "transport", "batch", "batches",
            "batches/s", "GB/s", "plain GB/s", "bridge/plain", "cpu ms/b", "plain cpu");
     char sz_list[256];
-    snprintf(sz_list, sizeof sz_list, "%s", sizes);
+    snprintf(sz_list, sizeof sz_list, "%s", o.sizes);
     for (char *save = NULL, *s = strtok_r(sz_list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
         uint64_t size;
-        if (cli_parse_size(s, &size) != 0 || size < 64)
+        if (cli_parse_size(s, &size) != 0)
             return cli_usage("bench bridge", "bad size \"%s\"", s);
         grpo_batch *b = sized_batch(size);
         void *bytes = NULL;
         size_t len = 0;
         if (b == NULL || grpo_batch_encode(b, &bytes, &len) != GRPO_OK)
             return cli_fail("bench bridge");
-        int rc = CLI_OK;
         for (int t = 0; t < N_TRANSPORTS && rc == CLI_OK; t++)
             for (int pf = 1; pf >= 0 && rc == CLI_OK; pf--)
-                if (list_has(transports, transport_names[t]) && (pf ? pf_on : pf_off))
-                    rc = bench_row(t, pf, b, bytes, len, seconds, window);
+                if (list_has(o.transports, transport_names[t]) && (pf ? pf_on : pf_off))
+                    rc = bench_row(t, pf, b, bytes, len, o.seconds, o.window);
         free(bytes);
         grpo_batch_destroy(b);
         if (rc != CLI_OK)

@@ -676,24 +676,11 @@ next_reply(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
     return get_once(c, timeout_ms, rep, m);
 }
 
-grpo_err
-grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *len,
-                          int64_t *batch_id, int timeout_ms)
+/* next() over NNG, with what is left of timeout_ms from t0. */
+static grpo_err
+next_nng(grpo_bridge_consumer *c, const void **bytes, size_t *len, int64_t *batch_id,
+         int timeout_ms, double t0)
 {
-    double t0 = grpo_now();
-    *bytes = NULL;
-    *len = 0;
-    if (c->last) {
-        nng_msg_free(c->last);
-        c->last = NULL;
-    }
-    stream_up(c);
-    if (c->stream.fd >= 0) {
-        int fell = 0;
-        grpo_err err = next_stream(c, bytes, len, batch_id, timeout_ms, t0, &fell);
-        if (!fell)
-            return err;
-    }
     for (;;) {
         nng_msg *rep = NULL;
         grpb_msg m;
@@ -763,6 +750,27 @@ grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *l
             return grpo__fail(GRPO_ETIMEOUT, "bridge %s: no batch within %d ms", c->url,
                               timeout_ms);
     }
+}
+
+grpo_err
+grpo_bridge_consumer_next(grpo_bridge_consumer *c, const void **bytes, size_t *len,
+                          int64_t *batch_id, int timeout_ms)
+{
+    double t0 = grpo_now();
+    *bytes = NULL;
+    *len = 0;
+    if (c->last) {
+        nng_msg_free(c->last);
+        c->last = NULL;
+    }
+    stream_up(c);
+    if (c->stream.fd >= 0) {
+        int fell = 0;
+        grpo_err err = next_stream(c, bytes, len, batch_id, timeout_ms, t0, &fell);
+        if (!fell)
+            return err;
+    }
+    return next_nng(c, bytes, len, batch_id, timeout_ms, t0);
 }
 
 grpo_err

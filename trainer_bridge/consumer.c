@@ -447,7 +447,7 @@ parts_total(const grpb_msg *m)
     return n;
 }
 
-/* ---- the stream (tcp://): GETs on a plain TCP connection, batches inline -------------------- */
+/* ---- the stream: GETs on a plain socket (TCP, or unix for ipc://), batches inline or in memfds */
 
 /* The stream broke: requests go over NNG until it is back (stream_up; a batch its last GET was
  * answered with is not held, so the next GET returns it again). */

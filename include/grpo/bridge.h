@@ -382,8 +382,8 @@ typedef struct grpo_bridge_publisher grpo_bridge_publisher;
 /* Threads: every publisher function may be called from any thread; publish calls are serialized
  * (ids are queued in order). The persist callbacks run on the publishing thread (put) and on the
  * threads that answer trainers (ack, mark_sent: the server thread, and one per trainer on a
- * stream), so they must be thread-safe (ack is called with the publisher's lock held). A weights check (sha256 of the
- * file) runs on the server thread and delays batch delivery while it lasts. */
+ * stream), so they must be thread-safe (ack is called with the publisher's lock held). A weights
+ * check (sha256 of the file) runs on the server thread and delays batch delivery while it lasts. */
 
 /* Listens on url (tcp://host:port or ipc:///path) and serves batches from a background thread.
  * Resumes the unacknowledged batches listed by opts->persist. The caller owns *out. */

@@ -335,6 +335,28 @@ ids_payload(const int64_t *ids, size_t n, const int64_t *extra, uint8_t **out)
     return GRPO_OK;
 }
 
+static bool
+is_held(const grpo_bridge_consumer *c, int64_t id)
+{
+    for (size_t i = 0; i < c->nheld; i++)
+        if (c->held[i] == id)
+            return true;
+    return false;
+}
+
+/* A GET's payloads: the pending acks (*pa) and the held ids (*ph, *nh of them), with `extra`
+ * among them when it is not NULL and not held yet (the batch just received). */
+static grpo_err
+get_payloads(const grpo_bridge_consumer *c, const int64_t *extra, uint8_t **pa, uint8_t **ph,
+             size_t *nh)
+{
+    int add = extra != NULL && !is_held(c, *extra);
+    *nh = c->nheld + (size_t)add;
+    *pa = *ph = NULL;
+    grpo_err err = ids_payload(c->acks, c->nacks, NULL, pa);
+    return err == GRPO_OK ? ids_payload(c->held, c->nheld, add ? extra : NULL, ph) : err;
+}
+
 /* A GET's JSON options: payloads in shared memory or in parts; wait0: answered at once (a
  * prefetch). */
 static void
@@ -351,32 +373,35 @@ acks_sent(grpo_bridge_consumer *c)
     c->pf_acks = 0;
 }
 
+/* An early GET carrying the first `carried` acks was answered: those are applied, drop them
+ * (acks added since stay pending). */
+static void
+acks_applied(grpo_bridge_consumer *c, size_t carried)
+{
+    size_t n = carried < c->nacks ? carried : c->nacks;
+    if (n > 0) {
+        memmove(c->acks, c->acks + n, (c->nacks - n) * sizeof *c->acks);
+        c->nacks -= n;
+    }
+}
+
 /* One GET: *rep holds the reply. Acks are cleared once the publisher has answered. */
 static grpo_err
 get_once(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *m)
 {
-    uint8_t *pa = NULL, *ph = NULL;
+    uint8_t *pa, *ph;
+    size_t nh;
     grpo_err err;
     char js[128];
     get_json(c, 0, js, sizeof js);
-    if ((err = ids_payload(c->acks, c->nacks, NULL, &pa)) == GRPO_OK &&
-        (err = ids_payload(c->held, c->nheld, NULL, &ph)) == GRPO_OK &&
-        (err = request(c, GRPB_GET, (int64_t)c->nacks, (int64_t)c->nheld, js, pa, c->nacks * 8, ph,
-                       c->nheld * 8, timeout_ms, rep)) == GRPO_OK &&
+    if ((err = get_payloads(c, NULL, &pa, &ph, &nh)) == GRPO_OK &&
+        (err = request(c, GRPB_GET, (int64_t)c->nacks, (int64_t)nh, js, pa, c->nacks * 8, ph,
+                       nh * 8, timeout_ms, rep)) == GRPO_OK &&
         (err = check_reply(c, *rep, m)) == GRPO_OK)
         acks_sent(c);
     free(pa);
     free(ph);
     return err;
-}
-
-static bool
-is_held(const grpo_bridge_consumer *c, int64_t id)
-{
-    for (size_t i = 0; i < c->nheld; i++)
-        if (c->held[i] == id)
-            return true;
-    return false;
 }
 
 /* Sends, on the other socket, the GET for the batch after `got` (held from now on) with
@@ -387,13 +412,11 @@ prefetch_send(grpo_bridge_consumer *c, int64_t got)
 {
     if (!c->prefetch || c->pf)
         return;
-    bool dup = is_held(c, got);
-    size_t nh = c->nheld + !dup;
-    uint8_t *pa = NULL, *ph = NULL;
+    uint8_t *pa, *ph;
+    size_t nh;
     char js[128];
     get_json(c, 1, js, sizeof js);
-    if (ids_payload(c->acks, c->nacks, NULL, &pa) == GRPO_OK &&
-        ids_payload(c->held, c->nheld, dup ? NULL : &got, &ph) == GRPO_OK &&
+    if (get_payloads(c, &got, &pa, &ph, &nh) == GRPO_OK &&
         send_req(c, 1 - c->cur, GRPB_GET, (int64_t)c->nacks, (int64_t)nh, js, pa, c->nacks * 8, ph,
                  nh * 8, SLICE_MS) == GRPO_OK) {
         c->pf = 1;
@@ -425,11 +448,7 @@ prefetch_take(grpo_bridge_consumer *c, int timeout_ms, nng_msg **rep, grpb_msg *
         *rep = NULL;
         return err;
     }
-    size_t n = c->pf_acks < c->nacks ? c->pf_acks : c->nacks; /* applied: drop them */
-    if (n > 0) {
-        memmove(c->acks, c->acks + n, (c->nacks - n) * sizeof *c->acks);
-        c->nacks -= n;
-    }
+    acks_applied(c, c->pf_acks);
     c->pf_acks = 0;
     return GRPO_OK;
 }
@@ -445,6 +464,24 @@ parts_total(const grpb_msg *m)
                    : 0;
     cJSON_Delete(j);
     return n;
+}
+
+/* Reads a batch a reply references in shared memory into c->buf, with *shared = 1; nothing (and
+ * *shared = 0) for a batch in the reply itself. A publisher that died after its reply is asked
+ * again; one this trainer cannot open SHM_TRIES times in a row (another namespace or user)
+ * sends its batches in the replies from now on. */
+static grpo_err
+shm_take(grpo_bridge_consumer *c, const grpb_msg *m, int *shared)
+{
+    grpo_err err = grpo_bridge__shm_read(m->json, m->json_len, 0, &c->maps, &c->buf, shared);
+    if (err == GRPO_OK && *shared)
+        c->shm_fails = 0;
+    if (err != GRPO_OK && err != GRPO_ESTATE && err != GRPO_ENOMEM && ++c->shm_fails >= SHM_TRIES) {
+        grpo_log(GRPO_LOG_INFO, "bridge %s: %s; batches come in the replies from now on", c->url,
+                 grpo_error_last());
+        c->shm = 0;
+    }
+    return err;
 }
 
 /* ---- the stream: GETs on a plain socket (TCP, or unix for ipc://), batches inline or in memfds */
@@ -467,14 +504,12 @@ stream_fail(grpo_bridge_consumer *c)
 static grpo_err
 stream_get_send(grpo_bridge_consumer *c, const int64_t *extra, int wait0)
 {
-    int add = extra != NULL && !is_held(c, *extra);
-    size_t nh = c->nheld + (size_t)add;
-    uint8_t *pa = NULL, *ph = NULL;
-    grpo_err err;
+    uint8_t *pa, *ph;
+    size_t nh;
     char js[128];
     get_json(c, wait0, js, sizeof js);
-    if ((err = ids_payload(c->acks, c->nacks, NULL, &pa)) == GRPO_OK &&
-        (err = ids_payload(c->held, c->nheld, add ? extra : NULL, &ph)) == GRPO_OK &&
+    grpo_err err;
+    if ((err = get_payloads(c, extra, &pa, &ph, &nh)) == GRPO_OK &&
         (err = grpo_bridge__stream_send(&c->stream, GRPB_GET, (int64_t)c->nacks, (int64_t)nh, js,
                                         pa, c->nacks * 8, ph, nh * 8)) == GRPO_OK) {
         c->spf = 1;
@@ -500,11 +535,7 @@ stream_get_recv(grpo_bridge_consumer *c, int timeout_ms, grpb_msg *m)
         err = GRPO_ENET; /* out of step: give the stream up */
     if (err != GRPO_OK)
         return err;
-    size_t n = c->spf_acks < c->nacks ? c->spf_acks : c->nacks; /* applied: drop them */
-    if (n > 0) {
-        memmove(c->acks, c->acks + n, (c->nacks - n) * sizeof *c->acks);
-        c->nacks -= n;
-    }
+    acks_applied(c, c->spf_acks);
     c->spf_acks = 0;
     if (m->type == GRPB_ERROR)
         return grpo__fail(GRPO_ESTATE, "bridge %s: publisher says: %.*s", c->url, (int)m->json_len,
@@ -514,25 +545,14 @@ stream_get_recv(grpo_bridge_consumer *c, int timeout_ms, grpb_msg *m)
 
 /* Reads a batch the stream's reply references in shared memory (ipc://) into c->buf, with
  * *shared = 1; nothing for a batch inline. On failure the prefetch sent for the batch after it
- * is answered and dropped (it asked past this one), and a trainer that cannot open the
- * publisher's memory SHM_TRIES times in a row asks for batches inline from now on. */
+ * is answered and dropped (it asked past this one). */
 static grpo_err
 stream_shm(grpo_bridge_consumer *c, const grpb_msg *m, int *shared)
 {
-    grpo_err err = grpo_bridge__shm_read(m->json, m->json_len, 0, &c->maps, &c->buf, shared);
-    if (err == GRPO_OK) {
-        if (*shared)
-            c->shm_fails = 0;
-        return GRPO_OK;
-    }
+    grpo_err err = shm_take(c, m, shared);
     grpb_msg late;
-    if (c->spf && stream_get_recv(c, SLICE_MS, &late) == GRPO_ENET)
+    if (err != GRPO_OK && c->spf && stream_get_recv(c, SLICE_MS, &late) == GRPO_ENET)
         stream_fail(c);
-    if (err != GRPO_ESTATE && err != GRPO_ENOMEM && ++c->shm_fails >= SHM_TRIES) {
-        grpo_log(GRPO_LOG_INFO, "bridge %s: %s; batches come inline from now on", c->url,
-                 grpo_error_last());
-        c->shm = 0;
-    }
     return err;
 }
 
@@ -696,24 +716,13 @@ next_nng(grpo_bridge_consumer *c, const void **bytes, size_t *len, int64_t *batc
         if (m.type == GRPB_BATCH && !total)
             prefetch_send(c, m.a); /* its round trip overlaps the read below */
         int shared = 0;
-        if (m.type == GRPB_BATCH && !total &&
-            (err = grpo_bridge__shm_read(m.json, m.json_len, 0, &c->maps, &c->buf, &shared)) !=
-                GRPO_OK) {
+        if (m.type == GRPB_BATCH && !total && (err = shm_take(c, &m, &shared)) != GRPO_OK) {
             nng_msg_free(rep);
             prefetch_drop(c); /* it asked past this batch, which would come after it */
             if (err == GRPO_ENOMEM)
                 return err;
-            /* A publisher that died after its reply is asked again; one this trainer cannot open
-             * SHM_TRIES times in a row (another namespace or user) sends in messages from now on */
-            if (err != GRPO_ESTATE && ++c->shm_fails >= SHM_TRIES) {
-                grpo_log(GRPO_LOG_INFO, "bridge %s: %s; batches come in the messages from now on",
-                         c->url, grpo_error_last());
-                c->shm = 0;
-            }
             continue; /* the batch is not held yet: the next GET returns it (or a newer one) */
         }
-        if (shared)
-            c->shm_fails = 0;
         if (total && (err = get_parts(c, &m, total)) != GRPO_OK) {
             nng_msg_free(rep);
             if (err != GRPO_ESTATE)

@@ -190,32 +190,35 @@ hdr_matches(const uint8_t h[SHM_HDR], const uint8_t token[16], uint64_t gen, uin
            grpo_bridge__get_u64(h + 24) == len;
 }
 
-/* The payload through a mapping of the slot kept in maps (one per publisher slot, mapped once):
- * a copy out of memory already mapped, where a pread looks every 4 KiB page up in the file. Only
- * for a file sealed against shrinking (else 0: read it with pread). */
-static int
-mapped(grpo_bridge__shm_maps *maps, int pid, int fd, int f, const uint8_t token[16], uint64_t len,
-       grpo_bridge__shm_map **out)
+/* The mapping kept in maps of the slot (pid, fd, token), or NULL (a batch's copy then comes out
+ * of memory already mapped, where a pread looks every 4 KiB page up in the file). */
+static grpo_bridge__shm_map *
+map_find(grpo_bridge__shm_maps *maps, int pid, int fd, const uint8_t token[16])
 {
-    grpo_bridge__shm_map *m = NULL;
-    for (int i = 0; i < GRPO_BRIDGE__SHM_MAPS && m == NULL; i++) {
+    for (int i = 0; i < GRPO_BRIDGE__SHM_MAPS; i++) {
         grpo_bridge__shm_map *e = &maps->m[i];
         if (e->map && e->pid == pid && e->fd == fd && memcmp(e->token, token, 16) == 0)
-            m = e;
+            return e;
     }
-    if (m != NULL && m->len >= SHM_HDR + len) {
-        *out = m;
-        return 1;
-    }
+    return NULL;
+}
+
+/* Maps the slot open as f (at least SHM_HDR + len bytes) into m (that slot's entry, mapped too
+ * short before) or into the entry next in turn; NULL for a file not sealed against shrinking
+ * (read it with pread). */
+static grpo_bridge__shm_map *
+map_new(grpo_bridge__shm_maps *maps, grpo_bridge__shm_map *m, int pid, int fd, int f,
+        const uint8_t token[16], uint64_t len)
+{
     struct stat st;
-    int seals = f >= 0 ? fcntl(f, F_GET_SEALS) : -1;
-    if (f < 0 || seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(f, &st) != 0 ||
+    int seals = fcntl(f, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(f, &st) != 0 ||
         (uint64_t)st.st_size < SHM_HDR + len)
-        return 0;
+        return NULL;
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, f, 0);
     if (p == MAP_FAILED)
-        return 0;
-    if (m == NULL) /* a free entry, or the next in turn */
+        return NULL;
+    if (m == NULL) /* the entries in turn: the free ones come first */
         m = &maps->m[maps->next++ % GRPO_BRIDGE__SHM_MAPS];
     if (m->map)
         munmap(m->map, m->len);
@@ -224,8 +227,7 @@ mapped(grpo_bridge__shm_maps *maps, int pid, int fd, int f, const uint8_t token[
     m->pid = pid;
     m->fd = fd;
     memcpy(m->token, token, 16);
-    *out = m;
-    return 1;
+    return m;
 }
 
 void
@@ -279,6 +281,10 @@ grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len,
     if (max_len && len > max_len)
         return grpo__fail(GRPO_EFORMAT, "bridge: shared batch of %" PRIu64 " bytes (max %zu)", len,
                           max_len);
+    out->len = 0;
+    grpo_bridge__shm_map *m = maps ? map_find(maps, pid, fd, token) : NULL;
+    if (m != NULL && m->len >= SHM_HDR + len) /* mapped already: nothing to open */
+        return read_mapped(m, token, gen, len, out);
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
     int f = open(path, O_RDONLY | O_CLOEXEC);
@@ -286,9 +292,7 @@ grpo_bridge__shm_read(const char *json, size_t json_len, size_t max_len,
         return grpo__fail_errno(GRPO_EIO, errno, "bridge: opening the publisher's batch (%s)",
                                 path);
     grpo_err err = GRPO_OK;
-    out->len = 0;
-    grpo_bridge__shm_map *m = NULL;
-    if (maps != NULL && mapped(maps, pid, fd, f, token, len, &m)) {
+    if (maps != NULL && (m = map_new(maps, m, pid, fd, f, token, len)) != NULL) {
         close(f);
         return read_mapped(m, token, gen, len, out);
     }

@@ -67,7 +67,7 @@ struct grpo_bridge_publisher {
     int shm_mode;      /* the last GET asked for shared memory: publish fills a slot, not a reply */
     size_t chunk_mode; /* the last GET's part size (0: whole batches): no whole reply prebuilt */
     int stream_mode;   /* the last GET came on a stream: no whole reply prebuilt either */
-    grpo_bridge__streams *streams; /* tcp:// only: trainers' GETs and ACKs on plain TCP streams */
+    grpo_bridge__streams *streams; /* trainers' GETs and ACKs on plain stream sockets (stream.c) */
     /* A batch's bytes being sent outside mu (by the server thread or a stream's) are pinned: an
      * acknowledgement meanwhile (possible after a redelivery) parks them until the send is done. */
     const void *pinned[PINS_MAX];
@@ -307,15 +307,23 @@ reply(grpo_bridge_publisher *p, int type, int64_t a, int64_t b, const char *json
         grpo__rep_reply(p->rep, p->token, m);
 }
 
-static void
-reply_error(grpo_bridge_publisher *p, const char *msg)
+/* An ERROR reply's JSON, {"error": msg} (the caller frees it; NULL when out of memory). */
+static char *
+error_json(const char *msg)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "error", msg);
     char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+static void
+reply_error(grpo_bridge_publisher *p, const char *msg)
+{
+    char *s = error_json(msg);
     reply(p, GRPB_ERROR, 0, 0, s, NULL, 0);
     free(s);
-    cJSON_Delete(j);
 }
 
 /* ---- request handlers ---------------------------------------------------------------------- */
@@ -629,12 +637,9 @@ stream_serve(void *ctx, const grpb_msg *m, grpo_bridge__stream_out *out)
     get_res r;
     get_take(p, m, m->type == GRPB_ACK, 1, &r);
     if (r.type == GRPB_ERROR) {
-        cJSON *j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "error", grpo_error_last());
-        char *js = cJSON_PrintUnformatted(j);
+        char *js = error_json(grpo_error_last());
         grpo_bridge__stream_reply(out, GRPB_ERROR, 0, 0, js, NULL, 0);
         free(js);
-        cJSON_Delete(j);
     } else if (r.type != GRPB_BATCH)
         grpo_bridge__stream_reply(out, r.type, r.type == GRPB_OK ? 0 : r.unacked, 0, NULL, NULL, 0);
     else {

@@ -44,8 +44,6 @@
 #define REQ_MAX ((uint64_t)64 << 20) /* a request (its ack and held lists) */
 #define MSG_MAX ((uint64_t)1 << 40)
 
-typedef struct grpo_bridge__streams grpo_bridge__streams;
-
 struct grpo_bridge__stream_out {
     grpo_bridge__streams *owner;
     int fd;     /* -1: free */

@@ -106,17 +106,25 @@ sized_batch(uint64_t size)
     return b;
 }
 
-/* Bridge: publish `count` batches (encode + store in memory + send), consumer acks each. */
-static int
-run_bridge(const char *url, int in_messages, int prefetch, grpo_batch *b, int count, int window,
-           double *secs, size_t *len)
+/* A publisher of run "bench" with the given window at url; NULL when it cannot listen. */
+static grpo_bridge_publisher *
+bench_publisher(const char *url, int window)
 {
     grpo_bridge_opts o;
     grpo_bridge_opts_default(&o);
     o.run_id = "bench";
     o.window = window;
     grpo_bridge_publisher *p = NULL;
-    if (grpo_bridge_publisher_create(&p, url, &o) != GRPO_OK)
+    return grpo_bridge_publisher_create(&p, url, &o) == GRPO_OK ? p : NULL;
+}
+
+/* Bridge: publish `count` batches (encode + store in memory + send), consumer acks each. */
+static int
+run_bridge(const char *url, int in_messages, int prefetch, grpo_batch *b, int count, int window,
+           double *secs, size_t *len)
+{
+    grpo_bridge_publisher *p = bench_publisher(url, window);
+    if (p == NULL)
         return -1;
     consumer_arg ca = {url, in_messages, prefetch, count, 0, GRPO_OK, ""};
     pthread_t th;
@@ -333,12 +341,8 @@ static int
 serve_only(const char *url, uint64_t size, int n, int window)
 {
     grpo_batch *b = sized_batch(size);
-    grpo_bridge_opts o;
-    grpo_bridge_opts_default(&o);
-    o.run_id = "bench";
-    o.window = window;
-    grpo_bridge_publisher *p = NULL;
-    if (b == NULL || grpo_bridge_publisher_create(&p, url, &o) != GRPO_OK) {
+    grpo_bridge_publisher *p = b ? bench_publisher(url, window) : NULL;
+    if (p == NULL) {
         grpo_batch_destroy(b);
         return cli_fail("bench bridge --serve");
     }

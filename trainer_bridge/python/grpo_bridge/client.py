@@ -3,9 +3,9 @@
 The trainer pulls with a REQ socket, or, when the publisher announces one, on a plain stream
 socket beside it (TCP for tcp://, an abstract unix socket for ipc://: the same messages, each
 after its u64 length, without NNG's threads and copies; requests go over NNG again by themselves
-when the stream cannot be reached or breaks). Every GET carries the ids it acknowledges and the ids it still
-holds (received, not yet acknowledged); the publisher answers with the first unacknowledged batch
-the trainer does not hold. A lost reply, a publisher restart or a trainer restart therefore only
+when the stream cannot be reached or breaks). Every GET carries the ids it acknowledges and the
+ids it still holds (received, not yet acknowledged); the publisher answers with the first
+unacknowledged batch the trainer does not hold. A lost reply, a publisher restart or a trainer restart therefore only
 means the batch comes again: delivery is at least once, and Batch.batch_id lets the trainer drop
 duplicates (keep the ids of processed batches with the checkpoint)."""
 import hashlib
@@ -203,30 +203,32 @@ class BatchClient:
 
     def _stream_recv(self):
         """One reply from the stream, parsed (its payload a view of this client's buffer)."""
-        pre = self._recv_exact(8)
+        pre = bytearray(8)
+        self._recv_into(memoryview(pre))
         n = struct.unpack("<Q", pre)[0]
         if n < _HDR.size or n > 1 << 40:
             raise BridgeError("bridge %s: a stream message of %d bytes" % (self.url, n))
         if len(self._sbuf) != n:
             self._sbuf = bytearray(n)
-        view, got = memoryview(self._sbuf), 0
-        while got < n:
+        self._recv_into(memoryview(self._sbuf))
+        return _unpack(self._sbuf)
+
+    def _recv_into(self, view):
+        """Fills view from the stream."""
+        got = 0
+        while got < len(view):
             k = self._stream.recv_into(view[got:])
             if k <= 0:
                 raise OSError("the publisher closed the stream")
             got += k
-        return _unpack(self._sbuf)
-
-    def _recv_exact(self, n):
-        buf = b""
-        while len(buf) < n:
-            k = self._stream.recv(n - len(buf))
-            if not k:
-                raise OSError("the publisher closed the stream")
-            buf += k
-        return buf
 
     # -- requests ------------------------------------------------------------------------------
+
+    def _checked(self, r):
+        """A parsed reply, or BridgeError when it is the publisher's ERROR."""
+        if r[0] == ERROR:
+            raise BridgeError("bridge %s: publisher says: %s" % (self.url, (r[3] or {}).get("error")))
+        return r
 
     def _get(self, msg, timeout=None):
         """A GET on the stream when there is one (its reply whole before the next request goes
@@ -237,12 +239,8 @@ class BatchClient:
         if self._stream is not None:
             try:
                 self._stream.sendall(struct.pack("<Q", len(msg)) + msg)
-                r = self._stream_recv()
-                if r[0] == ERROR:
-                    raise BridgeError("bridge %s: publisher says: %s"
-                                      % (self.url, (r[3] or {}).get("error")))
-                return r
-            except (OSError, socket.timeout) as e:
+                return self._checked(self._stream_recv())
+            except OSError as e:  # socket.timeout included
                 self._stream_fail(e)
                 self.last_streamed = False
         return self._request(msg, timeout)
@@ -261,9 +259,7 @@ class BatchClient:
                 if left is not None and time.monotonic() - t0 >= timeout:
                     raise TimeoutError("bridge %s: no answer within %.1f s" % (self.url, timeout))
                 continue
-            if r[0] == ERROR:
-                raise BridgeError("bridge %s: publisher says: %s" % (self.url, (r[3] or {}).get("error")))
-            return r
+            return self._checked(r)
 
     def next(self, timeout=None):
         """The next Batch; raises EndOfStream when the publisher finished, TimeoutError after

@@ -118,6 +118,19 @@ bench_publisher(const char *url, int window)
     return grpo_bridge_publisher_create(&p, url, &o) == GRPO_OK ? p : NULL;
 }
 
+/* Publishes b as batches 0 .. n-1 (each within publish_ms), then waits up to flush_ms for
+ * every acknowledgement. */
+static grpo_err
+publish_all(grpo_bridge_publisher *p, grpo_batch *b, int n, int publish_ms, int flush_ms)
+{
+    grpo_err err = GRPO_OK;
+    for (int i = 0; i < n && err == GRPO_OK; i++) {
+        b->batch_id = i;
+        err = grpo_bridge_publish(p, b, publish_ms);
+    }
+    return err == GRPO_OK ? grpo_bridge_flush(p, flush_ms) : err;
+}
+
 /* Bridge: publish `count` batches (encode + store in memory + send), consumer acks each. */
 static int
 run_bridge(const char *url, int in_messages, int prefetch, grpo_batch *b, int count, int window,
@@ -130,13 +143,7 @@ run_bridge(const char *url, int in_messages, int prefetch, grpo_batch *b, int co
     pthread_t th;
     double t0 = grpo_now();
     pthread_create(&th, NULL, consume, &ca);
-    grpo_err err = GRPO_OK;
-    for (int i = 0; i < count && err == GRPO_OK; i++) {
-        b->batch_id = i;
-        err = grpo_bridge_publish(p, b, 60000);
-    }
-    if (err == GRPO_OK)
-        err = grpo_bridge_flush(p, 120000);
+    grpo_err err = publish_all(p, b, count, 60000, 120000);
     pthread_join(th, NULL);
     *secs = grpo_now() - t0;
     *len = count ? (size_t)(ca.bytes / count) : 0;
@@ -347,13 +354,7 @@ serve_only(const char *url, uint64_t size, int n, int window)
         return cli_fail("bench bridge --serve");
     }
     double t0 = grpo_now();
-    grpo_err err = GRPO_OK;
-    for (int i = 0; i < n && err == GRPO_OK; i++) {
-        b->batch_id = i;
-        err = grpo_bridge_publish(p, b, 600000);
-    }
-    if (err == GRPO_OK)
-        err = grpo_bridge_flush(p, 600000);
+    grpo_err err = publish_all(p, b, n, 600000, 600000);
     grpo_bridge_finish(p);
     grpo_bridge_stats st;
     grpo_bridge_publisher_stats(p, &st);

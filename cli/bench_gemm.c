@@ -64,7 +64,9 @@ typedef struct {
     blas blas;
     int N, K, threads, reps;
     float *x, *wf, *y, *yb; /* activations (Mmax x K), fp32 weights, outputs */
-    grpo_kw w[3];           /* FP8, BF16, F32 views of the same values */
+    grpo_kw w[4];           /* FP8, BF16, F32 views of the same values; Q8 requantized */
+    int8_t *q8;
+    float *q8s;
 } gemm_bench;
 
 static uint64_t
@@ -121,6 +123,13 @@ make_weights(gemm_bench *b, void **fp8, float **scale, uint16_t **bf)
     b->w[0] = (grpo_kw){*fp8, GRPO_DT_F8E4M3, b->N, b->K, *scale, 128, 128, sc, 0};
     b->w[1] = (grpo_kw){*bf, GRPO_DT_BF16, b->N, b->K, NULL, 0, 0, 0, 0};
     b->w[2] = (grpo_kw){b->wf, GRPO_DT_F32, b->N, b->K, NULL, 0, 0, 0, 0};
+    if (b->K % GRPO_Q8_BLOCK != 0) /* no Q8 column */
+        return 0;
+    b->q8 = malloc(grpo_q8_bytes(b->N, b->K));
+    b->q8s = malloc(grpo_q8_scales(b->N, b->K) * sizeof *b->q8s);
+    if (b->q8 == NULL || b->q8s == NULL || grpo_kw_to_q8(&b->w[0], b->q8, b->q8s) != 0)
+        return -1;
+    b->w[3] = grpo_kw_q8(b->q8, b->q8s, b->N, b->K);
     return 0;
 }
 
@@ -179,9 +188,9 @@ worst_diff(const gemm_bench *b, int M)
 static int
 run_m(gemm_bench *b, grpo_kernels *k, int M, int wide)
 {
-    double flop = 2.0 * M * (double)b->N * b->K, t[3], t2 = 0;
-    for (int d = 0; d < 3; d++)
-        t[d] = time_ours(b, k, M, &b->w[d]);
+    double flop = 2.0 * M * (double)b->N * b->K, t[4], t2 = 0;
+    for (int d = 0; d < 4; d++)
+        t[d] = d < 3 || b->q8 != NULL ? time_ours(b, k, M, &b->w[d]) : 0;
     if (wide) {
         grpo_kernels_cpu_set_gemm_isa(0);
         t2 = time_ours(b, k, M, &b->w[0]);
@@ -194,6 +203,10 @@ run_m(gemm_bench *b, grpo_kernels *k, int M, int wide)
            flop / t[0] / 1e9, t[1] * 1e3, flop / t[1] / 1e9, t[2] * 1e3, flop / t[2] / 1e9);
     if (wide)
         printf(" %.3f ms, %.1f |", t2 * 1e3, flop / t2 / 1e9);
+    if (b->q8 != NULL)
+        printf(" %.3f ms, %.1f |", t[3] * 1e3, flop / t[3] / 1e9);
+    else
+        printf(" - |");
     printf(" %.3f ms, %.1f GFLOP/s | %.2fx | %.1e |\n", tb * 1e3, flop / tb / 1e9, tb / t[0], diff);
     fflush(stdout);
     return diff < 1e-5 ? 0 : -1;
@@ -278,8 +291,9 @@ grpo_bench_gemm(int argc, char **argv)
     printf("GEMM micro-kernel: %s\n\n", wide ? "AVX-512VL, 6 rows (the AVX2 one, 3 rows, also "
                                                "shown)"
                                              : "AVX2 or baseline, 3 rows");
-    printf("| M | grpo, FP8 weights | grpo, BF16 | grpo, F32 |%s OpenBLAS sgemm, F32 weights | "
-           "OpenBLAS time / grpo FP8 time | max diff |\n|---|---|---|---|%s---|---|---|\n",
+    printf("| M | grpo, FP8 weights | grpo, BF16 | grpo, F32 |%s grpo, Q8 (`--numerics q8`) | "
+           "OpenBLAS sgemm, F32 weights | OpenBLAS time / grpo FP8 time | max diff |\n"
+           "|---|---|---|---|%s---|---|---|---|\n",
            wide ? " grpo, FP8, AVX2 kernel |" : "", wide ? "---|" : "");
     rc = CLI_OK;
     for (const char *p = ms; *p && rc == CLI_OK;) {
@@ -295,6 +309,7 @@ done:
     if (b.blas.lib)
         dlclose(b.blas.lib);
     grpo_kernels_destroy(k);
-    free(fp8), free(scale), free(bf), free(b.wf), free(b.x), free(b.y), free(b.yb);
+    free(fp8), free(scale), free(bf), free(b.wf), free(b.q8), free(b.q8s), free(b.x), free(b.y),
+        free(b.yb);
     return rc;
 }

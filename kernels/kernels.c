@@ -3,6 +3,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t
@@ -104,6 +105,14 @@ grpo_kw
 grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n)
 {
     grpo_kw v = *w;
+    if (w->dt == GRPO_DT_Q8) { /* whole groups of the packed layout */
+        if (r0 % GRPO_Q8_GROUP != 0)
+            abort(); /* never asked: attention's per-head views are of FP8 kv_b */
+        v.data = (const int8_t *)w->data + grpo_q8_bytes(r0, w->cols);
+        v.scale = w->scale + grpo_q8_scales(r0, w->cols);
+        v.rows = n;
+        return v;
+    }
     v.data = (const char *)w->data + (size_t)r0 * (size_t)w->cols * grpo_dtype_size(w->dt);
     v.rows = n;
     v.row0 = w->row0 + r0;

@@ -17,18 +17,21 @@ typedef enum grpo_dtype {
     GRPO_DT_BF16 = 1,
     GRPO_DT_F16 = 2,
     GRPO_DT_F8E4M3 = 3,
-    GRPO_DT_Q8 = 4 /* int8 with one F32 scale per GRPO_Q8_BLOCK columns of a row (CPU only) */
+    GRPO_DT_Q8 = 4 /* int8 with one F32 scale per GRPO_Q8_BLOCK columns of a row, packed by
+                      GRPO_Q8_GROUP rows (CPU only) */
 } grpo_dtype;
 
 #define GRPO_Q8_BLOCK 32
+#define GRPO_Q8_GROUP 8
 
 size_t grpo_dtype_size(grpo_dtype dt);
 const char *grpo_dtype_name(grpo_dtype dt);
 
 /* A weight matrix (rows = output features, cols = input features), row-major in its file dtype.
- * FP8 (and Q8) weights carry a (ceil(R/br), ceil(C/bc)) F32 grid `scale` (the checkpoint's weight_scale_inv:
- * value = fp8 * scale), where R is the full matrix's row count. A view of rows [row0, row0+rows) of
- * a bigger matrix keeps `scale` pointing at the full grid and `data` at its first row. */
+ * FP8 (and Q8) weights carry a (ceil(R/br), ceil(C/bc)) F32 grid `scale` (the checkpoint's
+ * weight_scale_inv: value = fp8 * scale), where R is the full matrix's row count. A view of rows
+ * [row0, row0+rows) of a bigger matrix keeps `scale` pointing at the full grid and `data` at its
+ * first row. */
 typedef struct grpo_kw {
     const void *data;
     grpo_dtype dt;
@@ -38,13 +41,21 @@ typedef struct grpo_kw {
     int32_t row0;
 } grpo_kw;
 
-/* Q8 weights (the GRPO_NUMERICS_Q8 option, kernels/cpu/q8.c): value = q * scale[row][col / 32],
- * scale a (rows, cols / 32) grid (br = 1, bc = 32). grpo_kw_to_q8 requantizes src (any other
- * dtype, cols a multiple of 32) into q (rows * cols) and scale (rows * cols / 32): each block of
- * 32 exact dequantized values gets d = amax / 127 and q = rint(v / d); -1 when src does not
- * qualify or memory runs out. grpo_kw_q8 is the matrix over those buffers. A GEMM over Q8
- * weights quantizes its activations the same way per row and block (not the exact fp32 path). */
+/* Q8 weights (the GRPO_NUMERICS_Q8 option, kernels/cpu/q8.c): value = q * scale, one scale per
+ * row and 32 columns (br = 1, bc = 32), stored packed for the integer GEMM: rows in groups of
+ * GRPO_Q8_GROUP = 8; group g holds, for each column pair p, 16 bytes: rows 8g .. 8g + 7 at columns
+ * 2p and 2p + 1 (row 8g + i at bytes 2i, 2i + 1), so data has grpo_q8_bytes(rows, cols) bytes.
+ * Scales: group g, block b: 8 floats (row 8g + i at i), grpo_q8_scales(rows, cols) in all. Rows
+ * past `rows` in the last group are 0 with scale 0. grpo_kw_to_q8 requantizes src (any other
+ * dtype, cols a multiple of 32) into q and scale: each block of 32 exact dequantized values gets
+ * d = amax / 127 and q = rint(v / d); -1 when src does not qualify or memory runs out.
+ * grpo_kw_q8 is the matrix over those buffers; grpo_q8_value reads one weight. A view of a Q8
+ * matrix (grpo_kw_rows) starts at a multiple of 8 rows. A GEMM over Q8 weights quantizes its
+ * activations per row and block to int16 (not the exact fp32 path). */
+size_t grpo_q8_bytes(int32_t rows, int32_t cols);
+size_t grpo_q8_scales(int32_t rows, int32_t cols);
 int grpo_kw_to_q8(const grpo_kw *src, int8_t *q, float *scale);
+float grpo_q8_value(const grpo_kw *w, int32_t r, int32_t c);
 grpo_kw grpo_kw_q8(const int8_t *q, const float *scale, int32_t rows, int32_t cols);
 
 /* Rows [r0, r0+n) of w as a view. */

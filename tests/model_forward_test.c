@@ -200,7 +200,7 @@ profile_counts_ops_same_bits(void **state)
     /* a layer: the x projections as one batch, then q_b and o; 4 forwards */
     assert_true(batch >= (uint64_t)(L * 4));
     assert_true(gemm >= (uint64_t)(2 * L * 4));
-    assert_int_equal(naive, (uint64_t)L);       /* one prefill chunk */
+    assert_int_equal(naive, (uint64_t)L); /* one prefill chunk */
     assert_int_equal(absorbed, (uint64_t)(3 * L));
     assert_true(total > 0);
     grpo_model_profile q; /* stopped: another forward leaves the counters alone */
@@ -392,11 +392,11 @@ batch_and_threads_invariant(void **state)
     grpo_kernels_cpu_set_min_parallel(262144);
 }
 
-/* The Q8 option on the FP8 model: its projections and experts are requantized (more bytes per
- * token: a scale per 32 weights), the logits move off the exact path but stay near transformers':
- * mean KL(transformers || q8) over the positions below 0.015 nats and the same top token at 85%
- * of them (measured 2026-12-01 on this random-weight model: KL 4.8e-3, 63 of 72; random weights
- * are harsher on 8-bit activations than trained ones). */
+/* The Q8 option on the FP8 model: its projections, experts and lm_head are requantized (other
+ * bytes per token: 1.125 per weight), the logits move off the exact path but stay near
+ * transformers': mean KL(transformers || q8) over the positions below 0.015 nats and the same top
+ * token at 85% of them (measured 2026-12-03 on this random-weight model: KL 1.0e-2, 65 of 72;
+ * random weights are harsher on 8-bit weights than trained ones). */
 static void
 q8_close_to_transformers(void **state)
 {
@@ -405,7 +405,7 @@ q8_close_to_transformers(void **state)
     grpo_model_opts eo = {2, 0, 0, GRPO_NUMERICS_EXACT, 0};
     assert_int_equal(grpo_model_load(&ex, f->dir, &eo), GRPO_OK);
     assert_int_equal(grpo_model_numerics(f->m), GRPO_NUMERICS_Q8);
-    assert_true(grpo_model_bytes_per_token(f->m) > grpo_model_bytes_per_token(ex) * 1.05);
+    assert_true(grpo_model_bytes_per_token(f->m) != grpo_model_bytes_per_token(ex));
     grpo_model_destroy(ex);
     grpo_kv *kv = new_kv(f->m);
     int32_t seq;

@@ -198,12 +198,9 @@ grpo_kw_dequant_row(const grpo_kw *w, int32_t r, int32_t c0, int32_t n, float *o
         }
         break;
     }
-    case GRPO_DT_Q8: {
-        const int8_t *s = (const int8_t *)w->data + base;
-        const float *srow = w->scale + (size_t)(w->row0 + r) * (size_t)w->scale_cols;
+    case GRPO_DT_Q8:
         for (int32_t i = 0; i < n; i++)
-            out[i] = (float)s[i] * srow[(c0 + i) / GRPO_Q8_BLOCK];
+            out[i] = grpo_q8_value(w, r, c0 + i);
         break;
-    }
     }
 }

@@ -1,15 +1,19 @@
 /* The Q8 numerics option (grpo_model_opts.numerics = GRPO_NUMERICS_Q8): weights requantized at
- * load to int8 with one fp32 scale per 32 columns of a row, and activations quantized the same way
- * per row as each GEMM starts, so that a 32-column block's dot product is an exact integer sum
- * (AVX2 vpmaddubsw + vpmaddwd: four times fewer instructions per weight byte than converting
- * FP8 to fp32, which keeps batch-1 decode at the memory bandwidth on AVX2 CPUs).
+ * load to int8 with one fp32 scale per 32 columns of a row (llama.cpp's Q8_0 weights), packed 8
+ * rows at a time (kernels.h); activations quantized per row and 32 columns to int16 as each GEMM
+ * starts. A 32-column block's dot product is then an exact integer (AVX2 vpmaddwd: 16
+ * multiply-adds per instruction, twice the fp32 FMA's), so one kernel shape serves every batch:
+ * a tile of R activation rows x 16 output columns (R = 1 streams the weights at decode; R = 4
+ * reuses each weight load for 4 rows at batch 64 and in prefill).
  *
- * Arithmetic of one output element y = sum over blocks b of dw_b * dx_b * I_b, where I_b is the
- * block's integer dot: lane l (0..7) holds the integer sum of columns 32b + 4l .. 32b + 4l + 3,
- * acc[l] = fma((float)lane, dw_b * dx_b, acc[l]) for b in order, then the fixed 8-lane tree. The
- * AVX2 kernel and the portable one compute exactly this, so the bits do not depend on the CPU's
- * vector unit, on M or on the thread count. Quantization: d = amax / 127, q = rint(x * (127 /
- * amax)) (0 for an all-zero block); a non-finite value makes its block's scale NaN. */
+ * Arithmetic of one output element: acc = 0, then for each block b in column order
+ * acc = fma((float)I_b, dw_b * dx_b, acc), where I_b is the block's integer dot (exact: |w| <= 127
+ * and |x| <= 32767 keep 32 products far inside int32), dw_b the weight block's scale and dx_b the
+ * activation block's. The AVX2 kernel and the portable one compute exactly this for every element,
+ * so the bits do not depend on the CPU's vector unit, on M, on the tile an element falls in or on
+ * the thread count. Quantization: weights d = amax / 127, q = rint(v * (127 / amax)); activations
+ * d = amax / 32767, q = rint(x * (32767 / amax)); 0 for an all-zero block; a non-finite value makes
+ * its block's scale NaN. */
 #include "kernels/cpu/cpu_int.h"
 
 #include <math.h>
@@ -21,28 +25,74 @@
 #endif
 
 #define QB GRPO_Q8_BLOCK
-#define NB 4 /* weight rows per tile */
+#define QG GRPO_Q8_GROUP
+#define TG 2   /* groups per tile: 16 output columns */
+#define RMAX 4 /* activation rows per micro-kernel call */
+#define XMAX 32767.0f
 
-/* Quantizes n (a multiple of QB) values of x into q and one scale per block into d. */
+size_t
+grpo_q8_bytes(int32_t rows, int32_t cols)
+{
+    return (size_t)((rows + QG - 1) / QG) * QG * (size_t)cols;
+}
+
+size_t
+grpo_q8_scales(int32_t rows, int32_t cols)
+{
+    return (size_t)((rows + QG - 1) / QG) * QG * (size_t)(cols / QB);
+}
+
+/* Byte of weight (r, c) and float of its scale in the packed layout (kernels.h). */
+static inline size_t
+q8_at(int32_t cols, int32_t r, int32_t c)
+{
+    return (size_t)(r / QG) * QG * (size_t)cols + (size_t)(c / 2) * (2 * QG) +
+           (size_t)(r % QG) * 2 + (size_t)(c % 2);
+}
+
+static inline size_t
+q8_scale_at(int32_t cols, int32_t r, int32_t b)
+{
+    return ((size_t)(r / QG) * (size_t)(cols / QB) + (size_t)b) * QG + (size_t)(r % QG);
+}
+
+float
+grpo_q8_value(const grpo_kw *w, int32_t r, int32_t c)
+{
+    const int8_t *q = w->data;
+    return (float)q[q8_at(w->cols, r, c)] * w->scale[q8_scale_at(w->cols, r, c / QB)];
+}
+
+/* Quantizes the QB values of one block to int levels of +-lim: the levels into q (as ints) and
+ * the block's scale into *d. */
+static inline void
+quant_block(const float *x, float lim, int32_t *q, float *d)
+{
+    float amax = 0.0f;
+    int bad = 0;
+    for (int i = 0; i < QB; i++) {
+        float a = fabsf(x[i]);
+        bad |= !(a <= 3.4028235e38f); /* NaN or inf */
+        amax = a > amax ? a : amax;
+    }
+    float id = amax > 0.0f && !bad ? lim / amax : 0.0f;
+    *d = bad ? NAN : amax / lim;
+    for (int i = 0; i < QB; i++) {
+        float v = rintf(x[i] * id);
+        v = v > lim ? lim : v < -lim ? -lim : v;
+        q[i] = (int32_t)v;
+    }
+}
+
+/* Quantizes n (a multiple of QB) activations of x into int16 levels q and one scale per block. */
 GRPO_CPU_CLONES static void
-quant_row(const float *x, int n, int8_t *q, float *d)
+quant_row16(const float *x, int n, int16_t *q, float *d)
 {
     for (int b = 0; b < n / QB; b++) {
-        const float *xb = x + (size_t)b * QB;
-        float amax = 0.0f;
-        int bad = 0;
-        for (int i = 0; i < QB; i++) {
-            float a = fabsf(xb[i]);
-            bad |= !(a <= 3.4028235e38f); /* NaN or inf */
-            amax = a > amax ? a : amax;
-        }
-        float id = amax > 0.0f && !bad ? 127.0f / amax : 0.0f;
-        d[b] = bad ? NAN : amax / 127.0f;
-        for (int i = 0; i < QB; i++) {
-            float v = rintf(xb[i] * id);
-            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-            q[(size_t)b * QB + i] = (int8_t)v;
-        }
+        int32_t v[QB];
+        quant_block(x + (size_t)b * QB, XMAX, v, d + b);
+        for (int i = 0; i < QB; i++)
+            q[(size_t)b * QB + (size_t)i] = (int16_t)v[i];
     }
 }
 
@@ -51,13 +101,20 @@ grpo_kw_to_q8(const grpo_kw *src, int8_t *q, float *scale)
 {
     if (src->cols % QB != 0 || src->dt == GRPO_DT_Q8)
         return -1;
-    float *row = malloc((size_t)src->cols * sizeof *row);
+    int32_t K = src->cols;
+    float *row = malloc((size_t)K * sizeof *row);
     if (row == NULL)
         return -1;
-    int sc = src->cols / QB;
+    memset(q, 0, grpo_q8_bytes(src->rows, K)); /* the last group's padding rows: 0, scale 0 */
+    memset(scale, 0, grpo_q8_scales(src->rows, K) * sizeof *scale);
     for (int32_t r = 0; r < src->rows; r++) {
-        grpo_kw_dequant_row(src, r, 0, src->cols, row);
-        quant_row(row, src->cols, q + (size_t)r * (size_t)src->cols, scale + (size_t)r * sc);
+        grpo_kw_dequant_row(src, r, 0, K, row);
+        for (int32_t b = 0; b < K / QB; b++) {
+            int32_t v[QB];
+            quant_block(row + (size_t)b * QB, 127.0f, v, scale + q8_scale_at(K, r, b));
+            for (int i = 0; i < QB; i++)
+                q[q8_at(K, r, b * QB + i)] = (int8_t)v[i];
+        }
     }
     free(row);
     return 0;
@@ -79,93 +136,125 @@ grpo_kw_q8(const int8_t *q, const float *scale, int32_t rows, int32_t cols)
 }
 
 typedef struct {
-    int M, H, K, N, wrs, ldy, yhs, tiles;
-    const int8_t *xq; /* [H][M][K] */
-    const float *xd;  /* [H][M][K / QB] */
-    const grpo_kw *w;
+    int M, K, N, ldy, tiles;
+    const int16_t *xq; /* [M][K] */
+    const float *xd;   /* [M][K / QB] */
+    const grpo_kw *w;  /* rows [0, N) */
     float *y;
 } q8_ctx;
 
-/* Lane l of the block's integer dot: columns 4l .. 4l + 3. */
-static inline int32_t
-lane_dot(const int8_t *w, const int8_t *x, int l)
+/* Portable kernel: rows [m0, m0 + R) x columns [n0, n1) by the definition above. */
+static void
+tile_portable(const q8_ctx *c, int m0, int R, int n0, int n1)
 {
-    int32_t s = 0;
-    for (int i = 4 * l; i < 4 * l + 4; i++)
-        s += (int32_t)w[i] * (int32_t)x[i];
-    return s;
-}
-
-/* Portable kernel: one row of x against weight row wr. */
-static float
-dot_portable(const int8_t *wq, const float *wd, const int8_t *xq, const float *xd, int K)
-{
-    float acc[8] = {0};
-    for (int b = 0; b < K / QB; b++) {
-        float s = wd[b] * xd[b];
-        for (int l = 0; l < 8; l++)
-            acc[l] = fmaf((float)lane_dot(wq + (size_t)b * QB, xq + (size_t)b * QB, l), s, acc[l]);
-    }
-    return grpo_acc8_sum(acc);
+    int K = c->K, S = K / QB;
+    const int8_t *wq = c->w->data;
+    for (int r = m0; r < m0 + R; r++)
+        for (int n = n0; n < n1; n++) {
+            const int16_t *x = c->xq + (size_t)r * (size_t)K;
+            float acc = 0.0f;
+            for (int b = 0; b < S; b++) {
+                int32_t I = 0;
+                for (int k = b * QB; k < (b + 1) * QB; k++)
+                    I += (int32_t)wq[q8_at(K, n, k)] * (int32_t)x[k];
+                float s = c->w->scale[q8_scale_at(K, n, b)] * c->xd[(size_t)r * (size_t)S + b];
+                acc = fmaf((float)I, s, acc);
+            }
+            c->y[(size_t)r * (size_t)c->ldy + (size_t)n] = acc;
+        }
 }
 
 #ifdef GRPO_Q8_AVX2
-/* AVX2 kernel: R rows of x (1 or 2; row r at xq + r * K, scales xd + r * K / QB) against NB
- * weight rows (the rows past nn repeat row 0), out[r * NB + j]. A weight block's absolute values
- * are taken once for the R rows. */
+typedef int32_t grpo_v8i __attribute__((vector_size(32)));
+
+/* Row r's two accumulators take the products of the column pair at xr: w0, w1 the two groups'
+ * weights there. Named registers (not arrays) keep GCC from copying accumulators every step. */
+#define MADD_ROW(r)                                                                                \
+    if (R > (r)) {                                                                                 \
+        int32_t x2;                                                                                \
+        memcpy(&x2, xq + (size_t)(r) * (size_t)K + (size_t)k, 4);                                  \
+        __m256i xb = _mm256_set1_epi32(x2);                                                        \
+        a##r##0 += (grpo_v8i)_mm256_madd_epi16(w0, xb);                                            \
+        a##r##1 += (grpo_v8i)_mm256_madd_epi16(w1, xb);                                            \
+    }
+/* Row r's block folded into its fp32 accumulators: f += (float)a * (dw * dx). */
+#define FOLD_ROW(r)                                                                                \
+    if (R > (r)) {                                                                                 \
+        __m256 dx = _mm256_set1_ps(xd[(size_t)(r) * (size_t)S + (size_t)b]);                       \
+        f##r##0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps((__m256i)a##r##0), _mm256_mul_ps(dw0, dx),    \
+                                  f##r##0);                                                        \
+        f##r##1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps((__m256i)a##r##1), _mm256_mul_ps(dw1, dx),    \
+                                  f##r##1);                                                        \
+    }
+#define STORE_ROW(r)                                                                               \
+    if (R > (r)) {                                                                                 \
+        float out[TG * QG];                                                                        \
+        _mm256_storeu_ps(out, f##r##0);                                                            \
+        _mm256_storeu_ps(out + QG, f##r##1);                                                       \
+        memcpy(y + (size_t)(r) * (size_t)ldy, out, (size_t)nc * sizeof *out);                      \
+    }
+
+/* R rows of x (row r at xq + r * K) against two groups of 8 weight rows, w0p and w1p (a tile's
+ * last group alone passes it twice), with scales s0p, s1p, into y[r][0 .. nc). pf: the bytes to
+ * fetch meanwhile (the next tile's, when streaming), or NULL. */
 __attribute__((always_inline, target("arch=x86-64-v3"))) static inline void
-dot_avx2(int R, const int8_t *const *wq, const float *const *wd, const int8_t *const *nq,
-         const int8_t *xq, const float *xd, int K, float *out)
+mk_avx2(int R, const int8_t *w0p, const int8_t *w1p, const float *s0p, const float *s1p,
+        const int16_t *xq, const float *xd, int K, const int8_t *pf, float *y, int ldy, int nc)
 {
-    __m256 acc[2][NB];
-    const __m256i ones = _mm256_set1_epi16(1);
     int S = K / QB;
-    for (int r = 0; r < R; r++)
-        for (int j = 0; j < NB; j++)
-            acc[r][j] = _mm256_setzero_ps();
+    __m256 f00 = _mm256_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00,
+           f30 = f00, f31 = f00;
     for (int b = 0; b < S; b++) {
-        __m256i x[2];
-        __m256 dx[2];
-        if (nq != NULL && (b & 1) == 0) /* the next tile's rows stream in along (gemm.c) */
-            for (int j = 0; j < NB; j++)
-                __builtin_prefetch(nq[j] + (size_t)b * QB, 0, 3);
-        for (int r = 0; r < R; r++) {
-            x[r] = _mm256_loadu_si256(
-                (const __m256i *)(const void *)(xq + (size_t)r * (size_t)K + (size_t)b * QB));
-            dx[r] = _mm256_set1_ps(xd[(size_t)r * (size_t)S + (size_t)b]);
+        grpo_v8i a00 = {0}, a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
+                 a31 = a00;
+        const int8_t *b0 = w0p + (size_t)b * QB * QG, *b1 = w1p + (size_t)b * QB * QG;
+        if (pf != NULL)
+            for (int o = 0; o < 2 * QB * QG; o += 64)
+                __builtin_prefetch(pf + (size_t)b * 2 * QB * QG + (size_t)o, 0, 3);
+        for (int p = 0; p < QB / 2; p++) {
+            int k = b * QB + 2 * p;
+            __m256i w0 = _mm256_cvtepi8_epi16(
+                _mm_loadu_si128((const __m128i *)(const void *)(b0 + (size_t)p * 2 * QG)));
+            __m256i w1 = _mm256_cvtepi8_epi16(
+                _mm_loadu_si128((const __m128i *)(const void *)(b1 + (size_t)p * 2 * QG)));
+            MADD_ROW(0)
+            MADD_ROW(1)
+            MADD_ROW(2)
+            MADD_ROW(3)
         }
-        for (int j = 0; j < NB; j++) {
-            __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(wq[j] + (size_t)b * QB));
-            __m256i aw = _mm256_sign_epi8(w, w);
-            __m256 dw = _mm256_set1_ps(wd[j][b]);
-            for (int r = 0; r < R; r++) {
-                __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x[r], w));
-                __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                acc[r][j] = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, dx[r]), acc[r][j]);
-            }
-        }
+        __m256 dw0 = _mm256_loadu_ps(s0p + (size_t)b * QG),
+               dw1 = _mm256_loadu_ps(s1p + (size_t)b * QG);
+        FOLD_ROW(0)
+        FOLD_ROW(1)
+        FOLD_ROW(2)
+        FOLD_ROW(3)
     }
-    for (int r = 0; r < R; r++) {
-        grpo_v8f a[NB];
-        for (int j = 0; j < NB; j++)
-            a[j] = (grpo_v8f)acc[r][j];
-        grpo_v8_sum4(a, out + r * NB);
+    STORE_ROW(0)
+    STORE_ROW(1)
+    STORE_ROW(2)
+    STORE_ROW(3)
+}
+#undef MADD_ROW
+#undef FOLD_ROW
+#undef STORE_ROW
+
+/* One entry per R: a constant in each, so the accumulators stay in registers. */
+#define MK(R)                                                                                      \
+    __attribute__((target("arch=x86-64-v3"))) static void mk_##R(                                  \
+        const int8_t *w0p, const int8_t *w1p, const float *s0p, const float *s1p,                  \
+        const int16_t *xq, const float *xd, int K, const int8_t *pf, float *y, int ldy, int nc)    \
+    {                                                                                              \
+        mk_avx2(R, w0p, w1p, s0p, s1p, xq, xd, K, pf, y, ldy, nc);                                 \
     }
-}
+MK(1)
+MK(2)
+MK(3)
+MK(4)
+#undef MK
 
-__attribute__((target("arch=x86-64-v3"))) static void
-dot_avx2_1(const int8_t *const *wq, const float *const *wd, const int8_t *const *nq,
-           const int8_t *xq, const float *xd, int K, float *out)
-{
-    dot_avx2(1, wq, wd, nq, xq, xd, K, out);
-}
-
-__attribute__((target("arch=x86-64-v3"))) static void
-dot_avx2_2(const int8_t *const *wq, const float *const *wd, const int8_t *const *nq,
-           const int8_t *xq, const float *xd, int K, float *out)
-{
-    dot_avx2(2, wq, wd, nq, xq, xd, K, out);
-}
+typedef void (*mk_fn)(const int8_t *, const int8_t *, const float *, const float *, const int16_t *,
+                      const float *, int, const int8_t *, float *, int, int);
+static const mk_fn mk_table[RMAX] = {mk_1, mk_2, mk_3, mk_4};
 
 static int
 have_avx2(void)
@@ -181,44 +270,32 @@ have_avx2(void)
 }
 #endif
 
-/* Rows [m, m + R) of tile (h, n0) on the AVX2 kernel; 0 when it does not apply here. */
-static int
-rows_avx2(const q8_ctx *c, const int8_t *const *wq, const float *const *wd, const int8_t *const *nq,
-          int h, int n0, int nn, int m, int R)
+/* Tile t (columns [16t, 16t + 16) of N) for all M rows, RMAX at a time. */
+static void
+q8_tile(const q8_ctx *c, size_t t, size_t e)
 {
+    int n0 = (int)t * TG * QG, n1 = n0 + TG * QG < c->N ? n0 + TG * QG : c->N;
 #ifdef GRPO_Q8_AVX2
-    if (!have_avx2())
-        return 0;
-    int K = c->K;
-    size_t xr = (size_t)h * (size_t)c->M + (size_t)m;
-    float out[2 * NB];
-    if (R == 2)
-        dot_avx2_2(wq, wd, nq, c->xq + xr * (size_t)K, c->xd + xr * (size_t)(K / QB), K, out);
-    else
-        dot_avx2_1(wq, wd, nq, c->xq + xr * (size_t)K, c->xd + xr * (size_t)(K / QB), K, out);
-    for (int r = 0; r < R; r++)
-        memcpy(c->y + (size_t)(m + r) * (size_t)c->ldy + (size_t)h * (size_t)c->yhs + n0,
-               out + r * NB, (size_t)nn * sizeof *out);
-    return 1;
-#else
-    (void)c, (void)wq, (void)wd, (void)nq, (void)h, (void)n0, (void)nn, (void)m, (void)R;
-    return 0;
-#endif
-}
-
-/* Tile t's weight rows: NB row pointers and scale rows (rows past nn repeat the first). */
-static int
-tile_rows(const q8_ctx *c, size_t t, const int8_t **wq, const float **wd, int *h, int *n0)
-{
-    const grpo_kw *w = c->w;
-    *h = (int)(t / (size_t)c->tiles), *n0 = (int)(t % (size_t)c->tiles) * NB;
-    int nn = c->N - *n0 < NB ? c->N - *n0 : NB;
-    for (int j = 0; j < NB; j++) {
-        int r = *h * c->wrs + *n0 + (j < nn ? j : 0);
-        wq[j] = (const int8_t *)w->data + (size_t)r * (size_t)c->K;
-        wd[j] = w->scale + (size_t)(w->row0 + r) * (size_t)w->scale_cols;
+    if (have_avx2()) {
+        int K = c->K, S = K / QB, two = n1 - n0 > QG;
+        const int8_t *w0 = (const int8_t *)c->w->data + (size_t)(n0 / QG) * QG * (size_t)K;
+        const float *s0 = c->w->scale + (size_t)(n0 / QG) * QG * (size_t)S;
+        const int8_t *w1 = two ? w0 + (size_t)QG * (size_t)K : w0;
+        const float *s1 = two ? s0 + (size_t)QG * (size_t)S : s0;
+        /* the first row block fetches the next tile's bytes along (the rest find this tile's in
+         * L2): weights stream from memory at every batch size */
+        const int8_t *pf = t + 1 < e ? w0 + (size_t)TG * QG * (size_t)K : NULL;
+        for (int m = 0; m < c->M; m += RMAX) {
+            int R = c->M - m < RMAX ? c->M - m : RMAX;
+            mk_table[R - 1](w0, w1, s0, s1, c->xq + (size_t)m * (size_t)K,
+                            c->xd + (size_t)m * (size_t)S, K, m == 0 ? pf : NULL,
+                            c->y + (size_t)m * (size_t)c->ldy + n0, c->ldy, n1 - n0);
+        }
+        return;
     }
-    return nn;
+#endif
+    (void)e;
+    tile_portable(c, 0, c->M, n0, n1);
 }
 
 static void
@@ -226,41 +303,44 @@ q8_range(void *vctx, size_t b, size_t e, int worker)
 {
     (void)worker;
     const q8_ctx *c = vctx;
-    int K = c->K, sc = K / QB;
-    for (size_t t = b; t < e; t++) {
-        const int8_t *wq[NB], *nq[NB];
-        const float *wd[NB], *nd[NB];
-        int h, n0, h1, n1;
-        int nn = tile_rows(c, t, wq, wd, &h, &n0);
-        /* streaming: the next tile's rows fetched along the columns (two tiles ahead when a
-         * tile is short), for decode-sized batches */
-        size_t tn = t + grpo_cpu__pf_ahead((size_t)K * NB);
-        int stream = c->M <= 2 && tn < e;
-        if (stream)
-            tile_rows(c, tn, nq, nd, &h1, &n1);
-        if (stream && t == b && tn == t + 2) { /* the tile in between, at once */
-            const int8_t *mq[NB];
-            const float *md[NB];
-            int hm, nm;
-            tile_rows(c, t + 1, mq, md, &hm, &nm);
-            for (int j = 0; j < NB; j++)
-                for (int off = 0; off < K; off += 64)
-                    __builtin_prefetch(mq[j] + off, 0, 3);
-        }
-        int m = 0;
-        const int8_t *const *pf = stream ? nq : NULL;
-        for (; m + 2 <= c->M && rows_avx2(c, wq, wd, pf, h, n0, nn, m, 2); m += 2)
-            ;
-        for (; m < c->M; m++) {
-            if (rows_avx2(c, wq, wd, pf, h, n0, nn, m, 1))
-                continue;
-            size_t xr = (size_t)h * (size_t)c->M + (size_t)m;
-            float *y = c->y + (size_t)m * (size_t)c->ldy + (size_t)h * (size_t)c->yhs + n0;
-            for (int j = 0; j < nn; j++)
-                y[j] =
-                    dot_portable(wq[j], wd[j], c->xq + xr * (size_t)K, c->xd + xr * (size_t)sc, K);
-        }
-    }
+    for (size_t t = b; t < e; t++)
+        q8_tile(c, t, e);
+}
+
+/* The context of one GEMM over activations already quantized. */
+static q8_ctx
+q8_make(int M, const int16_t *xq, const float *xd, const grpo_kw *w, int N, float *y, int ldy)
+{
+    return (q8_ctx){.M = M,
+                    .K = w->cols,
+                    .N = N,
+                    .ldy = ldy,
+                    .tiles = (N + TG * QG - 1) / (TG * QG),
+                    .xq = xq,
+                    .xd = xd,
+                    .w = w,
+                    .y = y};
+}
+
+/* Bytes of one quantized activation block of M rows of K: the levels, then the scales. */
+static size_t
+quant_bytes(int M, int K)
+{
+    return (((size_t)M * (size_t)K * sizeof(int16_t) + 63) & ~(size_t)63) +
+           (size_t)M * (size_t)(K / QB) * sizeof(float) + 64;
+}
+
+/* Quantizes M rows of x (leading dimension ldx) into the block at *at, advancing it. */
+static void
+quant_rows(int M, const float *x, int ldx, int K, char **at, const int16_t **xq, const float **xd)
+{
+    int16_t *q = (int16_t *)(void *)*at;
+    float *d = (float *)(void *)(*at + (((size_t)M * (size_t)K * sizeof *q + 63) & ~(size_t)63));
+    for (int m = 0; m < M; m++)
+        quant_row16(x + (size_t)m * (size_t)ldx, K, q + (size_t)m * (size_t)K,
+                    d + (size_t)m * (size_t)(K / QB));
+    *at = (char *)(((uintptr_t)(d + (size_t)M * (size_t)(K / QB)) + 63) & ~(uintptr_t)63);
+    *xq = q, *xd = d;
 }
 
 int
@@ -268,52 +348,33 @@ grpo_cpu__gemm_batch_q8(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
 {
     q8_ctx *ctx = calloc((size_t)(n > 0 ? n : 1), sizeof *ctx);
     grpo_cpu_part *parts = calloc((size_t)(n > 0 ? n : 1), sizeof *parts);
-    size_t bytes = 0;
+    size_t bytes = 64;
     for (int j = 0; j < n; j++)
         if (jobs[j].M > 0 && jobs[j].w->cols > 0)
-            bytes += (size_t)jobs[j].M *
-                         ((size_t)jobs[j].w->cols + (size_t)jobs[j].w->cols / QB * sizeof(float)) +
-                     64;
-    char *buf = malloc(bytes + 1);
+            bytes += quant_bytes(jobs[j].M, jobs[j].w->cols);
+    char *buf = malloc(bytes);
     if (ctx == NULL || parts == NULL || buf == NULL) {
         free(ctx), free(parts), free(buf);
         return -1;
     }
     double work = 0;
-    char *at = buf;
+    char *at = (char *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
     for (int j = 0; j < n; j++) {
         const grpo_gemm_job *jb = &jobs[j];
         if (jb->M <= 0 || jb->w->cols <= 0)
             continue;
-        int K = jb->w->cols, sc = K / QB;
-        const int8_t *xq = NULL;
+        int K = jb->w->cols;
+        const int16_t *xq = NULL;
         const float *xd = NULL;
         for (int i = 0; i < j && xq == NULL; i++) /* gate and up read the same rows: once */
             if (ctx[i].xq != NULL && jobs[i].x == jb->x && jobs[i].M == jb->M &&
                 jobs[i].ldx == jb->ldx && jobs[i].w->cols == K)
                 xq = ctx[i].xq, xd = ctx[i].xd;
-        if (xq == NULL) {
-            int8_t *q = (int8_t *)at;
-            float *d = (float *)(void *)(at + (((size_t)jb->M * K + 63) & ~(size_t)63));
-            at = (char *)(d + (size_t)jb->M * sc);
-            for (int m = 0; m < jb->M; m++)
-                quant_row(jb->x + (size_t)m * (size_t)jb->ldx, K, q + (size_t)m * K,
-                          d + (size_t)m * sc);
-            xq = q, xd = d;
-        }
-        ctx[j] = (q8_ctx){.M = jb->M,
-                          .H = 1,
-                          .K = K,
-                          .N = jb->w->rows,
-                          .wrs = 0,
-                          .ldy = jb->ldy,
-                          .yhs = 0,
-                          .tiles = (jb->w->rows + NB - 1) / NB,
-                          .xq = xq,
-                          .xd = xd,
-                          .w = jb->w,
-                          .y = jb->y};
-        parts[j] = (grpo_cpu_part){&ctx[j], (size_t)ctx[j].tiles, (double)K * (1.0 + jb->M)};
+        if (xq == NULL)
+            quant_rows(jb->M, jb->x, jb->ldx, K, &at, &xq, &xd);
+        ctx[j] = q8_make(jb->M, xq, xd, jb->w, jb->w->rows, jb->y, jb->ldy);
+        parts[j] =
+            (grpo_cpu_part){&ctx[j], (size_t)ctx[j].tiles, (double)K * TG * QG * (0.25 + jb->M)};
         work += (double)jb->M * jb->w->rows * K;
     }
     int r = grpo_cpu__run_parts(k, work, n, parts, q8_range);
@@ -327,31 +388,19 @@ void
 grpo_cpu__gemm_q8(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs, const grpo_kw *w,
                   int wrs, int N, float *y, int ldy, int yhs)
 {
-    int K = w->cols, sc = K / QB;
-    size_t rows = (size_t)H * (size_t)M;
-    int8_t *xq = malloc(rows * (size_t)K + 1);
-    float *xd = malloc(rows * (size_t)sc * sizeof *xd + 1);
-    if (xq == NULL || xd == NULL)
+    int K = w->cols;
+    char *buf = malloc(quant_bytes(M, K) + 64);
+    if (buf == NULL)
         abort(); /* the op table has no error path; a few bytes per activation */
-    for (int h = 0; h < H; h++)
-        for (int m = 0; m < M; m++) {
-            size_t xr = (size_t)h * (size_t)M + (size_t)m;
-            quant_row(x + (size_t)m * (size_t)ldx + (size_t)h * (size_t)xhs, K, xq + xr * (size_t)K,
-                      xd + xr * (size_t)sc);
-        }
-    q8_ctx c = {.M = M,
-                .H = H,
-                .K = K,
-                .N = N,
-                .wrs = wrs,
-                .ldy = ldy,
-                .yhs = yhs,
-                .tiles = (N + NB - 1) / NB,
-                .xq = xq,
-                .xd = xd,
-                .w = w,
-                .y = y};
-    grpo_cpu__run(k, (double)M * H * N * K, (size_t)H * (size_t)c.tiles, q8_range, &c);
-    free(xq);
-    free(xd);
+    for (int h = 0; h < H; h++) {
+        /* a head's rows start at a group: Q8 matrices are never split elsewhere (grpo_kw_rows) */
+        grpo_kw wh = grpo_kw_rows(w, h * wrs, N);
+        char *at = (char *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+        const int16_t *xq;
+        const float *xd;
+        quant_rows(M, x + (size_t)h * (size_t)xhs, ldx, K, &at, &xq, &xd);
+        q8_ctx c = q8_make(M, xq, xd, &wh, N, y + (size_t)h * (size_t)yhs, ldy);
+        grpo_cpu__run(k, (double)M * N * K, (size_t)c.tiles, q8_range, &c);
+    }
+    free(buf);
 }

@@ -8,17 +8,23 @@
 #include <stdlib.h>
 
 static grpo_err
-requant(grpo_model *m, grpo_kw *w)
+requant_any(grpo_model *m, grpo_kw *w, int any)
 {
-    if (w->data == NULL || w->dt != GRPO_DT_F8E4M3 || w->cols % GRPO_Q8_BLOCK != 0)
+    if (w->data == NULL || (w->dt != GRPO_DT_F8E4M3 && !any) || w->dt == GRPO_DT_Q8 ||
+        w->cols % GRPO_Q8_BLOCK != 0)
         return GRPO_OK;
-    size_t n = (size_t)w->rows * (size_t)w->cols;
-    int8_t *q = grpo_model__own(m, n);
-    float *s = grpo_model__own(m, n / GRPO_Q8_BLOCK * sizeof *s);
+    int8_t *q = grpo_model__own(m, grpo_q8_bytes(w->rows, w->cols));
+    float *s = grpo_model__own(m, grpo_q8_scales(w->rows, w->cols) * sizeof *s);
     if (q == NULL || s == NULL || grpo_kw_to_q8(w, q, s) != 0)
         return grpo__fail(GRPO_ENOMEM, "model: out of memory requantizing to Q8");
     *w = grpo_kw_q8(q, s, w->rows, w->cols);
     return GRPO_OK;
+}
+
+static grpo_err
+requant(grpo_model *m, grpo_kw *w)
+{
+    return requant_any(m, w, 0);
 }
 
 static grpo_err
@@ -51,8 +57,7 @@ grpo_model__requant_q8(grpo_model *m)
 {
     const grpo_model_config *c = &m->cfg;
     grpo_err err = GRPO_OK;
-    if (m->lm_head.data != m->embed.data) /* a tied head is the embedding: a row lookup too */
-        err = requant(m, &m->lm_head);
+    err = requant_any(m, &m->lm_head, 1); /* a copy: a tied embedding keeps its rows */
     for (int i = 0; err == GRPO_OK && i < c->num_hidden_layers; i++) {
         err = requant_layer(m, &m->layers[i]);
         if (i % 8 == 7 || i == c->num_hidden_layers - 1)
@@ -63,8 +68,8 @@ grpo_model__requant_q8(grpo_model *m)
         err = requant_layer(m, &m->mtp->layer);
         if (err == GRPO_OK)
             err = requant(m, &m->mtp->eh_proj);
-        if (err == GRPO_OK && m->mtp->head.data != m->embed.data)
-            err = requant(m, &m->mtp->head);
+        if (err == GRPO_OK)
+            err = requant_any(m, &m->mtp->head, 1);
     }
     return err;
 }

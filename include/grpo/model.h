@@ -71,9 +71,10 @@ size_t grpo_model_kv_row(const grpo_model_config *cfg);
 typedef struct grpo_model grpo_model;
 
 /* Numerics of the forward. EXACT: fp32 activations, weights dequantized exactly (matches
- * transformers). Q8 (CPU backend only): FP8 projection and expert weights requantized at load to
- * int8 per 32 columns and activations quantized per row and 32 columns at each of those GEMMs,
- * integer dot products (llama.cpp's Q8_0 numerics); faster on AVX2 CPUs, not the exact path:
+ * transformers). Q8 (CPU backend only): FP8 projection and expert weights and the lm_head (any
+ * dtype) requantized at load to int8 per 32 columns (llama.cpp's Q8_0 weights), activations
+ * quantized per row and 32 columns to int16 at each of those GEMMs, exact integer block dot
+ * products; about 1.8x the exact path's multiply-adds on AVX2 CPUs, not the exact path:
  * docs/model.md gives its measured accuracy. Both keep outputs independent of batch and threads. */
 typedef enum grpo_numerics { GRPO_NUMERICS_EXACT = 0, GRPO_NUMERICS_Q8 = 1 } grpo_numerics;
 
@@ -198,9 +199,9 @@ size_t grpo_model_route_row_bytes(const grpo_model_config *c);
 grpo_err grpo_model_forward_routes(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
                                    int n_items, float *logits, void *const *routes);
 /* grpo_model_forward (all = 0) or grpo_model_forward_all (all = 1) that also writes into hidden
- * (sum of n rows, hidden_size) every token's final hidden state after the final RMSNorm (model.norm:
- * the input of lm_head, and the input the MTP module takes). NULL hidden: not wanted. The logits
- * are the same bits as without. */
+ * (sum of n rows, hidden_size) every token's final hidden state after the final RMSNorm
+ * (model.norm: the input of lm_head, and the input the MTP module takes). NULL hidden: not wanted.
+ * The logits are the same bits as without. */
 grpo_err grpo_model_forward_hidden(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
                                    int n_items, int all, float *logits, float *hidden);
 

@@ -185,7 +185,8 @@ class Engine:
     (default 1 GiB); reward_config: the reward composition (grpo.Verifier's config; default
     math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format, format = 1.0*format);
     numerics: "exact" (default: fp32, matches transformers) or "q8" (CPU: FP8 weights and the
-    activations in int8 per 32 columns; faster batch-1 decode, not exact: docs/model.md);
+    lm_head in int8 per 32 columns, activations in int16, integer dot products; faster at every
+    batch size, not exact: docs/model.md);
     kv_dtype: the KV cache rows, "f32" (default: exact), "bf16" or "fp8" (E4M3 latent with an
     fp32 scale per 128 values, rope key bf16; smaller rows, more sequences in the same budget,
     not exact: docs/model.md)."""

@@ -357,6 +357,35 @@ q8_quant(const float *v, int n, float lim, int32_t *q, float *d)
     }
 }
 
+/* Checks m's requantization and packing (wp, wpd) against the test's own, row by row (the last
+ * group's padding rows are zeros), and leaves the levels and scales row-major in wq and wd. */
+static void
+unpack_q8(const mat *m, const int8_t *wp, const float *wpd, int N, int K, int32_t *wq, float *wd)
+{
+    int S = K / 32, NP = (N + 7) / 8 * 8;
+    float *row = malloc((size_t)K * 4);
+    int32_t *tq = malloc((size_t)K * 4);
+    float *td = malloc((size_t)S * 4);
+    for (int n = 0; n < NP; n++) {
+        for (int c = 0; c < K; c++)
+            row[c] = n < N ? (float)m->ref[(size_t)n * K + c] : 0.0f;
+        q8_quant(row, K, 127.0f, tq, td);
+        for (int c = 0; c < K; c++) {
+            int8_t got = wp[(size_t)(n / 8) * 8 * K + (size_t)(c / 2) * 16 + (n % 8) * 2 + c % 2];
+            assert_int_equal(got, tq[c]);
+            if (n < N)
+                wq[(size_t)n * K + c] = tq[c];
+        }
+        for (int b = 0; b < S; b++) {
+            float got = wpd[((size_t)(n / 8) * S + b) * 8 + n % 8];
+            assert_memory_equal(&got, &td[b], 4);
+            if (n < N)
+                wd[(size_t)n * S + b] = td[b];
+        }
+    }
+    free(row), free(tq), free(td);
+}
+
 /* The Q8 option: FP8 weights requantized per 32 columns and packed as kernels.h says; the GEMM
  * equals the definition's arithmetic bit for bit (exact integer block dots of int8 weights and
  * int16 activations, then fma by dw * dx per block in column order) on the AVX2 and the portable
@@ -382,25 +411,7 @@ gemm_q8_option(void **state)
     float *x = malloc((size_t)M * K * 4), *y = malloc((size_t)M * N * 4), *y1 = malloc(N * 4);
     float *row = malloc(K * 4);
     assert_int_equal(grpo_kw_to_q8(&m.w, wp, wpd), 0);
-    for (int n = 0; n < NP; n++) { /* the requantization and packing, against the test's own */
-        for (int c = 0; c < K; c++)
-            row[c] = n < N ? (float)m.ref[(size_t)n * K + c] : 0.0f;
-        int32_t tq[320];
-        float td[10];
-        q8_quant(row, K, 127.0f, tq, td);
-        for (int c = 0; c < K; c++) {
-            int8_t got = wp[(size_t)(n / 8) * 8 * K + (size_t)(c / 2) * 16 + (n % 8) * 2 + c % 2];
-            assert_int_equal(got, tq[c]);
-            if (n < N)
-                wq[(size_t)n * K + c] = tq[c];
-        }
-        for (int b = 0; b < S; b++) {
-            float got = wpd[((size_t)(n / 8) * S + b) * 8 + n % 8];
-            assert_memory_equal(&got, &td[b], 4);
-            if (n < N)
-                wd[(size_t)n * S + b] = td[b];
-        }
-    }
+    unpack_q8(&m, wp, wpd, N, K, wq, wd);
     grpo_kw w = grpo_kw_q8(wp, wpd, N, K);
     grpo_kw_dequant_row(&w, 129, 0, K, row);
     for (int c = 0; c < K; c++)

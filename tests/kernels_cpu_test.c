@@ -451,6 +451,14 @@ gemm_q8_option(void **state)
             k1->gemm(k1, 1, x + (size_t)r * K, K, &w, y1, N);
             assert_memory_equal(y1, y + (size_t)r * N, (size_t)N * 4);
         }
+        float keep = x[1 * K + 40];
+        x[1 * K + 40] = NAN; /* a non-finite activation: its row is NaN, the others unmoved */
+        k3->gemm(k3, M, x, K, &w, y, N);
+        for (int n = 0; n < N; n++)
+            assert_true(isnan(y[1 * N + n]));
+        k1->gemm(k1, 1, x + 2 * (size_t)K, K, &w, y1, N);
+        assert_memory_equal(y1, y + 2 * (size_t)N, (size_t)N * 4);
+        x[1 * K + 40] = keep;
     }
     grpo_kernels_cpu_set_portable(0);
     mat bad; /* K not a multiple of 32: refused */

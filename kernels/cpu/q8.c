@@ -78,7 +78,7 @@ quant_block(const float *x, float lim, int32_t *q, float *d)
     float id = amax > 0.0f && !bad ? lim / amax : 0.0f;
     *d = bad ? NAN : amax / lim;
     for (int i = 0; i < QB; i++) {
-        float v = rintf(x[i] * id);
+        float v = bad ? 0.0f : rintf(x[i] * id); /* a NaN level would not convert */
         v = v > lim ? lim : v < -lim ? -lim : v;
         q[i] = (int32_t)v;
     }

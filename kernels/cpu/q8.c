@@ -143,13 +143,13 @@ typedef struct {
     float *y;
 } q8_ctx;
 
-/* Portable kernel: rows [m0, m0 + R) x columns [n0, n1) by the definition above. */
+/* Portable kernel: every row x columns [n0, n1) by the definition above. */
 static void
-tile_portable(const q8_ctx *c, int m0, int R, int n0, int n1)
+tile_portable(const q8_ctx *c, int n0, int n1)
 {
     int K = c->K, S = K / QB;
     const int8_t *wq = c->w->data;
-    for (int r = m0; r < m0 + R; r++)
+    for (int r = 0; r < c->M; r++)
         for (int n = n0; n < n1; n++) {
             const int16_t *x = c->xq + (size_t)r * (size_t)K;
             float acc = 0.0f;
@@ -295,7 +295,7 @@ q8_tile(const q8_ctx *c, size_t t, size_t e)
     }
 #endif
     (void)e;
-    tile_portable(c, 0, c->M, n0, n1);
+    tile_portable(c, n0, n1);
 }
 
 static void

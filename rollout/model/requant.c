@@ -1,8 +1,9 @@
 /* The Q8 numerics option: after binding, every FP8 matrix the forward multiplies with the plain
- * GEMM (projections, dense and expert MLPs, the lm_head when it is FP8) is requantized to int8
- * with one scale per 32 columns (kernels.h, GRPO_DT_Q8) into buffers the model owns. kv_b stays
- * in FP8: attention applies it per head (gemm_heads / gemm_t_heads), on the exact path. BF16 and
- * F32 matrices (the embedding, a BF16 lm_head, the router) stay as they are. */
+ * GEMM (projections, dense and expert MLPs) and the lm_head and MTP head in any dtype are
+ * requantized to int8 with one scale per 32 columns (kernels.h, GRPO_DT_Q8) into buffers the
+ * model owns. kv_b stays in FP8: attention applies it per head (gemm_heads / gemm_t_heads), on the
+ * exact path. The embedding (also when the head is tied to it: the head gets its own copy) and the
+ * BF16 and F32 matrices other than the heads (the router) stay as they are. */
 #include "rollout/model/model_int.h"
 
 #include <stdlib.h>

@@ -1,8 +1,9 @@
 /* The forward over BF16 and FP8 KV caches (grpo_model_opts.kv_dtype) on the tiny transformers
  * fixtures (tests/data/tiny_models: MLA; tests/data/gqa_models: GQA): logits within a measured
  * tolerance of transformers' and of the f32 cache's; in each dtype, rows bit-identical alone and
- * in mixed batches, with 1 and 3 threads, forked and private; decode equal to prefill (MLA: to the
- * naive form's ~1e-6, GQA: bit for bit); a pool of another dtype refused. */
+ * in mixed batches, with 1 and 3 threads, forked and private (forks decoded in one batch over
+ * their shared pages too); decode equal to prefill (MLA: to the naive form's ~1e-6, GQA: bit
+ * for bit); a pool of another dtype refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -215,6 +216,54 @@ batch_threads_fork_invariant(const model_case *mc, int dt)
     tm_expected_free(&e);
 }
 
+/* Forked samples decoded in one batch read their shared full page together (the absorbed decode
+ * walks a task's items over the same rows); each sample's logits equal a private copy's decoded
+ * alone, beside an unrelated shorter sequence, with 3 threads. */
+static void
+shared_pages_in_one_batch(const model_case *mc, int dt)
+{
+    char dir[1024];
+    case_dir(mc, dir, sizeof dir);
+    tm_expected e;
+    if (tm_expected_load(dir, &e) != 0)
+        fail_msg("cannot read the expected outputs in %s", dir);
+    assert_true(e.n >= 70);
+    int V = e.vocab, P = GRPO_KV_PAGE + 2; /* one full shared page, a partial one copied on write */
+    const int32_t *tok = e.tokens;
+    grpo_kernels_cpu_set_min_parallel(0);
+    grpo_model *m1 = load(dir, 1, dt), *m3 = load(dir, 3, dt);
+    float *batch = malloc((size_t)5 * V * 4), *alone = malloc((size_t)V * 4),
+          *pre = malloc((size_t)V * 4);
+    grpo_kv *kv = new_kv(m3);
+    int32_t parent, child[3], other;
+    grpo_kv_seq_new(kv, &parent), grpo_kv_seq_new(kv, &other);
+    fwd(m3, kv, parent, 0, P, tok, pre, 0);
+    fwd(m3, kv, other, 0, 9, tok + 3, pre, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(grpo_kv_seq_fork(kv, parent, &child[i]), GRPO_OK);
+    grpo_fwd_item items[5] = {{child[0], P, 1, tok + 66},
+                              {parent, P, 1, tok + 67},
+                              {other, 9, 1, tok + 68},
+                              {child[1], P, 1, tok + 69},
+                              {child[2], P, 1, tok + 66}};
+    assert_int_equal(grpo_model_forward(m3, kv, items, 5, batch), GRPO_OK);
+    for (int i = 0; i < 5; i++) {
+        grpo_kv *solo = new_kv(m1);
+        int32_t s;
+        grpo_kv_seq_new(solo, &s);
+        int n = items[i].seq == other ? 9 : P;
+        fwd(m1, solo, s, 0, n, items[i].seq == other ? tok + 3 : tok, pre, 0);
+        fwd(m1, solo, s, n, 1, items[i].tokens, alone, 0);
+        assert_memory_equal(batch + (size_t)i * V, alone, (size_t)V * 4);
+        grpo_kv_destroy(solo);
+    }
+    grpo_kv_destroy(kv);
+    grpo_model_destroy(m1), grpo_model_destroy(m3);
+    grpo_kernels_cpu_set_min_parallel(262144);
+    free(batch), free(alone), free(pre);
+    tm_expected_free(&e);
+}
+
 static void
 bf16_close(void **state)
 {
@@ -238,6 +287,15 @@ invariant(void **state)
     for (int i = 0; i < N_CASES; i++)
         for (int dt = GRPO_KV_BF16; dt <= GRPO_KV_FP8; dt++)
             batch_threads_fork_invariant(&CASES[i], dt);
+}
+
+static void
+shared_pages(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N_CASES; i++)
+        for (int dt = GRPO_KV_F32; dt <= GRPO_KV_FP8; dt++)
+            shared_pages_in_one_batch(&CASES[i], dt);
 }
 
 /* Page sizes follow the dtype (a smaller row: more pages in the same budget); a pool of another
@@ -289,10 +347,9 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(pools_by_dtype),
-        cmocka_unit_test(bf16_close),
-        cmocka_unit_test(fp8_close),
-        cmocka_unit_test(invariant),
+        cmocka_unit_test(pools_by_dtype), cmocka_unit_test(bf16_close),
+        cmocka_unit_test(fp8_close),      cmocka_unit_test(invariant),
+        cmocka_unit_test(shared_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -112,21 +112,14 @@ pv_cols16(int NH, const float *p, size_t ps, const float *const *rows, int L, in
     }
 }
 
-/* o[i][0..n) = sum over j < L of p[i * ps + j] * rows[j][0..n) for nh heads (outputs at stride os),
- * each element summed in ascending j. */
-GRPO_CPU_CLONES static void
-pv_heads(int nh, const float *p, size_t ps, const float *const *rows, int L, int n, float *o,
-         size_t os)
+/* Columns [c0, c1) of pv_cols16's sums for nh heads, one element at a time (the columns past the
+ * last whole 16). */
+static void
+pv_tail(int nh, const float *p, size_t ps, const float *const *rows, int L, int c0, int c1,
+        float *o, size_t os)
 {
-    int n16 = n & ~15, i = 0;
-    for (; i + 4 <= nh; i += 4)
-        for (int c0 = 0; c0 < n16; c0 += 16)
-            pv_cols16(4, p + (size_t)i * ps, ps, rows, L, c0, o + (size_t)i * os, os);
-    for (; i < nh; i++)
-        for (int c0 = 0; c0 < n16; c0 += 16)
-            pv_cols16(1, p + (size_t)i * ps, ps, rows, L, c0, o + (size_t)i * os, os);
-    for (i = 0; i < nh; i++)
-        for (int c = n16; c < n; c++) {
+    for (int i = 0; i < nh; i++)
+        for (int c = c0; c < c1; c++) {
             float acc = 0.0f;
             for (int j = 0; j < L; j++)
                 acc += p[(size_t)i * ps + j] * rows[j][c];
@@ -232,8 +225,18 @@ grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int
                   (size_t)c.qtiles * (size_t)c.hgroups, naive_range, &c);
 }
 
+/* Absorbed decode works in tasks of up to SG items x HG heads. A group's samples read the same
+ * cache pages (the same page pointers) for their shared prompt, so the task walks its items
+ * together, JB positions at a time for the scores and 16 latent columns at a time for the
+ * outputs: a shared row is loaded from memory once per task instead of once per item, and stays
+ * in cache while every item uses it. Each score and output element is still the same expression,
+ * summed over positions in ascending order, so the grouping changes no bits. */
+#define SG 8
+#define JB 16
+#define DEC_BUDGET ((size_t)64 << 20) /* decoded F32 rows per task, BF16/FP8 caches */
+
 typedef struct {
-    int B, H, dc, dr, page_len, maxlen, hgroups;
+    int B, H, dc, dr, page_len, maxlen, hgroups, sg;
     const float *ql, *qr;
     const void *const *const *pages_of;
     const grpo_kv_fmt *kvf;
@@ -242,79 +245,143 @@ typedef struct {
     float *ol;
 } absorbed_ctx;
 
+/* rows[i * ml + j]: position j of item b0 + i as F32: the cache row itself, or (BF16/FP8) a row
+ * decoded into dec; a page an earlier item of the task has decoded as far is decoded once. */
+static void
+task_rows(const absorbed_ctx *c, int b0, int ni, size_t ml, const float **rows, float *dec)
+{
+    int rw = c->dc + c->dr, pl = c->page_len;
+    for (int i = 0; i < ni; i++) {
+        const void *const *pages = c->pages_of[b0 + i];
+        const float **ri = rows + (size_t)i * ml;
+        int L = c->len[b0 + i];
+        for (int j0 = 0; j0 < L; j0 += pl) {
+            int p = j0 / pl, je = j0 + pl < L ? j0 + pl : L, i2 = 0;
+            const char *pg = pages[p];
+            if (c->kvf->dt == GRPO_DT_F32) {
+                for (int j = j0; j < je; j++)
+                    ri[j] = (const float *)(pg + (size_t)(j - j0) * (size_t)c->kvf->bytes);
+                continue;
+            }
+            while (i2 < i && (c->len[b0 + i2] < je || c->pages_of[b0 + i2][p] != pg))
+                i2++;
+            for (int j = j0; j < je; j++) {
+                if (i2 < i) {
+                    ri[j] = rows[(size_t)i2 * ml + j];
+                    continue;
+                }
+                grpo_kv_row_decode(c->kvf, pg + (size_t)(j - j0) * (size_t)c->kvf->bytes, 0, rw,
+                                   dec);
+                ri[j] = dec;
+                dec += rw;
+            }
+        }
+    }
+}
+
+/* Scores of positions [j0, j1) for nh heads of item bi into s[hh * L + j], the softmax's input.
+ * Four heads x two rows share their loads; dot4x2, dot4 and grpo_cpu__dot give one score the
+ * same bits. */
+static void
+item_scores(const absorbed_ctx *c, int bi, int h0, int nh, const float *const *rows, int L, int j0,
+            int j1, float *s)
+{
+    const float *ql0 = c->ql + ((size_t)bi * c->H + h0) * c->dc,
+                *qr0 = c->qr + ((size_t)bi * c->H + h0) * c->dr;
+    int j = j0, hh;
+    for (; j + 2 <= j1 && nh >= 4; j += 2) {
+        for (hh = 0; hh + 4 <= nh; hh += 4) {
+            float la[4], lb[4], pa[4], pb[4];
+            dot4x2(ql0 + (size_t)hh * c->dc, (size_t)c->dc, rows[j], rows[j + 1], c->dc, la, lb);
+            dot4x2(qr0 + (size_t)hh * c->dr, (size_t)c->dr, rows[j] + c->dc, rows[j + 1] + c->dc,
+                   c->dr, pa, pb);
+            for (int i = 0; i < 4; i++) {
+                s[(size_t)(hh + i) * L + j] = (la[i] + pa[i]) * c->scale;
+                s[(size_t)(hh + i) * L + j + 1] = (lb[i] + pb[i]) * c->scale;
+            }
+        }
+        for (; hh < nh; hh++)
+            for (int jj = j; jj < j + 2; jj++)
+                s[(size_t)hh * L + jj] =
+                    (grpo_cpu__dot(ql0 + (size_t)hh * c->dc, rows[jj], c->dc) +
+                     grpo_cpu__dot(qr0 + (size_t)hh * c->dr, rows[jj] + c->dc, c->dr)) *
+                    c->scale;
+    }
+    for (; j < j1; j++)
+        for (hh = 0; hh < nh; hh++)
+            s[(size_t)hh * L + j] =
+                (grpo_cpu__dot(ql0 + (size_t)hh * c->dc, rows[j], c->dc) +
+                 grpo_cpu__dot(qr0 + (size_t)hh * c->dr, rows[j] + c->dc, c->dr)) *
+                c->scale;
+}
+
+static void
+absorbed_task(const absorbed_ctx *c, size_t t, size_t ml, const float **rows, float *dec, float *s)
+{
+    int b0 = (int)(t / (size_t)c->hgroups) * c->sg, h0 = (int)(t % (size_t)c->hgroups) * HG;
+    int ni = c->B - b0 < c->sg ? c->B - b0 : c->sg, nh = c->H - h0 < HG ? c->H - h0 : HG, Lmax = 0;
+    task_rows(c, b0, ni, ml, rows, dec);
+    for (int i = 0; i < ni; i++)
+        Lmax = c->len[b0 + i] > Lmax ? c->len[b0 + i] : Lmax;
+    for (int j0 = 0; j0 < Lmax; j0 += JB)
+        for (int i = 0; i < ni; i++) {
+            int L = c->len[b0 + i], j1 = j0 + JB < L ? j0 + JB : L;
+            if (j0 < j1)
+                item_scores(c, b0 + i, h0, nh, rows + (size_t)i * ml, L, j0, j1,
+                            s + (size_t)i * HG * ml);
+        }
+    for (int i = 0; i < ni; i++)
+        for (int hh = 0; hh < nh; hh++)
+            grpo_cpu__softmax(s + (size_t)i * HG * ml + (size_t)hh * c->len[b0 + i],
+                              c->len[b0 + i]);
+    int n16 = c->dc & ~15;
+    for (int c0 = 0; c0 < n16; c0 += 16) /* the 16 columns of every row stay in L1 */
+        for (int i = 0; i < ni; i++) {
+            int L = c->len[b0 + i], hh = 0;
+            const float *p = s + (size_t)i * HG * ml;
+            const float *const *ri = rows + (size_t)i * ml;
+            float *o = c->ol + ((size_t)(b0 + i) * c->H + h0) * c->dc;
+            for (; hh + 4 <= nh; hh += 4)
+                pv_cols16(4, p + (size_t)hh * L, (size_t)L, ri, L, c0, o + (size_t)hh * c->dc,
+                          (size_t)c->dc);
+            for (; hh < nh; hh++)
+                pv_cols16(1, p + (size_t)hh * L, (size_t)L, ri, L, c0, o + (size_t)hh * c->dc,
+                          (size_t)c->dc);
+        }
+    for (int i = 0; i < ni && n16 < c->dc; i++)
+        pv_tail(nh, s + (size_t)i * HG * ml, (size_t)c->len[b0 + i], rows + (size_t)i * ml,
+                c->len[b0 + i], n16, c->dc, c->ol + ((size_t)(b0 + i) * c->H + h0) * c->dc,
+                (size_t)c->dc);
+}
+
 static void
 absorbed_range(void *vctx, size_t b, size_t e, int worker)
 {
     (void)worker;
     absorbed_ctx *c = vctx;
-    size_t ml = (size_t)(c->maxlen > 0 ? c->maxlen : 1);
-    int conv = c->kvf->dt != GRPO_DT_F32, rw = c->dc + c->dr;
-    float *s = malloc((size_t)HG * ml * sizeof *s);
-    const float **rows = malloc(ml * sizeof *rows);
-    float *dec = conv ? malloc(ml * (size_t)rw * sizeof *dec) : NULL; /* the task's rows as F32 */
+    size_t ml = (size_t)(c->maxlen > 0 ? c->maxlen : 1), sg = (size_t)c->sg;
+    int conv = c->kvf->dt != GRPO_DT_F32;
+    float *s = malloc(sg * HG * ml * sizeof *s);
+    const float **rows = malloc(sg * ml * sizeof *rows);
+    float *dec = conv ? malloc(sg * ml * (size_t)(c->dc + c->dr) * sizeof *dec) : NULL;
     if (s == NULL || rows == NULL || (conv && dec == NULL))
         abort();
-    for (size_t t = b; t < e; t++) {
-        int bi = (int)(t / (size_t)c->hgroups), h0 = (int)(t % (size_t)c->hgroups) * HG;
-        int nh = c->H - h0 < HG ? c->H - h0 : HG, L = c->len[bi];
-        const void *const *pages = c->pages_of[bi];
-        for (int j = 0; j < L; j++) {
-            const char *r = (const char *)pages[j / c->page_len] +
-                            (size_t)(j % c->page_len) * (size_t)c->kvf->bytes;
-            if (conv) {
-                grpo_kv_row_decode(c->kvf, r, 0, rw, dec + (size_t)j * rw);
-                rows[j] = dec + (size_t)j * rw;
-            } else {
-                rows[j] = (const float *)r;
-            }
-        }
-        const float *ql0 = c->ql + ((size_t)bi * c->H + h0) * c->dc,
-                    *qr0 = c->qr + ((size_t)bi * c->H + h0) * c->dr;
-        int j = 0;
-        for (; j + 2 <= L && nh >= 4; j += 2) { /* four heads x two rows share their loads */
-            int hh = 0;
-            for (; hh + 4 <= nh; hh += 4) {
-                float la[4], lb[4], pa[4], pb[4];
-                dot4x2(ql0 + (size_t)hh * c->dc, (size_t)c->dc, rows[j], rows[j + 1], c->dc, la,
-                       lb);
-                dot4x2(qr0 + (size_t)hh * c->dr, (size_t)c->dr, rows[j] + c->dc,
-                       rows[j + 1] + c->dc, c->dr, pa, pb);
-                for (int i = 0; i < 4; i++) {
-                    s[(size_t)(hh + i) * L + j] = (la[i] + pa[i]) * c->scale;
-                    s[(size_t)(hh + i) * L + j + 1] = (lb[i] + pb[i]) * c->scale;
-                }
-            }
-            for (; hh < nh; hh++)
-                for (int jj = j; jj < j + 2; jj++)
-                    s[(size_t)hh * L + jj] =
-                        (grpo_cpu__dot(ql0 + (size_t)hh * c->dc, rows[jj], c->dc) +
-                         grpo_cpu__dot(qr0 + (size_t)hh * c->dr, rows[jj] + c->dc, c->dr)) *
-                        c->scale;
-        }
-        for (; j < L; j++) {
-            const float *row = rows[j];
-            int hh = 0;
-            for (; hh + 4 <= nh; hh += 4) { /* four heads share the row's loads */
-                float dl[4], dp[4];
-                dot4(ql0 + (size_t)hh * c->dc, (size_t)c->dc, row, c->dc, dl);
-                dot4(qr0 + (size_t)hh * c->dr, (size_t)c->dr, row + c->dc, c->dr, dp);
-                for (int i = 0; i < 4; i++)
-                    s[(size_t)(hh + i) * L + j] = (dl[i] + dp[i]) * c->scale;
-            }
-            for (; hh < nh; hh++)
-                s[(size_t)hh * L + j] =
-                    (grpo_cpu__dot(ql0 + (size_t)hh * c->dc, row, c->dc) +
-                     grpo_cpu__dot(qr0 + (size_t)hh * c->dr, row + c->dc, c->dr)) *
-                    c->scale;
-        }
-        for (int hh = 0; hh < nh; hh++)
-            grpo_cpu__softmax(s + (size_t)hh * L, L);
-        pv_heads(nh, s, (size_t)L, rows, L, c->dc, c->ol + ((size_t)bi * c->H + h0) * c->dc,
-                 (size_t)c->dc);
-    }
+    for (size_t t = b; t < e; t++)
+        absorbed_task(c, t, ml, rows, dec, s);
     free(dec);
     free(rows);
     free(s);
+}
+
+/* Items per task: SG, fewer where the decoded rows of a BF16/FP8 cache would pass DEC_BUDGET. */
+static int
+absorbed_sg(const grpo_kv_fmt *kvf, int maxlen, int rw)
+{
+    size_t per = (size_t)(maxlen > 0 ? maxlen : 1) * (size_t)rw * sizeof(float);
+    if (kvf->dt == GRPO_DT_F32 || per * SG <= DEC_BUDGET)
+        return SG;
+    size_t n = DEC_BUDGET / per;
+    return n > 1 ? (int)n : 1;
 }
 
 void
@@ -332,6 +399,7 @@ grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const floa
                       .page_len = page_len,
                       .maxlen = maxlen,
                       .hgroups = (H + HG - 1) / HG,
+                      .sg = absorbed_sg(kvf, maxlen, dc + dr),
                       .ql = ql,
                       .qr = qr,
                       .pages_of = pages_of,
@@ -339,6 +407,6 @@ grpo_cpu__mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const floa
                       .len = len,
                       .scale = scale,
                       .ol = ol};
-    grpo_cpu__run(k, (double)B * H * maxlen * (2 * dc + dr), (size_t)B * (size_t)c.hgroups,
-                  absorbed_range, &c);
+    size_t tasks = (size_t)((B + c.sg - 1) / c.sg) * (size_t)c.hgroups;
+    grpo_cpu__run(k, (double)B * H * maxlen * (2 * dc + dr), tasks, absorbed_range, &c);
 }

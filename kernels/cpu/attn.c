@@ -315,7 +315,8 @@ item_scores(const absorbed_ctx *c, int bi, int h0, int nh, const float *const *r
                 c->scale;
 }
 
-static void
+/* Cloned per vector unit: pv_cols16 is inlined here. */
+GRPO_CPU_CLONES static void
 absorbed_task(const absorbed_ctx *c, size_t t, size_t ml, const float **rows, float *dec, float *s)
 {
     int b0 = (int)(t / (size_t)c->hgroups) * c->sg, h0 = (int)(t % (size_t)c->hgroups) * HG;

@@ -71,7 +71,11 @@ usage(FILE *f)
     cli_gen_help_stops(f);
     fputs("  --template NAME      chat template (as grpo rollout; default: the worker's, r1)\n", f);
     cli_gen_help_logprobs(f);
-    fputs("  --record-routes      the workers return the MoE experts the router chose for every\n"
+    fputs("  --numerics N         exact (default) or q8: how every worker loads the model (as\n"
+          "                       grpo rollout --numerics; recorded, so replay uses it too)\n"
+          "  --kv-dtype D         f32 (default), bf16 or fp8: the workers' KV cache rows (as\n"
+          "                       grpo rollout --kv-dtype; CPU workers only; recorded)\n"
+          "  --record-routes      the workers return the MoE experts the router chose for every\n"
           "                       prompt and completion token, into the store and the batches\n"
           "                       (docs/routes.md)\n"
           "  --on-bad-line MODE   fail (default) or skip a bad prompts line\n"
@@ -110,7 +114,9 @@ enum {
     O_NEWRUN,
     O_TEMPLATE,
     O_ROUTES,
-    O_MODEL
+    O_MODEL,
+    O_NUMERICS,
+    O_KVDT
 };
 
 static const struct option long_opts[] = {
@@ -128,6 +134,8 @@ static const struct option long_opts[] = {
     {"template", required_argument, 0, O_TEMPLATE},
     {"record-routes", no_argument, 0, O_ROUTES},
     {"model", required_argument, 0, O_MODEL},
+    {"numerics", required_argument, 0, O_NUMERICS},
+    {"kv-dtype", required_argument, 0, O_KVDT},
     CLI_GEN_LONG_OPTS,
     CLI_TOOLS_LONG_OPTS,
     {0, 0, 0, 0},
@@ -162,6 +170,14 @@ parse_opt(void *ctx, int c, const char *v)
         return 0;
     case O_ROUTES:
         a->record_routes = 1;
+        return 0;
+    case O_NUMERICS:
+        if (grpo_numerics_parse(v, &a->numerics) != GRPO_OK)
+            return cli_usage(CMD, "--numerics: %s", grpo_error_last());
+        return 0;
+    case O_KVDT:
+        if (grpo_kv_dtype_parse(v, &a->kv_dtype) != GRPO_OK)
+            return cli_usage(CMD, "--kv-dtype: %s", grpo_error_last());
         return 0;
     case O_WINDOW:
     case O_MAXLEASES:

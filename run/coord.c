@@ -29,6 +29,7 @@ config_json(const grpo_coord_opts *a)
     if (a->record_routes) /* runs without routes keep the config they always had */
         cJSON_AddBoolToObject(o, "record_routes", 1);
     grpo_run__json_tools(o, &a->tools); /* nothing without tools */
+    grpo_run__json_numerics(o, a->numerics, a->kv_dtype);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -139,6 +140,7 @@ fill_params(grpo_coord *c)
     memcpy(p->stop_ids, a->gen.stop_ids, sizeof p->stop_ids);
     p->record_routes = a->record_routes != 0;
     p->speculative = a->gen.speculative;
+    p->numerics = a->numerics, p->kv_dtype = a->kv_dtype;
     const grpo_run_tools *t = &a->tools;
     p->tools = t->list && t->list[0] ? (char *)t->list : NULL;
     p->max_calls = t->max_calls, p->max_turns = t->max_turns;

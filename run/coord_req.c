@@ -15,6 +15,7 @@ sampling_json(const grpo_coord_opts *a, const grpo_prompt *p)
     grpo_run__json_sampling(o, &a->gen, p->id);
     if (a->template_name)
         cJSON_AddStringToObject(o, "template", a->template_name);
+    grpo_run__json_numerics(o, a->numerics, a->kv_dtype);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;

@@ -26,12 +26,8 @@ sampling_json(const grpo_run_opts *a, const grpo_policy *pol, const grpo_prompt 
     grpo_run__json_stops(o, &a->gen);
     grpo_run__json_tools(o, &a->tools);
     cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
-    int nm = grpo_model_numerics(grpo_policy_model((grpo_policy *)pol));
-    if (nm != GRPO_NUMERICS_EXACT) /* what grpo replay must load the model with */
-        cJSON_AddStringToObject(o, "numerics", grpo_numerics_name(nm));
-    int kd = grpo_model_kv_dtype(grpo_policy_model((grpo_policy *)pol));
-    if (kd != GRPO_KV_F32) /* the cache dtype grpo replay must decode with */
-        cJSON_AddStringToObject(o, "kv_dtype", grpo_kv_dtype_name(kd));
+    const grpo_model *m = grpo_policy_model((grpo_policy *)pol);
+    grpo_run__json_numerics(o, grpo_model_numerics(m), grpo_model_kv_dtype(m));
     txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return txt;

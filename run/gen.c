@@ -38,6 +38,15 @@ grpo_run__json_tools(cJSON *o, const grpo_run_tools *t)
 }
 
 void
+grpo_run__json_numerics(cJSON *o, int numerics, int kv_dtype)
+{
+    if (numerics != GRPO_NUMERICS_EXACT)
+        cJSON_AddStringToObject(o, "numerics", grpo_numerics_name(numerics));
+    if (kv_dtype != GRPO_KV_F32)
+        cJSON_AddStringToObject(o, "kv_dtype", grpo_kv_dtype_name(kv_dtype));
+}
+
+void
 grpo_run__json_sampling(cJSON *o, const grpo_run_gen *g, const char *prompt_id)
 {
     char seed[32];

@@ -27,10 +27,7 @@ config_json(const grpo_run_opts *a)
         cJSON_AddStringToObject(o, "ref_model", a->ref_model);
     if (a->reward_config)
         cJSON_AddStringToObject(o, "reward_config", a->reward_config);
-    if (a->numerics != GRPO_NUMERICS_EXACT) /* exact runs' configs read as they always did */
-        cJSON_AddStringToObject(o, "numerics", grpo_numerics_name(a->numerics));
-    if (a->kv_dtype != GRPO_KV_F32) /* f32 runs' configs read as they always did */
-        cJSON_AddStringToObject(o, "kv_dtype", grpo_kv_dtype_name(a->kv_dtype));
+    grpo_run__json_numerics(o, a->numerics, a->kv_dtype);
     if (a->record_routes) /* so --resume continues a routed run only with routes, and the rest */
         cJSON_AddBoolToObject(o, "record_routes", 1); /* read as they always did */
     grpo_run__json_tools(o, &a->tools);

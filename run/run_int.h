@@ -21,6 +21,9 @@ void grpo_run__json_config(cJSON *o, const grpo_run_gen *g);
 void grpo_run__json_stops(cJSON *o, const grpo_run_gen *g);
 /* Adds "tools" {list, max_calls, max_turns, max_obs_tokens, time_s} to o when t lists any. */
 void grpo_run__json_tools(cJSON *o, const grpo_run_tools *t);
+/* Adds "numerics" and "kv_dtype" (by name) unless they are the defaults, exact and f32: what
+ * grpo replay must load the model with; runs with the defaults read as they always did. */
+void grpo_run__json_numerics(cJSON *o, int numerics, int kv_dtype);
 
 /* What a verifier thread needs about a prompt; the engine group's user pointer. */
 typedef struct grpo_run__prompt {

@@ -136,7 +136,9 @@ open_policy(grpo_worker *w, const char *dir, grpo_policy **out)
                            .n_threads = a->threads,
                            .kv_budget_bytes = (size_t)a->kv_bytes,
                            .backend = a->gpu >= 0,
-                           .load_mtp = w->params.speculative > 0};
+                           .load_mtp = w->params.speculative > 0,
+                           .numerics = w->params.numerics,
+                           .kv_dtype = w->params.kv_dtype};
     return grpo_policy_open(out, dir, &po);
 }
 

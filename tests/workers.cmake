@@ -18,7 +18,7 @@ find_package(Python3 COMPONENTS Interpreter)
 if(TARGET grpo AND Python3_Interpreter_FOUND)
   # tools: needs the real python tool (skips with 77 where it is unsupported)
   foreach(scenario failover restart load weights repeats pause tail routes tools delta tampered
-                   speculative)
+                   speculative numerics)
     add_test(NAME workers_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/workers/workers_integration.py
                      ${scenario} --grpo $<TARGET_FILE:grpo>

@@ -151,6 +151,8 @@ rnd_msg(grpo_wmsg *m, int type)
         for (int i = 0; i < p->n_stop_ids; i++)
             p->stop_ids[i] = rndi(0, 100000);
         p->record_routes = rndi(0, 1);
+        p->numerics = rndi(GRPO_NUMERICS_EXACT, GRPO_NUMERICS_Q8);
+        p->kv_dtype = rndi(GRPO_KV_F32, GRPO_KV_FP8);
         if (rnd() % 2) {
             p->tools = strdup(rnd() % 2 ? "python" : "python,/opt/envs/maze.so");
             p->max_calls = rndi(0, 16), p->max_turns = rndi(0, 16);
@@ -258,6 +260,8 @@ assert_same(const grpo_wmsg *a, const grpo_wmsg *b)
         assert_int_equal(p->n_stop_ids, q->n_stop_ids);
         assert_memory_equal(p->stop_ids, q->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
         assert_int_equal(p->record_routes, q->record_routes);
+        assert_int_equal(p->numerics, q->numerics);
+        assert_int_equal(p->kv_dtype, q->kv_dtype);
         assert_str_eq_opt(p->tools, q->tools);
         assert_int_equal(p->max_calls, q->max_calls);
         assert_int_equal(p->max_turns, q->max_turns);
@@ -710,6 +714,29 @@ test_tools_params_refused(void **state)
     }
 }
 
+/* How the workers load the model: numerics and a KV dtype other than the known ones are refused
+ * by field. */
+static void
+test_model_params_refused(void **state)
+{
+    (void)state;
+    for (int c = 0; c < 4; c++) {
+        grpo_wmsg m = {0}, d;
+        m.type = GRPO_WMSG_WORK;
+        m.params.group_size = 2, m.params.max_new_tokens = 8, m.params.logprobs = 1;
+        m.params.sampling.temperature = 1, m.params.sampling.top_p = 1;
+        m.params.numerics = c == 0 ? 2 : c == 1 ? -1 : 0;
+        m.params.kv_dtype = c == 2 ? 3 : c == 3 ? -1 : 0;
+        void *b;
+        size_t len;
+        assert_int_equal(grpo_wmsg_encode(&m, &b, &len), GRPO_OK);
+        assert_int_equal(grpo_wmsg_decode(&d, b, len), GRPO_EFORMAT);
+        assert_non_null(strstr(grpo_error_last(), c < 2 ? "params.numerics" : "params.kv_dtype"));
+        grpo_wmsg_fini(&d);
+        free(b);
+    }
+}
+
 /* ---- lease table against a reference model ---- */
 
 enum { R_PENDING, R_LEASED, R_DONE };
@@ -953,6 +980,7 @@ main(void)
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_turns_refused),
         cmocka_unit_test(test_tools_params_refused),
+        cmocka_unit_test(test_model_params_refused),
         cmocka_unit_test(test_lease_table_model),
         cmocka_unit_test(test_lease_table_backup),
     };

@@ -84,11 +84,11 @@ void grpo_run_turns_destroy(grpo_run_turns *t);
 
 /* One recorded turn of a completion, for `grpo replay`. */
 typedef struct grpo_run_replay_turn {
-    int32_t action_end;  /* the observation follows token action_end - 1 */
-    const int32_t *obs;  /* the recorded observation tokens */
+    int32_t action_end;   /* the observation follows token action_end - 1 */
+    const int32_t *obs;   /* the recorded observation tokens */
     int32_t n_obs, n_cut; /* n_cut: tokens the record says were cut for lack of room */
-    int32_t done;        /* the observation ended the sample */
-    int32_t ran;         /* the step ran (0: a limit answered it) */
+    int32_t done;         /* the observation ended the sample */
+    int32_t ran;          /* the step ran (0: a limit answered it) */
 } grpo_run_replay_turn;
 
 /* A turns hook for regenerating one recorded completion (G = 1): it parks the sample where the
@@ -99,8 +99,8 @@ typedef struct grpo_run_replay_turn {
  * (grpo_run_turns_diffs); the recorded observation is still what is fed. turns and the arrays
  * they point to are borrowed. */
 grpo_err grpo_run_turns_replay(grpo_run_turns **out, const grpo_run_replay_turn *turns,
-                               int32_t n_turns, const grpo_run_tools *t,
-                               grpo_run_encode_fn encode, grpo_run_record_fn record, void *ctx);
+                               int32_t n_turns, const grpo_run_tools *t, grpo_run_encode_fn encode,
+                               grpo_run_record_fn record, void *ctx);
 /* The re-execution's messages so far (valid while t lives); returns how many. */
 int32_t grpo_run_turns_diffs(const grpo_run_turns *t, char *const **msgs);
 
@@ -159,10 +159,10 @@ typedef struct grpo_run_opts {
      * second run's tool calls at once with what the first run's tools said. */
     const grpo_rollout_turns *turns_hook;
     /* The score step of every group, or NULL for the run's own (grpo_run_score_default: the
-     * rewarder rw over the verifier threads). Called on a verifier thread (on several at once, for different groups); it
-     * must set every sample's score (the run records, writes and publishes what it sets, and
-     * frees the terms' details) and may set g->verify_ms; an error fails the run as a
-     * rewarder's does. For measurements: `grpo bench run` wraps the rewarder in one run and
+     * rewarder rw over the verifier threads). Called on a verifier thread (on several at once, for
+     * different groups); it must set every sample's score (the run records, writes and publishes
+     * what it sets, and frees the terms' details) and may set g->verify_ms; an error fails the run
+     * as a rewarder's does. For measurements: `grpo bench run` wraps the rewarder in one run and
      * answers a second run from what the first recorded. */
     grpo_err (*score)(void *ctx, struct grpo_run_group *g, grpo_rewarder *rw,
                       const struct grpo_run_prompt *p);
@@ -247,6 +247,9 @@ typedef struct grpo_coord_opts {
      * version 0 (recorded with its sha256) and the base a trainer's first weight delta may be
      * against (schemas/weights_delta.md). Not part of the run's config. */
     const char *model;
+    /* How the workers load the model and size its cache (grpo_model_opts.numerics, kv_dtype):
+     * part of the run's config and of every group's sampling record, as grpo rollout's. */
+    int32_t numerics, kv_dtype;
 } grpo_coord_opts;
 
 void grpo_coord_opts_default(grpo_coord_opts *o);

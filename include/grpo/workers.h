@@ -29,16 +29,16 @@ extern "C" {
 
 /* 2: MoE routes with a result (grpo serve --record-routes); 3: tools (the WORK params' tools
  * config, each sample's turns in a result) */
-#define GRPO_WORKERS_PROTOCOL 4
-#define GRPO_WORKERS_MAGIC 0x57505247u    /* "GRPW" as little-endian bytes */
-#define GRPO_WORKERS_MAX_MSG (256u << 20) /* bytes per message */
-#define GRPO_WORKERS_MAX_STR (16u << 20)  /* bytes per string field */
-#define GRPO_WORKERS_MAX_ID 256           /* bytes of a worker id */
-#define GRPO_WORKERS_MAX_LEASES 64        /* leases per WORK message / ids per heartbeat */
-#define GRPO_WORKERS_MAX_GROUP 65536      /* samples per group */
-#define GRPO_WORKERS_MAX_TOKENS (1 << 24) /* tokens per prompt or completion */
-#define GRPO_WORKERS_MAX_TERMS 8          /* reward terms per sample */
-#define GRPO_WORKERS_MAX_TURNS 4096       /* turns per sample */
+#define GRPO_WORKERS_PROTOCOL 5
+#define GRPO_WORKERS_MAGIC 0x57505247u            /* "GRPW" as little-endian bytes */
+#define GRPO_WORKERS_MAX_MSG (256u << 20)         /* bytes per message */
+#define GRPO_WORKERS_MAX_STR (16u << 20)          /* bytes per string field */
+#define GRPO_WORKERS_MAX_ID 256                   /* bytes of a worker id */
+#define GRPO_WORKERS_MAX_LEASES 64                /* leases per WORK message / ids per heartbeat */
+#define GRPO_WORKERS_MAX_GROUP 65536              /* samples per group */
+#define GRPO_WORKERS_MAX_TOKENS (1 << 24)         /* tokens per prompt or completion */
+#define GRPO_WORKERS_MAX_TERMS 8                  /* reward terms per sample */
+#define GRPO_WORKERS_MAX_TURNS 4096               /* turns per sample */
 #define GRPO_WORKERS_MAX_TURN_RECORD (256u << 10) /* bytes of a turn's record_json */
 #define GRPO_WORKERS_MAX_TOOLS 4096               /* bytes of the tools list */
 
@@ -84,6 +84,8 @@ typedef struct grpo_wparams {
     int32_t max_calls, max_turns, max_obs_tokens;
     double tool_time_s;
     int32_t speculative; /* MTP draft tokens per step (grpo serve --speculative; 0 = off) */
+    int32_t numerics;    /* grpo_numerics the workers load the model with (grpo serve --numerics) */
+    int32_t kv_dtype;    /* grpo_kv_dtype of the workers' KV cache (grpo serve --kv-dtype) */
 } grpo_wparams;
 
 typedef struct grpo_wlease {

@@ -66,6 +66,8 @@ put_params(wr *w, const grpo_wparams *p)
     grpo__put_i32(&w->c, p->max_obs_tokens);
     grpo__put_f64(&w->c, p->tool_time_s);
     grpo__put_i32(&w->c, p->speculative);
+    grpo__put_i32(&w->c, p->numerics);
+    grpo__put_i32(&w->c, p->kv_dtype);
 }
 
 size_t
@@ -451,6 +453,12 @@ get_params(rd *r, grpo_wparams *p)
     p->speculative = get_i32(r, "params.speculative");
     if (r->err == GRPO_OK && (p->speculative < 0 || p->speculative > 3))
         bad(r, "params.speculative", "not 0 to 3");
+    p->numerics = get_i32(r, "params.numerics");
+    if (r->err == GRPO_OK && p->numerics != GRPO_NUMERICS_EXACT && p->numerics != GRPO_NUMERICS_Q8)
+        bad(r, "params.numerics", "not exact or q8");
+    p->kv_dtype = get_i32(r, "params.kv_dtype");
+    if (r->err == GRPO_OK && (p->kv_dtype < GRPO_KV_F32 || p->kv_dtype > GRPO_KV_FP8))
+        bad(r, "params.kv_dtype", "not f32, bf16 or fp8");
 }
 
 /* n rows of routes (row bytes each, layers x k ids) as a new copy: every id below experts and

@@ -760,6 +760,44 @@ def scenario_speculative(grpo, tmp):
         P.cleanup()
 
 
+def scenario_numerics(grpo, tmp):
+    """--numerics q8 --kv-dtype bf16 on serve reach the workers: their groups equal grpo rollout's
+    with the same flags (and differ from the exact run's), and every group's sampling record and
+    the run's config name them, so grpo replay loads the model as the workers did."""
+    global GEN
+    exact_gen = GEN
+    GEN = GEN + ["--numerics", "q8", "--kv-dtype", "bf16"]
+    n = 6
+    prompts, db, want, url, P = small_run(grpo, tmp, n)
+    try:
+        serve = P.start("serve", serve_args(prompts, db, url))
+        for w in ("A", "B"):
+            P.start(w, worker_args(url, w))
+        rc = P.wait(serve, 120)
+        if rc != 0:
+            fail("serve exited %d:\n%s" % (rc, P.log("serve")))
+        check_exactly_once(db, n)
+        got = completions(db)
+        if got != want:
+            fail("completions differ from grpo rollout --numerics q8 --kv-dtype bf16's (%d vs %d rows)"
+                 % (len(got), len(want)))
+        GEN = exact_gen
+        os.remove(os.path.join(tmp, "ref.db"))
+        if reference(grpo, tmp, prompts) == want:
+            fail("the q8/bf16 completions equal the exact run's: the flags changed nothing")
+        rows = db_rows(db, "SELECT count(*) FROM groups WHERE sampling_json LIKE "
+                       "'%\"numerics\":\"q8\"%' AND sampling_json LIKE '%\"kv_dtype\":\"bf16\"%'")
+        if rows[0][0] != n:
+            fail("expected numerics q8 and kv_dtype bf16 in every group's sampling record, got %d of %d"
+                 % (rows[0][0], n))
+        cfg = db_rows(db, "SELECT config_json FROM runs")
+        if len(cfg) != 1 or '"numerics":"q8"' not in cfg[0][0] or '"kv_dtype":"bf16"' not in cfg[0][0]:
+            fail("the run's config does not name the numerics and KV dtype: %r" % (cfg,))
+        print("ok: %d groups with --numerics q8 --kv-dtype bf16 equal grpo rollout's" % n)
+    finally:
+        P.cleanup()
+
+
 def scenario_repeats(grpo, tmp):
     """Records with the same content at other lines are other prompts: each gets its group."""
     prompts, db = os.path.join(tmp, "p.jsonl"), os.path.join(tmp, "w.db")
@@ -959,7 +997,8 @@ def scenario_tools(grpo, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("scenario", choices=["failover", "restart", "load", "weights", "repeats", "pause", "tail",
-                                         "routes", "tools", "delta", "tampered", "speculative"])
+                                         "routes", "tools", "delta", "tampered", "speculative",
+                                         "numerics"])
     ap.add_argument("--grpo", required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--workers", type=int, default=16)
@@ -999,6 +1038,8 @@ def main():
             scenario_tools(a.grpo, tmp)
         elif a.scenario == "speculative":
             scenario_speculative(a.grpo, tmp)
+        elif a.scenario == "numerics":
+            scenario_numerics(a.grpo, tmp)
         else:
             scenario_load(a.grpo, tmp, a.seconds, a.workers)
     finally:

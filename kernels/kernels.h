@@ -186,6 +186,9 @@ void grpo_kernels_cpu_set_portable(int on);
 /* The GEMM micro-kernel: want 0 = the AVX2 (or baseline) one, else the AVX-512VL one when the CPU
  * has it (the default). Returns 1 when the AVX-512VL one is in use. Same bits either way. */
 int grpo_kernels_cpu_set_gemm_isa(int want);
+/* The Q8 GEMM's kernel (--numerics q8): want 0 = the AVX2 one, else the AVX-512 VNNI one when the
+ * CPU has it (the default). Returns 1 when the AVX-512 VNNI one is in use. Same bits either way. */
+int grpo_kernels_cpu_set_q8_isa(int want);
 /* Calls with less work than this many multiply-adds run on one thread (default 262144; tests set 0
  * to exercise the threaded paths on tiny shapes). Results never depend on it. */
 void grpo_kernels_cpu_set_min_parallel(double work);

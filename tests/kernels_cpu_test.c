@@ -399,7 +399,7 @@ gemm_q8_option(void **state)
     grpo_kernels_cpu_set_min_parallel(0);
     assert_int_equal(grpo_kernels_cpu_create(&k1, 1), GRPO_OK);
     assert_int_equal(grpo_kernels_cpu_create(&k3, 3), GRPO_OK);
-    const int M = 7, N = 130, K = 320, S = K / 32, NP = (N + 7) / 8 * 8;
+    const int M = 11, N = 130, K = 320, S = K / 32, NP = (N + 7) / 8 * 8;
     mat m;
     make_mat(&m, GRPO_DT_F8E4M3, N, K);
     assert_int_equal(grpo_q8_bytes(N, K), (size_t)NP * K);
@@ -422,8 +422,12 @@ gemm_q8_option(void **state)
         x[3 * K + i] = 0; /* an all-zero row: scale 0, output 0 */
     for (int r = 0; r < M; r++)
         q8_quant(x + (size_t)r * K, K, 32767.0f, xq + (size_t)r * K, xd + (size_t)r * S);
-    for (int portable = 0; portable < 2; portable++) {
-        grpo_kernels_cpu_set_portable(portable);
+    /* the AVX-512 VNNI kernel (8 + 3 rows) where the CPU has it, the AVX2 one (4 + 4 + 3), the
+     * portable one */
+    int vnni = grpo_kernels_cpu_set_q8_isa(1);
+    for (int mode = vnni ? 0 : 1; mode < 3; mode++) {
+        grpo_kernels_cpu_set_q8_isa(mode == 0);
+        grpo_kernels_cpu_set_portable(mode == 2);
         k3->gemm(k3, M, x, K, &w, y, N);
         double worst = 0;
         for (int r = 0; r < M; r++)
@@ -445,7 +449,11 @@ gemm_q8_option(void **state)
                 double e = fabs(y[r * N + n] - exact) / (mag > 0 ? mag : 1);
                 worst = e > worst ? e : worst;
             }
-        printf("    q8 GEMM: worst error %.3g of sum |x.w|\n", worst);
+        printf("    q8 GEMM (%s kernel): worst error %.3g of sum |x.w|\n",
+               mode == 0   ? "AVX-512 VNNI"
+               : mode == 1 ? "AVX2"
+                           : "portable",
+               worst);
         assert_true(worst < 1e-2);
         for (int r = 0; r < M; r++) { /* one row alone, one thread: the same bits */
             k1->gemm(k1, 1, x + (size_t)r * K, K, &w, y1, N);
@@ -461,6 +469,7 @@ gemm_q8_option(void **state)
         x[1 * K + 40] = keep;
     }
     grpo_kernels_cpu_set_portable(0);
+    grpo_kernels_cpu_set_q8_isa(-1);
     mat bad; /* K not a multiple of 32: refused */
     make_mat(&bad, GRPO_DT_BF16, 4, 40);
     assert_int_equal(grpo_kw_to_q8(&bad.w, wp, wpd), -1);

@@ -638,6 +638,82 @@ mla_attention(void **state)
     free(q), free(kvb), free(cache), free(o1), free(o3), free(ql), free(qr), free(a1), free(a3);
 }
 
+/* Absorbed decode over long caches (rows of V3's 576 floats, 1088 positions: a task's items walk
+ * together): 10 items sharing the first pages with each other (the same page pointers), one with
+ * a private page in the middle and one a private tail, of lengths from 3 to 1088. In F32, BF16
+ * and FP8 rows, the batch on 3 threads equals each item alone on 1 thread bit for bit, and the
+ * item with the private pages is within 1e-5 of a double-precision reference. */
+static void
+mla_absorbed_shared_rows(void **state)
+{
+    (void)state;
+    enum { H = 16, DC = 512, DR = 64, RW = DC + DR, PL = 64, NP = 17, B = 10 };
+    grpo_kernels *k1 = NULL, *k3 = NULL;
+    grpo_kernels_cpu_set_min_parallel(0);
+    assert_int_equal(grpo_kernels_cpu_create(&k1, 1), GRPO_OK);
+    assert_int_equal(grpo_kernels_cpu_create(&k3, 3), GRPO_OK);
+    const int32_t len[B] = {1088, 1050, 64, 700, 1088, 1000, 999, 3, 512, 1088};
+    float *rows = malloc(sizeof(float) * (NP + 2) * PL * RW); /* shared pages, then 2 private */
+    for (int i = 0; i < (NP + 2) * PL * RW; i++)
+        rows[i] = frand();
+    float *ql = malloc(sizeof(float) * B * H * DC), *qr = malloc(sizeof(float) * B * H * DR);
+    float *ob = malloc(sizeof(float) * B * H * DC), *o1 = malloc(sizeof(float) * H * DC);
+    for (int i = 0; i < B * H * DC; i++)
+        ql[i] = frand() * 0.2f;
+    for (int i = 0; i < B * H * DR; i++)
+        qr[i] = frand() * 0.2f;
+    const grpo_dtype dts[3] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F8E4M3};
+    for (int d = 0; d < 3; d++) {
+        grpo_kv_fmt f = grpo_kv_fmt_make(dts[d], RW, DC, 128);
+        char *enc = malloc((size_t)(NP + 2) * PL * (size_t)f.bytes);
+        for (int r = 0; r < (NP + 2) * PL; r++)
+            grpo_kv_row_encode(&f, rows + (size_t)r * RW, enc + (size_t)r * f.bytes);
+        const void *pg[B][NP];
+        const void *const *pages_of[B];
+        for (int b = 0; b < B; b++) {
+            for (int p = 0; p < NP; p++)
+                pg[b][p] = enc + (size_t)p * PL * f.bytes;
+            pages_of[b] = pg[b];
+        }
+        pg[3][10] = enc + (size_t)NP * PL * f.bytes;      /* item 3's tail, rows 640..699 */
+        pg[4][5] = enc + (size_t)(NP + 1) * PL * f.bytes; /* item 4's own page 5 */
+        k3->mla_absorbed(k3, B, H, DC, DR, ql, qr, pages_of, len, PL, &f, 0.05f, ob);
+        for (int b = 0; b < B; b++) {
+            k1->mla_absorbed(k1, 1, H, DC, DR, ql + (size_t)b * H * DC, qr + (size_t)b * H * DR,
+                             &pages_of[b], &len[b], PL, &f, 0.05f, o1);
+            assert_memory_equal(o1, ob + (size_t)b * H * DC, sizeof(float) * H * DC);
+        }
+        if (dts[d] == GRPO_DT_F32) /* the double reference for item 4 (its own page 5) */
+            for (int h = 0; h < H; h += 5) {
+                double *sc = malloc(sizeof(double) * 1088), mx = -1e300, sum = 0;
+                for (int j = 0; j < len[4]; j++) {
+                    const float *row = (const float *)pg[4][j / PL] + (j % PL) * RW;
+                    double dot = 0;
+                    for (int t = 0; t < DC; t++)
+                        dot += (double)ql[(4 * H + h) * DC + t] * row[t];
+                    for (int t = 0; t < DR; t++)
+                        dot += (double)qr[(4 * H + h) * DR + t] * row[DC + t];
+                    sc[j] = dot * 0.05;
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int j = 0; j < len[4]; j++)
+                    sum += (sc[j] = exp(sc[j] - mx));
+                for (int t = 0; t < DC; t += 7) {
+                    double o = 0;
+                    for (int j = 0; j < len[4]; j++)
+                        o += sc[j] / sum * ((const float *)pg[4][j / PL])[(j % PL) * RW + t];
+                    assert_true(fabs(o - ob[(4 * H + h) * DC + t]) < 1e-5);
+                }
+                free(sc);
+            }
+        free(enc);
+    }
+    grpo_kernels_cpu_set_min_parallel(262144);
+    grpo_kernels_destroy(k1);
+    grpo_kernels_destroy(k3);
+    free(rows), free(ql), free(qr), free(ob), free(o1);
+}
+
 static float *
 json_matrix(const cJSON *a, int rows, int cols)
 {
@@ -729,10 +805,15 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(e4m3_values),     cmocka_unit_test(fp8_paths_agree),
-        cmocka_unit_test(gemm_all_dtypes), cmocka_unit_test(gemm_isa_same_bits),
-        cmocka_unit_test(mla_attention),   cmocka_unit_test(router_follows_reference),
-        cmocka_unit_test(gemm_q8_option),  cmocka_unit_test(gemm_batch_same_bits),
+        cmocka_unit_test(e4m3_values),
+        cmocka_unit_test(fp8_paths_agree),
+        cmocka_unit_test(gemm_all_dtypes),
+        cmocka_unit_test(gemm_isa_same_bits),
+        cmocka_unit_test(mla_attention),
+        cmocka_unit_test(mla_absorbed_shared_rows),
+        cmocka_unit_test(router_follows_reference),
+        cmocka_unit_test(gemm_q8_option),
+        cmocka_unit_test(gemm_batch_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -234,6 +234,7 @@ grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int
 #define SG 8
 #define JB 16
 #define DEC_BUDGET ((size_t)64 << 20) /* decoded F32 rows per task, BF16/FP8 caches */
+#define WALK_BYTES ((size_t)256 << 10)
 
 typedef struct {
     int B, H, dc, dr, page_len, maxlen, hgroups, sg;
@@ -315,7 +316,26 @@ item_scores(const absorbed_ctx *c, int bi, int h0, int nh, const float *const *r
                 c->scale;
 }
 
-/* Cloned per vector unit: pv_cols16 is inlined here. */
+/* Columns [c0, c0 + 16) of item i's outputs for its nh heads (task-relative i). */
+__attribute__((always_inline)) static inline void
+pv_item(const absorbed_ctx *c, int b0, int i, int h0, int nh, size_t ml, const float **rows,
+        const float *s, int c0)
+{
+    int L = c->len[b0 + i], hh = 0;
+    const float *p = s + (size_t)i * HG * ml;
+    const float *const *ri = rows + (size_t)i * ml;
+    float *o = c->ol + ((size_t)(b0 + i) * c->H + h0) * c->dc;
+    for (; hh + 4 <= nh; hh += 4)
+        pv_cols16(4, p + (size_t)hh * L, (size_t)L, ri, L, c0, o + (size_t)hh * c->dc,
+                  (size_t)c->dc);
+    for (; hh < nh; hh++)
+        pv_cols16(1, p + (size_t)hh * L, (size_t)L, ri, L, c0, o + (size_t)hh * c->dc,
+                  (size_t)c->dc);
+}
+
+/* Cloned per vector unit: pv_cols16 is inlined here. Items walk together only when one item's
+ * rows would not stay in L2 anyway (WALK_BYTES); shorter caches go item by item, which keeps each
+ * item's scores and rows in L1. */
 GRPO_CPU_CLONES static void
 absorbed_task(const absorbed_ctx *c, size_t t, size_t ml, const float **rows, float *dec, float *s)
 {
@@ -324,9 +344,11 @@ absorbed_task(const absorbed_ctx *c, size_t t, size_t ml, const float **rows, fl
     task_rows(c, b0, ni, ml, rows, dec);
     for (int i = 0; i < ni; i++)
         Lmax = c->len[b0 + i] > Lmax ? c->len[b0 + i] : Lmax;
-    for (int j0 = 0; j0 < Lmax; j0 += JB)
+    int walk = (size_t)Lmax * (size_t)(c->dc + c->dr) * sizeof(float) > WALK_BYTES;
+    int jb = walk ? JB : Lmax;
+    for (int j0 = 0; j0 < Lmax; j0 += jb)
         for (int i = 0; i < ni; i++) {
-            int L = c->len[b0 + i], j1 = j0 + JB < L ? j0 + JB : L;
+            int L = c->len[b0 + i], j1 = j0 + jb < L ? j0 + jb : L;
             if (j0 < j1)
                 item_scores(c, b0 + i, h0, nh, rows + (size_t)i * ml, L, j0, j1,
                             s + (size_t)i * HG * ml);
@@ -336,19 +358,14 @@ absorbed_task(const absorbed_ctx *c, size_t t, size_t ml, const float **rows, fl
             grpo_cpu__softmax(s + (size_t)i * HG * ml + (size_t)hh * c->len[b0 + i],
                               c->len[b0 + i]);
     int n16 = c->dc & ~15;
-    for (int c0 = 0; c0 < n16; c0 += 16) /* the 16 columns of every row stay in L1 */
-        for (int i = 0; i < ni; i++) {
-            int L = c->len[b0 + i], hh = 0;
-            const float *p = s + (size_t)i * HG * ml;
-            const float *const *ri = rows + (size_t)i * ml;
-            float *o = c->ol + ((size_t)(b0 + i) * c->H + h0) * c->dc;
-            for (; hh + 4 <= nh; hh += 4)
-                pv_cols16(4, p + (size_t)hh * L, (size_t)L, ri, L, c0, o + (size_t)hh * c->dc,
-                          (size_t)c->dc);
-            for (; hh < nh; hh++)
-                pv_cols16(1, p + (size_t)hh * L, (size_t)L, ri, L, c0, o + (size_t)hh * c->dc,
-                          (size_t)c->dc);
-        }
+    if (walk) /* the 16 columns of every item's rows stay in L1 while the items use them */
+        for (int c0 = 0; c0 < n16; c0 += 16)
+            for (int i = 0; i < ni; i++)
+                pv_item(c, b0, i, h0, nh, ml, rows, s, c0);
+    else
+        for (int i = 0; i < ni; i++)
+            for (int c0 = 0; c0 < n16; c0 += 16)
+                pv_item(c, b0, i, h0, nh, ml, rows, s, c0);
     for (int i = 0; i < ni && n16 < c->dc; i++)
         pv_tail(nh, s + (size_t)i * HG * ml, (size_t)c->len[b0 + i], rows + (size_t)i * ml,
                 c->len[b0 + i], n16, c->dc, c->ol + ((size_t)(b0 + i) * c->H + h0) * c->dc,

@@ -171,10 +171,58 @@ struct grpo_kernels {
      * barrier instead of one per matrix). No job may write what another reads. NULL in a backend
      * without it: the caller then calls gemm for each job (grpo_kernels_gemm_batch does). */
     void (*gemm_batch)(grpo_kernels *k, int n, const grpo_gemm_job *jobs);
+
+    /* ---- The memory the ops work on ----
+     * Activations, positions, token ids and every buffer the forward hands to an op live in the
+     * backend's memory ("op memory"): host memory on the CPU backend and in the CUDA backend's
+     * staged mode, device memory in its device mode. The forward reaches op memory only through
+     * the entries below, or through the ops; host arrays it builds (page pointers, lengths,
+     * indices) go in with mem_copy. An entry left NULL means op memory is host memory, and the
+     * grpo_kernels_* helpers below do the work on the host (the CPU backend's own arithmetic).
+     * kind: GRPO_MEM_H2D (src host, dst op memory), GRPO_MEM_D2H, GRPO_MEM_D2D. */
+    void *(*mem_alloc)(grpo_kernels *k, size_t bytes);
+    void (*mem_free)(grpo_kernels *k, void *p);
+    void (*mem_copy)(grpo_kernels *k, void *dst, const void *src, size_t bytes, int kind);
+    void (*mem_zero)(grpo_kernels *k, void *p, size_t bytes);
+    /* y[r][c] += x[r][c] for r < M, c < n (the residual adds). */
+    void (*add_rows)(grpo_kernels *k, int M, int n, float *y, int ldy, const float *x, int ldx);
+    /* y[dst ? dst[r] : r][0..n) = x[src ? src[r] : r][0..n) for r < M: gathers, scatters and
+     * strided copies of rows (src, dst: row indices in op memory, or NULL). */
+    void (*copy_rows)(grpo_kernels *k, int M, int n, const int32_t *src, const float *x, int ldx,
+                      const int32_t *dst, float *y, int ldy);
+    /* The MoE combine: for s = 0, 1, ..., S - 1 in that order, acc[tok[s]][c] += w[s] * y[s][c]
+     * (the product rounded, then added); tok, w in op memory. */
+    void (*combine_rows)(grpo_kernels *k, int S, int n, const int32_t *tok, const float *w,
+                         const float *y, int ldy, float *acc, int ldacc);
+    /* Cache rows: row r < M of x (F32, leading dimension ldx) encoded in format f at dst[r]
+     * (kv_write); the rows at src[r] decoded into row r of y (kv_read). dst and src are host
+     * arrays of pointers into op memory. */
+    void (*kv_write)(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
+                     void *const *dst);
+    void (*kv_read)(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src, float *y,
+                    int ldy);
 };
+
+enum { GRPO_MEM_H2D = 0, GRPO_MEM_D2H = 1, GRPO_MEM_D2D = 2 };
 
 /* k->gemm_batch, or gemm job by job where the backend has none. */
 void grpo_kernels_gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs);
+/* The memory entries of the table, or their host versions where the backend leaves them NULL
+ * (grpo_kernels_mem_alloc returns NULL when out of memory; the others cannot fail). */
+void *grpo_kernels_mem_alloc(grpo_kernels *k, size_t bytes);
+void grpo_kernels_mem_free(grpo_kernels *k, void *p);
+void grpo_kernels_mem_copy(grpo_kernels *k, void *dst, const void *src, size_t bytes, int kind);
+void grpo_kernels_mem_zero(grpo_kernels *k, void *p, size_t bytes);
+void grpo_kernels_add_rows(grpo_kernels *k, int M, int n, float *y, int ldy, const float *x,
+                           int ldx);
+void grpo_kernels_copy_rows(grpo_kernels *k, int M, int n, const int32_t *src, const float *x,
+                            int ldx, const int32_t *dst, float *y, int ldy);
+void grpo_kernels_combine_rows(grpo_kernels *k, int S, int n, const int32_t *tok, const float *w,
+                               const float *y, int ldy, float *acc, int ldacc);
+void grpo_kernels_kv_write(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
+                           void *const *dst);
+void grpo_kernels_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src,
+                          float *y, int ldy);
 
 /* The CPU backend with its own thread pool (n_threads <= 0: all CPUs). */
 grpo_err grpo_kernels_cpu_create(grpo_kernels **out, int n_threads);

@@ -38,3 +38,8 @@ if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(kv_dtype_test SOURCES kv_dtype_test.c LIBS grpo_kernels grpo_common m TIMEOUT 120)
   grpo_add_test(model_kv_dtype_test SOURCES model_kv_dtype_test.c LIBS grpo_model TIMEOUT 300)
 endif()
+# The forward reaches op memory only through the op table: a backend whose op memory faults
+# outside its ops gives the CPU backend's logits bit for bit.
+if(TARGET PkgConfig::CMOCKA)
+  grpo_add_test(model_opmem_test SOURCES model_opmem_test.c LIBS grpo_model TIMEOUT 300)
+endif()

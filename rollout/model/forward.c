@@ -1,9 +1,12 @@
 /* The forward over a ragged batch: embedding, per layer RMSNorm + attention (DeepSeek's MLA:
  * naive form for prefill chunks, absorbed form for single decode tokens, both over the paged latent
  * cache; or the GQA families' attention, forward_gqa.c) + dense MLP or MoE, then the final norm and
- * lm_head. fp32 activations; every op goes through the kernel table. Each row's result depends only
- * on its own item (tokens, positions, cache), never on the other items of the batch nor on the
- * thread count. */
+ * lm_head. fp32 activations; every op goes through the kernel table, and the activations live in
+ * the backend's op memory (kernels.h), which this file reaches only through the table: the arrays
+ * it computes on the host (positions, tokens, the MoE slots, row indices) are built in a host
+ * block and copied in, the router's choices copied out. Each row's result depends only on its own
+ * item (tokens, positions, cache), never on the other items of the batch nor on the thread count.
+ */
 #include "rollout/model/model_int.h"
 
 #include <stdlib.h>
@@ -15,7 +18,13 @@
 
 typedef struct {
     int T, B; /* tokens in the batch; absorbed-form queries (decode tokens) */
-    int32_t *pos, *tok;
+    /* host block: what the forward computes on the host, then copies into op memory (pos_h,
+     * tok_h, the MoE slots, the row indices) or out of it (ri_h, rw_h) */
+    int32_t *pos_h, *tok_h, *ri_h, *slot_tok_h, *dec_t_h, *lm_idx_h;
+    float *rw_h, *slot_w_h;
+    void **row_ptrs; /* max(T, max_len) cache row pointers (kv_write, kv_read) */
+    /* op memory */
+    int32_t *pos, *tok, *dec_t, *lm_idx; /* dec_t[b]: absorbed query b's token row */
     int32_t *dec, *decj; /* absorbed query b: token decj[b] of item dec[b], in item order */
     int absorb;          /* items of n <= absorb take the absorbed form per token (else n == 1) */
     float *h, *x, *q, *qa, *kva, *ao, *tmp, *acc;
@@ -34,9 +43,9 @@ typedef struct {
     /* MoE: the T x k assignments sorted by (expert, token) */
     int32_t *ecnt, *eoff, *slot_tok, *esplit;
     float *slot_w;
-    float *xs, *ys; /* (T*k, H) inputs and outputs per assignment (T <= MOE_PAR_MAX_T) */
-    float *wg, *wu; /* per worker (MOE_PAR_MAX_T, moe_intermediate_size) */
-    float *sg, *su; /* (T*k, moe_intermediate_size) per assignment (T <= MOE_PAR_MAX_T) */
+    float *xs, *ys;      /* (T*k, H) inputs and outputs per assignment (T <= MOE_PAR_MAX_T) */
+    float *wg, *wu;      /* per worker (MOE_PAR_MAX_T, moe_intermediate_size) */
+    float *sg, *su;      /* (T*k, moe_intermediate_size) per assignment (T <= MOE_PAR_MAX_T) */
     grpo_gemm_job *jobs; /* one batch of GEMMs: 2 per active expert + 2 shared */
     int n_workers;
     /* naive attention of one head group: (n, hg, dn + dr) queries, (n, hg, dv) outputs */
@@ -58,9 +67,9 @@ naive_hg(const grpo_model *m)
  * (one per worker) instead of threading each small expert GEMM: far fewer pool wake-ups. */
 #define MOE_PAR_MAX_T 256
 
-/* Scratch lives in one grow-only block kept by the model: a forward allocates nothing once the
- * block has grown to the largest batch seen (large per-call allocations were mmap'd and
- * page-faulted afresh on every decode step). */
+/* Scratch lives in two grow-only blocks kept by the model, one in host memory and one in op
+ * memory: a forward allocates nothing once they have grown to the largest batch seen (large
+ * per-call allocations were mmap'd and page-faulted afresh on every decode step). */
 typedef struct {
     char *base;
     size_t off, size;
@@ -74,7 +83,36 @@ carve(carver *cv, size_t bytes)
     return cv->base != NULL && cv->off <= cv->size ? cv->base + at : NULL;
 }
 
-/* Lays out every buffer; with cv->base NULL it only measures. */
+/* The host block's arrays. */
+static void
+layout_host(scratch *s, const grpo_model_config *c, carver *cv)
+{
+    size_t T = (size_t)s->T, B = (size_t)s->B, L = (size_t)s->max_len;
+    size_t E = (size_t)(c->n_routed_experts > 0 ? c->n_routed_experts : 1);
+    size_t K = (size_t)(c->num_experts_per_tok > 0 ? c->num_experts_per_tok : 1);
+    size_t i4 = sizeof(int32_t), pp = sizeof(void *);
+    s->pos_h = carve(cv, T * i4);
+    s->tok_h = carve(cv, T * i4);
+    s->dec = carve(cv, (B + 1) * i4);
+    s->decj = carve(cv, (B + 1) * i4);
+    s->dec_t_h = carve(cv, (B + 1) * i4);
+    s->lm_idx_h = carve(cv, T * i4);
+    s->ri_h = carve(cv, T * K * i4);
+    s->rw_h = carve(cv, T * K * sizeof(float));
+    s->slot_tok_h = carve(cv, T * K * i4);
+    s->slot_w_h = carve(cv, T * K * sizeof(float));
+    s->row_ptrs = carve(cv, (T > L ? T : L) * pp);
+    s->pages_of = carve(cv, (B + 1) * pp);
+    s->page_ptrs = carve(cv, ((B > 0 ? B : 1) * (size_t)s->max_pages + 1) * pp);
+    s->lens = carve(cv, (B + 1) * i4);
+    s->ecnt = carve(cv, E * i4);
+    s->eoff = carve(cv, (E + 1) * i4);
+    s->esplit = carve(cv, ((size_t)s->n_workers + 1) * i4);
+    s->jobs = carve(cv, (2 * E + 2) * sizeof(grpo_gemm_job));
+    s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
+}
+
+/* The op-memory block's arrays; with cv->base NULL it only measures. */
 static void
 layout(scratch *s, const grpo_model_config *c, carver *cv)
 {
@@ -96,11 +134,11 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     I = mi > I ? mi : I;
     size_t E = (size_t)(c->n_routed_experts > 0 ? c->n_routed_experts : 1);
     size_t K = (size_t)(c->num_experts_per_tok > 0 ? c->num_experts_per_tok : 1);
-    size_t f = sizeof(float), i4 = sizeof(int32_t), pp = sizeof(void *);
+    size_t f = sizeof(float), i4 = sizeof(int32_t);
     s->pos = carve(cv, T * i4);
     s->tok = carve(cv, T * i4);
-    s->dec = carve(cv, (B + 1) * i4);
-    s->decj = carve(cv, (B + 1) * i4);
+    s->dec_t = carve(cv, (B + 1) * i4);
+    s->lm_idx = carve(cv, T * i4);
     s->h = carve(cv, T * H * f);
     s->x = carve(cv, T * H * f);
     s->q = carve(cv, T * nh * qk * f);
@@ -119,13 +157,7 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->qr = carve(cv, Bm * nh * dr * f);
     s->ol = carve(cv, Bm * nh * dc * f);
     s->od = carve(cv, Bm * nh * dv * f);
-    s->pages_of = carve(cv, (B + 1) * pp);
-    s->page_ptrs = carve(cv, ((B > 0 ? B : 1) * (size_t)s->max_pages + 1) * pp);
-    s->lens = carve(cv, (B + 1) * i4);
     size_t Tp = T <= MOE_PAR_MAX_T ? T : 0, Im = (size_t)c->moe_intermediate_size;
-    s->ecnt = carve(cv, E * i4);
-    s->eoff = carve(cv, (E + 1) * i4);
-    s->esplit = carve(cv, ((size_t)s->n_workers + 1) * i4);
     s->slot_tok = carve(cv, T * K * i4);
     s->slot_w = carve(cv, T * K * f);
     s->xs = carve(cv, Tp * K * H * f);
@@ -134,13 +166,11 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->wu = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
     s->sg = carve(cv, Tp * K * Im * f);
     s->su = carve(cv, Tp * K * Im * f);
-    s->jobs = carve(cv, (2 * E + 2) * sizeof(grpo_gemm_job));
     s->lat = carve(cv, Lm * (dc + dr) * f);
     size_t hg = (size_t)s->hg;
     s->kvb = carve(cv, Lm * hg * (dn + dv) * f);
     s->qg = carve(cv, (Lm > 0 ? T : 0) * hg * qk * f);
     s->og = carve(cv, (Lm > 0 ? T : 0) * hg * dv * f);
-    s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
 }
 
 static int
@@ -149,13 +179,14 @@ absorbed(const scratch *s, const grpo_fwd_item *it)
     return it->n == 1 || it->n <= s->absorb;
 }
 
-/* The absorbed queries' list (s->dec, s->decj). */
+/* The absorbed queries' list (s->dec, s->decj) and their token rows (s->dec_t_h), given each
+ * item's first token row t0_of. */
 static void
-dec_list(scratch *s, const grpo_fwd_item *items, int n_items)
+dec_list(scratch *s, const grpo_fwd_item *items, int n_items, const int32_t *t0_of)
 {
     for (int i = 0, b = 0; i < n_items; i++)
         for (int j = 0; absorbed(s, &items[i]) && j < items[i].n; j++, b++)
-            s->dec[b] = i, s->decj[b] = j;
+            s->dec[b] = i, s->decj[b] = j, s->dec_t_h[b] = t0_of[i] + j;
 }
 
 static grpo_err
@@ -176,19 +207,30 @@ scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items,
     s->T = (int)T;
     s->n_workers = m->k->n_threads > 0 ? m->k->n_threads : 1;
     s->hg = m->cfg.num_attention_heads < naive_hg(m) ? m->cfg.num_attention_heads : naive_hg(m);
-    carver cv = {NULL, 0, 0};
+    carver hv = {NULL, 0, 0}, cv = {NULL, 0, 0};
+    layout_host(s, &m->cfg, &hv);
     layout(s, &m->cfg, &cv);
-    if (cv.off > m->scratch_size) {
-        size_t want = cv.off + cv.off / 4;
+    if (hv.off > m->scratch_size) {
+        size_t want = hv.off + hv.off / 4;
         free(m->scratch);
         m->scratch_size = 0;
         if ((m->scratch = malloc(want)) == NULL)
             return grpo__fail(GRPO_ENOMEM, "model: out of memory for a batch of %zu tokens", T);
         m->scratch_size = want;
     }
-    cv = (carver){m->scratch, 0, m->scratch_size};
+    if (cv.off > m->scratch_op_size) {
+        size_t want = cv.off + cv.off / 4;
+        grpo_kernels_mem_free(m->k, m->scratch_op);
+        m->scratch_op_size = 0;
+        if ((m->scratch_op = grpo_kernels_mem_alloc(m->k, want)) == NULL)
+            return grpo__fail(GRPO_ENOMEM, "model: out of %s memory for a batch of %zu tokens",
+                              m->k->name, T);
+        m->scratch_op_size = want;
+    }
+    hv = (carver){m->scratch, 0, m->scratch_size};
+    cv = (carver){m->scratch_op, 0, m->scratch_op_size};
+    layout_host(s, &m->cfg, &hv);
     layout(s, &m->cfg, &cv);
-    dec_list(s, items, n_items);
     return GRPO_OK;
 }
 
@@ -235,13 +277,6 @@ check_items(const grpo_model *m, grpo_kv *kv, int n_layers, const grpo_fwd_item 
     return GRPO_OK;
 }
 
-static void
-add_rows(float *h, const float *d, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        h[i] += d[i];
-}
-
 /* Per-sequence page pointers for one layer. */
 static void
 seq_pages(const grpo_kv *kv, int32_t seq, int layer, const void **out)
@@ -267,10 +302,9 @@ attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const g
     int rw = dc + dr;
     seq_pages(kv, it->seq, layer, pp);
     for (int j = 0; j < L; j++)
-        grpo_kv_row_decode(&kv->fmt,
-                           (const uint8_t *)pp[j / GRPO_KV_PAGE] +
-                               (size_t)(j % GRPO_KV_PAGE) * (size_t)kv->fmt.bytes,
-                           0, rw, lat + (size_t)j * rw);
+        s->row_ptrs[j] = (uint8_t *)(uintptr_t)pp[j / GRPO_KV_PAGE] +
+                         (size_t)(j % GRPO_KV_PAGE) * (size_t)kv->fmt.bytes;
+    grpo_kernels_kv_read(m->k, &kv->fmt, L, (const void *const *)s->row_ptrs, lat, rw);
     const float **lp = (const float **)pp; /* now pages of lat */
     for (int p = 0; p * GRPO_KV_PAGE < L; p++)
         lp[p] = lat + (size_t)p * GRPO_KV_PAGE * rw;
@@ -284,18 +318,16 @@ attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const g
         const float *qg = q;
         float *og = out;
         if (g != nh) { /* gather this group's queries; scatter its outputs below */
-            for (int i = 0; i < n; i++)
-                memcpy(s->qg + (size_t)i * g * qk, q + ((size_t)i * nh + h0) * qk,
-                       (size_t)g * qk * sizeof(float));
+            grpo_kernels_copy_rows(m->k, n, g * qk, NULL, q + (size_t)h0 * qk, nh * qk, NULL, s->qg,
+                                   g * qk);
             qg = s->qg;
             og = s->og;
         }
         m->k->mla_naive(m->k, n, it->pos0, g, dn, dr, dv, qg, kvb, (const float *const *)lp,
                         GRPO_KV_PAGE, rw, dc, c->softmax_scale, og);
         if (g != nh)
-            for (int i = 0; i < n; i++)
-                memcpy(out + ((size_t)i * nh + h0) * dv, s->og + (size_t)i * g * dv,
-                       (size_t)g * dv * sizeof(float));
+            grpo_kernels_copy_rows(m->k, n, g * dv, NULL, s->og, g * dv, NULL,
+                                   out + (size_t)h0 * dv, nh * dv);
     }
     return GRPO_OK;
 }
@@ -309,14 +341,12 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
     const grpo_model_config *c = &m->cfg;
     int nh = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim;
     int dv = c->v_head_dim, dc = c->kv_lora_rank, qk = dn + dr, B = s->B;
+    (void)t0_of; /* the token rows are s->dec_t */
+    grpo_kernels *k = m->k;
+    grpo_kernels_copy_rows(k, B, nh * qk, s->dec_t, s->q, nh * qk, NULL, s->qd, nh * qk);
+    grpo_kernels_copy_rows(k, B * nh, dr, NULL, s->qd + dn, qk, NULL, s->qr, dr);
     for (int b = 0; b < B; b++) {
         const grpo_fwd_item *it = &items[s->dec[b]];
-        int t = t0_of[s->dec[b]] + s->decj[b];
-        memcpy(s->qd + (size_t)b * nh * qk, s->q + (size_t)t * nh * qk,
-               (size_t)nh * qk * sizeof(float));
-        for (int h = 0; h < nh; h++)
-            memcpy(s->qr + ((size_t)b * nh + h) * dr, s->qd + ((size_t)b * nh + h) * qk + dn,
-                   (size_t)dr * sizeof(float));
         const void **pp = s->page_ptrs + (size_t)b * s->max_pages;
         seq_pages(kv, it->seq, layer, pp);
         s->pages_of[b] = pp;
@@ -327,9 +357,7 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
                        s->lens, GRPO_KV_PAGE, &kv->fmt, c->softmax_scale, s->ol);
     grpo_kw wuv = grpo_kw_rows(&l->kv_b, dn, l->kv_b.rows - dn);
     m->k->gemm_heads(m->k, B, nh, s->ol, nh * dc, dc, &wuv, dn + dv, dv, s->od, nh * dv, dv);
-    for (int b = 0; b < B; b++)
-        memcpy(s->ao + (size_t)(t0_of[s->dec[b]] + s->decj[b]) * nh * dv,
-               s->od + (size_t)b * nh * dv, (size_t)nh * dv * sizeof(float));
+    grpo_kernels_copy_rows(k, B, nh * dv, NULL, s->od, nh * dv, s->dec_t, s->ao, nh * dv);
 }
 
 static grpo_err
@@ -363,8 +391,8 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
             c->rope_interleave);
     for (int i = 0; i < n_items; i++) /* append [latent | rope key] in the cache's dtype */
         for (int j = 0; j < items[i].n; j++)
-            grpo_kv__put(kv, items[i].seq, layer, items[i].pos0 + j,
-                         s->kva + (size_t)(t0_of[i] + j) * row);
+            s->row_ptrs[t0_of[i] + j] = grpo_kv__row(kv, items[i].seq, layer, items[i].pos0 + j);
+    grpo_kernels_kv_write(k, &kv->fmt, T, s->kva, row, s->row_ptrs);
     for (int i = 0; i < n_items; i++) {
         if (absorbed(s, &items[i]))
             continue;
@@ -375,7 +403,7 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
     if (s->B > 0)
         attn_absorbed(m, kv, l, layer, items, t0_of, s);
     k->gemm(k, T, s->ao, nh * c->v_head_dim, &l->o, s->tmp, H);
-    add_rows(s->h, s->tmp, (size_t)T * H);
+    grpo_kernels_add_rows(m->k, T, H, s->h, H, s->tmp, H);
     return GRPO_OK;
 }
 
@@ -403,24 +431,31 @@ mlp(grpo_model *m, const grpo_mlp_w *w, int M, const float *x, float *out, scrat
     k->gemm(k, M, s->g, I, &w->down, out, H);
 }
 
-/* Sorts the T x k assignments by (expert, token): ecnt, eoff, slot_tok, slot_w. */
+/* Sorts the T x k assignments by (expert, token) on the host: the router's choices are copied out
+ * of op memory (ri_h, rw_h), the counts stay on the host (ecnt, eoff: they shape the expert
+ * GEMMs), the slots (slot_tok, slot_w) go back in. */
 static void
-route_sort(const grpo_model_config *c, scratch *s)
+route_sort(grpo_kernels *k, const grpo_model_config *c, scratch *s)
 {
     int T = s->T, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    size_t n = (size_t)T * (size_t)K;
+    grpo_kernels_mem_copy(k, s->ri_h, s->ri, n * sizeof *s->ri_h, GRPO_MEM_D2H);
+    grpo_kernels_mem_copy(k, s->rw_h, s->rw, n * sizeof *s->rw_h, GRPO_MEM_D2H);
     memset(s->ecnt, 0, (size_t)E * sizeof *s->ecnt);
     for (int i = 0; i < T * K; i++)
-        s->ecnt[s->ri[i]]++;
+        s->ecnt[s->ri_h[i]]++;
     s->eoff[0] = 0;
     for (int e = 0; e < E; e++)
         s->eoff[e + 1] = s->eoff[e] + s->ecnt[e];
     memset(s->ecnt, 0, (size_t)E * sizeof *s->ecnt);
     for (int t = 0; t < T; t++)
         for (int j = 0; j < K; j++) {
-            int e = s->ri[(size_t)t * K + j], at = s->eoff[e] + s->ecnt[e]++;
-            s->slot_tok[at] = t;
-            s->slot_w[at] = s->rw[(size_t)t * K + j];
+            int e = s->ri_h[(size_t)t * K + j], at = s->eoff[e] + s->ecnt[e]++;
+            s->slot_tok_h[at] = t;
+            s->slot_w_h[at] = s->rw_h[(size_t)t * K + j];
         }
+    grpo_kernels_mem_copy(k, s->slot_tok, s->slot_tok_h, n * sizeof *s->slot_tok, GRPO_MEM_H2D);
+    grpo_kernels_mem_copy(k, s->slot_w, s->slot_w_h, n * sizeof *s->slot_w, GRPO_MEM_H2D);
 }
 
 typedef struct {
@@ -507,8 +542,12 @@ moe_grouped(grpo_model *m, const grpo_layer_w *l, scratch *s)
     for (int e = 0; e < E; e++) {
         int n = s->eoff[e + 1] - s->eoff[e];
         if (n > 0)
-            *j++ = (grpo_gemm_job){n, s->sg + (size_t)s->eoff[e] * I, I, &l->experts[e].down,
-                                   s->ys + (size_t)s->eoff[e] * H, H};
+            *j++ = (grpo_gemm_job){n,
+                                   s->sg + (size_t)s->eoff[e] * I,
+                                   I,
+                                   &l->experts[e].down,
+                                   s->ys + (size_t)s->eoff[e] * H,
+                                   H};
     }
     if (shared)
         *j++ = (grpo_gemm_job){T, s->g, Is, &l->shared.down, s->tmp, H};
@@ -526,21 +565,19 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
     grpo_kernels *k = m->k;
     int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
     k->gemm(k, T, s->x, H, &l->router, s->rl, E);
-    if (c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2) /* softmax gates */
-        grpo_model__route_softmax(T, s->rl, E, c->n_group, c->topk_group, K, c->norm_topk_prob,
-                                  c->routed_scaling_factor, s->ri, s->rw);
+    if (c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2) /* softmax gates, */
+        grpo_model__route_softmax(/* CPU families only */ T, s->rl, E, c->n_group, c->topk_group, K,
+                                  c->norm_topk_prob, c->routed_scaling_factor, s->ri, s->rw);
     else
         k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
                   c->routed_scaling_factor, s->ri, s->rw);
-    route_sort(c, s);
-    memset(s->acc, 0, (size_t)T * H * sizeof(float));
+    route_sort(k, c, s);
+    grpo_kernels_mem_zero(k, s->acc, (size_t)T * H * sizeof(float));
     int active = 0, grouped = 0;
     for (int e = 0; e < E; e++)
         active += s->eoff[e + 1] > s->eoff[e];
     if (T <= MOE_PAR_MAX_T) {
-        for (int i = 0; i < T * K; i++)
-            memcpy(s->xs + (size_t)i * H, s->x + (size_t)s->slot_tok[i] * H,
-                   (size_t)H * sizeof(float));
+        grpo_kernels_copy_rows(k, T * K, H, s->slot_tok, s->x, H, NULL, s->xs, H);
         if (active >= 4 * s->n_workers && s->n_workers > 1) {
             moe_par_split(s, E);
             moe_par_ctx pc = {m, l, s, *k, s->esplit};
@@ -550,12 +587,7 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
             moe_grouped(m, l, s);
             grouped = 1;
         }
-        for (int i = 0; i < T * K; i++) {
-            float *a = s->acc + (size_t)s->slot_tok[i] * H, w = s->slot_w[i];
-            const float *y = s->ys + (size_t)i * H;
-            for (int d = 0; d < H; d++)
-                a[d] += w * y[d];
-        }
+        grpo_kernels_combine_rows(k, T * K, H, s->slot_tok, s->slot_w, s->ys, H, s->acc, H);
     } else {
         float *xe = s->tmp; /* (count, H) gathered inputs; reused as the output below */
         for (int e = 0; e < E; e++) {
@@ -563,23 +595,89 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
             if (n == 0)
                 continue;
             const int32_t *tok = s->slot_tok + s->eoff[e];
-            for (int i = 0; i < n; i++)
-                memcpy(xe + (size_t)i * H, s->x + (size_t)tok[i] * H, (size_t)H * sizeof(float));
+            grpo_kernels_copy_rows(k, n, H, tok, s->x, H, NULL, xe, H);
             mlp(m, &l->experts[e], n, xe, xe, s); /* down writes after gate/up consumed xe */
-            for (int i = 0; i < n; i++) {
-                float *a = s->acc + (size_t)tok[i] * H, w = s->slot_w[s->eoff[e] + i];
-                const float *y = xe + (size_t)i * H;
-                for (int d = 0; d < H; d++)
-                    a[d] += w * y[d];
-            }
+            grpo_kernels_combine_rows(k, n, H, tok, s->slot_w + s->eoff[e], xe, H, s->acc, H);
         }
     }
     if (c->n_shared_experts > 0) {
         if (!grouped) /* moe_grouped computed it with the routed experts */
             mlp(m, &l->shared, T, s->x, s->tmp, s);
-        add_rows(s->acc, s->tmp, (size_t)T * H);
+        grpo_kernels_add_rows(m->k, T, H, s->acc, H, s->tmp, H);
     }
-    add_rows(s->h, s->acc, (size_t)T * H);
+    grpo_kernels_add_rows(m->k, T, H, s->h, H, s->acc, H);
+}
+
+/* Reserves the items' pages, numbers their token rows (t0_of: item i's first) and copies the
+ * positions, tokens and absorbed queries' rows into op memory. */
+static grpo_err
+stage_items(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, int32_t *t0_of,
+            scratch *s)
+{
+    for (int i = 0, t = 0; i < n_items; i++) {
+        grpo_err err = grpo_kv__reserve(kv, items[i].seq, items[i].pos0, items[i].n);
+        if (err != GRPO_OK)
+            return err; /* cannot happen after check_items; kept for safety */
+        t0_of[i] = t;
+        for (int j = 0; j < items[i].n; j++, t++) {
+            s->pos_h[t] = items[i].pos0 + j;
+            s->tok_h[t] = items[i].tokens[j];
+        }
+    }
+    dec_list(s, items, n_items, t0_of);
+    size_t T = (size_t)s->T;
+    grpo_kernels_mem_copy(m->k, s->pos, s->pos_h, T * sizeof *s->pos, GRPO_MEM_H2D);
+    grpo_kernels_mem_copy(m->k, s->tok, s->tok_h, T * sizeof *s->tok, GRPO_MEM_H2D);
+    grpo_kernels_mem_copy(m->k, s->dec_t, s->dec_t_h, (size_t)s->B * sizeof *s->dec_t,
+                          GRPO_MEM_H2D);
+    return GRPO_OK;
+}
+
+/* Op memory is host memory: outputs go straight into the caller's buffers. */
+static int
+op_memory_is_host(const grpo_kernels *k)
+{
+    return k->mem_alloc == NULL;
+}
+
+/* The final norm and lm_head of the rows that get logits (every position with all, the last
+ * tail[i] of each item, or the last), into the caller's logits; hidden (every row, normed) when
+ * asked for. */
+static grpo_err
+head(grpo_model *m, const grpo_fwd_item *items, int n_items, const int32_t *t0_of, int all,
+     const int32_t *tail, float *logits, float *hidden, scratch *s)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_kernels *k = m->k;
+    int H = c->hidden_size, T = s->T, R = 0, host = op_memory_is_host(k);
+    float *hid = hidden == NULL || host ? hidden : grpo_kernels_mem_alloc(k, (size_t)T * H * 4);
+    if (hidden != NULL) /* row-wise: the logits rows below get these same bits */
+        k->rmsnorm(k, T, s->h, H, m->final_norm, H, c->rms_norm_eps, hid, H);
+    for (int i = 0; i < n_items; i++) {
+        int nr = all ? items[i].n : tail != NULL ? tail[i] : 1;
+        for (int j = items[i].n - nr; j < items[i].n; j++)
+            s->lm_idx_h[R++] = t0_of[i] + j;
+    }
+    grpo_kernels_mem_copy(k, s->lm_idx, s->lm_idx_h, (size_t)R * sizeof *s->lm_idx, GRPO_MEM_H2D);
+    grpo_kernels_copy_rows(k, R, H, s->lm_idx, s->h, H, NULL, s->x, H);
+    k->rmsnorm(k, R, s->x, H, m->final_norm, H, c->rms_norm_eps, s->x, H);
+    if (m->debug_hidden != NULL) /* the hook reads op memory: CPU backend */
+        m->debug_hidden(m->debug_ctx, c->num_hidden_layers + 1, R, H, s->x);
+    size_t nl = (size_t)R * (size_t)c->vocab_size * sizeof(float);
+    float *lo = host ? logits : grpo_kernels_mem_alloc(k, nl);
+    if (lo == NULL || (hidden != NULL && hid == NULL)) {
+        if (!host)
+            grpo_kernels_mem_free(k, lo), grpo_kernels_mem_free(k, hid);
+        return grpo__fail(GRPO_ENOMEM, "model: out of %s memory for %d rows of logits", k->name, R);
+    }
+    k->gemm(k, R, s->x, H, &m->lm_head, lo, c->vocab_size);
+    if (!host) {
+        grpo_kernels_mem_copy(k, logits, lo, nl, GRPO_MEM_D2H);
+        if (hidden != NULL)
+            grpo_kernels_mem_copy(k, hidden, hid, (size_t)T * H * 4, GRPO_MEM_D2H);
+        grpo_kernels_mem_free(k, lo), grpo_kernels_mem_free(k, hid);
+    }
+    return GRPO_OK;
 }
 
 static grpo_err
@@ -598,15 +696,8 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
     if (t0_of == NULL)
         return grpo__fail(GRPO_ENOMEM, "model: out of memory");
-    for (int i = 0, t = 0; i < n_items; i++) {
-        if ((err = grpo_kv__reserve(kv, items[i].seq, items[i].pos0, items[i].n)) != GRPO_OK)
-            goto done; /* cannot happen after check_items; kept for safety */
-        t0_of[i] = t;
-        for (int j = 0; j < items[i].n; j++, t++) {
-            s.pos[t] = items[i].pos0 + j;
-            s.tok[t] = items[i].tokens[j];
-        }
-    }
+    if ((err = stage_items(m, kv, items, n_items, t0_of, &s)) != GRPO_OK)
+        goto done;
     int H = c->hidden_size, T = s.T;
     m->k->embed(m->k, T, s.tok, &m->embed, s.h, H);
     if (m->debug_hidden != NULL)
@@ -619,27 +710,16 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
         if (l->moe) {
             moe(m, l, &s);
             if (routes != NULL)
-                grpo_model__routes_put(m, items, n_items, t0_of, moe_li++, s.ri, routes);
+                grpo_model__routes_put(m, items, n_items, t0_of, moe_li++, s.ri_h, routes);
         } else {
             mlp(m, &l->mlp, T, s.x, s.tmp, &s);
-            add_rows(s.h, s.tmp, (size_t)T * H);
+            grpo_kernels_add_rows(m->k, T, H, s.h, H, s.tmp, H);
         }
         if (m->debug_hidden != NULL)
             m->debug_hidden(m->debug_ctx, li + 1, T, H, s.h);
     }
-    if (hidden != NULL) /* row-wise: the logits rows below get these same bits */
-        m->k->rmsnorm(m->k, T, s.h, H, m->final_norm, H, c->rms_norm_eps, hidden, H);
-    int R = 0; /* rows that get logits: every position (all), the last tail[i], or the last */
-    for (int i = 0; i < n_items; i++) {
-        int nr = all ? items[i].n : tail != NULL ? tail[i] : 1;
-        for (int j = items[i].n - nr; j < items[i].n; j++, R++)
-            memcpy(s.x + (size_t)R * H, s.h + (size_t)(t0_of[i] + j) * H,
-                   (size_t)H * sizeof(float));
-    }
-    m->k->rmsnorm(m->k, R, s.x, H, m->final_norm, H, c->rms_norm_eps, s.x, H);
-    if (m->debug_hidden != NULL)
-        m->debug_hidden(m->debug_ctx, c->num_hidden_layers + 1, R, H, s.x);
-    m->k->gemm(m->k, R, s.x, H, &m->lm_head, logits, c->vocab_size);
+    if ((err = head(m, items, n_items, t0_of, all, tail, logits, hidden, &s)) != GRPO_OK)
+        goto done;
     for (int i = 0; i < n_items; i++)
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
     err = grpo_model__backend_status(m);
@@ -720,16 +800,17 @@ mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_ite
         moe(m, l, s);
     } else {
         mlp(m, &l->mlp, T, s->x, s->tmp, s);
-        add_rows(s->h, s->tmp, (size_t)T * H);
+        grpo_kernels_add_rows(m->k, T, H, s->h, H, s->tmp, H);
     }
     int R = all ? T : n_items;
-    for (int i = 0; i < R; i++) {
-        int t = all ? i : t0_of[i] + items[i].n - 1;
-        memcpy(s->x + (size_t)i * H, s->h + (size_t)t * H, (size_t)H * sizeof(float));
-    }
+    for (int i = 0; i < R; i++)
+        s->lm_idx_h[i] = all ? i : t0_of[i] + items[i].n - 1;
+    grpo_kernels_mem_copy(m->k, s->lm_idx, s->lm_idx_h, (size_t)R * sizeof *s->lm_idx,
+                          GRPO_MEM_H2D);
+    grpo_kernels_copy_rows(m->k, R, H, s->lm_idx, s->h, H, NULL, s->x, H);
     m->k->rmsnorm(m->k, R, s->x, H, m->mtp->head_norm, H, c->rms_norm_eps, s->x, H);
     if (hidden_out != NULL) /* the chained draft's h: shared_head.norm's output, as SGLang */
-        memcpy(hidden_out, s->x, (size_t)R * H * sizeof(float));
+        grpo_kernels_mem_copy(m->k, hidden_out, s->x, (size_t)R * H * sizeof(float), GRPO_MEM_D2H);
     m->k->gemm(m->k, R, s->x, H, &m->mtp->head, logits, c->vocab_size);
     return GRPO_OK;
 }
@@ -769,16 +850,9 @@ grpo_model__mtp_forward_ex(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *item
         err = grpo__fail(GRPO_ENOMEM, "model: out of memory");
         goto done;
     }
-    for (int i = 0, t = 0; i < n_items; i++) {
-        if ((err = grpo_kv__reserve(kv, items[i].seq, items[i].pos0, items[i].n)) != GRPO_OK)
-            goto done; /* cannot happen after check_items; kept for safety */
-        t0_of[i] = t;
-        for (int j = 0; j < items[i].n; j++, t++) {
-            s.pos[t] = items[i].pos0 + j;
-            s.tok[t] = items[i].tokens[j];
-        }
-    }
-    mtp_input(m, hidden, cat, &s);
+    if ((err = stage_items(m, kv, items, n_items, t0_of, &s)) != GRPO_OK)
+        goto done;
+    mtp_input(m, hidden, cat, &s); /* hidden: the caller's, host memory (the MTP runs on the CPU) */
     if ((err = mtp_layer_head(m, kv, items, n_items, t0_of, all, logits, hidden_out, &s)) !=
         GRPO_OK)
         goto done;

@@ -270,10 +270,15 @@ grpo_kv_get_dtype(const grpo_kv *kv)
 void
 grpo_kv__put(grpo_kv *kv, int32_t seq, int32_t layer, int32_t pos, const float *x)
 {
+    grpo_kv_row_encode(&kv->fmt, x, grpo_kv__row(kv, seq, layer, pos));
+}
+
+void *
+grpo_kv__row(grpo_kv *kv, int32_t seq, int32_t layer, int32_t pos)
+{
     const grpo_kv_seq *s = &kv->seqs[seq];
-    uint8_t *dst = grpo_kv__page(kv, s->pages[pos / GRPO_KV_PAGE], layer) +
-                   (size_t)(pos % GRPO_KV_PAGE) * (size_t)kv->fmt.bytes;
-    grpo_kv_row_encode(&kv->fmt, x, dst);
+    return grpo_kv__page(kv, s->pages[pos / GRPO_KV_PAGE], layer) +
+           (size_t)(pos % GRPO_KV_PAGE) * (size_t)kv->fmt.bytes;
 }
 
 size_t

@@ -410,6 +410,8 @@ grpo_model_destroy(grpo_model *m)
 {
     if (m == NULL)
         return;
+    if (m->k != NULL)
+        grpo_kernels_mem_free(m->k, m->scratch_op);
 #ifdef GRPO_MODEL_CUDA
     if (m->k_cuda)
         cuda_module()->destroy(m->k);

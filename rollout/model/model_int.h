@@ -123,7 +123,9 @@ struct grpo_model {
      * (stage num_hidden_layers + 1). */
     void (*debug_hidden)(void *ctx, int stage, int rows, int hidden, const float *h);
     void *debug_ctx;
-    void *scratch;   /* the forward's grow-only scratch block (forward.c) */
+    void *scratch;    /* the forward's grow-only scratch blocks (forward.c): host memory, */
+    void *scratch_op; /* and the backend's op memory (kernels.h) */
+    size_t scratch_op_size;
     int numerics;    /* grpo_numerics */
     int kv_dtype;    /* grpo_kv_dtype of the pools the forward accepts */
     int naive_heads; /* tests: heads per naive-attention group (0 = default) */
@@ -195,6 +197,8 @@ grpo_kv_fmt grpo_model__kv_fmt(const grpo_model_config *cfg, int kv_dtype);
 /* Appends the fp32 row x (kv->row values) of position pos of seq's layer `layer`, converted to
  * the pool's dtype (the position's page already made writable by grpo_kv__reserve). */
 void grpo_kv__put(grpo_kv *kv, int32_t seq, int32_t layer, int32_t pos, const float *x);
+/* Where grpo_kv__put would write that row (kv->fmt.bytes), for the backend's kv_write. */
+void *grpo_kv__row(grpo_kv *kv, int32_t seq, int32_t layer, int32_t pos);
 
 /* GRPO_OK, or the first error the backend's ops hit (the CUDA table keeps it and reports it on
  * every later call; the CPU table has none). Called at the end of every forward. */

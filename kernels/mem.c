@@ -1,0 +1,113 @@
+/* The op table's memory entries (kernels.h, "The memory the ops work on"): each helper calls the
+ * backend's entry, or does the work on the host where the backend leaves it NULL (op memory is
+ * host memory there). The host versions are the CPU backend's arithmetic: row by row, element by
+ * element, the MoE combine in slot order with the product rounded before the add. */
+#include "kernels/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void *
+grpo_kernels_mem_alloc(grpo_kernels *k, size_t bytes)
+{
+    if (k->mem_alloc != NULL)
+        return k->mem_alloc(k, bytes);
+    return malloc(bytes > 0 ? bytes : 1);
+}
+
+void
+grpo_kernels_mem_free(grpo_kernels *k, void *p)
+{
+    if (p == NULL)
+        return;
+    if (k->mem_free != NULL)
+        k->mem_free(k, p);
+    else
+        free(p);
+}
+
+void
+grpo_kernels_mem_copy(grpo_kernels *k, void *dst, const void *src, size_t bytes, int kind)
+{
+    if (k->mem_copy != NULL)
+        k->mem_copy(k, dst, src, bytes, kind);
+    else if (bytes > 0 && dst != src)
+        memmove(dst, src, bytes);
+}
+
+void
+grpo_kernels_mem_zero(grpo_kernels *k, void *p, size_t bytes)
+{
+    if (k->mem_zero != NULL)
+        k->mem_zero(k, p, bytes);
+    else if (bytes > 0)
+        memset(p, 0, bytes);
+}
+
+void
+grpo_kernels_add_rows(grpo_kernels *k, int M, int n, float *y, int ldy, const float *x, int ldx)
+{
+    if (k->add_rows != NULL) {
+        k->add_rows(k, M, n, y, ldy, x, ldx);
+        return;
+    }
+    for (int r = 0; r < M; r++) {
+        float *yr = y + (size_t)r * (size_t)ldy;
+        const float *xr = x + (size_t)r * (size_t)ldx;
+        for (int c = 0; c < n; c++)
+            yr[c] += xr[c];
+    }
+}
+
+void
+grpo_kernels_copy_rows(grpo_kernels *k, int M, int n, const int32_t *src, const float *x, int ldx,
+                       const int32_t *dst, float *y, int ldy)
+{
+    if (k->copy_rows != NULL) {
+        k->copy_rows(k, M, n, src, x, ldx, dst, y, ldy);
+        return;
+    }
+    for (int r = 0; r < M; r++)
+        memcpy(y + (size_t)(dst ? dst[r] : r) * (size_t)ldy,
+               x + (size_t)(src ? src[r] : r) * (size_t)ldx, (size_t)n * sizeof(float));
+}
+
+void
+grpo_kernels_combine_rows(grpo_kernels *k, int S, int n, const int32_t *tok, const float *w,
+                          const float *y, int ldy, float *acc, int ldacc)
+{
+    if (k->combine_rows != NULL) {
+        k->combine_rows(k, S, n, tok, w, y, ldy, acc, ldacc);
+        return;
+    }
+    for (int s = 0; s < S; s++) {
+        float *a = acc + (size_t)tok[s] * (size_t)ldacc, ws = w[s];
+        const float *ys = y + (size_t)s * (size_t)ldy;
+        for (int c = 0; c < n; c++)
+            a[c] += ws * ys[c];
+    }
+}
+
+void
+grpo_kernels_kv_write(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
+                      void *const *dst)
+{
+    if (k->kv_write != NULL) {
+        k->kv_write(k, f, M, x, ldx, dst);
+        return;
+    }
+    for (int r = 0; r < M; r++)
+        grpo_kv_row_encode(f, x + (size_t)r * (size_t)ldx, dst[r]);
+}
+
+void
+grpo_kernels_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src, float *y,
+                     int ldy)
+{
+    if (k->kv_read != NULL) {
+        k->kv_read(k, f, M, src, y, ldy);
+        return;
+    }
+    for (int r = 0; r < M; r++)
+        grpo_kv_row_decode(f, src[r], 0, f->n, y + (size_t)r * (size_t)ldy);
+}

@@ -1,0 +1,356 @@
+/* The forward reaches the backend's op memory only through the op table (kernels.h, "The memory
+ * the ops work on"). A test backend wraps the CPU one: its mem_alloc hands out mappings that are
+ * PROT_NONE except while one of its ops runs, so any read or write the forward makes of
+ * activations on the host, outside an op, faults and fails the test. Its memory entries are
+ * real ones (mem_copy, mem_zero, add_rows, copy_rows, combine_rows, kv_write, kv_read, each
+ * opening the mappings around the host helper), so the forward takes its non-host path: outputs
+ * staged out with mem_copy. On the tiny MLA fixtures (dense and MoE; prefill chunks, decode
+ * batches, forks; exact and q8 numerics) its logits equal the plain CPU backend's bit for bit. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+#include <cmocka.h>
+
+#include "kernels/kernels.h"
+#include "rollout/model/model_int.h"
+#include "tests/model_testutil.h"
+
+/* ---- the guarded op memory ---- */
+
+enum { MAX_MAPS = 256 };
+static struct {
+    void *p;
+    size_t n;
+} maps[MAX_MAPS];
+static int n_maps, depth;
+static size_t allocs;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static grpo_kernels inner; /* the CPU table with its memory entries NULL: the host helpers */
+
+static void
+protect_all(int prot)
+{
+    for (int i = 0; i < n_maps; i++)
+        if (maps[i].p != NULL && mprotect(maps[i].p, maps[i].n, prot) != 0)
+            abort();
+}
+
+/* Ops may run on several threads (the whole-expert section): the mappings open at the first
+ * entry and close at the last exit. */
+static void
+open_mem(void)
+{
+    pthread_mutex_lock(&mu);
+    if (depth++ == 0)
+        protect_all(PROT_READ | PROT_WRITE);
+    pthread_mutex_unlock(&mu);
+}
+
+static void
+close_mem(void)
+{
+    pthread_mutex_lock(&mu);
+    if (--depth == 0)
+        protect_all(PROT_NONE);
+    pthread_mutex_unlock(&mu);
+}
+
+static void *
+g_alloc(grpo_kernels *k, size_t bytes)
+{
+    (void)k;
+    size_t n = (bytes + 4095) & ~(size_t)4095;
+    void *p = mmap(NULL, n ? n : 4096, depth > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    pthread_mutex_lock(&mu);
+    int i = 0;
+    while (i < n_maps && maps[i].p != NULL)
+        i++;
+    assert_true(i < MAX_MAPS);
+    maps[i].p = p, maps[i].n = n ? n : 4096;
+    n_maps += i == n_maps;
+    allocs++;
+    pthread_mutex_unlock(&mu);
+    return p;
+}
+
+static void
+g_free(grpo_kernels *k, void *p)
+{
+    (void)k;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < n_maps; i++)
+        if (maps[i].p == p) {
+            munmap(p, maps[i].n);
+            maps[i].p = NULL;
+        }
+    pthread_mutex_unlock(&mu);
+}
+
+/* inner with the pool of the table the forward called (a whole-expert worker's table has none:
+ * its GEMMs run on that worker). */
+static grpo_kernels
+sub(const grpo_kernels *k)
+{
+    grpo_kernels in = inner;
+    in.impl = k->impl;
+    return in;
+}
+
+#define GUARD(call)                                                                                \
+    do {                                                                                           \
+        open_mem();                                                                                \
+        call;                                                                                      \
+        close_mem();                                                                               \
+    } while (0)
+
+static void
+g_copy(grpo_kernels *k, void *dst, const void *src, size_t n, int kind)
+{
+    (void)k;
+    GUARD(grpo_kernels_mem_copy(&inner, dst, src, n, kind));
+}
+
+static void
+g_zero(grpo_kernels *k, void *p, size_t n)
+{
+    (void)k;
+    GUARD(grpo_kernels_mem_zero(&inner, p, n));
+}
+
+static void
+g_add(grpo_kernels *k, int M, int n, float *y, int ldy, const float *x, int ldx)
+{
+    (void)k;
+    GUARD(grpo_kernels_add_rows(&inner, M, n, y, ldy, x, ldx));
+}
+
+static void
+g_copy_rows(grpo_kernels *k, int M, int n, const int32_t *src, const float *x, int ldx,
+            const int32_t *dst, float *y, int ldy)
+{
+    (void)k;
+    GUARD(grpo_kernels_copy_rows(&inner, M, n, src, x, ldx, dst, y, ldy));
+}
+
+static void
+g_combine(grpo_kernels *k, int S, int n, const int32_t *tok, const float *w, const float *y,
+          int ldy, float *acc, int ldacc)
+{
+    (void)k;
+    GUARD(grpo_kernels_combine_rows(&inner, S, n, tok, w, y, ldy, acc, ldacc));
+}
+
+static void
+g_kv_write(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx, void *const *dst)
+{
+    (void)k;
+    GUARD(grpo_kernels_kv_write(&inner, f, M, x, ldx, dst));
+}
+
+static void
+g_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src, float *y, int ldy)
+{
+    (void)k;
+    GUARD(grpo_kernels_kv_read(&inner, f, M, src, y, ldy));
+}
+
+/* The compute ops: the CPU's, with the mappings open. */
+static void
+g_gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.gemm(&in, M, x, ldx, w, y, ldy));
+}
+
+static void
+g_gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs, const grpo_kw *w,
+             int wrs, int N, float *y, int ldy, int yhs)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.gemm_heads(&in, M, H, x, ldx, xhs, w, wrs, N, y, ldy, yhs));
+}
+
+static void
+g_gemm_t_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs, const grpo_kw *w,
+               int wrs, int N, float *y, int ldy, int yhs)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.gemm_t_heads(&in, M, H, x, ldx, xhs, w, wrs, N, y, ldy, yhs));
+}
+
+static void
+g_rmsnorm(grpo_kernels *k, int M, const float *x, int ldx, const float *weight, int n, float eps,
+          float *y, int ldy)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.rmsnorm(&in, M, x, ldx, weight, n, eps, y, ldy));
+}
+
+static void
+g_rope(grpo_kernels *k, int M, float *x, int ld, int n_heads, int hs, int dim, const int32_t *pos,
+       const float *inv_freq, float mscale, int interleave)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.rope(&in, M, x, ld, n_heads, hs, dim, pos, inv_freq, mscale, interleave));
+}
+
+static void
+g_silu_mul(grpo_kernels *k, int M, int n, const float *g, int ldg, const float *u, int ldu,
+           float *y, int ldy)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.silu_mul(&in, M, n, g, ldg, u, ldu, y, ldy));
+}
+
+static void
+g_embed(grpo_kernels *k, int M, const int32_t *tokens, const grpo_kw *w, float *y, int ldy)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.embed(&in, M, tokens, w, y, ldy));
+}
+
+static void
+g_router(grpo_kernels *k, int M, const float *logits, int E, const float *bias, int n_group,
+         int topk_group, int top_k, int norm, float scale, int32_t *idx, float *w)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.router(&in, M, logits, E, bias, n_group, topk_group, top_k, norm, scale, idx, w));
+}
+
+static void
+g_mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv, const float *q,
+            const float *kvb, const float *const *pages, int page_len, int kr_stride, int kr_off,
+            float scale, float *out)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.mla_naive(&in, n, pos0, H, dn, dr, dv, q, kvb, pages, page_len, kr_stride, kr_off,
+                          scale, out));
+}
+
+static void
+g_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, const float *qr,
+               const void *const *const *pages_of, const int32_t *len, int page_len,
+               const grpo_kv_fmt *kvf, float scale, float *ol)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.mla_absorbed(&in, B, H, dc, dr, ql, qr, pages_of, len, page_len, kvf, scale, ol));
+}
+
+static void
+g_gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
+{
+    grpo_kernels in = sub(k);
+    GUARD(grpo_kernels_gemm_batch(&in, n, jobs));
+}
+
+/* The guarded table over the CPU table k (which keeps its pool and threads). */
+static grpo_kernels
+guarded(const grpo_kernels *k)
+{
+    inner = *k;
+    grpo_kernels g = *k;
+    g.name = "guarded";
+    g.gemm = g_gemm, g.gemm_heads = g_gemm_heads, g.gemm_t_heads = g_gemm_t_heads;
+    g.rmsnorm = g_rmsnorm, g.rope = g_rope, g.silu_mul = g_silu_mul, g.embed = g_embed;
+    g.router = g_router, g.mla_naive = g_mla_naive, g.mla_absorbed = g_mla_absorbed;
+    g.gqa_attn = NULL, g.gemm_batch = g_gemm_batch;
+    g.mem_alloc = g_alloc, g.mem_free = g_free, g.mem_copy = g_copy, g.mem_zero = g_zero;
+    g.add_rows = g_add, g.copy_rows = g_copy_rows, g.combine_rows = g_combine;
+    g.kv_write = g_kv_write, g.kv_read = g_kv_read;
+    return g;
+}
+
+/* ---- the forward through it ---- */
+
+static const char *const DIRS[] = {"tiny_models/fp8", "tiny_models/small", "tiny_models/bf16"};
+
+static grpo_model *
+load(const char *dir, int numerics)
+{
+    grpo_model *m = NULL;
+    grpo_model_opts o = {3, 0, 0, numerics, GRPO_KV_F32};
+    if (grpo_model_load(&m, dir, &o) != GRPO_OK)
+        fail_msg("load %s: %s", dir, grpo_error_last());
+    return m;
+}
+
+/* A 40-token prefill in two chunks beside a 9-token one, two forks of the first, then three
+ * decode steps of all four together: every step's logits into out (rows in item order). */
+static int
+script(grpo_model *m, const int32_t *tok, float *out, int V)
+{
+    grpo_kv *kv = NULL;
+    assert_int_equal(grpo_kv_create_dtype(&kv, grpo_model_get_config(m), GRPO_KV_F32, 8u << 20),
+                     GRPO_OK);
+    int32_t a, b, f[2], rows = 0;
+    grpo_kv_seq_new(kv, &a), grpo_kv_seq_new(kv, &b);
+    grpo_fwd_item p1[2] = {{a, 0, 25, tok}, {b, 0, 9, tok + 30}};
+    assert_int_equal(grpo_model_forward(m, kv, p1, 2, out), GRPO_OK);
+    rows += 2;
+    grpo_fwd_item p2[1] = {{a, 25, 15, tok + 25}};
+    assert_int_equal(grpo_model_forward(m, kv, p2, 1, out + (size_t)rows * V), GRPO_OK);
+    rows += 1;
+    assert_int_equal(grpo_kv_seq_fork(kv, a, &f[0]), GRPO_OK);
+    assert_int_equal(grpo_kv_seq_fork(kv, a, &f[1]), GRPO_OK);
+    for (int step = 0; step < 3; step++) {
+        grpo_fwd_item d[4] = {{a, 40 + step, 1, tok + 41 + step},
+                              {f[0], 40 + step, 1, tok + 45 + step},
+                              {b, 9 + step, 1, tok + 50 + step},
+                              {f[1], 40 + step, 1, tok + 55 + step}};
+        assert_int_equal(grpo_model_forward(m, kv, d, 4, out + (size_t)rows * V), GRPO_OK);
+        rows += 4;
+    }
+    grpo_kv_destroy(kv);
+    return rows;
+}
+
+static void
+forward_through_op_memory(void **state)
+{
+    (void)state;
+    grpo_kernels_cpu_set_min_parallel(0); /* every op threaded, the whole-expert section too */
+    for (size_t d = 0; d < sizeof DIRS / sizeof DIRS[0]; d++)
+        for (int nm = GRPO_NUMERICS_EXACT; nm <= GRPO_NUMERICS_Q8; nm++) {
+            char dir[512];
+            const char *src = getenv("GRPO_SOURCE_DIR");
+            snprintf(dir, sizeof dir, "%s%sdata/%s", src ? src : "", src ? "/tests/" : "", DIRS[d]);
+            tm_expected e;
+            if (tm_expected_load(dir, &e) != 0)
+                fail_msg("cannot read the expected outputs in %s", dir);
+            assert_true(e.n >= 58);
+            int V = e.vocab;
+            float *plain = malloc((size_t)16 * V * 4), *via = malloc((size_t)16 * V * 4);
+            grpo_model *m = load(dir, nm);
+            int rows = script(m, e.tokens, plain, V);
+            grpo_kernels *cpu = m->k, g = guarded(cpu);
+            void *scratch_op = m->scratch_op; /* the plain run's block, back before destroy */
+            size_t scratch_op_size = m->scratch_op_size;
+            m->k = &g, m->scratch_op = NULL, m->scratch_op_size = 0;
+            allocs = 0;
+            assert_int_equal(script(m, e.tokens, via, V), rows);
+            assert_true(allocs > 0); /* the forward took op memory from the backend */
+            assert_memory_equal(plain, via, (size_t)rows * V * 4);
+            grpo_kernels_mem_free(&g, m->scratch_op);
+            m->k = cpu, m->scratch_op = scratch_op, m->scratch_op_size = scratch_op_size;
+            grpo_model_destroy(m);
+            free(plain), free(via);
+            tm_expected_free(&e);
+        }
+    grpo_kernels_cpu_set_min_parallel(262144);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(forward_through_op_memory),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

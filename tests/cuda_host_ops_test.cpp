@@ -2,8 +2,9 @@
  * kernels of ops.cu and moe.cu run) executed on the host, with one POSIX thread per "CUDA thread"
  * and a barrier for __syncthreads where a body has one, against the CPU backend's ops (RMSNorm,
  * RoPE, SiLU-and-multiply, embedding over F32/BF16/F16/FP8 rows, the DeepSeek-V3 router) and the
- * host MoE plan (kernels/cuda/plan.c); the combine against its definition. Runs in CI without a
- * device; the CUDA execution is tests/gpu/cuda_ops_test.c. */
+ * host MoE plan (kernels/cuda/plan.c); the combine against its definition; the device-mode
+ * memory entries against the host helpers of kernels/mem.c. Runs in CI without a device; the CUDA
+ * execution is tests/gpu/cuda_ops_test.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,9 +36,18 @@ frand(void) /* uniform in [-1, 1) */
 struct host_ctx {
     int t, n;
     pthread_barrier_t *bar;
-    int tid() const { return t; }
-    int nt() const { return n; }
-    void sync() { pthread_barrier_wait(bar); }
+    int tid() const
+    {
+        return t;
+    }
+    int nt() const
+    {
+        return n;
+    }
+    void sync()
+    {
+        pthread_barrier_wait(bar);
+    }
 };
 
 /* Runs body(cx) on NT host threads sharing one barrier: one simulated block. */
@@ -169,8 +179,8 @@ elementwise_same_bits(void **state)
         std::vector<float> scale(3 * 3);
         for (size_t i = 0; i < scale.size(); i++)
             scale[i] = 0.001f * (float)(i + 1);
-        grpo_kw w = {data.data(), dt, V, C, dt == GRPO_DT_F8E4M3 ? scale.data() : NULL,
-                     128, 128, 3, 0};
+        grpo_kw w = {data.data(), dt,  V, C, dt == GRPO_DT_F8E4M3 ? scale.data() : NULL,
+                     128,         128, 3, 0};
         cu_kw cw = cu_kw_of(&w);
         std::vector<float> e1(tok.size() * C), e2(tok.size() * C);
         for (size_t t = 0; t < tok.size() * C; t++)
@@ -191,8 +201,11 @@ router_matches_cpu(void **state)
     struct {
         int E, n_group, topk_group, top_k, norm;
         float scale;
-    } cases[] = {{256, 8, 4, 8, 1, 2.5f}, {64, 1, 1, 6, 1, 1.0f}, {32, 8, 4, 6, 0, 1.5f},
-                 {384, 1, 1, 8, 1, 2.827f}, {16, 4, 2, 4, 1, 1.0f}};
+    } cases[] = {{256, 8, 4, 8, 1, 2.5f},
+                 {64, 1, 1, 6, 1, 1.0f},
+                 {32, 8, 4, 6, 0, 1.5f},
+                 {384, 1, 1, 8, 1, 2.827f},
+                 {16, 4, 2, 4, 1, 1.0f}};
     for (auto &c : cases) {
         const int M = 6;
         std::vector<float> l(M * c.E), bias(c.E), sc(c.E), ch(c.E), gs(256), w1(M * c.top_k),
@@ -234,8 +247,7 @@ moe_movement(void **state)
     std::vector<int32_t> cnt(E + 1), offs(E + 1), src(M * top_k), dst(M * top_k);
     int NT = (E + 1 + 31) / 32 * 32;
     run_block(NT, [&](host_ctx &cx) {
-        ob_moe_plan(cx, M * top_k, E, idx.data(), cnt.data(), offs.data(), src.data(),
-                    dst.data());
+        ob_moe_plan(cx, M * top_k, E, idx.data(), cnt.data(), offs.data(), src.data(), dst.data());
     });
     grpo_moe_plan p;
     assert_int_equal(grpo_moe_plan_init(&p, M, top_k, E, idx.data()), GRPO_OK);
@@ -275,14 +287,76 @@ moe_movement(void **state)
     }
 }
 
+/* The device-mode memory entries (residual add, row copies with and without indices, the MoE
+ * combine, F32 cache rows through pointer arrays) against the host helpers the CPU backend runs
+ * (kernels/mem.c), bit for bit. */
+static void
+memory_entries(void **state)
+{
+    (void)state;
+    grpo_kernels host;
+    memset(&host, 0, sizeof host); /* every memory entry NULL: the host helpers */
+    const int M = 13, n = 70, ld = 75, S = 40, T = 9;
+    std::vector<float> x((size_t)M * ld), y0((size_t)M * ld), y1, y2;
+    for (auto &v : x)
+        v = frand();
+    for (auto &v : y0)
+        v = frand();
+    y1 = y0, y2 = y0;
+    for (size_t t = 0; t < (size_t)M * n; t++)
+        ob_add_rows_elem(t, M, n, y1.data(), ld, x.data(), ld);
+    grpo_kernels_add_rows(&host, M, n, y2.data(), ld, x.data(), ld);
+    assert_memory_equal(y1.data(), y2.data(), y1.size() * 4);
+    std::vector<int32_t> src(M), dst(M);
+    for (int r = 0; r < M; r++)
+        src[r] = (r * 5) % M, dst[r] = (r * 7 + 3) % M; /* permutations of the rows */
+    for (int c = 0; c < 4; c++) {
+        const int32_t *ps = c & 1 ? src.data() : NULL, *pd = c & 2 ? dst.data() : NULL;
+        y1 = y0, y2 = y0;
+        for (size_t t = 0; t < (size_t)M * n; t++)
+            ob_copy_rows_elem(t, M, n, ps, x.data(), ld, pd, y1.data(), ld);
+        grpo_kernels_copy_rows(&host, M, n, ps, x.data(), ld, pd, y2.data(), ld);
+        assert_memory_equal(y1.data(), y2.data(), y1.size() * 4);
+    }
+    std::vector<int32_t> tok(S);
+    std::vector<float> w(S), ys((size_t)S * ld), a0((size_t)T * n), a1, a2;
+    for (int s = 0; s < S; s++)
+        tok[s] = (s * 11) % T, w[s] = frand();
+    for (auto &v : ys)
+        v = frand() * 4.0f;
+    for (auto &v : a0)
+        v = frand();
+    a1 = a0, a2 = a0;
+    for (int c = 0; c < n; c++)
+        ob_combine_rows_col(c, S, n, tok.data(), w.data(), ys.data(), ld, a1.data(), n);
+    grpo_kernels_combine_rows(&host, S, n, tok.data(), w.data(), ys.data(), ld, a2.data(), n);
+    assert_memory_equal(a1.data(), a2.data(), a1.size() * 4);
+    grpo_kv_fmt f = grpo_kv_fmt_make(GRPO_DT_F32, n, 0, 0);
+    std::vector<float> cache((size_t)M * n * 2, 0.0f), c2 = cache, back((size_t)M * ld, 0.0f),
+                                                       back2 = back;
+    std::vector<float *> rows(M), rows2(M);
+    for (int r = 0; r < M; r++) /* rows scattered over the cache, out of order */
+        rows[r] = cache.data() + (size_t)dst[r] * 2 * n,
+        rows2[r] = c2.data() + (size_t)dst[r] * 2 * n;
+    for (size_t t = 0; t < (size_t)M * n; t++)
+        ob_rows_to_ptrs_elem(t, M, n, x.data(), ld, rows.data());
+    grpo_kernels_kv_write(&host, &f, M, x.data(), ld, (void *const *)rows2.data());
+    assert_memory_equal(cache.data(), c2.data(), cache.size() * 4);
+    for (size_t t = 0; t < (size_t)M * n; t++)
+        ob_ptrs_to_rows_elem(t, M, n, (const float *const *)rows.data(), back.data(), ld);
+    grpo_kernels_kv_read(&host, &f, M, (const void *const *)rows2.data(), back2.data(), ld);
+    assert_memory_equal(back.data(), back2.data(), back.size() * 4);
+    for (int r = 0; r < M; r++) /* and the rows came back */
+        assert_memory_equal(&back[(size_t)r * ld], &x[(size_t)r * ld], (size_t)n * 4);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(rmsnorm_rows),
-        cmocka_unit_test(elementwise_same_bits),
-        cmocka_unit_test(router_matches_cpu),
-        cmocka_unit_test(moe_movement),
+        cmocka_unit_test(rmsnorm_rows),       cmocka_unit_test(elementwise_same_bits),
+        cmocka_unit_test(router_matches_cpu), cmocka_unit_test(moe_movement),
+        cmocka_unit_test(memory_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

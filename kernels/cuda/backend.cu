@@ -264,19 +264,20 @@ t_gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float 
 }
 
 static void
-heads(grpo_kernels *k, int trans, int M, int H, const float *x, int ldx, int xhs,
-      const grpo_kw *w, int wrs, int NK, float *y, int ldy, int yhs)
+heads(grpo_kernels *k, int trans, int M, int H, const float *x, int ldx, int xhs, const grpo_kw *w,
+      int wrs, int NK, float *y, int ldy, int yhs)
 {
     cu_state *s = cu_of(k);
     int N = trans ? w->cols : NK, K = trans ? NK : w->cols;
     grpo_err err = GRPO_OK;
     if (!staged(k)) {
-        grpo_cu__note(s, grpo_cu__gemm_generic(s, M, H, x, ldx, xhs, w, wrs, N, K, trans, y, ldy,
-                                               yhs));
+        grpo_cu__note(
+            s, grpo_cu__gemm_generic(s, M, H, x, ldx, xhs, w, wrs, N, K, trans, y, ldy, yhs));
         return;
     }
     grpo_kw dw = stage_kw(s, w, &err);
-    size_t nx = span(M, ldx, (size_t)(H - 1) * xhs + K), ny = span(M, ldy, (size_t)(H - 1) * yhs + N);
+    size_t nx = span(M, ldx, (size_t)(H - 1) * xhs + K),
+           ny = span(M, ldy, (size_t)(H - 1) * yhs + N);
     float *dx = (float *)stage_in(s, 0, x, nx, &err);
     float *dy = (float *)stage_in(s, 1, y, ny, &err);
     if (err == GRPO_OK)
@@ -326,7 +327,8 @@ t_rope(grpo_kernels *k, int M, float *x, int ld, int nh, int hs, int dim, const 
     cu_state *s = cu_of(k);
     grpo_err err = GRPO_OK;
     if (!staged(k)) {
-        grpo_cu__note(s, grpo_cu__rope(s, M, x, ld, nh, hs, dim, pos, inv_freq, mscale, interleave));
+        grpo_cu__note(s,
+                      grpo_cu__rope(s, M, x, ld, nh, hs, dim, pos, inv_freq, mscale, interleave));
         return;
     }
     size_t nx = span(M, ld, (size_t)(nh - 1) * hs + dim);
@@ -352,8 +354,9 @@ t_silu_mul(grpo_kernels *k, int M, int n, const float *g, int ldg, const float *
     size_t ny = span(M, ldy, n);
     float *dg = (float *)stage_in(s, 0, g, span(M, ldg, n), &err);
     float *du = (float *)stage_in(s, 1, u, span(M, ldu, n), &err);
-    float *dy = y == g && ldy == ldg ? dg : y == u && ldy == ldu ? du
-                                                                 : (float *)stage_in(s, 2, y, ny, &err);
+    float *dy = y == g && ldy == ldg   ? dg
+                : y == u && ldy == ldu ? du
+                                       : (float *)stage_in(s, 2, y, ny, &err);
     if (err == GRPO_OK)
         err = grpo_cu__silu_mul(s, M, n, dg, ldg, du, ldu, dy, ldy);
     stage_out(s, dy == dg ? 0 : dy == du ? 1 : 2, y, ny, &err);
@@ -427,9 +430,9 @@ page_ptrs(cu_state *s, int slot, const float *const *pages, const int *rows, int
         if ((*err = grpo_cu__reserve(&s->stage[6], tot * sizeof(float))) == GRPO_OK)
             for (int i = 0; i < n && *err == GRPO_OK; i++) {
                 float *d = (float *)s->stage[6].d + off[i];
-                cudaError_t e = cudaMemcpyAsync(d, pages[i], span(rows[i], (size_t)stride,
-                                                                  (size_t)tail),
-                                                cudaMemcpyHostToDevice, s->stream);
+                cudaError_t e =
+                    cudaMemcpyAsync(d, pages[i], span(rows[i], (size_t)stride, (size_t)tail),
+                                    cudaMemcpyHostToDevice, s->stream);
                 if (e != cudaSuccess)
                     *err = grpo_cu__err(e, "stage pages");
                 dp[i] = d;
@@ -439,8 +442,8 @@ page_ptrs(cu_state *s, int slot, const float *const *pages, const int *rows, int
         memcpy(dp, pages, (size_t)n * sizeof *dp);
     }
     const float *const *out = NULL;
-    if (*err == GRPO_OK && (*err = grpo_cu__reserve(&s->stage[slot], (size_t)(n ? n : 1) *
-                                                                        sizeof *dp)) == GRPO_OK) {
+    if (*err == GRPO_OK &&
+        (*err = grpo_cu__reserve(&s->stage[slot], (size_t)(n ? n : 1) * sizeof *dp)) == GRPO_OK) {
         cudaError_t e = cudaMemcpyAsync(s->stage[slot].d, dp, (size_t)n * sizeof *dp,
                                         cudaMemcpyHostToDevice, s->stream);
         if (e == cudaSuccess)
@@ -483,8 +486,8 @@ t_mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int dv, con
     float *dk = (float *)stage_in(s, 1, kvb, (size_t)L * H * (dn + dv) * sizeof(float), &err);
     float *dout = (float *)stage_in(s, 2, out, no, &err);
     if (err == GRPO_OK)
-        err = grpo_cu__mla_naive(s, n, pos0, H, dn, dr, dv, dq, dk, dp, page_len, kr_stride,
-                                 kr_off, scale, dout);
+        err = grpo_cu__mla_naive(s, n, pos0, H, dn, dr, dv, dq, dk, dp, page_len, kr_stride, kr_off,
+                                 scale, dout);
     stage_out(s, 2, out, no, &err);
     grpo_cu__note(s, err);
 }
@@ -527,8 +530,8 @@ t_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, c
     free(flat), free(rows);
     if (!staged(k)) {
         if (err == GRPO_OK)
-            err = grpo_cu__mla_decode(s, B, H, dc, dr, ql, qr, dp, maxp, len, page_len,
-                                      row_stride, scale, ol);
+            err = grpo_cu__mla_decode(s, B, H, dc, dr, ql, qr, dp, maxp, len, page_len, row_stride,
+                                      scale, ol);
         grpo_cu__note(s, err);
         return;
     }
@@ -541,6 +544,106 @@ t_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, c
                                   scale, dol);
     stage_out(s, 2, ol, nq, &err);
     grpo_cu__note(s, err);
+}
+
+/* ---- op memory in device mode (kernels.h, "The memory the ops work on"); staged mode leaves
+ * these NULL: its op memory is host memory ---- */
+
+static void *
+t_mem_alloc(grpo_kernels *k, size_t bytes)
+{
+    void *d = NULL;
+    grpo_err err = grpo_cuda_malloc(&d, bytes);
+    grpo_cu__note(cu_of(k), err);
+    return err == GRPO_OK ? d : NULL;
+}
+
+static void
+t_mem_free(grpo_kernels *k, void *p)
+{
+    cudaStreamSynchronize(cu_of(k)->stream); /* no op still reads it */
+    grpo_cuda_free(p);
+}
+
+static void
+t_mem_copy(grpo_kernels *k, void *dst, const void *src, size_t bytes, int kind)
+{
+    cu_state *s = cu_of(k);
+    cudaMemcpyKind ck = kind == GRPO_MEM_H2D   ? cudaMemcpyHostToDevice
+                        : kind == GRPO_MEM_D2H ? cudaMemcpyDeviceToHost
+                                               : cudaMemcpyDeviceToDevice;
+    if (bytes == 0)
+        return;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, ck, s->stream);
+    if (e == cudaSuccess && kind != GRPO_MEM_D2D) /* the host buffer is free or valid after */
+        e = cudaStreamSynchronize(s->stream);
+    if (e != cudaSuccess)
+        grpo_cu__note(s, grpo_cu__err(e, "op memory copy"));
+}
+
+static void
+t_mem_zero(grpo_kernels *k, void *p, size_t bytes)
+{
+    cu_state *s = cu_of(k);
+    cudaError_t e = bytes > 0 ? cudaMemsetAsync(p, 0, bytes, s->stream) : cudaSuccess;
+    if (e != cudaSuccess)
+        grpo_cu__note(s, grpo_cu__err(e, "op memory zero"));
+}
+
+static void
+t_add_rows(grpo_kernels *k, int M, int n, float *y, int ldy, const float *x, int ldx)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__add_rows(cu_of(k), M, n, y, ldy, x, ldx));
+}
+
+static void
+t_copy_rows(grpo_kernels *k, int M, int n, const int32_t *src, const float *x, int ldx,
+            const int32_t *dst, float *y, int ldy)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__copy_rows(cu_of(k), M, n, src, x, ldx, dst, y, ldy));
+}
+
+static void
+t_combine_rows(grpo_kernels *k, int S, int n, const int32_t *tok, const float *w, const float *y,
+               int ldy, float *acc, int ldacc)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__combine_rows(cu_of(k), S, n, tok, w, y, ldy, acc, ldacc));
+}
+
+/* F32 cache rows to or from the device rows at ptrs (a host array, uploaded to scratch). The
+ * backend takes only F32 caches (the model refuses other KV dtypes on it). */
+static void
+rows_ptrs(grpo_kernels *k, int write, const grpo_kv_fmt *f, int M, float *rows, int ld,
+          const void *const *ptrs)
+{
+    cu_state *s = cu_of(k);
+    grpo_err err = GRPO_OK;
+    if (f->dt != GRPO_DT_F32)
+        err =
+            grpo__fail(GRPO_EUNSUPPORTED, "cuda: %s cache rows (only F32)", grpo_dtype_name(f->dt));
+    size_t nb = (size_t)M * sizeof(void *);
+    if (err == GRPO_OK && M > 0) {
+        cudaStreamSynchronize(s->stream); /* ws[6] may still be read by the previous copy */
+        if ((err = grpo_cu__reserve(&s->ws[6], nb)) == GRPO_OK) {
+            cudaError_t e = cudaMemcpy(s->ws[6].d, ptrs, nb, cudaMemcpyHostToDevice);
+            err = e == cudaSuccess
+                      ? grpo_cu__rows_ptrs(s, write, M, f->n, rows, ld, (void *const *)s->ws[6].d)
+                      : grpo_cu__err(e, "cache row pointers");
+        }
+    }
+    grpo_cu__note(s, err);
+}
+
+static void
+t_kv_write(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx, void *const *dst)
+{
+    rows_ptrs(k, 1, f, M, (float *)x, ldx, (const void *const *)dst);
+}
+
+static void
+t_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src, float *y, int ldy)
+{
+    rows_ptrs(k, 0, f, M, y, ldy, src);
 }
 
 extern "C" grpo_err
@@ -567,6 +670,11 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
     k->router = t_router;
     k->mla_naive = t_mla_naive;
     k->mla_absorbed = t_mla_absorbed;
+    if (mode == GRPO_CUDA_DEVICE) {
+        k->mem_alloc = t_mem_alloc, k->mem_free = t_mem_free, k->mem_copy = t_mem_copy;
+        k->mem_zero = t_mem_zero, k->add_rows = t_add_rows, k->copy_rows = t_copy_rows;
+        k->combine_rows = t_combine_rows, k->kv_write = t_kv_write, k->kv_read = t_kv_read;
+    }
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
@@ -596,7 +704,7 @@ grpo_kernels_cuda_destroy(grpo_kernels *k)
         for (int i = 0; i < s->n_cache; i++)
             cudaFree(s->cache[i].d);
         free(s->cache);
-        for (int i = 0; i < 6; i++)
+        for (size_t i = 0; i < sizeof s->ws / sizeof s->ws[0]; i++)
             cudaFree(s->ws[i].d);
         for (int i = 0; i < 8; i++)
             cudaFree(s->stage[i].d);

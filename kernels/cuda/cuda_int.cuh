@@ -36,10 +36,10 @@ typedef struct cu_state {
     int device, mode, policy;
     cudaStream_t stream;
     cublasLtHandle_t lt;
-    cu_buf lt_ws;             /* cuBLASLt workspace */
-    cu_buf ws[6];             /* per-op scratch (quantized activations, attention partials, ...) */
-    cu_buf stage[8];          /* staged-mode copies of one op's arguments */
-    cu_cached *cache;         /* staged-mode weights */
+    cu_buf lt_ws;     /* cuBLASLt workspace */
+    cu_buf ws[7];     /* per-op scratch (quantized activations, attention partials, ...) */
+    cu_buf stage[8];  /* staged-mode copies of one op's arguments */
+    cu_cached *cache; /* staged-mode weights */
     int n_cache, cap_cache;
     grpo_err first_err;
     long n_lt, n_fallback; /* FAST-policy GEMMs run by cuBLASLt / fallen back to generic */
@@ -87,6 +87,16 @@ grpo_err grpo_cu__rmsnorm(cu_state *s, int M, const float *x, int ldx, const flo
                           float eps, float *y, int ldy);
 grpo_err grpo_cu__rope(cu_state *s, int M, float *x, int ld, int nh, int hs, int dim,
                        const int32_t *pos, const float *inv_freq, float mscale, int interleave);
+/* The op table's memory entries in device mode (kernels.h; bodies in ops_body.h). rows_ptrs:
+ * write = 1 copies rows (ld) to the rows at d_ptrs (a device array of M device pointers), 0 the
+ * other way; F32 rows of n values. */
+grpo_err grpo_cu__add_rows(cu_state *s, int M, int n, float *y, int ldy, const float *x, int ldx);
+grpo_err grpo_cu__copy_rows(cu_state *s, int M, int n, const int32_t *src, const float *x, int ldx,
+                            const int32_t *dst, float *y, int ldy);
+grpo_err grpo_cu__combine_rows(cu_state *s, int S, int n, const int32_t *tok, const float *w,
+                               const float *y, int ldy, float *acc, int ldacc);
+grpo_err grpo_cu__rows_ptrs(cu_state *s, int write, int M, int n, float *rows, int ld,
+                            void *const *d_ptrs);
 grpo_err grpo_cu__silu_mul(cu_state *s, int M, int n, const float *g, int ldg, const float *u,
                            int ldu, float *y, int ldy);
 grpo_err grpo_cu__embed(cu_state *s, int M, const int32_t *tok, const grpo_kw *w, float *y,

@@ -10,9 +10,18 @@
 
 /* The block's threads as the bodies of ops_body.h see them. */
 struct dev_ctx {
-    __device__ int tid() const { return threadIdx.x; }
-    __device__ int nt() const { return blockDim.x; }
-    __device__ void sync() { __syncthreads(); }
+    __device__ int tid() const
+    {
+        return threadIdx.x;
+    }
+    __device__ int nt() const
+    {
+        return blockDim.x;
+    }
+    __device__ void sync()
+    {
+        __syncthreads();
+    }
 };
 
 // x (M, ldx) -> y (M, ldy); one block of NT threads per row. add != NULL: x += add first
@@ -39,8 +48,8 @@ grpo_cu__rmsnorm(cu_state *s, int M, const float *x, int ldx, const float *w, in
 }
 
 extern "C" grpo_err
-grpo_cuda_add_rmsnorm(grpo_kernels *k, int M, int n, float *d_y, int ldy, const float *d_x,
-                      int ldx, const float *d_w, float eps, float *d_out, int ldo)
+grpo_cuda_add_rmsnorm(grpo_kernels *k, int M, int n, float *d_y, int ldy, const float *d_x, int ldx,
+                      const float *d_w, float eps, float *d_out, int ldo)
 {
     if (M <= 0)
         return GRPO_OK;
@@ -66,7 +75,7 @@ grpo_cu__rope(cu_state *s, int M, float *x, int ld, int nh, int hs, int dim, con
     if (n == 0)
         return GRPO_OK;
     rope_k<<<cu_blocks(n, NT), NT, 0, s->stream>>>(M, x, ld, nh, hs, dim, pos, inv_freq, mscale,
-                                                    interleave);
+                                                   interleave);
     CU_LAUNCHED();
     return GRPO_OK;
 }
@@ -171,8 +180,8 @@ grpo_cuda_quant_fp8(grpo_kernels *k, int M, int K, const float *d_x, int ldx, vo
     size_t threads = (size_t)M * kbs * 32;
     if (threads == 0)
         return GRPO_OK;
-    quant_k<<<cu_blocks(threads, NT), NT, 0, cu_of(k)->stream>>>(
-        M, K, d_x, ldx, (uint8_t *)d_q, d_scale, grpo_cuda_ascale_ld(M));
+    quant_k<<<cu_blocks(threads, NT), NT, 0, cu_of(k)->stream>>>(M, K, d_x, ldx, (uint8_t *)d_q,
+                                                                 d_scale, grpo_cuda_ascale_ld(M));
     CU_LAUNCHED();
     return GRPO_OK;
 }
@@ -207,6 +216,93 @@ grpo_cuda_fill_random(grpo_kernels *k, void *d, size_t n, int kind, float scale,
     if (n == 0)
         return GRPO_OK;
     fill_k<<<1024, 256, 0, cu_of(k)->stream>>>(d, n, kind, scale, seed);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
+/* ---- the op table's memory entries in device mode (kernels.h) ---- */
+
+__global__ void
+add_rows_k(int M, int n, float *y, int ldy, const float *x, int ldx)
+{
+    ob_add_rows_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, n, y, ldy, x, ldx);
+}
+
+__global__ void
+copy_rows_k(int M, int n, const int32_t *src, const float *x, int ldx, const int32_t *dst, float *y,
+            int ldy)
+{
+    ob_copy_rows_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, n, src, x, ldx, dst, y,
+                      ldy);
+}
+
+__global__ void
+combine_rows_k(int S, int n, const int32_t *tok, const float *w, const float *y, int ldy,
+               float *acc, int ldacc)
+{
+    ob_combine_rows_col((int)(blockIdx.x * blockDim.x + threadIdx.x), S, n, tok, w, y, ldy, acc,
+                        ldacc);
+}
+
+__global__ void
+rows_to_ptrs_k(int M, int n, const float *x, int ldx, float *const *dst)
+{
+    ob_rows_to_ptrs_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, n, x, ldx, dst);
+}
+
+__global__ void
+ptrs_to_rows_k(int M, int n, const float *const *src, float *y, int ldy)
+{
+    ob_ptrs_to_rows_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, n, src, y, ldy);
+}
+
+grpo_err
+grpo_cu__add_rows(cu_state *s, int M, int n, float *y, int ldy, const float *x, int ldx)
+{
+    size_t tot = (size_t)M * n;
+    if (tot == 0)
+        return GRPO_OK;
+    add_rows_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, n, y, ldy, x, ldx);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_cu__copy_rows(cu_state *s, int M, int n, const int32_t *src, const float *x, int ldx,
+                   const int32_t *dst, float *y, int ldy)
+{
+    size_t tot = (size_t)M * n;
+    if (tot == 0)
+        return GRPO_OK;
+    copy_rows_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, n, src, x, ldx, dst, y, ldy);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_cu__combine_rows(cu_state *s, int S, int n, const int32_t *tok, const float *w, const float *y,
+                      int ldy, float *acc, int ldacc)
+{
+    if (S == 0 || n == 0)
+        return GRPO_OK;
+    combine_rows_k<<<cu_blocks((size_t)n, NT), NT, 0, s->stream>>>(S, n, tok, w, y, ldy, acc,
+                                                                   ldacc);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_cu__rows_ptrs(cu_state *s, int write, int M, int n, float *rows, int ld, void *const *d_ptrs)
+{
+    size_t tot = (size_t)M * n;
+    if (tot == 0)
+        return GRPO_OK;
+    if (write)
+        rows_to_ptrs_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, n, rows, ld,
+                                                                 (float *const *)d_ptrs);
+    else
+        ptrs_to_rows_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, n, (const float *const *)d_ptrs,
+                                                                 rows, ld);
     CU_LAUNCHED();
     return GRPO_OK;
 }

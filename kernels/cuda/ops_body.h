@@ -11,14 +11,15 @@
  *   ob_router_row    one token (one block): sigmoid scores in parallel, then the selection by
  *                    thread 0 exactly as the CPU router (group top-2 sums, topk_group groups kept,
  *                    top_k by repeated argmax, lowest index on ties, weights in expert order)
- *   ob_moe_plan      the stable counting sort of a batch's (token, slot) pairs by expert (one block,
- *                    one thread per expert)
- *   ob_moe_permute_elem, ob_moe_combine_elem   gather into expert order; weighted combine in slot
- *                    order with fmaf
- * Every product and sum is written either with ob_mul/ob_add/... (CUDA's __fmul_rn family on the
- * device, plain operations on the host, compiled without contraction: never fused) or with an
- * explicit fmaf (fused on both), so both executors round alike.
- * Ctx provides int tid() const, int nt() const (a power of two) and void sync(). */
+ *   ob_moe_plan      the stable counting sort of a batch's (token, slot) pairs by expert (one
+ * block, one thread per expert) ob_moe_permute_elem, ob_moe_combine_elem   gather into expert
+ * order; weighted combine in slot order with fmaf ob_add_rows_elem, ob_copy_rows_elem,
+ * ob_combine_rows_col, ob_rows_to_ptrs_elem, ob_ptrs_to_rows_elem   the op table's memory entries
+ * in device mode, with the arithmetic of their host versions (kernels/mem.c: the combine's product
+ * rounded, then added) Every product and sum is written either with ob_mul/ob_add/... (CUDA's
+ * __fmul_rn family on the device, plain operations on the host, compiled without contraction: never
+ * fused) or with an explicit fmaf (fused on both), so both executors round alike. Ctx provides int
+ * tid() const, int nt() const (a power of two) and void sync(). */
 #ifndef GRPO_KERNELS_CUDA_OPS_BODY_H
 #define GRPO_KERNELS_CUDA_OPS_BODY_H
 
@@ -248,6 +249,64 @@ ob_moe_combine_elem(size_t t, int M, int top_k, int n, const float *yp, const in
         acc = fmaf(wts[m * top_k + s], yp[(size_t)dst[m * top_k + s] * n + c], acc);
     float *o = y + m * ldy + c;
     *o = accumulate ? ob_add(*o, acc) : acc;
+}
+
+/* ---- the op table's memory entries (kernels.h), as the host helpers of kernels/mem.c ---- */
+
+/* One element of y[r][c] += x[r][c]. */
+OB_FN void
+ob_add_rows_elem(size_t t, int M, int n, float *y, int ldy, const float *x, int ldx)
+{
+    if (t >= (size_t)M * n)
+        return;
+    size_t r = t / n, c = t % n;
+    y[r * ldy + c] = ob_add(y[r * ldy + c], x[r * ldx + c]);
+}
+
+/* One element of y[dst ? dst[r] : r][c] = x[src ? src[r] : r][c]. */
+OB_FN void
+ob_copy_rows_elem(size_t t, int M, int n, const int32_t *src, const float *x, int ldx,
+                  const int32_t *dst, float *y, int ldy)
+{
+    if (t >= (size_t)M * n)
+        return;
+    size_t r = t / n, c = t % n;
+    size_t rs = src ? (size_t)src[r] : r, rd = dst ? (size_t)dst[r] : r;
+    y[rd * ldy + c] = x[rs * ldx + c];
+}
+
+/* Column c of the MoE combine: every slot in order, the product rounded, then added (so a
+ * token's sum is the CPU's; one thread owns the column of every token, so nothing races). */
+OB_FN void
+ob_combine_rows_col(int c, int S, int n, const int32_t *tok, const float *w, const float *y,
+                    int ldy, float *acc, int ldacc)
+{
+    if (c >= n)
+        return;
+    for (int s = 0; s < S; s++) {
+        float *a = acc + (size_t)tok[s] * ldacc + c;
+        *a = ob_add(*a, ob_mul(w[s], y[(size_t)s * ldy + c]));
+    }
+}
+
+/* One element of F32 cache rows: x's row r to the row at dst[r] (kv_write), or the row at
+ * src[r] to y's row r (kv_read). */
+OB_FN void
+ob_rows_to_ptrs_elem(size_t t, int M, int n, const float *x, int ldx, float *const *dst)
+{
+    if (t >= (size_t)M * n)
+        return;
+    size_t r = t / n, c = t % n;
+    dst[r][c] = x[r * ldx + c];
+}
+
+OB_FN void
+ob_ptrs_to_rows_elem(size_t t, int M, int n, const float *const *src, float *y, int ldy)
+{
+    if (t >= (size_t)M * n)
+        return;
+    size_t r = t / n, c = t % n;
+    y[r * ldy + c] = src[r][c];
 }
 
 #endif

@@ -4,8 +4,9 @@
  * activations on the host, outside an op, faults and fails the test. Its memory entries are
  * real ones (mem_copy, mem_zero, add_rows, copy_rows, combine_rows, kv_write, kv_read, each
  * opening the mappings around the host helper), so the forward takes its non-host path: outputs
- * staged out with mem_copy. On the tiny MLA fixtures (dense and MoE; prefill chunks, decode
- * batches, forks; exact and q8 numerics) its logits equal the plain CPU backend's bit for bit. */
+ * staged out with mem_copy. On tiny MLA, deepseek_v2 and GQA fixtures (dense and MoE; prefill
+ * chunks, decode batches, forks; exact and q8 numerics) its logits equal the plain CPU backend's
+ * bit for bit. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -244,6 +245,15 @@ g_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, c
 }
 
 static void
+g_gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n, const int32_t *pos0, int H,
+           int KVH, int d, const float *q, const void *const *const *pages_of, int page_len,
+           const grpo_kv_fmt *kvf, float scale, float *out)
+{
+    grpo_kernels in = sub(k);
+    GUARD(inner.gqa_attn(&in, B, q0, n, pos0, H, KVH, d, q, pages_of, page_len, kvf, scale, out));
+}
+
+static void
 g_gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
 {
     grpo_kernels in = sub(k);
@@ -260,7 +270,7 @@ guarded(const grpo_kernels *k)
     g.gemm = g_gemm, g.gemm_heads = g_gemm_heads, g.gemm_t_heads = g_gemm_t_heads;
     g.rmsnorm = g_rmsnorm, g.rope = g_rope, g.silu_mul = g_silu_mul, g.embed = g_embed;
     g.router = g_router, g.mla_naive = g_mla_naive, g.mla_absorbed = g_mla_absorbed;
-    g.gqa_attn = NULL, g.gemm_batch = g_gemm_batch;
+    g.gqa_attn = g_gqa_attn, g.gemm_batch = g_gemm_batch;
     g.mem_alloc = g_alloc, g.mem_free = g_free, g.mem_copy = g_copy, g.mem_zero = g_zero;
     g.add_rows = g_add, g.copy_rows = g_copy_rows, g.combine_rows = g_combine;
     g.kv_write = g_kv_write, g.kv_read = g_kv_read;
@@ -269,7 +279,11 @@ guarded(const grpo_kernels *k)
 
 /* ---- the forward through it ---- */
 
-static const char *const DIRS[] = {"tiny_models/fp8", "tiny_models/small", "tiny_models/bf16"};
+/* MLA dense and MoE (sigmoid router), deepseek_v2 (softmax gates), GQA dense and MoE. */
+static const char *const DIRS[] = {"tiny_models/fp8",          "tiny_models/small",
+                                   "tiny_models/bf16",         "v2_models/v2_group_f32",
+                                   "gqa_models/qwen2_tied",    "gqa_models/qwen3_fp8",
+                                   "gqa_models/qwen3_moe_64x8"};
 
 static grpo_model *
 load(const char *dir, int numerics)

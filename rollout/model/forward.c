@@ -21,8 +21,8 @@ typedef struct {
     /* host block: what the forward computes on the host, then copies into op memory (pos_h,
      * tok_h, the MoE slots, the row indices) or out of it (ri_h, rw_h) */
     int32_t *pos_h, *tok_h, *ri_h, *slot_tok_h, *dec_t_h, *lm_idx_h;
-    float *rw_h, *slot_w_h;
-    void **row_ptrs; /* max(T, max_len) cache row pointers (kv_write, kv_read) */
+    float *rw_h, *slot_w_h, *rl_h; /* rl_h: the router logits of the softmax-gate families */
+    void **row_ptrs;               /* max(T, max_len) cache row pointers (kv_write, kv_read) */
     /* op memory */
     int32_t *pos, *tok, *dec_t, *lm_idx; /* dec_t[b]: absorbed query b's token row */
     int32_t *dec, *decj; /* absorbed query b: token decj[b] of item dec[b], in item order */
@@ -99,6 +99,7 @@ layout_host(scratch *s, const grpo_model_config *c, carver *cv)
     s->lm_idx_h = carve(cv, T * i4);
     s->ri_h = carve(cv, T * K * i4);
     s->rw_h = carve(cv, T * K * sizeof(float));
+    s->rl_h = carve(cv, T * E * sizeof(float));
     s->slot_tok_h = carve(cv, T * K * i4);
     s->slot_w_h = carve(cv, T * K * sizeof(float));
     s->row_ptrs = carve(cv, (T > L ? T : L) * pp);
@@ -435,12 +436,14 @@ mlp(grpo_model *m, const grpo_mlp_w *w, int M, const float *x, float *out, scrat
  * of op memory (ri_h, rw_h), the counts stay on the host (ecnt, eoff: they shape the expert
  * GEMMs), the slots (slot_tok, slot_w) go back in. */
 static void
-route_sort(grpo_kernels *k, const grpo_model_config *c, scratch *s)
+route_sort(grpo_kernels *k, const grpo_model_config *c, scratch *s, int on_host)
 {
     int T = s->T, E = c->n_routed_experts, K = c->num_experts_per_tok;
     size_t n = (size_t)T * (size_t)K;
-    grpo_kernels_mem_copy(k, s->ri_h, s->ri, n * sizeof *s->ri_h, GRPO_MEM_D2H);
-    grpo_kernels_mem_copy(k, s->rw_h, s->rw, n * sizeof *s->rw_h, GRPO_MEM_D2H);
+    if (!on_host) { /* else the host router wrote ri_h, rw_h */
+        grpo_kernels_mem_copy(k, s->ri_h, s->ri, n * sizeof *s->ri_h, GRPO_MEM_D2H);
+        grpo_kernels_mem_copy(k, s->rw_h, s->rw, n * sizeof *s->rw_h, GRPO_MEM_D2H);
+    }
     memset(s->ecnt, 0, (size_t)E * sizeof *s->ecnt);
     for (int i = 0; i < T * K; i++)
         s->ecnt[s->ri_h[i]]++;
@@ -565,13 +568,18 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
     grpo_kernels *k = m->k;
     int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
     k->gemm(k, T, s->x, H, &l->router, s->rl, E);
-    if (c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2) /* softmax gates, */
-        grpo_model__route_softmax(/* CPU families only */ T, s->rl, E, c->n_group, c->topk_group, K,
-                                  c->norm_topk_prob, c->routed_scaling_factor, s->ri, s->rw);
-    else
+    int soft = c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2;
+    if (soft) { /* softmax gates: chosen on the host */
+        grpo_kernels_mem_copy(k, s->rl_h, s->rl, (size_t)T * E * sizeof(float), GRPO_MEM_D2H);
+        grpo_model__route_softmax(T, s->rl_h, E, c->n_group, c->topk_group, K, c->norm_topk_prob,
+                                  c->routed_scaling_factor, s->ri_h, s->rw_h);
+        grpo_kernels_mem_copy(k, s->ri, s->ri_h, (size_t)T * K * sizeof(int32_t), GRPO_MEM_H2D);
+        grpo_kernels_mem_copy(k, s->rw, s->rw_h, (size_t)T * K * sizeof(float), GRPO_MEM_H2D);
+    } else {
         k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
                   c->routed_scaling_factor, s->ri, s->rw);
-    route_sort(k, c, s);
+    }
+    route_sort(k, c, s, soft);
     grpo_kernels_mem_zero(k, s->acc, (size_t)T * H * sizeof(float));
     int active = 0, grouped = 0;
     for (int e = 0; e < E; e++)

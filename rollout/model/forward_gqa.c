@@ -9,15 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* y[t][0..n) += b for T rows at stride ld. */
+/* y[t][0..n) += b for T rows at stride ld (the op table's row add, b read for every row). */
 static void
-add_bias(float *y, int T, int n, int ld, const float *b)
+add_bias(grpo_kernels *k, float *y, int T, int n, int ld, const float *b)
 {
-    if (b == NULL)
-        return;
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < n; i++)
-            y[(size_t)t * ld + i] += b[i];
+    if (b != NULL)
+        grpo_kernels_add_rows(k, T, n, y, ld, b, 0);
 }
 
 /* q (T, H, d), kvr (T, row) = [k (KVH, d) | v (KVH, d)]: projections, biases, norms, rope. */
@@ -33,9 +30,9 @@ project(grpo_model *m, const grpo_layer_w *l, int T, const int32_t *pos, const f
                              {T, x, H, &l->k_proj, kvr, row},
                              {T, x, H, &l->v_proj, kvr + kd, row}};
     grpo_kernels_gemm_batch(k, 3, proj); /* one parallel section for the three */
-    add_bias(q, T, qd, qd, l->q_bias);
-    add_bias(kvr, T, kd, row, l->k_bias);
-    add_bias(kvr + kd, T, kd, row, l->v_bias);
+    add_bias(k, q, T, qd, qd, l->q_bias);
+    add_bias(k, kvr, T, kd, row, l->k_bias);
+    add_bias(k, kvr + kd, T, kd, row, l->v_bias);
     if (c->qk_norm) {
         k->rmsnorm(k, T * nh, q, d, l->q_norm, d, c->rms_norm_eps, q, d);
         for (int g = 0; g < kvh; g++)
@@ -46,20 +43,26 @@ project(grpo_model *m, const grpo_layer_w *l, int T, const int32_t *pos, const f
     k->rope(k, T, kvr, row, kvh, d, d, pos, m->inv_freq, 1.0f, 0);
 }
 
-/* Per item: its rows, positions and page pointers for this layer (one block, freed by caller). */
+/* Per item: its rows, positions and page pointers for this layer, and where each of the T new
+ * rows goes in the cache (one host block, freed by the caller). */
 static void *
-item_tables(const grpo_kv *kv, int layer, const grpo_fwd_item *items, int n_items,
-            const int32_t *t0_of, int32_t **q0, int32_t **n, int32_t **pos0, const void ***pages_of)
+item_tables(grpo_kv *kv, int layer, const grpo_fwd_item *items, int n_items, const int32_t *t0_of,
+            int T, int32_t **q0, int32_t **n, int32_t **pos0, const void ***pages_of, void ***rows)
 {
     size_t np = 0;
     for (int i = 0; i < n_items; i++)
         np += (size_t)kv->seqs[items[i].seq].n_pages;
-    size_t bytes = (size_t)n_items * (3 * sizeof(int32_t) + sizeof(void *)) + np * sizeof(void *);
+    size_t bytes = (size_t)n_items * (3 * sizeof(int32_t) + sizeof(void *)) +
+                   (np + (size_t)T) * sizeof(void *);
     char *blk = malloc(bytes + sizeof(void *));
     if (blk == NULL)
         return NULL;
     *pages_of = (const void **)blk; /* pointers first: aligned */
-    const void **pp = (const void **)(blk + (size_t)n_items * sizeof(void *));
+    *rows = (void **)(blk + (size_t)n_items * sizeof(void *));
+    for (int i = 0; i < n_items; i++)
+        for (int j = 0; j < items[i].n; j++)
+            (*rows)[t0_of[i] + j] = grpo_kv__row(kv, items[i].seq, layer, items[i].pos0 + j);
+    const void **pp = (const void **)(*rows + T);
     int32_t *ints = (int32_t *)(pp + np);
     *q0 = ints;
     *n = ints + n_items;
@@ -89,22 +92,20 @@ grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int laye
     int H = c->hidden_size, nh = c->num_attention_heads, kvh = c->num_key_value_heads;
     int d = c->head_dim, row = 2 * kvh * d;
     project(m, l, T, pos, x, q, kvr);
-    for (int i = 0; i < n_items; i++) /* append [keys | values] in the cache's dtype */
-        for (int j = 0; j < items[i].n; j++)
-            grpo_kv__put(kv, items[i].seq, layer, items[i].pos0 + j,
-                         kvr + (size_t)(t0_of[i] + j) * row);
     int32_t *q0, *n, *pos0;
     const void **pages_of;
-    void *blk = item_tables(kv, layer, items, n_items, t0_of, &q0, &n, &pos0, &pages_of);
+    void **rows;
+    void *blk = item_tables(kv, layer, items, n_items, t0_of, T, &q0, &n, &pos0, &pages_of, &rows);
     if (blk == NULL)
         return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+    grpo_kernels_kv_write(k, &kv->fmt, T, kvr, row,
+                          rows); /* [keys | values] in the cache's dtype */
     k->gqa_attn(k, n_items, q0, n, pos0, nh, kvh, d, q, (const void *const *const *)pages_of,
                 GRPO_KV_PAGE, &kv->fmt, c->softmax_scale, ao);
     free(blk);
     k->gemm(k, T, ao, nh * d, &l->o, tmp, H);
-    add_bias(tmp, T, H, H, l->o_bias);
-    for (size_t i = 0; i < (size_t)T * H; i++)
-        h[i] += tmp[i];
+    add_bias(k, tmp, T, H, H, l->o_bias);
+    grpo_kernels_add_rows(k, T, H, h, H, tmp, H);
     return GRPO_OK;
 }
 

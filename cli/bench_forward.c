@@ -123,7 +123,7 @@ kv_for(const grpo_model *m, int B, int n)
     size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers * (size_t)grpo_kv_row_bytes(c, dt);
     size_t pages = (size_t)B * ((size_t)n / GRPO_KV_PAGE + 2);
     grpo_kv *kv = NULL;
-    return grpo_kv_create_dtype(&kv, c, dt, pages * page) == GRPO_OK ? kv : NULL;
+    return grpo_kv_create_for(&kv, m, pages * page) == GRPO_OK ? kv : NULL;
 }
 
 static int

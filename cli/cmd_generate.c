@@ -123,8 +123,7 @@ parse_args(int argc, char **argv, opts *o)
         else if (strcmp(a, "--kv-dtype") == 0) {
             if (grpo_kv_dtype_parse(v, &o->kv_dtype) != GRPO_OK)
                 return cli_usage("generate", "--kv-dtype: %s", grpo_error_last());
-        }
-        else if (strcmp(a, "--logits-out") == 0)
+        } else if (strcmp(a, "--logits-out") == 0)
             o->logits_out = v;
         else if (strcmp(a, "--max-new-tokens") == 0 && (o->max_new = strtol(v, &end, 10)) >= 0 &&
                  o->max_new <= INT32_MAX && end != v && *end == 0 && errno == 0)
@@ -179,10 +178,9 @@ gen_open(gen *g, int np)
                          "max_position_embeddings (%d)",
                          np, g->o->max_new, (int)c->max_position_embeddings);
     int dt = grpo_model_kv_dtype(g->m);
-    size_t page =
-        (size_t)GRPO_KV_PAGE * c->num_hidden_layers * (size_t)grpo_kv_row_bytes(c, dt);
+    size_t page = (size_t)GRPO_KV_PAGE * c->num_hidden_layers * (size_t)grpo_kv_row_bytes(c, dt);
     size_t pages = (size_t)(np + g->o->max_new) / GRPO_KV_PAGE + 2;
-    if (grpo_kv_create_dtype(&g->kv, c, dt, pages * page) != GRPO_OK)
+    if (grpo_kv_create_for(&g->kv, g->m, pages * page) != GRPO_OK)
         return cli_fail("generate");
     if (g->tk != NULL)
         grpo_detok_init(&g->dt, g->tk, 0);

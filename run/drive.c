@@ -238,8 +238,7 @@ swap_weights(grpo_run *c, const grpo_weights_update *u)
     if (err == GRPO_OK)
         err = grpo_policy_open(&np, dir, &po);
     if (err == GRPO_OK && c->rescore_kv != NULL &&
-        ((err = grpo_kv_create_dtype(&nkv, grpo_model_get_config(grpo_policy_model(np)),
-                                     a->kv_dtype, (size_t)256 << 20)) != GRPO_OK ||
+        ((err = grpo_kv_create_for(&nkv, grpo_policy_model(np), (size_t)256 << 20)) != GRPO_OK ||
          (err = grpo_rollout_backend_model(&nbe, grpo_policy_model(np), nkv)) != GRPO_OK))
         goto fail;
     if (err == GRPO_OK &&

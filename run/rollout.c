@@ -158,9 +158,8 @@ open_all(grpo_run *c, const grpo_run_opts *a)
                               a->ref_model, grpo_policy_backend(c->ref)->vocab, be->vocab);
     }
     if (a->rescore) {
-        const grpo_model_config *cfg = grpo_model_get_config(grpo_policy_model(c->pol));
-        if ((err = grpo_kv_create_dtype(&c->rescore_kv, cfg, a->kv_dtype, (size_t)256 << 20)) !=
-                GRPO_OK ||
+        if ((err = grpo_kv_create_for(&c->rescore_kv, grpo_policy_model(c->pol),
+                                      (size_t)256 << 20)) != GRPO_OK ||
             (err = grpo_rollout_backend_model(&c->rescore_be, grpo_policy_model(c->pol),
                                               c->rescore_kv)) != GRPO_OK)
             return err;

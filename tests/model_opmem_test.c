@@ -4,9 +4,10 @@
  * activations on the host, outside an op, faults and fails the test. Its memory entries are
  * real ones (mem_copy, mem_zero, add_rows, copy_rows, combine_rows, kv_write, kv_read, each
  * opening the mappings around the host helper), so the forward takes its non-host path: outputs
- * staged out with mem_copy. On tiny MLA, deepseek_v2 and GQA fixtures (dense and MoE; prefill
- * chunks, decode batches, forks; exact and q8 numerics) its logits equal the plain CPU backend's
- * bit for bit. */
+ * staged out with mem_copy; the KV pool's pages (grpo_kv_create_for) are guarded memory too, and
+ * a pool in host memory is refused. On tiny MLA, deepseek_v2 and GQA fixtures (dense and MoE;
+ * prefill chunks, decode batches, forks; exact and q8 numerics) its logits equal the plain CPU
+ * backend's bit for bit. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -300,9 +301,8 @@ load(const char *dir, int numerics)
 static int
 script(grpo_model *m, const int32_t *tok, float *out, int V)
 {
-    grpo_kv *kv = NULL;
-    assert_int_equal(grpo_kv_create_dtype(&kv, grpo_model_get_config(m), GRPO_KV_F32, 8u << 20),
-                     GRPO_OK);
+    grpo_kv *kv = NULL; /* its pages in the backend's op memory: guarded too */
+    assert_int_equal(grpo_kv_create_for(&kv, m, 8u << 20), GRPO_OK);
     int32_t a, b, f[2], rows = 0;
     grpo_kv_seq_new(kv, &a), grpo_kv_seq_new(kv, &b);
     grpo_fwd_item p1[2] = {{a, 0, 25, tok}, {b, 0, 9, tok + 30}};
@@ -351,6 +351,16 @@ forward_through_op_memory(void **state)
             assert_int_equal(script(m, e.tokens, via, V), rows);
             assert_true(allocs > 0); /* the forward took op memory from the backend */
             assert_memory_equal(plain, via, (size_t)rows * V * 4);
+            grpo_kv *host = NULL; /* a pool in host memory: refused by this backend, by name */
+            int32_t sq;
+            assert_int_equal(
+                grpo_kv_create_dtype(&host, grpo_model_get_config(m), GRPO_KV_F32, 1u << 20),
+                GRPO_OK);
+            grpo_kv_seq_new(host, &sq);
+            grpo_fwd_item it = {sq, 0, 3, e.tokens};
+            assert_int_equal(grpo_model_forward(m, host, &it, 1, via), GRPO_EINVAL);
+            assert_non_null(strstr(grpo_error_last(), "op memory"));
+            grpo_kv_destroy(host);
             grpo_kernels_mem_free(&g, m->scratch_op);
             m->k = cpu, m->scratch_op = scratch_op, m->scratch_op_size = scratch_op_size;
             grpo_model_destroy(m);

@@ -153,6 +153,9 @@ grpo_err grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budg
  * caller owns *out (grpo_kv_destroy). */
 grpo_err grpo_kv_create_dtype(grpo_kv **out, const grpo_model_config *cfg, int kv_dtype,
                               size_t budget_bytes);
+/* Model m's pool: its kv dtype, the pages in the memory its backend's ops work on (device memory
+ * for a device-resident backend; host memory on the CPU, where it is grpo_kv_create_dtype). */
+grpo_err grpo_kv_create_for(grpo_kv **out, const grpo_model *m, size_t budget_bytes);
 int grpo_kv_get_dtype(const grpo_kv *kv);
 void grpo_kv_destroy(grpo_kv *kv);
 grpo_err grpo_kv_seq_new(grpo_kv *kv, int32_t *seq_out);

@@ -90,7 +90,7 @@ kv_open(grpo_policy *p, const grpo_model_config *cfg, const grpo_policy_opts *o)
                               o->kv_budget_tokens, pages, INT32_MAX);
         bytes = pages * page;
     }
-    return grpo_kv_create_dtype(&p->kv, cfg, dt, bytes);
+    return grpo_kv_create_for(&p->kv, p->model, bytes);
 }
 
 grpo_err

@@ -242,6 +242,11 @@ check_items(const grpo_model *m, grpo_kv *kv, int n_layers, const grpo_fwd_item 
     const grpo_model_config *c = &m->cfg;
     if (kv->n_layers != n_layers || (size_t)kv->row != grpo_model_kv_row(c))
         return grpo__fail(GRPO_EINVAL, "model: the KV pool was made for another model config");
+    if (!grpo_kv__usable_by(kv, m))
+        return grpo__fail(GRPO_EINVAL,
+                          "model: the KV pool's pages are not in the %s backend's "
+                          "op memory (make the pool with grpo_kv_create_for)",
+                          m->k->name);
     if (kv->dtype != m->kv_dtype)
         return grpo__fail(GRPO_EINVAL,
                           "model: the KV pool holds %s rows; the model was loaded "

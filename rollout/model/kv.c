@@ -53,12 +53,35 @@ grpo_kv_create(grpo_kv **out, const grpo_model_config *cfg, size_t budget_bytes)
 }
 
 static grpo_err kv_create(grpo_kv **out, const grpo_model_config *cfg, int32_t n_layers,
-                          int kv_dtype, size_t budget_bytes);
+                          int kv_dtype, size_t budget_bytes, grpo_kernels *k);
 
 grpo_err
 grpo_kv_create_dtype(grpo_kv **out, const grpo_model_config *cfg, int kv_dtype, size_t budget_bytes)
 {
-    return kv_create(out, cfg, cfg->num_hidden_layers, kv_dtype, budget_bytes);
+    return kv_create(out, cfg, cfg->num_hidden_layers, kv_dtype, budget_bytes, NULL);
+}
+
+/* The backend whose op memory a pool of m must be in, or NULL where that is host memory. */
+static grpo_kernels *
+op_memory(const grpo_model *m)
+{
+    return m->k != NULL && m->k->mem_alloc != NULL ? m->k : NULL;
+}
+
+grpo_err
+grpo_kv_create_for(grpo_kv **out, const grpo_model *m, size_t budget_bytes)
+{
+    *out = NULL;
+    if (m == NULL)
+        return grpo__fail(GRPO_EINVAL, "kv: no model");
+    return kv_create(out, &m->cfg, m->cfg.num_hidden_layers, m->kv_dtype, budget_bytes,
+                     op_memory(m));
+}
+
+int
+grpo_kv__usable_by(const grpo_kv *kv, const grpo_model *m)
+{
+    return kv->k == op_memory(m);
 }
 
 grpo_err
@@ -67,12 +90,13 @@ grpo_kv_create_mtp(grpo_kv **out, const grpo_model *m, size_t budget_bytes)
     *out = NULL;
     if (m == NULL || !grpo_model_has_mtp(m))
         return grpo__fail(GRPO_EINVAL, "kv: the model has no MTP module loaded (load_mtp)");
-    return kv_create(out, grpo_model_get_config(m), 1, grpo_model_kv_dtype(m), budget_bytes);
+    return kv_create(out, grpo_model_get_config(m), 1, grpo_model_kv_dtype(m), budget_bytes,
+                     op_memory(m));
 }
 
 static grpo_err
 kv_create(grpo_kv **out, const grpo_model_config *cfg, int32_t n_layers, int kv_dtype,
-          size_t budget_bytes)
+          size_t budget_bytes, grpo_kernels *k)
 {
     *out = NULL;
     if (kv_dtype < GRPO_KV_F32 || kv_dtype > GRPO_KV_FP8)
@@ -97,8 +121,11 @@ kv_create(grpo_kv **out, const grpo_model_config *cfg, int32_t n_layers, int kv_
                           "most %d pages (%zu bytes)",
                           budget_bytes, n, pb, INT32_MAX, (size_t)INT32_MAX * pb);
     }
-    /* calloc of a large block is lazily backed: untouched pages cost nothing */
-    kv->mem = calloc(kv->n_pages, kv->page_bytes);
+    /* calloc of a large block is lazily backed: untouched pages cost nothing; a backend's op
+     * memory is the backend's (rows are written before they are read) */
+    kv->k = k;
+    kv->mem = k != NULL ? grpo_kernels_mem_alloc(k, kv->n_pages * kv->page_bytes)
+                        : calloc(kv->n_pages, kv->page_bytes);
     kv->refcnt = calloc(kv->n_pages, sizeof *kv->refcnt);
     kv->free_list = malloc(kv->n_pages * sizeof *kv->free_list);
     if (kv->mem == NULL || kv->refcnt == NULL || kv->free_list == NULL) {
@@ -120,7 +147,10 @@ grpo_kv_destroy(grpo_kv *kv)
     for (int32_t i = 0; i < kv->n_seqs; i++)
         free(kv->seqs[i].pages);
     free(kv->seqs);
-    free(kv->mem);
+    if (kv->k != NULL)
+        grpo_kernels_mem_free(kv->k, kv->mem);
+    else
+        free(kv->mem);
     free(kv->refcnt);
     free(kv->free_list);
     free(kv);
@@ -316,8 +346,12 @@ grpo_kv__reserve(grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n)
         int32_t np = kv->free_list[--kv->n_free];
         kv->refcnt[np] = 1;
         if (p < s->n_pages) { /* shared: copy on write */
-            memcpy(kv->mem + (size_t)np * kv->page_bytes,
-                   kv->mem + (size_t)s->pages[p] * kv->page_bytes, kv->page_bytes);
+            uint8_t *to = kv->mem + (size_t)np * kv->page_bytes,
+                    *from = kv->mem + (size_t)s->pages[p] * kv->page_bytes;
+            if (kv->k != NULL)
+                grpo_kernels_mem_copy(kv->k, to, from, kv->page_bytes, GRPO_MEM_D2D);
+            else
+                memcpy(to, from, kv->page_bytes);
             page_release(kv, s->pages[p]);
         } else {
             s->n_pages = p + 1;

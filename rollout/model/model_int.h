@@ -172,6 +172,7 @@ struct grpo_kv {
     size_t page_bytes;     /* n_layers * GRPO_KV_PAGE * fmt.bytes */
     size_t n_pages;
     uint8_t *mem;
+    struct grpo_kernels *k; /* the backend whose op memory holds mem, or NULL: host (calloc) */
     int32_t *refcnt;
     int32_t *free_list;
     size_t n_free;
@@ -179,6 +180,8 @@ struct grpo_kv {
     int32_t n_seqs, cap_seqs;
 };
 
+/* The pool's pages are where m's backend's ops can reach them (grpo_kv_create_for). */
+int grpo_kv__usable_by(const grpo_kv *kv, const grpo_model *m);
 /* Makes positions [pos0, pos0+n) of seq writable (allocating pages, copying a shared last page).
  * Fails with GRPO_EFULL leaving the sequence unchanged when the pool is out of pages. */
 grpo_err grpo_kv__reserve(grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n);

@@ -201,6 +201,10 @@ struct grpo_kernels {
                      void *const *dst);
     void (*kv_read)(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src, float *y,
                     int ldy);
+    /* A whole weight (row0 0) into op memory, laid out as this backend's GEMMs read it (the CUDA
+     * one pads FP8 scale grids); out's data and scale are op memory the caller releases with
+     * mem_free. NULL: the bytes are copied as they are (mem_alloc + mem_copy). */
+    grpo_err (*weight_upload)(grpo_kernels *k, const grpo_kw *w, grpo_kw *out);
 };
 
 enum { GRPO_MEM_H2D = 0, GRPO_MEM_D2H = 1, GRPO_MEM_D2D = 2 };
@@ -223,6 +227,12 @@ void grpo_kernels_kv_write(grpo_kernels *k, const grpo_kv_fmt *f, int M, const f
                            void *const *dst);
 void grpo_kernels_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src,
                           float *y, int ldy);
+/* Bytes of a whole weight's data, and floats of its scales (0 for the unscaled dtypes). */
+size_t grpo_kw_data_bytes(const grpo_kw *w);
+size_t grpo_kw_scale_count(const grpo_kw *w);
+/* k->weight_upload, or the bytes copied into op memory as they are; where op memory is host
+ * memory, *out = *w (nothing copied). */
+grpo_err grpo_kernels_weight_upload(grpo_kernels *k, const grpo_kw *w, grpo_kw *out);
 
 /* The CPU backend with its own thread pool (n_threads <= 0: all CPUs). */
 grpo_err grpo_kernels_cpu_create(grpo_kernels **out, int n_threads);

@@ -2,6 +2,7 @@
  * backend's entry, or does the work on the host where the backend leaves it NULL (op memory is
  * host memory there). The host versions are the CPU backend's arithmetic: row by row, element by
  * element, the MoE combine in slot order with the product rounded before the add. */
+#include "common/common_int.h"
 #include "kernels/kernels.h"
 
 #include <stdlib.h>
@@ -110,4 +111,45 @@ grpo_kernels_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *c
     }
     for (int r = 0; r < M; r++)
         grpo_kv_row_decode(f, src[r], 0, f->n, y + (size_t)r * (size_t)ldy);
+}
+
+size_t
+grpo_kw_data_bytes(const grpo_kw *w)
+{
+    if (w->dt == GRPO_DT_Q8)
+        return grpo_q8_bytes(w->rows, w->cols);
+    return (size_t)w->rows * (size_t)w->cols * grpo_dtype_size(w->dt);
+}
+
+size_t
+grpo_kw_scale_count(const grpo_kw *w)
+{
+    if (w->dt == GRPO_DT_Q8)
+        return grpo_q8_scales(w->rows, w->cols);
+    if (w->dt != GRPO_DT_F8E4M3 || w->scale == NULL)
+        return 0;
+    return (size_t)((w->rows + w->br - 1) / w->br) * (size_t)w->scale_cols;
+}
+
+grpo_err
+grpo_kernels_weight_upload(grpo_kernels *k, const grpo_kw *w, grpo_kw *out)
+{
+    *out = *w;
+    if (k->weight_upload != NULL)
+        return k->weight_upload(k, w, out);
+    if (k->mem_alloc == NULL)
+        return GRPO_OK;
+    size_t nd = grpo_kw_data_bytes(w), ns = grpo_kw_scale_count(w) * sizeof(float);
+    void *d = grpo_kernels_mem_alloc(k, nd), *s = ns ? grpo_kernels_mem_alloc(k, ns) : NULL;
+    if (d == NULL || (ns && s == NULL)) {
+        grpo_kernels_mem_free(k, d);
+        grpo_kernels_mem_free(k, s);
+        return grpo__fail(GRPO_ENOMEM, "%s: out of memory for a %d x %d weight", k->name, w->rows,
+                          w->cols);
+    }
+    grpo_kernels_mem_copy(k, d, w->data, nd, GRPO_MEM_H2D);
+    if (ns)
+        grpo_kernels_mem_copy(k, s, w->scale, ns, GRPO_MEM_H2D);
+    out->data = d, out->scale = ns ? s : NULL;
+    return GRPO_OK;
 }

@@ -4,8 +4,9 @@
  * activations on the host, outside an op, faults and fails the test. Its memory entries are
  * real ones (mem_copy, mem_zero, add_rows, copy_rows, combine_rows, kv_write, kv_read, each
  * opening the mappings around the host helper), so the forward takes its non-host path: outputs
- * staged out with mem_copy; the KV pool's pages (grpo_kv_create_for) are guarded memory too, and
- * a pool in host memory is refused. On tiny MLA, deepseek_v2 and GQA fixtures (dense and MoE;
+ * staged out with mem_copy; the weights (uploaded at the switch, grpo_model__use_backend) and the
+ * KV pool's pages (grpo_kv_create_for) are guarded memory too, and a pool in host memory is
+ * refused. On tiny MLA, deepseek_v2 and GQA fixtures (dense and MoE;
  * prefill chunks, decode batches, forks; exact and q8 numerics) its logits equal the plain CPU
  * backend's bit for bit. */
 #include <pthread.h>
@@ -23,7 +24,7 @@
 
 /* ---- the guarded op memory ---- */
 
-enum { MAX_MAPS = 256 };
+enum { MAX_MAPS = 8192 };
 static struct {
     void *p;
     size_t n;
@@ -341,28 +342,27 @@ forward_through_op_memory(void **state)
             assert_true(e.n >= 58);
             int V = e.vocab;
             float *plain = malloc((size_t)16 * V * 4), *via = malloc((size_t)16 * V * 4);
-            grpo_model *m = load(dir, nm);
+            grpo_model *m = load(dir, nm), *mg = load(dir, nm);
             int rows = script(m, e.tokens, plain, V);
-            grpo_kernels *cpu = m->k, g = guarded(cpu);
-            void *scratch_op = m->scratch_op; /* the plain run's block, back before destroy */
-            size_t scratch_op_size = m->scratch_op_size;
-            m->k = &g, m->scratch_op = NULL, m->scratch_op_size = 0;
+            grpo_kernels g = guarded(mg->k); /* over mg's CPU table, which mg keeps alive */
             allocs = 0;
-            assert_int_equal(script(m, e.tokens, via, V), rows);
-            assert_true(allocs > 0); /* the forward took op memory from the backend */
+            assert_int_equal(grpo_model__use_backend(mg, &g), GRPO_OK); /* weights uploaded */
+            size_t weights = allocs;
+            assert_true(weights > 0);
+            assert_int_equal(script(mg, e.tokens, via, V), rows);
+            assert_true(allocs > weights); /* the scratch and the pool came from the backend */
             assert_memory_equal(plain, via, (size_t)rows * V * 4);
             grpo_kv *host = NULL; /* a pool in host memory: refused by this backend, by name */
             int32_t sq;
             assert_int_equal(
-                grpo_kv_create_dtype(&host, grpo_model_get_config(m), GRPO_KV_F32, 1u << 20),
+                grpo_kv_create_dtype(&host, grpo_model_get_config(mg), GRPO_KV_F32, 1u << 20),
                 GRPO_OK);
             grpo_kv_seq_new(host, &sq);
             grpo_fwd_item it = {sq, 0, 3, e.tokens};
-            assert_int_equal(grpo_model_forward(m, host, &it, 1, via), GRPO_EINVAL);
+            assert_int_equal(grpo_model_forward(mg, host, &it, 1, via), GRPO_EINVAL);
             assert_non_null(strstr(grpo_error_last(), "op memory"));
             grpo_kv_destroy(host);
-            grpo_kernels_mem_free(&g, m->scratch_op);
-            m->k = cpu, m->scratch_op = scratch_op, m->scratch_op_size = scratch_op_size;
+            grpo_model_destroy(mg); /* frees the uploaded weights through g */
             grpo_model_destroy(m);
             free(plain), free(via);
             tm_expected_free(&e);

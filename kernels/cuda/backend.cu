@@ -646,6 +646,35 @@ t_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src, 
     rows_ptrs(k, 0, f, M, y, ldy, src);
 }
 
+/* A weight into device memory as the GEMMs read it: the bytes as they are, an FP8 scale grid with
+ * its rows padded (grpo_cuda_fp8_scales_upload, scale_cols = the padded row). */
+static grpo_err
+t_weight_upload(grpo_kernels *k, const grpo_kw *w, grpo_kw *out)
+{
+    (void)k;
+    *out = *w;
+    if (w->dt == GRPO_DT_Q8)
+        return grpo__fail(GRPO_EUNSUPPORTED, "cuda: Q8 weights (--numerics q8 is CPU only)");
+    size_t nd = grpo_kw_data_bytes(w);
+    void *d = NULL;
+    grpo_err err = grpo_cuda_malloc(&d, nd);
+    if (err == GRPO_OK)
+        err = grpo_cuda_h2d(d, w->data, nd);
+    float *ds = NULL;
+    if (err == GRPO_OK && w->dt == GRPO_DT_F8E4M3 && w->scale != NULL) {
+        int32_t ld = 0;
+        err = grpo_cuda_fp8_scales_upload(&ds, w->scale, (w->rows + w->br - 1) / w->br,
+                                          w->scale_cols, &ld);
+        out->scale_cols = ld;
+    }
+    if (err != GRPO_OK) {
+        grpo_cuda_free(d), grpo_cuda_free(ds);
+        return err;
+    }
+    out->data = d, out->scale = ds;
+    return GRPO_OK;
+}
+
 extern "C" grpo_err
 grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
 {
@@ -674,6 +703,7 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
         k->mem_alloc = t_mem_alloc, k->mem_free = t_mem_free, k->mem_copy = t_mem_copy;
         k->mem_zero = t_mem_zero, k->add_rows = t_add_rows, k->copy_rows = t_copy_rows;
         k->combine_rows = t_combine_rows, k->kv_write = t_kv_write, k->kv_read = t_kv_read;
+        k->weight_upload = t_weight_upload;
     }
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess)

@@ -405,13 +405,29 @@ done:
     return err;
 }
 
+grpo_err
+grpo_model__use_backend(grpo_model *m, grpo_kernels *k)
+{
+    if (m->k_own != NULL || m->k_cuda)
+        return grpo__fail(GRPO_EINVAL, "model: already moved to another backend");
+    grpo_kernels_mem_free(m->k, m->scratch_op);
+    m->scratch_op = NULL, m->scratch_op_size = 0;
+    m->k_own = m->k;
+    m->k = k;
+    return grpo_model__weights_to_op_memory(m);
+}
+
 void
 grpo_model_destroy(grpo_model *m)
 {
     if (m == NULL)
         return;
-    if (m->k != NULL)
+    if (m->k != NULL) {
         grpo_kernels_mem_free(m->k, m->scratch_op);
+        grpo_model__op_memory_free(m);
+    }
+    if (m->k_own != NULL) /* m->k was a caller's */
+        m->k = m->k_own;
 #ifdef GRPO_MODEL_CUDA
     if (m->k_cuda)
         cuda_module()->destroy(m->k);

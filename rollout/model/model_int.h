@@ -126,13 +126,22 @@ struct grpo_model {
     void *scratch;    /* the forward's grow-only scratch blocks (forward.c): host memory, */
     void *scratch_op; /* and the backend's op memory (kernels.h) */
     size_t scratch_op_size;
-    int numerics;    /* grpo_numerics */
-    int kv_dtype;    /* grpo_kv_dtype of the pools the forward accepts */
-    int naive_heads; /* tests: heads per naive-attention group (0 = default) */
+    void **op_owned; /* weights uploaded into op memory (upload.c), freed with m->k */
+    int n_op_owned, cap_op_owned;
+    grpo_kernels *k_own; /* tests: the table the model opened, when m->k is a caller's */
+    int numerics;        /* grpo_numerics */
+    int kv_dtype;        /* grpo_kv_dtype of the pools the forward accepts */
+    int naive_heads;     /* tests: heads per naive-attention group (0 = default) */
     size_t scratch_size;
 };
 
 grpo_err grpo_model__bind_weights(grpo_model *m, int load_mtp);
+/* Every weight into the backend's op memory, once (nothing where that is host memory). */
+grpo_err grpo_model__weights_to_op_memory(grpo_model *m);
+void grpo_model__op_memory_free(grpo_model *m);
+/* Tests: runs m on the caller's table k from now on (k outlives m): its weights are uploaded into
+ * k's op memory, the scratch starts afresh; the table the model opened is destroyed with it. */
+grpo_err grpo_model__use_backend(grpo_model *m, grpo_kernels *k);
 /* The Q8 numerics option: FP8 GEMM weights requantized into owned buffers (requant.c). */
 grpo_err grpo_model__requant_q8(grpo_model *m);
 void *grpo_model__own(grpo_model *m, size_t bytes);

@@ -88,7 +88,11 @@ typedef enum grpo_kv_dtype { GRPO_KV_F32 = 0, GRPO_KV_BF16 = 1, GRPO_KV_FP8 = 2 
 
 typedef struct grpo_model_opts {
     int n_threads; /* CPU threads for the forward; <= 0: all CPUs */
-    int backend;   /* 0 = CPU, 1 = CUDA (when built) */
+    /* 0 = CPU; 1 = CUDA (when built), staged: each op copies its operands to the device and back;
+     * 2 = CUDA device-resident: weights uploaded once at load, activations, scratch and the KV
+     * pool (grpo_kv_create_for) in device memory, nothing copied per op but the positions and
+     * tokens in and the logits out (not yet run on a GPU: docs/cuda.md). */
+    int backend;
     int load_mtp;  /* keep the MTP module (layer num_hidden_layers) when present */
     int numerics;  /* grpo_numerics (0 = exact) */
     int kv_dtype;  /* grpo_kv_dtype of the KV pools the forward takes (0 = f32) */
@@ -101,9 +105,9 @@ const char *grpo_numerics_name(int numerics);
 grpo_err grpo_kv_dtype_parse(const char *s, int *out);
 const char *grpo_kv_dtype_name(int kv_dtype);
 
-/* GRPO_OK when grpo_model_load() can use `backend` here: 0 always; 1 when this build has the CUDA
- * backend, its module loads and a device is visible (else the reason, as grpo_model_load would
- * give it). For failing fast, before a long set-up. */
+/* GRPO_OK when grpo_model_load() can use `backend` here: 0 always; 1 or 2 when this build has the
+ * CUDA backend, its module loads and a device is visible (else the reason, as grpo_model_load
+ * would give it). For failing fast, before a long set-up. */
 grpo_err grpo_model_backend_check(int backend);
 /* Loads dir/config.json and its safetensors (single file or sharded with an index), memory-mapped.
  * On success the caller owns *out and frees it with grpo_model_destroy(). */

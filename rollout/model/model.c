@@ -301,7 +301,7 @@ grpo_model_backend_check(int backend)
 {
     if (backend == 0)
         return GRPO_OK;
-    if (backend != 1)
+    if (backend != 1 && backend != 2)
         return grpo__fail(GRPO_EINVAL, "model: unknown backend %d", backend);
 #ifdef GRPO_MODEL_CUDA
     const grpo_cuda_module *cm = cuda_module();
@@ -318,9 +318,10 @@ grpo_model_backend_check(int backend)
 #endif
 }
 
-/* The op table: the CPU backend, or the CUDA kernels in staged mode (the forward unchanged, each
- * op copying its operands to the device and back; weights uploaded once) with the exact GEMM
- * policy, so that a group's completions do not depend on the backend that made them. */
+/* The op table: the CPU backend, or the CUDA kernels with the exact GEMM policy (so that a group's
+ * completions do not depend on the backend that made them) in staged mode (backend 1: each op
+ * copies its operands to the device and back; weights uploaded once) or device-resident (backend
+ * 2: op memory on the device; the weights are uploaded at the end of the load). */
 static grpo_err
 open_kernels(grpo_model *m, const grpo_model_opts *opts)
 {
@@ -334,11 +335,12 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
                           m->cfg.arch == GRPO_ARCH_DEEPSEEK_V2 ? "softmax router" : "GQA attention",
                           grpo_model_type_name(&m->cfg));
 #ifdef GRPO_MODEL_CUDA
-    grpo_err err = grpo_model_backend_check(1);
+    grpo_err err = grpo_model_backend_check(opts->backend);
     if (err != GRPO_OK)
         return err;
     const grpo_cuda_module *cm = cuda_module();
-    err = cm->create(&m->k, 0, GRPO_CUDA_STAGED, GRPO_CUDA_GEMM_EXACT);
+    err = cm->create(&m->k, 0, opts->backend == 2 ? GRPO_CUDA_DEVICE : GRPO_CUDA_STAGED,
+                     GRPO_CUDA_GEMM_EXACT);
     if (err != GRPO_OK)
         return grpo__fail(err, "model: CUDA backend: %s", cm->error_last());
     m->k_cuda = 1;
@@ -360,7 +362,7 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
         return grpo__fail(GRPO_EUNSUPPORTED, "model: backend %d is not built (CPU only)",
                           opts->backend);
 #endif
-    if (opts->backend != 0 && opts->backend != 1)
+    if (opts->backend < 0 || opts->backend > 2)
         return grpo__fail(GRPO_EINVAL, "model: unknown backend %d", opts->backend);
     if (opts->numerics != GRPO_NUMERICS_EXACT && opts->numerics != GRPO_NUMERICS_Q8)
         return grpo__fail(GRPO_EINVAL, "model: unknown numerics %d", opts->numerics);
@@ -394,6 +396,8 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
     m->kv_dtype = opts->kv_dtype;
     if (m->numerics == GRPO_NUMERICS_Q8)
         err = grpo_model__requant_q8(m);
+    if (err == GRPO_OK)
+        err = grpo_model__weights_to_op_memory(m); /* backend 2; nothing on the others */
 done:
     cJSON_Delete(cj);
     free(cpath);

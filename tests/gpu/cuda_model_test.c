@@ -5,7 +5,11 @@
  *     the largest logit, the CPU model test's bar), exact-GEMM policy;
  *   - decode (absorbed MLA, one token at a time) against the GPU prefill at the same positions;
  *   - the fast policy (FP8 activations + cuBLASLt) against the CPU backend: per position
- *     1 - 2 sum xy / sum (x^2 + y^2) < 5e-3 (FP8 rounding of activations through every GEMM).
+ *     1 - 2 sum xy / sum (x^2 + y^2) < 5e-3 (FP8 rounding of activations through every GEMM);
+ *   - the device-resident model (grpo_model_opts.backend = 2: weights, activations and the KV
+ *     pool in device memory): prefill logits bit-identical to the staged table's (the same
+ *     kernels; the memory entries have the host arithmetic), decode against its prefill, and two
+ *     forks decoded in one batch equal to each decoded alone.
  * Exit 77 without a device. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/model_testutil.h"
@@ -16,7 +20,7 @@ prefill_all(grpo_model *m, const tm_expected *e)
 {
     grpo_kv *kv = NULL;
     int32_t seq;
-    GT_OK(grpo_kv_create(&kv, grpo_model_get_config(m), 8u << 20));
+    GT_OK(grpo_kv_create_for(&kv, m, 8u << 20)); /* in device memory for backend 2 */
     GT_OK(grpo_kv_seq_new(kv, &seq));
     float *lg = malloc((size_t)e->n * e->vocab * sizeof *lg);
     grpo_fwd_item it = {seq, 0, e->n, e->tokens};
@@ -34,6 +38,55 @@ worst_rows(const float *a, const float *b, int n, int V)
         w = r > w || isnan(r) ? r : w;
     }
     return w;
+}
+
+/* The device-resident model against the staged table's prefill (gpu_lg, bit for bit) and itself
+ * (decode vs prefill; forks in one batch vs alone). */
+static void
+run_resident(const char *name, const char *dir, const tm_expected *e, const float *gpu_lg)
+{
+    grpo_model *m = NULL;
+    grpo_model_opts o = {.n_threads = 1, .backend = 2};
+    GT_OK(grpo_model_load(&m, dir, &o));
+    if (m == NULL)
+        return;
+    int n = e->n, V = e->vocab;
+    float *lg = prefill_all(m, e);
+    GT_OK(grpo_model__backend_status(m));
+    int same = memcmp(lg, gpu_lg, (size_t)n * V * sizeof *lg) == 0;
+    printf("  %s: device-resident prefill vs staged: %s (worst %.3g)\n", name,
+           same ? "identical" : "DIFFER", worst_rows(lg, gpu_lg, n, V));
+    GT_CHECK(same, "%s device-resident prefill differs from staged", name);
+    grpo_kv *kv = NULL;
+    int32_t seq, f1, f2;
+    GT_OK(grpo_kv_create_for(&kv, m, 8u << 20));
+    GT_OK(grpo_kv_seq_new(kv, &seq));
+    float *one = malloc((size_t)3 * V * sizeof *one);
+    grpo_fwd_item it = {seq, 0, 5, e->tokens};
+    GT_OK(grpo_model_forward(m, kv, &it, 1, one));
+    double worst = 0;
+    for (int t = 5; t < n - 1; t++) {
+        grpo_fwd_item d = {seq, t, 1, e->tokens + t};
+        GT_OK(grpo_model_forward(m, kv, &d, 1, one));
+        double r = tm_rel_err(one, lg + (size_t)t * V, (size_t)V);
+        worst = r > worst || isnan(r) ? r : worst;
+    }
+    printf("  %s: device-resident decode vs its prefill: %.3g (tol 1e-4)\n", name, worst);
+    GT_CHECK(worst <= 1e-4, "%s device-resident decode %.3g", name, worst);
+    GT_OK(grpo_kv_seq_fork(kv, seq, &f1));
+    GT_OK(grpo_kv_seq_fork(kv, seq, &f2));
+    grpo_fwd_item two[2] = {{f1, n - 1, 1, e->tokens}, {f2, n - 1, 1, e->tokens + 1}};
+    GT_OK(grpo_model_forward(m, kv, two, 2, one));
+    grpo_fwd_item a1 = {seq, n - 1, 1, e->tokens + 1};
+    GT_OK(grpo_model_forward(m, kv, &a1, 1, one + 2 * (size_t)V)); /* the parent, as f2 */
+    GT_OK(grpo_model__backend_status(m));
+    int forks = memcmp(one + V, one + 2 * (size_t)V, (size_t)V * sizeof *one) == 0;
+    printf("  %s: device-resident forks in one batch vs alone: %s\n", name,
+           forks ? "identical" : "DIFFER");
+    GT_CHECK(forks, "%s device-resident fork batch differs", name);
+    grpo_kv_destroy(kv);
+    free(lg), free(one);
+    grpo_model_destroy(m);
 }
 
 static void
@@ -93,10 +146,12 @@ run_model(const char *name)
         double d = gt_diff(fast_lg + (size_t)t * V, cpu_lg + (size_t)t * V, (size_t)V);
         dw = d > dw || isnan(d) ? d : dw;
     }
-    printf("  %s: fast policy (FP8 activations, cuBLASLt) vs CPU: diff %.3g (tol 5e-3)\n", name, dw);
+    printf("  %s: fast policy (FP8 activations, cuBLASLt) vs CPU: diff %.3g (tol 5e-3)\n", name,
+           dw);
     GT_CHECK(dw < 5e-3, "%s fast policy diff %.3g", name, dw);
 
     m->k = cpu; /* the model destroys its own (CPU) table */
+    run_resident(name, dir, &e, gpu_lg);
     grpo_kernels_cuda_destroy(gx);
     grpo_kernels_cuda_destroy(gf);
     free(cpu_lg), free(gpu_lg), free(fast_lg), free(lg);

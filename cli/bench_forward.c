@@ -317,11 +317,11 @@ parse_args(fwd_args *x, int argc, char **argv)
         else if (strcmp(a, "--memcpy-mb") == 0 && (x->mb = strtol(v, &end, 10)) > 0 && !*end)
             continue;
         else if (strcmp(a, "--numerics") == 0) {
-            if (grpo_numerics_parse(v, &x->numerics) != GRPO_OK)
-                return cli_usage("bench forward", "--numerics: %s", grpo_error_last());
+            if (cli_numerics_opt("bench forward", v, &x->numerics) != 0)
+                return CLI_USAGE;
         } else if (strcmp(a, "--kv-dtype") == 0) {
-            if (grpo_kv_dtype_parse(v, &x->kv_dtype) != GRPO_OK)
-                return cli_usage("bench forward", "--kv-dtype: %s", grpo_error_last());
+            if (cli_kv_dtype_opt("bench forward", v, &x->kv_dtype) != 0)
+                return CLI_USAGE;
         } else
             return cli_usage("bench forward", "bad option or value: %s %s", a, v);
     }

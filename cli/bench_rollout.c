@@ -419,12 +419,12 @@ grpo_bench_rollout(int argc, char **argv)
             a.kv_budget = optarg;
             break;
         case 'q':
-            if (grpo_numerics_parse(optarg, &a.numerics) != GRPO_OK)
-                return cli_usage(CMD, "--numerics: %s", grpo_error_last());
+            if (cli_numerics_opt(CMD, optarg, &a.numerics) != 0)
+                return CLI_USAGE;
             continue;
         case 'd':
-            if (grpo_kv_dtype_parse(optarg, &a.kv_dtype) != GRPO_OK)
-                return cli_usage(CMD, "--kv-dtype: %s", grpo_error_last());
+            if (cli_kv_dtype_opt(CMD, optarg, &a.kv_dtype) != 0)
+                return CLI_USAGE;
             continue;
         case 'h':
             a.hf = 0;

@@ -50,4 +50,9 @@ int cli_parse_size(const char *s, uint64_t *out);
  * or CLI_USAGE (with the message printed). gpu < 0: nothing to do. */
 int cli_select_gpu(const char *cmd, int gpu, int want_threads);
 
+/* --numerics and --kv-dtype of cmd: v into *out (grpo_numerics_parse, grpo_kv_dtype_parse); 0,
+ * or the usage error naming the accepted values. */
+int cli_numerics_opt(const char *cmd, const char *v, int *out);
+int cli_kv_dtype_opt(const char *cmd, const char *v, int *out);
+
 #endif

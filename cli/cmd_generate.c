@@ -121,8 +121,8 @@ parse_args(int argc, char **argv, opts *o)
         else if (strcmp(a, "--chat") == 0)
             o->chat = v;
         else if (strcmp(a, "--kv-dtype") == 0) {
-            if (grpo_kv_dtype_parse(v, &o->kv_dtype) != GRPO_OK)
-                return cli_usage("generate", "--kv-dtype: %s", grpo_error_last());
+            if (cli_kv_dtype_opt("generate", v, &o->kv_dtype) != 0)
+                return CLI_USAGE;
         } else if (strcmp(a, "--logits-out") == 0)
             o->logits_out = v;
         else if (strcmp(a, "--max-new-tokens") == 0 && (o->max_new = strtol(v, &end, 10)) >= 0 &&

@@ -222,13 +222,9 @@ parse_checked_opt(grpo_run_opts *a, int c, const char *v)
         a->gpu = (int)n;
         return 0;
     case O_NUMERICS:
-        if (grpo_numerics_parse(v, &a->numerics) != GRPO_OK)
-            return cli_usage(CMD, "--numerics: %s", grpo_error_last());
-        return 0;
+        return cli_numerics_opt(CMD, v, &a->numerics);
     case O_KVDT:
-        if (grpo_kv_dtype_parse(v, &a->kv_dtype) != GRPO_OK)
-            return cli_usage(CMD, "--kv-dtype: %s", grpo_error_last());
-        return 0;
+        return cli_kv_dtype_opt(CMD, v, &a->kv_dtype);
     default:
         if (cli_tools_is_opt(c))
             return cli_tools_parse_opt(CMD, &a->tools, c, v);

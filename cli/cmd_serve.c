@@ -172,13 +172,9 @@ parse_opt(void *ctx, int c, const char *v)
         a->record_routes = 1;
         return 0;
     case O_NUMERICS:
-        if (grpo_numerics_parse(v, &a->numerics) != GRPO_OK)
-            return cli_usage(CMD, "--numerics: %s", grpo_error_last());
-        return 0;
+        return cli_numerics_opt(CMD, v, &a->numerics);
     case O_KVDT:
-        if (grpo_kv_dtype_parse(v, &a->kv_dtype) != GRPO_OK)
-            return cli_usage(CMD, "--kv-dtype: %s", grpo_error_last());
-        return 0;
+        return cli_kv_dtype_opt(CMD, v, &a->kv_dtype);
     case O_WINDOW:
     case O_MAXLEASES:
         if (num(v, 1, c == O_WINDOW ? 1 << 20 : GRPO_WORKERS_MAX_LEASES, &d) || d != (int)d)

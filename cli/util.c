@@ -1,5 +1,6 @@
 /* Helpers shared by the subcommands: uniform error lines and exit codes. */
 #include "cli/cli.h"
+#include "grpo/model.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -79,5 +80,21 @@ cli_parse_size(const char *s, uint64_t *out)
     if (*end != '\0' || (v != 0 && mul > UINT64_MAX / v))
         return -1;
     *out = (uint64_t)v * mul;
+    return 0;
+}
+
+int
+cli_numerics_opt(const char *cmd, const char *v, int *out)
+{
+    if (grpo_numerics_parse(v, out) != GRPO_OK)
+        return cli_usage(cmd, "--numerics: %s", grpo_error_last());
+    return 0;
+}
+
+int
+cli_kv_dtype_opt(const char *cmd, const char *v, int *out)
+{
+    if (grpo_kv_dtype_parse(v, out) != GRPO_OK)
+        return cli_usage(cmd, "--kv-dtype: %s", grpo_error_last());
     return 0;
 }

@@ -386,6 +386,26 @@ unpack_q8(const mat *m, const int8_t *wp, const float *wpd, int N, int K, int32_
     free(row), free(tq), free(td);
 }
 
+/* Each row of y = x . w^T (M rows, from k3) equals the row alone on one thread (k1); then a NaN
+ * activation in row 1 makes that row NaN and leaves row 2 as it was alone. */
+static void
+q8_rows_alone_and_nan(grpo_kernels *k1, grpo_kernels *k3, int M, float *x, int K, const grpo_kw *w,
+                      int N, float *y, float *y1)
+{
+    for (int r = 0; r < M; r++) {
+        k1->gemm(k1, 1, x + (size_t)r * K, K, w, y1, N);
+        assert_memory_equal(y1, y + (size_t)r * N, (size_t)N * 4);
+    }
+    float keep = x[1 * K + 40];
+    x[1 * K + 40] = NAN;
+    k3->gemm(k3, M, x, K, w, y, N);
+    for (int n = 0; n < N; n++)
+        assert_true(isnan(y[1 * N + n]));
+    k1->gemm(k1, 1, x + 2 * (size_t)K, K, w, y1, N);
+    assert_memory_equal(y1, y + 2 * (size_t)N, (size_t)N * 4);
+    x[1 * K + 40] = keep;
+}
+
 /* The Q8 option: FP8 weights requantized per 32 columns and packed as kernels.h says; the GEMM
  * equals the definition's arithmetic bit for bit (exact integer block dots of int8 weights and
  * int16 activations, then fma by dw * dx per block in column order) on the AVX2 and the portable
@@ -455,18 +475,7 @@ gemm_q8_option(void **state)
                            : "portable",
                worst);
         assert_true(worst < 1e-2);
-        for (int r = 0; r < M; r++) { /* one row alone, one thread: the same bits */
-            k1->gemm(k1, 1, x + (size_t)r * K, K, &w, y1, N);
-            assert_memory_equal(y1, y + (size_t)r * N, (size_t)N * 4);
-        }
-        float keep = x[1 * K + 40];
-        x[1 * K + 40] = NAN; /* a non-finite activation: its row is NaN, the others unmoved */
-        k3->gemm(k3, M, x, K, &w, y, N);
-        for (int n = 0; n < N; n++)
-            assert_true(isnan(y[1 * N + n]));
-        k1->gemm(k1, 1, x + 2 * (size_t)K, K, &w, y1, N);
-        assert_memory_equal(y1, y + 2 * (size_t)N, (size_t)N * 4);
-        x[1 * K + 40] = keep;
+        q8_rows_alone_and_nan(k1, k3, M, x, K, &w, N, y, y1);
     }
     grpo_kernels_cpu_set_portable(0);
     grpo_kernels_cpu_set_q8_isa(-1);

@@ -87,18 +87,50 @@ tile_dot(int M, const float *x, int ldx, const float *wt, int kb, int nn, float 
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GRPO_NO_CLONES)
-/* AVX-512VL: 32 YMM registers hold 6 rows (24 accumulators + 6 + 1). The same 8-lane arithmetic
- * with the same contraction as the AVX2 clone, so the bits are the same. */
+/* AVX-512: a ZMM register holds the 8-lane accumulators of two weight rows of the tile (rows 0, 1
+ * or 2, 3 in its halves) for one activation row, whose 8 columns are broadcast to both halves, so
+ * one 16-lane FMA advances two outputs. Each output's lanes take the same fused products in the
+ * same order as in the 8-lane AVX2 kernel, so the bits are the same at twice the FMA width. Up to
+ * 8 rows (16 accumulators + 8 broadcasts + 2 weight pairs of the 32 ZMM registers). */
+#define DOT_ROWS512(R)                                                                             \
+    for (; m + (R) <= M; m += (R)) {                                                               \
+        const float *x0 = x + (size_t)m * (size_t)ldx;                                             \
+        __m512 a[R][2];                                                                            \
+        for (int r = 0; r < (R); r++)                                                              \
+            a[r][0] = a[r][1] = _mm512_setzero_ps();                                               \
+        for (int k = 0; k < kv; k += 8) {                                                          \
+            __m512 w01 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(wt + k)),       \
+                                            _mm256_loadu_ps(wt + KB + k), 1);                      \
+            __m512 w23 = _mm512_insertf32x8(                                                       \
+                _mm512_castps256_ps512(_mm256_loadu_ps(wt + 2 * KB + k)),                          \
+                _mm256_loadu_ps(wt + 3 * KB + k), 1);                                              \
+            for (int r = 0; r < (R); r++) {                                                        \
+                __m512 u = _mm512_broadcast_f32x8(_mm256_loadu_ps(x0 + (size_t)r * ldx + k));      \
+                a[r][0] = _mm512_fmadd_ps(u, w01, a[r][0]);                                        \
+                a[r][1] = _mm512_fmadd_ps(u, w23, a[r][1]);                                        \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < (R); r++) {                                                            \
+            grpo_v8f acc[NB] = {(grpo_v8f)_mm512_castps512_ps256(a[r][0]),                         \
+                                (grpo_v8f)_mm512_extractf32x8_ps(a[r][0], 1),                      \
+                                (grpo_v8f)_mm512_castps512_ps256(a[r][1]),                         \
+                                (grpo_v8f)_mm512_extractf32x8_ps(a[r][1], 1)};                     \
+            finish_row(acc, x0 + (size_t)r * (size_t)ldx, wt, kv, kb, nn,                          \
+                       y + (size_t)(m + r) * (size_t)ldy, first);                                  \
+        }                                                                                          \
+    }
+
 __attribute__((target("arch=x86-64-v4"))) GRPO_CPU_CONTRACT static void
 tile_dot_v4(int M, const float *x, int ldx, const float *wt, int kb, int nn, float *y, int ldy,
             int first)
 {
     int kv = kb & ~7, m = 0;
-    DOT_ROWS(6)
-    DOT_ROWS(3)
-    DOT_ROWS(2)
-    DOT_ROWS(1)
+    DOT_ROWS512(8)
+    DOT_ROWS512(4)
+    DOT_ROWS512(2)
+    DOT_ROWS512(1)
 }
+#undef DOT_ROWS512
 #endif
 
 /* -1: not decided yet; set by the first GEMM from the CPU, or by grpo_cpu__gemm_isa (tests). */

@@ -101,9 +101,9 @@ tile_dot(int M, const float *x, int ldx, const float *wt, int kb, int nn, float 
         for (int k = 0; k < kv; k += 8) {                                                          \
             __m512 w01 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(wt + k)),       \
                                             _mm256_loadu_ps(wt + KB + k), 1);                      \
-            __m512 w23 = _mm512_insertf32x8(                                                       \
-                _mm512_castps256_ps512(_mm256_loadu_ps(wt + 2 * KB + k)),                          \
-                _mm256_loadu_ps(wt + 3 * KB + k), 1);                                              \
+            __m512 w23 =                                                                           \
+                _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(wt + 2 * KB + k)),       \
+                                   _mm256_loadu_ps(wt + 3 * KB + k), 1);                           \
             for (int r = 0; r < (R); r++) {                                                        \
                 __m512 u = _mm512_broadcast_f32x8(_mm256_loadu_ps(x0 + (size_t)r * ldx + k));      \
                 a[r][0] = _mm512_fmadd_ps(u, w01, a[r][0]);                                        \

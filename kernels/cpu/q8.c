@@ -168,13 +168,30 @@ tile_portable(const q8_ctx *c, int n0, int n1)
 #ifdef GRPO_Q8_AVX2
 typedef int32_t grpo_v8i __attribute__((vector_size(32)));
 
+/* Row r's activation pair at column k (two int16) as one int32 (both kernels broadcast it). */
+__attribute__((always_inline)) static inline int32_t
+pair(const int16_t *xq, int K, int r, int k)
+{
+    int32_t x2;
+    memcpy(&x2, xq + (size_t)r * (size_t)K + (size_t)k, 4);
+    return x2;
+}
+
+/* While block b of a tile runs, block b's share of the bytes at pf (the next tile's two groups,
+ * 2 * QB * QG bytes per block), or nothing when pf is NULL. */
+__attribute__((always_inline)) static inline void
+prefetch_block(const int8_t *pf, int b)
+{
+    if (pf != NULL)
+        for (int o = 0; o < 2 * QB * QG; o += 64)
+            __builtin_prefetch(pf + (size_t)b * 2 * QB * QG + (size_t)o, 0, 3);
+}
+
 /* Row r's two accumulators take the products of the column pair at xr: w0, w1 the two groups'
  * weights there. Named registers (not arrays) keep GCC from copying accumulators every step. */
 #define MADD_ROW(r)                                                                                \
     if (R > (r)) {                                                                                 \
-        int32_t x2;                                                                                \
-        memcpy(&x2, xq + (size_t)(r) * (size_t)K + (size_t)k, 4);                                  \
-        __m256i xb = _mm256_set1_epi32(x2);                                                        \
+        __m256i xb = _mm256_set1_epi32(pair(xq, K, r, k));                                         \
         a##r##0 += (grpo_v8i)_mm256_madd_epi16(w0, xb);                                            \
         a##r##1 += (grpo_v8i)_mm256_madd_epi16(w1, xb);                                            \
     }
@@ -209,9 +226,7 @@ mk_avx2(int R, const int8_t *w0p, const int8_t *w1p, const float *s0p, const flo
         grpo_v8i a00 = {0}, a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
                  a31 = a00;
         const int8_t *b0 = w0p + (size_t)b * QB * QG, *b1 = w1p + (size_t)b * QB * QG;
-        if (pf != NULL)
-            for (int o = 0; o < 2 * QB * QG; o += 64)
-                __builtin_prefetch(pf + (size_t)b * 2 * QB * QG + (size_t)o, 0, 3);
+        prefetch_block(pf, b);
         for (int p = 0; p < QB / 2; p++) {
             int k = b * QB + 2 * p;
             __m256i w0 = _mm256_cvtepi8_epi16(
@@ -290,15 +305,6 @@ have_avx2(void)
     if (R > (r))                                                                                   \
         _mm512_mask_storeu_ps(y + (size_t)(r) * (size_t)ldy, keep, f##r);
 
-/* Row r's activation pair at column k (two int16) as one int32. */
-__attribute__((always_inline)) static inline int32_t
-pair(const int16_t *xq, int K, int r, int k)
-{
-    int32_t x2;
-    memcpy(&x2, xq + (size_t)r * (size_t)K + (size_t)k, 4);
-    return x2;
-}
-
 __attribute__((always_inline, target(T512))) static inline void
 mk_512(int R, const int8_t *w0p, const int8_t *w1p, const float *s0p, const float *s1p,
        const int16_t *xq, const float *xd, int K, const int8_t *pf, float *y, int ldy, int nc)
@@ -310,9 +316,7 @@ mk_512(int R, const int8_t *w0p, const int8_t *w1p, const float *s0p, const floa
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
                 a7 = a0;
         const int8_t *b0 = w0p + (size_t)b * QB * QG, *b1 = w1p + (size_t)b * QB * QG;
-        if (pf != NULL)
-            for (int o = 0; o < 2 * QB * QG; o += 64)
-                __builtin_prefetch(pf + (size_t)b * 2 * QB * QG + (size_t)o, 0, 3);
+        prefetch_block(pf, b);
         for (int p = 0; p < QB / 2; p++) {
             int k = b * QB + 2 * p;
             __m256i w8 = _mm256_inserti128_si256(

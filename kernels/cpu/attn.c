@@ -226,11 +226,12 @@ grpo_cpu__mla_naive(grpo_kernels *k, int n, int pos0, int H, int dn, int dr, int
 }
 
 /* Absorbed decode works in tasks of up to SG items x HG heads. A group's samples read the same
- * cache pages (the same page pointers) for their shared prompt, so the task walks its items
- * together, JB positions at a time for the scores and 16 latent columns at a time for the
- * outputs: a shared row is loaded from memory once per task instead of once per item, and stays
- * in cache while every item uses it. Each score and output element is still the same expression,
- * summed over positions in ascending order, so the grouping changes no bits. */
+ * cache pages (the same page pointers) for their shared prompt, so where one item's rows would
+ * not stay in L2 (WALK_BYTES) the task walks its items together, JB positions at a time for the
+ * scores and 16 latent columns at a time for the outputs: a shared row is loaded from memory once
+ * per task instead of once per item, and stays in cache while every item uses it. Each score and
+ * output element is still the same expression, summed over positions in ascending order, so the
+ * grouping changes no bits. */
 #define SG 8
 #define JB 16
 #define DEC_BUDGET ((size_t)64 << 20) /* decoded F32 rows per task, BF16/FP8 caches */
@@ -280,9 +281,18 @@ task_rows(const absorbed_ctx *c, int b0, int ni, size_t ml, const float **rows, 
     }
 }
 
+/* Head hh's score against one row, alone: the expression dot4 and dot4x2 compute four at a time. */
+static inline float
+score1(const absorbed_ctx *c, const float *ql0, const float *qr0, int hh, const float *row)
+{
+    return (grpo_cpu__dot(ql0 + (size_t)hh * c->dc, row, c->dc) +
+            grpo_cpu__dot(qr0 + (size_t)hh * c->dr, row + c->dc, c->dr)) *
+           c->scale;
+}
+
 /* Scores of positions [j0, j1) for nh heads of item bi into s[hh * L + j], the softmax's input.
- * Four heads x two rows share their loads; dot4x2, dot4 and grpo_cpu__dot give one score the
- * same bits. */
+ * Four heads x two rows (or four heads x one row) share their loads; dot4x2, dot4 and
+ * grpo_cpu__dot give one score the same bits. */
 static void
 item_scores(const absorbed_ctx *c, int bi, int h0, int nh, const float *const *rows, int L, int j0,
             int j1, float *s)
@@ -303,17 +313,19 @@ item_scores(const absorbed_ctx *c, int bi, int h0, int nh, const float *const *r
         }
         for (; hh < nh; hh++)
             for (int jj = j; jj < j + 2; jj++)
-                s[(size_t)hh * L + jj] =
-                    (grpo_cpu__dot(ql0 + (size_t)hh * c->dc, rows[jj], c->dc) +
-                     grpo_cpu__dot(qr0 + (size_t)hh * c->dr, rows[jj] + c->dc, c->dr)) *
-                    c->scale;
+                s[(size_t)hh * L + jj] = score1(c, ql0, qr0, hh, rows[jj]);
     }
-    for (; j < j1; j++)
-        for (hh = 0; hh < nh; hh++)
-            s[(size_t)hh * L + j] =
-                (grpo_cpu__dot(ql0 + (size_t)hh * c->dc, rows[j], c->dc) +
-                 grpo_cpu__dot(qr0 + (size_t)hh * c->dr, rows[j] + c->dc, c->dr)) *
-                c->scale;
+    for (; j < j1; j++) {
+        for (hh = 0; hh + 4 <= nh; hh += 4) {
+            float dl[4], dp[4];
+            dot4(ql0 + (size_t)hh * c->dc, (size_t)c->dc, rows[j], c->dc, dl);
+            dot4(qr0 + (size_t)hh * c->dr, (size_t)c->dr, rows[j] + c->dc, c->dr, dp);
+            for (int i = 0; i < 4; i++)
+                s[(size_t)(hh + i) * L + j] = (dl[i] + dp[i]) * c->scale;
+        }
+        for (; hh < nh; hh++)
+            s[(size_t)hh * L + j] = score1(c, ql0, qr0, hh, rows[j]);
+    }
 }
 
 /* Columns [c0, c0 + 16) of item i's outputs for its nh heads (task-relative i). */

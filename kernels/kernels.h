@@ -217,6 +217,9 @@ void *grpo_kernels_mem_alloc(grpo_kernels *k, size_t bytes);
 void grpo_kernels_mem_free(grpo_kernels *k, void *p);
 void grpo_kernels_mem_copy(grpo_kernels *k, void *dst, const void *src, size_t bytes, int kind);
 void grpo_kernels_mem_zero(grpo_kernels *k, void *p, size_t bytes);
+/* A new op-memory copy of bytes host bytes at src (mem_alloc + mem_copy H2D); NULL when out of
+ * memory. */
+void *grpo_kernels_mem_upload(grpo_kernels *k, const void *src, size_t bytes);
 void grpo_kernels_add_rows(grpo_kernels *k, int M, int n, float *y, int ldy, const float *x,
                            int ldx);
 void grpo_kernels_copy_rows(grpo_kernels *k, int M, int n, const int32_t *src, const float *x,

@@ -131,6 +131,15 @@ grpo_kw_scale_count(const grpo_kw *w)
     return (size_t)((w->rows + w->br - 1) / w->br) * (size_t)w->scale_cols;
 }
 
+void *
+grpo_kernels_mem_upload(grpo_kernels *k, const void *src, size_t bytes)
+{
+    void *d = grpo_kernels_mem_alloc(k, bytes);
+    if (d != NULL)
+        grpo_kernels_mem_copy(k, d, src, bytes, GRPO_MEM_H2D);
+    return d;
+}
+
 grpo_err
 grpo_kernels_weight_upload(grpo_kernels *k, const grpo_kw *w, grpo_kw *out)
 {
@@ -139,17 +148,15 @@ grpo_kernels_weight_upload(grpo_kernels *k, const grpo_kw *w, grpo_kw *out)
         return k->weight_upload(k, w, out);
     if (k->mem_alloc == NULL)
         return GRPO_OK;
-    size_t nd = grpo_kw_data_bytes(w), ns = grpo_kw_scale_count(w) * sizeof(float);
-    void *d = grpo_kernels_mem_alloc(k, nd), *s = ns ? grpo_kernels_mem_alloc(k, ns) : NULL;
+    size_t ns = grpo_kw_scale_count(w) * sizeof(float);
+    void *d = grpo_kernels_mem_upload(k, w->data, grpo_kw_data_bytes(w));
+    void *s = ns ? grpo_kernels_mem_upload(k, w->scale, ns) : NULL;
     if (d == NULL || (ns && s == NULL)) {
         grpo_kernels_mem_free(k, d);
         grpo_kernels_mem_free(k, s);
         return grpo__fail(GRPO_ENOMEM, "%s: out of memory for a %d x %d weight", k->name, w->rows,
                           w->cols);
     }
-    grpo_kernels_mem_copy(k, d, w->data, nd, GRPO_MEM_H2D);
-    if (ns)
-        grpo_kernels_mem_copy(k, s, w->scale, ns, GRPO_MEM_H2D);
-    out->data = d, out->scale = ns ? s : NULL;
+    out->data = d, out->scale = s;
     return GRPO_OK;
 }

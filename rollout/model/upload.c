@@ -43,10 +43,9 @@ up_vec(grpo_model *m, float **v, size_t n)
 {
     if (*v == NULL || n == 0)
         return GRPO_OK;
-    float *d = grpo_kernels_mem_alloc(m->k, n * sizeof *d);
+    float *d = grpo_kernels_mem_upload(m->k, *v, n * sizeof *d);
     if (d == NULL)
         return grpo__fail(GRPO_ENOMEM, "model: out of %s memory", m->k->name);
-    grpo_kernels_mem_copy(m->k, d, *v, n * sizeof *d, GRPO_MEM_H2D);
     *v = d;
     return own_op(m, d);
 }

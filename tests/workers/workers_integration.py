@@ -734,11 +734,12 @@ def scenario_tampered(grpo, tmp):
         P.cleanup()
 
 
-def scenario_speculative(grpo, tmp):
-    """--speculative 2 on serve reaches the workers: their groups equal grpo rollout's with it."""
+def pool_equals_rollout(grpo, tmp, n, flags):
+    """n prompts through `grpo serve` with two workers, GEN + flags on both sides: every group
+    once, and the pool's completions equal grpo rollout's with the same flags. Returns the
+    prompts' path, the pool's store and the completions."""
     global GEN
-    GEN = GEN + ["--speculative", "2"]
-    n = 8
+    GEN = GEN + flags
     prompts, db, want, url, P = small_run(grpo, tmp, n)
     try:
         serve = P.start("serve", serve_args(prompts, db, url))
@@ -750,14 +751,21 @@ def scenario_speculative(grpo, tmp):
         check_exactly_once(db, n)
         got = completions(db)
         if got != want:
-            fail("completions differ from grpo rollout --speculative 2's (%d vs %d rows)"
-                 % (len(got), len(want)))
-        rows = db_rows(db, "SELECT count(*) FROM groups WHERE sampling_json LIKE '%\"speculative\":2%'")
-        if rows[0][0] != n:
-            fail("expected speculative 2 in every group's sampling record, got %d of %d" % (rows[0][0], n))
-        print("ok: %d groups with --speculative 2 equal grpo rollout's" % n)
+            fail("completions differ from grpo rollout %s's (%d vs %d rows)"
+                 % (" ".join(flags), len(got), len(want)))
     finally:
         P.cleanup()
+    return prompts, db, got
+
+
+def scenario_speculative(grpo, tmp):
+    """--speculative 2 on serve reaches the workers: their groups equal grpo rollout's with it."""
+    n = 8
+    _, db, _ = pool_equals_rollout(grpo, tmp, n, ["--speculative", "2"])
+    rows = db_rows(db, "SELECT count(*) FROM groups WHERE sampling_json LIKE '%\"speculative\":2%'")
+    if rows[0][0] != n:
+        fail("expected speculative 2 in every group's sampling record, got %d of %d" % (rows[0][0], n))
+    print("ok: %d groups with --speculative 2 equal grpo rollout's" % n)
 
 
 def scenario_numerics(grpo, tmp):
@@ -765,37 +773,21 @@ def scenario_numerics(grpo, tmp):
     with the same flags (and differ from the exact run's), and every group's sampling record and
     the run's config name them, so grpo replay loads the model as the workers did."""
     global GEN
-    exact_gen = GEN
-    GEN = GEN + ["--numerics", "q8", "--kv-dtype", "bf16"]
-    n = 6
-    prompts, db, want, url, P = small_run(grpo, tmp, n)
-    try:
-        serve = P.start("serve", serve_args(prompts, db, url))
-        for w in ("A", "B"):
-            P.start(w, worker_args(url, w))
-        rc = P.wait(serve, 120)
-        if rc != 0:
-            fail("serve exited %d:\n%s" % (rc, P.log("serve")))
-        check_exactly_once(db, n)
-        got = completions(db)
-        if got != want:
-            fail("completions differ from grpo rollout --numerics q8 --kv-dtype bf16's (%d vs %d rows)"
-                 % (len(got), len(want)))
-        GEN = exact_gen
-        os.remove(os.path.join(tmp, "ref.db"))
-        if reference(grpo, tmp, prompts) == want:
-            fail("the q8/bf16 completions equal the exact run's: the flags changed nothing")
-        rows = db_rows(db, "SELECT count(*) FROM groups WHERE sampling_json LIKE "
-                       "'%\"numerics\":\"q8\"%' AND sampling_json LIKE '%\"kv_dtype\":\"bf16\"%'")
-        if rows[0][0] != n:
-            fail("expected numerics q8 and kv_dtype bf16 in every group's sampling record, got %d of %d"
-                 % (rows[0][0], n))
-        cfg = db_rows(db, "SELECT config_json FROM runs")
-        if len(cfg) != 1 or '"numerics":"q8"' not in cfg[0][0] or '"kv_dtype":"bf16"' not in cfg[0][0]:
-            fail("the run's config does not name the numerics and KV dtype: %r" % (cfg,))
-        print("ok: %d groups with --numerics q8 --kv-dtype bf16 equal grpo rollout's" % n)
-    finally:
-        P.cleanup()
+    exact_gen, n = GEN, 6
+    prompts, db, got = pool_equals_rollout(grpo, tmp, n, ["--numerics", "q8", "--kv-dtype", "bf16"])
+    GEN = exact_gen
+    os.remove(os.path.join(tmp, "ref.db"))
+    if reference(grpo, tmp, prompts) == got:
+        fail("the q8/bf16 completions equal the exact run's: the flags changed nothing")
+    rows = db_rows(db, "SELECT count(*) FROM groups WHERE sampling_json LIKE "
+                   "'%\"numerics\":\"q8\"%' AND sampling_json LIKE '%\"kv_dtype\":\"bf16\"%'")
+    if rows[0][0] != n:
+        fail("expected numerics q8 and kv_dtype bf16 in every group's sampling record, got %d of %d"
+             % (rows[0][0], n))
+    cfg = db_rows(db, "SELECT config_json FROM runs")
+    if len(cfg) != 1 or '"numerics":"q8"' not in cfg[0][0] or '"kv_dtype":"bf16"' not in cfg[0][0]:
+        fail("the run's config does not name the numerics and KV dtype: %r" % (cfg,))
+    print("ok: %d groups with --numerics q8 --kv-dtype bf16 equal grpo rollout's" % n)
 
 
 def scenario_repeats(grpo, tmp):

@@ -42,6 +42,15 @@ case_dir(const model_case *c, char *buf, size_t n)
     snprintf(buf, n, "%s%sdata/%s", src ? src : "", src ? "/tests/" : "", c->dir);
 }
 
+/* The case's directory into dir and its transformers outputs into *e (the test fails without). */
+static void
+case_load(const model_case *c, char *dir, size_t n, tm_expected *e)
+{
+    case_dir(c, dir, n);
+    if (tm_expected_load(dir, e) != 0)
+        fail_msg("cannot read the expected outputs in %s", dir);
+}
+
 static grpo_model *
 load(const char *dir, int threads, int dt)
 {
@@ -113,10 +122,8 @@ static void
 close_to_f32_and_decode_equals_prefill(const model_case *mc, int dt)
 {
     char dir[1024];
-    case_dir(mc, dir, sizeof dir);
     tm_expected e;
-    if (tm_expected_load(dir, &e) != 0)
-        fail_msg("cannot read the expected outputs in %s", dir);
+    case_load(mc, dir, sizeof dir, &e);
     int n = e.n, V = e.vocab, p0 = 5;
     grpo_model *m32 = load(dir, 2, GRPO_KV_F32), *m = load(dir, 2, dt);
     grpo_kv *k32 = new_kv(m32), *kv = new_kv(m);
@@ -170,10 +177,8 @@ static void
 batch_threads_fork_invariant(const model_case *mc, int dt)
 {
     char dir[1024];
-    case_dir(mc, dir, sizeof dir);
     tm_expected e;
-    if (tm_expected_load(dir, &e) != 0)
-        fail_msg("cannot read the expected outputs in %s", dir);
+    case_load(mc, dir, sizeof dir, &e);
     int V = e.vocab;
     const int32_t *tok = e.tokens;
     grpo_kernels_cpu_set_min_parallel(0);
@@ -216,17 +221,16 @@ batch_threads_fork_invariant(const model_case *mc, int dt)
     tm_expected_free(&e);
 }
 
-/* Forked samples decoded in one batch read their shared full page together (the absorbed decode
- * walks a task's items over the same rows); each sample's logits equal a private copy's decoded
- * alone, beside an unrelated shorter sequence, with 3 threads. */
+/* Forked samples decoded in one batch share their full first page within one absorbed-decode task
+ * (a BF16/FP8 page decoded once for all of them); each sample's logits equal a private copy's
+ * decoded alone, beside an unrelated shorter sequence, with 3 threads. (The tasks' walk over long
+ * shared caches is kernels_cpu_test's mla_absorbed_shared_rows.) */
 static void
 shared_pages_in_one_batch(const model_case *mc, int dt)
 {
     char dir[1024];
-    case_dir(mc, dir, sizeof dir);
     tm_expected e;
-    if (tm_expected_load(dir, &e) != 0)
-        fail_msg("cannot read the expected outputs in %s", dir);
+    case_load(mc, dir, sizeof dir, &e);
     assert_true(e.n >= 70);
     int V = e.vocab, P = GRPO_KV_PAGE + 2; /* one full shared page, a partial one copied on write */
     const int32_t *tok = e.tokens;

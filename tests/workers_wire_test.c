@@ -691,26 +691,42 @@ test_turns_refused(void **state)
     free(big);
 }
 
+/* A WORK message with valid generation params (group 2, 8 tokens, raw logprobs, T = 1). */
+static grpo_wmsg
+valid_work(void)
+{
+    grpo_wmsg m = {0};
+    m.type = GRPO_WMSG_WORK;
+    m.params.group_size = 2, m.params.max_new_tokens = 8, m.params.logprobs = 1;
+    m.params.sampling.temperature = 1, m.params.sampling.top_p = 1;
+    return m;
+}
+
+/* m encodes, and its decoding is refused with an error naming field. */
+static void
+expect_work_refused(const grpo_wmsg *m, const char *field)
+{
+    grpo_wmsg d;
+    void *b;
+    size_t len;
+    assert_int_equal(grpo_wmsg_encode(m, &b, &len), GRPO_OK);
+    assert_int_equal(grpo_wmsg_decode(&d, b, len), GRPO_EFORMAT);
+    assert_non_null(strstr(grpo_error_last(), field));
+    grpo_wmsg_fini(&d);
+    free(b);
+}
+
 /* The tools config of a WORK message: an empty list or a negative limit is refused. */
 static void
 test_tools_params_refused(void **state)
 {
     (void)state;
     for (int c = 0; c < 3; c++) {
-        grpo_wmsg m = {0}, d;
-        m.type = GRPO_WMSG_WORK;
-        m.params.group_size = 2, m.params.max_new_tokens = 8, m.params.logprobs = 1;
-        m.params.sampling.temperature = 1, m.params.sampling.top_p = 1;
+        grpo_wmsg m = valid_work();
         m.params.tools = c == 0 ? "" : "python";
         m.params.max_calls = c == 1 ? -1 : 8, m.params.max_obs_tokens = 512;
         m.params.tool_time_s = c == 2 ? -5 : 60;
-        void *b;
-        size_t len;
-        assert_int_equal(grpo_wmsg_encode(&m, &b, &len), GRPO_OK);
-        assert_int_equal(grpo_wmsg_decode(&d, b, len), GRPO_EFORMAT);
-        assert_non_null(strstr(grpo_error_last(), "params.tool"));
-        grpo_wmsg_fini(&d);
-        free(b);
+        expect_work_refused(&m, "params.tool");
     }
 }
 
@@ -721,19 +737,10 @@ test_model_params_refused(void **state)
 {
     (void)state;
     for (int c = 0; c < 4; c++) {
-        grpo_wmsg m = {0}, d;
-        m.type = GRPO_WMSG_WORK;
-        m.params.group_size = 2, m.params.max_new_tokens = 8, m.params.logprobs = 1;
-        m.params.sampling.temperature = 1, m.params.sampling.top_p = 1;
+        grpo_wmsg m = valid_work();
         m.params.numerics = c == 0 ? 2 : c == 1 ? -1 : 0;
         m.params.kv_dtype = c == 2 ? 3 : c == 3 ? -1 : 0;
-        void *b;
-        size_t len;
-        assert_int_equal(grpo_wmsg_encode(&m, &b, &len), GRPO_OK);
-        assert_int_equal(grpo_wmsg_decode(&d, b, len), GRPO_EFORMAT);
-        assert_non_null(strstr(grpo_error_last(), c < 2 ? "params.numerics" : "params.kv_dtype"));
-        grpo_wmsg_fini(&d);
-        free(b);
+        expect_work_refused(&m, c < 2 ? "params.numerics" : "params.kv_dtype");
     }
 }
 

@@ -297,17 +297,18 @@ load(const char *dir, int numerics)
     return m;
 }
 
-/* A 40-token prefill in two chunks beside a 9-token one, two forks of the first, then three
+/* A 40-token prefill in two chunks beside a 9-token one (the first chunk's 34 final hidden rows
+ * into hid), two forks of the first, then three
  * decode steps of all four together: every step's logits into out (rows in item order). */
 static int
-script(grpo_model *m, const int32_t *tok, float *out, int V)
+script(grpo_model *m, const int32_t *tok, float *out, int V, float *hid)
 {
     grpo_kv *kv = NULL; /* its pages in the backend's op memory: guarded too */
     assert_int_equal(grpo_kv_create_for(&kv, m, 8u << 20), GRPO_OK);
     int32_t a, b, f[2], rows = 0;
     grpo_kv_seq_new(kv, &a), grpo_kv_seq_new(kv, &b);
     grpo_fwd_item p1[2] = {{a, 0, 25, tok}, {b, 0, 9, tok + 30}};
-    assert_int_equal(grpo_model_forward(m, kv, p1, 2, out), GRPO_OK);
+    assert_int_equal(grpo_model_forward_hidden(m, kv, p1, 2, 0, out, hid), GRPO_OK);
     rows += 2;
     grpo_fwd_item p2[1] = {{a, 25, 15, tok + 25}};
     assert_int_equal(grpo_model_forward(m, kv, p2, 1, out + (size_t)rows * V), GRPO_OK);
@@ -343,15 +344,19 @@ forward_through_op_memory(void **state)
             int V = e.vocab;
             float *plain = malloc((size_t)16 * V * 4), *via = malloc((size_t)16 * V * 4);
             grpo_model *m = load(dir, nm), *mg = load(dir, nm);
-            int rows = script(m, e.tokens, plain, V);
+            int H = grpo_model_get_config(m)->hidden_size;
+            float *hp = malloc((size_t)34 * H * 4), *hv = malloc((size_t)34 * H * 4);
+            int rows = script(m, e.tokens, plain, V, hp);
             grpo_kernels g = guarded(mg->k); /* over mg's CPU table, which mg keeps alive */
             allocs = 0;
             assert_int_equal(grpo_model__use_backend(mg, &g), GRPO_OK); /* weights uploaded */
             size_t weights = allocs;
             assert_true(weights > 0);
-            assert_int_equal(script(mg, e.tokens, via, V), rows);
+            assert_int_equal(script(mg, e.tokens, via, V, hv), rows);
             assert_true(allocs > weights); /* the scratch and the pool came from the backend */
             assert_memory_equal(plain, via, (size_t)rows * V * 4);
+            assert_memory_equal(hp, hv, (size_t)34 * H * 4);
+            free(hp), free(hv);
             grpo_kv *host = NULL; /* a pool in host memory: refused by this backend, by name */
             int32_t sq;
             assert_int_equal(

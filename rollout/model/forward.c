@@ -51,6 +51,10 @@ typedef struct {
     /* naive attention of one head group: (n, hg, dn + dr) queries, (n, hg, dv) outputs */
     float *qg, *og;
     int hg; /* heads per group */
+    /* outputs in op memory, copied to the caller's buffers, when that is not host memory (else
+     * empty: the head writes straight into them): logits (T, vocab), normed hidden rows (T, H) */
+    int out_host;
+    float *lo, *hid;
 } scratch;
 
 /* Heads whose keys/values the naive form expands at once (memory: (pos0 + n) x this x 256 floats
@@ -172,6 +176,8 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->kvb = carve(cv, Lm * hg * (dn + dv) * f);
     s->qg = carve(cv, (Lm > 0 ? T : 0) * hg * qk * f);
     s->og = carve(cv, (Lm > 0 ? T : 0) * hg * dv * f);
+    s->lo = carve(cv, (s->out_host ? 0 : T * (size_t)c->vocab_size) * f);
+    s->hid = carve(cv, (s->out_host ? 0 : T * H) * f);
 }
 
 static int
@@ -188,6 +194,13 @@ dec_list(scratch *s, const grpo_fwd_item *items, int n_items, const int32_t *t0_
     for (int i = 0, b = 0; i < n_items; i++)
         for (int j = 0; absorbed(s, &items[i]) && j < items[i].n; j++, b++)
             s->dec[b] = i, s->decj[b] = j, s->dec_t_h[b] = t0_of[i] + j;
+}
+
+/* Op memory is host memory: outputs go straight into the caller's buffers. */
+static int
+op_memory_is_host(const grpo_kernels *k)
+{
+    return k->mem_alloc == NULL;
 }
 
 static grpo_err
@@ -208,6 +221,7 @@ scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items,
     s->T = (int)T;
     s->n_workers = m->k->n_threads > 0 ? m->k->n_threads : 1;
     s->hg = m->cfg.num_attention_heads < naive_hg(m) ? m->cfg.num_attention_heads : naive_hg(m);
+    s->out_host = op_memory_is_host(m->k);
     carver hv = {NULL, 0, 0}, cv = {NULL, 0, 0};
     layout_host(s, &m->cfg, &hv);
     layout(s, &m->cfg, &cv);
@@ -646,24 +660,17 @@ stage_items(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
     return GRPO_OK;
 }
 
-/* Op memory is host memory: outputs go straight into the caller's buffers. */
-static int
-op_memory_is_host(const grpo_kernels *k)
-{
-    return k->mem_alloc == NULL;
-}
-
 /* The final norm and lm_head of the rows that get logits (every position with all, the last
  * tail[i] of each item, or the last), into the caller's logits; hidden (every row, normed) when
- * asked for. */
-static grpo_err
+ * asked for. Where op memory is not host memory both are made in the scratch and copied out. */
+static void
 head(grpo_model *m, const grpo_fwd_item *items, int n_items, const int32_t *t0_of, int all,
      const int32_t *tail, float *logits, float *hidden, scratch *s)
 {
     const grpo_model_config *c = &m->cfg;
     grpo_kernels *k = m->k;
-    int H = c->hidden_size, T = s->T, R = 0, host = op_memory_is_host(k);
-    float *hid = hidden == NULL || host ? hidden : grpo_kernels_mem_alloc(k, (size_t)T * H * 4);
+    int H = c->hidden_size, T = s->T, R = 0, host = s->out_host;
+    float *hid = host ? hidden : s->hid, *lo = host ? logits : s->lo;
     if (hidden != NULL) /* row-wise: the logits rows below get these same bits */
         k->rmsnorm(k, T, s->h, H, m->final_norm, H, c->rms_norm_eps, hid, H);
     for (int i = 0; i < n_items; i++) {
@@ -676,21 +683,13 @@ head(grpo_model *m, const grpo_fwd_item *items, int n_items, const int32_t *t0_o
     k->rmsnorm(k, R, s->x, H, m->final_norm, H, c->rms_norm_eps, s->x, H);
     if (m->debug_hidden != NULL) /* the hook reads op memory: CPU backend */
         m->debug_hidden(m->debug_ctx, c->num_hidden_layers + 1, R, H, s->x);
-    size_t nl = (size_t)R * (size_t)c->vocab_size * sizeof(float);
-    float *lo = host ? logits : grpo_kernels_mem_alloc(k, nl);
-    if (lo == NULL || (hidden != NULL && hid == NULL)) {
-        if (!host)
-            grpo_kernels_mem_free(k, lo), grpo_kernels_mem_free(k, hid);
-        return grpo__fail(GRPO_ENOMEM, "model: out of %s memory for %d rows of logits", k->name, R);
-    }
     k->gemm(k, R, s->x, H, &m->lm_head, lo, c->vocab_size);
     if (!host) {
-        grpo_kernels_mem_copy(k, logits, lo, nl, GRPO_MEM_D2H);
+        grpo_kernels_mem_copy(k, logits, lo, (size_t)R * (size_t)c->vocab_size * sizeof(float),
+                              GRPO_MEM_D2H);
         if (hidden != NULL)
-            grpo_kernels_mem_copy(k, hidden, hid, (size_t)T * H * 4, GRPO_MEM_D2H);
-        grpo_kernels_mem_free(k, lo), grpo_kernels_mem_free(k, hid);
+            grpo_kernels_mem_copy(k, hidden, hid, (size_t)T * H * sizeof(float), GRPO_MEM_D2H);
     }
-    return GRPO_OK;
 }
 
 static grpo_err
@@ -731,8 +730,7 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
         if (m->debug_hidden != NULL)
             m->debug_hidden(m->debug_ctx, li + 1, T, H, s.h);
     }
-    if ((err = head(m, items, n_items, t0_of, all, tail, logits, hidden, &s)) != GRPO_OK)
-        goto done;
+    head(m, items, n_items, t0_of, all, tail, logits, hidden, &s);
     for (int i = 0; i < n_items; i++)
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
     err = grpo_model__backend_status(m);

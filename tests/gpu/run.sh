@@ -9,7 +9,9 @@
 # Writes RESULTS_DIR/results.md (the table), and one log per step. Exit status: 0 when every step
 # ran and every GPU test passed; 77 when there is no device (tests skipped); 1 otherwise.
 # Environment: GRPO_GPU_BUILD (build dir, default <repo>/build-gpu), GRPO_GPU_JOBS (default nproc),
-# GRPO_GPU_MEMCHECK=1 (also run the op and sampler tests under compute-sanitizer; slow).
+# GRPO_GPU_MEMCHECK=1 (also run the op and sampler tests under compute-sanitizer; slow),
+# GRPO_GPU_TEST_TIMEOUT (seconds per GPU test, default 300), GRPO_GPU_BENCH_TIMEOUT (seconds per
+# benchmark, default 600): a short device lease sets both low so that a hang costs little.
 set -u
 RES=${1:?usage: tests/gpu/run.sh RESULTS_DIR}
 mkdir -p "$RES" && RES=$(cd "$RES" && pwd)
@@ -17,6 +19,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${GRPO_GPU_BUILD:-$ROOT/build-gpu}
 JOBS=${GRPO_GPU_JOBS:-$(nproc 2>/dev/null || echo 4)}
 OUT=$RES/results.md
+TEST_TIMEOUT=${GRPO_GPU_TEST_TIMEOUT:-300}
+BENCH_TIMEOUT=${GRPO_GPU_BENCH_TIMEOUT:-600}
 status=0
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$RES/run.log"; }
@@ -46,7 +50,7 @@ grep -q "cuda_model_test" "$BUILD/tests/CTestTestfile.cmake" 2>/dev/null ||
   echo "- note: cuda_model_test was not built" >> "$OUT"
 
 log "ctest -L gpu"
-ctest --test-dir "$BUILD" -L gpu -V --timeout 300 > "$RES/ctest.log" 2>&1
+ctest --test-dir "$BUILD" -L gpu -V --timeout "$TEST_TIMEOUT" > "$RES/ctest.log" 2>&1
 ctest_rc=$?
 skipped=$(grep -c "Skipped" "$RES/ctest.log" || true)
 {
@@ -78,7 +82,7 @@ fi
 
 for b in bench_mla bench_gemm bench_decode; do
   log "$b"
-  timeout 600 "$BUILD/tests/$b" --out "$OUT" > "$RES/$b.log" 2>&1
+  timeout "$BENCH_TIMEOUT" "$BUILD/tests/$b" --out "$OUT" > "$RES/$b.log" 2>&1
   rc=$?
   if [ "$rc" -eq 77 ]; then
     echo "- $b: skipped (no CUDA device)" >> "$OUT"

@@ -101,6 +101,29 @@ grpo_e4m3_to_f32(uint8_t b)
     return sign ? -v : v;
 }
 
+void
+grpo_act_fp8_round(int M, int K, const float *x, int ldx, float *out)
+{
+    for (int m = 0; m < M; m++)
+        for (int c0 = 0; c0 < K; c0 += 128) {
+            const float *xr = x + (size_t)m * ldx;
+            float *o = out + (size_t)m * K;
+            int c1 = c0 + 128 < K ? c0 + 128 : K;
+            float amax = 0.0f;
+            for (int c = c0; c < c1; c++)
+                amax = fmaxf(amax, fabsf(xr[c]));
+            float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+            for (int c = c0; c < c1; c++)
+                o[c] = grpo_e4m3_to_f32(grpo_f32_to_e4m3(xr[c] / sc)) * sc;
+        }
+}
+
+int
+grpo_kw_act_fp8(const grpo_kw *w)
+{
+    return w->dt == GRPO_DT_F8E4M3 && w->br == 128 && w->bc == 128;
+}
+
 grpo_kw
 grpo_kw_rows(const grpo_kw *w, int32_t r0, int32_t n)
 {

@@ -104,6 +104,10 @@ struct grpo_kernels {
     void *impl; /* backend state */
     int n_threads;
     struct grpo_kernels_prof *prof; /* CPU backend: per-op timing while profiling, else NULL */
+    /* CPU backend, nonzero: gemm and gemm_batch over FP8 weights in 128x128 blocks first round
+     * their activations to E4M3 in 1x128 blocks (grpo_act_fp8_round): the numerics of DeepSeek's
+     * FP8 inference and of the CUDA backend's fast policy, here on the exact kernels. */
+    int act_fp8;
 
     /* y(M, N) = x(M, K) . W^T with W (N, K) = (w->rows, w->cols). */
     void (*gemm)(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y,
@@ -287,6 +291,14 @@ void grpo_kernels_cpu_profile(const grpo_kernels *k, grpo_kernels_profile *out);
 
 /* Runs fn over [0, n) on the backend's threads (CPU backend only; deterministic chunking). */
 void grpo_kernels_parallel_for(grpo_kernels *k, size_t n, grpo_pool_fn fn, void *ctx);
+
+/* FP8 activations in 1x128 blocks: for each row m < M and each block of 128 columns (the last may
+ * be shorter), scale = amax / 448 (1 for an all-zero block) and
+ * out[m*K + c] = e4m3(x[m*ldx + c] / scale) * scale, e4m3 to nearest even and saturating: the
+ * values an FP8 GEMM over block-scaled activations multiplies (the CUDA quantizer's, exactly). */
+void grpo_act_fp8_round(int M, int K, const float *x, int ldx, float *out);
+/* Whether the act_fp8 numerics round the activations of a GEMM over w (FP8, 128x128 blocks). */
+int grpo_kw_act_fp8(const grpo_kw *w);
 
 /* Scalar conversions shared by the backends and tests. */
 float grpo_bf16_to_f32(uint16_t h);

@@ -143,7 +143,8 @@ test_fp8_layout(void **state)
                 grpo_cuda_fp8_lt_shape_ok(1, 256, 640));
     assert_true(grpo_cuda_fp8_lt_shape_ok(6, 7168, 7168) && grpo_cuda_fp8_lt_shape_ok(33, 16, 384));
     assert_false(grpo_cuda_fp8_lt_shape_ok(64, 200, 7168) || grpo_cuda_fp8_lt_shape_ok(0, 16, 512));
-    assert_false(grpo_cuda_fp8_lt_shape_ok(4, 256, 200));
+    assert_false(grpo_cuda_fp8_lt_shape_ok(4, 256, 200) || grpo_cuda_fp8_lt_shape_ok(33, 256, 96) ||
+                 grpo_cuda_fp8_lt_shape_ok(8, 192, 320));
 }
 
 /* The padded grid element by element on ragged grids: every checkpoint scale at (r, c) lands at

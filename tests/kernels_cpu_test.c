@@ -406,6 +406,59 @@ q8_rows_alone_and_nan(grpo_kernels *k1, grpo_kernels *k3, int M, float *x, int K
     x[1 * K + 40] = keep;
 }
 
+/* FP8 activations (the act_fp8 numerics, the CPU twin of the CUDA fast policy):
+ * grpo_act_fp8_round equals torch's float8_e4m3fn rounding of DeepSeek's 1x128 block
+ * quantization bit for bit (tests/data/act_fp8, tools/make_act_fp8_fixture.py: ties, an all-zero
+ * block, an outlier, a partial last block); with act_fp8 on, gemm and gemm_batch over an FP8
+ * weight equal the exact kernels over the rounded activations bit for bit, and a BF16 weight's
+ * GEMM is untouched. */
+static void
+act_fp8_matches_torch(void **state)
+{
+    (void)state;
+    FILE *f = fopen(GRPO_SOURCE_DIR "/tests/data/act_fp8/act_fp8.bin", "rb");
+    assert_non_null(f);
+    int32_t MK[2];
+    assert_int_equal(fread(MK, 4, 2, f), 2);
+    const int M = MK[0], K = MK[1], ld = K + 5, N = 70;
+    assert_true(M > 0 && M < 64 && K > 256 && K < 1024);
+    float *x = malloc((size_t)M * K * 4), *want = malloc((size_t)M * K * 4);
+    float *got = malloc((size_t)M * K * 4), *xs = calloc((size_t)M * ld, 4);
+    assert_int_equal(fread(x, 4, (size_t)M * K, f), (size_t)M * K);
+    assert_int_equal(fread(want, 4, (size_t)M * K, f), (size_t)M * K);
+    fclose(f);
+    for (int m = 0; m < M; m++)
+        memcpy(xs + (size_t)m * ld, x + (size_t)m * K, (size_t)K * 4);
+    grpo_act_fp8_round(M, K, xs, ld, got);
+    assert_memory_equal(got, want, (size_t)M * K * 4);
+
+    grpo_kernels *k = NULL;
+    assert_int_equal(grpo_kernels_cpu_create(&k, 2), GRPO_OK);
+    mat f8, bf;
+    make_mat(&f8, GRPO_DT_F8E4M3, N, K);
+    make_mat(&bf, GRPO_DT_BF16, N, K);
+    float *y[6];
+    for (int i = 0; i < 6; i++)
+        y[i] = malloc((size_t)M * N * 4);
+    k->gemm(k, M, want, K, &f8.w, y[0], N); /* the exact kernels over the rounded activations */
+    k->gemm(k, M, xs, ld, &bf.w, y[1], N);
+    k->act_fp8 = 1;
+    k->gemm(k, M, xs, ld, &f8.w, y[2], N);
+    k->gemm(k, M, xs, ld, &bf.w, y[3], N);
+    grpo_gemm_job jobs[2] = {{M, xs, ld, &f8.w, y[4], N}, {M, xs, ld, &bf.w, y[5], N}};
+    grpo_kernels_gemm_batch(k, 2, jobs);
+    k->act_fp8 = 0;
+    assert_memory_equal(y[2], y[0], (size_t)M * N * 4);
+    assert_memory_equal(y[4], y[0], (size_t)M * N * 4);
+    assert_memory_equal(y[3], y[1], (size_t)M * N * 4);
+    assert_memory_equal(y[5], y[1], (size_t)M * N * 4);
+    for (int i = 0; i < 6; i++)
+        free(y[i]);
+    free_mat(&f8), free_mat(&bf);
+    grpo_kernels_destroy(k);
+    free(x), free(want), free(got), free(xs);
+}
+
 /* The Q8 option: FP8 weights requantized per 32 columns and packed as kernels.h says; the GEMM
  * equals the definition's arithmetic bit for bit (exact integer block dots of int8 weights and
  * int16 activations, then fma by dw * dx per block in column order) on the AVX2 and the portable
@@ -822,6 +875,7 @@ main(void)
         cmocka_unit_test(mla_absorbed_shared_rows),
         cmocka_unit_test(router_follows_reference),
         cmocka_unit_test(gemm_q8_option),
+        cmocka_unit_test(act_fp8_matches_torch),
         cmocka_unit_test(gemm_batch_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

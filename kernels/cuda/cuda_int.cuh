@@ -101,6 +101,8 @@ grpo_err grpo_cu__silu_mul(cu_state *s, int M, int n, const float *g, int ldg, c
                            int ldu, float *y, int ldy);
 grpo_err grpo_cu__embed(cu_state *s, int M, const int32_t *tok, const grpo_kw *w, float *y,
                         int ldy);
+/* out (M x K) = x's FP8 activations dequantized, as grpo_act_fp8_round makes them. */
+grpo_err grpo_cu__act_fp8(cu_state *s, int M, int K, const float *x, int ldx, float *out);
 grpo_err grpo_cu__router(cu_state *s, int M, const float *logits, int E, const float *bias,
                          int n_group, int topk_group, int top_k, int norm, float scale,
                          int32_t *idx, float *wts);

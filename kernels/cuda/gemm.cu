@@ -274,24 +274,34 @@ fp8_run(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y,
     return GRPO_OK;
 }
 
-/* The op table's GEMM: the fast path when the policy and the shapes allow it, else generic. An FP8
- * weight takes cuBLASLt only with its scale grid in the padded layout (scale_cols =
- * grpo_cuda_wscale_ld(K), as the staged upload and grpo_cuda_fp8_scales_upload make it). */
+/* The op table's GEMM: the fast path when the policy and the shapes allow it, else generic. Under
+ * the fast policy every GEMM over an FP8 weight (128x128 blocks) has FP8 activations: through
+ * cuBLASLt when the shape and the weight's scale grid allow it (scale_cols =
+ * grpo_cuda_wscale_ld(K), as the staged upload and grpo_cuda_fp8_scales_upload make it), else
+ * the generic kernel over the same activations dequantized: the numerics never depend on the
+ * shape, and the CPU backend's act_fp8 option is their twin. */
 grpo_err
 grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
 {
     int N = w->rows, K = w->cols;
     int aligned = M > 0 && K % 16 == 0 && N % 16 == 0 && ldy % 4 == 0;
-    if (s->policy == GRPO_CUDA_GEMM_FAST && aligned && grpo_cuda_fp8_lt_shape_ok(M, N, K) &&
-        w->dt == GRPO_DT_F8E4M3 && w->br == 128 && w->bc == 128 && w->row0 % 128 == 0 &&
-        w->scale_cols == grpo_cuda_wscale_ld(K)) {
-        grpo_err err = fp8_run(s, M, x, ldx, w, y, ldy);
-        if (err != GRPO_EUNSUPPORTED) {
-            s->n_lt += err == GRPO_OK;
-            return err;
+    if (s->policy == GRPO_CUDA_GEMM_FAST && M > 0 && K > 0 && grpo_kw_act_fp8(w)) {
+        if (aligned && grpo_cuda_fp8_lt_shape_ok(M, N, K) && w->row0 % 128 == 0 &&
+            w->scale_cols == grpo_cuda_wscale_ld(K)) {
+            grpo_err err = fp8_run(s, M, x, ldx, w, y, ldy);
+            if (err != GRPO_EUNSUPPORTED) {
+                s->n_lt += err == GRPO_OK;
+                return err;
+            }
+            s->n_fallback++; /* no cuBLASLt algorithm for this shape: the generic kernel */
         }
-        s->n_fallback++; /* no cuBLASLt algorithm for this shape: the generic kernel */
-        return grpo_cu__gemm_generic(s, M, 1, x, ldx, 0, w, 0, N, K, 0, y, ldy, 0);
+        grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * sizeof(float));
+        if (err == GRPO_OK)
+            err = grpo_cu__act_fp8(s, M, K, x, ldx, (float *)s->ws[0].d);
+        if (err != GRPO_OK)
+            return err;
+        return grpo_cu__gemm_generic(s, M, 1, (const float *)s->ws[0].d, K, 0, w, 0, N, K, 0, y,
+                                     ldy, 0);
     }
     if (s->policy == GRPO_CUDA_GEMM_FAST && aligned && w->dt == GRPO_DT_BF16) {
         grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * 2);

@@ -172,6 +172,43 @@ quant_k(int M, int K, const float *x, int ldx, uint8_t *q, float *scale, int64_t
         scale[(int64_t)kb * sld + m] = sc;
 }
 
+/* The fast policy's activations where cuBLASLt does not take the GEMM: quant_k's values
+ * dequantized (e4m3 * scale) into out (M x K), the host's grpo_act_fp8_round exactly. */
+__global__ void
+act_fp8_k(int M, int K, const float *x, int ldx, float *out)
+{
+    int warp = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    int kbs = (K + GRPO_CUDA_QBLK - 1) / GRPO_CUDA_QBLK;
+    if (warp >= M * kbs)
+        return;
+    int m = warp / kbs, c0 = warp % kbs * GRPO_CUDA_QBLK;
+    float v[4], amax = 0.0f;
+    for (int j = 0; j < 4; j++) {
+        int c = c0 + lane + 32 * j;
+        v[j] = c < K ? x[(size_t)m * ldx + c] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float sc = amax > 0.0f ? amax / GRPO_CUDA_E4M3_MAX : 1.0f;
+    for (int j = 0; j < 4; j++) {
+        int c = c0 + lane + 32 * j;
+        if (c < K)
+            out[(size_t)m * K + c] = (float)__nv_fp8_e4m3(v[j] / sc) * sc;
+    }
+}
+
+grpo_err
+grpo_cu__act_fp8(cu_state *s, int M, int K, const float *x, int ldx, float *out)
+{
+    size_t threads = (size_t)M * ((K + GRPO_CUDA_QBLK - 1) / GRPO_CUDA_QBLK) * 32;
+    if (threads == 0)
+        return GRPO_OK;
+    act_fp8_k<<<cu_blocks(threads, NT), NT, 0, s->stream>>>(M, K, x, ldx, out);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
 extern "C" grpo_err
 grpo_cuda_quant_fp8(grpo_kernels *k, int M, int K, const float *d_x, int ldx, void *d_q,
                     float *d_scale)

@@ -66,7 +66,7 @@ grpo_cuda_fp8_workspace(int64_t M, int64_t N, int64_t K)
 int
 grpo_cuda_fp8_lt_shape_ok(int64_t M, int64_t N, int64_t K)
 {
-    return M > 0 && N > 0 && K > 0 && N % 16 == 0 && K % 16 == 0;
+    return M > 0 && N > 0 && K > 0 && N % 16 == 0 && K % GRPO_CUDA_QBLK == 0;
 }
 
 uint32_t

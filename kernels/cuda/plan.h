@@ -53,9 +53,10 @@ void grpo_cuda_fp8_plan_make(grpo_cuda_fp8_plan *p, int64_t M, int64_t N, int64_
 size_t grpo_cuda_fp8_workspace(int64_t M, int64_t N, int64_t K);
 
 /* Whether cuBLASLt's block-scaled FP8 GEMM may take the shape: M > 0 (any M: the plan pads it),
- * N and K multiples of 16 (FP8 tensor-core tiles). The weight's scale grid must in addition have
- * rows of grpo_cuda_wscale_ld(K) floats (the upload pads it); other shapes and unpadded grids
- * take the generic kernel: never wrong scales. */
+ * N a multiple of 16 (FP8 tensor-core tiles), K a multiple of 128 (whole scale blocks; a partial
+ * last block takes the generic kernel over the same FP8 activations). The weight's scale grid must
+ * in addition have rows of grpo_cuda_wscale_ld(K) floats (the upload pads it); other shapes and
+ * unpadded grids take the generic kernel: never wrong scales. */
 int grpo_cuda_fp8_lt_shape_ok(int64_t M, int64_t N, int64_t K);
 
 /* The alignment cuBLASLt may assume for a buffer at p (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*,

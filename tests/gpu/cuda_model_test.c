@@ -4,8 +4,10 @@
  *   - prefill logits of every position against the CPU backend and against transformers (1e-4 of
  *     the largest logit, the CPU model test's bar), exact-GEMM policy;
  *   - decode (absorbed MLA, one token at a time) against the GPU prefill at the same positions;
- *   - the fast policy (FP8 activations + cuBLASLt) against the CPU backend: per position
- *     1 - 2 sum xy / sum (x^2 + y^2) < 5e-3 (FP8 rounding of activations through every GEMM);
+ *   - the fast policy (cuBLASLt; FP8 activations for FP8 weights): a BF16 model against the CPU
+ *     backend, per position 1 - 2 sum xy / sum (x^2 + y^2) < 5e-3; an FP8 model's distance from
+ *     the exact logits (median over positions) at most twice that of the CPU twin of its
+ *     numerics (act_fp8);
  *   - the device-resident model (grpo_model_opts.backend = 2: weights, activations and the KV
  *     pool in device memory): prefill logits bit-identical to the staged table's (the same
  *     kernels; the memory entries have the host arithmetic), decode against its prefill, and two
@@ -138,17 +140,42 @@ run_model(const char *name)
     GT_CHECK(worst <= 1e-4, "%s decode vs prefill %.3g", name, worst);
     grpo_kv_destroy(kv);
 
+    /* The fast policy. A BF16 model's GEMMs take BF16 activations: close to the exact logits. An
+     * FP8 model's take FP8 activations, whose rounding a tiny random model amplifies (1 - cos up
+     * to 0.18 per position); the CPU twin (act_fp8: the same activations on the exact kernels)
+     * shows how far those numerics alone move the logits. Each op is checked against the twin
+     * in cuda_ops_test; here the model is too chaotic for that (cuBLASLt's shorter tensor-core
+     * sums tip some roundings and routing ties, and three layers spread them: on an H200,
+     * 2026-12-04, fast vs twin median 0.0034, twin vs exact 0.0047), so the check is that the
+     * fast policy's distance from the exact logits is the FP8 rounding's own: its median at most
+     * twice the twin's, every position finite. A wrong scale or block moves it by orders. */
     m->k = gf;
     float *fast_lg = prefill_all(m, &e);
     GT_OK(grpo_kernels_cuda_status(gf));
-    double dw = 0;
+    m->k = cpu;
+    cpu->act_fp8 = 1;
+    float *twin_lg = prefill_all(m, &e);
+    cpu->act_fp8 = 0;
+    double *d_ex = malloc((size_t)n * sizeof *d_ex), *d_tw = malloc((size_t)n * sizeof *d_tw),
+           *d_te = malloc((size_t)n * sizeof *d_te);
     for (int t = 0; t < n; t++) {
-        double d = gt_diff(fast_lg + (size_t)t * V, cpu_lg + (size_t)t * V, (size_t)V);
-        dw = d > dw || isnan(d) ? d : dw;
+        size_t o = (size_t)t * V;
+        d_ex[t] = gt_diff(fast_lg + o, cpu_lg + o, (size_t)V);
+        d_tw[t] = gt_diff(fast_lg + o, twin_lg + o, (size_t)V);
+        d_te[t] = gt_diff(twin_lg + o, cpu_lg + o, (size_t)V);
     }
-    printf("  %s: fast policy (FP8 activations, cuBLASLt) vs CPU: diff %.3g (tol 5e-3)\n", name,
-           dw);
-    GT_CHECK(dw < 5e-3, "%s fast policy diff %.3g", name, dw);
+    double ex_max = gt_max(d_ex, n), ex_med = gt_median(d_ex, n), tw_med = gt_median(d_tw, n),
+           te_med = gt_median(d_te, n);
+    printf("  %s: fast policy, 1 - cos per position: vs exact median %.3g max %.3g; vs the CPU "
+           "act_fp8 twin median %.3g max %.3g; twin vs exact median %.3g\n",
+           name, ex_med, ex_max, tw_med, gt_max(d_tw, n), te_med);
+    if (te_med == 0) /* no FP8 weights: the fast numerics are BF16 activations */
+        GT_CHECK(ex_max < 5e-3, "%s fast policy vs exact %.3g", name, ex_max);
+    else
+        GT_CHECK(ex_med <= 2 * te_med && !isnan(ex_max),
+                 "%s fast policy vs exact: median %.3g, its twin's %.3g", name, ex_med, te_med);
+    free(d_ex), free(d_tw), free(d_te);
+    free(twin_lg);
 
     m->k = cpu; /* the model destroys its own (CPU) table */
     run_resident(name, dir, &e, gpu_lg);

@@ -89,8 +89,11 @@ rank_main(const char *id_path, uint64_t nonce, int rank, int R)
 int
 main(int argc, char **argv)
 {
-    if (argc == 9 && strcmp(argv[1], "--rank") == 0) /* a child rank */
-        return rank_main(argv[8], strtoull(argv[6], NULL, 16), atoi(argv[2]), atoi(argv[4]));
+    if (argc >= 2 && strcmp(argv[1], "--rank") == 0) { /* a child rank: never a parent again */
+        if (argc != 8)
+            return 2;
+        return rank_main(argv[7], strtoull(argv[6], NULL, 16), atoi(argv[2]), atoi(argv[4]));
+    }
     gt_init("cuda_nccl_test");
     int R = grpo_cuda_device_count();
     R = R > 8 ? 8 : R;

@@ -110,6 +110,31 @@ gt_diff(const float *x, const float *y, size_t n)
     return xx > 0 ? 1.0 - 2.0 * xy / xx : 0.0;
 }
 
+static inline double
+gt_max(const double *v, int n)
+{
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m = v[i] > m || isnan(v[i]) ? v[i] : m;
+    return m;
+}
+
+/* The median of v[0..n) (sorts a copy; NaN sorts last). */
+static inline double
+gt_median(const double *v, int n)
+{
+    double *c = malloc((size_t)(n > 0 ? n : 1) * sizeof *c);
+    memcpy(c, v, (size_t)n * sizeof *c);
+    for (int i = 1; i < n; i++) /* insertion sort: a few hundred values */
+        for (int j = i; j > 0 && (isnan(c[j - 1]) || c[j - 1] > c[j]) && !isnan(c[j]); j--) {
+            double t = c[j];
+            c[j] = c[j - 1], c[j - 1] = t;
+        }
+    double m = n > 0 ? c[n / 2] : 0;
+    free(c);
+    return m;
+}
+
 static inline int
 gt_finish(const char *name)
 {

@@ -91,8 +91,8 @@ usage(FILE *f)
           "                       smaller rows, more groups in the same --kv-budget, not\n"
           "                       exact; recorded, so replay and --resume use it too\n"
           "  --gpu N              run the model on GPU N (CUDA build; CUDA_VISIBLE_DEVICES=N):\n"
-          "                       the CUDA kernels with exact fp32 GEMMs, operands staged per\n"
-          "                       op (docs/cuda.md)\n"
+          "                       weights, activations and KV pages in device memory, exact\n"
+          "                       fp32 GEMMs (docs/cuda.md)\n"
           "  --verify-threads N   verifier threads (default 2)\n"
           "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
           "                       groups are admitted while their worst case fits (default 1G)\n",

@@ -230,7 +230,7 @@ swap_weights(grpo_run *c, const grpo_weights_update *u)
                            .n_threads = a->threads,
                            .kv_budget_bytes = (size_t)a->kv_bytes,
                            .kv_budget_tokens = (size_t)a->kv_tokens,
-                           .backend = a->gpu >= 0,
+                           .backend = a->gpu >= 0 ? 2 : 0, /* CUDA: device-resident */
                            .numerics = a->numerics,
                            .kv_dtype = a->kv_dtype,
                            .load_mtp = a->gen.speculative > 0};

@@ -133,7 +133,7 @@ open_all(grpo_run *c, const grpo_run_opts *a)
                            .n_threads = a->threads,
                            .kv_budget_bytes = (size_t)bytes,
                            .kv_budget_tokens = (size_t)tokens,
-                           .backend = a->gpu >= 0,
+                           .backend = a->gpu >= 0 ? 2 : 0, /* CUDA: device-resident */
                            .numerics = a->numerics,
                            .kv_dtype = a->kv_dtype,
                            .load_mtp = a->gen.speculative > 0};
@@ -148,7 +148,7 @@ open_all(grpo_run *c, const grpo_run_opts *a)
         grpo_policy_opts ro = {.tokenizer = a->tokenizer,
                                .template_name = a->template_name,
                                .n_threads = a->threads,
-                               .backend = a->gpu >= 0,
+                               .backend = a->gpu >= 0 ? 2 : 0, /* CUDA: device-resident */
                                .numerics = a->numerics,
                                .kv_dtype = a->kv_dtype};
         if ((err = grpo_policy_open(&c->ref, a->ref_model, &ro)) != GRPO_OK)

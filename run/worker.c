@@ -135,7 +135,7 @@ open_policy(grpo_worker *w, const char *dir, grpo_policy **out)
                                w->params.template_name ? w->params.template_name : a->template_name,
                            .n_threads = a->threads,
                            .kv_budget_bytes = (size_t)a->kv_bytes,
-                           .backend = a->gpu >= 0,
+                           .backend = a->gpu >= 0 ? 2 : 0, /* CUDA: device-resident */
                            .load_mtp = w->params.speculative > 0,
                            .numerics = w->params.numerics,
                            .kv_dtype = w->params.kv_dtype};
@@ -642,7 +642,7 @@ grpo_worker_open(grpo_worker **out, const grpo_worker_opts *opts)
     if (err == GRPO_OK) /* scoring and generation take turns on a worker: the same threads */
         err = grpo_pool_create(&w->score_pool, w->o.threads > 0 ? w->o.threads : 0);
     if (err == GRPO_OK && w->o.gpu >= 0) /* fail before joining: the model opens with work */
-        err = grpo_model_backend_check(1);
+        err = grpo_model_backend_check(2);
     if (err == GRPO_OK)
         err = grpo_wclient_create(&w->cli, w->o.connect);
     if (err == GRPO_OK) {

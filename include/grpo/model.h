@@ -91,7 +91,7 @@ typedef struct grpo_model_opts {
     /* 0 = CPU; 1 = CUDA (when built), staged: each op copies its operands to the device and back;
      * 2 = CUDA device-resident: weights uploaded once at load, activations, scratch and the KV
      * pool (grpo_kv_create_for) in device memory, nothing copied per op but the positions and
-     * tokens in and the logits out (not yet run on a GPU: docs/cuda.md). */
+     * tokens in and the logits out (what --gpu N selects; docs/cuda.md). */
     int backend;
     int load_mtp;  /* keep the MTP module (layer num_hidden_layers) when present */
     int numerics;  /* grpo_numerics (0 = exact) */

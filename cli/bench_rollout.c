@@ -56,7 +56,7 @@ usage(FILE *f)
                "  --group G          samples, and independent prompts (default 64)\n"
                "  --new N            tokens generated per sample (default 64)\n"
                "  --threads N        forward threads (default: all CPUs)\n"
-               "  --numerics N       exact (default) or q8 (grpo rollout --help)\n"
+               "  --numerics N       exact (default), q8 or fp8 (grpo rollout --help)\n"
                "  --kv-budget B      KV pool bytes (default 1G)\n"
                "  --kv-dtype D       KV cache rows: f32 (default), bf16 or fp8 (grpo rollout\n"
                "                     --help)\n"

@@ -71,8 +71,9 @@ usage(FILE *f)
     cli_gen_help_stops(f);
     fputs("  --template NAME      chat template (as grpo rollout; default: the worker's, r1)\n", f);
     cli_gen_help_logprobs(f);
-    fputs("  --numerics N         exact (default) or q8: how every worker loads the model (as\n"
-          "                       grpo rollout --numerics; recorded, so replay uses it too)\n"
+    fputs("  --numerics N         exact (default), q8 or fp8: how every worker loads the\n"
+          "                       model (as grpo rollout --numerics; recorded, so replay\n"
+          "                       uses it too)\n"
           "  --kv-dtype D         f32 (default), bf16 or fp8: the workers' KV cache rows (as\n"
           "                       grpo rollout --kv-dtype; CPU workers only; recorded)\n"
           "  --record-routes      the workers return the MoE experts the router chose for every\n"

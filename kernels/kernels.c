@@ -119,9 +119,27 @@ grpo_act_fp8_round(int M, int K, const float *x, int ldx, float *out)
 }
 
 int
-grpo_kw_act_fp8(const grpo_kw *w)
+grpo_kw_act_round(const grpo_kw *w)
 {
-    return w->dt == GRPO_DT_F8E4M3 && w->br == 128 && w->bc == 128;
+    if (w->dt == GRPO_DT_F8E4M3 && w->br == 128 && w->bc == 128)
+        return GRPO_ACT_FP8;
+    return w->dt == GRPO_DT_BF16 ? GRPO_ACT_BF16 : 0;
+}
+
+void
+grpo_act_round(const grpo_kw *w, int M, int K, const float *x, int ldx, float *out)
+{
+    int how = grpo_kw_act_round(w);
+    if (how == GRPO_ACT_FP8) {
+        grpo_act_fp8_round(M, K, x, ldx, out);
+        return;
+    }
+    for (int m = 0; m < M; m++)
+        for (int c = 0; c < K; c++) {
+            float v = x[(size_t)m * ldx + c];
+            out[(size_t)m * K + c] =
+                how == GRPO_ACT_BF16 ? grpo_bf16_to_f32(grpo_f32_to_bf16(v)) : v;
+        }
 }
 
 grpo_kw

@@ -104,10 +104,10 @@ struct grpo_kernels {
     void *impl; /* backend state */
     int n_threads;
     struct grpo_kernels_prof *prof; /* CPU backend: per-op timing while profiling, else NULL */
-    /* CPU backend, nonzero: gemm and gemm_batch over FP8 weights in 128x128 blocks first round
-     * their activations to E4M3 in 1x128 blocks (grpo_act_fp8_round): the numerics of DeepSeek's
-     * FP8 inference and of the CUDA backend's fast policy, here on the exact kernels. */
-    int act_fp8;
+    /* CPU backend, nonzero: gemm and gemm_batch round their activations as the CUDA backend's
+     * fast policy does (grpo_act_round: E4M3 in 1x128 blocks for FP8 weights, BF16 for BF16
+     * weights), then run the exact kernels: the --numerics fp8 twin of the GPU numerics. */
+    int act_round;
 
     /* y(M, N) = x(M, K) . W^T with W (N, K) = (w->rows, w->cols). */
     void (*gemm)(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y,
@@ -297,8 +297,14 @@ void grpo_kernels_parallel_for(grpo_kernels *k, size_t n, grpo_pool_fn fn, void 
  * out[m*K + c] = e4m3(x[m*ldx + c] / scale) * scale, e4m3 to nearest even and saturating: the
  * values an FP8 GEMM over block-scaled activations multiplies (the CUDA quantizer's, exactly). */
 void grpo_act_fp8_round(int M, int K, const float *x, int ldx, float *out);
-/* Whether the act_fp8 numerics round the activations of a GEMM over w (FP8, 128x128 blocks). */
-int grpo_kw_act_fp8(const grpo_kw *w);
+/* How the fast numerics (--numerics fp8) round the activations of a GEMM over w: GRPO_ACT_FP8 for
+ * FP8 weights in 128x128 blocks (grpo_act_fp8_round), GRPO_ACT_BF16 for BF16 weights (to nearest
+ * even), 0 (kept fp32) for any other. */
+enum { GRPO_ACT_FP8 = 1, GRPO_ACT_BF16 = 2 };
+int grpo_kw_act_round(const grpo_kw *w);
+/* out (M x K) = the activations x (M x K, row stride ldx) rounded as a GEMM over w takes them
+ * (grpo_kw_act_round; copied unchanged when it is 0). */
+void grpo_act_round(const grpo_kw *w, int M, int K, const float *x, int ldx, float *out);
 
 /* Scalar conversions shared by the backends and tests. */
 float grpo_bf16_to_f32(uint16_t h);

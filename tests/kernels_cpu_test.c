@@ -406,12 +406,12 @@ q8_rows_alone_and_nan(grpo_kernels *k1, grpo_kernels *k3, int M, float *x, int K
     x[1 * K + 40] = keep;
 }
 
-/* FP8 activations (the act_fp8 numerics, the CPU twin of the CUDA fast policy):
+/* The act_round numerics (--numerics fp8, the CPU twin of the CUDA fast GEMMs):
  * grpo_act_fp8_round equals torch's float8_e4m3fn rounding of DeepSeek's 1x128 block
  * quantization bit for bit (tests/data/act_fp8, tools/make_act_fp8_fixture.py: ties, an all-zero
- * block, an outlier, a partial last block); with act_fp8 on, gemm and gemm_batch over an FP8
- * weight equal the exact kernels over the rounded activations bit for bit, and a BF16 weight's
- * GEMM is untouched. */
+ * block, an outlier, a partial last block); with act_round on, gemm and gemm_batch over an FP8
+ * weight equal the exact kernels over those activations, over a BF16 weight the exact kernels
+ * over the activations rounded to BF16, bit for bit; an F32 weight's GEMM is untouched. */
 static void
 act_fp8_matches_torch(void **state)
 {
@@ -434,27 +434,34 @@ act_fp8_matches_torch(void **state)
 
     grpo_kernels *k = NULL;
     assert_int_equal(grpo_kernels_cpu_create(&k, 2), GRPO_OK);
-    mat f8, bf;
+    mat f8, bf, f32;
     make_mat(&f8, GRPO_DT_F8E4M3, N, K);
     make_mat(&bf, GRPO_DT_BF16, N, K);
-    float *y[6];
-    for (int i = 0; i < 6; i++)
+    make_mat(&f32, GRPO_DT_F32, N, K);
+    float *xb = malloc((size_t)M * K * 4), *y[9];
+    for (int i = 0; i < M * K; i++)
+        xb[i] = grpo_bf16_to_f32(grpo_f32_to_bf16(x[i]));
+    for (int i = 0; i < 9; i++)
         y[i] = malloc((size_t)M * N * 4);
-    k->gemm(k, M, want, K, &f8.w, y[0], N); /* the exact kernels over the rounded activations */
-    k->gemm(k, M, xs, ld, &bf.w, y[1], N);
-    k->act_fp8 = 1;
-    k->gemm(k, M, xs, ld, &f8.w, y[2], N);
-    k->gemm(k, M, xs, ld, &bf.w, y[3], N);
-    grpo_gemm_job jobs[2] = {{M, xs, ld, &f8.w, y[4], N}, {M, xs, ld, &bf.w, y[5], N}};
-    grpo_kernels_gemm_batch(k, 2, jobs);
-    k->act_fp8 = 0;
-    assert_memory_equal(y[2], y[0], (size_t)M * N * 4);
-    assert_memory_equal(y[4], y[0], (size_t)M * N * 4);
-    assert_memory_equal(y[3], y[1], (size_t)M * N * 4);
-    assert_memory_equal(y[5], y[1], (size_t)M * N * 4);
-    for (int i = 0; i < 6; i++)
+    /* the exact kernels over the rounded activations, and over x for the F32 weight */
+    k->gemm(k, M, want, K, &f8.w, y[0], N);
+    k->gemm(k, M, xb, K, &bf.w, y[1], N);
+    k->gemm(k, M, xs, ld, &f32.w, y[2], N);
+    k->act_round = 1;
+    k->gemm(k, M, xs, ld, &f8.w, y[3], N);
+    k->gemm(k, M, xs, ld, &bf.w, y[4], N);
+    k->gemm(k, M, xs, ld, &f32.w, y[5], N);
+    grpo_gemm_job jobs[3] = {
+        {M, xs, ld, &f8.w, y[6], N}, {M, xs, ld, &bf.w, y[7], N}, {M, xs, ld, &f32.w, y[8], N}};
+    grpo_kernels_gemm_batch(k, 3, jobs);
+    k->act_round = 0;
+    for (int i = 3; i < 9; i++)
+        assert_memory_equal(y[i], y[i % 3], (size_t)M * N * 4);
+    assert_memory_not_equal(y[1], y[2], (size_t)M * N * 4); /* the weights differ: a live check */
+    for (int i = 0; i < 9; i++)
         free(y[i]);
-    free_mat(&f8), free_mat(&bf);
+    free(xb);
+    free_mat(&f8), free_mat(&bf), free_mat(&f32);
     grpo_kernels_destroy(k);
     free(x), free(want), free(got), free(xs);
 }

@@ -209,27 +209,34 @@ test_rollout_replay(void **state)
     "%s rollout --model %s/tests/data/tiny_models/fp8 --prompts %s/data/tiny_prompts.jsonl"        \
     " --group 4 --max-new-tokens 12 --temperature 1.0"
 
-/* --numerics q8: the same completions with 1 and 2 threads, other completions than the exact
- * path's, the numerics recorded with each group, and replay bit-identical from the record. */
+/* --numerics q8 and fp8: the same completions with 1 and 2 threads, other completions than the
+ * exact path's, the numerics recorded with each group, and replay bit-identical from the
+ * record. */
 static void
-test_numerics_q8(void **state)
+test_numerics(void **state)
 {
     (void)state;
-    char dq[512], dq1[512], de[512];
-    snprintf(dq, sizeof dq, "%s/q8.db", tmpdir);
-    snprintf(dq1, sizeof dq1, "%s/q8t1.db", tmpdir);
+    char dq[512], dq1[512], de[512], rec[64];
     snprintf(de, sizeof de, "%s/exact.db", tmpdir);
-    assert_int_equal(run(ROLL_FP8 " --db %s --threads 2 --numerics q8", bin, src, src, dq), 0);
-    assert_int_equal(run(ROLL_FP8 " --db %s --threads 1 --numerics q8", bin, src, src, dq1), 0);
     assert_int_equal(run(ROLL_FP8 " --db %s --threads 2", bin, src, src, de), 0);
-    assert_same_completions(dq, dq1, de); /* and not the exact path's */
-    assert_int_equal(count_containing(dq, "groups", "sampling_json", "\"numerics\":\"q8\""), 4);
-    for (int id = 1; id <= 16; id += 5) {
-        assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, dq, id), 0);
-        assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
+    const char *names[2] = {"q8", "fp8"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(dq, sizeof dq, "%s/%s.db", tmpdir, names[i]);
+        snprintf(dq1, sizeof dq1, "%s/%st1.db", tmpdir, names[i]);
+        assert_int_equal(
+            run(ROLL_FP8 " --db %s --threads 2 --numerics %s", bin, src, src, dq, names[i]), 0);
+        assert_int_equal(
+            run(ROLL_FP8 " --db %s --threads 1 --numerics %s", bin, src, src, dq1, names[i]), 0);
+        assert_same_completions(dq, dq1, de); /* and not the exact path's */
+        snprintf(rec, sizeof rec, "\"numerics\":\"%s\"", names[i]);
+        assert_int_equal(count_containing(dq, "groups", "sampling_json", rec), 4);
+        for (int id = 1; id <= 16; id += 5) {
+            assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, dq, id), 0);
+            assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
+        }
     }
     assert_int_equal(run(ROLL_FP8 " --db %s --numerics fp4", bin, src, src, dq), 2);
-    assert_non_null(strstr(slurp("out.txt"), "expected \"exact\" or \"q8\""));
+    assert_non_null(strstr(slurp("out.txt"), "expected \"exact\", \"q8\" or \"fp8\""));
 }
 
 /* --speculative 2 (the bf16 tiny model's MTP layer): the same completions with 1 and 2 threads,
@@ -794,7 +801,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rollout_replay),
-        cmocka_unit_test(test_numerics_q8),
+        cmocka_unit_test(test_numerics),
         cmocka_unit_test(test_kv_dtype),
         cmocka_unit_test(test_speculative),
         cmocka_unit_test(test_budget_and_bad_lines),

@@ -74,9 +74,19 @@ typedef struct grpo_model grpo_model;
  * transformers). Q8 (CPU backend only): FP8 projection and expert weights and the lm_head (any
  * dtype) requantized at load to int8 per 32 columns (llama.cpp's Q8_0 weights), activations
  * quantized per row and 32 columns to int16 at each of those GEMMs, exact integer block dot
- * products; about 1.8x the exact path's multiply-adds on AVX2 CPUs, not the exact path:
- * docs/model.md gives its measured accuracy. Both keep outputs independent of batch and threads. */
-typedef enum grpo_numerics { GRPO_NUMERICS_EXACT = 0, GRPO_NUMERICS_Q8 = 1 } grpo_numerics;
+ * products; about 1.8x the exact path's multiply-adds on AVX2 CPUs, not the exact path.
+ * FP8 (DeepSeek-V3's FP8 inference; the CUDA backend's fast GEMMs): each GEMM over an FP8 weight
+ * in 128x128 blocks takes its activations quantized to E4M3 per token and 128 columns (scale
+ * amax / 448), each GEMM over a BF16 weight its activations rounded to BF16; attention, norms and
+ * other weights stay fp32. On CUDA through cuBLASLt (block-scaled FP8, BF16); on the CPU the same
+ * roundings before the exact kernels: the GPU numerics' twin, for checking them and measuring
+ * them, not a faster CPU path. docs/model.md gives the measured accuracy of each. All keep
+ * outputs independent of batch and threads. */
+typedef enum grpo_numerics {
+    GRPO_NUMERICS_EXACT = 0,
+    GRPO_NUMERICS_Q8 = 1,
+    GRPO_NUMERICS_FP8 = 2
+} grpo_numerics;
 
 /* The dtype of the KV cache rows. F32: today's cache, the exact path. BF16: every value rounded
  * to BF16 (nearest even) as it is written. FP8 (vLLM/SGLang's fp8_e4m3, FlashMLA's FP8 layout):

@@ -426,7 +426,7 @@ typedef struct grpo_policy_opts {
     size_t kv_budget_bytes;  /* KV pool size; 0: 1 GiB */
     size_t kv_budget_tokens; /* > 0: a pool of exactly ceil(tokens / GRPO_KV_PAGE) pages */
     int backend;             /* grpo_model_opts.backend: 0 CPU, 1 CUDA (device 0 as visible) */
-    int numerics;            /* grpo_model_opts.numerics: 0 exact, GRPO_NUMERICS_Q8 */
+    int numerics;            /* grpo_model_opts.numerics (grpo_numerics; 0 exact) */
     int kv_dtype;            /* grpo_model_opts.kv_dtype (and the pool's): 0 f32, bf16, fp8 */
     int load_mtp;            /* grpo_model_opts.load_mtp: keep the MTP module (speculation) */
 } grpo_policy_opts;

@@ -498,11 +498,11 @@ grpo_cpu__gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int
 void
 grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
 {
-    if (k->act_fp8 && M > 0 && w->cols > 0 && grpo_kw_act_fp8(w)) { /* FP8 activations */
+    if (k->act_round && M > 0 && w->cols > 0 && grpo_kw_act_round(w)) { /* --numerics fp8 */
         float *xq = malloc((size_t)M * w->cols * sizeof *xq);
         if (xq == NULL)
             abort();
-        grpo_act_fp8_round(M, w->cols, x, ldx, xq);
+        grpo_act_round(w, M, w->cols, x, ldx, xq);
         grpo_cpu__gemm_heads(k, M, 1, xq, w->cols, 0, w, 0, w->rows, y, ldy, 0);
         free(xq);
         return;
@@ -510,16 +510,16 @@ grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w
     grpo_cpu__gemm_heads(k, M, 1, x, ldx, 0, w, 0, w->rows, y, ldy, 0);
 }
 
-/* The act_fp8 numerics of a batch: the FP8 jobs' activations rounded into one buffer, then the
- * batch on a copy of the table without act_fp8 (nothing is rounded twice). 0: not needed. */
+/* The act_round numerics of a batch: the rounded jobs' activations in one buffer, then the batch
+ * on a copy of the table without act_round (nothing is rounded twice). 0: not needed. */
 static int
-gemm_batch_act_fp8(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
+gemm_batch_act_round(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
 {
     size_t total = 0;
     for (int j = 0; j < n; j++)
-        if (jobs[j].M > 0 && grpo_kw_act_fp8(jobs[j].w))
+        if (jobs[j].M > 0 && grpo_kw_act_round(jobs[j].w))
             total += (size_t)jobs[j].M * jobs[j].w->cols;
-    if (!k->act_fp8 || total == 0)
+    if (!k->act_round || total == 0)
         return 0;
     float *buf = malloc(total * sizeof *buf);
     grpo_gemm_job *rj = malloc((size_t)n * sizeof *rj);
@@ -528,14 +528,15 @@ gemm_batch_act_fp8(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
     size_t off = 0;
     for (int j = 0; j < n; j++) {
         rj[j] = jobs[j];
-        if (jobs[j].M > 0 && grpo_kw_act_fp8(jobs[j].w)) {
-            grpo_act_fp8_round(jobs[j].M, jobs[j].w->cols, jobs[j].x, jobs[j].ldx, buf + off);
+        if (jobs[j].M > 0 && grpo_kw_act_round(jobs[j].w)) {
+            grpo_act_round(jobs[j].w, jobs[j].M, jobs[j].w->cols, jobs[j].x, jobs[j].ldx,
+                           buf + off);
             rj[j].x = buf + off, rj[j].ldx = jobs[j].w->cols;
             off += (size_t)jobs[j].M * jobs[j].w->cols;
         }
     }
     grpo_kernels plain = *k;
-    plain.act_fp8 = 0;
+    plain.act_round = 0;
     grpo_cpu__gemm_batch(&plain, n, rj);
     free(rj);
     free(buf);
@@ -609,7 +610,7 @@ tile_cost(const grpo_kw *w, int M)
 void
 grpo_cpu__gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
 {
-    if (gemm_batch_act_fp8(k, n, jobs))
+    if (gemm_batch_act_round(k, n, jobs))
         return;
     int q8 = 0, other = 0;
     for (int j = 0; j < n; j++) {

@@ -239,6 +239,16 @@ to_bf16_k(int M, int K, const float *x, int ldx, __nv_bfloat16 *q)
         q[t] = __float2bfloat16_rn(x[t / K * ldx + t % K]);
 }
 
+/* The same rounding kept in fp32 (M x K): the fast policy's BF16 activations for the generic
+ * kernel, where cuBLASLt does not take the GEMM. */
+__global__ void
+round_bf16_k(int M, int K, const float *x, int ldx, float *out)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < (size_t)M * K)
+        out[t] = __bfloat162float(__float2bfloat16_rn(x[t / K * ldx + t % K]));
+}
+
 /* FP8 through cuBLASLt with M padded to a multiple of 4 (plan.h): x quantized into scratch with
  * zero pad rows (and zero pad scales), the output into scratch when padded, its first M rows then
  * copied to y. GRPO_EUNSUPPORTED when cuBLASLt has no algorithm (the caller falls back). */
@@ -278,14 +288,16 @@ fp8_run(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y,
  * the fast policy every GEMM over an FP8 weight (128x128 blocks) has FP8 activations: through
  * cuBLASLt when the shape and the weight's scale grid allow it (scale_cols =
  * grpo_cuda_wscale_ld(K), as the staged upload and grpo_cuda_fp8_scales_upload make it), else
- * the generic kernel over the same activations dequantized: the numerics never depend on the
- * shape, and the CPU backend's act_fp8 option is their twin. */
+ * the generic kernel over the same activations dequantized; likewise every GEMM over a BF16 weight
+ * has BF16 activations. The numerics never depend on the shape, and the CPU backend's act_round
+ * option (--numerics fp8) is their twin. */
 grpo_err
 grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
 {
     int N = w->rows, K = w->cols;
     int aligned = M > 0 && K % 16 == 0 && N % 16 == 0 && ldy % 4 == 0;
-    if (s->policy == GRPO_CUDA_GEMM_FAST && M > 0 && K > 0 && grpo_kw_act_fp8(w)) {
+    int fast = s->policy == GRPO_CUDA_GEMM_FAST && M > 0 && K > 0;
+    if (fast && grpo_kw_act_round(w) == GRPO_ACT_FP8) {
         if (aligned && grpo_cuda_fp8_lt_shape_ok(M, N, K) && w->row0 % 128 == 0 &&
             w->scale_cols == grpo_cuda_wscale_ld(K)) {
             grpo_err err = fp8_run(s, M, x, ldx, w, y, ldy);
@@ -303,19 +315,26 @@ grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, flo
         return grpo_cu__gemm_generic(s, M, 1, (const float *)s->ws[0].d, K, 0, w, 0, N, K, 0, y,
                                      ldy, 0);
     }
-    if (s->policy == GRPO_CUDA_GEMM_FAST && aligned && w->dt == GRPO_DT_BF16) {
-        grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * 2);
+    if (fast && grpo_kw_act_round(w) == GRPO_ACT_BF16) {
+        grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * sizeof(float));
         if (err != GRPO_OK)
             return err;
-        to_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(
-            M, K, x, ldx, (__nv_bfloat16 *)s->ws[0].d);
-        CU_LAUNCHED();
-        err = lt_run(s, CUDA_R_16BF, M, N, K, s->ws[0].d, NULL, w->data, NULL, y, ldy);
-        if (err != GRPO_EUNSUPPORTED) {
-            s->n_lt += err == GRPO_OK;
-            return err;
+        if (aligned) {
+            to_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(
+                M, K, x, ldx, (__nv_bfloat16 *)s->ws[0].d);
+            CU_LAUNCHED();
+            err = lt_run(s, CUDA_R_16BF, M, N, K, s->ws[0].d, NULL, w->data, NULL, y, ldy);
+            if (err != GRPO_EUNSUPPORTED) {
+                s->n_lt += err == GRPO_OK;
+                return err;
+            }
+            s->n_fallback++;
         }
-        s->n_fallback++;
+        round_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(M, K, x, ldx,
+                                                                          (float *)s->ws[0].d);
+        CU_LAUNCHED();
+        return grpo_cu__gemm_generic(s, M, 1, (const float *)s->ws[0].d, K, 0, w, 0, N, K, 0, y,
+                                     ldy, 0);
     }
     return grpo_cu__gemm_generic(s, M, 1, x, ldx, 0, w, 0, N, K, 0, y, ldy, 0);
 }

@@ -31,7 +31,7 @@ class _PolicyOpts(ctypes.Structure):  # grpo_policy_opts
                 ("load_mtp", ctypes.c_int)]
 
 
-NUMERICS = {"exact": 0, "q8": 1}  # grpo_numerics
+NUMERICS = {"exact": 0, "q8": 1, "fp8": 2}  # grpo_numerics
 KV_DTYPES = {"f32": 0, "bf16": 1, "fp8": 2}  # grpo_kv_dtype
 
 
@@ -184,9 +184,11 @@ class Engine:
     threads: forward threads (0: all CPUs); kv_budget_tokens / kv_budget_bytes: the KV pool
     (default 1 GiB); reward_config: the reward composition (grpo.Verifier's config; default
     math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format, format = 1.0*format);
-    numerics: "exact" (default: fp32, matches transformers) or "q8" (CPU: FP8 weights and the
+    numerics: "exact" (default: fp32, matches transformers), "q8" (CPU: FP8 weights and the
     lm_head in int8 per 32 columns, activations in int16, integer dot products; faster at every
-    batch size, not exact: docs/model.md);
+    batch size, not exact) or "fp8" (DeepSeek-V3's FP8 inference numerics: E4M3 activations per
+    128 columns at FP8 weights, BF16 at BF16 weights; the CUDA backend's fast GEMMs, on the CPU
+    their twin; not exact: docs/model.md);
     kv_dtype: the KV cache rows, "f32" (default: exact), "bf16" or "fp8" (E4M3 latent with an
     fp32 scale per 128 values, rope key bf16; smaller rows, more sequences in the same budget,
     not exact: docs/model.md)."""

@@ -319,14 +319,19 @@ grpo_model_backend_check(int backend)
 }
 
 /* The op table: the CPU backend, or the CUDA kernels with the exact GEMM policy (so that a group's
- * completions do not depend on the backend that made them) in staged mode (backend 1: each op
- * copies its operands to the device and back; weights uploaded once) or device-resident (backend
- * 2: op memory on the device; the weights are uploaded at the end of the load). */
+ * completions do not depend on the backend that made them; the fast one for numerics fp8) in
+ * staged mode (backend 1: each op copies its operands to the device and back; weights uploaded
+ * once) or device-resident (backend 2: op memory on the device; the weights are uploaded at the
+ * end of the load). On the CPU, numerics fp8 sets the table's act_round. */
 static grpo_err
 open_kernels(grpo_model *m, const grpo_model_opts *opts)
 {
-    if (opts->backend == 0)
-        return grpo_kernels_cpu_create(&m->k, opts->n_threads);
+    if (opts->backend == 0) {
+        grpo_err err = grpo_kernels_cpu_create(&m->k, opts->n_threads);
+        if (err == GRPO_OK) /* --numerics fp8: the CUDA fast GEMMs' roundings, exact kernels */
+            m->k->act_round = opts->numerics == GRPO_NUMERICS_FP8;
+        return err;
+    }
     if (m->cfg.arch != GRPO_ARCH_DEEPSEEK_V3)
         return grpo__fail(GRPO_EUNSUPPORTED,
                           "%s: the CUDA backend runs only deepseek_v3 models (the %s of "
@@ -340,7 +345,8 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
         return err;
     const grpo_cuda_module *cm = cuda_module();
     err = cm->create(&m->k, 0, opts->backend == 2 ? GRPO_CUDA_DEVICE : GRPO_CUDA_STAGED,
-                     GRPO_CUDA_GEMM_EXACT);
+                     opts->numerics == GRPO_NUMERICS_FP8 ? GRPO_CUDA_GEMM_FAST
+                                                         : GRPO_CUDA_GEMM_EXACT);
     if (err != GRPO_OK)
         return grpo__fail(err, "model: CUDA backend: %s", cm->error_last());
     m->k_cuda = 1;
@@ -364,7 +370,7 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
 #endif
     if (opts->backend < 0 || opts->backend > 2)
         return grpo__fail(GRPO_EINVAL, "model: unknown backend %d", opts->backend);
-    if (opts->numerics != GRPO_NUMERICS_EXACT && opts->numerics != GRPO_NUMERICS_Q8)
+    if (opts->numerics < GRPO_NUMERICS_EXACT || opts->numerics > GRPO_NUMERICS_FP8)
         return grpo__fail(GRPO_EINVAL, "model: unknown numerics %d", opts->numerics);
     if (opts->numerics == GRPO_NUMERICS_Q8 && opts->backend != 0)
         return grpo__fail(GRPO_EUNSUPPORTED, "model: numerics q8 is a CPU backend option");
@@ -507,15 +513,18 @@ grpo_numerics_parse(const char *s, int *out)
         *out = GRPO_NUMERICS_EXACT;
     else if (s != NULL && strcmp(s, "q8") == 0)
         *out = GRPO_NUMERICS_Q8;
+    else if (s != NULL && strcmp(s, "fp8") == 0)
+        *out = GRPO_NUMERICS_FP8;
     else
-        return grpo__fail(GRPO_EINVAL, "numerics \"%s\": expected \"exact\" or \"q8\"", s ? s : "");
+        return grpo__fail(GRPO_EINVAL, "numerics \"%s\": expected \"exact\", \"q8\" or \"fp8\"",
+                          s ? s : "");
     return GRPO_OK;
 }
 
 const char *
 grpo_numerics_name(int numerics)
 {
-    return numerics == GRPO_NUMERICS_Q8 ? "q8" : "exact";
+    return numerics == GRPO_NUMERICS_Q8 ? "q8" : numerics == GRPO_NUMERICS_FP8 ? "fp8" : "exact";
 }
 
 static double

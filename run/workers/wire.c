@@ -454,8 +454,8 @@ get_params(rd *r, grpo_wparams *p)
     if (r->err == GRPO_OK && (p->speculative < 0 || p->speculative > 3))
         bad(r, "params.speculative", "not 0 to 3");
     p->numerics = get_i32(r, "params.numerics");
-    if (r->err == GRPO_OK && p->numerics != GRPO_NUMERICS_EXACT && p->numerics != GRPO_NUMERICS_Q8)
-        bad(r, "params.numerics", "not exact or q8");
+    if (r->err == GRPO_OK && (p->numerics < GRPO_NUMERICS_EXACT || p->numerics > GRPO_NUMERICS_FP8))
+        bad(r, "params.numerics", "not exact, q8 or fp8");
     p->kv_dtype = get_i32(r, "params.kv_dtype");
     if (r->err == GRPO_OK && (p->kv_dtype < GRPO_KV_F32 || p->kv_dtype > GRPO_KV_FP8))
         bad(r, "params.kv_dtype", "not f32, bf16 or fp8");

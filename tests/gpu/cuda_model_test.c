@@ -153,9 +153,9 @@ run_model(const char *name)
     float *fast_lg = prefill_all(m, &e);
     GT_OK(grpo_kernels_cuda_status(gf));
     m->k = cpu;
-    cpu->act_fp8 = 1;
+    cpu->act_round = 1;
     float *twin_lg = prefill_all(m, &e);
-    cpu->act_fp8 = 0;
+    cpu->act_round = 0;
     double *d_ex = malloc((size_t)n * sizeof *d_ex), *d_tw = malloc((size_t)n * sizeof *d_tw),
            *d_te = malloc((size_t)n * sizeof *d_te);
     for (int t = 0; t < n; t++) {

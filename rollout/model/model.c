@@ -403,7 +403,7 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
     if (m->numerics == GRPO_NUMERICS_Q8)
         err = grpo_model__requant_q8(m);
     if (err == GRPO_OK)
-        err = grpo_model__weights_to_op_memory(m); /* backend 2; nothing on the others */
+        err = grpo_model__weights_to_op_memory(m); /* backend 2; the CPU's huge pages */
 done:
     cJSON_Delete(cj);
     free(cpath);

@@ -107,8 +107,10 @@ struct grpo_model {
     int n_files;
     grpo_st_tensor **by_name; /* every tensor of every file, sorted by name */
     int n_tensors;
-    void **owned; /* heap copies (fp32 vectors, realigned tensors) */
+    void **owned; /* heap copies (fp32 vectors, realigned tensors) and huge-page regions */
     int n_owned, cap_owned;
+    char *region_at; /* the free part of the last huge-page region (grpo_model__own) */
+    size_t region_left;
     grpo_kw embed, lm_head;
     float *final_norm;
     grpo_layer_w *layers;

@@ -4,23 +4,61 @@
 #include "rollout/model/model_int.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
-void *
-grpo_model__own(grpo_model *m, size_t bytes)
+static int
+keep_owned(grpo_model *m, void *p)
 {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? m->cap_owned * 2 : 64;
         void **v = realloc(m->owned, (size_t)cap * sizeof *v);
         if (v == NULL)
-            return NULL;
+            return -1;
         m->owned = v;
         m->cap_owned = cap;
     }
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes > 0 ? bytes : 1) != 0)
-        return NULL;
     m->owned[m->n_owned++] = p;
+    return 0;
+}
+
+/* Buffers of OWN_BIG bytes or more (Q8 weights, weights copied out of the mapping) are carved
+ * 64-byte aligned from regions of REGION bytes (or one region of the buffer's size, rounded to
+ * HUGE) that ask for transparent huge pages: a decode step streams nearly all of them, and on
+ * 4 KiB pages the hardware prefetcher stops at every page and each page costs a TLB walk. On the
+ * bench model (2 threads, Xeon, 2026-12-04), Q8 batch-1 decode went from 61-65 to 74 tokens/s.
+ * Where the kernel grants no huge pages, the regions are ordinary memory. */
+#define OWN_BIG ((size_t)64 << 10)
+#define HUGE ((size_t)2 << 20)
+#define REGION ((size_t)64 << 20)
+
+void *
+grpo_model__own(grpo_model *m, size_t bytes)
+{
+    void *p = NULL;
+    if (bytes < OWN_BIG) {
+        if (posix_memalign(&p, 64, bytes > 0 ? bytes : 1) != 0)
+            return NULL;
+        if (keep_owned(m, p) != 0) {
+            free(p);
+            return NULL;
+        }
+        return p;
+    }
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (m->region_left < bytes) {
+        size_t r = bytes > REGION ? (bytes + HUGE - 1) / HUGE * HUGE : REGION;
+        if (posix_memalign(&p, HUGE, r) != 0)
+            return NULL;
+        if (keep_owned(m, p) != 0) {
+            free(p);
+            return NULL;
+        }
+        (void)madvise(p, r, MADV_HUGEPAGE); /* a hint: refused is fine */
+        m->region_at = p, m->region_left = r;
+    }
+    p = m->region_at;
+    m->region_at += bytes, m->region_left -= bytes;
     return p;
 }
 

@@ -186,8 +186,10 @@ weights_to_huge_pages(grpo_model *m)
     long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (total == 0 || pages <= 0 || psz <= 0 || total > (size_t)pages * (size_t)psz / 2) {
         if (total > 0)
-            grpo_log(GRPO_LOG_INFO, "model: %.0f MB of weights stay mapped (more than half the "
-                                    "available memory)", (double)total / 1e6);
+            grpo_log(GRPO_LOG_INFO,
+                     "model: %.0f MB of weights stay mapped (more than half the "
+                     "available memory)",
+                     (double)total / 1e6);
         return GRPO_OK;
     }
     err = copy_kw(m, &m->lm_head, NULL);

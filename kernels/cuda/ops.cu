@@ -143,6 +143,22 @@ grpo_cu__router(cu_state *s, int M, const float *logits, int E, const float *bia
     return GRPO_OK;
 }
 
+/* One warp's 128-column block of row xr from column c0: the lane's values (columns c0 + lane +
+ * 32 j, 0 past K) and the block's scale, amax / 448 (1 for an all-zero block). */
+__device__ static float
+quant_block(const float *xr, int K, int c0, int lane, float v[4])
+{
+    float amax = 0.0f;
+    for (int j = 0; j < 4; j++) {
+        int c = c0 + lane + 32 * j;
+        v[j] = c < K ? xr[c] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    return amax > 0.0f ? amax / GRPO_CUDA_E4M3_MAX : 1.0f;
+}
+
 /* FP8 activation quantization: one warp per (row, 128-column block). */
 __global__ void
 quant_k(int M, int K, const float *x, int ldx, uint8_t *q, float *scale, int64_t sld)
@@ -152,15 +168,8 @@ quant_k(int M, int K, const float *x, int ldx, uint8_t *q, float *scale, int64_t
     if (warp >= M * kbs)
         return;
     int m = warp / kbs, kb = warp % kbs, c0 = kb * GRPO_CUDA_QBLK;
-    float v[4], amax = 0.0f;
-    for (int j = 0; j < 4; j++) {
-        int c = c0 + lane + 32 * j;
-        v[j] = c < K ? x[(size_t)m * ldx + c] : 0.0f;
-        amax = fmaxf(amax, fabsf(v[j]));
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float sc = amax > 0.0f ? amax / GRPO_CUDA_E4M3_MAX : 1.0f;
+    float v[4];
+    float sc = quant_block(x + (size_t)m * ldx, K, c0, lane, v);
     for (int j = 0; j < 4; j++) {
         int c = c0 + lane + 32 * j;
         if (c < K) {
@@ -182,15 +191,8 @@ act_fp8_k(int M, int K, const float *x, int ldx, float *out)
     if (warp >= M * kbs)
         return;
     int m = warp / kbs, c0 = warp % kbs * GRPO_CUDA_QBLK;
-    float v[4], amax = 0.0f;
-    for (int j = 0; j < 4; j++) {
-        int c = c0 + lane + 32 * j;
-        v[j] = c < K ? x[(size_t)m * ldx + c] : 0.0f;
-        amax = fmaxf(amax, fabsf(v[j]));
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float sc = amax > 0.0f ? amax / GRPO_CUDA_E4M3_MAX : 1.0f;
+    float v[4];
+    float sc = quant_block(x + (size_t)m * ldx, K, c0, lane, v);
     for (int j = 0; j < 4; j++) {
         int c = c0 + lane + 32 * j;
         if (c < K)

@@ -209,6 +209,22 @@ test_rollout_replay(void **state)
     "%s rollout --model %s/tests/data/tiny_models/fp8 --prompts %s/data/tiny_prompts.jsonl"        \
     " --group 4 --max-new-tokens 12 --temperature 1.0"
 
+/* ROLL_FP8 with --OPT VAL at 2 and at 1 thread, into TMP/OPT-VAL.db (its path in d2) and
+ * TMP/OPT-VALt1.db: the same completions, other than those of de (the run without the option), and
+ * "KEY":"VAL" in each of the 4 groups' sampling records. */
+static void
+option_runs(const char *opt, const char *key, const char *val, const char *de, char *d2, size_t n2)
+{
+    char d1[512], rec[64];
+    snprintf(d2, n2, "%s/%s-%s.db", tmpdir, opt, val);
+    snprintf(d1, sizeof d1, "%s/%s-%st1.db", tmpdir, opt, val);
+    assert_int_equal(run(ROLL_FP8 " --db %s --threads 2 --%s %s", bin, src, src, d2, opt, val), 0);
+    assert_int_equal(run(ROLL_FP8 " --db %s --threads 1 --%s %s", bin, src, src, d1, opt, val), 0);
+    assert_same_completions(d2, d1, de); /* and not the run's without the option */
+    snprintf(rec, sizeof rec, "\"%s\":\"%s\"", key, val);
+    assert_int_equal(count_containing(d2, "groups", "sampling_json", rec), 4);
+}
+
 /* --numerics q8 and fp8: the same completions with 1 and 2 threads, other completions than the
  * exact path's, the numerics recorded with each group, and replay bit-identical from the
  * record. */
@@ -216,20 +232,12 @@ static void
 test_numerics(void **state)
 {
     (void)state;
-    char dq[512], dq1[512], de[512], rec[64];
+    char dq[512], de[512];
     snprintf(de, sizeof de, "%s/exact.db", tmpdir);
     assert_int_equal(run(ROLL_FP8 " --db %s --threads 2", bin, src, src, de), 0);
     const char *names[2] = {"q8", "fp8"};
     for (int i = 0; i < 2; i++) {
-        snprintf(dq, sizeof dq, "%s/%s.db", tmpdir, names[i]);
-        snprintf(dq1, sizeof dq1, "%s/%st1.db", tmpdir, names[i]);
-        assert_int_equal(
-            run(ROLL_FP8 " --db %s --threads 2 --numerics %s", bin, src, src, dq, names[i]), 0);
-        assert_int_equal(
-            run(ROLL_FP8 " --db %s --threads 1 --numerics %s", bin, src, src, dq1, names[i]), 0);
-        assert_same_completions(dq, dq1, de); /* and not the exact path's */
-        snprintf(rec, sizeof rec, "\"numerics\":\"%s\"", names[i]);
-        assert_int_equal(count_containing(dq, "groups", "sampling_json", rec), 4);
+        option_runs("numerics", "numerics", names[i], de, dq, sizeof dq);
         for (int id = 1; id <= 16; id += 5) {
             assert_int_equal(run("%s replay --db %s --completion %d --threads 1", bin, dq, id), 0);
             assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
@@ -293,16 +301,9 @@ test_kv_dtype(void **state)
     snprintf(de, sizeof de, "%s/kvf32.db", tmpdir);
     assert_int_equal(run(ROLL_FP8 " --db %s --threads 2", bin, src, src, de), 0);
     for (int d = 0; d < 2; d++) {
-        char d2[512], d1[512], like[64];
-        snprintf(d2, sizeof d2, "%s/kv%s.db", tmpdir, dts[d]);
-        snprintf(d1, sizeof d1, "%s/kv%st1.db", tmpdir, dts[d]);
-        assert_int_equal(
-            run(ROLL_FP8 " --db %s --threads 2 --kv-dtype %s", bin, src, src, d2, dts[d]), 0);
-        assert_int_equal(
-            run(ROLL_FP8 " --db %s --threads 1 --kv-dtype %s", bin, src, src, d1, dts[d]), 0);
-        assert_same_completions(d2, d1, de); /* and not the f32 cache's */
+        char d2[512], like[64];
+        option_runs("kv-dtype", "kv_dtype", dts[d], de, d2, sizeof d2);
         snprintf(like, sizeof like, "\"kv_dtype\":\"%s\"", dts[d]);
-        assert_int_equal(count_containing(d2, "groups", "sampling_json", like), 4);
         assert_int_equal(count_containing(d2, "runs", "config_json", like), 1);
         sqlite3 *h;
         assert_int_equal(sqlite3_open(d2, &h), SQLITE_OK);

@@ -95,15 +95,26 @@ def test_skipped_samples_get_no_advantage():
     assert adv == [0.0, 0.0] and zero
 
 
-def test_kv_dtype_matches_cli(grpo_bin, tmp_path):
+def option_matches_cli(grpo_bin, tmp_path, flag, **engine_opts):
+    """The Engine with engine_opts against `grpo rollout` with flag (4 demo prompts, G 3)."""
     prompts = ROOT / "data" / "demo_prompts.jsonl"
     rows = read_jsonl(prompts)[:4]
     f = tmp_path / "p.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cli = cli_rollout(grpo_bin, tmp_path, f,
-                      ["--group", "3", "--max-new-tokens", "40", "--seed", "3", "--kv-dtype", "fp8"])
-    with grpo.Engine(MODEL, threads=2, kv_dtype="fp8") as e:
+                      ["--group", "3", "--max-new-tokens", "40", "--seed", "3"] + flag)
+    with grpo.Engine(MODEL, threads=2, **engine_opts) as e:
         groups = e.rollout(rows, group=3, max_new_tokens=40, seed=3)
     check_same(groups, cli, 3)
+
+
+def test_kv_dtype_matches_cli(grpo_bin, tmp_path):
+    option_matches_cli(grpo_bin, tmp_path, ["--kv-dtype", "fp8"], kv_dtype="fp8")
     with pytest.raises(ValueError, match="kv_dtype"):
         grpo.Engine(MODEL, kv_dtype="int4")
+
+
+def test_fp8_numerics_matches_cli(grpo_bin, tmp_path):
+    option_matches_cli(grpo_bin, tmp_path, ["--numerics", "fp8"], numerics="fp8")
+    with pytest.raises(ValueError, match="numerics"):
+        grpo.Engine(MODEL, numerics="fp4")

@@ -515,11 +515,13 @@ grpo_cpu__gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w
 static int
 gemm_batch_act_round(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
 {
+    if (!k->act_round) /* every batch asks: the exact path scans no jobs */
+        return 0;
     size_t total = 0;
     for (int j = 0; j < n; j++)
         if (jobs[j].M > 0 && grpo_kw_act_round(jobs[j].w))
             total += (size_t)jobs[j].M * jobs[j].w->cols;
-    if (!k->act_round || total == 0)
+    if (total == 0)
         return 0;
     float *buf = malloc(total * sizeof *buf);
     grpo_gemm_job *rj = malloc((size_t)n * sizeof *rj);

@@ -22,6 +22,20 @@ keep_owned(grpo_model *m, void *p)
     return 0;
 }
 
+/* n bytes aligned to align, freed with the model; NULL when out of memory. */
+static void *
+alloc_kept(grpo_model *m, size_t align, size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, align, n) != 0)
+        return NULL;
+    if (keep_owned(m, p) != 0) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
 /* Buffers of OWN_BIG bytes or more (Q8 weights, weights copied out of the mapping) are carved
  * 64-byte aligned from regions of REGION bytes (or one region of the buffer's size, rounded to
  * HUGE) that ask for transparent huge pages: a decode step streams nearly all of them, and on
@@ -35,29 +49,18 @@ keep_owned(grpo_model *m, void *p)
 void *
 grpo_model__own(grpo_model *m, size_t bytes)
 {
-    void *p = NULL;
-    if (bytes < OWN_BIG) {
-        if (posix_memalign(&p, 64, bytes > 0 ? bytes : 1) != 0)
-            return NULL;
-        if (keep_owned(m, p) != 0) {
-            free(p);
-            return NULL;
-        }
-        return p;
-    }
+    if (bytes < OWN_BIG)
+        return alloc_kept(m, 64, bytes > 0 ? bytes : 1);
     bytes = (bytes + 63) & ~(size_t)63;
     if (m->region_left < bytes) {
         size_t r = bytes > REGION ? (bytes + HUGE - 1) / HUGE * HUGE : REGION;
-        if (posix_memalign(&p, HUGE, r) != 0)
+        char *reg = alloc_kept(m, HUGE, r);
+        if (reg == NULL)
             return NULL;
-        if (keep_owned(m, p) != 0) {
-            free(p);
-            return NULL;
-        }
-        (void)madvise(p, r, MADV_HUGEPAGE); /* a hint: refused is fine */
-        m->region_at = p, m->region_left = r;
+        (void)madvise(reg, r, MADV_HUGEPAGE); /* a hint: refused is fine */
+        m->region_at = reg, m->region_left = r;
     }
-    p = m->region_at;
+    void *p = m->region_at;
     m->region_at += bytes, m->region_left -= bytes;
     return p;
 }

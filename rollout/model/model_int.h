@@ -144,6 +144,11 @@ void grpo_model__op_memory_free(grpo_model *m);
 /* Tests: runs m on the caller's table k from now on (k outlives m): its weights are uploaded into
  * k's op memory, the scratch starts afresh; the table the model opened is destroyed with it. */
 grpo_err grpo_model__use_backend(grpo_model *m, grpo_kernels *k);
+/* fn over every matrix of layer l (q_proj, q_a, q_b, kv_a, kv_b, o, router, k_proj, v_proj, then
+ * the dense MLP's or the routed and shared experts' gate, up and down; absent ones have no data),
+ * stopping at the first error (upload.c). */
+typedef grpo_err (*grpo_model_kw_fn)(grpo_model *m, grpo_kw *w, void *ctx);
+grpo_err grpo_model__each_layer_kw(grpo_model *m, grpo_layer_w *l, grpo_model_kw_fn fn, void *ctx);
 /* The Q8 numerics option: FP8 GEMM weights requantized into owned buffers (requant.c). */
 grpo_err grpo_model__requant_q8(grpo_model *m);
 void *grpo_model__own(grpo_model *m, size_t bytes);

@@ -28,29 +28,18 @@ requant(grpo_model *m, grpo_kw *w)
     return requant_any(m, w, 0);
 }
 
+/* A matrix of layer ctx: every one but kv_b (applied per head) and the router (kept exact). */
 static grpo_err
-requant_mlp(grpo_model *m, grpo_mlp_w *w)
+requant_layer_kw(grpo_model *m, grpo_kw *w, void *ctx)
 {
-    grpo_err err;
-    if ((err = requant(m, &w->gate)) != GRPO_OK || (err = requant(m, &w->up)) != GRPO_OK)
-        return err;
-    return requant(m, &w->down);
+    const grpo_layer_w *l = ctx;
+    return w == &l->kv_b || w == &l->router ? GRPO_OK : requant(m, w);
 }
 
 static grpo_err
 requant_layer(grpo_model *m, grpo_layer_w *l)
 {
-    grpo_kw *mats[] = {&l->q_proj, &l->q_a, &l->q_b, &l->kv_a, &l->o, &l->k_proj, &l->v_proj};
-    grpo_err err = GRPO_OK;
-    for (size_t i = 0; i < sizeof mats / sizeof mats[0] && err == GRPO_OK; i++)
-        err = requant(m, mats[i]);
-    if (err == GRPO_OK && !l->moe)
-        return requant_mlp(m, &l->mlp);
-    for (int e = 0; err == GRPO_OK && e < m->cfg.n_routed_experts; e++)
-        err = requant_mlp(m, &l->experts[e]);
-    if (err == GRPO_OK && m->cfg.n_shared_experts > 0)
-        err = requant_mlp(m, &l->shared);
-    return err;
+    return grpo_model__each_layer_kw(m, l, requant_layer_kw, l);
 }
 
 grpo_err

@@ -1,7 +1,8 @@
 /* The model's weights in its backend's op memory (kernels.h, "The memory the ops work on"): a
  * backend whose ops work on memory of their own (the CUDA device mode) gets every matrix and
  * vector uploaded once, and the forward then passes only op-memory pointers to the ops. Where op
- * memory is host memory nothing moves: the ops read the mapped checkpoint as before. */
+ * memory is host memory the CPU backend's streamed matrices move onto huge pages (below); the
+ * staged CUDA table reads the mapped checkpoint as before. */
 #include "rollout/model/model_int.h"
 
 #include <stdio.h>
@@ -53,10 +54,8 @@ up_vec(grpo_model *m, float **v, size_t n)
     return own_op(m, d);
 }
 
-typedef grpo_err (*kw_fn)(grpo_model *m, grpo_kw *w, void *ctx);
-
 static grpo_err
-each_mlp_kw(grpo_model *m, grpo_mlp_w *w, kw_fn fn, void *ctx)
+each_mlp_kw(grpo_model *m, grpo_mlp_w *w, grpo_model_kw_fn fn, void *ctx)
 {
     grpo_err err = fn(m, &w->gate, ctx);
     if (err == GRPO_OK)
@@ -64,9 +63,8 @@ each_mlp_kw(grpo_model *m, grpo_mlp_w *w, kw_fn fn, void *ctx)
     return err == GRPO_OK ? fn(m, &w->down, ctx) : err;
 }
 
-/* fn over every matrix of a layer (absent ones have no data). */
-static grpo_err
-each_layer_kw(grpo_model *m, grpo_layer_w *l, kw_fn fn, void *ctx)
+grpo_err
+grpo_model__each_layer_kw(grpo_model *m, grpo_layer_w *l, grpo_model_kw_fn fn, void *ctx)
 {
     const grpo_model_config *c = &m->cfg;
     grpo_kw *kws[] = {&l->q_proj, &l->q_a,    &l->q_b,    &l->kv_a,  &l->kv_b,
@@ -90,7 +88,7 @@ up_layer(grpo_model *m, grpo_layer_w *l)
     const grpo_model_config *c = &m->cfg;
     size_t H = (size_t)c->hidden_size, nh = (size_t)c->num_attention_heads;
     size_t d = (size_t)c->head_dim, kvd = (size_t)c->num_key_value_heads * d;
-    grpo_err err = each_layer_kw(m, l, up_kw, NULL);
+    grpo_err err = grpo_model__each_layer_kw(m, l, up_kw, NULL);
     struct {
         float **v;
         size_t n;
@@ -182,7 +180,7 @@ weights_to_huge_pages(grpo_model *m)
     size_t total = 0;
     grpo_err err = count_kw(m, &m->lm_head, &total);
     for (int i = 0; i < c->num_hidden_layers && err == GRPO_OK; i++)
-        err = each_layer_kw(m, &m->layers[i], count_kw, &total);
+        err = grpo_model__each_layer_kw(m, &m->layers[i], count_kw, &total);
     long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (total == 0 || pages <= 0 || psz <= 0 || total > (size_t)pages * (size_t)psz / 2) {
         if (total > 0)
@@ -196,7 +194,7 @@ weights_to_huge_pages(grpo_model *m)
     if (err == GRPO_OK && tied)
         m->embed.data = m->lm_head.data;
     for (int i = 0; i < c->num_hidden_layers && err == GRPO_OK; i++)
-        err = each_layer_kw(m, &m->layers[i], copy_kw, NULL);
+        err = grpo_model__each_layer_kw(m, &m->layers[i], copy_kw, NULL);
     return err;
 }
 

@@ -144,13 +144,13 @@ test_gemm(void)
     for (int s = 0; s < 7; s++)
         gemm_case(gpu_fast, "gemm fast", GRPO_DT_F8E4M3, fs[s][0], fs[s][1], fs[s][2], 0, 1e-3, 1);
     gemm_case(gpu_fast, "gemm fast view", GRPO_DT_F8E4M3, 16, 256, 512, 128, 1e-3, 1);
-    /* against the CPU twin of the fast numerics (act_fp8: the same FP8 activations, exact GEMM).
+    /* against the CPU twin of the fast numerics (act_round: the same FP8 activations, exact GEMM).
      * The generic kernel differs from it only in the order of the fp32 sums (1e-5); cuBLASLt's FP8
      * tensor-core sums keep fewer bits within each 128-block (up to 3.6e-4 of sum |x w| seen on an
      * H200, 2026-12-04), so 1e-3 there, against FP8 rounding's ~3e-2 of |y| */
     cpu->act_round = 1;
     for (int s = 0; s < 7; s++)
-        gemm_case(gpu_fast, "gemm fast = act_fp8 twin", GRPO_DT_F8E4M3, fs[s][0], fs[s][1],
+        gemm_case(gpu_fast, "gemm fast = act_round twin", GRPO_DT_F8E4M3, fs[s][0], fs[s][1],
                   fs[s][2], 0, fs[s][2] % 128 ? 1e-5 : 1e-3, 0);
     gemm_case(gpu_fast, "gemm fast view = twin", GRPO_DT_F8E4M3, 16, 256, 512, 128, 1e-3, 0);
     cpu->act_round = 0;

@@ -54,5 +54,16 @@ int cli_select_gpu(const char *cmd, int gpu, int want_threads);
  * or the usage error naming the accepted values. */
 int cli_numerics_opt(const char *cmd, const char *v, int *out);
 int cli_kv_dtype_opt(const char *cmd, const char *v, int *out);
+/* --deterministic on|off of cmd: *det = 1 or 0 (it starts at -1, not given). Then, once every
+ * option is parsed, cli_deterministic_apply: off turns --numerics fp8 into fp8-nondet; off with
+ * exact or q8 (always deterministic), and on with fp8-nondet, are usage errors. */
+int cli_deterministic_opt(const char *cmd, const char *v, int *det);
+int cli_deterministic_apply(const char *cmd, int det, int *numerics);
+#define CLI_HELP_DETERMINISTIC                                                                     \
+    "  --deterministic on|off  on (default): a sample's tokens never depend on what shares its\n"  \
+    "                       batch. Only --numerics fp8 with --gpu has a batch-dependent\n"         \
+    "                       variant: off selects it (cuBLASLt's GEMMs, which choose their\n"       \
+    "                       algorithm from the batch size; recorded as numerics\n"                 \
+    "                       fp8-nondet); not for RL\n"
 
 #endif

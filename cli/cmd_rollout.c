@@ -32,6 +32,7 @@
 typedef struct args {
     grpo_run_opts o; /* the flags, as the run's options */
     char model_buf[PATH_MAX], prompts_buf[PATH_MAX];
+    int det; /* --deterministic: -1 not given, 0 off, 1 on */
 } args;
 
 static void
@@ -87,8 +88,9 @@ usage(FILE *f)
           "                       activations, integer dot products; faster) or fp8\n"
           "                       (DeepSeek-V3's FP8 inference: E4M3 activations per 128\n"
           "                       columns at FP8 weights, BF16 at BF16 weights; with --gpu\n"
-          "                       the cuBLASLt GEMMs, on the CPU their twin, not faster);\n"
+          "                       the tensor cores, on the CPU their twin, not faster);\n"
           "                       not exact; recorded, so replay and --resume use it too\n"
+          CLI_HELP_DETERMINISTIC
           "  --kv-dtype D         KV cache rows in f32 (default: exact), bf16 or fp8 (E4M3 +\n"
           "                       fp32 scale per 128 latent values, rope key bf16; CPU only):\n"
           "                       smaller rows, more groups in the same --kv-budget, not\n"
@@ -157,7 +159,8 @@ enum {
     O_RESUME,
     O_NUMERICS,
     O_KVDT,
-    O_ROUTES
+    O_ROUTES,
+    O_DET
 };
 
 static const struct option long_opts[] = {
@@ -182,6 +185,7 @@ static const struct option long_opts[] = {
     {"numerics", required_argument, 0, O_NUMERICS},
     {"kv-dtype", required_argument, 0, O_KVDT},
     {"record-routes", no_argument, 0, O_ROUTES},
+    {"deterministic", required_argument, 0, O_DET},
     CLI_GEN_LONG_OPTS,
     CLI_TOOLS_LONG_OPTS,
     {0, 0, 0, 0},
@@ -241,6 +245,8 @@ parse_opt(void *ctx, int c, const char *v)
 {
     grpo_run_opts *a = &((args *)ctx)->o;
     switch (c) {
+    case O_DET:
+        return cli_deterministic_opt(CMD, v, &((args *)ctx)->det);
     case O_MODEL:
         a->model = v;
         return 0;
@@ -314,10 +320,12 @@ static int
 parse_args(args *x, int argc, char **argv)
 {
     memset(x, 0, sizeof *x);
+    x->det = -1;
     grpo_run_opts *a = &x->o;
     grpo_run_opts_default(a);
     int rc = cli_getopt(CMD, argc, argv, long_opts, parse_opt, x);
-    if (rc != 0 || (rc = cli_select_gpu(CMD, a->gpu, a->threads)) != 0)
+    if (rc != 0 || (rc = cli_deterministic_apply(CMD, x->det, &a->numerics)) != 0 ||
+        (rc = cli_select_gpu(CMD, a->gpu, a->threads)) != 0)
         return rc;
     if (parse_budget(a->kv_budget, &a->kv_bytes, &a->kv_tokens) != 0)
         return cli_usage(CMD, "--kv-budget %s: expected bytes (512M, 2G) or tokens (65536t)",

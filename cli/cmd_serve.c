@@ -24,6 +24,7 @@
 #define CMD "serve"
 typedef struct args {
     grpo_coord_opts o; /* the flags, as the coordinator's options */
+    int det;           /* --deterministic: -1 not given, 0 off, 1 on */
 } args;
 
 static void
@@ -74,6 +75,7 @@ usage(FILE *f)
     fputs("  --numerics N         exact (default), q8 or fp8: how every worker loads the\n"
           "                       model (as grpo rollout --numerics; recorded, so replay\n"
           "                       uses it too)\n"
+          CLI_HELP_DETERMINISTIC
           "  --kv-dtype D         f32 (default), bf16 or fp8: the workers' KV cache rows (as\n"
           "                       grpo rollout --kv-dtype; CPU workers only; recorded)\n"
           "  --record-routes      the workers return the MoE experts the router chose for every\n"
@@ -117,6 +119,7 @@ enum {
     O_ROUTES,
     O_MODEL,
     O_NUMERICS,
+    O_DET,
     O_KVDT
 };
 
@@ -136,6 +139,7 @@ static const struct option long_opts[] = {
     {"record-routes", no_argument, 0, O_ROUTES},
     {"model", required_argument, 0, O_MODEL},
     {"numerics", required_argument, 0, O_NUMERICS},
+    {"deterministic", required_argument, 0, O_DET},
     {"kv-dtype", required_argument, 0, O_KVDT},
     CLI_GEN_LONG_OPTS,
     CLI_TOOLS_LONG_OPTS,
@@ -174,6 +178,8 @@ parse_opt(void *ctx, int c, const char *v)
         return 0;
     case O_NUMERICS:
         return cli_numerics_opt(CMD, v, &a->numerics);
+    case O_DET:
+        return cli_deterministic_opt(CMD, v, &((args *)ctx)->det);
     case O_KVDT:
         return cli_kv_dtype_opt(CMD, v, &a->kv_dtype);
     case O_WINDOW:
@@ -220,8 +226,9 @@ parse_args(args *x, int argc, char **argv)
     a->listen = getenv("GRPO_LISTEN_URL");
     if (a->listen == NULL || a->listen[0] == '\0')
         a->listen = "tcp://0.0.0.0:5555";
+    x->det = -1;
     int rc = cli_getopt(CMD, argc, argv, long_opts, parse_opt, x);
-    if (rc != 0)
+    if (rc != 0 || (rc = cli_deterministic_apply(CMD, x->det, &a->numerics)) != 0)
         return rc;
     if (a->prompts == NULL)
         return cli_usage(CMD, "--prompts is required");

@@ -92,6 +92,31 @@ cli_numerics_opt(const char *cmd, const char *v, int *out)
 }
 
 int
+cli_deterministic_opt(const char *cmd, const char *v, int *det)
+{
+    if (strcmp(v, "on") == 0 || strcmp(v, "off") == 0) {
+        *det = strcmp(v, "on") == 0;
+        return 0;
+    }
+    return cli_usage(cmd, "--deterministic %s: expected on or off", v);
+}
+
+int
+cli_deterministic_apply(const char *cmd, int det, int *numerics)
+{
+    if (det == 0 && *numerics == GRPO_NUMERICS_FP8)
+        *numerics = GRPO_NUMERICS_FP8_NONDET;
+    else if (det == 0 && *numerics != GRPO_NUMERICS_FP8_NONDET)
+        return cli_usage(cmd,
+                         "--deterministic off: numerics %s is always deterministic (only "
+                         "fp8 has a batch-dependent variant)",
+                         grpo_numerics_name(*numerics));
+    else if (det == 1 && *numerics == GRPO_NUMERICS_FP8_NONDET)
+        return cli_usage(cmd, "--deterministic on contradicts --numerics fp8-nondet");
+    return 0;
+}
+
+int
 cli_kv_dtype_opt(const char *cmd, const char *v, int *out)
 {
     if (grpo_kv_dtype_parse(v, out) != GRPO_OK)

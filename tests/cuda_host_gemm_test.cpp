@@ -3,7 +3,9 @@
  * on the host by POSIX threads (256 per tile with a barrier for __syncthreads; 32 per warp with
  * the xor butterfly replayed in order), against the CPU backend's GEMMs: F32/BF16/F16/FP8 weights,
  * ragged shapes, an FP8 row view, per-head forms, experts with 0..many rows, both weight paths of
- * the grouped GEMM. Runs in CI without a device; the CUDA execution is tests/gpu/cuda_ops_test.c. */
+ * the grouped GEMM. The tensor-core GEMM of the deterministic fast policy (kernels/cuda/tc_body.h)
+ * the same way, its mma instructions emulated from the PTX ISA's fragment layouts, against the CPU
+ * twin (act_round). Runs in CI without a device; the CUDA execution is in cuda_ops_test.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,7 @@ extern "C" {
 
 #include "kernels/cuda/gemm_body.h"
 #include "kernels/cuda/plan.h"
+#include "kernels/cuda/tc_body.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -284,10 +287,229 @@ grouped_gemm_matches_cpu(void **state)
     grpo_kernels_destroy(cpu);
 }
 
+/* ---- the tensor-core GEMM: 32 threads per warp, mma emulated from the PTX layouts ---- */
+
+/* Element (r, k) of an mma's A (16 x 32 E4M3 or 16 x 16 BF16) and (k, n) of its B (x 8), from the
+ * warp's registers a[lane][4], b[lane][2], as the PTX ISA lays them out. */
+static float
+frag_a(const uint32_t (*a)[4], int fp8, int r, int k)
+{
+    if (fp8) {
+        uint32_t v = a[(r % 8) * 4 + (k % 16) / 4][r / 8 + 2 * (k / 16)];
+        return cu_e4m3((uint8_t)(v >> (8 * (k % 4))));
+    }
+    uint32_t v = a[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)];
+    return grpo_bf16_to_f32((uint16_t)(v >> (16 * (k % 2))));
+}
+
+static float
+frag_b(const uint32_t (*b)[2], int fp8, int k, int n)
+{
+    if (fp8) {
+        uint32_t v = b[n * 4 + (k % 16) / 4][k / 16];
+        return cu_e4m3((uint8_t)(v >> (8 * (k % 4))));
+    }
+    uint32_t v = b[n * 4 + (k % 8) / 2][k / 8];
+    return grpo_bf16_to_f32((uint16_t)(v >> (16 * (k % 2))));
+}
+
+struct tc_warp_ctx {
+    int l;
+    uint32_t (*a)[4], (*b)[2];
+    pthread_barrier_t *bar;
+    int lane() const
+    {
+        return l;
+    }
+    /* d (lane's rows l / 4 + {0, 8}, tokens 2 (l % 4) + {0, 1}) += A . B */
+    void mma(float d[4], const uint32_t *ra, const uint32_t *rb, int fp8)
+    {
+        memcpy(a[l], ra, 16);
+        memcpy(b[l], rb, 8);
+        pthread_barrier_wait(bar);
+        for (int i = 0; i < 4; i++) {
+            int r = l / 4 + 8 * (i / 2), n = 2 * (l % 4) + i % 2;
+            double s = d[i];
+            for (int k = 0; k < (fp8 ? 32 : 16); k++)
+                s += (double)frag_a(a, fp8, r, k) * frag_b(b, fp8, k, n);
+            d[i] = (float)s;
+        }
+        pthread_barrier_wait(bar);
+    }
+    void mma_fp8(float d[4], const uint32_t ra[4], const uint32_t rb[2])
+    {
+        mma(d, ra, rb, 1);
+    }
+    void mma_bf16(float d[4], const uint32_t ra[4], const uint32_t rb[2])
+    {
+        mma(d, ra, rb, 0);
+    }
+};
+
+struct tc_launch {
+    const tc_jobs *jobs;
+    uint32_t a[32][4], b[32][2];
+    pthread_barrier_t bar;
+};
+
+struct tc_arg {
+    tc_launch *L;
+    int l;
+};
+
+static void *
+tc_thread(void *p)
+{
+    tc_arg *g = (tc_arg *)p;
+    tc_launch *L = g->L;
+    tc_warp_ctx cx = {g->l, L->a, L->b, &L->bar};
+    for (int j = 0; j < L->jobs->n; j++) {
+        const tc_job &jb = L->jobs->j[j];
+        for (int n0 = 0; n0 < jb.w.rows; n0 += TC_ROWS)
+            for (int t0 = 0; t0 < jb.M; t0 += TC_TOK)
+                tc_warp(cx, jb, n0, t0);
+    }
+    return NULL;
+}
+
+static void
+run_tc(const tc_jobs &jobs)
+{
+    tc_launch L;
+    L.jobs = &jobs;
+    pthread_barrier_init(&L.bar, NULL, 32);
+    std::vector<pthread_t> th(32);
+    std::vector<tc_arg> args(32);
+    for (int l = 0; l < 32; l++) {
+        args[l] = tc_arg{&L, l};
+        assert_int_equal(pthread_create(&th[l], NULL, tc_thread, &args[l]), 0);
+    }
+    for (int l = 0; l < 32; l++)
+        pthread_join(th[l], NULL);
+    pthread_barrier_destroy(&L.bar);
+}
+
+/* The prepared activations of one job as tc.cu's prep kernel makes them (the twin's roundings):
+ * E4M3 bytes with scales qs[b * M + m] for an FP8 weight, BF16 for a BF16 one. */
+struct tc_acts {
+    std::vector<uint8_t> q;
+    std::vector<float> qs;
+};
+
+static void
+tc_prep_host(tc_acts &p, int fp8, int M, int K, const float *x, int ldx)
+{
+    int kbs = (K + 127) / 128;
+    p.q.assign((size_t)M * K * (fp8 ? 1 : 2), 0);
+    p.qs.assign((size_t)kbs * M, 0.0f);
+    for (int m = 0; m < M; m++)
+        for (int b = 0; b < kbs; b++) {
+            const float *xr = x + (size_t)m * ldx;
+            int c1 = b * 128 + 128 < K ? b * 128 + 128 : K;
+            float amax = 0.0f;
+            for (int c = b * 128; c < c1; c++)
+                amax = fmaxf(amax, fabsf(xr[c]));
+            float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+            p.qs[(size_t)b * M + m] = sc;
+            for (int c = b * 128; c < c1; c++) {
+                if (fp8) {
+                    p.q[(size_t)m * K + c] = grpo_f32_to_e4m3(xr[c] / sc);
+                } else {
+                    uint16_t h = grpo_f32_to_bf16(xr[c]);
+                    memcpy(&p.q[((size_t)m * K + c) * 2], &h, 2);
+                }
+            }
+        }
+}
+
+static tc_job
+tc_job_of(const tc_acts &p, const grpo_kw &w, int M, float *y, int ldy)
+{
+    tc_job j;
+    memset(&j, 0, sizeof j);
+    j.q = p.q.data(), j.qs = p.qs.data(), j.y = y, j.w = cu_kw_of(&w);
+    j.M = M, j.ldq = w.cols, j.qsld = M, j.ldy = ldy;
+    return j;
+}
+
+/* Against the CPU twin (act_round: the same roundings, then the exact fp32 GEMM): FP8 weights with
+ * whole and partial 128-column blocks, row views at 64 and at 8 (a warp's rows then straddle a
+ * scale row), BF16 weights with a ragged last chunk; padding columns of y untouched. */
+static void
+tc_gemm_matches_twin(void **state)
+{
+    (void)state;
+    grpo_kernels *cpu = NULL;
+    assert_int_equal(grpo_kernels_cpu_create(&cpu, 1), GRPO_OK);
+    cpu->act_round = 1;
+    const int sh[][5] = {{1, 160, 256, 0, 1},  {37, 96, 384, 64, 1}, {5, 200, 96, 8, 1},
+                         {33, 48, 1024, 0, 1}, {3, 72, 200, 0, 0},   {40, 24, 512, 16, 0}};
+    for (int s = 0; s < 6; s++) {
+        int M = sh[s][0], N = sh[s][1], K = sh[s][2], r0 = sh[s][3], fp8 = sh[s][4];
+        weight w;
+        make_weight(w, fp8 ? GRPO_DT_F8E4M3 : GRPO_DT_BF16, N + r0, K);
+        grpo_kw v = grpo_kw_rows(&w.kw, r0, N);
+        int ldx = K + 3, ldy = N + 4;
+        std::vector<float> x((size_t)M * ldx), y((size_t)M * ldy), ref;
+        for (auto &e : x)
+            e = frand() * (1 + s);
+        for (auto &e : y)
+            e = frand();
+        ref = y;
+        cpu->gemm(cpu, M, x.data(), ldx, &v, ref.data(), ldy);
+        tc_acts p;
+        tc_prep_host(p, fp8, M, K, x.data(), ldx);
+        tc_jobs jobs;
+        jobs.n = 1;
+        jobs.j[0] = tc_job_of(p, v, M, y.data(), ldy);
+        run_tc(jobs);
+        double r = rel(y, ref);
+        printf("    tc %s M=%d N=%d K=%d row0=%d: rel %.3g\n", fp8 ? "FP8" : "BF16", M, N, K, r0,
+               r);
+        assert_true(r <= 1e-5);
+    }
+    grpo_kernels_destroy(cpu);
+}
+
+/* A token's outputs do not depend on its batch: rows computed among 37, alone, or as part of
+ * another job of the same launch are bit-identical. */
+static void
+tc_gemm_rows_batch_invariant(void **state)
+{
+    (void)state;
+    int M = 37, N = 96, K = 384, ldx = K, ldy = N;
+    weight w, wb;
+    make_weight(w, GRPO_DT_F8E4M3, N, K);
+    make_weight(wb, GRPO_DT_BF16, 40, 128);
+    std::vector<float> x((size_t)M * ldx), xb(5 * 128);
+    for (auto &e : x)
+        e = frand();
+    for (auto &e : xb)
+        e = frand();
+    std::vector<float> all((size_t)M * ldy), one(ldy), part((size_t)10 * ldy), yb(5 * 40);
+    tc_acts pa, p1, pp, pb;
+    tc_prep_host(pa, 1, M, K, x.data(), ldx);
+    tc_prep_host(p1, 1, 1, K, &x[(size_t)20 * ldx], ldx);
+    tc_prep_host(pp, 1, 10, K, &x[(size_t)3 * ldx], ldx);
+    tc_prep_host(pb, 0, 5, 128, xb.data(), 128);
+    tc_jobs jobs;
+    jobs.n = 1;
+    jobs.j[0] = tc_job_of(pa, w.kw, M, all.data(), ldy);
+    run_tc(jobs);
+    jobs.n = 3; /* one launch: the row alone, rows 3..12, and an unrelated BF16 job */
+    jobs.j[0] = tc_job_of(p1, w.kw, 1, one.data(), ldy);
+    jobs.j[1] = tc_job_of(pb, wb.kw, 5, yb.data(), 40);
+    jobs.j[2] = tc_job_of(pp, w.kw, 10, part.data(), ldy);
+    run_tc(jobs);
+    assert_memory_equal(one.data(), &all[(size_t)20 * ldy], (size_t)ldy * sizeof(float));
+    assert_memory_equal(part.data(), &all[(size_t)3 * ldy], (size_t)10 * ldy * sizeof(float));
+}
+
 int
 main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(tiled_gemm_matches_cpu),
-                                       cmocka_unit_test(grouped_gemm_matches_cpu)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tiled_gemm_matches_cpu), cmocka_unit_test(grouped_gemm_matches_cpu),
+        cmocka_unit_test(tc_gemm_matches_twin), cmocka_unit_test(tc_gemm_rows_batch_invariant)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -243,8 +243,23 @@ test_numerics(void **state)
             assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
         }
     }
+    /* --deterministic off: numerics fp8-nondet (cuBLASLt on a GPU), on the CPU the fp8 twin
+     * itself: recorded as such, the fp8 run's tokens, replayed bit for bit */
+    char dn[512];
+    snprintf(dn, sizeof dn, "%s/fp8-nondet.db", tmpdir);
+    assert_int_equal(
+        run(ROLL_FP8 " --db %s --threads 2 --numerics fp8 --deterministic off", bin, src, src, dn),
+        0);
+    assert_int_equal(count_containing(dn, "groups", "sampling_json", "\"numerics\":\"fp8-nondet\""),
+                     4);
+    assert_same_completions(dn, dq, de);
+    assert_int_equal(run("%s replay --db %s --completion 3 --threads 1", bin, dn), 0);
+    assert_non_null(strstr(slurp("out.txt"), "bit-identical"));
+    assert_int_equal(run(ROLL_FP8 " --db %s --deterministic off", bin, src, src, dn), 2);
+    assert_non_null(strstr(slurp("out.txt"), "numerics exact is always deterministic"));
     assert_int_equal(run(ROLL_FP8 " --db %s --numerics fp4", bin, src, src, dq), 2);
-    assert_non_null(strstr(slurp("out.txt"), "expected \"exact\", \"q8\" or \"fp8\""));
+    assert_non_null(
+        strstr(slurp("out.txt"), "expected \"exact\", \"q8\", \"fp8\" or \"fp8-nondet\""));
 }
 
 /* --speculative 2 (the bf16 tiny model's MTP layer): the same completions with 1 and 2 threads,

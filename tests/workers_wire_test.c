@@ -151,7 +151,7 @@ rnd_msg(grpo_wmsg *m, int type)
         for (int i = 0; i < p->n_stop_ids; i++)
             p->stop_ids[i] = rndi(0, 100000);
         p->record_routes = rndi(0, 1);
-        p->numerics = rndi(GRPO_NUMERICS_EXACT, GRPO_NUMERICS_FP8);
+        p->numerics = rndi(GRPO_NUMERICS_EXACT, GRPO_NUMERICS_FP8_NONDET);
         p->kv_dtype = rndi(GRPO_KV_F32, GRPO_KV_FP8);
         if (rnd() % 2) {
             p->tools = strdup(rnd() % 2 ? "python" : "python,/opt/envs/maze.so");
@@ -738,7 +738,7 @@ test_model_params_refused(void **state)
     (void)state;
     for (int c = 0; c < 4; c++) {
         grpo_wmsg m = valid_work();
-        m.params.numerics = c == 0 ? 3 : c == 1 ? -1 : 0;
+        m.params.numerics = c == 0 ? GRPO_NUMERICS_FP8_NONDET + 1 : c == 1 ? -1 : 0;
         m.params.kv_dtype = c == 2 ? 3 : c == 3 ? -1 : 0;
         expect_work_refused(&m, c < 2 ? "params.numerics" : "params.kv_dtype");
     }

@@ -291,7 +291,7 @@ main(int argc, char **argv)
                "routing balanced; no MTP, no overlap of communication with compute; the KV-cache "
                "append and the host's scheduling are not included.\n", G, a2a);
     long lt, fb;
-    grpo_kernels_cuda_counts(K, &lt, &fb);
+    grpo_kernels_cuda_counts(K, &lt, &fb, NULL);
     B_ROW(out, "GEMM calls through cuBLASLt: %ld; fallen back to the generic kernel: %ld.\n", lt, fb);
     if (out)
         fclose(out);

@@ -80,12 +80,17 @@ typedef struct grpo_model grpo_model;
  * amax / 448), each GEMM over a BF16 weight its activations rounded to BF16; attention, norms and
  * other weights stay fp32. On CUDA through cuBLASLt (block-scaled FP8, BF16); on the CPU the same
  * roundings before the exact kernels: the GPU numerics' twin, for checking them and measuring
- * them, not a faster CPU path. docs/model.md gives the measured accuracy of each. All keep
- * outputs independent of batch and threads. */
+ * them, not a faster CPU path. On CUDA, FP8 runs the GEMMs on our own tensor-core kernel, whose
+ * outputs do not depend on the batch (the deterministic mode, the default for RL); FP8_NONDET
+ * ("fp8-nondet", --deterministic off) has the same roundings through cuBLASLt, which picks its
+ * algorithm from the batch size, so a sample's tokens can depend on what shares its batch (on the
+ * CPU it is FP8). docs/model.md gives the measured accuracy of each. All but FP8_NONDET on CUDA
+ * keep outputs independent of batch and threads. */
 typedef enum grpo_numerics {
     GRPO_NUMERICS_EXACT = 0,
     GRPO_NUMERICS_Q8 = 1,
-    GRPO_NUMERICS_FP8 = 2
+    GRPO_NUMERICS_FP8 = 2,
+    GRPO_NUMERICS_FP8_NONDET = 3
 } grpo_numerics;
 
 /* The dtype of the KV cache rows. F32: today's cache, the exact path. BF16: every value rounded
@@ -108,7 +113,8 @@ typedef struct grpo_model_opts {
     int kv_dtype;  /* grpo_kv_dtype of the KV pools the forward takes (0 = f32) */
 } grpo_model_opts;
 
-/* "exact" or "q8" into *out; GRPO_EINVAL naming the accepted values otherwise. */
+/* "exact", "q8", "fp8" or "fp8-nondet" into *out; GRPO_EINVAL naming the accepted values
+ * otherwise. */
 grpo_err grpo_numerics_parse(const char *s, int *out);
 const char *grpo_numerics_name(int numerics);
 /* "f32", "bf16" or "fp8" into *out (grpo_kv_dtype); GRPO_EINVAL naming them otherwise. */

@@ -286,6 +286,31 @@ heads(grpo_kernels *k, int trans, int M, int H, const float *x, int ldx, int xhs
     grpo_cu__note(s, err);
 }
 
+/* Device mode: under FAST_DET the jobs the tensor-core kernel takes run as one batch (the MoE
+ * layer's gate and up projections of every active expert in one launch, their shared activations
+ * prepared once); the others, and every job under the other policies, one by one. A job's result
+ * is the same either way. */
+static void
+t_gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
+{
+    cu_state *s = cu_of(k);
+    unsigned char small[64], *taken = n <= 64 ? small : (unsigned char *)malloc((size_t)n);
+    grpo_err err = GRPO_OK;
+    if (taken == NULL)
+        err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+    else if (s->policy == GRPO_CUDA_GEMM_FAST_DET)
+        err = grpo_cu__gemm_tc(s, n, jobs, taken);
+    else
+        memset(taken, 0, (size_t)n);
+    for (int i = 0; i < n && err == GRPO_OK; i++)
+        if (!taken[i])
+            err = grpo_cu__gemm(s, jobs[i].M, jobs[i].x, jobs[i].ldx, jobs[i].w, jobs[i].y,
+                                jobs[i].ldy);
+    if (taken != small)
+        free(taken);
+    grpo_cu__note(s, err);
+}
+
 static void
 t_gemm_heads(grpo_kernels *k, int M, int H, const float *x, int ldx, int xhs, const grpo_kw *w,
              int wrs, int N, float *y, int ldy, int yhs)
@@ -703,7 +728,7 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
         k->mem_alloc = t_mem_alloc, k->mem_free = t_mem_free, k->mem_copy = t_mem_copy;
         k->mem_zero = t_mem_zero, k->add_rows = t_add_rows, k->copy_rows = t_copy_rows;
         k->combine_rows = t_combine_rows, k->kv_write = t_kv_write, k->kv_read = t_kv_read;
-        k->weight_upload = t_weight_upload;
+        k->weight_upload = t_weight_upload, k->gemm_batch = t_gemm_batch;
     }
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess)
@@ -767,8 +792,12 @@ grpo_kernels_cuda_stream(grpo_kernels *k)
 }
 
 extern "C" void
-grpo_kernels_cuda_counts(grpo_kernels *k, long *n_cublaslt, long *n_fallback)
+grpo_kernels_cuda_counts(grpo_kernels *k, long *n_cublaslt, long *n_fallback, long *n_tc)
 {
-    *n_cublaslt = cu_of(k)->n_lt;
-    *n_fallback = cu_of(k)->n_fallback;
+    if (n_cublaslt)
+        *n_cublaslt = cu_of(k)->n_lt;
+    if (n_fallback)
+        *n_fallback = cu_of(k)->n_fallback;
+    if (n_tc)
+        *n_tc = cu_of(k)->n_tc;
 }

@@ -24,8 +24,12 @@ enum { GRPO_CUDA_DEVICE = 0, GRPO_CUDA_STAGED = 1 };
 
 /* GEMM policy: EXACT keeps activations in fp32 and dequantizes weights on the fly (the CPU
  * backend's numerics, fp32 accumulation); FAST quantizes activations to FP8 (1x128 blocks) and
- * uses cuBLASLt block-scaled FP8 for FP8 weights, BF16 tensor cores for BF16 weights. */
-enum { GRPO_CUDA_GEMM_EXACT = 0, GRPO_CUDA_GEMM_FAST = 1 };
+ * uses cuBLASLt block-scaled FP8 for FP8 weights, BF16 tensor cores for BF16 weights: cuBLASLt
+ * chooses its algorithm (tiles, split of K) from M, so a row's sums may depend on how many rows
+ * share the GEMM. FAST_DET has FAST's activations on our own tensor-core kernel (tc_body.h), whose
+ * every output is the same fixed sequence of instructions over its own rows whatever M is: a
+ * token's result does not depend on its batch (--numerics fp8; FAST is fp8-nondet). */
+enum { GRPO_CUDA_GEMM_EXACT = 0, GRPO_CUDA_GEMM_FAST = 1, GRPO_CUDA_GEMM_FAST_DET = 2 };
 
 /* Number of CUDA devices; 0 when there is no driver, no device or any error. */
 int grpo_cuda_device_count(void);
@@ -36,9 +40,10 @@ grpo_err grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int 
 void grpo_kernels_cuda_destroy(grpo_kernels *k);
 /* GRPO_OK, or the first error any op hit (with its message in grpo_error_last()). Synchronizes. */
 grpo_err grpo_kernels_cuda_status(grpo_kernels *k);
-/* GEMMs the FAST policy ran through cuBLASLt, and those it sent to the generic kernel because
- * cuBLASLt had no algorithm for the shape (the shape rules then fell back silently). */
-void grpo_kernels_cuda_counts(grpo_kernels *k, long *n_cublaslt, long *n_fallback);
+/* GEMMs the FAST policy ran through cuBLASLt, those it sent to the generic kernel because
+ * cuBLASLt had no algorithm for the shape (the shape rules then fell back silently), and those the
+ * FAST_DET policy ran on the tensor-core kernel. Any pointer may be NULL. */
+void grpo_kernels_cuda_counts(grpo_kernels *k, long *n_cublaslt, long *n_fallback, long *n_tc);
 /* Opaque CUDA stream of the table (cudaStream_t), for graph capture by the caller. */
 void *grpo_kernels_cuda_stream(grpo_kernels *k);
 

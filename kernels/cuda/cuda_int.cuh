@@ -37,12 +37,13 @@ typedef struct cu_state {
     cudaStream_t stream;
     cublasLtHandle_t lt;
     cu_buf lt_ws;     /* cuBLASLt workspace */
-    cu_buf ws[7];     /* per-op scratch (quantized activations, attention partials, ...) */
+    cu_buf ws[8];     /* per-op scratch (quantized activations, attention partials, ...) */
     cu_buf stage[8];  /* staged-mode copies of one op's arguments */
     cu_cached *cache; /* staged-mode weights */
     int n_cache, cap_cache;
     grpo_err first_err;
     long n_lt, n_fallback; /* FAST-policy GEMMs run by cuBLASLt / fallen back to generic */
+    long n_tc;             /* FAST_DET-policy GEMMs run by the tensor-core kernel (tc.cu) */
 } cu_state;
 
 static inline cu_state *
@@ -75,6 +76,7 @@ cu_blocks(size_t n, unsigned t)
 
 /* The weight view as the kernels see it (cu_kw, cu_w, cu_e4m3): kernels/cuda/gemm_body.h. */
 #include "kernels/cuda/gemm_body.h"
+#include "kernels/cuda/tc_body.h"
 cu_kw grpo_cu__kw(const grpo_kw *w);
 
 /* Launchers shared between files (device pointers, the table's stream). */
@@ -103,6 +105,15 @@ grpo_err grpo_cu__embed(cu_state *s, int M, const int32_t *tok, const grpo_kw *w
                         int ldy);
 /* out (M x K) = x's FP8 activations dequantized, as grpo_act_fp8_round makes them. */
 grpo_err grpo_cu__act_fp8(cu_state *s, int M, int K, const float *x, int ldx, float *out);
+/* The deterministic fast policy's tensor-core GEMMs (tc.cu): whether w can take them (FP8 in
+ * 128 x 128 blocks or BF16, 16-byte aligned rows), and the batch entry: runs every job whose weight
+ * can (one prep and one GEMM launch per TC_MAXJ jobs; jobs with the same x share its prepared
+ * activations), taken[i] = 1 for those (and for M <= 0); the caller runs the others. */
+int grpo_cu__tc_ok(const grpo_kw *w);
+grpo_err grpo_cu__gemm_tc(cu_state *s, int n, const grpo_gemm_job *jobs, unsigned char *taken);
+/* Prepares the activations of the jobs of js with prep set (ops.cu); warps = the most
+ * (row, 128-column block) pairs of one of them. */
+grpo_err grpo_cu__tc_prep(cu_state *s, const tc_jobs *js, int warps);
 grpo_err grpo_cu__router(cu_state *s, int M, const float *logits, int E, const float *bias,
                          int n_group, int topk_group, int top_k, int norm, float scale,
                          int32_t *idx, float *wts);

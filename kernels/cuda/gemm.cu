@@ -284,57 +284,79 @@ fp8_run(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y,
     return GRPO_OK;
 }
 
-/* The op table's GEMM: the fast path when the policy and the shapes allow it, else generic. Under
- * the fast policy every GEMM over an FP8 weight (128x128 blocks) has FP8 activations: through
- * cuBLASLt when the shape and the weight's scale grid allow it (scale_cols =
- * grpo_cuda_wscale_ld(K), as the staged upload and grpo_cuda_fp8_scales_upload make it), else
- * the generic kernel over the same activations dequantized; likewise every GEMM over a BF16 weight
- * has BF16 activations. The numerics never depend on the shape, and the CPU backend's act_round
- * option (--numerics fp8) is their twin. */
+/* The fast policies' GEMM where neither cuBLASLt nor the tensor-core kernel takes it: the generic
+ * kernel over the same activations rounded (FP8 per 1x128 block, or BF16) in fp32. */
+static grpo_err
+gemm_rounded(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
+{
+    int N = w->rows, K = w->cols;
+    grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * sizeof(float));
+    if (err != GRPO_OK)
+        return err;
+    float *r = (float *)s->ws[0].d;
+    if (grpo_kw_act_round(w) == GRPO_ACT_FP8) {
+        err = grpo_cu__act_fp8(s, M, K, x, ldx, r);
+        if (err != GRPO_OK)
+            return err;
+    } else {
+        round_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(M, K, x, ldx, r);
+        CU_LAUNCHED();
+    }
+    return grpo_cu__gemm_generic(s, M, 1, r, K, 0, w, 0, N, K, 0, y, ldy, 0);
+}
+
+/* cuBLASLt for the FAST policy: FP8 when the shape and the weight's scale grid allow it
+ * (scale_cols = grpo_cuda_wscale_ld(K), as the staged upload and grpo_cuda_fp8_scales_upload make
+ * it), BF16 when aligned. GRPO_EUNSUPPORTED: not for cuBLASLt (the caller rounds and runs the
+ * generic kernel). */
+static grpo_err
+gemm_lt(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
+{
+    int N = w->rows, K = w->cols;
+    if (!(K % 16 == 0 && N % 16 == 0 && ldy % 4 == 0))
+        return GRPO_EUNSUPPORTED;
+    grpo_err err;
+    if (grpo_kw_act_round(w) == GRPO_ACT_FP8) {
+        if (!(grpo_cuda_fp8_lt_shape_ok(M, N, K) && w->row0 % 128 == 0 &&
+              w->scale_cols == grpo_cuda_wscale_ld(K)))
+            return GRPO_EUNSUPPORTED;
+        err = fp8_run(s, M, x, ldx, w, y, ldy);
+    } else {
+        if ((err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * sizeof(float))) != GRPO_OK)
+            return err;
+        to_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(
+            M, K, x, ldx, (__nv_bfloat16 *)s->ws[0].d);
+        CU_LAUNCHED();
+        err = lt_run(s, CUDA_R_16BF, M, N, K, s->ws[0].d, NULL, w->data, NULL, y, ldy);
+    }
+    if (err == GRPO_EUNSUPPORTED)
+        s->n_fallback++; /* no cuBLASLt algorithm for this shape: the generic kernel */
+    else
+        s->n_lt += err == GRPO_OK;
+    return err;
+}
+
+/* The op table's GEMM. Under the fast policies every GEMM over an FP8 weight (128x128 blocks) has
+ * FP8 activations and every GEMM over a BF16 weight BF16 activations, whatever runs it: FAST_DET
+ * the tensor-core kernel (tc.cu), FAST cuBLASLt, and where those do not take the shape the generic
+ * kernel over the same rounded activations; the numerics never depend on the shape. The CPU
+ * backend's act_round option (--numerics fp8) is their twin. EXACT: the generic kernel. */
 grpo_err
 grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
 {
     int N = w->rows, K = w->cols;
-    int aligned = M > 0 && K % 16 == 0 && N % 16 == 0 && ldy % 4 == 0;
-    int fast = s->policy == GRPO_CUDA_GEMM_FAST && M > 0 && K > 0;
-    if (fast && grpo_kw_act_round(w) == GRPO_ACT_FP8) {
-        if (aligned && grpo_cuda_fp8_lt_shape_ok(M, N, K) && w->row0 % 128 == 0 &&
-            w->scale_cols == grpo_cuda_wscale_ld(K)) {
-            grpo_err err = fp8_run(s, M, x, ldx, w, y, ldy);
-            if (err != GRPO_EUNSUPPORTED) {
-                s->n_lt += err == GRPO_OK;
-                return err;
-            }
-            s->n_fallback++; /* no cuBLASLt algorithm for this shape: the generic kernel */
-        }
-        grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * sizeof(float));
-        if (err == GRPO_OK)
-            err = grpo_cu__act_fp8(s, M, K, x, ldx, (float *)s->ws[0].d);
-        if (err != GRPO_OK)
-            return err;
-        return grpo_cu__gemm_generic(s, M, 1, (const float *)s->ws[0].d, K, 0, w, 0, N, K, 0, y,
-                                     ldy, 0);
+    int fast = s->policy != GRPO_CUDA_GEMM_EXACT && M > 0 && K > 0 && grpo_kw_act_round(w) != 0;
+    if (!fast)
+        return grpo_cu__gemm_generic(s, M, 1, x, ldx, 0, w, 0, N, K, 0, y, ldy, 0);
+    if (s->policy == GRPO_CUDA_GEMM_FAST_DET && grpo_cu__tc_ok(w)) {
+        grpo_gemm_job j = {M, x, ldx, w, y, ldy};
+        unsigned char taken;
+        return grpo_cu__gemm_tc(s, 1, &j, &taken);
     }
-    if (fast && grpo_kw_act_round(w) == GRPO_ACT_BF16) {
-        grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * sizeof(float));
-        if (err != GRPO_OK)
+    if (s->policy == GRPO_CUDA_GEMM_FAST) {
+        grpo_err err = gemm_lt(s, M, x, ldx, w, y, ldy);
+        if (err != GRPO_EUNSUPPORTED)
             return err;
-        if (aligned) {
-            to_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(
-                M, K, x, ldx, (__nv_bfloat16 *)s->ws[0].d);
-            CU_LAUNCHED();
-            err = lt_run(s, CUDA_R_16BF, M, N, K, s->ws[0].d, NULL, w->data, NULL, y, ldy);
-            if (err != GRPO_EUNSUPPORTED) {
-                s->n_lt += err == GRPO_OK;
-                return err;
-            }
-            s->n_fallback++;
-        }
-        round_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(M, K, x, ldx,
-                                                                          (float *)s->ws[0].d);
-        CU_LAUNCHED();
-        return grpo_cu__gemm_generic(s, M, 1, (const float *)s->ws[0].d, K, 0, w, 0, N, K, 0, y,
-                                     ldy, 0);
     }
-    return grpo_cu__gemm_generic(s, M, 1, x, ldx, 0, w, 0, N, K, 0, y, ldy, 0);
+    return gemm_rounded(s, M, x, ldx, w, y, ldy);
 }

@@ -200,6 +200,52 @@ act_fp8_k(int M, int K, const float *x, int ldx, float *out)
     }
 }
 
+/* The tensor-core GEMM's activations (tc_body.h) for each job with prep set: its x rows as E4M3
+ * with the 1x128 block scales (quant_k's numerics, the twin's grpo_act_fp8_round) for an FP8
+ * weight, as BF16 (nearest even) for a BF16 one. One warp per (row, 128-column block); grid.y is
+ * the job. */
+__global__ void
+tc_prep_k(tc_jobs js)
+{
+    const tc_job &j = js.j[blockIdx.y];
+    int warp = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    int K = j.w.cols, kbs = (K + GRPO_CUDA_QBLK - 1) / GRPO_CUDA_QBLK;
+    if (!j.prep || warp >= j.M * kbs)
+        return;
+    int m = warp / kbs, kb = warp % kbs, c0 = kb * GRPO_CUDA_QBLK;
+    const float *xr = j.x + (size_t)m * j.ldx;
+    if (j.w.dt == GRPO_DT_F8E4M3) {
+        float v[4];
+        float sc = quant_block(xr, K, c0, lane, v);
+        uint8_t *q = (uint8_t *)j.q + (size_t)m * j.ldq;
+        for (int i = 0; i < 4; i++) {
+            int c = c0 + lane + 32 * i;
+            if (c < K)
+                q[c] = __nv_fp8_e4m3(v[i] / sc).__x;
+        }
+        if (lane == 0)
+            ((float *)j.qs)[(size_t)kb * j.qsld + m] = sc;
+        return;
+    }
+    __nv_bfloat16 *q = (__nv_bfloat16 *)j.q + (size_t)m * j.ldq;
+    for (int i = 0; i < 4; i++) {
+        int c = c0 + lane + 32 * i;
+        if (c < K)
+            q[c] = __float2bfloat16_rn(xr[c]);
+    }
+}
+
+grpo_err
+grpo_cu__tc_prep(cu_state *s, const tc_jobs *js, int warps)
+{
+    if (warps <= 0 || js->n <= 0)
+        return GRPO_OK;
+    dim3 grid(cu_blocks((size_t)warps * 32, NT), (unsigned)js->n);
+    tc_prep_k<<<grid, NT, 0, s->stream>>>(*js);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
 grpo_err
 grpo_cu__act_fp8(cu_state *s, int M, int K, const float *x, int ldx, float *out)
 {

@@ -31,7 +31,7 @@ class _PolicyOpts(ctypes.Structure):  # grpo_policy_opts
                 ("load_mtp", ctypes.c_int)]
 
 
-NUMERICS = {"exact": 0, "q8": 1, "fp8": 2}  # grpo_numerics
+NUMERICS = {"exact": 0, "q8": 1, "fp8": 2, "fp8-nondet": 3}  # grpo_numerics
 KV_DTYPES = {"f32": 0, "bf16": 1, "fp8": 2}  # grpo_kv_dtype
 
 

@@ -329,7 +329,8 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
     if (opts->backend == 0) {
         grpo_err err = grpo_kernels_cpu_create(&m->k, opts->n_threads);
         if (err == GRPO_OK) /* --numerics fp8: the CUDA fast GEMMs' roundings, exact kernels */
-            m->k->act_round = opts->numerics == GRPO_NUMERICS_FP8;
+            m->k->act_round =
+                opts->numerics == GRPO_NUMERICS_FP8 || opts->numerics == GRPO_NUMERICS_FP8_NONDET;
         return err;
     }
     if (m->cfg.arch != GRPO_ARCH_DEEPSEEK_V3)
@@ -344,9 +345,10 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
     if (err != GRPO_OK)
         return err;
     const grpo_cuda_module *cm = cuda_module();
-    err = cm->create(&m->k, 0, opts->backend == 2 ? GRPO_CUDA_DEVICE : GRPO_CUDA_STAGED,
-                     opts->numerics == GRPO_NUMERICS_FP8 ? GRPO_CUDA_GEMM_FAST
-                                                         : GRPO_CUDA_GEMM_EXACT);
+    int policy = opts->numerics == GRPO_NUMERICS_FP8          ? GRPO_CUDA_GEMM_FAST_DET
+                 : opts->numerics == GRPO_NUMERICS_FP8_NONDET ? GRPO_CUDA_GEMM_FAST
+                                                              : GRPO_CUDA_GEMM_EXACT;
+    err = cm->create(&m->k, 0, opts->backend == 2 ? GRPO_CUDA_DEVICE : GRPO_CUDA_STAGED, policy);
     if (err != GRPO_OK)
         return grpo__fail(err, "model: CUDA backend: %s", cm->error_last());
     m->k_cuda = 1;
@@ -370,7 +372,7 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
 #endif
     if (opts->backend < 0 || opts->backend > 2)
         return grpo__fail(GRPO_EINVAL, "model: unknown backend %d", opts->backend);
-    if (opts->numerics < GRPO_NUMERICS_EXACT || opts->numerics > GRPO_NUMERICS_FP8)
+    if (opts->numerics < GRPO_NUMERICS_EXACT || opts->numerics > GRPO_NUMERICS_FP8_NONDET)
         return grpo__fail(GRPO_EINVAL, "model: unknown numerics %d", opts->numerics);
     if (opts->numerics == GRPO_NUMERICS_Q8 && opts->backend != 0)
         return grpo__fail(GRPO_EUNSUPPORTED, "model: numerics q8 is a CPU backend option");
@@ -515,8 +517,11 @@ grpo_numerics_parse(const char *s, int *out)
         *out = GRPO_NUMERICS_Q8;
     else if (s != NULL && strcmp(s, "fp8") == 0)
         *out = GRPO_NUMERICS_FP8;
+    else if (s != NULL && strcmp(s, "fp8-nondet") == 0)
+        *out = GRPO_NUMERICS_FP8_NONDET;
     else
-        return grpo__fail(GRPO_EINVAL, "numerics \"%s\": expected \"exact\", \"q8\" or \"fp8\"",
+        return grpo__fail(GRPO_EINVAL,
+                          "numerics \"%s\": expected \"exact\", \"q8\", \"fp8\" or \"fp8-nondet\"",
                           s ? s : "");
     return GRPO_OK;
 }
@@ -524,7 +529,16 @@ grpo_numerics_parse(const char *s, int *out)
 const char *
 grpo_numerics_name(int numerics)
 {
-    return numerics == GRPO_NUMERICS_Q8 ? "q8" : numerics == GRPO_NUMERICS_FP8 ? "fp8" : "exact";
+    switch (numerics) {
+    case GRPO_NUMERICS_Q8:
+        return "q8";
+    case GRPO_NUMERICS_FP8:
+        return "fp8";
+    case GRPO_NUMERICS_FP8_NONDET:
+        return "fp8-nondet";
+    default:
+        return "exact";
+    }
 }
 
 static double

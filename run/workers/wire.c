@@ -454,7 +454,7 @@ get_params(rd *r, grpo_wparams *p)
     if (r->err == GRPO_OK && (p->speculative < 0 || p->speculative > 3))
         bad(r, "params.speculative", "not 0 to 3");
     p->numerics = get_i32(r, "params.numerics");
-    if (r->err == GRPO_OK && (p->numerics < GRPO_NUMERICS_EXACT || p->numerics > GRPO_NUMERICS_FP8))
+    if (r->err == GRPO_OK && (p->numerics < GRPO_NUMERICS_EXACT || p->numerics > GRPO_NUMERICS_FP8_NONDET))
         bad(r, "params.numerics", "not exact, q8 or fp8");
     p->kv_dtype = get_i32(r, "params.kv_dtype");
     if (r->err == GRPO_OK && (p->kv_dtype < GRPO_KV_F32 || p->kv_dtype > GRPO_KV_FP8))

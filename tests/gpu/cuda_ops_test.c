@@ -6,7 +6,13 @@
 #include "tests/gpu/gpu_test.h"
 #include "kernels/cuda/plan.h"
 
-static grpo_kernels *cpu, *gpu, *gpu_fast;
+static grpo_kernels *cpu, *gpu, *gpu_fast, *gpu_det;
+
+/* The fast GEMM shapes: the last two have K % 128 != 0 (a MoE down projection of 96, a partial
+ * last K block). */
+static const int fast_shapes[7][3] = {{1, 512, 1024},  {4, 2112, 7168}, {64, 1536, 512},
+                                      {200, 160, 256}, {33, 256, 384},  {33, 256, 96},
+                                      {8, 192, 320}};
 
 /* ---- weights ---- */
 
@@ -137,10 +143,9 @@ test_gemm(void)
             gemm_case(gpu, "gemm", dts[d], sh[s][0], sh[s][1], sh[s][2], 0, 1e-5, 0);
     gemm_case(gpu, "gemm view", GRPO_DT_F8E4M3, 5, 200, 256, 64, 1e-5, 0);
     printf("gemm (fast policy: cuBLASLt FP8 block-scaled, BF16)\n");
-    /* the last two have K % 128 != 0 (a MoE down projection of 96, a partial last K block): not
-     * for cuBLASLt's block-scaled FP8, so the generic kernel over the same FP8 activations */
-    const int fs[][3] = {{1, 512, 1024}, {4, 2112, 7168}, {64, 1536, 512}, {200, 160, 256},
-                         {33, 256, 384}, {33, 256, 96},   {8, 192, 320}};
+    /* the last two (K % 128 != 0) are not for cuBLASLt's block-scaled FP8: the generic kernel
+     * over the same FP8 activations */
+    const int(*fs)[3] = fast_shapes;
     for (int s = 0; s < 7; s++)
         gemm_case(gpu_fast, "gemm fast", GRPO_DT_F8E4M3, fs[s][0], fs[s][1], fs[s][2], 0, 1e-3, 1);
     gemm_case(gpu_fast, "gemm fast view", GRPO_DT_F8E4M3, 16, 256, 512, 128, 1e-3, 1);
@@ -155,14 +160,108 @@ test_gemm(void)
     gemm_case(gpu_fast, "gemm fast view = twin", GRPO_DT_F8E4M3, 16, 256, 512, 128, 1e-3, 0);
     cpu->act_round = 0;
     long lt0, fb0, lt1, fb1;
-    grpo_kernels_cuda_counts(gpu_fast, &lt0, &fb0);
+    grpo_kernels_cuda_counts(gpu_fast, &lt0, &fb0, NULL);
     for (int s = 0; s < 7; s++)
         gemm_case(gpu_fast, "gemm fast", GRPO_DT_BF16, fs[s][0], fs[s][1], fs[s][2], 0, 1e-2, 0);
-    grpo_kernels_cuda_counts(gpu_fast, &lt1, &fb1);
+    grpo_kernels_cuda_counts(gpu_fast, &lt1, &fb1, NULL);
     printf("  cuBLASLt ran %ld FP8 and %ld BF16 GEMMs; %ld FP8 and %ld BF16 fell back to the "
            "generic kernel (no algorithm)\n", lt0, lt1 - lt0, fb0, fb1 - fb0);
     GT_CHECK(lt0 > 0, "cuBLASLt never ran an FP8 block-scaled GEMM");
     GT_CHECK(lt1 - lt0 > 0, "cuBLASLt never ran a BF16 GEMM");
+}
+
+/* y (M rows from row r of x) by the table's gemm, downloaded. */
+static float *
+det_rows(const grpo_kw *w, const float *dx, int ldx, int r, int M)
+{
+    int N = w->rows;
+    float *dy = NULL, *y = malloc((size_t)M * N * sizeof *y);
+    GT_OK(grpo_cuda_malloc((void **)&dy, (size_t)M * N * sizeof *y));
+    gpu_det->gemm(gpu_det, M, dx + (size_t)r * ldx, ldx, w, dy, N);
+    GT_OK(grpo_kernels_cuda_status(gpu_det));
+    gt_down(y, dy, (size_t)M * N * sizeof *y);
+    grpo_cuda_free(dy);
+    return y;
+}
+
+/* The deterministic fast policy's promise: a token's outputs are the same bits whatever shares its
+ * GEMM: rows computed among 64, alone, among 33, or in one gemm_batch with other jobs (FP8 and
+ * BF16, two of them on the same x). */
+static void
+det_invariance(void)
+{
+    int M = 64;
+    wt w8, wb;
+    wt_make(&w8, GRPO_DT_F8E4M3, 512, 1024);
+    wt_make(&wb, GRPO_DT_BF16, 256, 384);
+    float *x8 = gt_rand((size_t)M * 1024, 2.0f), *xb = gt_rand((size_t)M * 384, 2.0f);
+    float *dx8 = gt_up(x8, (size_t)M * 1024 * 4), *dxb = gt_up(xb, (size_t)M * 384 * 4);
+    float *all8 = det_rows(&w8.d, dx8, 1024, 0, M), *allb = det_rows(&wb.d, dxb, 384, 0, M);
+    const struct {
+        int fp8, r, M;
+    } c[] = {{1, 17, 1}, {1, 5, 33}, {0, 63, 1}, {0, 10, 3}};
+    for (int i = 0; i < 4; i++) {
+        float *y = c[i].fp8 ? det_rows(&w8.d, dx8, 1024, c[i].r, c[i].M)
+                            : det_rows(&wb.d, dxb, 384, c[i].r, c[i].M);
+        int N = c[i].fp8 ? 512 : 256;
+        const float *ref = (c[i].fp8 ? all8 : allb) + (size_t)c[i].r * N;
+        GT_CHECK(memcmp(y, ref, (size_t)c[i].M * N * 4) == 0,
+                 "det %s rows %d..%d: bits differ from the 64-row GEMM", c[i].fp8 ? "FP8" : "BF16",
+                 c[i].r, c[i].r + c[i].M - 1);
+        free(y);
+    }
+    /* one batch: FP8 rows 40..46, BF16 all, FP8 all, FP8 rows 40..46 again (the same x as the
+     * first: prepared once, read twice), BF16 rows 10..12 */
+    enum { NJ = 5 };
+    const int j8[NJ] = {1, 0, 1, 1, 0}, jr[NJ] = {40, 0, 0, 40, 10}, jm[NJ] = {7, 64, 64, 7, 3};
+    float *dy[NJ];
+    grpo_gemm_job jobs[NJ];
+    for (int i = 0; i < NJ; i++) {
+        int N = j8[i] ? 512 : 256, K = j8[i] ? 1024 : 384;
+        GT_OK(grpo_cuda_malloc((void **)&dy[i], (size_t)jm[i] * N * 4));
+        jobs[i] = (grpo_gemm_job){
+            jm[i], (j8[i] ? dx8 : dxb) + (size_t)jr[i] * K, K, j8[i] ? &w8.d : &wb.d, dy[i], N};
+    }
+    grpo_kernels_gemm_batch(gpu_det, NJ, jobs);
+    GT_OK(grpo_kernels_cuda_status(gpu_det));
+    int same = 1;
+    for (int i = 0; i < NJ; i++) {
+        int N = j8[i] ? 512 : 256;
+        float *y = malloc((size_t)jm[i] * N * 4);
+        gt_down(y, dy[i], (size_t)jm[i] * N * 4);
+        same &= memcmp(y, (j8[i] ? all8 : allb) + (size_t)jr[i] * N, (size_t)jm[i] * N * 4) == 0;
+        free(y);
+        grpo_cuda_free(dy[i]);
+    }
+    printf("  %-40s rows alone, among 33 and 64, and batched: %s\n", "gemm det batch invariance",
+           same ? "bit-identical" : "DIFFERENT");
+    GT_CHECK(same, "det: a gemm_batch job differs from the same rows alone");
+    free(x8), free(xb), free(all8), free(allb);
+    grpo_cuda_free(dx8), grpo_cuda_free(dxb);
+    wt_free(&w8), wt_free(&wb);
+}
+
+/* The deterministic fast policy (--numerics fp8): the tensor-core kernel (tc.cu) against the CPU
+ * twin, FP8 and BF16 weights, every fast shape, row views at 128 and 8; then its batch invariance.
+ * Its tensor-core sums keep fewer bits than fp32, as cuBLASLt's: 1e-3 of sum |x w|. */
+static void
+test_gemm_det(void)
+{
+    printf("gemm (deterministic fast policy: tensor-core kernel)\n");
+    cpu->act_round = 1;
+    for (int s = 0; s < 7; s++) {
+        const int *f = fast_shapes[s];
+        gemm_case(gpu_det, "gemm det FP8 = twin", GRPO_DT_F8E4M3, f[0], f[1], f[2], 0, 1e-3, 0);
+        gemm_case(gpu_det, "gemm det BF16 = twin", GRPO_DT_BF16, f[0], f[1], f[2], 0, 1e-3, 0);
+    }
+    gemm_case(gpu_det, "gemm det view = twin", GRPO_DT_F8E4M3, 16, 256, 512, 128, 1e-3, 0);
+    gemm_case(gpu_det, "gemm det view at 8 = twin", GRPO_DT_F8E4M3, 5, 200, 256, 8, 1e-3, 0);
+    cpu->act_round = 0;
+    det_invariance();
+    long lt, tc;
+    grpo_kernels_cuda_counts(gpu_det, &lt, NULL, &tc);
+    printf("  the tensor-core kernel ran %ld GEMMs, cuBLASLt %ld\n", tc, lt);
+    GT_CHECK(tc > 0 && lt == 0, "det policy: %ld tensor-core GEMMs, %ld cuBLASLt", tc, lt);
 }
 
 static void
@@ -529,7 +628,9 @@ main(void)
     GT_OK(grpo_kernels_cpu_create(&cpu, 0));
     GT_OK(grpo_kernels_cuda_create(&gpu, 0, GRPO_CUDA_DEVICE, GRPO_CUDA_GEMM_EXACT));
     GT_OK(grpo_kernels_cuda_create(&gpu_fast, 0, GRPO_CUDA_DEVICE, GRPO_CUDA_GEMM_FAST));
+    GT_OK(grpo_kernels_cuda_create(&gpu_det, 0, GRPO_CUDA_DEVICE, GRPO_CUDA_GEMM_FAST_DET));
     test_gemm();
+    test_gemm_det();
     heads_case(0, 5, 4, 128, 128);
     heads_case(1, 5, 4, 128, 512);
     heads_case(1, 3, 128, 128, 512);
@@ -541,6 +642,7 @@ main(void)
     test_moe();
     grpo_kernels_cuda_destroy(gpu);
     grpo_kernels_cuda_destroy(gpu_fast);
+    grpo_kernels_cuda_destroy(gpu_det);
     grpo_kernels_destroy(cpu);
     return gt_finish("cuda_ops_test");
 }

@@ -1,0 +1,169 @@
+/* kernels/cuda/tc_body.h: the tensor-core GEMM of the deterministic fast policy, written once for
+ * the CUDA kernel (tc.cu, mma.sync) and for a host-thread simulation (tests/cuda_host_tc_test.cpp)
+ * that checks it against the CPU twin in CI without a device.
+ *
+ * y (M, N) = x . W^T for a batch of up to TC_MAXJ jobs (passed by value: no table to upload, so
+ * the launch is capturable), each with its own x, W, y and shape. The activations come prepared
+ * (tc.cu's prep kernel; the host twin is grpo_act_round): for an FP8 weight in 128 x 128 blocks,
+ * E4M3 per token and 128 columns with scale amax / 448; for a BF16 weight, BF16. Then
+ *   FP8:  y(m, n) = sum over 128-column blocks b of (sa(m, b) sw(n, b)) P(m, n, b),
+ *         P the E4M3 products of block b summed by the tensor cores (mma m16n8k32, fp32 out);
+ *   BF16: y(m, n) = the tensor cores' sum over k of the BF16 products (mma m16n8k16).
+ * A warp computes 16 weight rows x TC_TOK tokens; each output is the same fixed sequence of mma
+ * instructions over its own row of x and of W whatever M, the batch or the other jobs are, so a
+ * token's outputs never depend on what shares its batch (cuBLASLt picks its algorithm and split
+ * from M). This is what --numerics fp8 runs on CUDA; fp8-nondet takes cuBLASLt instead.
+ *
+ * Fragments: an mma's A is 16 x K (weight rows), B is K x 8 (tokens), C/D 16 x 8 (PTX ISA,
+ * "Matrix fragments for mma.m16n8k32 / m16n8k16"); lane l holds rows g = l / 4 and g + 8 and
+ * tokens 2 (l % 4) + {0, 1} of D. A sum does not care in which order its k run, as long as A and
+ * B agree: so each lane loads 16 contiguous bytes of its weight rows and of its token's row (one
+ * 128-bit load each, 4 lanes covering 64 bytes of a row) and hands registers {r0, r1} then
+ * {r2, r3} to two mma steps; the k of "logical" column q*4+i (FP8; q*2+i for BF16) is then
+ * physical column q*16 + 8s + i (q*8 + 4s + i), identically for A and B.
+ * Ctx provides lane(), mma_fp8(d[4], a[4], b[2]) and mma_bf16(d[4], a[4], b[2]) with the PTX
+ * semantics d += A . B. */
+#ifndef GRPO_KERNELS_CUDA_TC_BODY_H
+#define GRPO_KERNELS_CUDA_TC_BODY_H
+
+#include "kernels/cuda/gemm_body.h"
+
+#define TC_WARPS 4                 /* warps per block */
+#define TC_ROWS 16                 /* weight rows per warp (the mma's M) */
+#define TC_TILES 4                 /* 8-token tiles per warp (the mma's N) */
+#define TC_TOK (8 * TC_TILES)      /* tokens per warp */
+#define TC_BN (TC_WARPS * TC_ROWS) /* weight rows per block */
+#define TC_MAXJ 16                 /* jobs per launch */
+
+/* One GEMM: q (M rows of ldq elements, E4M3 or BF16 as w.dt asks, 16-byte aligned rows), qs the
+ * FP8 activation scales (qs[b * qsld + m]), w (N = w.rows, K = w.cols; 16-byte aligned rows),
+ * y (M, N) with row stride ldy. x, ldx: the fp32 activations the prep kernel reads; prep = 0 when
+ * an earlier job of the batch prepares the same q. */
+struct tc_job {
+    const void *q;
+    const float *qs;
+    float *y;
+    const float *x;
+    cu_kw w;
+    int M, ldq, qsld, ldy, ldx, prep;
+};
+
+struct tc_jobs {
+    int n;
+    tc_job j[TC_MAXJ];
+};
+
+/* 16 bytes at p into r (zeros when !ok): a 128-bit load on the device. */
+GB_FN void
+tc_load16(const void *p, bool ok, uint32_t r[4])
+{
+    if (!ok) {
+        r[0] = r[1] = r[2] = r[3] = 0;
+        return;
+    }
+#ifdef __CUDA_ARCH__
+    uint4 v = *(const uint4 *)p;
+    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+#else
+    memcpy(r, p, 16);
+#endif
+}
+
+/* FP8 scale of weight row n (of the view) in column block b. */
+GB_FN float
+tc_wscale(const cu_kw &w, int n, int b)
+{
+    return w.scale[(size_t)((n + w.row0) / w.br) * w.scale_cols + b];
+}
+
+#ifdef __CUDA_ARCH__ /* the device pass only: the host compiler knows no such pragma */
+#define TC_UNROLL _Pragma("unroll")
+#else
+#define TC_UNROLL
+#endif
+
+/* Weight rows [n0, n0 + 16) x tokens [t0, t0 + TC_TOK) of job j, by one warp (FP8: an E4M3 weight
+ * in 128 x 128 blocks; else BF16). Every lane of the warp runs every mma (warp-synchronous):
+ * bounds only zero the loads and skip the stores. The tiles are unrolled so that the
+ * accumulators stay in registers. */
+template <bool FP8, class Ctx>
+GB_FN void
+tc_warp_t(Ctx &cx, const tc_job &j, int n0, int t0)
+{
+    const int N = j.w.rows, K = j.w.cols, M = j.M;
+    const int lane = cx.lane(), g = lane / 4, qd = lane % 4, esz = FP8 ? 1 : 2;
+    const int per = 16 / esz, chunk = 4 * per; /* k per lane load, per 4-lane row load */
+    const int ra = n0 + g, rb = n0 + g + 8;
+    const int nt = (M - t0 + 7) / 8 < TC_TILES ? (M - t0 + 7) / 8 : TC_TILES;
+    const uint8_t *wd = (const uint8_t *)j.w.data, *qb = (const uint8_t *)j.q;
+    float acc[TC_TILES][4], blk[TC_TILES][4];
+    TC_UNROLL
+    for (int t = 0; t < TC_TILES; t++)
+        TC_UNROLL
+    for (int i = 0; i < 4; i++)
+        acc[t][i] = blk[t][i] = 0.0f;
+    const int span = FP8 ? 128 : K; /* the columns one scale covers */
+    for (int k0 = 0; k0 < K; k0 += span) {
+        const int k1 = k0 + span < K ? k0 + span : K;
+        for (int c = k0; c < k1; c += chunk) {
+            const int kk = c + qd * per;
+            const bool kin = kk < K;
+            uint32_t A[4], B[4];
+            tc_load16(wd + ((size_t)ra * K + kk) * esz, kin && ra < N, A);
+            tc_load16(wd + ((size_t)rb * K + kk) * esz, kin && rb < N, B);
+            TC_UNROLL
+            for (int t = 0; t < TC_TILES; t++) {
+                if (t < nt) {
+                    const int tok = t0 + 8 * t + g;
+                    uint32_t X[4];
+                    tc_load16(qb + ((size_t)tok * j.ldq + kk) * esz, kin && tok < M, X);
+                    TC_UNROLL
+                    for (int s = 0; s < 2; s++) {
+                        const uint32_t a[4] = {A[2 * s], B[2 * s], A[2 * s + 1], B[2 * s + 1]};
+                        const uint32_t b[2] = {X[2 * s], X[2 * s + 1]};
+                        if (FP8)
+                            cx.mma_fp8(blk[t], a, b);
+                        else
+                            cx.mma_bf16(acc[t], a, b);
+                    }
+                }
+            }
+        }
+        if (FP8) {
+            const int b = k0 / 128;
+            const float swa = ra < N ? tc_wscale(j.w, ra, b) : 0.0f;
+            const float swb = rb < N ? tc_wscale(j.w, rb, b) : 0.0f;
+            TC_UNROLL
+            for (int t = 0; t < TC_TILES; t++)
+                TC_UNROLL
+            for (int i = 0; i < 4; i++) {
+                const int tok = t0 + 8 * t + 2 * qd + (i & 1);
+                const float sa = tok < M ? j.qs[(size_t)b * j.qsld + tok] : 0.0f;
+                acc[t][i] = fmaf(blk[t][i], sa * (i < 2 ? swa : swb), acc[t][i]);
+                blk[t][i] = 0.0f;
+            }
+        }
+    }
+    TC_UNROLL
+    for (int t = 0; t < TC_TILES; t++)
+        TC_UNROLL
+    for (int i = 0; i < 4; i++) {
+        const int tok = t0 + 8 * t + 2 * qd + (i & 1), n = i < 2 ? ra : rb;
+        if (tok < M && n < N)
+            j.y[(size_t)tok * j.ldy + n] = acc[t][i];
+    }
+}
+
+template <class Ctx>
+GB_FN void
+tc_warp(Ctx &cx, const tc_job &j, int n0, int t0)
+{
+    if (n0 >= j.w.rows || t0 >= j.M)
+        return;
+    if (j.w.dt == 3)
+        tc_warp_t<true>(cx, j, n0, t0);
+    else
+        tc_warp_t<false>(cx, j, n0, t0);
+}
+
+#endif

@@ -348,6 +348,7 @@ struct tc_warp_ctx {
 
 struct tc_launch {
     const tc_jobs *jobs;
+    int E; /* experts of a grouped job */
     uint32_t a[32][4], b[32][2];
     pthread_barrier_t bar;
 };
@@ -363,6 +364,16 @@ tc_thread(void *p)
     tc_arg *g = (tc_arg *)p;
     tc_launch *L = g->L;
     tc_warp_ctx cx = {g->l, L->a, L->b, &L->bar};
+    const tc_job &gj = L->jobs->j[0];
+    if (gj.offs != NULL) { /* grouped: every expert, every token chunk in turn, as tc_gemm_k */
+        for (int e = 0; e < L->E; e++) {
+            tc_job jb = tc_expert(gj, e);
+            for (int n0 = 0; n0 < jb.w.rows; n0 += TC_ROWS)
+                for (int t0 = 0; t0 < jb.M; t0 += TC_TOK)
+                    tc_warp(cx, jb, n0, t0);
+        }
+        return NULL;
+    }
     for (int j = 0; j < L->jobs->n; j++) {
         const tc_job &jb = L->jobs->j[j];
         for (int n0 = 0; n0 < jb.w.rows; n0 += TC_ROWS)
@@ -373,10 +384,10 @@ tc_thread(void *p)
 }
 
 static void
-run_tc(const tc_jobs &jobs)
+run_tc(const tc_jobs &jobs, int E = 0)
 {
     tc_launch L;
-    L.jobs = &jobs;
+    L.jobs = &jobs, L.E = E;
     pthread_barrier_init(&L.bar, NULL, 32);
     std::vector<pthread_t> th(32);
     std::vector<tc_arg> args(32);
@@ -505,11 +516,65 @@ tc_gemm_rows_batch_invariant(void **state)
     assert_memory_equal(part.data(), &all[(size_t)3 * ldy], (size_t)10 * ldy * sizeof(float));
 }
 
+/* The grouped form (the MoE experts with device offsets, grpo_cuda_moe_gemm_tc): expert rows
+ * (0 to 40, so one expert takes two token chunks) of one prepared matrix against each expert's
+ * rows as its own job (bit for bit) and the twin (1e-5). */
+static void
+tc_gemm_grouped_matches_single(void **state)
+{
+    (void)state;
+    grpo_kernels *cpu = NULL;
+    assert_int_equal(grpo_kernels_cpu_create(&cpu, 1), GRPO_OK);
+    cpu->act_round = 1;
+    enum { E = 6 };
+    int N = 48, K = 256;
+    int32_t counts[E] = {3, 0, 1, 40, 8, 2}, offs[E + 1] = {0};
+    for (int e = 0; e < E; e++)
+        offs[e + 1] = offs[e] + counts[e];
+    int R = offs[E];
+    weight w;
+    make_weight(w, GRPO_DT_F8E4M3, E * N, K);
+    std::vector<cu_kw> tab(E);
+    std::vector<grpo_kw> views(E);
+    for (int e = 0; e < E; e++)
+        views[e] = grpo_kw_rows(&w.kw, e * N, N), tab[e] = cu_kw_of(&views[e]);
+    std::vector<float> x((size_t)R * K), y((size_t)R * N, 0.0f), one((size_t)R * N, 0.0f),
+        ref((size_t)R * N, 0.0f);
+    for (auto &v : x)
+        v = frand();
+    tc_acts p;
+    tc_prep_host(p, 1, R, K, x.data(), K);
+    tc_jobs g;
+    g.n = 1;
+    g.j[0] = tc_job_of(p, views[0], R, y.data(), N);
+    g.j[0].offs = offs, g.j[0].wtab = tab.data();
+    run_tc(g, E);
+    for (int e = 0; e < E; e++) {
+        if (counts[e] == 0)
+            continue;
+        tc_acts pe;
+        tc_prep_host(pe, 1, counts[e], K, &x[(size_t)offs[e] * K], K);
+        tc_jobs s;
+        s.n = 1;
+        s.j[0] = tc_job_of(pe, views[e], counts[e], &one[(size_t)offs[e] * N], N);
+        run_tc(s);
+        cpu->gemm(cpu, counts[e], &x[(size_t)offs[e] * K], K, &views[e], &ref[(size_t)offs[e] * N],
+                  N);
+    }
+    assert_memory_equal(y.data(), one.data(), y.size() * sizeof(float));
+    double r = rel(y, ref);
+    printf("    tc grouped FP8 E=%d rows %d N=%d K=%d: rel %.3g, = the experts one by one\n", E, R,
+           N, K, r);
+    assert_true(r <= 1e-5);
+    grpo_kernels_destroy(cpu);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tiled_gemm_matches_cpu), cmocka_unit_test(grouped_gemm_matches_cpu),
-        cmocka_unit_test(tc_gemm_matches_twin), cmocka_unit_test(tc_gemm_rows_batch_invariant)};
+        cmocka_unit_test(tc_gemm_matches_twin), cmocka_unit_test(tc_gemm_rows_batch_invariant),
+        cmocka_unit_test(tc_gemm_grouped_matches_single)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,9 @@
  * cuBLASLt, absorbed MLA over a paged cache whose prompt pages the 64 samples share, device
  * router + MoE plan + grouped expert GEMMs, lm_head BF16 + GPU sampling), each block captured in a
  * CUDA graph. Measured per block; the whole slice step is also timed as one graph. Then a
- * projection to 61 layers on 8 GPUs (assumptions printed with it).
+ * projection to 61 layers on 8 GPUs (assumptions printed with it). Everything twice: with the
+ * FAST policy (cuBLASLt, CUDA-core grouped expert GEMM: numerics fp8-nondet) and with the
+ * deterministic FAST_DET policy (--numerics fp8: our tensor-core GEMMs, dense and grouped).
  *   bench_decode [--out FILE] [--layers 2] [--ctx 1024] [--prompt 512] */
 #include "bench/gpu/bench_util.h"
 #include "kernels/cuda/plan.h"
@@ -26,6 +28,7 @@
 
 static uint64_t seed = 100;
 static grpo_kernels *K;
+static int det; /* K is the FAST_DET table: the grouped expert GEMMs on the tensor cores */
 
 static grpo_kw
 fp8_weight(int rows, int cols)
@@ -147,6 +150,17 @@ attn(dctx *c, layer *l)
 }
 
 /* FFN block: shared (or dense) MLP + routed experts; y added to x */
+/* The grouped expert GEMM of the policy: CUDA cores, or (det) tensor cores. */
+static grpo_err
+experts(dctx *c, const layer *l, const void *tab, const grpo_kw *all, int N, int Kd, const float *x,
+        float *y)
+{
+    if (!det)
+        return grpo_cuda_moe_gemm_dev(K, l->n_exp, G * TOPK, c->offs, x, Kd, tab, N, Kd, y, N);
+    grpo_kw w0 = grpo_kw_rows(all, 0, N);
+    return grpo_cuda_moe_gemm_tc(K, l->n_exp, G * TOPK, c->offs, x, Kd, tab, &w0, y, N);
+}
+
 static grpo_err
 ffn(dctx *c, layer *l, int n_exp)
 {
@@ -161,12 +175,10 @@ ffn(dctx *c, layer *l, int n_exp)
         K->router(K, G, c->lg, n_exp, l->bias, ng, kg, TOPK, 1, 2.5f, c->idx, c->wts);
         if ((e = grpo_cuda_moe_plan(K, G, TOPK, n_exp, c->idx, c->offs, c->src, c->dst)) ||
             (e = grpo_cuda_moe_permute(K, G, TOPK, HID, c->xn, HID, c->src, c->xp)) ||
-            (e = grpo_cuda_moe_gemm_dev(K, n_exp, G * TOPK, c->offs, c->xp, HID, l->tab_gu,
-                                        2 * INTER, HID, c->gu, 2 * INTER)))
+            (e = experts(c, l, l->tab_gu, &l->d_gu, 2 * INTER, HID, c->xp, c->gu)))
             return e;
         K->silu_mul(K, G * TOPK, INTER, c->gu, 2 * INTER, c->gu + INTER, 2 * INTER, c->hh, INTER);
-        if ((e = grpo_cuda_moe_gemm_dev(K, n_exp, G * TOPK, c->offs, c->hh, INTER, l->tab_dn, HID,
-                                        INTER, c->yp, HID)) ||
+        if ((e = experts(c, l, l->tab_dn, &l->d_dn, HID, INTER, c->hh, c->yp)) ||
             (e = grpo_cuda_moe_combine(K, G, TOPK, HID, c->yp, c->dst, c->wts, c->y, HID, 1)))
             return e;
     }
@@ -265,36 +277,65 @@ main(int argc, char **argv)
     c.dkeys = dalloc(sizeof c.keys);
     B_OK(grpo_cuda_h2d(c.dkeys, c.keys, sizeof c.keys));
 
-    double t_attn = time_block(&c, 0, 0), t_moe = time_block(&c, 1, 0);
-    double t_dense = time_block(&c, 1, n_moe), t_ep = time_block(&c, 1, n_moe + 1);
-    double t_head = time_block(&c, 2, 0), t_step = time_block(&c, 3, 0);
+    /* [0]: FAST (fp8-nondet), [1]: FAST_DET (--numerics fp8) */
+    double t_attn[2], t_moe[2], t_dense[2], t_ep[2], t_head[2], t_step[2];
+    long lt[2], fb[2], tc[2];
+    grpo_kernels *tab[2] = {K, NULL};
+    for (int p = 0; p < 2; p++) {
+        if (p == 1) { /* the inputs were made on the first table's stream */
+            B_OK(grpo_kernels_cuda_status(tab[0]));
+            B_OK(grpo_kernels_cuda_create(&tab[1], 0, GRPO_CUDA_DEVICE, GRPO_CUDA_GEMM_FAST_DET));
+        }
+        K = tab[p], det = p;
+        t_attn[p] = time_block(&c, 0, 0), t_moe[p] = time_block(&c, 1, 0);
+        t_dense[p] = time_block(&c, 1, n_moe), t_ep[p] = time_block(&c, 1, n_moe + 1);
+        t_head[p] = time_block(&c, 2, 0), t_step[p] = time_block(&c, 3, 0);
+        grpo_kernels_cuda_counts(K, &lt[p], &fb[p], &tc[p]);
+    }
     B_ROW(out, "\n### Decode, G = %d samples, context %d (%d-token prompt shared), FP8 weights\n\n",
           G, ctx, prompt);
-    B_ROW(out, "| block (one layer, full V3 width) | ms |\n|---|---|\n");
-    B_ROW(out, "| attention (norms, q/kv projections, RoPE, absorbed MLA, o_proj) | %.3f |\n", t_attn);
-    B_ROW(out, "| MoE, 256 experts on this GPU (router, plan, grouped FP8, shared, combine) | %.3f |\n", t_moe);
-    B_ROW(out, "| MoE, 32 experts (one GPU's share at EP = 8, 16 rows per expert) | %.3f |\n", t_ep);
-    B_ROW(out, "| dense MLP 18432 (layers 0-2) | %.3f |\n", t_dense);
-    B_ROW(out, "| lm_head (BF16, 129280) + GPU sampling | %.3f |\n", t_head);
-    B_ROW(out, "| whole step: %d MoE layers + head, one CUDA graph | %.3f |\n", n_moe, t_step);
-    B_ROW(out, "\nSlice: %.0f tokens/s for the group (%d layers + head on one GPU).\n", G / (t_step * 1e-3), n_moe);
+    B_ROW(out, "| block (one layer, full V3 width) | fp8-nondet: cuBLASLt + CUDA-core experts, ms "
+               "| --numerics fp8: tensor-core GEMMs, ms |\n|---|---|---|\n");
+    B_ROW(out,
+          "| attention (norms, q/kv projections, RoPE, absorbed MLA, o_proj) | %.3f | %.3f |\n",
+          t_attn[0], t_attn[1]);
+    B_ROW(out,
+          "| MoE, 256 experts on this GPU (router, plan, grouped FP8, shared, combine) | %.3f | "
+          "%.3f |\n",
+          t_moe[0], t_moe[1]);
+    B_ROW(out,
+          "| MoE, 32 experts (one GPU's share at EP = 8, 16 rows per expert) | %.3f | %.3f |\n",
+          t_ep[0], t_ep[1]);
+    B_ROW(out, "| dense MLP 18432 (layers 0-2) | %.3f | %.3f |\n", t_dense[0], t_dense[1]);
+    B_ROW(out, "| lm_head (BF16, 129280) + GPU sampling | %.3f | %.3f |\n", t_head[0], t_head[1]);
+    B_ROW(out, "| whole step: %d MoE layers + head, one CUDA graph | %.3f | %.3f |\n", n_moe,
+          t_step[0], t_step[1]);
+    B_ROW(out, "\nSlice: %.0f / %.0f tokens/s for the group (%d layers + head on one GPU).\n",
+          G / (t_step[0] * 1e-3), G / (t_step[1] * 1e-3), n_moe);
     /* projection: 61 layers (3 dense + 58 MoE) on 8 GPUs, EP = 8, data-parallel attention */
     double a2a = 2.0 * ((double)R * 8 / 8 * 7 / 8 * HID * 4 / 450e9 + 20e-6) * 1e3;
-    double t61 = 3 * (t_attn + t_dense) + 58 * (t_attn + t_ep + a2a) + t_head;
-    B_ROW(out, "\nProjection to 61 layers on 8 H200s: %.2f ms per step, %.0f tokens/s per GPU "
-               "(%.0f for 8 GPUs, %.1f per sample).\n", t61, G / (t61 * 1e-3), 8 * G / (t61 * 1e-3),
-          1.0 / (t61 * 1e-3));
+    for (int p = 0; p < 2; p++) {
+        double t61 = 3 * (t_attn[p] + t_dense[p]) + 58 * (t_attn[p] + t_ep[p] + a2a) + t_head[p];
+        B_ROW(out,
+              "\nProjection to 61 layers on 8 H200s (%s): %.2f ms per step, %.0f tokens/s per "
+              "GPU (%.0f for 8 GPUs, %.1f per sample).\n",
+              p ? "--numerics fp8" : "fp8-nondet", t61, G / (t61 * 1e-3), 8 * G / (t61 * 1e-3),
+              1.0 / (t61 * 1e-3));
+    }
     B_ROW(out, "Assumptions: each GPU decodes its own group of %d (data-parallel attention, measured "
                "above); experts split 32 per GPU, so each GPU's MoE sees 512 routed rows = the "
                "32-expert row; two all-to-alls per MoE layer of 7/8 of 512 fp32 rows of 7168 at an "
                "assumed 450 GB/s NVLink plus 20 us latency each (%.3f ms per layer, not measured); "
                "routing balanced; no MTP, no overlap of communication with compute; the KV-cache "
                "append and the host's scheduling are not included.\n", G, a2a);
-    long lt, fb;
-    grpo_kernels_cuda_counts(K, &lt, &fb, NULL);
-    B_ROW(out, "GEMM calls through cuBLASLt: %ld; fallen back to the generic kernel: %ld.\n", lt, fb);
+    B_ROW(out,
+          "GEMM calls through cuBLASLt: %ld; fallen back to the generic kernel: %ld; on the "
+          "tensor-core kernel (--numerics fp8): %ld.\n",
+          lt[0], fb[0], tc[1]);
     if (out)
         fclose(out);
+    grpo_kernels_cuda_destroy(tab[1]);
+    K = tab[0];
     grpo_kernels_cuda_destroy(K);
     return 0;
 }

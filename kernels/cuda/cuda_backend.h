@@ -152,6 +152,13 @@ grpo_err grpo_cuda_moe_table(void **d_table, int E, const grpo_kw *w_of);
 grpo_err grpo_cuda_moe_gemm_dev(grpo_kernels *k, int E, int rows_max, const int32_t *d_offs,
                                 const float *d_x, int ldx, const void *d_table, int N, int K,
                                 float *d_y, int ldy);
+/* The same on the tensor-core kernel, the deterministic fast policy's numerics (tc_body.h): the
+ * rows' activations prepared as the FP8 (or BF16) twin's, then one launch over the E experts;
+ * every expert's weight has w0's dtype and shape (w0: a host view of one of them). Capturable once
+ * warm (its scratch then does not grow for the same rows and K). */
+grpo_err grpo_cuda_moe_gemm_tc(grpo_kernels *k, int E, int rows, const int32_t *d_offs,
+                               const float *d_x, int ldx, const void *d_table, const grpo_kw *w0,
+                               float *d_y, int ldy);
 /* grpo_cuda_sample with the B keys already in device memory (capturable). */
 grpo_err grpo_cuda_sample_dev(grpo_kernels *k, int B, int vocab, const float *d_logits,
                               const void *d_keys, int32_t *d_tok, float *d_lp_raw,

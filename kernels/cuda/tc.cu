@@ -7,6 +7,9 @@
 
 #include <string.h>
 
+/* CUDA 12.1+ takes up to 32764 bytes of kernel parameters on Volta and later. */
+static_assert(sizeof(tc_jobs) < 32000, "the job table no longer fits the kernel parameters");
+
 struct tc_dev_ctx {
     __device__ int lane() const
     {
@@ -28,13 +31,21 @@ struct tc_dev_ctx {
     }
 };
 
-/* Block (TC_BN weight rows, job, TC_TOK tokens); warp w takes rows [TC_ROWS w, TC_ROWS (w + 1)). */
+/* Block (TC_BN weight rows, job, TC_TOK tokens); warp w takes rows [TC_ROWS w, TC_ROWS (w + 1)).
+ * A grouped job (one per launch): block (TC_BN weight rows, expert), every token chunk of the
+ * expert's rows in turn (their count is on the device). */
 __global__ void
 __launch_bounds__(TC_WARPS * 32) tc_gemm_k(tc_jobs js)
 {
     tc_dev_ctx cx;
-    const tc_job &j = js.j[blockIdx.y];
-    tc_warp(cx, j, blockIdx.x * TC_BN + threadIdx.x / 32 * TC_ROWS, blockIdx.z * TC_TOK);
+    int n0 = blockIdx.x * TC_BN + threadIdx.x / 32 * TC_ROWS;
+    if (js.j[0].offs == NULL) {
+        tc_warp(cx, js.j[blockIdx.y], n0, blockIdx.z * TC_TOK);
+        return;
+    }
+    tc_job j = tc_expert(js.j[0], blockIdx.y);
+    for (int t0 = 0; t0 < j.M; t0 += TC_TOK)
+        tc_warp(cx, j, n0, t0);
 }
 
 int
@@ -141,4 +152,36 @@ grpo_cu__gemm_tc(cu_state *s, int n, const grpo_gemm_job *jobs, unsigned char *t
     free(src);
     free(off);
     return err;
+}
+
+extern "C" grpo_err
+grpo_cuda_moe_gemm_tc(grpo_kernels *k, int E, int rows, const int32_t *d_offs, const float *d_x,
+                      int ldx, const void *d_table, const grpo_kw *w0, float *d_y, int ldy)
+{
+    cu_state *s = cu_of(k);
+    if (E <= 0 || rows <= 0)
+        return GRPO_OK;
+    if (!grpo_cu__tc_ok(w0))
+        return grpo__fail(GRPO_EUNSUPPORTED, "cuda: the tensor-core GEMM takes FP8 (128 x 128 "
+                                             "blocks) or BF16 weights with 16-byte rows");
+    int K = w0->cols, fp8 = grpo_kw_act_round(w0) == GRPO_ACT_FP8;
+    size_t qb = up256((size_t)rows * K * (fp8 ? 1 : 2));
+    grpo_err err = grpo_cu__reserve(&s->ws[7], qb + up256((size_t)(K + 127) / 128 * rows * 4));
+    if (err != GRPO_OK)
+        return err;
+    tc_jobs js;
+    memset(&js, 0, sizeof js);
+    js.n = 1;
+    tc_job &j = js.j[0];
+    j.q = s->ws[7].d, j.qs = fp8 ? (const float *)((uint8_t *)s->ws[7].d + qb) : NULL;
+    j.y = d_y, j.x = d_x, j.w = cu_kw_of(w0), j.M = rows, j.ldq = K, j.qsld = rows;
+    j.ldy = ldy, j.ldx = ldx, j.prep = 1;
+    if ((err = grpo_cu__tc_prep(s, &js, rows * ((K + 127) / 128))) != GRPO_OK)
+        return err;
+    j.offs = d_offs, j.wtab = (const cu_kw *)d_table;
+    dim3 grid(cu_blocks((size_t)w0->rows, TC_BN), (unsigned)E);
+    tc_gemm_k<<<grid, TC_WARPS * 32, 0, s->stream>>>(js);
+    CU_LAUNCHED();
+    s->n_tc++;
+    return GRPO_OK;
 }

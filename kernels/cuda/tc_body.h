@@ -33,17 +33,22 @@
 #define TC_TILES 4                 /* 8-token tiles per warp (the mma's N) */
 #define TC_TOK (8 * TC_TILES)      /* tokens per warp */
 #define TC_BN (TC_WARPS * TC_ROWS) /* weight rows per block */
-#define TC_MAXJ 16                 /* jobs per launch */
+#define TC_MAXJ 64                 /* jobs per launch (7.7 KB of kernel parameters) */
 
 /* One GEMM: q (M rows of ldq elements, E4M3 or BF16 as w.dt asks, 16-byte aligned rows), qs the
  * FP8 activation scales (qs[b * qsld + m]), w (N = w.rows, K = w.cols; 16-byte aligned rows),
  * y (M, N) with row stride ldy. x, ldx: the fp32 activations the prep kernel reads; prep = 0 when
- * an earlier job of the batch prepares the same q. */
+ * an earlier job of the batch prepares the same q.
+ * Grouped (offs != NULL: the MoE experts with their rows' offsets on the device, for graphs):
+ * expert e is the job with w = wtab[e] over rows [offs[e], offs[e + 1]) of q, qs and y (tc_expert);
+ * M is then the rows of all experts, which the prep prepares as one matrix. */
 struct tc_job {
     const void *q;
     const float *qs;
     float *y;
     const float *x;
+    const int32_t *offs;
+    const cu_kw *wtab;
     cu_kw w;
     int M, ldq, qsld, ldy, ldx, prep;
 };
@@ -152,6 +157,21 @@ tc_warp_t(Ctx &cx, const tc_job &j, int n0, int t0)
         if (tok < M && n < N)
             j.y[(size_t)tok * j.ldy + n] = acc[t][i];
     }
+}
+
+/* Expert e of a grouped job: its weight and its rows. */
+GB_FN tc_job
+tc_expert(const tc_job &g, int e)
+{
+    tc_job j = g;
+    int r0 = g.offs[e];
+    j.w = g.wtab[e];
+    j.M = g.offs[e + 1] - r0;
+    j.q = (const uint8_t *)g.q + (size_t)r0 * g.ldq * (j.w.dt == 3 ? 1 : 2);
+    j.qs = g.qs != NULL ? g.qs + r0 : NULL;
+    j.y = g.y + (size_t)r0 * g.ldy;
+    j.offs = NULL;
+    return j;
 }
 
 template <class Ctx>

@@ -10,8 +10,9 @@
  *   - the device-resident model (grpo_model_opts.backend = 2: weights, activations and the KV
  *     pool in device memory): prefill logits bit-identical to the staged table's (the same
  *     kernels; the memory entries have the host arithmetic), decode against its prefill, and two
- *     forks decoded in one batch equal to each decoded alone; with numerics fp8, the fast
- *     policy's check.
+ *     forks decoded in one batch equal to each decoded alone; with numerics fp8 (the
+ *     deterministic fast policy: our tensor-core GEMMs), the fast policy's check, and a
+ *     sequence's decode logits the same bits alone and batched with another.
  * Exit 77 without a device. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/model_testutil.h"
@@ -130,13 +131,41 @@ check_fast(const char *name, const char *what, const float *lg, const float *cpu
     free(d_ex), free(d_tw), free(d_te);
 }
 
-/* --numerics fp8 on the device-resident model (grpo_model_opts: backend 2, GRPO_NUMERICS_FP8):
- * the fast policy's kernels through the device-resident forward, checked as the staged fast
- * table is (check_fast); whether its logits equal the staged table's bit for bit is printed
- * (cuBLASLt may pick other algorithms for other pointer alignments). */
+/* The deterministic promise (--numerics fp8 on CUDA: the tensor-core GEMMs, a fixed MLA split):
+ * a sequence's decode logits are the same bits alone and in one batch with another sequence of
+ * other tokens and length. */
 static void
-resident_fp8(const char *name, const char *dir, const tm_expected *e, const float *fast_lg,
-             const float *cpu_lg, const float *twin_lg)
+batch_invariant(const char *name, grpo_model *m, const tm_expected *e)
+{
+    int V = e->vocab;
+    grpo_kv *kv = NULL;
+    int32_t s, o, f;
+    GT_OK(grpo_kv_create_for(&kv, m, 8u << 20));
+    GT_OK(grpo_kv_seq_new(kv, &s));
+    GT_OK(grpo_kv_seq_new(kv, &o));
+    float *lg = malloc((size_t)3 * V * sizeof *lg);
+    grpo_fwd_item pre[2] = {{s, 0, 5, e->tokens}, {o, 0, 9, e->tokens + 2}};
+    GT_OK(grpo_model_forward(m, kv, pre, 2, lg));
+    GT_OK(grpo_kv_seq_fork(kv, s, &f));
+    grpo_fwd_item alone = {f, 5, 1, e->tokens + 5};
+    GT_OK(grpo_model_forward(m, kv, &alone, 1, lg));
+    grpo_fwd_item both[2] = {{o, 9, 1, e->tokens + 11}, {s, 5, 1, e->tokens + 5}};
+    GT_OK(grpo_model_forward(m, kv, both, 2, lg + V));
+    GT_OK(grpo_model__backend_status(m));
+    int same = memcmp(lg, lg + 2 * (size_t)V, (size_t)V * sizeof *lg) == 0;
+    printf("  %s: --numerics fp8 decode alone vs batched with another sequence: %s\n", name,
+           same ? "identical" : "DIFFER");
+    GT_CHECK(same, "%s: --numerics fp8 decode depends on its batch", name);
+    grpo_kv_destroy(kv);
+    free(lg);
+}
+
+/* --numerics fp8 on the device-resident model (grpo_model_opts: backend 2, GRPO_NUMERICS_FP8:
+ * the deterministic fast policy, tensor-core GEMMs): checked as the staged cuBLASLt table is
+ * (check_fast), then batch_invariant. */
+static void
+resident_fp8(const char *name, const char *dir, const tm_expected *e, const float *cpu_lg,
+             const float *twin_lg)
 {
     grpo_model *m = NULL;
     grpo_model_opts o = {.n_threads = 1, .backend = 2, .numerics = GRPO_NUMERICS_FP8};
@@ -145,10 +174,8 @@ resident_fp8(const char *name, const char *dir, const tm_expected *e, const floa
         return;
     float *lg = prefill_all(m, e);
     GT_OK(grpo_model__backend_status(m));
-    int same = memcmp(lg, fast_lg, (size_t)e->n * e->vocab * sizeof *lg) == 0;
-    printf("  %s: device-resident --numerics fp8 prefill vs the staged fast table: %s\n", name,
-           same ? "identical" : "other bits");
     check_fast(name, "device-resident --numerics fp8", lg, cpu_lg, twin_lg, e->n, e->vocab);
+    batch_invariant(name, m, e);
     free(lg);
     grpo_model_destroy(m);
 }
@@ -213,7 +240,7 @@ run_model(const char *name)
 
     m->k = cpu; /* the model destroys its own (CPU) table */
     run_resident(name, dir, &e, gpu_lg);
-    resident_fp8(name, dir, &e, fast_lg, cpu_lg, twin_lg);
+    resident_fp8(name, dir, &e, cpu_lg, twin_lg);
     free(twin_lg);
     grpo_kernels_cuda_destroy(gx);
     grpo_kernels_cuda_destroy(gf);

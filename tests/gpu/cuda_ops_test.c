@@ -557,6 +557,45 @@ test_mla_absorbed(void)
 
 /* ---- MoE ---- */
 
+/* The tensor-core grouped expert GEMM (--numerics fp8, offsets on the device): the R permuted
+ * rows (dxp; on the host row r is token src[r] / K of x) against each expert's rows through the
+ * deterministic table's gemm (bit for bit) and the CPU twin (act_round). */
+static void
+moe_tc(int R, int E, int hid, int N, const int32_t *offs, const int32_t *src, int K, const float *x,
+       const int32_t *doffs, const float *dxp, const wt *w, const grpo_kw *dkw)
+{
+    void *dtab = NULL;
+    float *dyt = NULL, *dyo = NULL;
+    GT_OK(grpo_cuda_moe_table(&dtab, E, dkw));
+    GT_OK(grpo_cuda_malloc((void **)&dyt, (size_t)R * N * 4));
+    GT_OK(grpo_cuda_malloc((void **)&dyo, (size_t)R * N * 4));
+    GT_OK(grpo_cuda_moe_gemm_tc(gpu_det, E, R, doffs, dxp, hid, dtab, &dkw[0], dyt, N));
+    for (int e = 0; e < E; e++)
+        if (offs[e + 1] > offs[e])
+            gpu_det->gemm(gpu_det, offs[e + 1] - offs[e], dxp + (size_t)offs[e] * hid, hid, &dkw[e],
+                          dyo + (size_t)offs[e] * N, N);
+    GT_OK(grpo_kernels_cuda_status(gpu_det));
+    float *yt = malloc((size_t)R * N * 4), *yo = malloc((size_t)R * N * 4);
+    float *xp = malloc((size_t)R * hid * 4), *ref = malloc((size_t)R * N * 4);
+    gt_down(yt, dyt, (size_t)R * N * 4);
+    gt_down(yo, dyo, (size_t)R * N * 4);
+    int same = memcmp(yt, yo, (size_t)R * N * 4) == 0;
+    printf("  %-40s vs the experts one by one: %s\n", "moe grouped gemm, tensor cores",
+           same ? "identical" : "DIFFER");
+    GT_CHECK(same, "the grouped tensor-core GEMM differs from its experts one by one");
+    for (int r = 0; r < R; r++)
+        memcpy(xp + (size_t)r * hid, x + (size_t)(src[r] / K) * hid, (size_t)hid * 4);
+    cpu->act_round = 1;
+    for (int e = 0; e < E; e++)
+        if (offs[e + 1] > offs[e])
+            cpu->gemm(cpu, offs[e + 1] - offs[e], xp + (size_t)offs[e] * hid, hid, &w[e].h,
+                      ref + (size_t)offs[e] * N, N);
+    cpu->act_round = 0;
+    compare("moe grouped gemm, tensor cores = twin", yt, ref, (size_t)R * N, 1e-3);
+    free(yt), free(yo), free(xp), free(ref);
+    grpo_cuda_free(dtab), grpo_cuda_free(dyt), grpo_cuda_free(dyo);
+}
+
 static void
 test_moe(void)
 {
@@ -611,6 +650,7 @@ test_moe(void)
                 ref[(size_t)m * N + n] += wts[m * K + s] * o[n];
         }
     compare("moe permute + grouped gemm + combine", y, ref, (size_t)M * N, 1e-5);
+    moe_tc(M * K, E, hid, N, p.offs, p.src, K, x, doffs, dxp, w, dkw);
     for (int e = 0; e < E; e++)
         wt_free(&w[e]);
     free(w), free(dkw), free(lg), free(x), free(idx), free(wts), free(offs), free(src), free(dst);

@@ -60,10 +60,11 @@ int cli_kv_dtype_opt(const char *cmd, const char *v, int *out);
 int cli_deterministic_opt(const char *cmd, const char *v, int *det);
 int cli_deterministic_apply(const char *cmd, int det, int *numerics);
 #define CLI_HELP_DETERMINISTIC                                                                     \
-    "  --deterministic on|off  on (default): a sample's tokens never depend on what shares its\n"  \
-    "                       batch. Only --numerics fp8 with --gpu has a batch-dependent\n"         \
-    "                       variant: off selects it (cuBLASLt's GEMMs, which choose their\n"       \
-    "                       algorithm from the batch size; recorded as numerics\n"                 \
-    "                       fp8-nondet); not for RL\n"
+    "  --deterministic on|off\n"                                                                   \
+    "                       on (default): a sample's tokens never depend on what shares\n"         \
+    "                       its batch. Only --numerics fp8 with --gpu has a batch-\n"              \
+    "                       dependent variant: off selects it (cuBLASLt's GEMMs, which\n"          \
+    "                       choose their algorithm from the batch size; recorded as\n"             \
+    "                       numerics fp8-nondet); not for RL\n"
 
 #endif

@@ -89,10 +89,12 @@ usage(FILE *f)
           "                       (DeepSeek-V3's FP8 inference: E4M3 activations per 128\n"
           "                       columns at FP8 weights, BF16 at BF16 weights; with --gpu\n"
           "                       the tensor cores, on the CPU their twin, not faster);\n"
-          "                       not exact; recorded, so replay and --resume use it too\n"
-          CLI_HELP_DETERMINISTIC
-          "  --kv-dtype D         KV cache rows in f32 (default: exact), bf16 or fp8 (E4M3 +\n"
-          "                       fp32 scale per 128 latent values, rope key bf16; CPU only):\n"
+          "                       not exact; recorded, so replay and --resume use it too\n",
+          f);
+    fputs(CLI_HELP_DETERMINISTIC, f);
+    fputs("  --kv-dtype D         KV cache rows in f32 (default: exact), bf16 or fp8 (E4M3 +\n"
+          "                       fp32 scale per 128 latent values, rope key bf16; also\n"
+          "                       with --gpu):\n"
           "                       smaller rows, more groups in the same --kv-budget, not\n"
           "                       exact; recorded, so replay and --resume use it too\n"
           "  --gpu N              run the model on GPU N (CUDA build; CUDA_VISIBLE_DEVICES=N):\n"

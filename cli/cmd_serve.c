@@ -74,10 +74,11 @@ usage(FILE *f)
     cli_gen_help_logprobs(f);
     fputs("  --numerics N         exact (default), q8 or fp8: how every worker loads the\n"
           "                       model (as grpo rollout --numerics; recorded, so replay\n"
-          "                       uses it too)\n"
-          CLI_HELP_DETERMINISTIC
-          "  --kv-dtype D         f32 (default), bf16 or fp8: the workers' KV cache rows (as\n"
-          "                       grpo rollout --kv-dtype; CPU workers only; recorded)\n"
+          "                       uses it too)\n",
+          f);
+    fputs(CLI_HELP_DETERMINISTIC, f);
+    fputs("  --kv-dtype D         f32 (default), bf16 or fp8: the workers' KV cache rows (as\n"
+          "                       grpo rollout --kv-dtype; recorded)\n"
           "  --record-routes      the workers return the MoE experts the router chose for every\n"
           "                       prompt and completion token, into the store and the batches\n"
           "                       (docs/routes.md)\n"

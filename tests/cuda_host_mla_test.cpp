@@ -50,9 +50,10 @@ struct hctx {
 };
 
 struct launch {
-    int B, H, dc, dr, max_pages, page_len, row_stride, chunk, nsm;
+    int B, H, dc, dr, max_pages, page_len, chunk, nsm;
+    cu_kvf kf;
     const float *ql, *qr;
-    const float *const *ptab;
+    const uint8_t *const *ptab;
     const int32_t *len;
     float scale, *part;
     float *smem, *wbuf;
@@ -75,8 +76,8 @@ block_thread(void *p)
         for (int g = 0; g < groups; g++)
             for (int sp = 0; sp < L->nsm; sp++) {
                 mla_decode_block(cx, b, g, sp, L->H, L->dc, L->dr, L->ql, L->qr, L->ptab,
-                                 L->max_pages, L->len, L->page_len, L->row_stride, L->scale,
-                                 L->chunk, L->nsm, L->part);
+                                 L->max_pages, L->len, L->page_len, L->kf, L->scale, L->chunk,
+                                 L->nsm, L->part);
                 cx.sync(); /* the next block reuses the shared memory */
             }
     return NULL;
@@ -94,26 +95,35 @@ frand(void)
     return v == 0.0f ? 0.5f : v;
 }
 
+/* dt: the cache rows' format (F32, BF16, or FP8 with the latent in 128-blocks of E4M3). */
 static void
-run_case(int B, int H, int dc, int dr, const int32_t *len, int cap)
+run_case(int B, int H, int dc, int dr, const int32_t *len, int cap, grpo_dtype dt = GRPO_DT_F32)
 {
-    int row = dc + dr, stride = 2 * row, maxp = 1, page_len = 64;
+    int row = dc + dr, maxp = 1, page_len = 64;
     for (int b = 0; b < B; b++)
         maxp = (len[b] + 63) / 64 > maxp ? (len[b] + 63) / 64 : maxp;
     /* the table is as wide as the capacity; pages past the live lengths are never read */
     int tabp = cap > 0 ? (cap + 63) / 64 : maxp;
-    /* page pool; every sequence's first two pages are the shared prompt's; layer 1 of 2 */
-    std::vector<std::vector<float>> pool((size_t)B * maxp, std::vector<float>((size_t)64 * stride));
+    /* page pool; every sequence's first two pages are the shared prompt's; layer 1 of 2: a row
+     * holds two layers' rows of fmt.bytes, the pages point at the second */
+    grpo_kv_fmt fmt = grpo_kv_fmt_make(dt, row, dc, 128), f2 = fmt;
+    f2.bytes = 2 * fmt.bytes; /* the rows as the attention steps over them */
+    std::vector<std::vector<uint8_t>> pool((size_t)B * maxp,
+                                           std::vector<uint8_t>((size_t)64 * f2.bytes));
+    std::vector<float> v(row);
     for (auto &pg : pool)
-        for (auto &v : pg)
-            v = frand();
-    std::vector<const float *> ptab((size_t)B * tabp);
-    std::vector<const float *const *> pages_of(B);
+        for (int j = 0; j < 2 * 64; j++) {
+            for (auto &e : v)
+                e = frand();
+            grpo_kv_row_encode(&fmt, v.data(), pg.data() + (size_t)j * fmt.bytes);
+        }
+    std::vector<const uint8_t *> ptab((size_t)B * tabp);
+    std::vector<const void *const *> pages_of(B);
     for (int b = 0; b < B; b++) {
         for (int i = 0; i < tabp; i++)
             ptab[(size_t)b * tabp + i] =
-                i < maxp ? pool[i < 2 ? i : (size_t)b * maxp + i].data() + row : NULL;
-        pages_of[b] = &ptab[(size_t)b * tabp];
+                i < maxp ? pool[i < 2 ? i : (size_t)b * maxp + i].data() + fmt.bytes : NULL;
+        pages_of[b] = (const void *const *)&ptab[(size_t)b * tabp];
     }
     std::vector<float> ql((size_t)B * H * dc), qr((size_t)B * H * dr);
     for (auto &v : ql)
@@ -124,15 +134,13 @@ run_case(int B, int H, int dc, int dr, const int32_t *len, int cap)
     std::vector<float> ref((size_t)B * H * dc), out((size_t)B * H * dc, NAN);
     grpo_kernels *cpu = NULL;
     assert_int_equal(grpo_kernels_cpu_create(&cpu, 1), GRPO_OK);
-    grpo_kv_fmt f32 = grpo_kv_fmt_make(GRPO_DT_F32, stride, 0, 0);
-    cpu->mla_absorbed(cpu, B, H, dc, dr, ql.data(), qr.data(),
-                      (const void *const *const *)pages_of.data(), len, page_len, &f32, scale,
-                      ref.data());
+    cpu->mla_absorbed(cpu, B, H, dc, dr, ql.data(), qr.data(), pages_of.data(), len, page_len, &f2,
+                      scale, ref.data());
     grpo_kernels_destroy(cpu);
 
     launch L;
     L.B = B, L.H = H, L.dc = dc, L.dr = dr, L.max_pages = tabp, L.page_len = page_len;
-    L.row_stride = stride, L.chunk = grpo_cuda_mla_chunk(0), L.nsm = 1;
+    L.kf = cu_kvf_of(&f2), L.chunk = grpo_cuda_mla_chunk(0), L.nsm = 1;
     for (int b = 0; b < B; b++)
         L.nsm = grpo_cuda_mla_nsplit(len[b]) > L.nsm ? grpo_cuda_mla_nsplit(len[b]) : L.nsm;
     if (cap > 0) { /* captured: the plan frozen from the capacity, not from these lengths */
@@ -166,9 +174,9 @@ run_case(int B, int H, int dc, int dr, const int32_t *len, int cap)
         md = d > md || isnan(d) ? d : md;
         mr = fabs((double)ref[i]) > mr ? fabs((double)ref[i]) : mr;
     }
-    printf("    B=%d H=%d dc=%d dr=%d cap=%d chunk=%d splits=%d: max |gpu body - cpu| / max |cpu| "
-           "= %.3g\n",
-           B, H, dc, dr, cap, L.chunk, L.nsm, md / mr);
+    printf("    %s rows, B=%d H=%d dc=%d dr=%d cap=%d chunk=%d splits=%d: max |gpu body - cpu| / "
+           "max |cpu| = %.3g\n",
+           grpo_dtype_name(dt), B, H, dc, dr, cap, L.chunk, L.nsm, md / mr);
     assert_true(md / mr <= 2e-5);
 }
 
@@ -182,6 +190,12 @@ decode_matches_cpu(void **state)
     run_case(2, 16, 512, 64, c, 0); /* V3 widths, a split boundary at 512 */
     const int32_t d[] = {0, 3};
     run_case(2, 5, 32, 8, d, 0); /* an empty sequence gives zeros, as the CPU */
+    /* the latent cache in BF16 and in FP8 (FlashMLA's 656-byte row at V3 widths; a short last
+     * scale block at dc = 200), converted as the tiles are loaded */
+    run_case(2, 16, 512, 64, c, 0, GRPO_DT_BF16);
+    run_case(2, 16, 512, 64, c, 0, GRPO_DT_F8E4M3);
+    const int32_t e[] = {5, 130, 700};
+    run_case(3, 20, 200, 16, e, 0, GRPO_DT_F8E4M3);
 }
 
 /* A captured decode replayed at other lengths: the grid and the combine use the plan made from

@@ -14,10 +14,12 @@ extern "C" {
 #include <cmocka.h>
 }
 
+#include "kernels/cuda/kv_body.h"
 #include "kernels/cuda/ops_body.h"
 #include "kernels/cuda/plan.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
@@ -290,6 +292,45 @@ moe_movement(void **state)
 /* The device-mode memory entries (residual add, row copies with and without indices, the MoE
  * combine, F32 cache rows through pointer arrays) against the host helpers the CPU backend runs
  * (kernels/mem.c), bit for bit. */
+/* Cache rows in every format (kv_body.h, the bodies of kv_write and kv_read in device mode) against
+ * the host helpers (kernels/kv_row.c): the same bytes, written to rows scattered over the cache
+ * out of order; read back the same floats; F32 rows come back exactly. The FP8 rows are the MLA
+ * layout scaled down (nq = 3/4 of n in blocks of 16, with a short last block); one row is all
+ * zeros (scale 0). */
+static void
+kv_rows(int M, int n, int ld, std::vector<float> x, const std::vector<int32_t> &dst)
+{
+    grpo_kernels host;
+    memset(&host, 0, sizeof host);
+    for (int r = 0; r < n; r++)
+        x[(size_t)1 * ld + r] = 0.0f;
+    const grpo_dtype dts[3] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F8E4M3};
+    for (int d = 0; d < 3; d++) {
+        grpo_kv_fmt f = grpo_kv_fmt_make(dts[d], n, n * 3 / 4, 16);
+        cu_kvf kf = cu_kvf_of(&f);
+        size_t stride = ((size_t)f.bytes + 15) / 16 * 16 * 2;
+        std::vector<uint8_t> cache((size_t)M * stride, 0xA5), c2 = cache;
+        std::vector<float> back((size_t)M * ld, 0.0f), back2 = back;
+        std::vector<uint8_t *> rows(M), rows2(M);
+        for (int r = 0; r < M; r++)
+            rows[r] = cache.data() + (size_t)dst[r] * stride,
+            rows2[r] = c2.data() + (size_t)dst[r] * stride;
+        for (size_t t = 0; t < (size_t)M * kb_units(kf); t++)
+            kb_encode_unit(t, M, kf, x.data(), ld, rows.data());
+        grpo_kernels_kv_write(&host, &f, M, x.data(), ld, (void *const *)rows2.data());
+        assert_memory_equal(cache.data(), c2.data(), cache.size());
+        for (size_t t = 0; t < (size_t)M * n; t++)
+            kb_decode_elem(t, M, kf, rows.data(), back.data(), ld);
+        grpo_kernels_kv_read(&host, &f, M, (const void *const *)rows2.data(), back2.data(), ld);
+        assert_memory_equal(back.data(), back2.data(), back.size() * 4);
+        if (dts[d] == GRPO_DT_F32)
+            for (int r = 0; r < M; r++)
+                assert_memory_equal(&back[(size_t)r * ld], &x[(size_t)r * ld], (size_t)n * 4);
+        printf("    cache rows %s (%d bytes): the host helpers' bytes and values\n",
+               grpo_dtype_name(dts[d]), f.bytes);
+    }
+}
+
 static void
 memory_entries(void **state)
 {
@@ -331,23 +372,7 @@ memory_entries(void **state)
         ob_combine_rows_col(c, S, n, tok.data(), w.data(), ys.data(), ld, a1.data(), n);
     grpo_kernels_combine_rows(&host, S, n, tok.data(), w.data(), ys.data(), ld, a2.data(), n);
     assert_memory_equal(a1.data(), a2.data(), a1.size() * 4);
-    grpo_kv_fmt f = grpo_kv_fmt_make(GRPO_DT_F32, n, 0, 0);
-    std::vector<float> cache((size_t)M * n * 2, 0.0f), c2 = cache, back((size_t)M * ld, 0.0f),
-                                                       back2 = back;
-    std::vector<float *> rows(M), rows2(M);
-    for (int r = 0; r < M; r++) /* rows scattered over the cache, out of order */
-        rows[r] = cache.data() + (size_t)dst[r] * 2 * n,
-        rows2[r] = c2.data() + (size_t)dst[r] * 2 * n;
-    for (size_t t = 0; t < (size_t)M * n; t++)
-        ob_rows_to_ptrs_elem(t, M, n, x.data(), ld, rows.data());
-    grpo_kernels_kv_write(&host, &f, M, x.data(), ld, (void *const *)rows2.data());
-    assert_memory_equal(cache.data(), c2.data(), cache.size() * 4);
-    for (size_t t = 0; t < (size_t)M * n; t++)
-        ob_ptrs_to_rows_elem(t, M, n, (const float *const *)rows.data(), back.data(), ld);
-    grpo_kernels_kv_read(&host, &f, M, (const void *const *)rows2.data(), back2.data(), ld);
-    assert_memory_equal(back.data(), back2.data(), back.size() * 4);
-    for (int r = 0; r < M; r++) /* and the rows came back */
-        assert_memory_equal(&back[(size_t)r * ld], &x[(size_t)r * ld], (size_t)n * 4);
+    kv_rows(M, n, ld, x, dst);
 }
 
 int

@@ -7,7 +7,8 @@
  * staged out with mem_copy; the weights (uploaded at the switch, grpo_model__use_backend) and the
  * KV pool's pages (grpo_kv_create_for) are guarded memory too, and a pool in host memory is
  * refused. On tiny MLA, deepseek_v2 and GQA fixtures (dense and MoE;
- * prefill chunks, decode batches, forks; exact and q8 numerics) its logits equal the plain CPU
+ * prefill chunks, decode batches, forks; exact and q8 numerics over an f32 cache, exact over bf16
+ * and fp8 caches) its logits equal the plain CPU
  * backend's bit for bit. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -288,10 +289,10 @@ static const char *const DIRS[] = {"tiny_models/fp8",          "tiny_models/smal
                                    "gqa_models/qwen3_moe_64x8"};
 
 static grpo_model *
-load(const char *dir, int numerics)
+load(const char *dir, int numerics, int kv_dtype)
 {
     grpo_model *m = NULL;
-    grpo_model_opts o = {3, 0, 0, numerics, GRPO_KV_F32};
+    grpo_model_opts o = {3, 0, 0, numerics, kv_dtype};
     if (grpo_model_load(&m, dir, &o) != GRPO_OK)
         fail_msg("load %s: %s", dir, grpo_error_last());
     return m;
@@ -332,8 +333,15 @@ forward_through_op_memory(void **state)
 {
     (void)state;
     grpo_kernels_cpu_set_min_parallel(0); /* every op threaded, the whole-expert section too */
+    /* (numerics, kv dtype): exact and q8 over an f32 cache, exact over bf16 and fp8 caches (the
+     * cache rows written and read through kv_write and kv_read) */
+    const int cases[4][2] = {{GRPO_NUMERICS_EXACT, GRPO_KV_F32},
+                             {GRPO_NUMERICS_Q8, GRPO_KV_F32},
+                             {GRPO_NUMERICS_EXACT, GRPO_KV_BF16},
+                             {GRPO_NUMERICS_EXACT, GRPO_KV_FP8}};
     for (size_t d = 0; d < sizeof DIRS / sizeof DIRS[0]; d++)
-        for (int nm = GRPO_NUMERICS_EXACT; nm <= GRPO_NUMERICS_Q8; nm++) {
+        for (int ci = 0; ci < 4; ci++) {
+            int nm = cases[ci][0], kvd = cases[ci][1];
             char dir[512];
             const char *src = getenv("GRPO_SOURCE_DIR");
             snprintf(dir, sizeof dir, "%s%sdata/%s", src ? src : "", src ? "/tests/" : "", DIRS[d]);
@@ -343,7 +351,7 @@ forward_through_op_memory(void **state)
             assert_true(e.n >= 58);
             int V = e.vocab;
             float *plain = malloc((size_t)16 * V * 4), *via = malloc((size_t)16 * V * 4);
-            grpo_model *m = load(dir, nm), *mg = load(dir, nm);
+            grpo_model *m = load(dir, nm, kvd), *mg = load(dir, nm, kvd);
             int H = grpo_model_get_config(m)->hidden_size;
             float *hp = malloc((size_t)34 * H * 4), *hv = malloc((size_t)34 * H * 4);
             int rows = script(m, e.tokens, plain, V, hp);
@@ -359,9 +367,8 @@ forward_through_op_memory(void **state)
             free(hp), free(hv);
             grpo_kv *host = NULL; /* a pool in host memory: refused by this backend, by name */
             int32_t sq;
-            assert_int_equal(
-                grpo_kv_create_dtype(&host, grpo_model_get_config(mg), GRPO_KV_F32, 1u << 20),
-                GRPO_OK);
+            assert_int_equal(grpo_kv_create_dtype(&host, grpo_model_get_config(mg), kvd, 1u << 20),
+                             GRPO_OK);
             grpo_kv_seq_new(host, &sq);
             grpo_fwd_item it = {sq, 0, 3, e.tokens};
             assert_int_equal(grpo_model_forward(mg, host, &it, 1, via), GRPO_EINVAL);

@@ -98,7 +98,8 @@ typedef enum grpo_numerics {
  * the MLA latent in E4M3 with one fp32 scale (amax / 448) per 128 values and the rope key in BF16;
  * GQA keys and values in E4M3 with one scale per head row. The attention reads the rows in that
  * dtype and converts them as it reads; outputs stay independent of batch and threads in each
- * (docs/model.md gives the measured accuracy). CPU backend only for BF16 and FP8. */
+ * (docs/model.md gives the measured accuracy). The CPU backend and the device-resident CUDA
+ * model (backend 2) take all three; the staged CUDA table (backend 1) F32 only. */
 typedef enum grpo_kv_dtype { GRPO_KV_F32 = 0, GRPO_KV_BF16 = 1, GRPO_KV_FP8 = 2 } grpo_kv_dtype;
 
 typedef struct grpo_model_opts {

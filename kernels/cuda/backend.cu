@@ -524,8 +524,8 @@ t_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, c
 {
     cu_state *s = cu_of(k);
     grpo_err err = GRPO_OK;
-    if (kvf->dt != GRPO_DT_F32) { /* the model refuses it at load; kept for direct callers */
-        grpo_cu__note(s, grpo__fail(GRPO_EUNSUPPORTED, "cuda: the KV cache is F32 only"));
+    if (kvf->dt != GRPO_DT_F32 && staged(k)) { /* the model refuses it at load */
+        grpo_cu__note(s, grpo__fail(GRPO_EUNSUPPORTED, "cuda: staged mode reads F32 caches only"));
         return;
     }
     const float *const *const *pages_of = (const float *const *const *)pages_v;
@@ -555,8 +555,8 @@ t_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, c
     free(flat), free(rows);
     if (!staged(k)) {
         if (err == GRPO_OK)
-            err = grpo_cu__mla_decode(s, B, H, dc, dr, ql, qr, dp, maxp, len, page_len, row_stride,
-                                      scale, ol);
+            err = grpo_cu__mla_decode(s, B, H, dc, dr, ql, qr, (const void *const *)dp, maxp, len,
+                                      page_len, kvf, scale, ol);
         grpo_cu__note(s, err);
         return;
     }
@@ -565,8 +565,8 @@ t_mla_absorbed(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, c
     float *dqr = (float *)stage_in(s, 1, qr, (size_t)B * H * dr * sizeof(float), &err);
     float *dol = (float *)stage_in(s, 2, ol, nq, &err);
     if (err == GRPO_OK)
-        err = grpo_cu__mla_decode(s, B, H, dc, dr, dql, dqr, dp, maxp, len, page_len, row_stride,
-                                  scale, dol);
+        err = grpo_cu__mla_decode(s, B, H, dc, dr, dql, dqr, (const void *const *)dp, maxp, len,
+                                  page_len, kvf, scale, dol);
     stage_out(s, 2, ol, nq, &err);
     grpo_cu__note(s, err);
 }
@@ -635,24 +635,21 @@ t_combine_rows(grpo_kernels *k, int S, int n, const int32_t *tok, const float *w
     grpo_cu__note(cu_of(k), grpo_cu__combine_rows(cu_of(k), S, n, tok, w, y, ldy, acc, ldacc));
 }
 
-/* F32 cache rows to or from the device rows at ptrs (a host array, uploaded to scratch). The
- * backend takes only F32 caches (the model refuses other KV dtypes on it). */
+/* Cache rows of format f (F32, BF16 or FP8) from or to F32 rows, at the device rows at ptrs (a
+ * host array, uploaded to scratch). */
 static void
 rows_ptrs(grpo_kernels *k, int write, const grpo_kv_fmt *f, int M, float *rows, int ld,
           const void *const *ptrs)
 {
     cu_state *s = cu_of(k);
     grpo_err err = GRPO_OK;
-    if (f->dt != GRPO_DT_F32)
-        err =
-            grpo__fail(GRPO_EUNSUPPORTED, "cuda: %s cache rows (only F32)", grpo_dtype_name(f->dt));
     size_t nb = (size_t)M * sizeof(void *);
     if (err == GRPO_OK && M > 0) {
         cudaStreamSynchronize(s->stream); /* ws[6] may still be read by the previous copy */
         if ((err = grpo_cu__reserve(&s->ws[6], nb)) == GRPO_OK) {
             cudaError_t e = cudaMemcpy(s->ws[6].d, ptrs, nb, cudaMemcpyHostToDevice);
             err = e == cudaSuccess
-                      ? grpo_cu__rows_ptrs(s, write, M, f->n, rows, ld, (void *const *)s->ws[6].d)
+                      ? grpo_cu__rows_ptrs(s, write, f, M, rows, ld, (void *const *)s->ws[6].d)
                       : grpo_cu__err(e, "cache row pointers");
         }
     }

@@ -89,16 +89,16 @@ grpo_err grpo_cu__rmsnorm(cu_state *s, int M, const float *x, int ldx, const flo
                           float eps, float *y, int ldy);
 grpo_err grpo_cu__rope(cu_state *s, int M, float *x, int ld, int nh, int hs, int dim,
                        const int32_t *pos, const float *inv_freq, float mscale, int interleave);
-/* The op table's memory entries in device mode (kernels.h; bodies in ops_body.h). rows_ptrs:
- * write = 1 copies rows (ld) to the rows at d_ptrs (a device array of M device pointers), 0 the
- * other way; F32 rows of n values. */
+/* The op table's memory entries in device mode (kernels.h; bodies in ops_body.h and kv_body.h).
+ * rows_ptrs: write = 1 encodes M rows (F32, ld) into cache rows of format f at d_ptrs (a device
+ * array of M device pointers), 0 decodes them back. */
 grpo_err grpo_cu__add_rows(cu_state *s, int M, int n, float *y, int ldy, const float *x, int ldx);
 grpo_err grpo_cu__copy_rows(cu_state *s, int M, int n, const int32_t *src, const float *x, int ldx,
                             const int32_t *dst, float *y, int ldy);
 grpo_err grpo_cu__combine_rows(cu_state *s, int S, int n, const int32_t *tok, const float *w,
                                const float *y, int ldy, float *acc, int ldacc);
-grpo_err grpo_cu__rows_ptrs(cu_state *s, int write, int M, int n, float *rows, int ld,
-                            void *const *d_ptrs);
+grpo_err grpo_cu__rows_ptrs(cu_state *s, int write, const grpo_kv_fmt *f, int M, float *rows,
+                            int ld, void *const *d_ptrs);
 grpo_err grpo_cu__silu_mul(cu_state *s, int M, int n, const float *g, int ldg, const float *u,
                            int ldu, float *y, int ldy);
 grpo_err grpo_cu__embed(cu_state *s, int M, const int32_t *tok, const grpo_kw *w, float *y,
@@ -120,9 +120,11 @@ grpo_err grpo_cu__router(cu_state *s, int M, const float *logits, int E, const f
 grpo_err grpo_cu__mla_naive(cu_state *s, int n, int pos0, int H, int dn, int dr, int dv,
                             const float *q, const float *kvb, const float *const *d_pages,
                             int page_len, int kr_stride, int kr_off, float scale, float *out);
+/* Absorbed MLA decode over cache rows of format kvf (F32, BF16 or FP8; kvf->bytes apart):
+ * d_ptab (B, max_pages) a device array of device page pointers, len host. */
 grpo_err grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const float *ql,
-                             const float *qr, const float *const *d_ptab, int max_pages,
-                             const int32_t *len, int page_len, int row_stride, float scale,
+                             const float *qr, const void *const *d_ptab, int max_pages,
+                             const int32_t *len, int page_len, const grpo_kv_fmt *kvf, float scale,
                              float *ol);
 
 #endif

@@ -8,10 +8,13 @@
  * Decode: block (sequence b, group of MLA_HG heads, split sp of the positions); the block holds its
  * heads' queries in shared memory and streams cache rows through shared memory MLA_TJ positions at
  * a time (rows padded by one float: conflict-free per-lane dot products), with an online softmax
- * per head; outputs (dc <= 512) live in registers, 2 x MLA_HG per thread of 256.
+ * per head; outputs (dc <= 512) live in registers, 2 x MLA_HG per thread of 256. The rows are in
+ * any cache format (kv_body.h: F32, BF16, FP8), converted to fp32 as a tile is loaded.
  * part (B, H, nsm, 2 + dc) = per split: max, sum, unnormalized output. */
 #ifndef GRPO_KERNELS_CUDA_MLA_BODY_H
 #define GRPO_KERNELS_CUDA_MLA_BODY_H
+
+#include "kernels/cuda/kv_body.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -70,8 +73,8 @@ mla_tile_scores(Ctx &cx, int h, int lane, int nj, int dc, int D, float scale, co
 template <class Ctx>
 MB_FN void
 mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const float *ql,
-                 const float *qr, const float *const *ptab, int max_pages, const int32_t *len,
-                 int page_len, int row_stride, float scale, int chunk, int nsm, float *part)
+                 const float *qr, const uint8_t *const *ptab, int max_pages, const int32_t *len,
+                 int page_len, const cu_kvf &kf, float scale, int chunk, int nsm, float *part)
 {
     float *sm = cx.smem;
     int D = dc + dr, DP = D + 1;
@@ -97,14 +100,15 @@ mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const 
     float o[MLA_HG][2];
     for (int h = 0; h < MLA_HG; h++)
         o[h][0] = o[h][1] = 0.0f;
-    const float *const *pages = ptab + (size_t)b * max_pages;
+    const uint8_t *const *pages = ptab + (size_t)b * max_pages;
     cx.sync();
     for (int jt = j0; jt < j1; jt += MLA_TJ) {
         int nj = mb_min(MLA_TJ, j1 - jt);
         for (int i = t; i < MLA_TJ * D; i += MLA_NT) {
             int jj = i / D, d = i % D, j = jt + jj;
-            kt[jj * DP + d] = jj < nj ? pages[j / page_len][(size_t)(j % page_len) * row_stride + d]
-                                      : 0.0f;
+            kt[jj * DP + d] =
+                jj < nj ? kb_val(pages[j / page_len] + (size_t)(j % page_len) * kf.bytes, kf, d)
+                        : 0.0f;
         }
         cx.sync();
         for (int r = 0; r < MLA_HG * MLA_TJ / MLA_NT; r++) /* warp w -> heads 2w, 2w+1 */

@@ -5,6 +5,7 @@
  * batch. */
 #include "kernels/cuda/cuda_int.cuh"
 #include "kernels/cuda/ops_body.h"
+#include "kernels/cuda/kv_body.h"
 
 #define NT 256
 
@@ -330,15 +331,15 @@ combine_rows_k(int S, int n, const int32_t *tok, const float *w, const float *y,
 }
 
 __global__ void
-rows_to_ptrs_k(int M, int n, const float *x, int ldx, float *const *dst)
+kv_encode_k(int M, cu_kvf f, const float *x, int ldx, uint8_t *const *dst)
 {
-    ob_rows_to_ptrs_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, n, x, ldx, dst);
+    kb_encode_unit((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, f, x, ldx, dst);
 }
 
 __global__ void
-ptrs_to_rows_k(int M, int n, const float *const *src, float *y, int ldy)
+kv_decode_k(int M, cu_kvf f, const uint8_t *const *src, float *y, int ldy)
 {
-    ob_ptrs_to_rows_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, n, src, y, ldy);
+    kb_decode_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, f, src, y, ldy);
 }
 
 grpo_err
@@ -377,17 +378,19 @@ grpo_cu__combine_rows(cu_state *s, int S, int n, const int32_t *tok, const float
 }
 
 grpo_err
-grpo_cu__rows_ptrs(cu_state *s, int write, int M, int n, float *rows, int ld, void *const *d_ptrs)
+grpo_cu__rows_ptrs(cu_state *s, int write, const grpo_kv_fmt *fmt, int M, float *rows, int ld,
+                   void *const *d_ptrs)
 {
-    size_t tot = (size_t)M * n;
+    cu_kvf f = cu_kvf_of(fmt);
+    size_t tot = (size_t)M * (write ? kb_units(f) : f.n);
     if (tot == 0)
         return GRPO_OK;
     if (write)
-        rows_to_ptrs_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, n, rows, ld,
-                                                                 (float *const *)d_ptrs);
+        kv_encode_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, f, rows, ld,
+                                                              (uint8_t *const *)d_ptrs);
     else
-        ptrs_to_rows_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, n, (const float *const *)d_ptrs,
-                                                                 rows, ld);
+        kv_decode_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, f, (const uint8_t *const *)d_ptrs,
+                                                              rows, ld);
     CU_LAUNCHED();
     return GRPO_OK;
 }

@@ -14,7 +14,7 @@
  *   ob_moe_plan      the stable counting sort of a batch's (token, slot) pairs by expert (one
  * block, one thread per expert) ob_moe_permute_elem, ob_moe_combine_elem   gather into expert
  * order; weighted combine in slot order with fmaf ob_add_rows_elem, ob_copy_rows_elem,
- * ob_combine_rows_col, ob_rows_to_ptrs_elem, ob_ptrs_to_rows_elem   the op table's memory entries
+ * ob_combine_rows_col   the op table's memory entries (the cache rows: kv_body.h)
  * in device mode, with the arithmetic of their host versions (kernels/mem.c: the combine's product
  * rounded, then added) Every product and sum is written either with ob_mul/ob_add/... (CUDA's
  * __fmul_rn family on the device, plain operations on the host, compiled without contraction: never
@@ -287,26 +287,6 @@ ob_combine_rows_col(int c, int S, int n, const int32_t *tok, const float *w, con
         float *a = acc + (size_t)tok[s] * ldacc + c;
         *a = ob_add(*a, ob_mul(w[s], y[(size_t)s * ldy + c]));
     }
-}
-
-/* One element of F32 cache rows: x's row r to the row at dst[r] (kv_write), or the row at
- * src[r] to y's row r (kv_read). */
-OB_FN void
-ob_rows_to_ptrs_elem(size_t t, int M, int n, const float *x, int ldx, float *const *dst)
-{
-    if (t >= (size_t)M * n)
-        return;
-    size_t r = t / n, c = t % n;
-    dst[r][c] = x[r * ldx + c];
-}
-
-OB_FN void
-ob_ptrs_to_rows_elem(size_t t, int M, int n, const float *const *src, float *y, int ldy)
-{
-    if (t >= (size_t)M * n)
-        return;
-    size_t r = t / n, c = t % n;
-    y[r * ldy + c] = src[r][c];
 }
 
 #endif

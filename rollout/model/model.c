@@ -378,9 +378,10 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
         return grpo__fail(GRPO_EUNSUPPORTED, "model: numerics q8 is a CPU backend option");
     if (opts->kv_dtype < GRPO_KV_F32 || opts->kv_dtype > GRPO_KV_FP8)
         return grpo__fail(GRPO_EINVAL, "model: unknown kv dtype %d", opts->kv_dtype);
-    if (opts->kv_dtype != GRPO_KV_F32 && opts->backend != 0)
+    if (opts->kv_dtype != GRPO_KV_F32 && opts->backend == 1)
         return grpo__fail(GRPO_EUNSUPPORTED,
-                          "model: kv dtype %s is a CPU backend option (the CUDA cache is f32)",
+                          "model: kv dtype %s: the staged CUDA table reads f32 caches only (the "
+                          "device-resident model, backend 2, takes every dtype)",
                           grpo_kv_dtype_name(opts->kv_dtype));
     grpo_model *m = calloc(1, sizeof *m);
     if (m == NULL || (m->dir = strdup(dir)) == NULL) {

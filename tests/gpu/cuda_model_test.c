@@ -12,7 +12,8 @@
  *     kernels; the memory entries have the host arithmetic), decode against its prefill, and two
  *     forks decoded in one batch equal to each decoded alone; with numerics fp8 (the
  *     deterministic fast policy: our tensor-core GEMMs), the fast policy's check, and a
- *     sequence's decode logits the same bits alone and batched with another.
+ *     sequence's decode logits the same bits alone and batched with another; with BF16 and FP8
+ *     latent caches, prefill and decode logits against the CPU backend with the same cache.
  * Exit 77 without a device. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/model_testutil.h"
@@ -180,6 +181,56 @@ resident_fp8(const char *name, const char *dir, const tm_expected *e, const floa
     grpo_model_destroy(m);
 }
 
+/* Logits of a 5-token prefill then every later token decoded one at a time (n - 4 rows). */
+static float *
+decode_all(grpo_model *m, const tm_expected *e)
+{
+    int V = e->vocab, p0 = 5;
+    grpo_kv *kv = NULL;
+    int32_t seq;
+    GT_OK(grpo_kv_create_for(&kv, m, 8u << 20));
+    GT_OK(grpo_kv_seq_new(kv, &seq));
+    float *lg = malloc((size_t)(e->n - p0 + 1) * V * sizeof *lg);
+    grpo_fwd_item it = {seq, 0, p0, e->tokens};
+    GT_OK(grpo_model_forward(m, kv, &it, 1, lg));
+    for (int t = p0; t < e->n; t++) {
+        grpo_fwd_item d = {seq, t, 1, e->tokens + t};
+        GT_OK(grpo_model_forward(m, kv, &d, 1, lg + (size_t)(t - p0 + 1) * V));
+    }
+    grpo_kv_destroy(kv);
+    return lg;
+}
+
+/* The device-resident model over BF16 and FP8 latent caches (--kv-dtype) against the CPU backend
+ * with the same cache dtype: prefill logits and decode logits (1e-4 of the largest logit). */
+static void
+resident_kv(const char *name, const char *dir, const tm_expected *e)
+{
+    const int dts[2] = {GRPO_KV_BF16, GRPO_KV_FP8};
+    for (int d = 0; d < 2; d++) {
+        grpo_model *mc = NULL, *mg = NULL;
+        grpo_model_opts oc = {.n_threads = 2, .kv_dtype = dts[d]};
+        grpo_model_opts og = {.n_threads = 1, .backend = 2, .kv_dtype = dts[d]};
+        GT_OK(grpo_model_load(&mc, dir, &oc));
+        GT_OK(grpo_model_load(&mg, dir, &og));
+        if (mc == NULL || mg == NULL) {
+            grpo_model_destroy(mc), grpo_model_destroy(mg);
+            return;
+        }
+        float *pc = prefill_all(mc, e), *pg = prefill_all(mg, e);
+        float *dc = decode_all(mc, e), *dg = decode_all(mg, e);
+        GT_OK(grpo_model__backend_status(mg));
+        double wp = worst_rows(pg, pc, e->n, e->vocab), wd = worst_rows(dg, dc, e->n - 4, e->vocab);
+        printf("  %s: device-resident, kv dtype %s, vs the CPU backend with it: prefill %.3g, "
+               "decode %.3g (tol 1e-4)\n",
+               name, grpo_kv_dtype_name(dts[d]), wp, wd);
+        GT_CHECK(wp <= 1e-4 && wd <= 1e-4, "%s kv %s: prefill %.3g decode %.3g", name,
+                 grpo_kv_dtype_name(dts[d]), wp, wd);
+        free(pc), free(pg), free(dc), free(dg);
+        grpo_model_destroy(mc), grpo_model_destroy(mg);
+    }
+}
+
 static void
 run_model(const char *name)
 {
@@ -241,6 +292,7 @@ run_model(const char *name)
     m->k = cpu; /* the model destroys its own (CPU) table */
     run_resident(name, dir, &e, gpu_lg);
     resident_fp8(name, dir, &e, cpu_lg, twin_lg);
+    resident_kv(name, dir, &e);
     free(twin_lg);
     grpo_kernels_cuda_destroy(gx);
     grpo_kernels_cuda_destroy(gf);

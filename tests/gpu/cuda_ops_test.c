@@ -501,57 +501,124 @@ test_mla_naive(void)
     }
 }
 
+/* A page of 64 positions x 2 layers of random rows in format f (host bytes). */
+static uint8_t *
+kv_page(const grpo_kv_fmt *f, int row)
+{
+    uint8_t *pg = malloc((size_t)128 * f->bytes);
+    float *v = gt_rand((size_t)row, 1.0f);
+    for (int j = 0; j < 128; j++) {
+        for (int d = 0; d < row; d++)
+            v[d] = gt_frand();
+        grpo_kv_row_encode(f, v, pg + (size_t)j * f->bytes);
+    }
+    free(v);
+    return pg;
+}
+
+static void
+mla_absorbed_case(grpo_dtype dt, int H, int dc, int dr, int B, const int32_t *lens)
+{
+    /* a pool of pages; layer 1 of 2 (rows of two layers, the pages pointing at the second);
+     * sequences 1.. share the first two pages of sequence 0's prompt (the G samples of a group) */
+    int row = dc + dr, maxp = 0;
+    grpo_kv_fmt f = grpo_kv_fmt_make(dt, row, dc, 128), f2 = f;
+    f2.bytes = 2 * f.bytes;
+    for (int b = 0; b < B; b++)
+        maxp = (lens[b] + 63) / 64 > maxp ? (lens[b] + 63) / 64 : maxp;
+    int npool = B * maxp;
+    uint8_t **pool = malloc((size_t)npool * sizeof *pool),
+            **dpool = malloc((size_t)npool * sizeof *dpool);
+    for (int i = 0; i < npool; i++) {
+        pool[i] = kv_page(&f, row);
+        dpool[i] = gt_up(pool[i], (size_t)128 * f.bytes);
+    }
+    const void ***hp = malloc((size_t)B * sizeof *hp), ***dp = malloc((size_t)B * sizeof *dp);
+    for (int b = 0; b < B; b++) {
+        hp[b] = malloc((size_t)maxp * sizeof **hp), dp[b] = malloc((size_t)maxp * sizeof **dp);
+        for (int i = 0; i < maxp; i++) {
+            int pg = i < 2 ? i : b * maxp + i; /* shared prompt pages 0, 1 */
+            hp[b][i] = pool[pg] + f.bytes, dp[b][i] = dpool[pg] + f.bytes;
+        }
+    }
+    float *ql = gt_rand((size_t)B * H * dc, 1.0f), *qr = gt_rand((size_t)B * H * dr, 1.0f);
+    size_t no = (size_t)B * H * dc;
+    float *ref = malloc(no * 4), *out = malloc(no * 4), *dout;
+    float *dql = gt_up(ql, no * 4), *dqr = gt_up(qr, (size_t)B * H * dr * 4);
+    GT_OK(grpo_cuda_malloc((void **)&dout, no * 4));
+    float scale = 0.1352338f;
+    cpu->mla_absorbed(cpu, B, H, dc, dr, ql, qr, (const void *const *const *)hp, lens, 64, &f2,
+                      scale, ref);
+    gpu->mla_absorbed(gpu, B, H, dc, dr, dql, dqr, (const void *const *const *)dp, lens, 64, &f2,
+                      scale, dout);
+    GT_OK(grpo_kernels_cuda_status(gpu));
+    gt_down(out, dout, no * 4);
+    char name[64];
+    snprintf(name, sizeof name, "mla_absorbed %s B=%d H=%d dc=%d dr=%d", grpo_dtype_name(dt), B, H,
+             dc, dr);
+    compare(name, out, ref, no, 2e-5);
+    for (int i = 0; i < npool; i++)
+        free(pool[i]), grpo_cuda_free(dpool[i]);
+    for (int b = 0; b < B; b++)
+        free(hp[b]), free(dp[b]);
+    free(pool), free(dpool), free(hp), free(dp), free(ql), free(qr), free(ref), free(out);
+    grpo_cuda_free(dql), grpo_cuda_free(dqr), grpo_cuda_free(dout);
+}
+
+/* Over F32, BF16 and FP8 cache rows (the CPU attention reads the same bytes). */
 static void
 test_mla_absorbed(void)
 {
     printf("mla absorbed (decode over shared pages)\n");
     const int cs[][3] = {{16, 512, 64}, {20, 64, 16}, {128, 512, 64}};
-    for (int c = 0; c < 3; c++) {
-        int H = cs[c][0], dc = cs[c][1], dr = cs[c][2], B = c == 2 ? 3 : 6;
-        int32_t lens[6] = {1, 63, 130, 65, 700, 1300};
-        if (c == 2)
-            lens[0] = 900, lens[1] = 1000, lens[2] = 129;
-        /* a pool of pages; layer 1 of 2 (row stride 2 x 576-like rows); sequences 1.. share the
-         * first two pages of sequence 0's prompt (the G samples of a group) */
-        int row = dc + dr, stride = 2 * row, maxp = 0;
-        for (int b = 0; b < B; b++)
-            maxp = (lens[b] + 63) / 64 > maxp ? (lens[b] + 63) / 64 : maxp;
-        int npool = B * maxp;
-        float **pool = malloc((size_t)npool * sizeof *pool), **dpool = malloc((size_t)npool * sizeof *dpool);
-        for (int i = 0; i < npool; i++) {
-            pool[i] = gt_rand((size_t)64 * stride, 1.0f);
-            dpool[i] = gt_up(pool[i], (size_t)64 * stride * 4);
+    const grpo_dtype dts[3] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F8E4M3};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 3; c++) {
+            int32_t lens[6] = {1, 63, 130, 65, 700, 1300};
+            if (c == 2)
+                lens[0] = 900, lens[1] = 1000, lens[2] = 129;
+            mla_absorbed_case(dts[d], cs[c][0], cs[c][1], cs[c][2], c == 2 ? 3 : 6, lens);
         }
-        const float ***hp = malloc((size_t)B * sizeof *hp), ***dp = malloc((size_t)B * sizeof *dp);
-        for (int b = 0; b < B; b++) {
-            hp[b] = malloc((size_t)maxp * sizeof **hp), dp[b] = malloc((size_t)maxp * sizeof **dp);
-            for (int i = 0; i < maxp; i++) {
-                int pg = i < 2 ? i : b * maxp + i; /* shared prompt pages 0, 1 */
-                hp[b][i] = pool[pg] + row, dp[b][i] = dpool[pg] + row;
-            }
-        }
-        float *ql = gt_rand((size_t)B * H * dc, 1.0f), *qr = gt_rand((size_t)B * H * dr, 1.0f);
-        size_t no = (size_t)B * H * dc;
-        float *ref = malloc(no * 4), *out = malloc(no * 4), *dout;
-        float *dql = gt_up(ql, no * 4), *dqr = gt_up(qr, (size_t)B * H * dr * 4);
-        GT_OK(grpo_cuda_malloc((void **)&dout, no * 4));
-        float scale = 0.1352338f;
-        grpo_kv_fmt f32 = grpo_kv_fmt_make(GRPO_DT_F32, stride, 0, 0);
-        cpu->mla_absorbed(cpu, B, H, dc, dr, ql, qr, (const void *const *const *)hp, lens, 64,
-                          &f32, scale, ref);
-        gpu->mla_absorbed(gpu, B, H, dc, dr, dql, dqr, (const void *const *const *)dp, lens, 64,
-                          &f32, scale, dout);
+}
+
+/* The device's cache row encoding and decoding (kv_write, kv_read: kv_body.h) against the CPU's
+ * (kernels/kv_row.c): the same bytes, the same floats back; an all-zero row included. */
+static void
+test_kv_rows(void)
+{
+    printf("cache rows (kv_write, kv_read)\n");
+    const grpo_dtype dts[3] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F8E4M3};
+    int M = 37, n = 576, ld = 580;
+    for (int d = 0; d < 3; d++) {
+        grpo_kv_fmt f = grpo_kv_fmt_make(dts[d], n, 512, 128);
+        float *x = gt_rand((size_t)M * ld, 4.0f), *back = malloc((size_t)M * ld * 4);
+        float *ref = calloc((size_t)M * ld, 4);
+        memset(x + ld, 0, (size_t)n * 4);
+        uint8_t *hrows = malloc((size_t)M * f.bytes), *drows_h = malloc((size_t)M * f.bytes);
+        for (int r = 0; r < M; r++) /* row r at slot (r * 7) % M: out of order */
+            grpo_kv_row_encode(&f, x + (size_t)r * ld, hrows + (size_t)((r * 7) % M) * f.bytes);
+        uint8_t *drows = NULL;
+        GT_OK(grpo_cuda_malloc((void **)&drows, (size_t)M * f.bytes));
+        void **ptrs = malloc((size_t)M * sizeof *ptrs);
+        for (int r = 0; r < M; r++)
+            ptrs[r] = drows + (size_t)((r * 7) % M) * f.bytes;
+        float *dx = gt_up(x, (size_t)M * ld * 4), *dback = gt_up(back, (size_t)M * ld * 4);
+        gpu->kv_write(gpu, &f, M, dx, ld, ptrs);
+        gpu->kv_read(gpu, &f, M, (const void *const *)ptrs, dback, ld);
         GT_OK(grpo_kernels_cuda_status(gpu));
-        gt_down(out, dout, no * 4);
-        char name[64];
-        snprintf(name, sizeof name, "mla_absorbed B=%d H=%d dc=%d dr=%d", B, H, dc, dr);
-        compare(name, out, ref, no, 2e-5);
-        for (int i = 0; i < npool; i++)
-            free(pool[i]), grpo_cuda_free(dpool[i]);
-        for (int b = 0; b < B; b++)
-            free(hp[b]), free(dp[b]);
-        free(pool), free(dpool), free(hp), free(dp), free(ql), free(qr), free(ref), free(out);
-        grpo_cuda_free(dql), grpo_cuda_free(dqr), grpo_cuda_free(dout);
+        gt_down(drows_h, drows, (size_t)M * f.bytes);
+        gt_down(back, dback, (size_t)M * ld * 4);
+        for (int r = 0; r < M; r++)
+            grpo_kv_row_decode(&f, hrows + (size_t)((r * 7) % M) * f.bytes, 0, n,
+                               ref + (size_t)r * ld);
+        int bytes = memcmp(drows_h, hrows, (size_t)M * f.bytes) == 0, vals = 1;
+        for (int r = 0; r < M; r++)
+            vals &= memcmp(back + (size_t)r * ld, ref + (size_t)r * ld, (size_t)n * 4) == 0;
+        printf("  %-40s %d rows of %d bytes: bytes %s, values back %s\n", grpo_dtype_name(dts[d]),
+               M, f.bytes, bytes ? "identical" : "DIFFER", vals ? "identical" : "DIFFER");
+        GT_CHECK(bytes && vals, "%s cache rows differ from the CPU's", grpo_dtype_name(dts[d]));
+        free(x), free(back), free(ref), free(hrows), free(drows_h), free(ptrs);
+        grpo_cuda_free(drows), grpo_cuda_free(dx), grpo_cuda_free(dback);
     }
 }
 
@@ -679,6 +746,7 @@ main(void)
     test_quant();
     test_mla_naive();
     test_mla_absorbed();
+    test_kv_rows();
     test_moe();
     grpo_kernels_cuda_destroy(gpu);
     grpo_kernels_cuda_destroy(gpu_fast);

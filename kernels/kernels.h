@@ -198,6 +198,18 @@ struct grpo_kernels {
      * (the product rounded, then added); tok, w in op memory. */
     void (*combine_rows)(grpo_kernels *k, int S, int n, const int32_t *tok, const float *w,
                          const float *y, int ldy, float *acc, int ldacc);
+    /* The MoE routing in op memory, so that a MoE layer needs no host round trip (a backend sets
+     * both or neither; NULL in the CPU backend, whose forward sorts on the host and runs each
+     * expert's GEMMs; the grpo_kernels_moe_* helpers do that same work on the host):
+     * moe_sort: the T x K choices idx (token-major) with their weights wts, sorted stably by
+     * expert: offs (E + 1) each expert's first slot, slot_tok[s] the token of slot s, slot_w[s]
+     * its weight. moe_gemm: for each expert e < E, rows [offs[e], offs[e + 1]) of x times
+     * w[e]^T into the same rows of y, w a host array of E weights of one shape, rows the slots in
+     * all; each row gets the bits gemm gives it. idx, wts, offs, slots, x, y in op memory. */
+    void (*moe_sort)(grpo_kernels *k, int T, int K, int E, const int32_t *idx, const float *wts,
+                     int32_t *offs, int32_t *slot_tok, float *slot_w);
+    void (*moe_gemm)(grpo_kernels *k, int E, int rows, const int32_t *offs, const float *x, int ldx,
+                     const grpo_kw *const *w, float *y, int ldy);
     /* Cache rows: row r < M of x (F32, leading dimension ldx) encoded in format f at dst[r]
      * (kv_write); the rows at src[r] decoded into row r of y (kv_read). dst and src are host
      * arrays of pointers into op memory. */
@@ -230,6 +242,10 @@ void grpo_kernels_copy_rows(grpo_kernels *k, int M, int n, const int32_t *src, c
                             int ldx, const int32_t *dst, float *y, int ldy);
 void grpo_kernels_combine_rows(grpo_kernels *k, int S, int n, const int32_t *tok, const float *w,
                                const float *y, int ldy, float *acc, int ldacc);
+void grpo_kernels_moe_sort(grpo_kernels *k, int T, int K, int E, const int32_t *idx,
+                           const float *wts, int32_t *offs, int32_t *slot_tok, float *slot_w);
+void grpo_kernels_moe_gemm(grpo_kernels *k, int E, int rows, const int32_t *offs, const float *x,
+                           int ldx, const grpo_kw *const *w, float *y, int ldy);
 void grpo_kernels_kv_write(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
                            void *const *dst);
 void grpo_kernels_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src,

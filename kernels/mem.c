@@ -90,6 +90,46 @@ grpo_kernels_combine_rows(grpo_kernels *k, int S, int n, const int32_t *tok, con
 }
 
 void
+grpo_kernels_moe_sort(grpo_kernels *k, int T, int K, int E, const int32_t *idx, const float *wts,
+                      int32_t *offs, int32_t *slot_tok, float *slot_w)
+{
+    if (k->moe_sort != NULL) {
+        k->moe_sort(k, T, K, E, idx, wts, offs, slot_tok, slot_w);
+        return;
+    }
+    for (int e = 0; e <= E; e++)
+        offs[e] = 0;
+    for (int i = 0; i < T * K; i++)
+        offs[idx[i] + 1]++;
+    for (int e = 0; e < E; e++)
+        offs[e + 1] += offs[e];
+    for (int e = E; e > 0; e--) /* offs[e + 1]: expert e's first slot, then its cursor ... */
+        offs[e] = offs[e - 1];
+    offs[0] = 0;
+    for (int i = 0; i < T * K; i++) { /* ... filled in assignment order (stable), ending at its
+                                         end, the next expert's first slot */
+        int s = offs[idx[i] + 1]++;
+        slot_tok[s] = i / K;
+        slot_w[s] = wts[i];
+    }
+}
+
+void
+grpo_kernels_moe_gemm(grpo_kernels *k, int E, int rows, const int32_t *offs, const float *x,
+                      int ldx, const grpo_kw *const *w, float *y, int ldy)
+{
+    if (k->moe_gemm != NULL) {
+        k->moe_gemm(k, E, rows, offs, x, ldx, w, y, ldy);
+        return;
+    }
+    (void)rows;
+    for (int e = 0; e < E; e++)
+        if (offs[e + 1] > offs[e])
+            k->gemm(k, offs[e + 1] - offs[e], x + (size_t)offs[e] * (size_t)ldx, ldx, w[e],
+                    y + (size_t)offs[e] * (size_t)ldy, ldy);
+}
+
+void
 grpo_kernels_kv_write(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
                       void *const *dst)
 {

@@ -257,6 +257,22 @@ moe_movement(void **state)
     assert_memory_equal(src.data(), p.src, (size_t)M * top_k * 4);
     assert_memory_equal(dst.data(), p.dst, (size_t)M * top_k * 4);
     grpo_moe_plan_fini(&p);
+    /* the op table's moe_sort in device mode (the plan, then each slot's token and weight)
+     * against its host helper */
+    std::vector<float> cw(M * top_k), slot_w(M * top_k), slot_w2(M * top_k);
+    std::vector<int32_t> slot_tok(M * top_k), slot_tok2(M * top_k), offs2(E + 1);
+    for (auto &v : cw)
+        v = frand();
+    for (int sl = 0; sl < M * top_k; sl++)
+        ob_moe_slot_elem(sl, M * top_k, top_k, src.data(), cw.data(), slot_tok.data(),
+                         slot_w.data());
+    grpo_kernels host;
+    memset(&host, 0, sizeof host);
+    grpo_kernels_moe_sort(&host, M, top_k, E, idx.data(), cw.data(), offs2.data(), slot_tok2.data(),
+                          slot_w2.data());
+    assert_memory_equal(offs.data(), offs2.data(), (size_t)(E + 1) * 4);
+    assert_memory_equal(slot_tok.data(), slot_tok2.data(), (size_t)M * top_k * 4);
+    assert_memory_equal(slot_w.data(), slot_w2.data(), (size_t)M * top_k * 4);
 
     std::vector<float> x(M * (n + 2)), xp(M * top_k * n);
     for (auto &v : x)
@@ -289,9 +305,6 @@ moe_movement(void **state)
     }
 }
 
-/* The device-mode memory entries (residual add, row copies with and without indices, the MoE
- * combine, F32 cache rows through pointer arrays) against the host helpers the CPU backend runs
- * (kernels/mem.c), bit for bit. */
 /* Cache rows in every format (kv_body.h, the bodies of kv_write and kv_read in device mode) against
  * the host helpers (kernels/kv_row.c): the same bytes, written to rows scattered over the cache
  * out of order; read back the same floats; F32 rows come back exactly. The FP8 rows are the MLA
@@ -331,6 +344,9 @@ kv_rows(int M, int n, int ld, std::vector<float> x, const std::vector<int32_t> &
     }
 }
 
+/* The device-mode memory entries (residual add, row copies with and without indices, the MoE
+ * combine, the cache rows of every format through pointer arrays) against the host helpers the
+ * CPU backend runs (kernels/mem.c), bit for bit. */
 static void
 memory_entries(void **state)
 {

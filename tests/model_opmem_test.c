@@ -2,8 +2,9 @@
  * the ops work on"). A test backend wraps the CPU one: its mem_alloc hands out mappings that are
  * PROT_NONE except while one of its ops runs, so any read or write the forward makes of
  * activations on the host, outside an op, faults and fails the test. Its memory entries are
- * real ones (mem_copy, mem_zero, add_rows, copy_rows, combine_rows, kv_write, kv_read, each
- * opening the mappings around the host helper), so the forward takes its non-host path: outputs
+ * real ones (mem_copy, mem_zero, add_rows, copy_rows, combine_rows, kv_write, kv_read, moe_sort,
+ * moe_gemm, each opening the mappings around the host helper), so the forward takes its non-host
+ * path (the MoE routing sorted in op memory, no host round trip in a MoE layer): outputs
  * staged out with mem_copy; the weights (uploaded at the switch, grpo_model__use_backend) and the
  * KV pool's pages (grpo_kv_create_for) are guarded memory too, and a pool in host memory is
  * refused. On tiny MLA, deepseek_v2 and GQA fixtures (dense and MoE;
@@ -257,6 +258,22 @@ g_gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n, const in
 }
 
 static void
+g_moe_sort(grpo_kernels *k, int T, int K, int E, const int32_t *idx, const float *wts,
+           int32_t *offs, int32_t *slot_tok, float *slot_w)
+{
+    (void)k;
+    GUARD(grpo_kernels_moe_sort(&inner, T, K, E, idx, wts, offs, slot_tok, slot_w));
+}
+
+static void
+g_moe_gemm(grpo_kernels *k, int E, int rows, const int32_t *offs, const float *x, int ldx,
+           const grpo_kw *const *w, float *y, int ldy)
+{
+    grpo_kernels in = sub(k);
+    GUARD(grpo_kernels_moe_gemm(&in, E, rows, offs, x, ldx, w, y, ldy));
+}
+
+static void
 g_gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
 {
     grpo_kernels in = sub(k);
@@ -277,6 +294,7 @@ guarded(const grpo_kernels *k)
     g.mem_alloc = g_alloc, g.mem_free = g_free, g.mem_copy = g_copy, g.mem_zero = g_zero;
     g.add_rows = g_add, g.copy_rows = g_copy_rows, g.combine_rows = g_combine;
     g.kv_write = g_kv_write, g.kv_read = g_kv_read;
+    g.moe_sort = g_moe_sort, g.moe_gemm = g_moe_gemm;
     return g;
 }
 
@@ -328,6 +346,28 @@ script(grpo_model *m, const int32_t *tok, float *out, int V, float *hid)
     return rows;
 }
 
+/* The routes of a 12-token prefill (the router's choices, copied out of op memory on the
+ * non-host path) into a buffer; its size, 0 for a model without routed experts. */
+static size_t
+routes_of(grpo_model *m, const int32_t *tok, uint8_t **out)
+{
+    size_t rb = grpo_model_route_row_bytes(grpo_model_get_config(m)) * 12;
+    *out = calloc(rb > 0 ? rb : 1, 1);
+    if (rb == 0)
+        return 0;
+    grpo_kv *kv = NULL;
+    int32_t sq;
+    assert_int_equal(grpo_kv_create_for(&kv, m, 1u << 20), GRPO_OK);
+    assert_int_equal(grpo_kv_seq_new(kv, &sq), GRPO_OK);
+    float *lg = malloc((size_t)grpo_model_get_config(m)->vocab_size * 4);
+    grpo_fwd_item it = {sq, 0, 12, tok};
+    void *r[1] = {*out};
+    assert_int_equal(grpo_model_forward_routes(m, kv, &it, 1, lg, r), GRPO_OK);
+    free(lg);
+    grpo_kv_destroy(kv);
+    return rb;
+}
+
 static void
 forward_through_op_memory(void **state)
 {
@@ -364,6 +404,11 @@ forward_through_op_memory(void **state)
             assert_true(allocs > weights); /* the scratch and the pool came from the backend */
             assert_memory_equal(plain, via, (size_t)rows * V * 4);
             assert_memory_equal(hp, hv, (size_t)34 * H * 4);
+            uint8_t *r0 = NULL, *r1 = NULL;
+            size_t rb = routes_of(m, e.tokens, &r0);
+            assert_int_equal(routes_of(mg, e.tokens, &r1), rb);
+            assert_memory_equal(r0, r1, rb > 0 ? rb : 1);
+            free(r0), free(r1);
             free(hp), free(hv);
             grpo_kv *host = NULL; /* a pool in host memory: refused by this backend, by name */
             int32_t sq;

@@ -657,6 +657,20 @@ rows_ptrs(grpo_kernels *k, int write, const grpo_kv_fmt *f, int M, float *rows, 
 }
 
 static void
+t_moe_sort(grpo_kernels *k, int T, int K, int E, const int32_t *idx, const float *wts,
+           int32_t *offs, int32_t *slot_tok, float *slot_w)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__moe_sort(cu_of(k), T, K, E, idx, wts, offs, slot_tok, slot_w));
+}
+
+static void
+t_moe_gemm(grpo_kernels *k, int E, int rows, const int32_t *offs, const float *x, int ldx,
+           const grpo_kw *const *w, float *y, int ldy)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__moe_gemm(cu_of(k), E, rows, offs, x, ldx, w, y, ldy));
+}
+
+static void
 t_kv_write(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx, void *const *dst)
 {
     rows_ptrs(k, 1, f, M, (float *)x, ldx, (const void *const *)dst);
@@ -726,6 +740,7 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
         k->mem_zero = t_mem_zero, k->add_rows = t_add_rows, k->copy_rows = t_copy_rows;
         k->combine_rows = t_combine_rows, k->kv_write = t_kv_write, k->kv_read = t_kv_read;
         k->weight_upload = t_weight_upload, k->gemm_batch = t_gemm_batch;
+        k->moe_sort = t_moe_sort, k->moe_gemm = t_moe_gemm;
     }
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess)
@@ -758,6 +773,9 @@ grpo_kernels_cuda_destroy(grpo_kernels *k)
         free(s->cache);
         for (size_t i = 0; i < sizeof s->ws / sizeof s->ws[0]; i++)
             cudaFree(s->ws[i].d);
+        for (int i = 0; i < s->n_wtab; i++)
+            cudaFree(s->wtabs[i].d);
+        free(s->wtabs);
         for (int i = 0; i < 8; i++)
             cudaFree(s->stage[i].d);
         cudaFree(s->lt_ws.d);

@@ -32,12 +32,22 @@ typedef struct cu_cached {
     void *d;
 } cu_cached;
 
+/* The device table (cu_kw[E]) of a MoE projection's expert weights, keyed by the host address of
+ * its first weight; tc: every expert can take the tensor-core kernel. */
+typedef struct cu_wtab {
+    const void *key;
+    int E, tc;
+    void *d;
+} cu_wtab;
+
 typedef struct cu_state {
     int device, mode, policy;
     cudaStream_t stream;
     cublasLtHandle_t lt;
     cu_buf lt_ws;     /* cuBLASLt workspace */
-    cu_buf ws[8];     /* per-op scratch (quantized activations, attention partials, ...) */
+    cu_buf ws[9];     /* per-op scratch (quantized activations, attention partials, ...) */
+    cu_wtab *wtabs; /* device tables of the experts' weights (moe_gemm), by host key */
+    int n_wtab, cap_wtab;
     cu_buf stage[8];  /* staged-mode copies of one op's arguments */
     cu_cached *cache; /* staged-mode weights */
     int n_cache, cap_cache;
@@ -114,6 +124,14 @@ grpo_err grpo_cu__gemm_tc(cu_state *s, int n, const grpo_gemm_job *jobs, unsigne
 /* Prepares the activations of the jobs of js with prep set (ops.cu); warps = the most
  * (row, 128-column block) pairs of one of them. */
 grpo_err grpo_cu__tc_prep(cu_state *s, const tc_jobs *js, int warps);
+/* The op table's moe_sort and moe_gemm in device mode (kernels.h): the device plan, then the
+ * slots (moe.cu); the experts' weights as a device table made once per (w[0], E) and kept, then
+ * the grouped kernel of the policy: tensor cores under the fast policies (tc.cu), else the tiled
+ * fp32 kernel over each expert's rows, whose outputs are the bits gemm gives them (gemm.cu). */
+grpo_err grpo_cu__moe_sort(cu_state *s, int T, int K, int E, const int32_t *idx, const float *wts,
+                           int32_t *offs, int32_t *slot_tok, float *slot_w);
+grpo_err grpo_cu__moe_gemm(cu_state *s, int E, int rows, const int32_t *offs, const float *x,
+                           int ldx, const grpo_kw *const *w, float *y, int ldy);
 grpo_err grpo_cu__router(cu_state *s, int M, const float *logits, int E, const float *bias,
                          int n_group, int topk_group, int top_k, int norm, float scale,
                          int32_t *idx, float *wts);

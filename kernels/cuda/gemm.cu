@@ -360,3 +360,95 @@ grpo_cu__gemm(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, flo
     }
     return gemm_rounded(s, M, x, ldx, w, y, ldy);
 }
+
+/* ---- the op table's moe_gemm in device mode ---- */
+
+/* Block (64 output columns, expert): every 64-row tile of the expert's rows in turn, each output
+ * the bits gemm_tile gives it in the op table's gemm. */
+__global__ void __launch_bounds__(256)
+moe_tile_k(int N, int K, const float *x, int ldx, const cu_kw *tab, const int32_t *offs, float *y,
+           int ldy)
+{
+    __shared__ float xs[GB_BK * (GB_BM + 1)], ws[GB_BK * (GB_BN + 1)];
+    tile_ctx cx = {xs, ws};
+    int e = blockIdx.y, r0 = offs[e], n = offs[e + 1] - r0;
+    for (int by = 0; by * GB_BM < n; by++)
+        gemm_tile(cx, 0, by, blockIdx.x, n, N, K, x + (size_t)r0 * ldx, ldx, 0, tab[e], 0, 0,
+                  y + (size_t)r0 * ldy, ldy, 0);
+}
+
+/* The table of w[0 .. E), made once (the weights are the model's, uploaded at load). */
+static const cu_wtab *
+wtab_of(cu_state *s, int E, const grpo_kw *const *w, grpo_err *err)
+{
+    for (int i = 0; i < s->n_wtab; i++)
+        if (s->wtabs[i].key == (const void *)w[0] && s->wtabs[i].E == E)
+            return &s->wtabs[i];
+    if (s->n_wtab == s->cap_wtab) {
+        int cap = s->cap_wtab ? 2 * s->cap_wtab : 64;
+        cu_wtab *t = (cu_wtab *)realloc(s->wtabs, (size_t)cap * sizeof *t);
+        if (t == NULL) {
+            *err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+            return NULL;
+        }
+        s->wtabs = t, s->cap_wtab = cap;
+    }
+    cu_kw *h = (cu_kw *)malloc((size_t)E * sizeof *h);
+    if (h == NULL) {
+        *err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+        return NULL;
+    }
+    cu_wtab t = {(const void *)w[0], E, 1, NULL};
+    for (int e = 0; e < E; e++) {
+        h[e] = cu_kw_of(w[e]);
+        t.tc &= grpo_cu__tc_ok(w[e]) && w[e]->rows == w[0]->rows && w[e]->cols == w[0]->cols &&
+                w[e]->dt == w[0]->dt;
+    }
+    cudaError_t ce = cudaMalloc(&t.d, (size_t)E * sizeof *h);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpy(t.d, h, (size_t)E * sizeof *h, cudaMemcpyHostToDevice);
+    free(h);
+    if (ce != cudaSuccess) {
+        cudaFree(t.d);
+        *err = grpo_cu__err(ce, "moe weight table");
+        return NULL;
+    }
+    s->wtabs[s->n_wtab] = t;
+    return &s->wtabs[s->n_wtab++];
+}
+
+grpo_err
+grpo_cu__moe_gemm(cu_state *s, int E, int rows, const int32_t *offs, const float *x, int ldx,
+                  const grpo_kw *const *w, float *y, int ldy)
+{
+    if (E <= 0 || rows <= 0)
+        return GRPO_OK;
+    grpo_err err = GRPO_OK;
+    const cu_wtab *t = wtab_of(s, E, w, &err);
+    if (t == NULL)
+        return err;
+    int N = w[0]->rows, K = w[0]->cols, act = grpo_kw_act_round(w[0]);
+    grpo_kernels kk;
+    memset(&kk, 0, sizeof kk);
+    kk.impl = s;
+    if (s->policy != GRPO_CUDA_GEMM_EXACT && act != 0 && t->tc)
+        return grpo_cuda_moe_gemm_tc(&kk, E, rows, offs, x, ldx, t->d, w[0], y, ldy);
+    if (s->policy != GRPO_CUDA_GEMM_EXACT && act != 0) { /* the same rounded activations */
+        if ((err = grpo_cu__reserve(&s->ws[0], (size_t)rows * K * sizeof(float))) != GRPO_OK)
+            return err;
+        float *r = (float *)s->ws[0].d;
+        if (act == GRPO_ACT_FP8) {
+            if ((err = grpo_cu__act_fp8(s, rows, K, x, ldx, r)) != GRPO_OK)
+                return err;
+        } else {
+            round_bf16_k<<<cu_blocks((size_t)rows * K, 256), 256, 0, s->stream>>>(rows, K, x, ldx,
+                                                                                 r);
+            CU_LAUNCHED();
+        }
+        x = r, ldx = K;
+    }
+    moe_tile_k<<<dim3(cu_blocks((size_t)N, GB_BN), (unsigned)E), 256, 0, s->stream>>>(
+        N, K, x, ldx, (const cu_kw *)t->d, offs, y, ldy);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}

@@ -6,6 +6,8 @@
 #include "kernels/cuda/cuda_int.cuh"
 #include "kernels/cuda/ops_body.h"
 
+#include <string.h>
+
 struct plan_ctx {
     __device__ int tid() const { return threadIdx.x; }
     __device__ int nt() const { return blockDim.x; }
@@ -70,6 +72,37 @@ grpo_cuda_moe_combine(grpo_kernels *k, int M, int top_k, int n, const float *d_y
         return GRPO_OK;
     moe_combine_k<<<cu_blocks(tot, 256), 256, 0, cu_of(k)->stream>>>(M, top_k, n, d_yp, d_dst,
                                                                      d_wts, d_y, ldy, accumulate);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
+__global__ void
+moe_slots_k(int n, int top_k, const int32_t *src, const float *wts, int32_t *slot_tok,
+            float *slot_w)
+{
+    ob_moe_slot_elem((int)(blockIdx.x * blockDim.x + threadIdx.x), n, top_k, src, wts, slot_tok,
+                     slot_w);
+}
+
+grpo_err
+grpo_cu__moe_sort(cu_state *s, int T, int K, int E, const int32_t *idx, const float *wts,
+                  int32_t *offs, int32_t *slot_tok, float *slot_w)
+{
+    size_t n = (size_t)T * K;
+    if (n == 0) {
+        CU_TRY(cudaMemsetAsync(offs, 0, (size_t)(E + 1) * sizeof *offs, s->stream));
+        return GRPO_OK;
+    }
+    grpo_err err = grpo_cu__reserve(&s->ws[8], 2 * n * sizeof(int32_t));
+    if (err != GRPO_OK)
+        return err;
+    int32_t *src = (int32_t *)s->ws[8].d, *dst = src + n;
+    grpo_kernels kk;
+    memset(&kk, 0, sizeof kk);
+    kk.impl = s;
+    if ((err = grpo_cuda_moe_plan(&kk, T, K, E, idx, offs, src, dst)) != GRPO_OK)
+        return err;
+    moe_slots_k<<<cu_blocks(n, 256), 256, 0, s->stream>>>((int)n, K, src, wts, slot_tok, slot_w);
     CU_LAUNCHED();
     return GRPO_OK;
 }

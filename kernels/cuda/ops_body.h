@@ -225,6 +225,18 @@ ob_moe_plan(Ctx &cx, int n, int E, const int32_t *idx, int32_t *cnt, int32_t *of
     }
 }
 
+/* Slot s of n: the token of its assignment and the assignment's weight (the op table's
+ * moe_sort, after the plan). */
+OB_FN void
+ob_moe_slot_elem(int s, int n, int top_k, const int32_t *src, const float *wts, int32_t *slot_tok,
+                 float *slot_w)
+{
+    if (s >= n)
+        return;
+    slot_tok[s] = src[s] / top_k;
+    slot_w[s] = wts[src[s]];
+}
+
 /* Element t of xp (rows = M * top_k slots, n columns): the token row of the slot's assignment. */
 OB_FN void
 ob_moe_permute_elem(size_t t, int rows, int top_k, int n, const float *x, int ldx,

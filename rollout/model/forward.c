@@ -48,6 +48,11 @@ typedef struct {
     float *sg, *su;      /* (T*k, moe_intermediate_size) per assignment (T <= MOE_PAR_MAX_T) */
     grpo_gemm_job *jobs; /* one batch of GEMMs: 2 per active expert + 2 shared */
     int n_workers;
+    /* MoE sorted in op memory (the backend's moe_sort and moe_gemm): every T (xs, ys, sg, su
+     * sized for all of them), the offsets in op memory, the experts' weights of one kind */
+    int moe_op;
+    int32_t *eoff_op;
+    const grpo_kw **ew;
     /* naive attention of one head group: (n, hg, dn + dr) queries, (n, hg, dv) outputs */
     float *qg, *og;
     int hg; /* heads per group */
@@ -114,6 +119,7 @@ layout_host(scratch *s, const grpo_model_config *c, carver *cv)
     s->eoff = carve(cv, (E + 1) * i4);
     s->esplit = carve(cv, ((size_t)s->n_workers + 1) * i4);
     s->jobs = carve(cv, (2 * E + 2) * sizeof(grpo_gemm_job));
+    s->ew = carve(cv, E * pp);
     s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
 }
 
@@ -162,13 +168,15 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->qr = carve(cv, Bm * nh * dr * f);
     s->ol = carve(cv, Bm * nh * dc * f);
     s->od = carve(cv, Bm * nh * dv * f);
-    size_t Tp = T <= MOE_PAR_MAX_T ? T : 0, Im = (size_t)c->moe_intermediate_size;
+    size_t Tp = T <= MOE_PAR_MAX_T || s->moe_op ? T : 0, Im = (size_t)c->moe_intermediate_size;
+    s->eoff_op = carve(cv, (s->moe_op ? E + 1 : 0) * i4);
     s->slot_tok = carve(cv, T * K * i4);
     s->slot_w = carve(cv, T * K * f);
     s->xs = carve(cv, Tp * K * H * f);
     s->ys = carve(cv, Tp * K * H * f);
-    s->wg = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
-    s->wu = carve(cv, (size_t)s->n_workers * (Tp ? MOE_PAR_MAX_T : 0) * Im * f);
+    size_t Tw = Tp && !s->moe_op ? MOE_PAR_MAX_T : 0;
+    s->wg = carve(cv, (size_t)s->n_workers * Tw * Im * f);
+    s->wu = carve(cv, (size_t)s->n_workers * Tw * Im * f);
     s->sg = carve(cv, Tp * K * Im * f);
     s->su = carve(cv, Tp * K * Im * f);
     s->lat = carve(cv, Lm * (dc + dr) * f);
@@ -222,6 +230,7 @@ scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items,
     s->n_workers = m->k->n_threads > 0 ? m->k->n_threads : 1;
     s->hg = m->cfg.num_attention_heads < naive_hg(m) ? m->cfg.num_attention_heads : naive_hg(m);
     s->out_host = op_memory_is_host(m->k);
+    s->moe_op = m->k->moe_sort != NULL && m->k->moe_gemm != NULL;
     carver hv = {NULL, 0, 0}, cv = {NULL, 0, 0};
     layout_host(s, &m->cfg, &hv);
     layout(s, &m->cfg, &cv);
@@ -576,31 +585,42 @@ moe_grouped(grpo_model *m, const grpo_layer_w *l, scratch *s)
     grpo_kernels_gemm_batch(k, (int)(j - s->jobs), s->jobs);
 }
 
-/* Routed experts: whole experts in parallel when the batch is small and many are active; grouped
- * GEMM batches when it is small and few are (moe_grouped); else one expert at a time with threaded
- * GEMMs. Each way each expert's rows get the same (row- and thread-invariant) GEMMs and every
- * token adds its experts' outputs in ascending expert order, then the shared experts' output. */
+/* The routed experts with the routing sorted in op memory (moe_sort; no host round trip): the
+ * slots' rows gathered, each projection of every expert in one moe_gemm, SiLU over every slot,
+ * the combine in slot order. The same bits as the host-sorted paths: each expert's rows get the
+ * GEMMs they get alone, and slot order is ascending expert order. */
 static void
-moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
+moe_in_op_memory(grpo_model *m, const grpo_layer_w *l, scratch *s)
 {
     const grpo_model_config *c = &m->cfg;
     grpo_kernels *k = m->k;
     int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
-    k->gemm(k, T, s->x, H, &l->router, s->rl, E);
-    int soft = c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2;
-    if (soft) { /* softmax gates: chosen on the host */
-        grpo_kernels_mem_copy(k, s->rl_h, s->rl, (size_t)T * E * sizeof(float), GRPO_MEM_D2H);
-        grpo_model__route_softmax(T, s->rl_h, E, c->n_group, c->topk_group, K, c->norm_topk_prob,
-                                  c->routed_scaling_factor, s->ri_h, s->rw_h);
-        grpo_kernels_mem_copy(k, s->ri, s->ri_h, (size_t)T * K * sizeof(int32_t), GRPO_MEM_H2D);
-        grpo_kernels_mem_copy(k, s->rw, s->rw_h, (size_t)T * K * sizeof(float), GRPO_MEM_H2D);
-    } else {
-        k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
-                  c->routed_scaling_factor, s->ri, s->rw);
-    }
-    route_sort(k, c, s, soft);
-    grpo_kernels_mem_zero(k, s->acc, (size_t)T * H * sizeof(float));
+    int I = c->moe_intermediate_size, R = T * K;
+    grpo_kernels_moe_sort(k, T, K, E, s->ri, s->rw, s->eoff_op, s->slot_tok, s->slot_w);
+    grpo_kernels_copy_rows(k, R, H, s->slot_tok, s->x, H, NULL, s->xs, H);
+    for (int e = 0; e < E; e++)
+        s->ew[e] = &l->experts[e].gate;
+    grpo_kernels_moe_gemm(k, E, R, s->eoff_op, s->xs, H, s->ew, s->sg, I);
+    for (int e = 0; e < E; e++)
+        s->ew[e] = &l->experts[e].up;
+    grpo_kernels_moe_gemm(k, E, R, s->eoff_op, s->xs, H, s->ew, s->su, I);
+    k->silu_mul(k, R, I, s->sg, I, s->su, I, s->sg, I);
+    for (int e = 0; e < E; e++)
+        s->ew[e] = &l->experts[e].down;
+    grpo_kernels_moe_gemm(k, E, R, s->eoff_op, s->sg, I, s->ew, s->ys, H);
+    grpo_kernels_combine_rows(k, R, H, s->slot_tok, s->slot_w, s->ys, H, s->acc, H);
+}
+
+/* The routed experts sorted on the host (moe): 1 when moe_grouped ran, which computed the shared
+ * experts' output too. */
+static int
+moe_host_sorted(grpo_model *m, const grpo_layer_w *l, scratch *s, int soft)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_kernels *k = m->k;
+    int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
     int active = 0, grouped = 0;
+    route_sort(k, c, s, soft);
     for (int e = 0; e < E; e++)
         active += s->eoff[e + 1] > s->eoff[e];
     if (T <= MOE_PAR_MAX_T) {
@@ -626,6 +646,42 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s)
             mlp(m, &l->experts[e], n, xe, xe, s); /* down writes after gate/up consumed xe */
             grpo_kernels_combine_rows(k, n, H, tok, s->slot_w + s->eoff[e], xe, H, s->acc, H);
         }
+    }
+    return grouped;
+}
+
+/* Routed experts: sorted in op memory where the backend can (moe_in_op_memory); else on the host,
+ * then whole experts in parallel when the batch is small and many are active; grouped GEMM
+ * batches when it is small and few are (moe_grouped); else one expert at a time with threaded
+ * GEMMs. Each way each expert's rows get the same (row- and thread-invariant) GEMMs and every
+ * token adds its experts' outputs in ascending expert order, then the shared experts' output.
+ * routes: the router's choices are wanted on the host (ri_h). */
+static void
+moe(grpo_model *m, const grpo_layer_w *l, scratch *s, int routes)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_kernels *k = m->k;
+    int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    k->gemm(k, T, s->x, H, &l->router, s->rl, E);
+    int soft = c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2;
+    if (soft) { /* softmax gates: chosen on the host */
+        grpo_kernels_mem_copy(k, s->rl_h, s->rl, (size_t)T * E * sizeof(float), GRPO_MEM_D2H);
+        grpo_model__route_softmax(T, s->rl_h, E, c->n_group, c->topk_group, K, c->norm_topk_prob,
+                                  c->routed_scaling_factor, s->ri_h, s->rw_h);
+        grpo_kernels_mem_copy(k, s->ri, s->ri_h, (size_t)T * K * sizeof(int32_t), GRPO_MEM_H2D);
+        grpo_kernels_mem_copy(k, s->rw, s->rw_h, (size_t)T * K * sizeof(float), GRPO_MEM_H2D);
+    } else {
+        k->router(k, T, s->rl, E, l->bias, c->n_group, c->topk_group, K, c->norm_topk_prob,
+                  c->routed_scaling_factor, s->ri, s->rw);
+    }
+    grpo_kernels_mem_zero(k, s->acc, (size_t)T * H * sizeof(float));
+    int grouped = 0;
+    if (s->moe_op) {
+        moe_in_op_memory(m, l, s);
+        if (routes && !soft)
+            grpo_kernels_mem_copy(k, s->ri_h, s->ri, (size_t)T * K * sizeof *s->ri_h, GRPO_MEM_D2H);
+    } else {
+        grouped = moe_host_sorted(m, l, s, soft);
     }
     if (c->n_shared_experts > 0) {
         if (!grouped) /* moe_grouped computed it with the routed experts */
@@ -720,7 +776,7 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
             goto done;
         m->k->rmsnorm(m->k, T, s.h, H, l->mlp_norm, H, c->rms_norm_eps, s.x, H);
         if (l->moe) {
-            moe(m, l, &s);
+            moe(m, l, &s, routes != NULL);
             if (routes != NULL)
                 grpo_model__routes_put(m, items, n_items, t0_of, moe_li++, s.ri_h, routes);
         } else {
@@ -808,7 +864,7 @@ mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_ite
         return err;
     m->k->rmsnorm(m->k, T, s->h, H, l->mlp_norm, H, c->rms_norm_eps, s->x, H);
     if (l->moe) {
-        moe(m, l, s);
+        moe(m, l, s, 0);
     } else {
         mlp(m, &l->mlp, T, s->x, s->tmp, s);
         grpo_kernels_add_rows(m->k, T, H, s->h, H, s->tmp, H);

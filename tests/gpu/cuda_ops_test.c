@@ -663,6 +663,55 @@ moe_tc(int R, int E, int hid, int N, const int32_t *offs, const int32_t *src, in
     grpo_cuda_free(dtab), grpo_cuda_free(dyt), grpo_cuda_free(dyo);
 }
 
+/* The op table's moe_sort and moe_gemm (the device-resident model's MoE, no host round trip)
+ * against the host helper's slots and the same table's gemm per expert: the same slots, the same
+ * bits (exact policy: the tiled kernel; deterministic fast policy: the tensor cores). */
+static void
+moe_op_entries(grpo_kernels *g, const char *what, int M, int K, int E, const int32_t *idx,
+               const float *wts, const float *dxp, int hid, int N, const grpo_kw *dkw)
+{
+    int R = M * K;
+    int32_t *offs = malloc((size_t)(E + 1) * 4), *tok = malloc((size_t)R * 4);
+    int32_t *offs2 = malloc((size_t)(E + 1) * 4), *tok2 = malloc((size_t)R * 4);
+    float *sw = malloc((size_t)R * 4), *sw2 = malloc((size_t)R * 4);
+    grpo_kernels host;
+    memset(&host, 0, sizeof host);
+    grpo_kernels_moe_sort(&host, M, K, E, idx, wts, offs, tok, sw);
+    int32_t *didx = gt_up(idx, (size_t)R * 4), *doffs, *dtok;
+    float *dwts = gt_up(wts, (size_t)R * 4), *dsw, *dy, *dy2;
+    GT_OK(grpo_cuda_malloc((void **)&doffs, (size_t)(E + 1) * 4));
+    GT_OK(grpo_cuda_malloc((void **)&dtok, (size_t)R * 4));
+    GT_OK(grpo_cuda_malloc((void **)&dsw, (size_t)R * 4));
+    GT_OK(grpo_cuda_malloc((void **)&dy, (size_t)R * N * 4));
+    GT_OK(grpo_cuda_malloc((void **)&dy2, (size_t)R * N * 4));
+    g->moe_sort(g, M, K, E, didx, dwts, doffs, dtok, dsw);
+    const grpo_kw **wp = malloc((size_t)E * sizeof *wp);
+    for (int e = 0; e < E; e++)
+        wp[e] = &dkw[e];
+    g->moe_gemm(g, E, R, doffs, dxp, hid, wp, dy, N);
+    for (int e = 0; e < E; e++)
+        if (offs[e + 1] > offs[e])
+            g->gemm(g, offs[e + 1] - offs[e], dxp + (size_t)offs[e] * hid, hid, &dkw[e],
+                    dy2 + (size_t)offs[e] * N, N);
+    GT_OK(grpo_kernels_cuda_status(g));
+    gt_down(offs2, doffs, (size_t)(E + 1) * 4);
+    gt_down(tok2, dtok, (size_t)R * 4);
+    gt_down(sw2, dsw, (size_t)R * 4);
+    float *y = malloc((size_t)R * N * 4), *y2 = malloc((size_t)R * N * 4);
+    gt_down(y, dy, (size_t)R * N * 4);
+    gt_down(y2, dy2, (size_t)R * N * 4);
+    int slots = !memcmp(offs, offs2, (size_t)(E + 1) * 4) && !memcmp(tok, tok2, (size_t)R * 4) &&
+                !memcmp(sw, sw2, (size_t)R * 4);
+    int same = !memcmp(y, y2, (size_t)R * N * 4);
+    printf("  %-40s slots vs the host helper: %s; moe_gemm vs gemm per expert: %s\n", what,
+           slots ? "identical" : "DIFFER", same ? "identical" : "DIFFER");
+    GT_CHECK(slots && same, "%s: moe_sort / moe_gemm differ", what);
+    free(offs), free(tok), free(offs2), free(tok2), free(sw), free(sw2), free(wp), free(y),
+        free(y2);
+    grpo_cuda_free(didx), grpo_cuda_free(doffs), grpo_cuda_free(dtok), grpo_cuda_free(dwts);
+    grpo_cuda_free(dsw), grpo_cuda_free(dy), grpo_cuda_free(dy2);
+}
+
 static void
 test_moe(void)
 {
@@ -718,6 +767,9 @@ test_moe(void)
         }
     compare("moe permute + grouped gemm + combine", y, ref, (size_t)M * N, 1e-5);
     moe_tc(M * K, E, hid, N, p.offs, p.src, K, x, doffs, dxp, w, dkw);
+    moe_op_entries(gpu, "moe_sort + moe_gemm (exact)", M, K, E, idx, wts, dxp, hid, N, dkw);
+    moe_op_entries(gpu_det, "moe_sort + moe_gemm (deterministic fast)", M, K, E, idx, wts, dxp, hid,
+                   N, dkw);
     for (int e = 0; e < E; e++)
         wt_free(&w[e]);
     free(w), free(dkw), free(lg), free(x), free(idx), free(wts), free(offs), free(src), free(dst);

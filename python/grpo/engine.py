@@ -186,9 +186,11 @@ class Engine:
     math = 1.0*math + 0.2*format, code = 1.0*code + 0.2*format, format = 1.0*format);
     numerics: "exact" (default: fp32, matches transformers), "q8" (CPU: FP8 weights and the
     lm_head in int8 per 32 columns, activations in int16, integer dot products; faster at every
-    batch size, not exact) or "fp8" (DeepSeek-V3's FP8 inference numerics: E4M3 activations per
-    128 columns at FP8 weights, BF16 at BF16 weights; the CUDA backend's fast GEMMs, on the CPU
-    their twin; not exact: docs/model.md);
+    batch size, not exact), "fp8" (DeepSeek-V3's FP8 inference numerics: E4M3 activations per
+    128 columns at FP8 weights, BF16 at BF16 weights; the CUDA backend's tensor-core GEMMs, whose
+    outputs do not depend on the batch, on the CPU their twin; not exact: docs/model.md) or
+    "fp8-nondet" (the same roundings through cuBLASLt on CUDA, batch-dependent, not for RL; on
+    the CPU the same as "fp8");
     kv_dtype: the KV cache rows, "f32" (default: exact), "bf16" or "fp8" (E4M3 latent with an
     fp32 scale per 128 values, rope key bf16; smaller rows, more sequences in the same budget,
     not exact: docs/model.md)."""

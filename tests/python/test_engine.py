@@ -116,5 +116,11 @@ def test_kv_dtype_matches_cli(grpo_bin, tmp_path):
 
 def test_fp8_numerics_matches_cli(grpo_bin, tmp_path):
     option_matches_cli(grpo_bin, tmp_path, ["--numerics", "fp8"], numerics="fp8")
+
+
+def test_fp8_nondet_numerics_matches_cli(grpo_bin, tmp_path):
+    # --deterministic off: numerics fp8-nondet, by name from Python
+    option_matches_cli(grpo_bin, tmp_path, ["--numerics", "fp8", "--deterministic", "off"],
+                       numerics="fp8-nondet")
     with pytest.raises(ValueError, match="numerics"):
         grpo.Engine(MODEL, numerics="fp4")

@@ -217,6 +217,19 @@ struct grpo_kernels {
                      void *const *dst);
     void (*kv_read)(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src, float *y,
                     int ldy);
+    /* A decode step's cache access with its tables in op memory, made once for every layer (a
+     * layer's rows start off bytes after its pointers), so that the step needs nothing from the
+     * host and a CUDA graph of it replays with new table contents. NULL in the CPU backend; the
+     * grpo_kernels_*_tab helpers do the same on the host there. kv_write_tab: kv_write of M rows
+     * to rows[r] + off (rows: M pointers). mla_absorbed_tab: mla_absorbed with sequence b's pages
+     * at ptab[b * max_pages + i] + off and its length len[b], each at most cap positions (<= 0:
+     * max_pages * page_len). rows, ptab and len in op memory. */
+    void (*kv_write_tab)(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
+                         void *const *rows, size_t off);
+    void (*mla_absorbed_tab)(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
+                             const float *qr, const void *const *ptab, int max_pages,
+                             const int32_t *len, int cap, int page_len, size_t off,
+                             const grpo_kv_fmt *kvf, float scale, float *ol);
     /* A whole weight (row0 0) into op memory, laid out as this backend's GEMMs read it (the CUDA
      * one pads FP8 scale grids); out's data and scale are op memory the caller releases with
      * mem_free. NULL: the bytes are copied as they are (mem_alloc + mem_copy). */
@@ -248,6 +261,13 @@ void grpo_kernels_moe_gemm(grpo_kernels *k, int E, int rows, const int32_t *offs
                            int ldx, const grpo_kw *const *w, float *y, int ldy);
 void grpo_kernels_kv_write(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
                            void *const *dst);
+void grpo_kernels_kv_write_tab(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x,
+                               int ldx, void *const *rows, size_t off);
+/* GRPO_ENOMEM when the host version cannot make its page arrays. */
+grpo_err grpo_kernels_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr,
+                                       const float *ql, const float *qr, const void *const *ptab,
+                                       int max_pages, const int32_t *len, int cap, int page_len,
+                                       size_t off, const grpo_kv_fmt *kvf, float scale, float *ol);
 void grpo_kernels_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src,
                           float *y, int ldy);
 /* Bytes of a whole weight's data, and floats of its scales (0 for the unscaled dtypes). */

@@ -200,3 +200,43 @@ grpo_kernels_weight_upload(grpo_kernels *k, const grpo_kw *w, grpo_kw *out)
     out->data = d, out->scale = s;
     return GRPO_OK;
 }
+
+void
+grpo_kernels_kv_write_tab(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
+                          void *const *rows, size_t off)
+{
+    if (k->kv_write_tab != NULL) {
+        k->kv_write_tab(k, f, M, x, ldx, rows, off);
+        return;
+    }
+    for (int r = 0; r < M; r++)
+        grpo_kv_row_encode(f, x + (size_t)r * (size_t)ldx, (uint8_t *)rows[r] + off);
+}
+
+grpo_err
+grpo_kernels_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
+                              const float *qr, const void *const *ptab, int max_pages,
+                              const int32_t *len, int cap, int page_len, size_t off,
+                              const grpo_kv_fmt *kvf, float scale, float *ol)
+{
+    if (k->mla_absorbed_tab != NULL) {
+        k->mla_absorbed_tab(k, B, H, dc, dr, ql, qr, ptab, max_pages, len, cap, page_len, off, kvf,
+                            scale, ol);
+        return GRPO_OK;
+    }
+    (void)cap;
+    size_t n = (size_t)(B > 0 ? B : 1) * (size_t)(max_pages > 0 ? max_pages : 1);
+    const void **pages = malloc(n * sizeof *pages);
+    const void *const **pages_of = malloc((size_t)(B > 0 ? B : 1) * sizeof *pages_of);
+    if (pages == NULL || pages_of == NULL) {
+        free(pages), free(pages_of);
+        return grpo__fail(GRPO_ENOMEM, "kernels: out of memory for %d page tables", B);
+    }
+    for (size_t i = 0; i < (size_t)B * (size_t)max_pages; i++)
+        pages[i] = ptab[i] != NULL ? (const uint8_t *)ptab[i] + off : NULL;
+    for (int b = 0; b < B; b++)
+        pages_of[b] = pages + (size_t)b * (size_t)max_pages;
+    k->mla_absorbed(k, B, H, dc, dr, ql, qr, pages_of, len, page_len, kvf, scale, ol);
+    free(pages), free(pages_of);
+    return GRPO_OK;
+}

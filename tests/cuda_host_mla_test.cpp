@@ -76,7 +76,7 @@ block_thread(void *p)
         for (int g = 0; g < groups; g++)
             for (int sp = 0; sp < L->nsm; sp++) {
                 mla_decode_block(cx, b, g, sp, L->H, L->dc, L->dr, L->ql, L->qr, L->ptab,
-                                 L->max_pages, L->len, L->page_len, L->kf, L->scale, L->chunk,
+                                 L->max_pages, L->len, L->page_len, L->kf, 0, L->scale, L->chunk,
                                  L->nsm, L->part);
                 cx.sync(); /* the next block reuses the shared memory */
             }

@@ -329,7 +329,7 @@ kv_rows(int M, int n, int ld, std::vector<float> x, const std::vector<int32_t> &
             rows[r] = cache.data() + (size_t)dst[r] * stride,
             rows2[r] = c2.data() + (size_t)dst[r] * stride;
         for (size_t t = 0; t < (size_t)M * kb_units(kf); t++)
-            kb_encode_unit(t, M, kf, x.data(), ld, rows.data());
+            kb_encode_unit(t, M, kf, x.data(), ld, rows.data(), 0);
         grpo_kernels_kv_write(&host, &f, M, x.data(), ld, (void *const *)rows2.data());
         assert_memory_equal(cache.data(), c2.data(), cache.size());
         for (size_t t = 0; t < (size_t)M * n; t++)

@@ -3,8 +3,9 @@
  * PROT_NONE except while one of its ops runs, so any read or write the forward makes of
  * activations on the host, outside an op, faults and fails the test. Its memory entries are
  * real ones (mem_copy, mem_zero, add_rows, copy_rows, combine_rows, kv_write, kv_read, moe_sort,
- * moe_gemm, each opening the mappings around the host helper), so the forward takes its non-host
- * path (the MoE routing sorted in op memory, no host round trip in a MoE layer): outputs
+ * moe_gemm, kv_write_tab, mla_absorbed_tab, each opening the mappings around the host helper),
+ * so the forward takes its non-host paths (the MoE routing sorted in op memory, no host round
+ * trip in a MoE layer; a decode step's cache tables made once for every layer): outputs
  * staged out with mem_copy; the weights (uploaded at the switch, grpo_model__use_backend) and the
  * KV pool's pages (grpo_kv_create_for) are guarded memory too, and a pool in host memory is
  * refused. On tiny MLA, deepseek_v2 and GQA fixtures (dense and MoE;
@@ -258,6 +259,27 @@ g_gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n, const in
 }
 
 static void
+g_kv_write_tab(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
+               void *const *rows, size_t off)
+{
+    (void)k;
+    GUARD(grpo_kernels_kv_write_tab(&inner, f, M, x, ldx, rows, off));
+}
+
+static void
+g_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, const float *qr,
+                   const void *const *ptab, int max_pages, const int32_t *len, int cap,
+                   int page_len, size_t off, const grpo_kv_fmt *kvf, float scale, float *ol)
+{
+    grpo_kernels in = sub(k);
+    grpo_err err = GRPO_OK;
+    GUARD(err = grpo_kernels_mla_absorbed_tab(&in, B, H, dc, dr, ql, qr, ptab, max_pages, len, cap,
+                                              page_len, off, kvf, scale, ol));
+    if (err != GRPO_OK)
+        fail_msg("mla_absorbed_tab: %s", grpo_error_last());
+}
+
+static void
 g_moe_sort(grpo_kernels *k, int T, int K, int E, const int32_t *idx, const float *wts,
            int32_t *offs, int32_t *slot_tok, float *slot_w)
 {
@@ -295,6 +317,7 @@ guarded(const grpo_kernels *k)
     g.add_rows = g_add, g.copy_rows = g_copy_rows, g.combine_rows = g_combine;
     g.kv_write = g_kv_write, g.kv_read = g_kv_read;
     g.moe_sort = g_moe_sort, g.moe_gemm = g_moe_gemm;
+    g.kv_write_tab = g_kv_write_tab, g.mla_absorbed_tab = g_mla_absorbed_tab;
     return g;
 }
 

@@ -37,13 +37,13 @@ struct block_ctx {
 
 __global__ void __launch_bounds__(MLA_NT)
 mla_decode_k(int H, int dc, int dr, const float *ql, const float *qr, const uint8_t *const *ptab,
-             int max_pages, const int32_t *len, int page_len, cu_kvf kf, float scale, int chunk,
-             int nsm, float *part)
+             int max_pages, const int32_t *len, int page_len, cu_kvf kf, size_t off, float scale,
+             int chunk, int nsm, float *part)
 {
     extern __shared__ float sm[];
     block_ctx cx = {sm};
     mla_decode_block(cx, blockIdx.x, blockIdx.y, blockIdx.z, H, dc, dr, ql, qr, ptab, max_pages,
-                     len, page_len, kf, scale, chunk, nsm, part);
+                     len, page_len, kf, off, scale, chunk, nsm, part);
 }
 
 __global__ void
@@ -64,19 +64,22 @@ f32_rows(int n, int row_stride)
 static grpo_err
 decode_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
               const void *const *d_ptab, int max_pages, const int32_t *d_len,
-              grpo_cuda_mla_plan pl, int page_len, cu_kvf kf, float scale, float *ol)
+              grpo_cuda_mla_plan pl, int page_len, cu_kvf kf, size_t off, float scale, float *ol)
 {
     grpo_err err =
         grpo_cu__reserve(&s->ws[1], (size_t)B * H * pl.nsm * (2 + dc) * sizeof(float));
     if (err != GRPO_OK)
         return err;
     size_t smem = (size_t)mla_decode_smem_floats(dc, dr) * sizeof(float);
-    CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)smem));
+    if (smem > s->mla_smem) { /* once per size, not in every (possibly captured) call */
+        CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)smem));
+        s->mla_smem = smem;
+    }
     dim3 grid((unsigned)B, cu_blocks((size_t)H, MLA_HG), (unsigned)pl.nsm);
     mla_decode_k<<<grid, MLA_NT, smem, s->stream>>>(H, dc, dr, ql, qr,
                                                  (const uint8_t *const *)d_ptab, max_pages, d_len,
-                                                 page_len, kf, scale, pl.chunk, pl.nsm,
+                                                 page_len, kf, off, scale, pl.chunk, pl.nsm,
                                                  (float *)s->ws[1].d);
     CU_LAUNCHED();
     mla_combine_k<<<B * H, 128, 0, s->stream>>>(H, dc, d_len, pl.chunk, pl.nsm,
@@ -104,7 +107,7 @@ grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const float *ql, 
     CU_TRY(cudaMemcpyAsync(s->ws[2].d, len, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
                            s->stream));
     return decode_launch(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, (const int32_t *)s->ws[2].d,
-                         pl, page_len, cu_kvf_of(kvf), scale, ol);
+                         pl, page_len, cu_kvf_of(kvf), 0, scale, ol);
 }
 
 extern "C" grpo_err
@@ -120,7 +123,7 @@ grpo_cuda_mla_decode_dev(grpo_kernels *k, int B, int H, int dc, int dr, const fl
     int64_t table = (int64_t)max_pages * page_len;
     grpo_cuda_mla_plan pl = grpo_cuda_mla_plan_for(cap > 0 && cap < table ? cap : table);
     return decode_launch(cu_of(k), B, H, dc, dr, d_ql, d_qr, (const void *const *)d_ptab,
-                         max_pages, d_len, pl, page_len, f32_rows(dc + dr, row_stride), scale,
+                         max_pages, d_len, pl, page_len, f32_rows(dc + dr, row_stride), 0, scale,
                          d_ol);
 }
 
@@ -132,6 +135,22 @@ grpo_cuda_mla_decode(grpo_kernels *k, int B, int H, int dc, int dr, const float 
     grpo_kv_fmt f = grpo_kv_fmt_make(GRPO_DT_F32, row_stride, 0, 0);
     return grpo_cu__mla_decode(cu_of(k), B, H, dc, dr, d_ql, d_qr, (const void *const *)d_ptab,
                                max_pages, len, page_len, &f, scale, d_ol);
+}
+
+grpo_err
+grpo_cu__mla_decode_tab(cu_state *s, int B, int H, int dc, int dr, const float *ql,
+                        const float *qr, const void *const *d_ptab, int max_pages,
+                        const int32_t *d_len, int cap, int page_len, const grpo_kv_fmt *kvf,
+                        size_t off, float scale, float *ol)
+{
+    if (dc > 512)
+        return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla decode: latent width %d > 512", dc);
+    if (B <= 0 || H <= 0)
+        return GRPO_OK;
+    int64_t table = (int64_t)max_pages * page_len;
+    grpo_cuda_mla_plan pl = grpo_cuda_mla_plan_for(cap > 0 && cap < table ? cap : table);
+    return decode_launch(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, d_len, pl, page_len,
+                         cu_kvf_of(kvf), off, scale, ol);
 }
 
 /* Naive prefill attention: block (query i, head h); dv <= 256; dn + dr <= 512. */

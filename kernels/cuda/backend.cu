@@ -649,11 +649,29 @@ rows_ptrs(grpo_kernels *k, int write, const grpo_kv_fmt *f, int M, float *rows, 
         if ((err = grpo_cu__reserve(&s->ws[6], nb)) == GRPO_OK) {
             cudaError_t e = cudaMemcpy(s->ws[6].d, ptrs, nb, cudaMemcpyHostToDevice);
             err = e == cudaSuccess
-                      ? grpo_cu__rows_ptrs(s, write, f, M, rows, ld, (void *const *)s->ws[6].d)
+                      ? grpo_cu__rows_ptrs(s, write, f, M, rows, ld, (void *const *)s->ws[6].d, 0)
                       : grpo_cu__err(e, "cache row pointers");
         }
     }
     grpo_cu__note(s, err);
+}
+
+/* The decode step's tables in device memory (kernels.h): no host array, no synchronization. */
+static void
+t_kv_write_tab(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
+               void *const *rows, size_t off)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__rows_ptrs(cu_of(k), 1, f, M, (float *)x, ldx, rows, off));
+}
+
+static void
+t_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, const float *qr,
+                   const void *const *ptab, int max_pages, const int32_t *len, int cap,
+                   int page_len, size_t off, const grpo_kv_fmt *kvf, float scale, float *ol)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__mla_decode_tab(cu_of(k), B, H, dc, dr, ql, qr, ptab,
+                                                    max_pages, len, cap, page_len, kvf, off, scale,
+                                                    ol));
 }
 
 static void
@@ -741,6 +759,7 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
         k->combine_rows = t_combine_rows, k->kv_write = t_kv_write, k->kv_read = t_kv_read;
         k->weight_upload = t_weight_upload, k->gemm_batch = t_gemm_batch;
         k->moe_sort = t_moe_sort, k->moe_gemm = t_moe_gemm;
+        k->kv_write_tab = t_kv_write_tab, k->mla_absorbed_tab = t_mla_absorbed_tab;
     }
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess)

@@ -54,6 +54,7 @@ typedef struct cu_state {
     grpo_err first_err;
     long n_lt, n_fallback; /* FAST-policy GEMMs run by cuBLASLt / fallen back to generic */
     long n_tc;             /* FAST_DET-policy GEMMs run by the tensor-core kernel (tc.cu) */
+    size_t mla_smem;       /* the decode kernel's dynamic shared memory limit set so far */
 } cu_state;
 
 static inline cu_state *
@@ -100,15 +101,15 @@ grpo_err grpo_cu__rmsnorm(cu_state *s, int M, const float *x, int ldx, const flo
 grpo_err grpo_cu__rope(cu_state *s, int M, float *x, int ld, int nh, int hs, int dim,
                        const int32_t *pos, const float *inv_freq, float mscale, int interleave);
 /* The op table's memory entries in device mode (kernels.h; bodies in ops_body.h and kv_body.h).
- * rows_ptrs: write = 1 encodes M rows (F32, ld) into cache rows of format f at d_ptrs (a device
- * array of M device pointers), 0 decodes them back. */
+ * rows_ptrs: write = 1 encodes M rows (F32, ld) into cache rows of format f at d_ptrs[r] + off
+ * (d_ptrs a device array of M device pointers), 0 decodes them back (off 0). */
 grpo_err grpo_cu__add_rows(cu_state *s, int M, int n, float *y, int ldy, const float *x, int ldx);
 grpo_err grpo_cu__copy_rows(cu_state *s, int M, int n, const int32_t *src, const float *x, int ldx,
                             const int32_t *dst, float *y, int ldy);
 grpo_err grpo_cu__combine_rows(cu_state *s, int S, int n, const int32_t *tok, const float *w,
                                const float *y, int ldy, float *acc, int ldacc);
 grpo_err grpo_cu__rows_ptrs(cu_state *s, int write, const grpo_kv_fmt *f, int M, float *rows,
-                            int ld, void *const *d_ptrs);
+                            int ld, void *const *d_ptrs, size_t off);
 grpo_err grpo_cu__silu_mul(cu_state *s, int M, int n, const float *g, int ldg, const float *u,
                            int ldu, float *y, int ldy);
 grpo_err grpo_cu__embed(cu_state *s, int M, const int32_t *tok, const grpo_kw *w, float *y,
@@ -144,5 +145,11 @@ grpo_err grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const fl
                              const float *qr, const void *const *d_ptab, int max_pages,
                              const int32_t *len, int page_len, const grpo_kv_fmt *kvf, float scale,
                              float *ol);
+/* The same with the lengths on the device and the split plan frozen from the capacity cap
+ * (capturable); a page's rows start off bytes after its pointer. */
+grpo_err grpo_cu__mla_decode_tab(cu_state *s, int B, int H, int dc, int dr, const float *ql,
+                                 const float *qr, const void *const *d_ptab, int max_pages,
+                                 const int32_t *d_len, int cap, int page_len,
+                                 const grpo_kv_fmt *kvf, size_t off, float scale, float *ol);
 
 #endif

@@ -127,16 +127,18 @@ kb_units(const cu_kvf &f)
     return f.dt == 3 ? (f.nq + f.blk - 1) / f.blk + (f.n - f.nq) : f.n;
 }
 
-/* Unit t of encoding M rows of x (F32, leading dimension ldx) into the rows at dst[r]. */
+/* Unit t of encoding M rows of x (F32, leading dimension ldx) into the rows at dst[r] + off (off:
+ * a layer's offset in the pages, for tables made once for every layer). */
 GB_FN void
-kb_encode_unit(size_t t, int M, const cu_kvf &f, const float *x, int ldx, uint8_t *const *dst)
+kb_encode_unit(size_t t, int M, const cu_kvf &f, const float *x, int ldx, uint8_t *const *dst,
+               size_t off)
 {
     size_t per = (size_t)kb_units(f);
     if (t >= (size_t)M * per)
         return;
     int r = (int)(t / per), u = (int)(t % per);
     const float *xr = x + (size_t)r * ldx;
-    uint8_t *row = dst[r];
+    uint8_t *row = dst[r] + off;
     if (f.dt == 0) {
         kb_stf(row + 4 * (size_t)u, xr[u]);
         return;

@@ -9,7 +9,8 @@
  * heads' queries in shared memory and streams cache rows through shared memory MLA_TJ positions at
  * a time (rows padded by one float: conflict-free per-lane dot products), with an online softmax
  * per head; outputs (dc <= 512) live in registers, 2 x MLA_HG per thread of 256. The rows are in
- * any cache format (kv_body.h: F32, BF16, FP8), converted to fp32 as a tile is loaded.
+ * any cache format (kv_body.h: F32, BF16, FP8), converted to fp32 as a tile is loaded; a page's
+ * rows start off bytes after its pointer (a layer's offset, for tables made for every layer).
  * part (B, H, nsm, 2 + dc) = per split: max, sum, unnormalized output. */
 #ifndef GRPO_KERNELS_CUDA_MLA_BODY_H
 #define GRPO_KERNELS_CUDA_MLA_BODY_H
@@ -74,7 +75,8 @@ template <class Ctx>
 MB_FN void
 mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const float *ql,
                  const float *qr, const uint8_t *const *ptab, int max_pages, const int32_t *len,
-                 int page_len, const cu_kvf &kf, float scale, int chunk, int nsm, float *part)
+                 int page_len, const cu_kvf &kf, size_t off, float scale, int chunk, int nsm,
+                 float *part)
 {
     float *sm = cx.smem;
     int D = dc + dr, DP = D + 1;
@@ -107,8 +109,9 @@ mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const 
         for (int i = t; i < MLA_TJ * D; i += MLA_NT) {
             int jj = i / D, d = i % D, j = jt + jj;
             kt[jj * DP + d] =
-                jj < nj ? kb_val(pages[j / page_len] + (size_t)(j % page_len) * kf.bytes, kf, d)
-                        : 0.0f;
+                jj < nj
+                    ? kb_val(pages[j / page_len] + off + (size_t)(j % page_len) * kf.bytes, kf, d)
+                    : 0.0f;
         }
         cx.sync();
         for (int r = 0; r < MLA_HG * MLA_TJ / MLA_NT; r++) /* warp w -> heads 2w, 2w+1 */

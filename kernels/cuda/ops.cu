@@ -331,9 +331,9 @@ combine_rows_k(int S, int n, const int32_t *tok, const float *w, const float *y,
 }
 
 __global__ void
-kv_encode_k(int M, cu_kvf f, const float *x, int ldx, uint8_t *const *dst)
+kv_encode_k(int M, cu_kvf f, const float *x, int ldx, uint8_t *const *dst, size_t off)
 {
-    kb_encode_unit((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, f, x, ldx, dst);
+    kb_encode_unit((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, f, x, ldx, dst, off);
 }
 
 __global__ void
@@ -379,7 +379,7 @@ grpo_cu__combine_rows(cu_state *s, int S, int n, const int32_t *tok, const float
 
 grpo_err
 grpo_cu__rows_ptrs(cu_state *s, int write, const grpo_kv_fmt *fmt, int M, float *rows, int ld,
-                   void *const *d_ptrs)
+                   void *const *d_ptrs, size_t off)
 {
     cu_kvf f = cu_kvf_of(fmt);
     size_t tot = (size_t)M * (write ? kb_units(f) : f.n);
@@ -387,7 +387,7 @@ grpo_cu__rows_ptrs(cu_state *s, int write, const grpo_kv_fmt *fmt, int M, float 
         return GRPO_OK;
     if (write)
         kv_encode_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, f, rows, ld,
-                                                              (uint8_t *const *)d_ptrs);
+                                                              (uint8_t *const *)d_ptrs, off);
     else
         kv_decode_k<<<cu_blocks(tot, NT), NT, 0, s->stream>>>(M, f, (const uint8_t *const *)d_ptrs,
                                                               rows, ld);

@@ -53,6 +53,14 @@ typedef struct {
     int moe_op;
     int32_t *eoff_op;
     const grpo_kw **ew;
+    /* a decode step's cache tables in op memory, made once for every layer (the backend's
+     * kv_write_tab, mla_absorbed_tab; every token an absorbed query): each token's cache row and
+     * each query's pages at layer 0, and its length; tab_maxp the pages per query, max_pages
+     * rounded up to a power of two (a CUDA graph of the step serves every length up to it) */
+    int tabs, tab_maxp;
+    void **tab_rows, **tab_rows_h;
+    const void **tab_ptab, **tab_ptab_h;
+    int32_t *tab_len, *tab_len_h;
     /* naive attention of one head group: (n, hg, dn + dr) queries, (n, hg, dv) outputs */
     float *qg, *og;
     int hg; /* heads per group */
@@ -121,6 +129,10 @@ layout_host(scratch *s, const grpo_model_config *c, carver *cv)
     s->jobs = carve(cv, (2 * E + 2) * sizeof(grpo_gemm_job));
     s->ew = carve(cv, E * pp);
     s->chunk_pages = carve(cv, (L / GRPO_KV_PAGE + 2) * pp);
+    size_t tb = s->tabs ? B : 0;
+    s->tab_rows_h = carve(cv, tb * pp);
+    s->tab_ptab_h = carve(cv, tb * (size_t)s->tab_maxp * pp);
+    s->tab_len_h = carve(cv, tb * i4);
 }
 
 /* The op-memory block's arrays; with cv->base NULL it only measures. */
@@ -186,6 +198,10 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->og = carve(cv, (Lm > 0 ? T : 0) * hg * dv * f);
     s->lo = carve(cv, (s->out_host ? 0 : T * (size_t)c->vocab_size) * f);
     s->hid = carve(cv, (s->out_host ? 0 : T * H) * f);
+    size_t tb = s->tabs ? B : 0; /* last: the layout before does not depend on tab_maxp */
+    s->tab_rows = carve(cv, tb * sizeof(void *));
+    s->tab_ptab = carve(cv, tb * (size_t)s->tab_maxp * sizeof(void *));
+    s->tab_len = carve(cv, tb * i4);
 }
 
 static int
@@ -231,6 +247,10 @@ scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items,
     s->hg = m->cfg.num_attention_heads < naive_hg(m) ? m->cfg.num_attention_heads : naive_hg(m);
     s->out_host = op_memory_is_host(m->k);
     s->moe_op = m->k->moe_sort != NULL && m->k->moe_gemm != NULL;
+    s->tabs = grpo_model__is_mla(&m->cfg) && s->B == s->T && s->T > 0 &&
+              m->k->kv_write_tab != NULL && m->k->mla_absorbed_tab != NULL;
+    for (s->tab_maxp = 1; s->tabs && s->tab_maxp < s->max_pages; s->tab_maxp *= 2) {
+    }
     carver hv = {NULL, 0, 0}, cv = {NULL, 0, 0};
     layout_host(s, &m->cfg, &hv);
     layout(s, &m->cfg, &cv);
@@ -363,7 +383,7 @@ attn_naive(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const g
 
 /* Absorbed MLA for every single-token item at once: W_UK folded into the query, W_UV applied to
  * the latent-space output. */
-static void
+static grpo_err
 attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
               const grpo_fwd_item *items, const int32_t *t0_of, scratch *s)
 {
@@ -374,7 +394,7 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
     grpo_kernels *k = m->k;
     grpo_kernels_copy_rows(k, B, nh * qk, s->dec_t, s->q, nh * qk, NULL, s->qd, nh * qk);
     grpo_kernels_copy_rows(k, B * nh, dr, NULL, s->qd + dn, qk, NULL, s->qr, dr);
-    for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B && !s->tabs; b++) {
         const grpo_fwd_item *it = &items[s->dec[b]];
         const void **pp = s->page_ptrs + (size_t)b * s->max_pages;
         seq_pages(kv, it->seq, layer, pp);
@@ -382,11 +402,22 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
         s->lens[b] = it->pos0 + s->decj[b] + 1; /* causal within the item */
     }
     m->k->gemm_t_heads(m->k, B, nh, s->qd, nh * qk, qk, &l->kv_b, dn + dv, dn, s->ql, nh * dc, dc);
-    m->k->mla_absorbed(m->k, B, nh, dc, dr, s->ql, s->qr, (const void *const *const *)s->pages_of,
-                       s->lens, GRPO_KV_PAGE, &kv->fmt, c->softmax_scale, s->ol);
+    if (s->tabs) {
+        size_t loff = (size_t)layer * GRPO_KV_PAGE * (size_t)kv->fmt.bytes;
+        grpo_err err = grpo_kernels_mla_absorbed_tab(
+            m->k, B, nh, dc, dr, s->ql, s->qr, s->tab_ptab, s->tab_maxp, s->tab_len,
+            s->tab_maxp * GRPO_KV_PAGE, GRPO_KV_PAGE, loff, &kv->fmt, c->softmax_scale, s->ol);
+        if (err != GRPO_OK)
+            return err;
+    } else {
+        m->k->mla_absorbed(m->k, B, nh, dc, dr, s->ql, s->qr,
+                           (const void *const *const *)s->pages_of, s->lens, GRPO_KV_PAGE, &kv->fmt,
+                           c->softmax_scale, s->ol);
+    }
     grpo_kw wuv = grpo_kw_rows(&l->kv_b, dn, l->kv_b.rows - dn);
     m->k->gemm_heads(m->k, B, nh, s->ol, nh * dc, dc, &wuv, dn + dv, dv, s->od, nh * dv, dv);
     grpo_kernels_copy_rows(k, B, nh * dv, NULL, s->od, nh * dv, s->dec_t, s->ao, nh * dv);
+    return GRPO_OK;
 }
 
 static grpo_err
@@ -418,10 +449,16 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
             c->rope_interleave);
     k->rope(k, T, s->q + dn, nh * qk, nh, qk, dr, s->pos, m->inv_freq, c->rope_attn_factor,
             c->rope_interleave);
-    for (int i = 0; i < n_items; i++) /* append [latent | rope key] in the cache's dtype */
-        for (int j = 0; j < items[i].n; j++)
-            s->row_ptrs[t0_of[i] + j] = grpo_kv__row(kv, items[i].seq, layer, items[i].pos0 + j);
-    grpo_kernels_kv_write(k, &kv->fmt, T, s->kva, row, s->row_ptrs);
+    size_t loff = (size_t)layer * GRPO_KV_PAGE * (size_t)kv->fmt.bytes; /* in a page */
+    if (s->tabs) { /* append [latent | rope key] in the cache's dtype */
+        grpo_kernels_kv_write_tab(k, &kv->fmt, T, s->kva, row, s->tab_rows, loff);
+    } else {
+        for (int i = 0; i < n_items; i++)
+            for (int j = 0; j < items[i].n; j++)
+                s->row_ptrs[t0_of[i] + j] =
+                    grpo_kv__row(kv, items[i].seq, layer, items[i].pos0 + j);
+        grpo_kernels_kv_write(k, &kv->fmt, T, s->kva, row, s->row_ptrs);
+    }
     for (int i = 0; i < n_items; i++) {
         if (absorbed(s, &items[i]))
             continue;
@@ -429,8 +466,11 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
         if (err != GRPO_OK)
             return err;
     }
-    if (s->B > 0)
-        attn_absorbed(m, kv, l, layer, items, t0_of, s);
+    if (s->B > 0) {
+        grpo_err err = attn_absorbed(m, kv, l, layer, items, t0_of, s);
+        if (err != GRPO_OK)
+            return err;
+    }
     k->gemm(k, T, s->ao, nh * c->v_head_dim, &l->o, s->tmp, H);
     grpo_kernels_add_rows(m->k, T, H, s->h, H, s->tmp, H);
     return GRPO_OK;
@@ -691,6 +731,31 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s, int routes)
     grpo_kernels_add_rows(m->k, T, H, s->h, H, s->acc, H);
 }
 
+/* A decode step's cache tables (every token an absorbed query: b == its token row) into op
+ * memory: the row each token's cache entry goes to and each query's pages, at layer 0, and its
+ * length. */
+static void
+stage_tabs(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, scratch *s)
+{
+    int B = s->B, P = s->tab_maxp;
+    for (int b = 0; b < B; b++) {
+        const grpo_fwd_item *it = &items[s->dec[b]];
+        const grpo_kv_seq *q = &kv->seqs[it->seq];
+        int pos = it->pos0 + s->decj[b];
+        s->tab_rows_h[b] = grpo_kv__row(kv, it->seq, 0, pos);
+        for (int p = 0; p < P; p++)
+            s->tab_ptab_h[(size_t)b * P + p] =
+                p < q->n_pages ? grpo_kv__page(kv, q->pages[p], 0) : NULL;
+        s->tab_len_h[b] = pos + 1; /* causal within the item */
+    }
+    grpo_kernels_mem_copy(m->k, s->tab_rows, s->tab_rows_h, (size_t)B * sizeof(void *),
+                          GRPO_MEM_H2D);
+    grpo_kernels_mem_copy(m->k, s->tab_ptab, s->tab_ptab_h, (size_t)B * P * sizeof(void *),
+                          GRPO_MEM_H2D);
+    grpo_kernels_mem_copy(m->k, s->tab_len, s->tab_len_h, (size_t)B * sizeof(int32_t),
+                          GRPO_MEM_H2D);
+}
+
 /* Reserves the items' pages, numbers their token rows (t0_of: item i's first) and copies the
  * positions, tokens and absorbed queries' rows into op memory. */
 static grpo_err
@@ -708,6 +773,8 @@ stage_items(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
         }
     }
     dec_list(s, items, n_items, t0_of);
+    if (s->tabs)
+        stage_tabs(m, kv, items, s);
     size_t T = (size_t)s->T;
     grpo_kernels_mem_copy(m->k, s->pos, s->pos_h, T * sizeof *s->pos, GRPO_MEM_H2D);
     grpo_kernels_mem_copy(m->k, s->tok, s->tok_h, T * sizeof *s->tok, GRPO_MEM_H2D);

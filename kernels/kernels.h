@@ -226,6 +226,17 @@ struct grpo_kernels {
      * max_pages * page_len). rows, ptab and len in op memory. */
     void (*kv_write_tab)(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
                          void *const *rows, size_t off);
+    /* Recording op sequences (CUDA graphs; NULL in a backend without them). graph_begin: the ops
+     * the table is given from now on are recorded, not run; graph_end stops and returns the
+     * recording (NULL when it could not be made: the ops neither ran nor left an error behind);
+     * graph_launch runs a recording again (its ops' arguments as they were, the memory they point
+     * at as it is now); graph_free releases one. graph_epoch changes whenever the backend's own
+     * scratch moves, which invalidates every recording made before. */
+    grpo_err (*graph_begin)(grpo_kernels *k);
+    void *(*graph_end)(grpo_kernels *k);
+    grpo_err (*graph_launch)(grpo_kernels *k, void *g);
+    void (*graph_free)(grpo_kernels *k, void *g);
+    uint64_t (*graph_epoch)(grpo_kernels *k);
     void (*mla_absorbed_tab)(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
                              const float *qr, const void *const *ptab, int max_pages,
                              const int32_t *len, int cap, int page_len, size_t off,

@@ -27,11 +27,15 @@ grpo_cu__note(cu_state *s, grpo_err err)
         s->first_err = err;
 }
 
+/* Bumped whenever a scratch buffer moves: a CUDA graph recorded before may point at the old one. */
+static unsigned long long scratch_epoch = 1;
+
 grpo_err
 grpo_cu__reserve(cu_buf *b, size_t n)
 {
     if (b->n >= n && b->d != NULL)
         return GRPO_OK;
+    __atomic_add_fetch(&scratch_epoch, 1, __ATOMIC_RELAXED);
     if (b->d != NULL)
         cudaFree(b->d); /* callers reserve between ops, never while a kernel uses b */
     b->d = NULL, b->n = 0;
@@ -656,6 +660,61 @@ rows_ptrs(grpo_kernels *k, int write, const grpo_kv_fmt *f, int M, float *rows, 
     grpo_cu__note(s, err);
 }
 
+/* ---- CUDA graphs (kernels.h): stream capture on the table's stream, this thread only ---- */
+
+static grpo_err
+t_graph_begin(grpo_kernels *k)
+{
+    cu_state *s = cu_of(k);
+    if (s->first_err != GRPO_OK)
+        return s->first_err;
+    CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+    return GRPO_OK;
+}
+
+/* An op that failed while recording (e.g. one that must synchronize) leaves no error behind: the
+ * recording is dropped and the caller runs those ops without one. */
+static void *
+t_graph_end(grpo_kernels *k)
+{
+    cu_state *s = cu_of(k);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    cudaError_t ce = cudaStreamEndCapture(s->stream, &g);
+    int ok = ce == cudaSuccess && g != NULL && s->first_err == GRPO_OK;
+    if (ok && cudaGraphInstantiate(&x, g, 0) != cudaSuccess)
+        ok = 0, x = NULL;
+    if (g != NULL)
+        cudaGraphDestroy(g);
+    if (!ok) {
+        (void)cudaGetLastError();
+        s->first_err = GRPO_OK;
+    }
+    return (void *)x;
+}
+
+static grpo_err
+t_graph_launch(grpo_kernels *k, void *g)
+{
+    CU_TRY(cudaGraphLaunch((cudaGraphExec_t)g, cu_of(k)->stream));
+    return GRPO_OK;
+}
+
+static void
+t_graph_free(grpo_kernels *k, void *g)
+{
+    (void)k;
+    if (g != NULL)
+        cudaGraphExecDestroy((cudaGraphExec_t)g);
+}
+
+static uint64_t
+t_graph_epoch(grpo_kernels *k)
+{
+    (void)k;
+    return __atomic_load_n(&scratch_epoch, __ATOMIC_RELAXED);
+}
+
 /* The decode step's tables in device memory (kernels.h): no host array, no synchronization. */
 static void
 t_kv_write_tab(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
@@ -760,6 +819,9 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
         k->weight_upload = t_weight_upload, k->gemm_batch = t_gemm_batch;
         k->moe_sort = t_moe_sort, k->moe_gemm = t_moe_gemm;
         k->kv_write_tab = t_kv_write_tab, k->mla_absorbed_tab = t_mla_absorbed_tab;
+        k->graph_begin = t_graph_begin, k->graph_end = t_graph_end;
+        k->graph_launch = t_graph_launch, k->graph_free = t_graph_free;
+        k->graph_epoch = t_graph_epoch;
     }
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess)

@@ -783,36 +783,168 @@ stage_items(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
     return GRPO_OK;
 }
 
-/* The final norm and lm_head of the rows that get logits (every position with all, the last
- * tail[i] of each item, or the last), into the caller's logits; hidden (every row, normed) when
- * asked for. Where op memory is not host memory both are made in the scratch and copied out. */
-static void
-head(grpo_model *m, const grpo_fwd_item *items, int n_items, const int32_t *t0_of, int all,
-     const int32_t *tail, float *logits, float *hidden, scratch *s)
+/* The rows that get logits (every position with all, the last tail[i] of each item, or the
+ * last) into op memory (lm_idx); returns their count. */
+static int
+head_rows(grpo_model *m, const grpo_fwd_item *items, int n_items, const int32_t *t0_of, int all,
+          const int32_t *tail, scratch *s)
 {
-    const grpo_model_config *c = &m->cfg;
-    grpo_kernels *k = m->k;
-    int H = c->hidden_size, T = s->T, R = 0, host = s->out_host;
-    float *hid = host ? hidden : s->hid, *lo = host ? logits : s->lo;
-    if (hidden != NULL) /* row-wise: the logits rows below get these same bits */
-        k->rmsnorm(k, T, s->h, H, m->final_norm, H, c->rms_norm_eps, hid, H);
+    int R = 0;
     for (int i = 0; i < n_items; i++) {
         int nr = all ? items[i].n : tail != NULL ? tail[i] : 1;
         for (int j = items[i].n - nr; j < items[i].n; j++)
             s->lm_idx_h[R++] = t0_of[i] + j;
     }
-    grpo_kernels_mem_copy(k, s->lm_idx, s->lm_idx_h, (size_t)R * sizeof *s->lm_idx, GRPO_MEM_H2D);
+    grpo_kernels_mem_copy(m->k, s->lm_idx, s->lm_idx_h, (size_t)R * sizeof *s->lm_idx,
+                          GRPO_MEM_H2D);
+    return R;
+}
+
+/* The final norm and lm_head of the R rows lm_idx names, into the caller's logits (out_host) or
+ * the scratch's; hidden (every row, normed) when asked for. */
+static void
+head(grpo_model *m, int R, float *logits, float *hidden, scratch *s)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_kernels *k = m->k;
+    int H = c->hidden_size, T = s->T, host = s->out_host;
+    float *hid = host ? hidden : s->hid, *lo = host ? logits : s->lo;
+    if (hidden != NULL) /* row-wise: the logits rows below get these same bits */
+        k->rmsnorm(k, T, s->h, H, m->final_norm, H, c->rms_norm_eps, hid, H);
     grpo_kernels_copy_rows(k, R, H, s->lm_idx, s->h, H, NULL, s->x, H);
     k->rmsnorm(k, R, s->x, H, m->final_norm, H, c->rms_norm_eps, s->x, H);
     if (m->debug_hidden != NULL) /* the hook reads op memory: CPU backend */
         m->debug_hidden(m->debug_ctx, c->num_hidden_layers + 1, R, H, s->x);
     k->gemm(k, R, s->x, H, &m->lm_head, lo, c->vocab_size);
-    if (!host) {
-        grpo_kernels_mem_copy(k, logits, lo, (size_t)R * (size_t)c->vocab_size * sizeof(float),
-                              GRPO_MEM_D2H);
-        if (hidden != NULL)
-            grpo_kernels_mem_copy(k, hidden, hid, (size_t)T * H * sizeof(float), GRPO_MEM_D2H);
+}
+
+/* Where op memory is not host memory, the logits (and hidden rows) made in the scratch out to the
+ * caller's buffers. */
+static void
+head_out(grpo_model *m, int R, float *logits, float *hidden, scratch *s)
+{
+    if (s->out_host)
+        return;
+    grpo_kernels_mem_copy(m->k, logits, s->lo,
+                          (size_t)R * (size_t)m->cfg.vocab_size * sizeof(float), GRPO_MEM_D2H);
+    if (hidden != NULL)
+        grpo_kernels_mem_copy(m->k, hidden, s->hid,
+                              (size_t)s->T * m->cfg.hidden_size * sizeof(float), GRPO_MEM_D2H);
+}
+
+/* Everything between the staged inputs and the outputs: the embedding, every layer, the head. */
+static grpo_err
+body(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, const int32_t *t0_of,
+     void *const *routes, int R, float *logits, float *hidden, scratch *s)
+{
+    const grpo_model_config *c = &m->cfg;
+    int H = c->hidden_size, T = s->T;
+    m->k->embed(m->k, T, s->tok, &m->embed, s->h, H);
+    if (m->debug_hidden != NULL)
+        m->debug_hidden(m->debug_ctx, 0, T, H, s->h);
+    for (int li = 0, moe_li = 0; li < c->num_hidden_layers; li++) {
+        const grpo_layer_w *l = &m->layers[li];
+        grpo_err err = attention(m, kv, l, li, items, n_items, t0_of, s);
+        if (err != GRPO_OK)
+            return err;
+        m->k->rmsnorm(m->k, T, s->h, H, l->mlp_norm, H, c->rms_norm_eps, s->x, H);
+        if (l->moe) {
+            moe(m, l, s, routes != NULL);
+            if (routes != NULL)
+                grpo_model__routes_put(m, items, n_items, t0_of, moe_li++, s->ri_h, routes);
+        } else {
+            mlp(m, &l->mlp, T, s->x, s->tmp, s);
+            grpo_kernels_add_rows(m->k, T, H, s->h, H, s->tmp, H);
+        }
+        if (m->debug_hidden != NULL)
+            m->debug_hidden(m->debug_ctx, li + 1, T, H, s->h);
     }
+    head(m, R, logits, hidden, s);
+    return GRPO_OK;
+}
+
+/* ---- a decode step as a CUDA graph ----
+ * A step whose ops need nothing from the host (every token an absorbed query over the tables in
+ * op memory, the MoE routing sorted there, no routes or hidden rows wanted, no debug hook) is
+ * recorded the first time a shape (tokens, pages per query) is seen, right after running it, and
+ * replayed for the later steps of that shape: the tables, tokens and positions are uploaded
+ * before, the logits copied out after. A recording is dropped when the backend's scratch or the
+ * forward's moved. The replay runs the recorded kernels with their recorded arguments over the
+ * same memory, so its results are the step's without the recording (cuda_model_test). */
+
+static int
+graphable(const grpo_model *m, const scratch *s, int all, const int32_t *tail, void *const *routes,
+          const float *hidden)
+{
+    return !m->graphs_off && m->k->graph_begin != NULL && s->tabs && s->moe_op && !all &&
+           tail == NULL && routes == NULL && hidden == NULL && m->debug_hidden == NULL &&
+           m->cfg.arch == GRPO_ARCH_DEEPSEEK_V3; /* its router runs on the backend */
+}
+
+void
+grpo_model__graphs_free(grpo_model *m)
+{
+    for (int i = 0; i < m->n_graphs; i++)
+        if (m->graphs[i].g != NULL)
+            m->k->graph_free(m->k, m->graphs[i].g);
+    m->n_graphs = m->next_graph = 0;
+}
+
+/* The recording of this step's shape (NULL: none yet); stale ones are released on the way. */
+static grpo_model_graph *
+graph_find(grpo_model *m, const scratch *s, uint64_t epoch)
+{
+    grpo_model_graph *hit = NULL;
+    for (int i = 0; i < m->n_graphs; i++) {
+        grpo_model_graph *g = &m->graphs[i];
+        if (g->epoch != epoch || g->arena != m->scratch_op || g->arena_size != m->scratch_op_size) {
+            if (g->g != NULL) /* its memory moved: never valid again */
+                m->k->graph_free(m->k, g->g);
+            g->g = NULL, g->T = -1;
+        } else if (g->T == s->T && g->maxp == s->tab_maxp) {
+            hit = g;
+        }
+    }
+    return hit;
+}
+
+static grpo_err
+step_graphed(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+             const int32_t *t0_of, int R, float *logits, scratch *s)
+{
+    grpo_kernels *k = m->k;
+    grpo_model_graph *g = graph_find(m, s, k->graph_epoch(k));
+    if (g != NULL && g->g != NULL) {
+        m->graph_launches++;
+        return k->graph_launch(k, g->g);
+    }
+    grpo_err err = body(m, kv, items, n_items, t0_of, NULL, R, logits, NULL, s);
+    if (err != GRPO_OK || g != NULL) /* g without a recording: this shape cannot be recorded */
+        return err;
+    uint64_t epoch = k->graph_epoch(k); /* after the step: its scratch has grown as it needs */
+    if (k->graph_begin(k) != GRPO_OK)
+        return GRPO_OK;
+    grpo_err rec = body(m, kv, items, n_items, t0_of, NULL, R, logits, NULL, s); /* recorded */
+    void *x = k->graph_end(k);
+    if (rec != GRPO_OK && x != NULL) {
+        k->graph_free(k, x);
+        x = NULL;
+    }
+    int at = -1; /* a released slot, a new one, or the oldest */
+    for (int i = 0; i < m->n_graphs && at < 0; i++)
+        at = m->graphs[i].T < 0 ? i : -1;
+    if (at < 0 && m->n_graphs < GRPO_MODEL_GRAPHS)
+        at = m->n_graphs++;
+    if (at < 0) {
+        at = m->next_graph;
+        m->next_graph = (at + 1) % GRPO_MODEL_GRAPHS;
+        if (m->graphs[at].g != NULL)
+            k->graph_free(k, m->graphs[at].g);
+    }
+    m->graphs[at] =
+        (grpo_model_graph){s->T, s->tab_maxp, epoch, m->scratch_op, m->scratch_op_size, x};
+    m->graph_records += x != NULL;
+    return GRPO_OK;
 }
 
 static grpo_err
@@ -824,7 +956,6 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
     grpo_err err = check_items(m, kv, m->cfg.num_hidden_layers, items, n_items);
     if (err != GRPO_OK)
         return err;
-    const grpo_model_config *c = &m->cfg;
     scratch s;
     if ((err = scratch_init(&s, m, items, n_items, absorb)) != GRPO_OK)
         return err;
@@ -833,27 +964,14 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
         return grpo__fail(GRPO_ENOMEM, "model: out of memory");
     if ((err = stage_items(m, kv, items, n_items, t0_of, &s)) != GRPO_OK)
         goto done;
-    int H = c->hidden_size, T = s.T;
-    m->k->embed(m->k, T, s.tok, &m->embed, s.h, H);
-    if (m->debug_hidden != NULL)
-        m->debug_hidden(m->debug_ctx, 0, T, H, s.h);
-    for (int li = 0, moe_li = 0; li < c->num_hidden_layers; li++) {
-        const grpo_layer_w *l = &m->layers[li];
-        if ((err = attention(m, kv, l, li, items, n_items, t0_of, &s)) != GRPO_OK)
-            goto done;
-        m->k->rmsnorm(m->k, T, s.h, H, l->mlp_norm, H, c->rms_norm_eps, s.x, H);
-        if (l->moe) {
-            moe(m, l, &s, routes != NULL);
-            if (routes != NULL)
-                grpo_model__routes_put(m, items, n_items, t0_of, moe_li++, s.ri_h, routes);
-        } else {
-            mlp(m, &l->mlp, T, s.x, s.tmp, &s);
-            grpo_kernels_add_rows(m->k, T, H, s.h, H, s.tmp, H);
-        }
-        if (m->debug_hidden != NULL)
-            m->debug_hidden(m->debug_ctx, li + 1, T, H, s.h);
-    }
-    head(m, items, n_items, t0_of, all, tail, logits, hidden, &s);
+    int R = head_rows(m, items, n_items, t0_of, all, tail, &s);
+    if (graphable(m, &s, all, tail, routes, hidden))
+        err = step_graphed(m, kv, items, n_items, t0_of, R, logits, &s);
+    else
+        err = body(m, kv, items, n_items, t0_of, routes, R, logits, hidden, &s);
+    if (err != GRPO_OK)
+        goto done;
+    head_out(m, R, logits, hidden, &s);
     for (int i = 0; i < n_items; i++)
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
     err = grpo_model__backend_status(m);

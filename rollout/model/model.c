@@ -403,6 +403,8 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
         goto done;
     m->numerics = opts->numerics;
     m->kv_dtype = opts->kv_dtype;
+    const char *gr = getenv("GRPO_CUDA_GRAPHS"); /* 0: decode steps without CUDA graphs */
+    m->graphs_off = gr != NULL && strcmp(gr, "0") == 0;
     if (m->numerics == GRPO_NUMERICS_Q8)
         err = grpo_model__requant_q8(m);
     if (err == GRPO_OK)
@@ -423,6 +425,7 @@ grpo_model__use_backend(grpo_model *m, grpo_kernels *k)
 {
     if (m->k_own != NULL || m->k_cuda)
         return grpo__fail(GRPO_EINVAL, "model: already moved to another backend");
+    grpo_model__graphs_free(m);
     grpo_kernels_mem_free(m->k, m->scratch_op);
     m->scratch_op = NULL, m->scratch_op_size = 0;
     m->k_own = m->k;
@@ -436,6 +439,7 @@ grpo_model_destroy(grpo_model *m)
     if (m == NULL)
         return;
     if (m->k != NULL) {
+        grpo_model__graphs_free(m);
         grpo_kernels_mem_free(m->k, m->scratch_op);
         grpo_model__op_memory_free(m);
     }

@@ -100,6 +100,18 @@ typedef struct grpo_mtp_w {
     grpo_kw eh_proj, head, embed;
 } grpo_mtp_w;
 
+/* A decode step recorded as a CUDA graph (forward.c), for steps of T tokens over tables of maxp
+ * pages per query, while the backend's scratch (epoch) and the forward's (arena) stay where they
+ * were; g NULL: the step could not be recorded (it runs without). */
+#define GRPO_MODEL_GRAPHS 16
+typedef struct grpo_model_graph {
+    int T, maxp;
+    uint64_t epoch;
+    const void *arena;
+    size_t arena_size;
+    void *g;
+} grpo_model_graph;
+
 struct grpo_model {
     grpo_model_config cfg;
     char *dir;
@@ -135,7 +147,13 @@ struct grpo_model {
     int kv_dtype;        /* grpo_kv_dtype of the pools the forward accepts */
     int naive_heads;     /* tests: heads per naive-attention group (0 = default) */
     size_t scratch_size;
+    grpo_model_graph graphs[GRPO_MODEL_GRAPHS]; /* decode steps recorded (forward.c) */
+    int n_graphs, next_graph;
+    int graphs_off; /* GRPO_CUDA_GRAPHS=0, or tests: every step without */
+    long graph_launches, graph_records;
 };
+/* Releases the recorded decode steps (before the table goes, or when it changes). */
+void grpo_model__graphs_free(grpo_model *m);
 
 grpo_err grpo_model__bind_weights(grpo_model *m, int load_mtp);
 /* Every weight into the backend's op memory, once (nothing where that is host memory). */

@@ -13,7 +13,8 @@
  *     forks decoded in one batch equal to each decoded alone; with numerics fp8 (the
  *     deterministic fast policy: our tensor-core GEMMs), the fast policy's check, and a
  *     sequence's decode logits the same bits alone and batched with another; with BF16 and FP8
- *     latent caches, prefill and decode logits against the CPU backend with the same cache.
+ *     latent caches, prefill and decode logits against the CPU backend with the same cache; decode
+ *     steps replayed from CUDA graphs bit-identical to the same steps run op by op.
  * Exit 77 without a device. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/model_testutil.h"
@@ -42,6 +43,52 @@ worst_rows(const float *a, const float *b, int n, int V)
         w = r > w || isnan(r) ? r : w;
     }
     return w;
+}
+
+/* 8 decode steps of 3 sequences (prefills of 4, 6 and 9 tokens): the 24 logits rows. */
+static float *
+decode_steps(grpo_model *m, const tm_expected *e)
+{
+    int V = e->vocab;
+    grpo_kv *kv = NULL;
+    int32_t sq[3];
+    GT_OK(grpo_kv_create_for(&kv, m, 8u << 20));
+    float *lg = malloc((size_t)27 * V * sizeof *lg);
+    const int pre[3] = {4, 6, 9};
+    for (int i = 0; i < 3; i++) {
+        GT_OK(grpo_kv_seq_new(kv, &sq[i]));
+        grpo_fwd_item it = {sq[i], 0, pre[i], e->tokens + i};
+        GT_OK(grpo_model_forward(m, kv, &it, 1, lg));
+    }
+    for (int t = 0; t < 8; t++) {
+        grpo_fwd_item d[3];
+        for (int i = 0; i < 3; i++)
+            d[i] = (grpo_fwd_item){sq[i], pre[i] + t, 1, e->tokens + (pre[i] + t + i) % e->n};
+        GT_OK(grpo_model_forward(m, kv, d, 3, lg + (size_t)3 * t * V));
+    }
+    grpo_kv_destroy(kv);
+    return lg;
+}
+
+/* A decode step recorded as a CUDA graph and replayed equals the step run op by op: the same 8
+ * steps with graphs on (recorded at the first step of the shape, replayed at the 7 others) and
+ * off, logits bit-identical. */
+static void
+graph_vs_eager(const char *name, const char *what, grpo_model *m, const tm_expected *e)
+{
+    long l0 = m->graph_launches;
+    float *a = decode_steps(m, e);
+    long launched = m->graph_launches - l0;
+    m->graphs_off = 1;
+    float *b = decode_steps(m, e);
+    m->graphs_off = 0;
+    GT_OK(grpo_model__backend_status(m));
+    int same = memcmp(a, b, (size_t)24 * e->vocab * sizeof *a) == 0;
+    printf("  %s: %s decode, CUDA graph replays (%ld) vs op by op: %s\n", name, what, launched,
+           same ? "identical" : "DIFFER");
+    GT_CHECK(same && launched >= 7, "%s %s: graph replay vs eager (%ld replays)", name, what,
+             launched);
+    free(a), free(b);
 }
 
 /* The device-resident model against the staged table's prefill (gpu_lg, bit for bit) and itself
@@ -89,6 +136,7 @@ run_resident(const char *name, const char *dir, const tm_expected *e, const floa
            forks ? "identical" : "DIFFER");
     GT_CHECK(forks, "%s device-resident fork batch differs", name);
     grpo_kv_destroy(kv);
+    graph_vs_eager(name, "device-resident", m, e);
     free(lg), free(one);
     grpo_model_destroy(m);
 }
@@ -177,6 +225,7 @@ resident_fp8(const char *name, const char *dir, const tm_expected *e, const floa
     GT_OK(grpo_model__backend_status(m));
     check_fast(name, "device-resident --numerics fp8", lg, cpu_lg, twin_lg, e->n, e->vocab);
     batch_invariant(name, m, e);
+    graph_vs_eager(name, "--numerics fp8", m, e);
     free(lg);
     grpo_model_destroy(m);
 }

@@ -5,7 +5,8 @@
  * real ones (mem_copy, mem_zero, add_rows, copy_rows, combine_rows, kv_write, kv_read, moe_sort,
  * moe_gemm, kv_write_tab, mla_absorbed_tab, each opening the mappings around the host helper),
  * so the forward takes its non-host paths (the MoE routing sorted in op memory, no host round
- * trip in a MoE layer; a decode step's cache tables made once for every layer): outputs
+ * trip in a MoE layer; a decode step's cache tables made once for every layer; decode steps
+ * padded for a CUDA graph, which these graph entries cannot record): outputs
  * staged out with mem_copy; the weights (uploaded at the switch, grpo_model__use_backend) and the
  * KV pool's pages (grpo_kv_create_for) are guarded memory too, and a pool in host memory is
  * refused. On tiny MLA, deepseek_v2 and GQA fixtures (dense and MoE;
@@ -279,6 +280,43 @@ g_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, const float *q
         fail_msg("mla_absorbed_tab: %s", grpo_error_last());
 }
 
+/* Graph entries that can record nothing: the forward still pads its decode steps to a recorded
+ * step's rows (pad rows over a page of their own), so the pad rows must leave the real ones'
+ * logits as they are. */
+static grpo_err
+g_graph_begin(grpo_kernels *k)
+{
+    (void)k;
+    return GRPO_EUNSUPPORTED;
+}
+
+static void *
+g_graph_end(grpo_kernels *k)
+{
+    (void)k;
+    return NULL;
+}
+
+static grpo_err
+g_graph_launch(grpo_kernels *k, void *g)
+{
+    (void)k, (void)g;
+    return GRPO_EUNSUPPORTED;
+}
+
+static void
+g_graph_free(grpo_kernels *k, void *g)
+{
+    (void)k, (void)g;
+}
+
+static uint64_t
+g_graph_epoch(grpo_kernels *k)
+{
+    (void)k;
+    return 1;
+}
+
 static void
 g_moe_sort(grpo_kernels *k, int T, int K, int E, const int32_t *idx, const float *wts,
            int32_t *offs, int32_t *slot_tok, float *slot_w)
@@ -318,6 +356,8 @@ guarded(const grpo_kernels *k)
     g.kv_write = g_kv_write, g.kv_read = g_kv_read;
     g.moe_sort = g_moe_sort, g.moe_gemm = g_moe_gemm;
     g.kv_write_tab = g_kv_write_tab, g.mla_absorbed_tab = g_mla_absorbed_tab;
+    g.graph_begin = g_graph_begin, g.graph_end = g_graph_end, g.graph_launch = g_graph_launch;
+    g.graph_free = g_graph_free, g.graph_epoch = g_graph_epoch;
     return g;
 }
 
@@ -340,8 +380,8 @@ load(const char *dir, int numerics, int kv_dtype)
 }
 
 /* A 40-token prefill in two chunks beside a 9-token one (the first chunk's 34 final hidden rows
- * into hid), two forks of the first, then three
- * decode steps of all four together: every step's logits into out (rows in item order). */
+ * into hid), two forks of the first, then three decode steps of all four together and one of
+ * three: every step's logits into out (18 rows in item order). */
 static int
 script(grpo_model *m, const int32_t *tok, float *out, int V, float *hid)
 {
@@ -365,6 +405,10 @@ script(grpo_model *m, const int32_t *tok, float *out, int V, float *hid)
         assert_int_equal(grpo_model_forward(m, kv, d, 4, out + (size_t)rows * V), GRPO_OK);
         rows += 4;
     }
+    /* three tokens: a recorded step would have four rows, the last a pad row */
+    grpo_fwd_item d3[3] = {{a, 43, 1, tok + 44}, {b, 12, 1, tok + 53}, {f[0], 43, 1, tok + 48}};
+    assert_int_equal(grpo_model_forward(m, kv, d3, 3, out + (size_t)rows * V), GRPO_OK);
+    rows += 3;
     grpo_kv_destroy(kv);
     return rows;
 }
@@ -413,7 +457,7 @@ forward_through_op_memory(void **state)
                 fail_msg("cannot read the expected outputs in %s", dir);
             assert_true(e.n >= 58);
             int V = e.vocab;
-            float *plain = malloc((size_t)16 * V * 4), *via = malloc((size_t)16 * V * 4);
+            float *plain = malloc((size_t)18 * V * 4), *via = malloc((size_t)18 * V * 4);
             grpo_model *m = load(dir, nm, kvd), *mg = load(dir, nm, kvd);
             int H = grpo_model_get_config(m)->hidden_size;
             float *hp = malloc((size_t)34 * H * 4), *hv = malloc((size_t)34 * H * 4);

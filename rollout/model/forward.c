@@ -18,6 +18,12 @@
 
 typedef struct {
     int T, B; /* tokens in the batch; absorbed-form queries (decode tokens) */
+    /* a decode step run as a CUDA graph (step_graphed): T and B padded to a bucket (graph_rows)
+     * past the n_real tokens of the items with rows of token 0 at position 0 whose cache row is
+     * pad_page's (pad_bytes: a page of the pool); their logits are made and not copied out */
+    int graph, n_real;
+    void *pad_page;
+    size_t pad_bytes;
     /* host block: what the forward computes on the host, then copies into op memory (pos_h,
      * tok_h, the MoE slots, the row indices) or out of it (ri_h, rw_h) */
     int32_t *pos_h, *tok_h, *ri_h, *slot_tok_h, *dec_t_h, *lm_idx_h;
@@ -202,6 +208,7 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->tab_rows = carve(cv, tb * sizeof(void *));
     s->tab_ptab = carve(cv, tb * (size_t)s->tab_maxp * sizeof(void *));
     s->tab_len = carve(cv, tb * i4);
+    s->pad_page = carve(cv, s->graph ? s->pad_bytes : 0);
 }
 
 static int
@@ -227,8 +234,22 @@ op_memory_is_host(const grpo_kernels *k)
     return k->mem_alloc == NULL;
 }
 
+/* The rows of a recorded decode step of T tokens: powers of two up to 32, then multiples of 32
+ * (a few recordings serve every batch size; the pad rows cost little in a step that streams the
+ * weights). */
+static int
+graph_rows(int T)
+{
+    int r = 1;
+    while (r < T && r < 32)
+        r *= 2;
+    return T <= 32 ? r : (T + 31) / 32 * 32;
+}
+
+/* graph: the caller's outputs allow a recorded step (step_graphed); kv: the pool. */
 static grpo_err
-scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items, int absorb)
+scratch_init(scratch *s, grpo_model *m, const grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+             int absorb, int graph)
 {
     memset(s, 0, sizeof *s);
     s->absorb = absorb;
@@ -250,6 +271,12 @@ scratch_init(scratch *s, grpo_model *m, const grpo_fwd_item *items, int n_items,
     s->tabs = grpo_model__is_mla(&m->cfg) && s->B == s->T && s->T > 0 &&
               m->k->kv_write_tab != NULL && m->k->mla_absorbed_tab != NULL;
     for (s->tab_maxp = 1; s->tabs && s->tab_maxp < s->max_pages; s->tab_maxp *= 2) {
+    }
+    s->n_real = s->T;
+    s->graph = graph && s->tabs && s->moe_op;
+    if (s->graph) {
+        s->T = s->B = graph_rows(s->T);
+        s->pad_bytes = kv->page_bytes;
     }
     carver hv = {NULL, 0, 0}, cv = {NULL, 0, 0};
     layout_host(s, &m->cfg, &hv);
@@ -738,7 +765,13 @@ static void
 stage_tabs(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, scratch *s)
 {
     int B = s->B, P = s->tab_maxp;
-    for (int b = 0; b < B; b++) {
+    for (int b = s->n_real; b < B; b++) { /* pad rows: a page of their own, one position */
+        s->tab_rows_h[b] = s->pad_page;
+        for (int p = 0; p < P; p++)
+            s->tab_ptab_h[(size_t)b * P + p] = p == 0 ? s->pad_page : NULL;
+        s->tab_len_h[b] = 1;
+    }
+    for (int b = 0; b < s->n_real; b++) {
         const grpo_fwd_item *it = &items[s->dec[b]];
         const grpo_kv_seq *q = &kv->seqs[it->seq];
         int pos = it->pos0 + s->decj[b];
@@ -772,6 +805,10 @@ stage_items(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
             s->tok_h[t] = items[i].tokens[j];
         }
     }
+    for (int t = s->n_real; t < s->T; t++) { /* a recorded step's pad rows */
+        s->pos_h[t] = 0, s->tok_h[t] = 0;
+        s->dec_t_h[t] = t;
+    }
     dec_list(s, items, n_items, t0_of);
     if (s->tabs)
         stage_tabs(m, kv, items, s);
@@ -795,6 +832,8 @@ head_rows(grpo_model *m, const grpo_fwd_item *items, int n_items, const int32_t 
         for (int j = items[i].n - nr; j < items[i].n; j++)
             s->lm_idx_h[R++] = t0_of[i] + j;
     }
+    for (int t = s->n_real; t < s->T; t++) /* a recorded step's pad rows: made, not copied out */
+        s->lm_idx_h[R++] = t;
     grpo_kernels_mem_copy(m->k, s->lm_idx, s->lm_idx_h, (size_t)R * sizeof *s->lm_idx,
                           GRPO_MEM_H2D);
     return R;
@@ -872,12 +911,13 @@ body(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, const 
  * forward's moved. The replay runs the recorded kernels with their recorded arguments over the
  * same memory, so its results are the step's without the recording (cuda_model_test). */
 
+/* The outputs asked for allow a recorded step (scratch_init then checks the step itself). */
 static int
-graphable(const grpo_model *m, const scratch *s, int all, const int32_t *tail, void *const *routes,
-          const float *hidden)
+graph_args_ok(const grpo_model *m, int all, const int32_t *tail, void *const *routes,
+              const float *hidden)
 {
-    return !m->graphs_off && m->k->graph_begin != NULL && s->tabs && s->moe_op && !all &&
-           tail == NULL && routes == NULL && hidden == NULL && m->debug_hidden == NULL &&
+    return !m->graphs_off && m->k->graph_begin != NULL && !all && tail == NULL && routes == NULL &&
+           hidden == NULL && m->debug_hidden == NULL &&
            m->cfg.arch == GRPO_ARCH_DEEPSEEK_V3; /* its router runs on the backend */
 }
 
@@ -957,7 +997,8 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
     if (err != GRPO_OK)
         return err;
     scratch s;
-    if ((err = scratch_init(&s, m, items, n_items, absorb)) != GRPO_OK)
+    int graph = graph_args_ok(m, all, tail, routes, hidden);
+    if ((err = scratch_init(&s, m, kv, items, n_items, absorb, graph)) != GRPO_OK)
         return err;
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
     if (t0_of == NULL)
@@ -965,13 +1006,13 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, flo
     if ((err = stage_items(m, kv, items, n_items, t0_of, &s)) != GRPO_OK)
         goto done;
     int R = head_rows(m, items, n_items, t0_of, all, tail, &s);
-    if (graphable(m, &s, all, tail, routes, hidden))
+    if (s.graph)
         err = step_graphed(m, kv, items, n_items, t0_of, R, logits, &s);
     else
         err = body(m, kv, items, n_items, t0_of, routes, R, logits, hidden, &s);
     if (err != GRPO_OK)
         goto done;
-    head_out(m, R, logits, hidden, &s);
+    head_out(m, s.graph ? n_items : R, logits, hidden, &s); /* not the pad rows' */
     for (int i = 0; i < n_items; i++)
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
     err = grpo_model__backend_status(m);
@@ -1093,7 +1134,7 @@ grpo_model__mtp_forward_ex(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *item
     if (err != GRPO_OK)
         return err;
     scratch s;
-    if ((err = scratch_init(&s, m, items, n_items, absorb)) != GRPO_OK)
+    if ((err = scratch_init(&s, m, kv, items, n_items, absorb, 0)) != GRPO_OK)
         return err;
     int H = m->cfg.hidden_size;
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);

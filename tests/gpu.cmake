@@ -30,6 +30,11 @@ if(TARGET grpo_cuda)
     add_executable(${b} ${PROJECT_SOURCE_DIR}/bench/gpu/${b}.c)
     target_link_libraries(${b} PRIVATE grpo_cuda grpo_kernels grpo_common CUDA::cudart m)
   endforeach()
+  if(TARGET grpo_model) # the decode step through the model, on a random V3-shaped checkpoint
+    add_executable(bench_model ${PROJECT_SOURCE_DIR}/bench/gpu/bench_model.c
+                   ${PROJECT_SOURCE_DIR}/bench/gpu/slice_model.c)
+    target_link_libraries(bench_model PRIVATE grpo_model grpo_cuda grpo_common CUDA::cudart m)
+  endif()
 endif()
 
 # NCCL expert parallelism, one process per GPU (one rank on a single-GPU machine).

@@ -2,6 +2,9 @@
 # (tests/data/tiny_models, from tools/make_tiny_models.py), KV pages, kernels.
 if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(model_forward_test SOURCES model_forward_test.c LIBS grpo_model TIMEOUT 120)
+  # the GPU model benchmark's random V3-shaped checkpoint, written and run at small widths
+  grpo_add_test(slice_model_test SOURCES slice_model_test.c
+                ${PROJECT_SOURCE_DIR}/bench/gpu/slice_model.c LIBS grpo_model TIMEOUT 120)
 endif()
 if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(model_mtp_test SOURCES model_mtp_test.c LIBS grpo_model TIMEOUT 120)

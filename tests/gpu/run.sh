@@ -80,7 +80,7 @@ if [ "${GRPO_GPU_MEMCHECK:-0}" = 1 ] && [ "$status" -ne 77 ]; then
   done
 fi
 
-for b in bench_mla bench_gemm bench_decode; do
+for b in bench_mla bench_gemm bench_decode bench_model; do
   log "$b"
   timeout "$BENCH_TIMEOUT" "$BUILD/tests/$b" --out "$OUT" > "$RES/$b.log" 2>&1
   rc=$?

@@ -220,6 +220,60 @@ time_block(dctx *c, int which, int layer_i)
     return bench_ms(K, run, c, 3, 5);
 }
 
+/* Timings of one policy, ms. */
+typedef struct {
+    double attn, moe, dense, ep, head, step;
+    long lt, fb, tc;
+} timings;
+
+/* The table of both policies (t[0] FAST, t[1] FAST_DET), then the 61-layer projections. */
+static void
+report(FILE *out, const timings *t, int ctx, int prompt, int n_moe)
+{
+    B_ROW(out, "\n### Decode, G = %d samples, context %d (%d-token prompt shared), FP8 weights\n\n",
+          G, ctx, prompt);
+    B_ROW(out, "| block (one layer, full V3 width) | fp8-nondet: cuBLASLt + CUDA-core experts, ms "
+               "| --numerics fp8: tensor-core GEMMs, ms |\n|---|---|---|\n");
+    B_ROW(out,
+          "| attention (norms, q/kv projections, RoPE, absorbed MLA, o_proj) | %.3f | %.3f |\n",
+          t[0].attn, t[1].attn);
+    B_ROW(out,
+          "| MoE, 256 experts on this GPU (router, plan, grouped FP8, shared, combine) | %.3f | "
+          "%.3f |\n",
+          t[0].moe, t[1].moe);
+    B_ROW(out,
+          "| MoE, 32 experts (one GPU's share at EP = 8, 16 rows per expert) | %.3f | %.3f |\n",
+          t[0].ep, t[1].ep);
+    B_ROW(out, "| dense MLP 18432 (layers 0-2) | %.3f | %.3f |\n", t[0].dense, t[1].dense);
+    B_ROW(out, "| lm_head (BF16, 129280) + GPU sampling | %.3f | %.3f |\n", t[0].head, t[1].head);
+    B_ROW(out, "| whole step: %d MoE layers + head, one CUDA graph | %.3f | %.3f |\n", n_moe,
+          t[0].step, t[1].step);
+    B_ROW(out, "\nSlice: %.0f / %.0f tokens/s for the group (%d layers + head on one GPU).\n",
+          G / (t[0].step * 1e-3), G / (t[1].step * 1e-3), n_moe);
+    /* projection: 61 layers (3 dense + 58 MoE) on 8 GPUs, EP = 8, data-parallel attention */
+    double a2a = 2.0 * ((double)G * TOPK * 7 / 8 * HID * 4 / 450e9 + 20e-6) * 1e3;
+    for (int p = 0; p < 2; p++) {
+        double t61 = 3 * (t[p].attn + t[p].dense) + 58 * (t[p].attn + t[p].ep + a2a) + t[p].head;
+        B_ROW(out,
+              "\nProjection to 61 layers on 8 H200s (%s): %.2f ms per step, %.0f tokens/s per "
+              "GPU (%.0f for 8 GPUs, %.1f per sample).\n",
+              p ? "--numerics fp8" : "fp8-nondet", t61, G / (t61 * 1e-3), 8 * G / (t61 * 1e-3),
+              1.0 / (t61 * 1e-3));
+    }
+    B_ROW(out,
+          "Assumptions: each GPU decodes its own group of %d (data-parallel attention, measured "
+          "above); experts split 32 per GPU, so each GPU's MoE sees 512 routed rows = the "
+          "32-expert row; two all-to-alls per MoE layer of 7/8 of 512 fp32 rows of 7168 at an "
+          "assumed 450 GB/s NVLink plus 20 us latency each (%.3f ms per layer, not measured); "
+          "routing balanced; no MTP, no overlap of communication with compute; the KV-cache "
+          "append and the host's scheduling are not included.\n",
+          G, a2a);
+    B_ROW(out,
+          "GEMM calls through cuBLASLt: %ld; fallen back to the generic kernel: %ld; on the "
+          "tensor-core kernel (--numerics fp8): %ld.\n",
+          t[0].lt, t[0].fb, t[1].tc);
+}
+
 static void *
 dalloc(size_t n)
 {
@@ -278,8 +332,7 @@ main(int argc, char **argv)
     B_OK(grpo_cuda_h2d(c.dkeys, c.keys, sizeof c.keys));
 
     /* [0]: FAST (fp8-nondet), [1]: FAST_DET (--numerics fp8) */
-    double t_attn[2], t_moe[2], t_dense[2], t_ep[2], t_head[2], t_step[2];
-    long lt[2], fb[2], tc[2];
+    timings tm[2];
     grpo_kernels *tab[2] = {K, NULL};
     for (int p = 0; p < 2; p++) {
         if (p == 1) { /* the inputs were made on the first table's stream */
@@ -287,51 +340,13 @@ main(int argc, char **argv)
             B_OK(grpo_kernels_cuda_create(&tab[1], 0, GRPO_CUDA_DEVICE, GRPO_CUDA_GEMM_FAST_DET));
         }
         K = tab[p], det = p;
-        t_attn[p] = time_block(&c, 0, 0), t_moe[p] = time_block(&c, 1, 0);
-        t_dense[p] = time_block(&c, 1, n_moe), t_ep[p] = time_block(&c, 1, n_moe + 1);
-        t_head[p] = time_block(&c, 2, 0), t_step[p] = time_block(&c, 3, 0);
-        grpo_kernels_cuda_counts(K, &lt[p], &fb[p], &tc[p]);
+        timings *t = &tm[p];
+        t->attn = time_block(&c, 0, 0), t->moe = time_block(&c, 1, 0);
+        t->dense = time_block(&c, 1, n_moe), t->ep = time_block(&c, 1, n_moe + 1);
+        t->head = time_block(&c, 2, 0), t->step = time_block(&c, 3, 0);
+        grpo_kernels_cuda_counts(K, &t->lt, &t->fb, &t->tc);
     }
-    B_ROW(out, "\n### Decode, G = %d samples, context %d (%d-token prompt shared), FP8 weights\n\n",
-          G, ctx, prompt);
-    B_ROW(out, "| block (one layer, full V3 width) | fp8-nondet: cuBLASLt + CUDA-core experts, ms "
-               "| --numerics fp8: tensor-core GEMMs, ms |\n|---|---|---|\n");
-    B_ROW(out,
-          "| attention (norms, q/kv projections, RoPE, absorbed MLA, o_proj) | %.3f | %.3f |\n",
-          t_attn[0], t_attn[1]);
-    B_ROW(out,
-          "| MoE, 256 experts on this GPU (router, plan, grouped FP8, shared, combine) | %.3f | "
-          "%.3f |\n",
-          t_moe[0], t_moe[1]);
-    B_ROW(out,
-          "| MoE, 32 experts (one GPU's share at EP = 8, 16 rows per expert) | %.3f | %.3f |\n",
-          t_ep[0], t_ep[1]);
-    B_ROW(out, "| dense MLP 18432 (layers 0-2) | %.3f | %.3f |\n", t_dense[0], t_dense[1]);
-    B_ROW(out, "| lm_head (BF16, 129280) + GPU sampling | %.3f | %.3f |\n", t_head[0], t_head[1]);
-    B_ROW(out, "| whole step: %d MoE layers + head, one CUDA graph | %.3f | %.3f |\n", n_moe,
-          t_step[0], t_step[1]);
-    B_ROW(out, "\nSlice: %.0f / %.0f tokens/s for the group (%d layers + head on one GPU).\n",
-          G / (t_step[0] * 1e-3), G / (t_step[1] * 1e-3), n_moe);
-    /* projection: 61 layers (3 dense + 58 MoE) on 8 GPUs, EP = 8, data-parallel attention */
-    double a2a = 2.0 * ((double)R * 8 / 8 * 7 / 8 * HID * 4 / 450e9 + 20e-6) * 1e3;
-    for (int p = 0; p < 2; p++) {
-        double t61 = 3 * (t_attn[p] + t_dense[p]) + 58 * (t_attn[p] + t_ep[p] + a2a) + t_head[p];
-        B_ROW(out,
-              "\nProjection to 61 layers on 8 H200s (%s): %.2f ms per step, %.0f tokens/s per "
-              "GPU (%.0f for 8 GPUs, %.1f per sample).\n",
-              p ? "--numerics fp8" : "fp8-nondet", t61, G / (t61 * 1e-3), 8 * G / (t61 * 1e-3),
-              1.0 / (t61 * 1e-3));
-    }
-    B_ROW(out, "Assumptions: each GPU decodes its own group of %d (data-parallel attention, measured "
-               "above); experts split 32 per GPU, so each GPU's MoE sees 512 routed rows = the "
-               "32-expert row; two all-to-alls per MoE layer of 7/8 of 512 fp32 rows of 7168 at an "
-               "assumed 450 GB/s NVLink plus 20 us latency each (%.3f ms per layer, not measured); "
-               "routing balanced; no MTP, no overlap of communication with compute; the KV-cache "
-               "append and the host's scheduling are not included.\n", G, a2a);
-    B_ROW(out,
-          "GEMM calls through cuBLASLt: %ld; fallen back to the generic kernel: %ld; on the "
-          "tensor-core kernel (--numerics fp8): %ld.\n",
-          lt[0], fb[0], tc[1]);
+    report(out, tm, ctx, prompt, n_moe);
     if (out)
         fclose(out);
     grpo_kernels_cuda_destroy(tab[1]);

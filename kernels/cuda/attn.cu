@@ -53,14 +53,6 @@ mla_combine_k(int H, int dc, const int32_t *len, int chunk, int nsm, const float
                     nsm, part, ol);
 }
 
-/* F32 rows of n values, row_stride floats apart (the direct APIs' cache). */
-static cu_kvf
-f32_rows(int n, int row_stride)
-{
-    cu_kvf f = {0, n, 0, 0, row_stride * (int)sizeof(float)};
-    return f;
-}
-
 static grpo_err
 decode_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
               const void *const *d_ptab, int max_pages, const int32_t *d_len,
@@ -116,15 +108,10 @@ grpo_cuda_mla_decode_dev(grpo_kernels *k, int B, int H, int dc, int dr, const fl
                          const int32_t *d_len, int cap, int page_len, int row_stride,
                          float scale, float *d_ol)
 {
-    if (dc > 512)
-        return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla decode: latent width %d > 512", dc);
-    if (B <= 0 || H <= 0)
-        return GRPO_OK;
-    int64_t table = (int64_t)max_pages * page_len;
-    grpo_cuda_mla_plan pl = grpo_cuda_mla_plan_for(cap > 0 && cap < table ? cap : table);
-    return decode_launch(cu_of(k), B, H, dc, dr, d_ql, d_qr, (const void *const *)d_ptab,
-                         max_pages, d_len, pl, page_len, f32_rows(dc + dr, row_stride), 0, scale,
-                         d_ol);
+    grpo_kv_fmt f = grpo_kv_fmt_make(GRPO_DT_F32, row_stride, 0, 0); /* rows of F32 */
+    return grpo_cu__mla_decode_tab(cu_of(k), B, H, dc, dr, d_ql, d_qr,
+                                   (const void *const *)d_ptab, max_pages, d_len, cap, page_len,
+                                   &f, 0, scale, d_ol);
 }
 
 extern "C" grpo_err

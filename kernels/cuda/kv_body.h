@@ -30,49 +30,29 @@ cu_kvf_of(const grpo_kv_fmt *f)
     return k;
 }
 
-/* Aligned loads and stores of 4 and 2 bytes (the formats keep them aligned: rows of 4-byte
- * multiples, nq a multiple of 4); memcpy on the host, which knows no such promise. */
-GB_FN float
-kb_ldf(const uint8_t *p)
+/* An aligned load or store of a T (the formats keep them aligned: rows of 4-byte multiples, nq a
+ * multiple of 4); memcpy on the host, which knows no such promise. */
+template <class T>
+GB_FN T
+kb_ld(const uint8_t *p)
 {
 #ifdef __CUDA_ARCH__
-    return *(const float *)p;
+    return *(const T *)p;
 #else
-    float v;
-    memcpy(&v, p, 4);
+    T v;
+    memcpy(&v, p, sizeof v);
     return v;
 #endif
 }
 
-GB_FN uint16_t
-kb_ld16(const uint8_t *p)
-{
-#ifdef __CUDA_ARCH__
-    return *(const uint16_t *)p;
-#else
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-#endif
-}
-
+template <class T>
 GB_FN void
-kb_stf(uint8_t *p, float v)
+kb_st(uint8_t *p, T v)
 {
 #ifdef __CUDA_ARCH__
-    *(float *)p = v;
+    *(T *)p = v;
 #else
-    memcpy(p, &v, 4);
-#endif
-}
-
-GB_FN void
-kb_st16(uint8_t *p, uint16_t v)
-{
-#ifdef __CUDA_ARCH__
-    *(uint16_t *)p = v;
-#else
-    memcpy(p, &v, 2);
+    memcpy(p, &v, sizeof v);
 #endif
 }
 
@@ -110,13 +90,13 @@ GB_FN float
 kb_val(const uint8_t *row, const cu_kvf &f, int d)
 {
     if (f.dt == 0)
-        return kb_ldf(row + 4 * (size_t)d);
+        return kb_ld<float>(row + 4 * (size_t)d);
     if (f.dt == 1)
-        return kb_bf16(kb_ld16(row + 2 * (size_t)d));
+        return kb_bf16(kb_ld<uint16_t>(row + 2 * (size_t)d));
     if (d < f.nq)
-        return cu_e4m3(row[d]) * kb_ldf(row + f.nq + 4 * (size_t)(d / f.blk));
+        return cu_e4m3(row[d]) * kb_ld<float>(row + f.nq + 4 * (size_t)(d / f.blk));
     int nb = (f.nq + f.blk - 1) / f.blk;
-    return kb_bf16(kb_ld16(row + f.nq + 4 * (size_t)nb + 2 * (size_t)(d - f.nq)));
+    return kb_bf16(kb_ld<uint16_t>(row + f.nq + 4 * (size_t)nb + 2 * (size_t)(d - f.nq)));
 }
 
 /* The units of encoding one row: an FP8 row's latent blocks, then its tail values; else its
@@ -140,17 +120,17 @@ kb_encode_unit(size_t t, int M, const cu_kvf &f, const float *x, int ldx, uint8_
     const float *xr = x + (size_t)r * ldx;
     uint8_t *row = dst[r] + off;
     if (f.dt == 0) {
-        kb_stf(row + 4 * (size_t)u, xr[u]);
+        kb_st<float>(row + 4 * (size_t)u, xr[u]);
         return;
     }
     if (f.dt == 1) {
-        kb_st16(row + 2 * (size_t)u, kb_to_bf16(xr[u]));
+        kb_st<uint16_t>(row + 2 * (size_t)u, kb_to_bf16(xr[u]));
         return;
     }
     int nb = (f.nq + f.blk - 1) / f.blk;
     if (u >= nb) { /* a tail value */
         int c = f.nq + (u - nb);
-        kb_st16(row + f.nq + 4 * (size_t)nb + 2 * (size_t)(c - f.nq), kb_to_bf16(xr[c]));
+        kb_st<uint16_t>(row + f.nq + 4 * (size_t)nb + 2 * (size_t)(c - f.nq), kb_to_bf16(xr[c]));
         return;
     }
     int c0 = u * f.blk, c1 = c0 + f.blk < f.nq ? c0 + f.blk : f.nq;
@@ -160,7 +140,7 @@ kb_encode_unit(size_t t, int M, const cu_kvf &f, const float *x, int ldx, uint8_
     float s = amax / 448.0f;
     for (int c = c0; c < c1; c++)
         row[c] = s > 0.0f ? kb_to_e4m3(xr[c] / s) : 0;
-    kb_stf(row + f.nq + 4 * (size_t)u, s);
+    kb_st<float>(row + f.nq + 4 * (size_t)u, s);
 }
 
 /* Element t of decoding the rows at src[r] into M rows of y (leading dimension ldy). */

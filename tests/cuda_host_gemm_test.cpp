@@ -313,20 +313,32 @@ frag_b(const uint32_t (*b)[2], int fp8, int k, int n)
     return grpo_bf16_to_f32((uint16_t)(v >> (16 * (k % 2))));
 }
 
-struct tc_warp_ctx {
-    int l;
-    uint32_t (*a)[4], (*b)[2];
-    pthread_barrier_t *bar;
+/* One simulated thread of a tensor-core block: its warp's fragment registers and barrier (the
+ * mma), the block's barrier and shared reduction array (tc_block). */
+struct tc_block_ctx {
+    int t;
+    uint32_t (*a)[4], (*b)[2]; /* its warp's, [32] */
+    pthread_barrier_t *wbar, *bar;
+    float *red;
     int lane() const
     {
-        return l;
+        return t % 32;
+    }
+    int warp() const
+    {
+        return t / 32;
+    }
+    void sync()
+    {
+        pthread_barrier_wait(bar);
     }
     /* d (lane's rows l / 4 + {0, 8}, tokens 2 (l % 4) + {0, 1}) += A . B */
     void mma(float d[4], const uint32_t *ra, const uint32_t *rb, int fp8)
     {
+        int l = lane();
         memcpy(a[l], ra, 16);
         memcpy(b[l], rb, 8);
-        pthread_barrier_wait(bar);
+        pthread_barrier_wait(wbar);
         for (int i = 0; i < 4; i++) {
             int r = l / 4 + 8 * (i / 2), n = 2 * (l % 4) + i % 2;
             double s = d[i];
@@ -334,7 +346,7 @@ struct tc_warp_ctx {
                 s += (double)frag_a(a, fp8, r, k) * frag_b(b, fp8, k, n);
             d[i] = (float)s;
         }
-        pthread_barrier_wait(bar);
+        pthread_barrier_wait(wbar);
     }
     void mma_fp8(float d[4], const uint32_t ra[4], const uint32_t rb[2])
     {
@@ -346,39 +358,44 @@ struct tc_warp_ctx {
     }
 };
 
+enum { TC_NT = TC_WARPS * 32 };
+
 struct tc_launch {
     const tc_jobs *jobs;
     int E; /* experts of a grouped job */
-    uint32_t a[32][4], b[32][2];
-    pthread_barrier_t bar;
+    uint32_t a[TC_WARPS][32][4], b[TC_WARPS][32][2];
+    float red[TC_WARPS * TC_TILES * 4 * 32];
+    pthread_barrier_t bar, wbar[TC_WARPS];
 };
 
 struct tc_arg {
     tc_launch *L;
-    int l;
+    int t;
 };
 
+/* Every block of the launch in turn, as tc_gemm_k's grid would run them. */
 static void *
 tc_thread(void *p)
 {
     tc_arg *g = (tc_arg *)p;
     tc_launch *L = g->L;
-    tc_warp_ctx cx = {g->l, L->a, L->b, &L->bar};
+    int w = g->t / 32;
+    tc_block_ctx cx = {g->t, L->a[w], L->b[w], &L->wbar[w], &L->bar, L->red};
     const tc_job &gj = L->jobs->j[0];
-    if (gj.offs != NULL) { /* grouped: every expert, every token chunk in turn, as tc_gemm_k */
+    if (gj.offs != NULL) { /* grouped: every expert, every token chunk in turn */
         for (int e = 0; e < L->E; e++) {
             tc_job jb = tc_expert(gj, e);
-            for (int n0 = 0; n0 < jb.w.rows; n0 += TC_ROWS)
+            for (int bx = 0; bx < tc_blocks_x(jb); bx++)
                 for (int t0 = 0; t0 < jb.M; t0 += TC_TOK)
-                    tc_warp(cx, jb, n0, t0);
+                    tc_block(cx, jb, bx, t0);
         }
         return NULL;
     }
     for (int j = 0; j < L->jobs->n; j++) {
         const tc_job &jb = L->jobs->j[j];
-        for (int n0 = 0; n0 < jb.w.rows; n0 += TC_ROWS)
+        for (int bx = 0; bx < tc_blocks_x(jb); bx++)
             for (int t0 = 0; t0 < jb.M; t0 += TC_TOK)
-                tc_warp(cx, jb, n0, t0);
+                tc_block(cx, jb, bx, t0);
     }
     return NULL;
 }
@@ -386,18 +403,23 @@ tc_thread(void *p)
 static void
 run_tc(const tc_jobs &jobs, int E = 0)
 {
-    tc_launch L;
-    L.jobs = &jobs, L.E = E;
-    pthread_barrier_init(&L.bar, NULL, 32);
-    std::vector<pthread_t> th(32);
-    std::vector<tc_arg> args(32);
-    for (int l = 0; l < 32; l++) {
-        args[l] = tc_arg{&L, l};
-        assert_int_equal(pthread_create(&th[l], NULL, tc_thread, &args[l]), 0);
+    tc_launch *L = new tc_launch;
+    L->jobs = &jobs, L->E = E;
+    pthread_barrier_init(&L->bar, NULL, TC_NT);
+    for (int w = 0; w < TC_WARPS; w++)
+        pthread_barrier_init(&L->wbar[w], NULL, 32);
+    std::vector<pthread_t> th(TC_NT);
+    std::vector<tc_arg> args(TC_NT);
+    for (int t = 0; t < TC_NT; t++) {
+        args[t] = tc_arg{L, t};
+        assert_int_equal(pthread_create(&th[t], NULL, tc_thread, &args[t]), 0);
     }
-    for (int l = 0; l < 32; l++)
-        pthread_join(th[l], NULL);
-    pthread_barrier_destroy(&L.bar);
+    for (int t = 0; t < TC_NT; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&L->bar);
+    for (int w = 0; w < TC_WARPS; w++)
+        pthread_barrier_destroy(&L->wbar[w]);
+    delete L;
 }
 
 /* The prepared activations of one job as tc.cu's prep kernel makes them (the twin's roundings):

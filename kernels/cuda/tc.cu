@@ -31,21 +31,36 @@ struct tc_dev_ctx {
     }
 };
 
-/* Block (TC_BN weight rows, job, TC_TOK tokens); warp w takes rows [TC_ROWS w, TC_ROWS (w + 1)).
- * A grouped job (one per launch): block (TC_BN weight rows, expert), every token chunk of the
- * expert's rows in turn (their count is on the device). */
+struct tc_dev_block : tc_dev_ctx {
+    float *red;
+    __device__ int warp() const
+    {
+        return threadIdx.x / 32;
+    }
+    __device__ void sync()
+    {
+        __syncthreads();
+    }
+};
+
+/* Block (a run of weight rows of tc_blocks_x's size, job, TC_TOK tokens): tc_block. A grouped job
+ * (one per launch): block (a run of rows, expert), every token chunk of the expert's rows in
+ * turn (their count is on the device). */
 __global__ void
 __launch_bounds__(TC_WARPS * 32) tc_gemm_k(tc_jobs js)
 {
-    tc_dev_ctx cx;
-    int n0 = blockIdx.x * TC_BN + threadIdx.x / 32 * TC_ROWS;
+    __shared__ float red[TC_WARPS * TC_TILES * 4 * 32];
+    tc_dev_block cx;
+    cx.red = red;
     if (js.j[0].offs == NULL) {
-        tc_warp(cx, js.j[blockIdx.y], n0, blockIdx.z * TC_TOK);
+        const tc_job &j = js.j[blockIdx.y];
+        if ((int)blockIdx.x < tc_blocks_x(j)) /* block-uniform */
+            tc_block(cx, j, blockIdx.x, blockIdx.z * TC_TOK);
         return;
     }
     tc_job j = tc_expert(js.j[0], blockIdx.y);
     for (int t0 = 0; t0 < j.M; t0 += TC_TOK)
-        tc_warp(cx, j, n0, t0);
+        tc_block(cx, j, blockIdx.x, t0);
 }
 
 int
@@ -73,18 +88,18 @@ tc_same_x(const grpo_gemm_job *a, const grpo_gemm_job *b)
 static grpo_err
 tc_launch(cu_state *s, const tc_jobs *js)
 {
-    int maxn = 0, maxm = 0, maxw = 0;
+    int maxb = 0, maxm = 0, maxw = 0;
     for (int i = 0; i < js->n; i++) {
         const tc_job &j = js->j[i];
         int kbs = (j.w.cols + 127) / 128;
-        maxn = j.w.rows > maxn ? j.w.rows : maxn;
+        maxb = tc_blocks_x(j) > maxb ? tc_blocks_x(j) : maxb;
         maxm = j.M > maxm ? j.M : maxm;
         maxw = j.prep && j.M * kbs > maxw ? j.M * kbs : maxw;
     }
     grpo_err err = grpo_cu__tc_prep(s, js, maxw);
     if (err != GRPO_OK)
         return err;
-    dim3 grid(cu_blocks((size_t)maxn, TC_BN), (unsigned)js->n, cu_blocks((size_t)maxm, TC_TOK));
+    dim3 grid((unsigned)maxb, (unsigned)js->n, cu_blocks((size_t)maxm, TC_TOK));
     tc_gemm_k<<<grid, TC_WARPS * 32, 0, s->stream>>>(*js);
     CU_LAUNCHED();
     return GRPO_OK;
@@ -179,7 +194,7 @@ grpo_cuda_moe_gemm_tc(grpo_kernels *k, int E, int rows, const int32_t *d_offs, c
     if ((err = grpo_cu__tc_prep(s, &js, rows * ((K + 127) / 128))) != GRPO_OK)
         return err;
     j.offs = d_offs, j.wtab = (const cu_kw *)d_table;
-    dim3 grid(cu_blocks((size_t)w0->rows, TC_BN), (unsigned)E);
+    dim3 grid((unsigned)tc_blocks_x(j), (unsigned)E);
     tc_gemm_k<<<grid, TC_WARPS * 32, 0, s->stream>>>(js);
     CU_LAUNCHED();
     s->n_tc++;

@@ -9,10 +9,12 @@
  *   FP8:  y(m, n) = sum over 128-column blocks b of (sa(m, b) sw(n, b)) P(m, n, b),
  *         P the E4M3 products of block b summed by the tensor cores (mma m16n8k32, fp32 out);
  *   BF16: y(m, n) = the tensor cores' sum over k of the BF16 products (mma m16n8k16).
- * A warp computes 16 weight rows x TC_TOK tokens; each output is the same fixed sequence of mma
- * instructions over its own row of x and of W whatever M, the batch or the other jobs are, so a
- * token's outputs never depend on what shares its batch (cuBLASLt picks its algorithm and split
- * from M). This is what --numerics fp8 runs on CUDA; fp8-nondet takes cuBLASLt instead.
+ * A warp computes 16 weight rows x TC_TOK tokens over a run of the 128-column blocks; the warps of
+ * a block that share the rows (tc_ksplit: from N and K only) add their runs in order. Each output
+ * is the same fixed sequence of instructions over its own row of x and of W whatever M, the batch
+ * or the other jobs are, so a token's outputs never depend on what shares its batch (cuBLASLt
+ * picks its algorithm and split from M). This is what --numerics fp8 runs on CUDA; fp8-nondet takes
+ * cuBLASLt instead.
  *
  * Fragments: an mma's A is 16 x K (weight rows), B is K x 8 (tokens), C/D 16 x 8 (PTX ISA,
  * "Matrix fragments for mma.m16n8k32 / m16n8k16"); lane l holds rows g = l / 4 and g + 8 and
@@ -28,12 +30,11 @@
 
 #include "kernels/cuda/gemm_body.h"
 
-#define TC_WARPS 4                 /* warps per block */
-#define TC_ROWS 16                 /* weight rows per warp (the mma's M) */
-#define TC_TILES 4                 /* 8-token tiles per warp (the mma's N) */
-#define TC_TOK (8 * TC_TILES)      /* tokens per warp */
-#define TC_BN (TC_WARPS * TC_ROWS) /* weight rows per block */
-#define TC_MAXJ 64                 /* jobs per launch (7.7 KB of kernel parameters) */
+#define TC_WARPS 8            /* warps per block */
+#define TC_ROWS 16            /* weight rows per warp (the mma's M) */
+#define TC_TILES 4            /* 8-token tiles per warp (the mma's N) */
+#define TC_TOK (8 * TC_TILES) /* tokens per warp */
+#define TC_MAXJ 64            /* jobs per launch (7.7 KB of kernel parameters) */
 
 /* One GEMM: q (M rows of ldq elements, E4M3 or BF16 as w.dt asks, 16-byte aligned rows), qs the
  * FP8 activation scales (qs[b * qsld + m]), w (N = w.rows, K = w.cols; 16-byte aligned rows),
@@ -87,13 +88,26 @@ tc_wscale(const cu_kw &w, int n, int b)
 #define TC_UNROLL
 #endif
 
-/* Weight rows [n0, n0 + 16) x tokens [t0, t0 + TC_TOK) of job j, by one warp (FP8: an E4M3 weight
- * in 128 x 128 blocks; else BF16). Every lane of the warp runs every mma (warp-synchronous):
- * bounds only zero the loads and skip the stores. The tiles are unrolled so that the
- * accumulators stay in registers. */
+/* The K-split of a GEMM of N x K: the warps of a block that share one group of 16 weight rows,
+ * each summing its own run of 128-column blocks, so that narrow GEMMs (a kv_a of 576 rows, the
+ * router) still fill the device. It depends on N and K only, never on M: a token's sums are the
+ * same whatever its batch. */
+GB_FN int
+tc_ksplit(int N, int K)
+{
+    int tiles = (N + 15) / 16, kb = (K + 127) / 128, ks = 1;
+    while (ks < TC_WARPS && 2 * ks <= kb && tiles * ks < 512)
+        ks *= 2;
+    return ks;
+}
+
+/* Weight rows [n0, n0 + 16) x tokens [t0, t0 + TC_TOK) of job j over 128-column blocks
+ * [kb0, kb1), by one warp, into acc (FP8: an E4M3 weight in 128 x 128 blocks; else BF16). Every
+ * lane of the warp runs every mma (warp-synchronous): bounds only zero the loads. The tiles are
+ * unrolled so that the accumulators stay in registers. */
 template <bool FP8, class Ctx>
 GB_FN void
-tc_warp_t(Ctx &cx, const tc_job &j, int n0, int t0)
+tc_partial(Ctx &cx, const tc_job &j, int n0, int t0, int kb0, int kb1, float acc[TC_TILES][4])
 {
     const int N = j.w.rows, K = j.w.cols, M = j.M;
     const int lane = cx.lane(), g = lane / 4, qd = lane % 4, esz = FP8 ? 1 : 2;
@@ -101,15 +115,14 @@ tc_warp_t(Ctx &cx, const tc_job &j, int n0, int t0)
     const int ra = n0 + g, rb = n0 + g + 8;
     const int nt = (M - t0 + 7) / 8 < TC_TILES ? (M - t0 + 7) / 8 : TC_TILES;
     const uint8_t *wd = (const uint8_t *)j.w.data, *qb = (const uint8_t *)j.q;
-    float acc[TC_TILES][4], blk[TC_TILES][4];
+    float blk[TC_TILES][4];
     TC_UNROLL
     for (int t = 0; t < TC_TILES; t++)
         TC_UNROLL
     for (int i = 0; i < 4; i++)
-        acc[t][i] = blk[t][i] = 0.0f;
-    const int span = FP8 ? 128 : K; /* the columns one scale covers */
-    for (int k0 = 0; k0 < K; k0 += span) {
-        const int k1 = k0 + span < K ? k0 + span : K;
+        blk[t][i] = 0.0f;
+    for (int b = kb0; b < kb1; b++) {
+        const int k0 = 128 * b, k1 = k0 + 128 < K ? k0 + 128 : K;
         for (int c = k0; c < k1; c += chunk) {
             const int kk = c + qd * per;
             const bool kin = kk < K;
@@ -125,17 +138,16 @@ tc_warp_t(Ctx &cx, const tc_job &j, int n0, int t0)
                     TC_UNROLL
                     for (int s = 0; s < 2; s++) {
                         const uint32_t a[4] = {A[2 * s], B[2 * s], A[2 * s + 1], B[2 * s + 1]};
-                        const uint32_t b[2] = {X[2 * s], X[2 * s + 1]};
+                        const uint32_t bb[2] = {X[2 * s], X[2 * s + 1]};
                         if (FP8)
-                            cx.mma_fp8(blk[t], a, b);
+                            cx.mma_fp8(blk[t], a, bb);
                         else
-                            cx.mma_bf16(acc[t], a, b);
+                            cx.mma_bf16(acc[t], a, bb);
                     }
                 }
             }
         }
-        if (FP8) {
-            const int b = k0 / 128;
+        if (FP8) { /* the block's sums, scaled, into the fp32 accumulators */
             const float swa = ra < N ? tc_wscale(j.w, ra, b) : 0.0f;
             const float swb = rb < N ? tc_wscale(j.w, rb, b) : 0.0f;
             TC_UNROLL
@@ -148,14 +160,6 @@ tc_warp_t(Ctx &cx, const tc_job &j, int n0, int t0)
                 blk[t][i] = 0.0f;
             }
         }
-    }
-    TC_UNROLL
-    for (int t = 0; t < TC_TILES; t++)
-        TC_UNROLL
-    for (int i = 0; i < 4; i++) {
-        const int tok = t0 + 8 * t + 2 * qd + (i & 1), n = i < 2 ? ra : rb;
-        if (tok < M && n < N)
-            j.y[(size_t)tok * j.ldy + n] = acc[t][i];
     }
 }
 
@@ -174,16 +178,64 @@ tc_expert(const tc_job &g, int e)
     return j;
 }
 
+/* One block of TC_WARPS warps: the weight rows [bx R, (bx + 1) R) of job j (R = 16 TC_WARPS /
+ * ks) x tokens [t0, t0 + TC_TOK); warp w takes row group w / ks and the w % ks-th run of the K
+ * blocks; the runs' sums are added in run order through shared memory (ctx.red: TC_WARPS x
+ * TC_TILES x 4 x 32 floats) and stored by the first warp of each group. Ctx provides warp(),
+ * lane(), sync() (the block's barrier), red and the mma of tc_partial. */
 template <class Ctx>
 GB_FN void
-tc_warp(Ctx &cx, const tc_job &j, int n0, int t0)
+tc_block(Ctx &cx, const tc_job &j, int bx, int t0)
 {
-    if (n0 >= j.w.rows || t0 >= j.M)
+    const int N = j.w.rows, K = j.w.cols, M = j.M, ks = tc_ksplit(N, K), nb = (K + 127) / 128;
+    const int w = cx.warp(), lane = cx.lane(), sl = w % ks;
+    const int n0 = bx * 16 * (TC_WARPS / ks) + w / ks * 16;
+    const bool on = n0 < N && t0 < M; /* warp-uniform */
+    float acc[TC_TILES][4];
+    TC_UNROLL
+    for (int t = 0; t < TC_TILES; t++)
+        TC_UNROLL
+    for (int i = 0; i < 4; i++)
+        acc[t][i] = 0.0f;
+    if (on && j.w.dt == 3)
+        tc_partial<true>(cx, j, n0, t0, sl * nb / ks, (sl + 1) * nb / ks, acc);
+    else if (on)
+        tc_partial<false>(cx, j, n0, t0, sl * nb / ks, (sl + 1) * nb / ks, acc);
+    if (ks > 1) {
+        float *red = cx.red;
+        TC_UNROLL
+        for (int t = 0; t < TC_TILES; t++)
+            TC_UNROLL
+        for (int i = 0; i < 4; i++)
+            red[((w * TC_TILES + t) * 4 + i) * 32 + lane] = acc[t][i];
+        cx.sync();
+        for (int r = 1; r < ks && sl == 0; r++)
+            TC_UNROLL
+        for (int t = 0; t < TC_TILES; t++)
+            TC_UNROLL
+        for (int i = 0; i < 4; i++)
+            acc[t][i] += red[(((w + r) * TC_TILES + t) * 4 + i) * 32 + lane];
+        cx.sync(); /* red is free for the next token chunk */
+    }
+    if (!on || sl != 0)
         return;
-    if (j.w.dt == 3)
-        tc_warp_t<true>(cx, j, n0, t0);
-    else
-        tc_warp_t<false>(cx, j, n0, t0);
+    const int g = lane / 4, qd = lane % 4;
+    TC_UNROLL
+    for (int t = 0; t < TC_TILES; t++)
+        TC_UNROLL
+    for (int i = 0; i < 4; i++) {
+        const int tok = t0 + 8 * t + 2 * qd + (i & 1), n = n0 + g + (i < 2 ? 0 : 8);
+        if (tok < M && n < N)
+            j.y[(size_t)tok * j.ldy + n] = acc[t][i];
+    }
+}
+
+/* Blocks of job j along its weight rows. */
+GB_FN int
+tc_blocks_x(const tc_job &j)
+{
+    int rows = 16 * (TC_WARPS / tc_ksplit(j.w.rows, j.w.cols));
+    return (j.w.rows + rows - 1) / rows;
 }
 
 #endif

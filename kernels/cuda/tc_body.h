@@ -121,33 +121,38 @@ tc_partial(Ctx &cx, const tc_job &j, int n0, int t0, int kb0, int kb1, float acc
         TC_UNROLL
     for (int i = 0; i < 4; i++)
         blk[t][i] = 0.0f;
-    for (int b = kb0; b < kb1; b++) {
-        const int k0 = 128 * b, k1 = k0 + 128 < K ? k0 + 128 : K;
-        for (int c = k0; c < k1; c += chunk) {
-            const int kk = c + qd * per;
-            const bool kin = kk < K;
-            uint32_t A[4], B[4];
-            tc_load16(wd + ((size_t)ra * K + kk) * esz, kin && ra < N, A);
-            tc_load16(wd + ((size_t)rb * K + kk) * esz, kin && rb < N, B);
-            TC_UNROLL
-            for (int t = 0; t < TC_TILES; t++) {
-                if (t < nt) {
-                    const int tok = t0 + 8 * t + g;
-                    uint32_t X[4];
-                    tc_load16(qb + ((size_t)tok * j.ldq + kk) * esz, kin && tok < M, X);
-                    TC_UNROLL
-                    for (int s = 0; s < 2; s++) {
-                        const uint32_t a[4] = {A[2 * s], B[2 * s], A[2 * s + 1], B[2 * s + 1]};
-                        const uint32_t bb[2] = {X[2 * s], X[2 * s + 1]};
-                        if (FP8)
-                            cx.mma_fp8(blk[t], a, bb);
-                        else
-                            cx.mma_bf16(acc[t], a, bb);
-                    }
+    /* the chunks of the run in order, each chunk's weight loads issued one chunk ahead */
+    const int c0 = 128 * kb0, c1 = 128 * kb1 < K ? 128 * kb1 : K;
+    uint32_t A[4], B[4], An[4], Bn[4];
+    {
+        const int kk = c0 + qd * per;
+        tc_load16(wd + ((size_t)ra * K + kk) * esz, c0 < c1 && kk < K && ra < N, A);
+        tc_load16(wd + ((size_t)rb * K + kk) * esz, c0 < c1 && kk < K && rb < N, B);
+    }
+    for (int c = c0; c < c1; c += chunk) {
+        const int kk = c + qd * per, cn = c + chunk, kn = cn + qd * per;
+        const bool kin = kk < K, more = cn < c1;
+        tc_load16(wd + ((size_t)ra * K + kn) * esz, more && kn < K && ra < N, An);
+        tc_load16(wd + ((size_t)rb * K + kn) * esz, more && kn < K && rb < N, Bn);
+        TC_UNROLL
+        for (int t = 0; t < TC_TILES; t++) {
+            if (t < nt) {
+                const int tok = t0 + 8 * t + g;
+                uint32_t X[4];
+                tc_load16(qb + ((size_t)tok * j.ldq + kk) * esz, kin && tok < M, X);
+                TC_UNROLL
+                for (int s = 0; s < 2; s++) {
+                    const uint32_t a[4] = {A[2 * s], B[2 * s], A[2 * s + 1], B[2 * s + 1]};
+                    const uint32_t bb[2] = {X[2 * s], X[2 * s + 1]};
+                    if (FP8)
+                        cx.mma_fp8(blk[t], a, bb);
+                    else
+                        cx.mma_bf16(acc[t], a, bb);
                 }
             }
         }
-        if (FP8) { /* the block's sums, scaled, into the fp32 accumulators */
+        if (FP8 && (cn % 128 == 0 || !more)) { /* block c / 128's sums, scaled, into acc */
+            const int b = c / 128;
             const float swa = ra < N ? tc_wscale(j.w, ra, b) : 0.0f;
             const float swb = rb < N ? tc_wscale(j.w, rb, b) : 0.0f;
             TC_UNROLL
@@ -160,6 +165,9 @@ tc_partial(Ctx &cx, const tc_job &j, int n0, int t0, int kb0, int kb1, float acc
                 blk[t][i] = 0.0f;
             }
         }
+        TC_UNROLL
+        for (int r = 0; r < 4; r++)
+            A[r] = An[r], B[r] = Bn[r];
     }
 }
 

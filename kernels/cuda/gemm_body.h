@@ -22,6 +22,7 @@ extern "C" { /* kernels.h carries no C++ guards */
 
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #define GB_FN __host__ __device__ inline
 #else
 #define GB_FN inline
@@ -56,9 +57,15 @@ cu_kw_of(const grpo_kw *w)
     return k;
 }
 
+/* E4M3 "fn" to fp32. On the device the hardware conversion (E4M3 to FP16, then FP16 to fp32:
+ * both exact, so the same value as the host's arithmetic, NaN for NaN). */
 GB_FN float
 cu_e4m3(uint8_t b)
 {
+#ifdef __CUDA_ARCH__
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
+    return __half2float(__half(h));
+#else
     int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
     float v;
     if (e == 15 && m == 7) {
@@ -70,6 +77,7 @@ cu_e4m3(uint8_t b)
         v = ldexpf((float)(8 + m), e - 10);
     }
     return s ? -v : v;
+#endif
 }
 
 GB_FN float

@@ -35,6 +35,34 @@ typedef struct args {
     int det; /* --deterministic: -1 not given, 0 off, 1 on */
 } args;
 
+/* The options of how the model runs (threads, numerics, KV dtype, GPU, budget). */
+static void
+usage_model(FILE *f)
+{
+    fputs("  --threads N          forward threads (default: all CPUs)\n"
+          "  --numerics N         exact (default: fp32, matches transformers), q8 (CPU: FP8\n"
+          "                       weights and the lm_head in int8 per 32 columns, int16\n"
+          "                       activations, integer dot products; faster) or fp8\n"
+          "                       (DeepSeek-V3's FP8 inference: E4M3 activations per 128\n"
+          "                       columns at FP8 weights, BF16 at BF16 weights; with --gpu\n"
+          "                       the tensor cores, on the CPU their twin, not faster);\n"
+          "                       not exact; recorded, so replay and --resume use it too\n",
+          f);
+    fputs(CLI_HELP_DETERMINISTIC, f);
+    fputs("  --kv-dtype D         KV cache rows in f32 (default: exact), bf16 or fp8 (E4M3 +\n"
+          "                       fp32 scale per 128 latent values, rope key bf16; also\n"
+          "                       with --gpu):\n"
+          "                       smaller rows, more groups in the same --kv-budget, not\n"
+          "                       exact; recorded, so replay and --resume use it too\n"
+          "  --gpu N              run the model on GPU N (CUDA build; CUDA_VISIBLE_DEVICES=N):\n"
+          "                       weights, activations and KV pages in device memory, exact\n"
+          "                       fp32 GEMMs (docs/cuda.md)\n"
+          "  --verify-threads N   verifier threads (default 2)\n"
+          "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
+          "                       groups are admitted while their worst case fits (default 1G)\n",
+          f);
+}
+
 static void
 usage(FILE *f)
 {
@@ -81,29 +109,9 @@ usage(FILE *f)
           "  --max-pending-groups N  pause admitting prompts while N finished groups wait for\n"
           "                       verification or publishing (backpressure; default 8)\n"
           "  --max-batch N        decode rows per forward (default 256; bounds the logits\n"
-          "                       buffer: N x vocab floats)\n"
-          "  --threads N          forward threads (default: all CPUs)\n"
-          "  --numerics N         exact (default: fp32, matches transformers), q8 (CPU: FP8\n"
-          "                       weights and the lm_head in int8 per 32 columns, int16\n"
-          "                       activations, integer dot products; faster) or fp8\n"
-          "                       (DeepSeek-V3's FP8 inference: E4M3 activations per 128\n"
-          "                       columns at FP8 weights, BF16 at BF16 weights; with --gpu\n"
-          "                       the tensor cores, on the CPU their twin, not faster);\n"
-          "                       not exact; recorded, so replay and --resume use it too\n",
+          "                       buffer: N x vocab floats)\n",
           f);
-    fputs(CLI_HELP_DETERMINISTIC, f);
-    fputs("  --kv-dtype D         KV cache rows in f32 (default: exact), bf16 or fp8 (E4M3 +\n"
-          "                       fp32 scale per 128 latent values, rope key bf16; also\n"
-          "                       with --gpu):\n"
-          "                       smaller rows, more groups in the same --kv-budget, not\n"
-          "                       exact; recorded, so replay and --resume use it too\n"
-          "  --gpu N              run the model on GPU N (CUDA build; CUDA_VISIBLE_DEVICES=N):\n"
-          "                       weights, activations and KV pages in device memory, exact\n"
-          "                       fp32 GEMMs (docs/cuda.md)\n"
-          "  --verify-threads N   verifier threads (default 2)\n"
-          "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
-          "                       groups are admitted while their worst case fits (default 1G)\n",
-          f);
+    usage_model(f);
     cli_gen_help_logprobs(f);
     fputs("  --ref-model DIR      reference model: per-token ref logprobs and KL summaries\n"
           "  --rescore            recompute policy logprobs by teacher forcing and report the\n"

@@ -27,6 +27,19 @@ grpo_cu__note(cu_state *s, grpo_err err)
         s->first_err = err;
 }
 
+grpo_err
+grpo_cu__grow(void **a, int *cap, int n, size_t elem)
+{
+    if (n < *cap)
+        return GRPO_OK;
+    int c = *cap ? 2 * *cap : 64;
+    void *p = realloc(*a, (size_t)c * elem);
+    if (p == NULL)
+        return grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+    *a = p, *cap = c;
+    return GRPO_OK;
+}
+
 /* Bumped whenever a scratch buffer moves: a CUDA graph recorded before may point at the old one. */
 static unsigned long long scratch_epoch = 1;
 
@@ -169,15 +182,9 @@ cache_find(cu_state *s, const void *h, size_t n)
 static const void *
 cache_add(cu_state *s, const void *h, const void *src, size_t n, grpo_err *err)
 {
-    if (s->n_cache == s->cap_cache) {
-        int cap = s->cap_cache ? 2 * s->cap_cache : 64;
-        cu_cached *c = (cu_cached *)realloc(s->cache, (size_t)cap * sizeof *c);
-        if (c == NULL) {
-            *err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
-            return NULL;
-        }
-        s->cache = c, s->cap_cache = cap;
-    }
+    if ((*err = grpo_cu__grow((void **)&s->cache, &s->cap_cache, s->n_cache, sizeof *s->cache)) !=
+        GRPO_OK)
+        return NULL;
     void *d = NULL;
     cudaError_t e = cudaMalloc(&d, n ? n : 1);
     if (e == cudaSuccess)

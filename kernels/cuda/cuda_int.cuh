@@ -68,6 +68,9 @@ grpo_err grpo_cu__err(cudaError_t e, const char *what);
 grpo_err grpo_cu__lt_err(cublasStatus_t s, const char *what);
 /* Records the first failure of an op (the op table returns void). */
 void grpo_cu__note(cu_state *s, grpo_err err);
+/* Room in the host array *a (elements of elem bytes, *cap of them) for an element at n: doubled
+ * when full. */
+grpo_err grpo_cu__grow(void **a, int *cap, int n, size_t elem);
 /* Makes b at least n bytes. */
 grpo_err grpo_cu__reserve(cu_buf *b, size_t n);
 

@@ -89,6 +89,21 @@ grpo_cuda_moe_gemm(grpo_kernels *k, int E, int rows_max, const int32_t *d_offs, 
                                   w_of[0].cols, d_y, ldy);
 }
 
+/* A device copy of the E views h (freed with cudaFree). */
+static grpo_err
+kw_table_upload(void **d, const cu_kw *h, int E)
+{
+    *d = NULL;
+    cudaError_t ce = cudaMalloc(d, (size_t)(E > 0 ? E : 1) * sizeof *h);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpy(*d, h, (size_t)E * sizeof *h, cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess)
+        return GRPO_OK;
+    cudaFree(*d);
+    *d = NULL;
+    return grpo_cu__err(ce, "moe weight table");
+}
+
 extern "C" grpo_err
 grpo_cuda_moe_table(void **d_table, int E, const grpo_kw *w_of)
 {
@@ -98,11 +113,9 @@ grpo_cuda_moe_table(void **d_table, int E, const grpo_kw *w_of)
         return grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
     for (int e = 0; e < E; e++)
         h[e] = grpo_cu__kw(&w_of[e]);
-    cudaError_t ce = cudaMalloc(d_table, (size_t)(E > 0 ? E : 1) * sizeof *h);
-    if (ce == cudaSuccess)
-        ce = cudaMemcpy(*d_table, h, (size_t)E * sizeof *h, cudaMemcpyHostToDevice);
+    grpo_err err = kw_table_upload(d_table, h, E);
     free(h);
-    return ce == cudaSuccess ? GRPO_OK : grpo_cu__err(ce, "moe weight table");
+    return err;
 }
 
 extern "C" grpo_err
@@ -284,24 +297,32 @@ fp8_run(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y,
     return GRPO_OK;
 }
 
+/* x (M x K) with the fast policies' rounding for w (FP8 per 1x128 block, or BF16), in fp32, into
+ * scratch ws[0] (*out, M x K). */
+static grpo_err
+rounded_acts(cu_state *s, const grpo_kw *w, int M, int K, const float *x, int ldx, float **out)
+{
+    grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * sizeof(float));
+    if (err != GRPO_OK)
+        return err;
+    *out = (float *)s->ws[0].d;
+    if (grpo_kw_act_round(w) == GRPO_ACT_FP8)
+        return grpo_cu__act_fp8(s, M, K, x, ldx, *out);
+    round_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(M, K, x, ldx, *out);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
 /* The fast policies' GEMM where neither cuBLASLt nor the tensor-core kernel takes it: the generic
  * kernel over the same activations rounded (FP8 per 1x128 block, or BF16) in fp32. */
 static grpo_err
 gemm_rounded(cu_state *s, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
 {
     int N = w->rows, K = w->cols;
-    grpo_err err = grpo_cu__reserve(&s->ws[0], (size_t)M * K * sizeof(float));
+    float *r = NULL;
+    grpo_err err = rounded_acts(s, w, M, K, x, ldx, &r);
     if (err != GRPO_OK)
         return err;
-    float *r = (float *)s->ws[0].d;
-    if (grpo_kw_act_round(w) == GRPO_ACT_FP8) {
-        err = grpo_cu__act_fp8(s, M, K, x, ldx, r);
-        if (err != GRPO_OK)
-            return err;
-    } else {
-        round_bf16_k<<<cu_blocks((size_t)M * K, 256), 256, 0, s->stream>>>(M, K, x, ldx, r);
-        CU_LAUNCHED();
-    }
     return grpo_cu__gemm_generic(s, M, 1, r, K, 0, w, 0, N, K, 0, y, ldy, 0);
 }
 
@@ -384,15 +405,9 @@ wtab_of(cu_state *s, int E, const grpo_kw *const *w, grpo_err *err)
     for (int i = 0; i < s->n_wtab; i++)
         if (s->wtabs[i].key == (const void *)w[0] && s->wtabs[i].E == E)
             return &s->wtabs[i];
-    if (s->n_wtab == s->cap_wtab) {
-        int cap = s->cap_wtab ? 2 * s->cap_wtab : 64;
-        cu_wtab *t = (cu_wtab *)realloc(s->wtabs, (size_t)cap * sizeof *t);
-        if (t == NULL) {
-            *err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
-            return NULL;
-        }
-        s->wtabs = t, s->cap_wtab = cap;
-    }
+    if ((*err = grpo_cu__grow((void **)&s->wtabs, &s->cap_wtab, s->n_wtab, sizeof *s->wtabs)) !=
+        GRPO_OK)
+        return NULL;
     cu_kw *h = (cu_kw *)malloc((size_t)E * sizeof *h);
     if (h == NULL) {
         *err = grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
@@ -404,15 +419,10 @@ wtab_of(cu_state *s, int E, const grpo_kw *const *w, grpo_err *err)
         t.tc &= grpo_cu__tc_ok(w[e]) && w[e]->rows == w[0]->rows && w[e]->cols == w[0]->cols &&
                 w[e]->dt == w[0]->dt;
     }
-    cudaError_t ce = cudaMalloc(&t.d, (size_t)E * sizeof *h);
-    if (ce == cudaSuccess)
-        ce = cudaMemcpy(t.d, h, (size_t)E * sizeof *h, cudaMemcpyHostToDevice);
+    *err = kw_table_upload(&t.d, h, E);
     free(h);
-    if (ce != cudaSuccess) {
-        cudaFree(t.d);
-        *err = grpo_cu__err(ce, "moe weight table");
+    if (*err != GRPO_OK)
         return NULL;
-    }
     s->wtabs[s->n_wtab] = t;
     return &s->wtabs[s->n_wtab++];
 }
@@ -434,17 +444,9 @@ grpo_cu__moe_gemm(cu_state *s, int E, int rows, const int32_t *offs, const float
     if (s->policy != GRPO_CUDA_GEMM_EXACT && act != 0 && t->tc)
         return grpo_cuda_moe_gemm_tc(&kk, E, rows, offs, x, ldx, t->d, w[0], y, ldy);
     if (s->policy != GRPO_CUDA_GEMM_EXACT && act != 0) { /* the same rounded activations */
-        if ((err = grpo_cu__reserve(&s->ws[0], (size_t)rows * K * sizeof(float))) != GRPO_OK)
+        float *r = NULL;
+        if ((err = rounded_acts(s, w[0], rows, K, x, ldx, &r)) != GRPO_OK)
             return err;
-        float *r = (float *)s->ws[0].d;
-        if (act == GRPO_ACT_FP8) {
-            if ((err = grpo_cu__act_fp8(s, rows, K, x, ldx, r)) != GRPO_OK)
-                return err;
-        } else {
-            round_bf16_k<<<cu_blocks((size_t)rows * K, 256), 256, 0, s->stream>>>(rows, K, x, ldx,
-                                                                                 r);
-            CU_LAUNCHED();
-        }
         x = r, ldx = K;
     }
     moe_tile_k<<<dim3(cu_blocks((size_t)N, GB_BN), (unsigned)E), 256, 0, s->stream>>>(

@@ -430,7 +430,7 @@ attn_absorbed(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
     }
     m->k->gemm_t_heads(m->k, B, nh, s->qd, nh * qk, qk, &l->kv_b, dn + dv, dn, s->ql, nh * dc, dc);
     if (s->tabs) {
-        size_t loff = (size_t)layer * GRPO_KV_PAGE * (size_t)kv->fmt.bytes;
+        size_t loff = grpo_kv__layer_off(kv, layer);
         grpo_err err = grpo_kernels_mla_absorbed_tab(
             m->k, B, nh, dc, dr, s->ql, s->qr, s->tab_ptab, s->tab_maxp, s->tab_len,
             s->tab_maxp * GRPO_KV_PAGE, GRPO_KV_PAGE, loff, &kv->fmt, c->softmax_scale, s->ol);
@@ -476,9 +476,9 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
             c->rope_interleave);
     k->rope(k, T, s->q + dn, nh * qk, nh, qk, dr, s->pos, m->inv_freq, c->rope_attn_factor,
             c->rope_interleave);
-    size_t loff = (size_t)layer * GRPO_KV_PAGE * (size_t)kv->fmt.bytes; /* in a page */
     if (s->tabs) { /* append [latent | rope key] in the cache's dtype */
-        grpo_kernels_kv_write_tab(k, &kv->fmt, T, s->kva, row, s->tab_rows, loff);
+        grpo_kernels_kv_write_tab(k, &kv->fmt, T, s->kva, row, s->tab_rows,
+                                  grpo_kv__layer_off(kv, layer));
     } else {
         for (int i = 0; i < n_items; i++)
             for (int j = 0; j < items[i].n; j++)
@@ -656,6 +656,21 @@ moe_grouped(grpo_model *m, const grpo_layer_w *l, scratch *s)
  * slots' rows gathered, each projection of every expert in one moe_gemm, SiLU over every slot,
  * the combine in slot order. The same bits as the host-sorted paths: each expert's rows get the
  * GEMMs they get alone, and slot order is ascending expert order. */
+/* Projection p (0 gate, 1 up, 2 down) of every routed expert over the slots' rows. */
+static void
+experts_gemm(grpo_model *m, const grpo_layer_w *l, scratch *s, int p, const float *x, int ldx,
+             float *y, int ldy)
+{
+    const grpo_model_config *c = &m->cfg;
+    int E = c->n_routed_experts;
+    for (int e = 0; e < E; e++) {
+        const grpo_mlp_w *w = &l->experts[e];
+        s->ew[e] = p == 0 ? &w->gate : p == 1 ? &w->up : &w->down;
+    }
+    grpo_kernels_moe_gemm(m->k, E, s->T * c->num_experts_per_tok, s->eoff_op, x, ldx, s->ew, y,
+                          ldy);
+}
+
 static void
 moe_in_op_memory(grpo_model *m, const grpo_layer_w *l, scratch *s)
 {
@@ -665,16 +680,10 @@ moe_in_op_memory(grpo_model *m, const grpo_layer_w *l, scratch *s)
     int I = c->moe_intermediate_size, R = T * K;
     grpo_kernels_moe_sort(k, T, K, E, s->ri, s->rw, s->eoff_op, s->slot_tok, s->slot_w);
     grpo_kernels_copy_rows(k, R, H, s->slot_tok, s->x, H, NULL, s->xs, H);
-    for (int e = 0; e < E; e++)
-        s->ew[e] = &l->experts[e].gate;
-    grpo_kernels_moe_gemm(k, E, R, s->eoff_op, s->xs, H, s->ew, s->sg, I);
-    for (int e = 0; e < E; e++)
-        s->ew[e] = &l->experts[e].up;
-    grpo_kernels_moe_gemm(k, E, R, s->eoff_op, s->xs, H, s->ew, s->su, I);
+    experts_gemm(m, l, s, 0, s->xs, H, s->sg, I);
+    experts_gemm(m, l, s, 1, s->xs, H, s->su, I);
     k->silu_mul(k, R, I, s->sg, I, s->su, I, s->sg, I);
-    for (int e = 0; e < E; e++)
-        s->ew[e] = &l->experts[e].down;
-    grpo_kernels_moe_gemm(k, E, R, s->eoff_op, s->sg, I, s->ew, s->ys, H);
+    experts_gemm(m, l, s, 2, s->sg, I, s->ys, H);
     grpo_kernels_combine_rows(k, R, H, s->slot_tok, s->slot_w, s->ys, H, s->acc, H);
 }
 
@@ -983,7 +992,6 @@ step_graphed(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items
     }
     m->graphs[at] =
         (grpo_model_graph){s->T, s->tab_maxp, epoch, m->scratch_op, m->scratch_op_size, x};
-    m->graph_records += x != NULL;
     return GRPO_OK;
 }
 

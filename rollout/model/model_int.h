@@ -150,7 +150,7 @@ struct grpo_model {
     grpo_model_graph graphs[GRPO_MODEL_GRAPHS]; /* decode steps recorded (forward.c) */
     int n_graphs, next_graph;
     int graphs_off; /* GRPO_CUDA_GRAPHS=0, or tests: every step without */
-    long graph_launches, graph_records;
+    long graph_launches; /* recorded steps replayed (tests, bench_model) */
 };
 /* Releases the recorded decode steps (before the table goes, or when it changes). */
 void grpo_model__graphs_free(grpo_model *m);
@@ -221,12 +221,17 @@ int grpo_kv__usable_by(const grpo_kv *kv, const grpo_model *m);
 grpo_err grpo_kv__reserve(grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n);
 /* Pages needed to make [pos0, pos0+n) of seq writable. */
 size_t grpo_kv__pages_needed(const grpo_kv *kv, int32_t seq, int32_t pos0, int32_t n);
+/* Where layer `layer`'s rows start in a page. */
+static inline size_t
+grpo_kv__layer_off(const grpo_kv *kv, int32_t layer)
+{
+    return (size_t)layer * GRPO_KV_PAGE * (size_t)kv->fmt.bytes;
+}
 /* Layer `layer` of a page: GRPO_KV_PAGE rows of kv->fmt.bytes. */
 static inline uint8_t *
 grpo_kv__page(const grpo_kv *kv, int32_t page, int32_t layer)
 {
-    return kv->mem + (size_t)page * kv->page_bytes +
-           (size_t)layer * GRPO_KV_PAGE * (size_t)kv->fmt.bytes;
+    return kv->mem + (size_t)page * kv->page_bytes + grpo_kv__layer_off(kv, layer);
 }
 /* The row format of the cache of cfg in kv_dtype (MLA: E4M3 latent in blocks of 128, BF16 rope
  * key; GQA: E4M3 keys and values with a scale per head row). */

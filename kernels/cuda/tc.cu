@@ -77,6 +77,20 @@ up256(size_t n)
     return (n + 255) / 256 * 256;
 }
 
+/* Scratch bytes of M rows of K prepared activations (fp8: E4M3 then the block scales, else BF16),
+ * and where the scales start. */
+static size_t
+tc_q_bytes(size_t M, size_t K, int fp8)
+{
+    return up256(M * K * (fp8 ? 1 : 2));
+}
+
+static size_t
+tc_prep_bytes(size_t M, size_t K, int fp8)
+{
+    return tc_q_bytes(M, K, fp8) + (fp8 ? up256((K + 127) / 128 * M * sizeof(float)) : 0);
+}
+
 static int
 tc_same_x(const grpo_gemm_job *a, const grpo_gemm_job *b)
 {
@@ -123,8 +137,7 @@ tc_layout(int n, const grpo_gemm_job *jobs, const unsigned char *taken, int *src
         size_t M = (size_t)jobs[i].M, K = (size_t)jobs[i].w->cols;
         int fp8 = grpo_kw_act_round(jobs[i].w) == GRPO_ACT_FP8;
         src[i] = i, off[i] = total;
-        total += up256(M * K * (fp8 ? 1 : 2));
-        total += fp8 ? up256((K + 127) / 128 * M * sizeof(float)) : 0;
+        total += tc_prep_bytes(M, K, fp8);
     }
     return total;
 }
@@ -155,7 +168,7 @@ grpo_cu__gemm_tc(cu_state *s, int n, const grpo_gemm_job *jobs, unsigned char *t
         memset(&j, 0, sizeof j);
         j.w = cu_kw_of(jb->w), j.y = jb->y, j.ldy = jb->ldy, j.M = jb->M, j.ldq = K;
         j.x = jb->x, j.ldx = jb->ldx, j.qsld = jb->M, j.prep = src[i] == i, j.q = q;
-        j.qs = fp8 ? (const float *)(q + up256((size_t)jb->M * K)) : NULL;
+        j.qs = fp8 ? (const float *)(q + tc_q_bytes((size_t)jb->M, (size_t)K, 1)) : NULL;
         s->n_tc++;
         if (js.n == TC_MAXJ) {
             err = tc_launch(s, &js);
@@ -180,8 +193,8 @@ grpo_cuda_moe_gemm_tc(grpo_kernels *k, int E, int rows, const int32_t *d_offs, c
         return grpo__fail(GRPO_EUNSUPPORTED, "cuda: the tensor-core GEMM takes FP8 (128 x 128 "
                                              "blocks) or BF16 weights with 16-byte rows");
     int K = w0->cols, fp8 = grpo_kw_act_round(w0) == GRPO_ACT_FP8;
-    size_t qb = up256((size_t)rows * K * (fp8 ? 1 : 2));
-    grpo_err err = grpo_cu__reserve(&s->ws[7], qb + up256((size_t)(K + 127) / 128 * rows * 4));
+    size_t qb = tc_q_bytes((size_t)rows, (size_t)K, fp8);
+    grpo_err err = grpo_cu__reserve(&s->ws[7], tc_prep_bytes((size_t)rows, (size_t)K, fp8));
     if (err != GRPO_OK)
         return err;
     tc_jobs js;

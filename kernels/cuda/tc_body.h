@@ -105,6 +105,16 @@ tc_ksplit(int N, int K)
  * [kb0, kb1), by one warp, into acc (FP8: an E4M3 weight in 128 x 128 blocks; else BF16). Every
  * lane of the warp runs every mma (warp-synchronous): bounds only zero the loads. The tiles are
  * unrolled so that the accumulators stay in registers. */
+GB_FN void
+tc_zero(float a[TC_TILES][4])
+{
+    TC_UNROLL
+    for (int t = 0; t < TC_TILES; t++)
+        TC_UNROLL
+    for (int i = 0; i < 4; i++)
+        a[t][i] = 0.0f;
+}
+
 template <bool FP8, class Ctx>
 GB_FN void
 tc_partial(Ctx &cx, const tc_job &j, int n0, int t0, int kb0, int kb1, float acc[TC_TILES][4])
@@ -116,11 +126,7 @@ tc_partial(Ctx &cx, const tc_job &j, int n0, int t0, int kb0, int kb1, float acc
     const int nt = (M - t0 + 7) / 8 < TC_TILES ? (M - t0 + 7) / 8 : TC_TILES;
     const uint8_t *wd = (const uint8_t *)j.w.data, *qb = (const uint8_t *)j.q;
     float blk[TC_TILES][4];
-    TC_UNROLL
-    for (int t = 0; t < TC_TILES; t++)
-        TC_UNROLL
-    for (int i = 0; i < 4; i++)
-        blk[t][i] = 0.0f;
+    tc_zero(blk);
     /* the chunks of the run in order, each chunk's weight loads issued one chunk ahead */
     const int c0 = 128 * kb0, c1 = 128 * kb1 < K ? 128 * kb1 : K;
     uint32_t A[4], B[4], An[4], Bn[4];
@@ -200,11 +206,7 @@ tc_block(Ctx &cx, const tc_job &j, int bx, int t0)
     const int n0 = bx * 16 * (TC_WARPS / ks) + w / ks * 16;
     const bool on = n0 < N && t0 < M; /* warp-uniform */
     float acc[TC_TILES][4];
-    TC_UNROLL
-    for (int t = 0; t < TC_TILES; t++)
-        TC_UNROLL
-    for (int i = 0; i < 4; i++)
-        acc[t][i] = 0.0f;
+    tc_zero(acc);
     if (on && j.w.dt == 3)
         tc_partial<true>(cx, j, n0, t0, sl * nb / ks, (sl + 1) * nb / ks, acc);
     else if (on)

@@ -49,6 +49,11 @@ if(TARGET grpo)
   add_test(NAME bench_bridge_cli_test
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_bridge_cli_test.sh $<TARGET_FILE:grpo>)
   set_tests_properties(bench_bridge_cli_test PROPERTIES TIMEOUT 120 LABELS "cpu;cli")
+  # the bench ends its publisher and consumers with sends in flight; LeakSanitizer once reported
+  # objects leaked inside libnng from a consumer's dial (1 ASan run in 5, none in 12 reruns):
+  # the NNG 1.5.2 class of leak tests/lsan-nng.supp explains
+  set_property(TEST bench_bridge_cli_test APPEND PROPERTY ENVIRONMENT
+               "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-nng.supp")
 endif()
 # `grpo rollout` / `grpo replay` on a qwen2-architecture model with the demo tokenizer.
 if(TARGET PkgConfig::CMOCKA AND TARGET grpo AND EXISTS ${PROJECT_SOURCE_DIR}/models/demo/tokenizer.json)

@@ -8,23 +8,44 @@
 struct block_ctx {
     double *sh;
     float *fm;
-    int *fi, *pick;
+    int *fi, *hc;
+    unsigned long long *hlo, *hhi;
+    int *pick, *nlist;
     __device__ int tid() const { return threadIdx.x; }
     __device__ int nt() const { return ST; }
     __device__ void sync() { __syncthreads(); }
+    __device__ int atomic_add(int *p, int v)
+    {
+        return atomicAdd(p, v);
+    }
+    __device__ unsigned long long atomic_add64(unsigned long long *p, unsigned long long v)
+    {
+        return atomicAdd(p, v);
+    }
 };
 
-__global__ void __launch_bounds__(ST)
-sample_k(int vocab, const float *logits, const grpo_cuda_sample_key *keys, double *wbuf,
-         int32_t *tok_out, float *lp_raw, float *lp_proc)
+/* A row's scratch: vocab doubles (the weights), then vocab ints (the radix select's ids), rounded
+ * up to 16 bytes so every row's doubles stay aligned. */
+static __host__ __device__ size_t
+row_scratch(int vocab)
+{
+    return ((size_t)vocab * (sizeof(double) + sizeof(int)) + 15) & ~(size_t)15;
+}
+
+__global__ void
+__launch_bounds__(ST)
+    sample_k(int vocab, const float *logits, const grpo_cuda_sample_key *keys,
+             unsigned char *scratch, int32_t *tok_out, float *lp_raw, float *lp_proc)
 {
     __shared__ double sh[ST];
     __shared__ float fm[ST];
-    __shared__ int fi[ST], pick;
-    block_ctx cx = {sh, fm, fi, &pick};
+    __shared__ int fi[ST], hc[1024], pick, nlist;
+    __shared__ unsigned long long hlo[1024], hhi[1024];
+    block_ctx cx = {sh, fm, fi, hc, hlo, hhi, &pick, &nlist};
     int row = blockIdx.x;
-    sr_row(cx, vocab, logits + (size_t)row * vocab, keys[row], wbuf + (size_t)row * vocab,
-           tok_out + row, lp_raw + row, lp_proc + row);
+    double *w = (double *)(scratch + (size_t)row * row_scratch(vocab));
+    sr_row(cx, vocab, logits + (size_t)row * vocab, keys[row], w, (int *)(w + vocab), tok_out + row,
+           lp_raw + row, lp_proc + row);
 }
 
 extern "C" grpo_err
@@ -34,11 +55,11 @@ grpo_cuda_sample_dev(grpo_kernels *kt, int B, int vocab, const float *d_logits,
     cu_state *s = cu_of(kt);
     if (B <= 0)
         return GRPO_OK;
-    grpo_err err = grpo_cu__reserve(&s->ws[3], (size_t)B * vocab * sizeof(double));
+    grpo_err err = grpo_cu__reserve(&s->ws[3], (size_t)B * row_scratch(vocab));
     if (err != GRPO_OK)
         return err;
     sample_k<<<B, ST, 0, s->stream>>>(vocab, d_logits, (const grpo_cuda_sample_key *)d_keys,
-                                      (double *)s->ws[3].d, d_tok, d_lp_raw, d_lp_proc);
+                                      (unsigned char *)s->ws[3].d, d_tok, d_lp_raw, d_lp_proc);
     CU_LAUNCHED();
     return GRPO_OK;
 }

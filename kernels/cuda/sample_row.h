@@ -2,16 +2,23 @@
  * executors: the CUDA kernel (sample.cu: one block, Ctx = the block's threads) and a host
  * simulation with one POSIX thread per "CUDA thread" and a barrier for __syncthreads
  * (tests/cuda_host_sample_test.cpp), which checks this very code against the CPU sampler in CI
- * without a device. Ctx provides: int tid() const, int nt() const (a power of two), void sync(),
- * and shared arrays double *sh, float *fm, int *fi (nt() entries each) and int *pick.
+ * without a device.
  *
  * The design is the CPU sampler's (rollout/engine/sampler.c, rng.c): the uniform is
  * Philox4x32-10 with counter (pos, sample, prompt_key lo, hi) and key (seed lo, hi), 53 bits;
  * probabilities w = exp((logit - max) / T) in double; the candidate order is (w desc, id asc);
  * top-k, then the nucleus over the top-k mass, then min-p; the draw walks the kept ids ascending.
- * A cut of that order is found by bisection on the bits of w (positive doubles order like their
- * bits) instead of a sort: the cut is (value v, ties r) = every w > v plus the first r ids with
- * w == v. Each thread owns a contiguous id range. */
+ * A cut of that order is found by a radix select on the bits of w (positive doubles order like
+ * their bits) instead of a sort: the cut is (value v, ties r) = every w > v plus the first r ids
+ * with w == v. Each thread owns a contiguous id range. A row costs a fixed number of passes over
+ * the vocabulary (max, weights, two per cut, one for each cut's sums, the ties, the kept set),
+ * whatever the params; only the ids sharing the cut's exponent are visited again, digit by digit.
+ *
+ * Ctx provides: int tid() const, int nt() const (a power of two), void sync(); shared arrays
+ * double *sh, float *fm, int *fi (nt() entries each), int *hc and unsigned long long *hlo, *hhi
+ * (1024 entries each), int *pick, *nlist; and int atomic_add(int *, int),
+ * unsigned long long atomic_add64(unsigned long long *, unsigned long long), both returning the
+ * old value. */
 #ifndef GRPO_KERNELS_CUDA_SAMPLE_ROW_H
 #define GRPO_KERNELS_CUDA_SAMPLE_ROW_H
 
@@ -95,36 +102,137 @@ sr_above(Ctx &cx, const double *w, int b, int e, double v, double *cnt, double *
     *mass = sr_sum(cx, m);
 }
 
-/* Smallest v (as bits, in [lo, hi]) with count(w > v) < k (want_mass = 0) or mass(w > v) < thr
- * (want_mass = 1); both are monotone in v. */
-template <class Ctx>
-SR_FN double
-sr_bisect(Ctx &cx, const double *w, int b, int e, unsigned long long lo, unsigned long long hi,
-          int want_mass, double bound)
+/* A 128-bit unsigned integer: masses in fixed point, w * 2^104 rounded down, so the histogram sums
+ * are exact integers whatever order the threads add them in. */
+struct sr_u128 {
+    unsigned long long hi, lo;
+};
+
+SR_FN sr_u128
+sr_add(sr_u128 a, sr_u128 b)
 {
-    while (lo < hi) {
-        unsigned long long mid = lo + (hi - lo) / 2;
-        double cnt, mass;
-        sr_above(cx, w, b, e, sr_bits_double(mid), &cnt, &mass);
-        if ((want_mass ? mass : cnt) < bound)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return sr_bits_double(lo);
+    sr_u128 r;
+    r.lo = a.lo + b.lo;
+    r.hi = a.hi + b.hi + (r.lo < a.lo);
+    return r;
 }
 
-/* One row: logits l (vocab), scratch w (vocab doubles). Thread 0 (or the picking thread) writes
- * *tok, *lp_raw, *lp_proc. */
+SR_FN int
+sr_ge(sr_u128 a, sr_u128 b)
+{
+    return a.hi > b.hi || (a.hi == b.hi && a.lo >= b.lo);
+}
+
+/* floor(x * 2^104) for 0 <= x < 2^23 (every mass here is at most the vocabulary size). */
+SR_FN sr_u128
+sr_fixed(double x)
+{
+    unsigned long long u = sr_double_bits(x), E = u >> 52;
+    unsigned long long m = (u & 0xFFFFFFFFFFFFFull) | 0x10000000000000ull;
+    int s = (int)E - 971; /* x = m * 2^(E - 1075) */
+    sr_u128 r = {0ull, 0ull};
+    if (E == 0 || s <= -53)
+        return r;
+    if (s < 0)
+        r.lo = m >> -s;
+    else if (s == 0)
+        r.lo = m;
+    else if (s < 64)
+        r.lo = m << s, r.hi = m >> (64 - s);
+    else
+        r.hi = m << (s - 64);
+    return r;
+}
+
+/* The digits of a weight's bits, most significant first: the exponent (w <= 1, so below 1024),
+ * then the 52 mantissa bits. */
+#define SR_LEVELS 8
+SR_FN int
+sr_shift(int level)
+{
+    return level == 0 ? 52 : level < 7 ? 52 - 8 * level : 0;
+}
+
+SR_FN int
+sr_width(int level)
+{
+    return level == 0 ? 10 : level < 7 ? 8 : 4;
+}
+
+/* The bits u of the weight that bound falls on: S(w > u) < bound <= S(w >= u), with S the count
+ * (by_mass = 0) or the mass of the weights (by_mass = 1, bound in fixed point); 0 when S of all
+ * of them is below bound. A radix select over the digits above: the first digit's histogram
+ * covers the whole row, the ids in the chosen bin are gathered into list (vocab entries), and
+ * the later digits only visit them. Histograms add integers (counts, fixed-point masses), so the
+ * result does not depend on the order of the threads' atomics. */
 template <class Ctx>
-SR_FN void
-sr_row(Ctx &cx, int vocab, const float *l, const grpo_cuda_sample_key &k, double *w, int32_t *tok,
-       float *lp_raw, float *lp_proc)
+SR_FN unsigned long long
+sr_select(Ctx &cx, const double *w, int b, int e, int *list, int by_mass, sr_u128 bound)
+{
+    int t = cx.tid(), NT = cx.nt(), n = 0;
+    unsigned long long P = 0ull, F = 0ull;
+    sr_u128 cum = {0ull, 0ull}; /* thread 0's: S of every weight above the prefix so far */
+    for (int lv = 0; lv < SR_LEVELS; lv++) {
+        int sh = sr_shift(lv), nb = 1 << sr_width(lv);
+        for (int i = t; i < nb; i += NT)
+            cx.hc[i] = 0, cx.hlo[i] = 0ull, cx.hhi[i] = 0ull;
+        if (t == 0)
+            *cx.nlist = 0;
+        cx.sync();
+        int cnt = lv == 0 ? e - b : (n - t + NT - 1) / NT;
+        for (int j = 0; j < cnt; j++) {
+            int i = lv == 0 ? b + j : list[t + j * NT];
+            unsigned long long u = sr_double_bits(w[i]);
+            if ((u & F) != P)
+                continue;
+            int bin = (int)((u >> sh) & (unsigned long long)(nb - 1));
+            if (!by_mass) {
+                cx.atomic_add(&cx.hc[bin], 1);
+                continue;
+            }
+            sr_u128 f = sr_fixed(w[i]);
+            if (cx.atomic_add64(&cx.hlo[bin], f.lo) + f.lo < f.lo)
+                f.hi++; /* the low word wrapped: carry into the high one */
+            if (f.hi)
+                cx.atomic_add64(&cx.hhi[bin], f.hi);
+        }
+        cx.sync();
+        if (t == 0) {
+            int pick = -1;
+            for (int bin = nb - 1; bin >= 0 && pick < 0; bin--) {
+                sr_u128 s = {cx.hhi[bin], by_mass ? cx.hlo[bin] : (unsigned long long)cx.hc[bin]};
+                if (sr_ge(sr_add(cum, s), bound))
+                    pick = bin;
+                else
+                    cum = sr_add(cum, s);
+            }
+            *cx.pick = pick;
+        }
+        cx.sync();
+        int pick = *cx.pick;
+        cx.sync();
+        if (pick < 0) /* only at the first digit: S of the whole row is below bound */
+            return 0ull;
+        P |= (unsigned long long)pick << sh;
+        F |= (unsigned long long)(nb - 1) << sh;
+        if (lv == 0) { /* gather the chosen bin's ids (in any order: only sums follow) */
+            for (int i = b; i < e; i++)
+                if ((sr_double_bits(w[i]) & F) == P)
+                    list[cx.atomic_add(cx.nlist, 1)] = i;
+            cx.sync();
+            n = *cx.nlist;
+            cx.sync();
+        }
+    }
+    return P;
+}
+
+/* The row's max logit (*mx) and its first index (the return value); [b, e) is this thread's. */
+template <class Ctx>
+SR_FN int
+sr_argmax(Ctx &cx, int vocab, const float *l, int b, int e, float *mx)
 {
     int t = cx.tid(), NT = cx.nt();
-    int per = (vocab + NT - 1) / NT, b = t * per < vocab ? t * per : vocab;
-    int e = b + per < vocab ? b + per : vocab;
-    /* max logit and its first index */
     float bm = -INFINITY;
     int bi = vocab;
     for (int i = b; i < e; i++)
@@ -137,45 +245,48 @@ sr_row(Ctx &cx, int vocab, const float *l, const grpo_cuda_sample_key &k, double
             cx.fm[t] = cx.fm[t + s], cx.fi[t] = cx.fi[t + s];
         cx.sync();
     }
-    float mx = cx.fm[0];
+    *mx = cx.fm[0];
     int amax = cx.fi[0];
     cx.sync();
-    if (k.temperature <= 0.0f) { /* greedy */
-        double s = 0.0;
-        for (int i = b; i < e; i++)
-            s += exp((double)l[i] - (double)mx);
-        s = sr_sum(cx, s);
-        if (t == 0) {
-            *tok = amax;
-            *lp_raw = (float)-log(s);
-            *lp_proc = 0.0f;
-        }
-        return;
-    }
-    double T = (double)k.temperature, tot = 0.0;
-    for (int i = b; i < e; i++)
-        tot += w[i] = exp(((double)l[i] - (double)mx) / T);
-    tot = sr_sum(cx, tot);
-    const unsigned long long ONE = 0x3FF0000000000000ull; /* w <= 1 */
+    return amax;
+}
+
+/* The cut of the weights w (total tot): top-k, then the nucleus over the top-k mass, as (value
+ * *vp, ties *rp). */
+template <class Ctx>
+SR_FN void
+sr_cut(Ctx &cx, int vocab, const grpo_cuda_sample_key &k, const double *w, int b, int e, int *list,
+       double tot, double *vp, double *rp)
+{
     double vk = -1.0, massk = tot, rk = 0.0; /* top-k cut and its mass */
     if (k.top_k > 0 && k.top_k < vocab) {
-        vk = sr_bisect(cx, w, b, e, 0ull, ONE, 0, (double)k.top_k);
+        sr_u128 kb = {0ull, (unsigned long long)k.top_k};
+        vk = sr_bits_double(sr_select(cx, w, b, e, list, 0, kb));
         double c, m;
         sr_above(cx, w, b, e, vk, &c, &m);
         rk = (double)k.top_k - c;
         massk = m + rk * vk;
     }
-    double vp = vk, rp = rk; /* nucleus cut inside the top-k prefix */
+    *vp = vk, *rp = rk; /* nucleus cut inside the top-k prefix */
     if (k.top_p < 1.0f) {
         double thr = (double)k.top_p * massk;
-        vp = sr_bisect(cx, w, b, e, vk > 0.0 ? sr_double_bits(vk) : 0ull, ONE, 1, thr);
+        double v0 = sr_bits_double(sr_select(cx, w, b, e, list, 1, sr_fixed(thr)));
+        *vp = v0 < vk ? vk : v0; /* the nucleus never reaches below the top-k cut */
         double c, f;
-        sr_above(cx, w, b, e, vp, &c, &f);
-        double r = vp > 0.0 ? ceil((thr - f) / vp) : 1.0;
+        sr_above(cx, w, b, e, *vp, &c, &f);
+        double r = *vp > 0.0 ? ceil((thr - f) / *vp) : 1.0;
         r = r < 1.0 ? 1.0 : r;
-        rp = vp == vk && rk < r ? rk : r;
+        *rp = *vp == vk && rk < r ? rk : r;
     }
-    double floor_w = (double)k.min_p;
+}
+
+/* Marks the weights outside the cut (vp, rp) or below min_p as not kept (w = -w - 1; kept ones stay
+ * in [0, 1]); returns the kept mass, and leaves this thread's share of it in cx.sh[tid]. */
+template <class Ctx>
+SR_FN double
+sr_keep(Ctx &cx, double *w, int b, int e, double vp, double rp, double floor_w)
+{
+    int t = cx.tid(), NT = cx.nt();
     /* tie ranks at vp: exclusive scan of the per-thread tie counts, in thread (= id) order */
     double ties = 0.0;
     for (int i = b; i < e; i++)
@@ -197,11 +308,44 @@ sr_row(Ctx &cx, int vocab, const float *l, const grpo_cuda_sample_key &k, double
         if (in && w[i] >= floor_w)
             kept += w[i];
         else
-            w[i] = -w[i] - 1.0; /* not kept (kept ones stay in [0, 1]) */
+            w[i] = -w[i] - 1.0;
     }
     double z = sr_sum(cx, kept);
     cx.sh[t] = kept;
     cx.sync();
+    return z;
+}
+
+/* One row: logits l (vocab), scratch w (vocab doubles) and list (vocab ints). Thread 0 (or the
+ * picking thread) writes *tok, *lp_raw, *lp_proc. */
+template <class Ctx>
+SR_FN void
+sr_row(Ctx &cx, int vocab, const float *l, const grpo_cuda_sample_key &k, double *w, int *list,
+       int32_t *tok, float *lp_raw, float *lp_proc)
+{
+    int t = cx.tid(), NT = cx.nt();
+    int per = (vocab + NT - 1) / NT, b = t * per < vocab ? t * per : vocab;
+    int e = b + per < vocab ? b + per : vocab;
+    float mx;
+    int amax = sr_argmax(cx, vocab, l, b, e, &mx);
+    if (k.temperature <= 0.0f) { /* greedy */
+        double s = 0.0;
+        for (int i = b; i < e; i++)
+            s += exp((double)l[i] - (double)mx);
+        s = sr_sum(cx, s);
+        if (t == 0) {
+            *tok = amax;
+            *lp_raw = (float)-log(s);
+            *lp_proc = 0.0f;
+        }
+        return;
+    }
+    double T = (double)k.temperature, tot = 0.0, vp, rp;
+    for (int i = b; i < e; i++)
+        tot += w[i] = exp(((double)l[i] - (double)mx) / T);
+    tot = sr_sum(cx, tot);
+    sr_cut(cx, vocab, k, w, b, e, list, tot, &vp, &rp);
+    double z = sr_keep(cx, w, b, e, vp, rp, (double)k.min_p);
     if (t == 0) { /* which thread's range holds the draw */
         double target = sr_uniform(k) * z, cum = 0.0;
         int th = NT - 1;

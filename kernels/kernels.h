@@ -97,6 +97,16 @@ void grpo_kv_row_encode(const grpo_kv_fmt *f, const float *x, void *dst);
 /* Values [c0, c0 + n) of a row as floats. */
 void grpo_kv_row_decode(const grpo_kv_fmt *f, const void *row, int32_t c0, int32_t n, float *out);
 
+/* One draw's key and params for a backend's own sampler (the sample entry): the engine's sampler
+ * design (rollout/engine/sampler.c, grpo_sample_ex) keyed by Philox4x32-10 counter (pos, sample,
+ * prompt_key lo, hi) and key (seed lo, hi); temperature 0 = greedy. */
+typedef struct grpo_sample_key {
+    uint64_t seed, prompt_key;
+    uint32_t sample, pos;
+    float temperature, top_p, min_p;
+    int32_t top_k;
+} grpo_sample_key;
+
 typedef struct grpo_kernels grpo_kernels;
 struct grpo_kernels_prof;
 struct grpo_kernels {
@@ -245,6 +255,13 @@ struct grpo_kernels {
      * one pads FP8 scale grids); out's data and scale are op memory the caller releases with
      * mem_free. NULL: the bytes are copied as they are (mem_alloc + mem_copy). */
     grpo_err (*weight_upload)(grpo_kernels *k, const grpo_kw *w, grpo_kw *out);
+    /* Draws from rows of logits (vocab floats each) where they are: draw i from row rows[i] with
+     * keys[i], its token into tok[i] (-1 when the row holds NaN or +inf) and its logprobs under
+     * the raw and the processed distributions into lp_raw[i], lp_proc[i]; the same tokens as
+     * grpo_sample_ex. Every array in op memory. NULL: the backend has no sampler (its callers
+     * copy the logits out and sample them on the host). */
+    void (*sample)(grpo_kernels *k, int n, int vocab, const float *logits, const int32_t *rows,
+                   const grpo_sample_key *keys, int32_t *tok, float *lp_raw, float *lp_proc);
 };
 
 enum { GRPO_MEM_H2D = 0, GRPO_MEM_D2H = 1, GRPO_MEM_D2D = 2 };

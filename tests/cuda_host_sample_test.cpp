@@ -199,6 +199,20 @@ edge_rows_as_cpu(void **state)
     }
     printf("    %d edge draws: %d differ from the CPU sampler\n", draws, bad);
     assert_int_equal(bad, 0);
+    std::vector<float> row(500, 0.5f); /* rows the CPU sampler refuses: token -1 */
+    grpo_cuda_sample_key key;
+    memset(&key, 0, sizeof key);
+    key.temperature = 1.0f, key.top_p = 0.9f;
+    float lr, lp;
+    row[123] = NAN;
+    assert_int_equal(sim_row(64, 500, row.data(), key, &lr, &lp), -1);
+    row[123] = INFINITY;
+    assert_int_equal(sim_row(64, 500, row.data(), key, &lr, &lp), -1);
+    key.temperature = 0.0f;
+    assert_int_equal(sim_row(64, 500, row.data(), key, &lr, &lp), -1);
+    row[123] = -INFINITY; /* a masked token is fine */
+    key.temperature = 1.0f;
+    assert_true(sim_row(64, 500, row.data(), key, &lr, &lp) >= 0);
 }
 
 typedef unsigned __int128 u128;

@@ -19,8 +19,9 @@ if(TARGET grpo_cuda)
                 ${PROJECT_SOURCE_DIR}/rollout/engine/sampler.c ${PROJECT_SOURCE_DIR}/rollout/engine/rng.c
                 LIBS grpo_cuda grpo_common m LABELS gpu TIMEOUT 300)
   if(TARGET grpo_model)
-    grpo_add_test(cuda_model_test SOURCES gpu/cuda_model_test.c LIBS grpo_cuda grpo_model grpo_common m
-                  LABELS gpu TIMEOUT 300)
+    grpo_add_test(cuda_model_test SOURCES gpu/cuda_model_test.c
+                  ${PROJECT_SOURCE_DIR}/rollout/engine/sampler.c ${PROJECT_SOURCE_DIR}/rollout/engine/rng.c
+                  LIBS grpo_cuda grpo_model grpo_common m LABELS gpu TIMEOUT 300)
   endif()
 endif()
 

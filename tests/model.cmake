@@ -44,5 +44,5 @@ endif()
 # The forward reaches op memory only through the op table: a backend whose op memory faults
 # outside its ops gives the CPU backend's logits bit for bit.
 if(TARGET PkgConfig::CMOCKA)
-  grpo_add_test(model_opmem_test SOURCES model_opmem_test.c LIBS grpo_model TIMEOUT 300)
+  grpo_add_test(model_opmem_test SOURCES model_opmem_test.c LIBS grpo_engine grpo_model TIMEOUT 300)
 endif()

@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "grpo/rollout.h"
 #include "kernels/kernels.h"
 #include "rollout/model/model_int.h"
 #include "tests/model_testutil.h"
@@ -340,6 +341,27 @@ g_gemm_batch(grpo_kernels *k, int n, const grpo_gemm_job *jobs)
     GUARD(grpo_kernels_gemm_batch(&in, n, jobs));
 }
 
+/* The backend's own sampler, over op memory: the engine's sampler row by row (a GPU backend runs
+ * its kernel body here). */
+static long n_sampled;
+
+static void
+g_sample(grpo_kernels *k, int n, int vocab, const float *logits, const int32_t *rows,
+         const grpo_sample_key *keys, int32_t *tok, float *lp_raw, float *lp_proc)
+{
+    (void)k;
+    open_mem();
+    for (int i = 0; i < n; i++) {
+        const grpo_sample_key *q = &keys[i];
+        grpo_sampling sp = {q->temperature, q->top_p, q->top_k, q->min_p};
+        grpo_rng_key rk = {q->seed, q->prompt_key, q->sample, q->pos};
+        tok[i] = grpo_sample_ex(logits + (size_t)rows[i] * (size_t)vocab, vocab, &sp, rk,
+                                &lp_raw[i], &lp_proc[i], NULL);
+    }
+    n_sampled += n;
+    close_mem();
+}
+
 /* The guarded table over the CPU table k (which keeps its pool and threads). */
 static grpo_kernels
 guarded(const grpo_kernels *k)
@@ -357,7 +379,7 @@ guarded(const grpo_kernels *k)
     g.moe_sort = g_moe_sort, g.moe_gemm = g_moe_gemm;
     g.kv_write_tab = g_kv_write_tab, g.mla_absorbed_tab = g_mla_absorbed_tab;
     g.graph_begin = g_graph_begin, g.graph_end = g_graph_end, g.graph_launch = g_graph_launch;
-    g.graph_free = g_graph_free, g.graph_epoch = g_graph_epoch;
+    g.graph_free = g_graph_free, g.graph_epoch = g_graph_epoch, g.sample = g_sample;
     return g;
 }
 
@@ -494,11 +516,91 @@ forward_through_op_memory(void **state)
     grpo_kernels_cpu_set_min_parallel(262144);
 }
 
+/* Two groups of 4 (one prompt of 70 tokens: a full page and a partial one, prefilled in chunks
+ * of 32) decoded 9 tokens each through the rollout engine; every completion into out. */
+static void
+rollout_of(grpo_model *m, grpo_rollout_group **out, int *device)
+{
+    grpo_kv *kv = NULL;
+    grpo_rollout_backend be;
+    grpo_rollout *r = NULL;
+    assert_int_equal(grpo_kv_create_for(&kv, m, 16u << 20), GRPO_OK);
+    assert_int_equal(grpo_rollout_backend_model(&be, m, kv), GRPO_OK);
+    *device = be.forward_sample != NULL;
+    grpo_rollout_opts o = {0};
+    o.prefill_chunk = 32;
+    assert_int_equal(grpo_rollout_create(&r, &be, &o), GRPO_OK);
+    static int32_t prompt[2][70];
+    for (int g = 0; g < 2; g++) {
+        for (int i = 0; i < 70; i++)
+            prompt[g][i] = 2 + (i * (37 + 16 * g) + 11) % 150;
+        grpo_rollout_request q;
+        memset(&q, 0, sizeof q);
+        q.prompt = prompt[g], q.n_prompt = g ? 70 : 23, q.group_size = 4, q.seed = 5;
+        q.prompt_key = grpo_rollout_prompt_key(g ? "b" : "a");
+        grpo_gen_params_default(&q.params);
+        q.params.sampling = (grpo_sampling){1.0f, 0.9f, g ? 40 : 0, 0.0f};
+        q.params.max_new_tokens = 9, q.params.eos_id = -1;
+        q.params.logprobs = GRPO_LOGPROBS_BOTH;
+        if (grpo_rollout_submit(r, &q, NULL) != GRPO_OK)
+            fail_msg("submit: %s", grpo_error_last());
+    }
+    if (grpo_rollout_run(r) != GRPO_OK)
+        fail_msg("rollout: %s", grpo_error_last());
+    for (grpo_rollout_group *x; (x = grpo_rollout_pop(r, 0)) != NULL;)
+        out[x->id] = x;
+    grpo_rollout_destroy(r);
+    grpo_rollout_backend_fini(&be);
+    grpo_kv_destroy(kv);
+}
+
+/* The engine's draws made by the backend where the logits are (forward_sample over the sample
+ * entry; the logits never copied out) give the completions of draws made on the host from the
+ * copied logits, bit for bit; and the backend really drew them. */
+static void
+draws_in_op_memory(void **state)
+{
+    (void)state;
+    const char *const dirs[] = {"tiny_models/fp8", "v2_models/v2_group_f32",
+                                "gqa_models/qwen3_moe_64x8"};
+    for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+        char dir[512];
+        const char *src = getenv("GRPO_SOURCE_DIR");
+        snprintf(dir, sizeof dir, "%s%sdata/%s", src ? src : "", src ? "/tests/" : "", dirs[d]);
+        grpo_model *m = load(dir, GRPO_NUMERICS_EXACT, GRPO_KV_F32);
+        grpo_model *mg = load(dir, GRPO_NUMERICS_EXACT, GRPO_KV_F32);
+        grpo_kernels g = guarded(mg->k);
+        assert_int_equal(grpo_model__use_backend(mg, &g), GRPO_OK);
+        grpo_rollout_group *a[2] = {0}, *b[2] = {0};
+        int dev_a, dev_b;
+        rollout_of(m, a, &dev_a);
+        n_sampled = 0;
+        rollout_of(mg, b, &dev_b);
+        assert_false(dev_a);
+        assert_true(dev_b);
+        assert_int_equal(n_sampled, 2 * 4 * 9);
+        for (int gi = 0; gi < 2; gi++)
+            for (int i = 0; i < 4; i++) {
+                const grpo_rollout_sample *x = &a[gi]->samples[i], *y = &b[gi]->samples[i];
+                assert_int_equal(x->n_tokens, 9);
+                assert_int_equal(y->n_tokens, 9);
+                assert_memory_equal(x->tokens, y->tokens, 9 * sizeof(int32_t));
+                assert_memory_equal(x->logprob_raw, y->logprob_raw, 9 * sizeof(float));
+                assert_memory_equal(x->logprob_processed, y->logprob_processed, 9 * sizeof(float));
+            }
+        for (int gi = 0; gi < 2; gi++)
+            grpo_rollout_group_free(a[gi]), grpo_rollout_group_free(b[gi]);
+        grpo_model_destroy(mg);
+        grpo_model_destroy(m);
+    }
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forward_through_op_memory),
+        cmocka_unit_test(draws_in_op_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -189,7 +189,7 @@ static grpo_err
 head(dctx *c)
 {
     K->gemm(K, G, c->xn, HID, &c->lm_head, c->logits, VOCAB);
-    return grpo_cuda_sample_dev(K, G, VOCAB, c->logits, c->dkeys, c->tok, c->lp1, c->lp2);
+    return grpo_cuda_sample_dev(K, G, VOCAB, c->logits, NULL, c->dkeys, c->tok, c->lp1, c->lp2);
 }
 
 static grpo_err

@@ -136,6 +136,15 @@ void grpo_gen_params_default(grpo_gen_params *p);
 
 /* The scheduler calls only these. grpo_rollout_backend_model() fills one for grpo_model + grpo_kv;
  * tests may supply others. Calls come from one thread at a time. */
+/* A draw the backend makes where its logits are (forward_sample). */
+typedef struct grpo_rollout_draw {
+    int32_t row;           /* in: the forward's logits row (one per item, in item order) */
+    grpo_rng_key key;      /* in: the sampler's key, as for grpo_sample_ex */
+    grpo_sampling params;  /* in */
+    int32_t tok;           /* out: the token, or -1 when the row held NaN or +inf */
+    float lp_raw, lp_proc; /* out: its logprobs, as grpo_sample_ex reports them */
+} grpo_rollout_draw;
+
 typedef struct grpo_rollout_backend {
     void *ctx;
     int32_t vocab;       /* logits per row */
@@ -174,6 +183,12 @@ typedef struct grpo_rollout_backend {
     grpo_err (*mtp_seq_truncate)(void *ctx, int32_t seq, int32_t len);
     grpo_err (*mtp_forward)(void *ctx, const grpo_fwd_item *items, int n_items,
                             const float *hidden, float *logits, float *hidden_out);
+    /* forward_routes (routes NULL: none) whose draws the backend makes itself, so the logits
+     * never leave it (a GPU backend's sampler: the sampler's design, grpo_sample_ex's tokens up
+     * to the last bits of the probabilities' rounding). NULL: the engine copies the logits out
+     * and samples them on the host. Not used with speculative decoding. */
+    grpo_err (*forward_sample)(void *ctx, const grpo_fwd_item *items, int n_items,
+                               void *const *routes, grpo_rollout_draw *draws, int n_draws);
 } grpo_rollout_backend;
 
 /* A backend over a loaded model and its KV pool (both borrowed); release with

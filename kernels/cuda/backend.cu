@@ -722,6 +722,16 @@ t_graph_epoch(grpo_kernels *k)
     return __atomic_load_n(&scratch_epoch, __ATOMIC_RELAXED);
 }
 
+/* Sampling where the logits are (kernels.h): every array already in device memory, so it is
+ * capturable. */
+static void
+t_sample(grpo_kernels *k, int n, int vocab, const float *logits, const int32_t *rows,
+         const grpo_sample_key *keys, int32_t *tok, float *lp_raw, float *lp_proc)
+{
+    grpo_cu__note(cu_of(k),
+                  grpo_cuda_sample_dev(k, n, vocab, logits, rows, keys, tok, lp_raw, lp_proc));
+}
+
 /* The decode step's tables in device memory (kernels.h): no host array, no synchronization. */
 static void
 t_kv_write_tab(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int ldx,
@@ -828,7 +838,7 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
         k->kv_write_tab = t_kv_write_tab, k->mla_absorbed_tab = t_mla_absorbed_tab;
         k->graph_begin = t_graph_begin, k->graph_end = t_graph_end;
         k->graph_launch = t_graph_launch, k->graph_free = t_graph_free;
-        k->graph_epoch = t_graph_epoch;
+        k->graph_epoch = t_graph_epoch, k->sample = t_sample;
     }
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess)

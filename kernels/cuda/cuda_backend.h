@@ -101,12 +101,7 @@ grpo_err grpo_cuda_gemm_bf16(grpo_kernels *k, int M, int N, int K, const void *d
  * order (probability desc, id asc), top-k then top-p (nucleus over the top-k mass) then min-p, the
  * draw walking the kept set in ascending id order. Temperature 0 = greedy.
  * logits (B, vocab) device; keys, params host arrays (B); tok, lp_raw, lp_proc device (B). */
-typedef struct grpo_cuda_sample_key {
-    uint64_t seed, prompt_key;
-    uint32_t sample, pos;
-    float temperature, top_p, min_p;
-    int32_t top_k;
-} grpo_cuda_sample_key;
+typedef grpo_sample_key grpo_cuda_sample_key; /* kernels.h */
 grpo_err grpo_cuda_sample(grpo_kernels *k, int B, int vocab, const float *d_logits,
                           const grpo_cuda_sample_key *keys, int32_t *d_tok, float *d_lp_raw,
                           float *d_lp_proc);
@@ -159,10 +154,11 @@ grpo_err grpo_cuda_moe_gemm_dev(grpo_kernels *k, int E, int rows_max, const int3
 grpo_err grpo_cuda_moe_gemm_tc(grpo_kernels *k, int E, int rows, const int32_t *d_offs,
                                const float *d_x, int ldx, const void *d_table, const grpo_kw *w0,
                                float *d_y, int ldy);
-/* grpo_cuda_sample with the B keys already in device memory (capturable). */
+/* grpo_cuda_sample with the B keys already in device memory (capturable); draw b from row
+ * d_rows[b] of d_logits (d_rows NULL: row b). */
 grpo_err grpo_cuda_sample_dev(grpo_kernels *k, int B, int vocab, const float *d_logits,
-                              const void *d_keys, int32_t *d_tok, float *d_lp_raw,
-                              float *d_lp_proc);
+                              const int32_t *d_rows, const void *d_keys, int32_t *d_tok,
+                              float *d_lp_raw, float *d_lp_proc);
 /* Fills n elements at d with reproducible pseudo-random values: kind 0 = fp32 uniform in
  * [-scale, scale) (never 0), 1 = E4M3 of magnitude <= scale (scale <= 448), 2 = BF16 like 0,
  * 3 = fp32 in [scale / 2, scale] (block scales). */

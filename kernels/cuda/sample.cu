@@ -32,25 +32,25 @@ row_scratch(int vocab)
     return ((size_t)vocab * (sizeof(double) + sizeof(int)) + 15) & ~(size_t)15;
 }
 
-__global__ void
-__launch_bounds__(ST)
-    sample_k(int vocab, const float *logits, const grpo_cuda_sample_key *keys,
-             unsigned char *scratch, int32_t *tok_out, float *lp_raw, float *lp_proc)
+__global__ void __launch_bounds__(ST)
+sample_k(int vocab, const float *logits, const int32_t *rows, const grpo_cuda_sample_key *keys,
+         unsigned char *scratch, int32_t *tok_out, float *lp_raw, float *lp_proc)
 {
     __shared__ double sh[ST];
     __shared__ float fm[ST];
     __shared__ int fi[ST], hc[1024], pick, nlist;
     __shared__ unsigned long long hlo[1024], hhi[1024];
     block_ctx cx = {sh, fm, fi, hc, hlo, hhi, &pick, &nlist};
-    int row = blockIdx.x;
-    double *w = (double *)(scratch + (size_t)row * row_scratch(vocab));
-    sr_row(cx, vocab, logits + (size_t)row * vocab, keys[row], w, (int *)(w + vocab), tok_out + row,
-           lp_raw + row, lp_proc + row);
+    int d = blockIdx.x, row = rows != NULL ? rows[d] : d;
+    double *w = (double *)(scratch + (size_t)d * row_scratch(vocab));
+    sr_row(cx, vocab, logits + (size_t)row * vocab, keys[d], w, (int *)(w + vocab), tok_out + d,
+           lp_raw + d, lp_proc + d);
 }
 
 extern "C" grpo_err
 grpo_cuda_sample_dev(grpo_kernels *kt, int B, int vocab, const float *d_logits,
-                     const void *d_keys, int32_t *d_tok, float *d_lp_raw, float *d_lp_proc)
+                     const int32_t *d_rows, const void *d_keys, int32_t *d_tok, float *d_lp_raw,
+                     float *d_lp_proc)
 {
     cu_state *s = cu_of(kt);
     if (B <= 0)
@@ -58,7 +58,7 @@ grpo_cuda_sample_dev(grpo_kernels *kt, int B, int vocab, const float *d_logits,
     grpo_err err = grpo_cu__reserve(&s->ws[3], (size_t)B * row_scratch(vocab));
     if (err != GRPO_OK)
         return err;
-    sample_k<<<B, ST, 0, s->stream>>>(vocab, d_logits, (const grpo_cuda_sample_key *)d_keys,
+    sample_k<<<B, ST, 0, s->stream>>>(vocab, d_logits, d_rows, (const grpo_cuda_sample_key *)d_keys,
                                       (unsigned char *)s->ws[3].d, d_tok, d_lp_raw, d_lp_proc);
     CU_LAUNCHED();
     return GRPO_OK;
@@ -77,5 +77,6 @@ grpo_cuda_sample(grpo_kernels *kt, int B, int vocab, const float *d_logits,
         return err;
     CU_TRY(cudaMemcpyAsync(s->ws[4].d, keys, (size_t)B * sizeof *keys, cudaMemcpyHostToDevice,
                            s->stream));
-    return grpo_cuda_sample_dev(kt, B, vocab, d_logits, s->ws[4].d, d_tok, d_lp_raw, d_lp_proc);
+    return grpo_cuda_sample_dev(kt, B, vocab, d_logits, NULL, s->ws[4].d, d_tok, d_lp_raw,
+                                d_lp_proc);
 }

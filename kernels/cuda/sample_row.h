@@ -227,7 +227,8 @@ sr_select(Ctx &cx, const double *w, int b, int e, int *list, int by_mass, sr_u12
     return P;
 }
 
-/* The row's max logit (*mx) and its first index (the return value); [b, e) is this thread's. */
+/* The row's max logit (*mx) and its first index (the return value), or -1 when a logit is NaN or
+ * +inf (the CPU sampler refuses those rows); [b, e) is this thread's. */
 template <class Ctx>
 SR_FN int
 sr_argmax(Ctx &cx, int vocab, const float *l, int b, int e, float *mx)
@@ -235,9 +236,14 @@ sr_argmax(Ctx &cx, int vocab, const float *l, int b, int e, float *mx)
     int t = cx.tid(), NT = cx.nt();
     float bm = -INFINITY;
     int bi = vocab;
-    for (int i = b; i < e; i++)
+    double bad = 0.0;
+    for (int i = b; i < e; i++) {
+        bad += l[i] != l[i] || l[i] == INFINITY;
         if (l[i] > bm || bi == vocab)
             bm = l[i], bi = i;
+    }
+    if (sr_sum(cx, bad) > 0.0)
+        return -1;
     cx.fm[t] = bm, cx.fi[t] = bi;
     cx.sync();
     for (int s = NT / 2; s > 0; s >>= 1) {
@@ -328,6 +334,11 @@ sr_row(Ctx &cx, int vocab, const float *l, const grpo_cuda_sample_key &k, double
     int e = b + per < vocab ? b + per : vocab;
     float mx;
     int amax = sr_argmax(cx, vocab, l, b, e, &mx);
+    if (amax < 0) {
+        if (t == 0)
+            *tok = -1, *lp_raw = *lp_proc = NAN;
+        return;
+    }
     if (k.temperature <= 0.0f) { /* greedy */
         double s = 0.0;
         for (int i = b; i < e; i++)

@@ -15,6 +15,11 @@ typedef struct {
     grpo_model *m;
     grpo_kv *kv;
     grpo_kv *mkv; /* the MTP pool, or NULL until the first draft sequence */
+    /* forward_sample's arrays for the model (grow-only, cap draws each) */
+    int32_t *rows, *tok;
+    grpo_sample_key *keys;
+    float *lr, *lp;
+    int cap;
 } model_ctx;
 
 static grpo_err
@@ -120,6 +125,36 @@ m_mtp_forward(void *ctx, const grpo_fwd_item *items, int n, const float *hidden,
                                       hidden_out);
 }
 
+static grpo_err
+m_forward_sample(void *ctx, const grpo_fwd_item *items, int n_items, void *const *routes,
+                 grpo_rollout_draw *draws, int n_draws)
+{
+    model_ctx *c = ctx;
+    if (n_draws > c->cap) {
+        int nc = n_draws > 2 * c->cap ? n_draws : 2 * c->cap;
+        free(c->rows), free(c->tok), free(c->keys), free(c->lr), free(c->lp);
+        c->rows = malloc((size_t)nc * sizeof *c->rows),
+        c->tok = malloc((size_t)nc * sizeof *c->tok);
+        c->keys = malloc((size_t)nc * sizeof *c->keys);
+        c->lr = malloc((size_t)nc * sizeof *c->lr), c->lp = malloc((size_t)nc * sizeof *c->lp);
+        c->cap = c->rows && c->tok && c->keys && c->lr && c->lp ? nc : 0;
+        if (c->cap == 0)
+            return grpo__fail(GRPO_ENOMEM, "rollout: out of memory for %d draws", n_draws);
+    }
+    for (int i = 0; i < n_draws; i++) {
+        const grpo_rollout_draw *d = &draws[i];
+        c->rows[i] = d->row;
+        c->keys[i] = (grpo_sample_key){d->key.seed,     d->key.prompt_id,      d->key.sample,
+                                       d->key.pos,      d->params.temperature, d->params.top_p,
+                                       d->params.min_p, d->params.top_k};
+    }
+    grpo_model_draws md = {n_draws, c->rows, c->keys, c->tok, c->lr, c->lp};
+    grpo_err err = grpo_model__forward_sample(c->m, c->kv, items, n_items, routes, &md);
+    for (int i = 0; err == GRPO_OK && i < n_draws; i++)
+        draws[i].tok = c->tok[i], draws[i].lp_raw = c->lr[i], draws[i].lp_proc = c->lp[i];
+    return err;
+}
+
 static void
 spec_calls(grpo_rollout_backend *b, const grpo_model *m)
 {
@@ -157,6 +192,8 @@ grpo_rollout_backend_model(grpo_rollout_backend *b, grpo_model *m, grpo_kv *kv)
     b->forward_all = m_forward_all;
     b->forward_routes = m_forward_routes;
     b->route_row_bytes = grpo_model_route_row_bytes(cfg);
+    if (grpo_model__can_sample(m))
+        b->forward_sample = m_forward_sample;
     spec_calls(b, m);
     return GRPO_OK;
 }
@@ -165,8 +202,10 @@ void
 grpo_rollout_backend_fini(grpo_rollout_backend *b)
 {
     if (b != NULL && b->forward == m_forward) {
-        grpo_kv_destroy(((model_ctx *)b->ctx)->mkv);
-        free(b->ctx);
+        model_ctx *c = b->ctx;
+        grpo_kv_destroy(c->mkv);
+        free(c->rows), free(c->tok), free(c->keys), free(c->lr), free(c->lp);
+        free(c);
     }
     if (b != NULL)
         memset(b, 0, sizeof *b);

@@ -82,6 +82,7 @@ struct grpo_rollout {
     void **scratch;     /* one sampler scratch per sampling thread */
     grpo_pool *pool;    /* sampling threads, or NULL */
     struct draw *draws; /* this step's draws */
+    grpo_rollout_draw *dreq; /* the same, for the backend's own sampler (be.forward_sample) */
     int32_t n_draws, draws_cap;
     int n_scratch;
     uint32_t rr; /* round-robin start for capped decode batches */
@@ -92,9 +93,11 @@ struct grpo_rollout {
     struct spec_bufs *spec;
 };
 
-/* One draw to make this step: a logits row and the sample it is for. */
+/* One draw to make this step: a logits row (in r->logits; ix: its index) and the sample it is
+ * for. */
 typedef struct draw {
     const float *row;
+    int32_t ix;
     group_state *gs;
     int32_t sample, tok;
     float lr, lp;

@@ -589,25 +589,56 @@ build_decode(grpo_rollout *r, int32_t *n)
     return GRPO_OK;
 }
 
-
 static grpo_err
-add_draw(grpo_rollout *r, const float *row, group_state *gs, int32_t i)
+add_draw(grpo_rollout *r, int32_t ix, group_state *gs, int32_t i)
 {
     if (r->n_draws == r->draws_cap) {
         int32_t nc = r->draws_cap ? r->draws_cap * 2 : 256;
         draw *d = realloc(r->draws, (size_t)nc * sizeof *d);
-        if (d == NULL)
+        if (d != NULL)
+            r->draws = d;
+        grpo_rollout_draw *q = d ? realloc(r->dreq, (size_t)nc * sizeof *q) : NULL;
+        if (q == NULL)
             return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
-        r->draws = d, r->draws_cap = nc;
+        r->dreq = q, r->draws_cap = nc;
     }
-    r->draws[r->n_draws++] = (draw){row, gs, i, -1, 0.0f, 0.0f};
+    const float *row = r->logits ? r->logits + (size_t)ix * (size_t)r->be.vocab : NULL;
+    r->draws[r->n_draws++] = (draw){row, ix, gs, i, -1, 0.0f, 0.0f};
     return GRPO_OK;
 }
 
-/* The parent's prompt is in the cache: fork every sample from it; their first tokens are all
- * drawn from the parent's last logits row, each with its own key. */
+/* The backend samples where its logits are: not with speculation (its verify reads the rows). */
+static int
+device_draws(const grpo_rollout *r)
+{
+    return r->be.forward_sample != NULL && r->opts.speculative == 0;
+}
+
+/* This step's draws, in the order they are applied: from the row of a prompt's last chunk one
+ * per sample of its group (each with its own key), from a decode row one for its sample. */
 static grpo_err
-fork_group(grpo_rollout *r, group_state *gs, const float *logits, const float *hidden)
+plan_draws(grpo_rollout *r, int32_t n)
+{
+    grpo_err err = GRPO_OK;
+    r->n_draws = 0;
+    for (int32_t k = 0, row0 = 0; k < n && err == GRPO_OK; k++) {
+        row_ref *w = &r->rows[k];
+        int32_t ix = row0;
+        row0 += r->opts.speculative > 0 ? r->tail[k] : 1; /* logits rows of item k */
+        if (!w->last_chunk || w->verify)
+            continue;
+        for (int32_t i = 0; w->sample < 0 && i < w->gs->g->n_samples && err == GRPO_OK; i++)
+            err = add_draw(r, ix, w->gs, i);
+        if (w->sample >= 0)
+            err = add_draw(r, ix, w->gs, w->sample);
+    }
+    return err;
+}
+
+/* The parent's prompt is in the cache: fork every sample from it (their first tokens are drawn
+ * from the parent's last logits row, plan_draws). */
+static grpo_err
+fork_group(grpo_rollout *r, group_state *gs, const float *hidden)
 {
     grpo_err err;
     for (int32_t i = 0; i < gs->g->n_samples; i++)
@@ -617,10 +648,16 @@ fork_group(grpo_rollout *r, group_state *gs, const float *logits, const float *h
         return err;
     r->be.seq_free(r->be.ctx, gs->parent_kv);
     gs->parent_kv = -1;
-    for (int32_t i = 0; i < gs->g->n_samples; i++)
-        if ((err = add_draw(r, logits, gs, i)) != GRPO_OK)
-            return err;
     return GRPO_OK;
+}
+
+static grpo_rng_key
+draw_key(const draw *d)
+{
+    grpo_rollout_group *g = d->gs->g;
+    const grpo_rollout_sample *o = &g->samples[d->sample];
+    return (grpo_rng_key){g->req.seed, g->req.prompt_key, (uint32_t)o->index,
+                          (uint32_t)o->n_tokens};
 }
 
 /* Draws are independent pure functions: any split over threads gives the same tokens. */
@@ -630,18 +667,17 @@ draw_range(void *ctx, size_t begin, size_t end, int worker)
     grpo_rollout *r = ctx;
     for (size_t k = begin; k < end; k++) {
         draw *d = &r->draws[k];
-        grpo_rollout_group *g = d->gs->g;
-        grpo_rollout_sample *o = &g->samples[d->sample];
-        grpo_rng_key key = {g->req.seed, g->req.prompt_key, (uint32_t)o->index,
-                            (uint32_t)o->n_tokens};
-        d->tok = grpo_sample_ex(d->row, r->be.vocab, &g->req.params.sampling, key, &d->lr, &d->lp,
-                                r->scratch[worker]);
+        d->tok = grpo_sample_ex(d->row, r->be.vocab, &d->gs->g->req.params.sampling, draw_key(d),
+                                &d->lr, &d->lp, r->scratch[worker]);
     }
 }
 
 static grpo_err
 apply_draw(grpo_rollout *r, const draw *d)
 {
+    if (d->tok < 0 && device_draws(r))
+        return grpo__fail(GRPO_EINVAL, "rollout: group %llu sample %d: its logits hold NaN or +inf",
+                          (unsigned long long)d->gs->g->id, d->sample);
     if (d->tok < 0) { /* bad logits; the worker's message is thread-local: draw again here */
         grpo_rollout_group *g = d->gs->g;
         grpo_rng_key key = {0, 0, 0, 0};
@@ -665,21 +701,20 @@ static grpo_err
 process_rows(grpo_rollout *r, int32_t n)
 {
     grpo_err err = GRPO_OK;
-    size_t V = (size_t)r->be.vocab, H = (size_t)r->be.hidden_size;
-    r->n_draws = 0;
-    for (int32_t k = 0, row0 = 0, t = 0; k < n && err == GRPO_OK; k++) {
+    size_t H = (size_t)r->be.hidden_size;
+    for (int32_t k = 0, t = 0; k < n && err == GRPO_OK; k++) {
         row_ref *w = &r->rows[k];
-        int32_t nr = r->opts.speculative > 0 ? r->tail[k] : 1; /* logits rows of item k */
-        const float *row = r->logits + (size_t)row0 * V;
-        row0 += nr, t += r->items[k].n;
-        if (!w->last_chunk || w->verify)
+        t += r->items[k].n;
+        if (!w->last_chunk || w->verify || w->sample >= 0)
             continue;
         const float *h = r->hidden ? r->hidden + (size_t)(t - 1) * H : NULL; /* its last row */
-        err = w->sample < 0 ? fork_group(r, w->gs, row, h) : add_draw(r, row, w->gs, w->sample);
+        err = fork_group(r, w->gs, h);
     }
     if (err != GRPO_OK)
         return err;
-    if (r->pool != NULL && r->n_draws > 1)
+    if (device_draws(r))
+        ; /* made by the forward (step_forward) */
+    else if (r->pool != NULL && r->n_draws > 1)
         grpo_pool_parallel_for(r->pool, (size_t)r->n_draws, draw_range, r);
     else
         draw_range(r, 0, (size_t)r->n_draws, 0);
@@ -731,11 +766,31 @@ abort_all(grpo_rollout *r)
     return err == GRPO_OK ? reap(r) : err;
 }
 
+/* The backend's own draws: the requests from this step's draws, their results back into them. */
+static grpo_err
+forward_sampled(grpo_rollout *r, int32_t n)
+{
+    for (int32_t k = 0; k < r->n_draws; k++) {
+        const draw *d = &r->draws[k];
+        r->dreq[k] =
+            (grpo_rollout_draw){d->ix, draw_key(d), d->gs->g->req.params.sampling, -1, 0.0f, 0.0f};
+    }
+    void *const *routes = r->opts.record_routes ? r->routes : NULL;
+    grpo_err err = r->be.forward_sample(r->be.ctx, r->items, n, routes, r->dreq, r->n_draws);
+    for (int32_t k = 0; err == GRPO_OK && k < r->n_draws; k++) {
+        draw *d = &r->draws[k];
+        d->tok = r->dreq[k].tok, d->lr = r->dreq[k].lp_raw, d->lp = r->dreq[k].lp_proc;
+    }
+    return err;
+}
+
 static grpo_err
 step_forward(grpo_rollout *r, int32_t n)
 {
     if (r->opts.speculative > 0)
         return grpo_engine__spec_forward(r, n);
+    if (device_draws(r))
+        return forward_sampled(r, n);
     if (r->opts.record_routes)
         return r->be.forward_routes(r->be.ctx, r->items, n, r->logits, r->routes);
     return r->be.forward(r->be.ctx, r->items, n, r->logits);
@@ -768,7 +823,8 @@ grpo_rollout_step(grpo_rollout *r, int *busy)
         int32_t rows = n;
         for (int32_t k = 0; r->opts.speculative > 0 && k < n; k++)
             rows += r->tail[k] - 1;
-        if ((err = ensure_logits(r, rows)) != GRPO_OK || (err = step_forward(r, n)) != GRPO_OK)
+        if ((!device_draws(r) && (err = ensure_logits(r, rows)) != GRPO_OK) ||
+            (err = plan_draws(r, n)) != GRPO_OK || (err = step_forward(r, n)) != GRPO_OK)
             return err;
         if (r->opts.speculative > 0 && (err = grpo_engine__spec_prefill(r, n)) != GRPO_OK)
             return err;
@@ -971,6 +1027,6 @@ grpo_rollout_destroy(grpo_rollout *r)
     grpo_engine__spec_fini(r);
     free(r->tail), free(r->hidden);
     free(r->items), free(r->rows), free(r->routes), free(r->logits), free(r->scratch),
-        free(r->draws);
+        free(r->draws), free(r->dreq);
     free(r);
 }

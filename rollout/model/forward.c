@@ -74,6 +74,14 @@ typedef struct {
      * empty: the head writes straight into them): logits (T, vocab), normed hidden rows (T, H) */
     int out_host;
     float *lo, *hid;
+    /* draws made where the logits are (the backend's sample entry), their tokens and logprobs
+     * copied out instead of the logits: nd of them (a recorded step's count padded like its rows,
+     * the pad draws repeating the first), rows and keys staged from the host block */
+    const grpo_model_draws *dr;
+    int nd;
+    int32_t *drow, *drow_h, *dtok;
+    grpo_sample_key *dkey, *dkey_h;
+    float *dlr, *dlp;
 } scratch;
 
 /* Heads whose keys/values the naive form expands at once (memory: (pos0 + n) x this x 256 floats
@@ -139,6 +147,8 @@ layout_host(scratch *s, const grpo_model_config *c, carver *cv)
     s->tab_rows_h = carve(cv, tb * pp);
     s->tab_ptab_h = carve(cv, tb * (size_t)s->tab_maxp * pp);
     s->tab_len_h = carve(cv, tb * i4);
+    s->drow_h = carve(cv, (size_t)s->nd * i4);
+    s->dkey_h = carve(cv, (size_t)s->nd * sizeof *s->dkey_h);
 }
 
 /* The op-memory block's arrays; with cv->base NULL it only measures. */
@@ -204,6 +214,12 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->og = carve(cv, (Lm > 0 ? T : 0) * hg * dv * f);
     s->lo = carve(cv, (s->out_host ? 0 : T * (size_t)c->vocab_size) * f);
     s->hid = carve(cv, (s->out_host ? 0 : T * H) * f);
+    size_t nd = (size_t)s->nd;
+    s->drow = carve(cv, nd * i4);
+    s->dkey = carve(cv, nd * sizeof *s->dkey);
+    s->dtok = carve(cv, nd * i4);
+    s->dlr = carve(cv, nd * f);
+    s->dlp = carve(cv, nd * f);
     size_t tb = s->tabs ? B : 0; /* last: the layout before does not depend on tab_maxp */
     s->tab_rows = carve(cv, tb * sizeof(void *));
     s->tab_ptab = carve(cv, tb * (size_t)s->tab_maxp * sizeof(void *));
@@ -246,13 +262,16 @@ graph_rows(int T)
     return T <= 32 ? r : (T + 31) / 32 * 32;
 }
 
-/* graph: the caller's outputs allow a recorded step (step_graphed); kv: the pool. */
+/* graph: the caller's outputs allow a recorded step (step_graphed); kv: the pool; dr: the draws
+ * the backend makes (NULL: the logits are copied out). */
 static grpo_err
 scratch_init(scratch *s, grpo_model *m, const grpo_kv *kv, const grpo_fwd_item *items, int n_items,
-             int absorb, int graph)
+             int absorb, int graph, const grpo_model_draws *dr)
 {
     memset(s, 0, sizeof *s);
     s->absorb = absorb;
+    s->dr = dr;
+    s->nd = dr != NULL ? dr->n : 0;
     size_t T = 0;
     for (int i = 0; i < n_items; i++) {
         T += (size_t)items[i].n;
@@ -266,7 +285,7 @@ scratch_init(scratch *s, grpo_model *m, const grpo_kv *kv, const grpo_fwd_item *
     s->T = (int)T;
     s->n_workers = m->k->n_threads > 0 ? m->k->n_threads : 1;
     s->hg = m->cfg.num_attention_heads < naive_hg(m) ? m->cfg.num_attention_heads : naive_hg(m);
-    s->out_host = op_memory_is_host(m->k);
+    s->out_host = op_memory_is_host(m->k) && dr == NULL;
     s->moe_op = m->k->moe_sort != NULL && m->k->moe_gemm != NULL;
     s->tabs = grpo_model__is_mla(&m->cfg) && s->B == s->T && s->T > 0 &&
               m->k->kv_write_tab != NULL && m->k->mla_absorbed_tab != NULL;
@@ -276,6 +295,7 @@ scratch_init(scratch *s, grpo_model *m, const grpo_kv *kv, const grpo_fwd_item *
     s->graph = graph && s->tabs && s->moe_op;
     if (s->graph) {
         s->T = s->B = graph_rows(s->T);
+        s->nd = s->nd > 0 ? graph_rows(s->nd) : 0;
         s->pad_bytes = kv->page_bytes;
     }
     carver hv = {NULL, 0, 0}, cv = {NULL, 0, 0};
@@ -866,11 +886,34 @@ head(grpo_model *m, int R, float *logits, float *hidden, scratch *s)
     k->gemm(k, R, s->x, H, &m->lm_head, lo, c->vocab_size);
 }
 
+/* The draws' rows and keys into op memory, before the step (a recorded one reads them there);
+ * a recorded step's pad draws repeat the first. */
+static void
+stage_draws(grpo_model *m, scratch *s)
+{
+    if (s->nd == 0)
+        return;
+    for (int i = 0; i < s->nd; i++) {
+        int from = i < s->dr->n ? i : 0;
+        s->drow_h[i] = s->dr->rows[from];
+        s->dkey_h[i] = s->dr->keys[from];
+    }
+    grpo_kernels_mem_copy(m->k, s->drow, s->drow_h, (size_t)s->nd * sizeof *s->drow, GRPO_MEM_H2D);
+    grpo_kernels_mem_copy(m->k, s->dkey, s->dkey_h, (size_t)s->nd * sizeof *s->dkey, GRPO_MEM_H2D);
+}
+
 /* Where op memory is not host memory, the logits (and hidden rows) made in the scratch out to the
  * caller's buffers. */
 static void
 head_out(grpo_model *m, int R, float *logits, float *hidden, scratch *s)
 {
+    if (s->dr != NULL) { /* the draws' results, not the logits */
+        size_t n = (size_t)s->dr->n;
+        grpo_kernels_mem_copy(m->k, s->dr->tok, s->dtok, n * sizeof *s->dtok, GRPO_MEM_D2H);
+        grpo_kernels_mem_copy(m->k, s->dr->lp_raw, s->dlr, n * sizeof *s->dlr, GRPO_MEM_D2H);
+        grpo_kernels_mem_copy(m->k, s->dr->lp_proc, s->dlp, n * sizeof *s->dlp, GRPO_MEM_D2H);
+        return;
+    }
     if (s->out_host)
         return;
     grpo_kernels_mem_copy(m->k, logits, s->lo,
@@ -908,6 +951,8 @@ body(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, const 
             m->debug_hidden(m->debug_ctx, li + 1, T, H, s->h);
     }
     head(m, R, logits, hidden, s);
+    if (s->nd > 0)
+        m->k->sample(m->k, s->nd, c->vocab_size, s->lo, s->drow, s->dkey, s->dtok, s->dlr, s->dlp);
     return GRPO_OK;
 }
 
@@ -950,7 +995,7 @@ graph_find(grpo_model *m, const scratch *s, uint64_t epoch)
             if (g->g != NULL) /* its memory moved: never valid again */
                 m->k->graph_free(m->k, g->g);
             g->g = NULL, g->T = -1;
-        } else if (g->T == s->T && g->maxp == s->tab_maxp) {
+        } else if (g->T == s->T && g->maxp == s->tab_maxp && g->nd == s->nd) {
             hit = g;
         }
     }
@@ -991,36 +1036,49 @@ step_graphed(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items
             k->graph_free(k, m->graphs[at].g);
     }
     m->graphs[at] =
-        (grpo_model_graph){s->T, s->tab_maxp, epoch, m->scratch_op, m->scratch_op_size, x};
+        (grpo_model_graph){s->T, s->tab_maxp, s->nd, epoch, m->scratch_op, m->scratch_op_size, x};
     return GRPO_OK;
 }
 
+/* What a forward is asked for: logits rows (every position with all, the last tail[i] of item i,
+ * or each item's last), routes and hidden rows when wanted, or draws in place of the logits. */
+typedef struct {
+    float *logits;
+    int all;
+    const int32_t *tail;
+    int absorb;
+    void *const *routes;
+    float *hidden;
+    const grpo_model_draws *draws;
+} fwd_req;
+
 static grpo_err
-forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, float *logits, int all,
-        const int32_t *tail, int absorb, void *const *routes, float *hidden)
+forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, const fwd_req *q)
 {
-    if (m == NULL || kv == NULL || items == NULL || logits == NULL || n_items <= 0)
+    if (m == NULL || kv == NULL || items == NULL || (q->logits == NULL && q->draws == NULL) ||
+        n_items <= 0)
         return grpo__fail(GRPO_EINVAL, "model: forward needs a model, a KV pool and items");
     grpo_err err = check_items(m, kv, m->cfg.num_hidden_layers, items, n_items);
     if (err != GRPO_OK)
         return err;
     scratch s;
-    int graph = graph_args_ok(m, all, tail, routes, hidden);
-    if ((err = scratch_init(&s, m, kv, items, n_items, absorb, graph)) != GRPO_OK)
+    int graph = graph_args_ok(m, q->all, q->tail, q->routes, q->hidden);
+    if ((err = scratch_init(&s, m, kv, items, n_items, q->absorb, graph, q->draws)) != GRPO_OK)
         return err;
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
     if (t0_of == NULL)
         return grpo__fail(GRPO_ENOMEM, "model: out of memory");
     if ((err = stage_items(m, kv, items, n_items, t0_of, &s)) != GRPO_OK)
         goto done;
-    int R = head_rows(m, items, n_items, t0_of, all, tail, &s);
+    int R = head_rows(m, items, n_items, t0_of, q->all, q->tail, &s);
+    stage_draws(m, &s);
     if (s.graph)
-        err = step_graphed(m, kv, items, n_items, t0_of, R, logits, &s);
+        err = step_graphed(m, kv, items, n_items, t0_of, R, q->logits, &s);
     else
-        err = body(m, kv, items, n_items, t0_of, routes, R, logits, hidden, &s);
+        err = body(m, kv, items, n_items, t0_of, q->routes, R, q->logits, q->hidden, &s);
     if (err != GRPO_OK)
         goto done;
-    head_out(m, s.graph ? n_items : R, logits, hidden, &s); /* not the pad rows' */
+    head_out(m, s.graph ? n_items : R, q->logits, q->hidden, &s); /* not the pad rows' */
     for (int i = 0; i < n_items; i++)
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
     err = grpo_model__backend_status(m);
@@ -1033,28 +1091,32 @@ grpo_err
 grpo_model_forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                    float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 0, NULL, 0, NULL, NULL);
+    fwd_req q = {.logits = logits};
+    return forward(m, kv, items, n_items, &q);
 }
 
 grpo_err
 grpo_model_forward_all(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                        float *logits)
 {
-    return forward(m, kv, items, n_items, logits, 1, NULL, 0, NULL, NULL);
+    fwd_req q = {.logits = logits, .all = 1};
+    return forward(m, kv, items, n_items, &q);
 }
 
 grpo_err
 grpo_model_forward_routes(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                           float *logits, void *const *routes)
 {
-    return forward(m, kv, items, n_items, logits, 0, NULL, 0, routes, NULL);
+    fwd_req q = {.logits = logits, .routes = routes};
+    return forward(m, kv, items, n_items, &q);
 }
 
 grpo_err
 grpo_model_forward_hidden(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
                           int all, float *logits, float *hidden)
 {
-    return forward(m, kv, items, n_items, logits, all != 0, NULL, 0, NULL, hidden);
+    fwd_req q = {.logits = logits, .all = all != 0, .hidden = hidden};
+    return forward(m, kv, items, n_items, &q);
 }
 
 grpo_err
@@ -1066,7 +1128,33 @@ grpo_model__forward_spec(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
         if (tail[i] < 1 || tail[i] > items[i].n)
             return grpo__fail(GRPO_EINVAL, "model: item %d wants %d logits rows of %d", i, tail[i],
                               items[i].n);
-    return forward(m, kv, items, n_items, logits, 0, tail, absorb, routes, hidden);
+    fwd_req q = {logits, 0, tail, absorb, routes, hidden, NULL};
+    return forward(m, kv, items, n_items, &q);
+}
+
+int
+grpo_model__can_sample(const grpo_model *m)
+{
+    return m != NULL && m->k->sample != NULL;
+}
+
+grpo_err
+grpo_model__forward_sample(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items,
+                           void *const *routes, const grpo_model_draws *d)
+{
+    if (!grpo_model__can_sample(m))
+        return grpo__fail(GRPO_EUNSUPPORTED, "model: the %s backend has no sampler of its own",
+                          m != NULL ? m->k->name : "(none)");
+    if (d == NULL || d->n < 0 ||
+        (d->n > 0 && (d->rows == NULL || d->keys == NULL || d->tok == NULL || d->lp_raw == NULL ||
+                      d->lp_proc == NULL)))
+        return grpo__fail(GRPO_EINVAL, "model: draws need rows, keys and outputs");
+    for (int i = 0; i < d->n; i++)
+        if (d->rows[i] < 0 || d->rows[i] >= n_items)
+            return grpo__fail(GRPO_EINVAL, "model: draw %d is from row %d of %d", i, d->rows[i],
+                              n_items);
+    fwd_req q = {.routes = routes, .draws = d};
+    return forward(m, kv, items, n_items, &q);
 }
 
 /* ---- multi-token prediction (the MTP module at layer num_hidden_layers) ---- */
@@ -1142,7 +1230,7 @@ grpo_model__mtp_forward_ex(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *item
     if (err != GRPO_OK)
         return err;
     scratch s;
-    if ((err = scratch_init(&s, m, kv, items, n_items, absorb, 0)) != GRPO_OK)
+    if ((err = scratch_init(&s, m, kv, items, n_items, absorb, 0, NULL)) != GRPO_OK)
         return err;
     int H = m->cfg.hidden_size;
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);

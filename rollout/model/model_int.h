@@ -101,11 +101,12 @@ typedef struct grpo_mtp_w {
 } grpo_mtp_w;
 
 /* A decode step recorded as a CUDA graph (forward.c), for steps of T tokens over tables of maxp
- * pages per query, while the backend's scratch (epoch) and the forward's (arena) stay where they
- * were; g NULL: the step could not be recorded (it runs without). */
+ * pages per query making nd draws (grpo_model__forward_sample; 0 = none), while the backend's
+ * scratch (epoch) and the forward's (arena) stay where they were; g NULL: the step could not be
+ * recorded (it runs without). */
 #define GRPO_MODEL_GRAPHS 16
 typedef struct grpo_model_graph {
-    int T, maxp;
+    int T, maxp, nd;
     uint64_t epoch;
     const void *arena;
     size_t arena_size;
@@ -253,6 +254,23 @@ grpo_err grpo_model__backend_status(grpo_model *m);
 grpo_err grpo_model__forward_spec(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
                                   int n_items, const int32_t *tail, int absorb, float *logits,
                                   void *const *routes, float *hidden);
+/* Draws made by the backend where the logits are (its kernels' sample entry), so the logits never
+ * leave its memory: draw i from logits row rows[i] of the forward (rows as grpo_model_forward's,
+ * one per item) with keys[i], its token (-1: the row held NaN or +inf) and logprobs into the host
+ * arrays tok, lp_raw, lp_proc (n each; n 0: a forward whose logits are not wanted). */
+typedef struct grpo_model_draws {
+    int n;
+    const int32_t *rows;
+    const grpo_sample_key *keys;
+    int32_t *tok;
+    float *lp_raw, *lp_proc;
+} grpo_model_draws;
+/* grpo_model_forward_routes (routes NULL: none) with the draws d instead of logits;
+ * GRPO_EUNSUPPORTED when the backend has no sampler (grpo_model__can_sample). */
+grpo_err grpo_model__forward_sample(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items,
+                                    int n_items, void *const *routes, const grpo_model_draws *d);
+int grpo_model__can_sample(const grpo_model *m);
+
 /* grpo_model_mtp_forward that also writes each logits row's MTP output state (after
  * shared_head.norm; rows as logits, hidden_size each) into hidden_out (NULL: not wanted), the h a
  * chained draft step feeds back; absorb as grpo_model__forward_spec. */

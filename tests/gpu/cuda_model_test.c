@@ -14,10 +14,13 @@
  *     deterministic fast policy: our tensor-core GEMMs), the fast policy's check, and a
  *     sequence's decode logits the same bits alone and batched with another; with BF16 and FP8
  *     latent caches, prefill and decode logits against the CPU backend with the same cache; decode
- *     steps replayed from CUDA graphs bit-identical to the same steps run op by op.
+ *     steps replayed from CUDA graphs bit-identical to the same steps run op by op; draws made on
+ *     the device (grpo_model__forward_sample: the sampler inside the recorded step, the logits
+ *     never copied out) against the host sampler over the copied logits.
  * Exit 77 without a device. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/model_testutil.h"
+#include "grpo/rollout.h" /* grpo_sample_ex: the host sampler, compiled in */
 #include "rollout/model/model_int.h"
 
 static float *
@@ -91,6 +94,92 @@ graph_vs_eager(const char *name, const char *what, grpo_model *m, const tm_expec
     free(a), free(b);
 }
 
+/* n_items decode items from tokens tok (one each) and one draw per item plus one more from item
+ * 0's row (a group's shared row), keyed by step t; the draws' tokens into out. device: made by
+ * the backend (grpo_model__forward_sample); else the logits copied out (lg) and sampled here. */
+static void
+draw_step(grpo_model *m, grpo_kv *kv, const int32_t *sq, const int32_t *len, const int32_t *tok,
+          int n_items, int t, int device, float *lg, int32_t *out, float *lps)
+{
+    grpo_fwd_item it[8];
+    int32_t rows[9];
+    grpo_sample_key keys[9];
+    float lr[9], lp[9];
+    int nd = n_items + 1;
+    for (int i = 0; i < n_items; i++)
+        it[i] = (grpo_fwd_item){sq[i], len[i], 1, &tok[i]};
+    for (int i = 0; i < nd; i++) {
+        rows[i] = i < n_items ? i : 0;
+        keys[i] = (grpo_sample_key){11,   0xABCDEFull,         (uint32_t)i, (uint32_t)t,
+                                    1.0f, i % 2 ? 0.9f : 1.0f, 0.0f,        i % 3 == 2 ? 20 : 0};
+    }
+    if (device) {
+        grpo_model_draws d = {nd, rows, keys, out, lr, lp};
+        GT_OK(grpo_model__forward_sample(m, kv, it, n_items, NULL, &d));
+    } else {
+        int V = grpo_model_get_config(m)->vocab_size;
+        GT_OK(grpo_model_forward(m, kv, it, n_items, lg));
+        for (int i = 0; i < nd; i++) {
+            const grpo_sample_key *q = &keys[i];
+            grpo_sampling sp = {q->temperature, q->top_p, q->top_k, q->min_p};
+            grpo_rng_key rk = {q->seed, q->prompt_key, q->sample, q->pos};
+            out[i] = grpo_sample_ex(lg + (size_t)rows[i] * V, V, &sp, rk, &lr[i], &lp[i], NULL);
+        }
+    }
+    for (int i = 0; i < nd; i++)
+        lps[2 * i] = lr[i], lps[2 * i + 1] = lp[i];
+}
+
+/* Draws made by the backend where the logits are (the sampler inside the recorded decode step)
+ * against the host sampler over the copied logits: 5 sequences (3 prompts, 2 forks) decoded 10
+ * steps on two pools in lockstep, each step's tokens fed back; the same tokens, logprobs within
+ * 1e-5 (the device's exp and the host's may differ in a double's last bit). */
+static void
+device_draws(const char *name, grpo_model *m, const tm_expected *e)
+{
+    enum { N = 5, STEPS = 10 };
+    grpo_kv *kv[2] = {NULL, NULL};
+    int32_t sq[2][N], len[N], tok[2][N + 1];
+    float *lg = malloc((size_t)N * e->vocab * sizeof *lg), lps[2][2 * (N + 1)];
+    const int pre[3] = {4, 6, 9};
+    for (int p = 0; p < 2; p++) {
+        GT_OK(grpo_kv_create_for(&kv[p], m, 8u << 20));
+        for (int i = 0; i < 3; i++) {
+            GT_OK(grpo_kv_seq_new(kv[p], &sq[p][i]));
+            grpo_fwd_item it = {sq[p][i], 0, pre[i], e->tokens + i};
+            GT_OK(grpo_model_forward(m, kv[p], &it, 1, lg));
+            len[i] = pre[i];
+        }
+        GT_OK(grpo_kv_seq_fork(kv[p], sq[p][0], &sq[p][3]));
+        GT_OK(grpo_kv_seq_fork(kv[p], sq[p][0], &sq[p][4]));
+        len[3] = len[4] = pre[0];
+        for (int i = 0; i < N; i++)
+            tok[p][i] = e->tokens[(i + 7) % e->n];
+    }
+    long l0 = m->graph_launches;
+    int same = 1, steps = 0;
+    double worst = 0;
+    for (int t = 0; t < STEPS && same; t++, steps++) {
+        for (int p = 0; p < 2; p++)
+            draw_step(m, kv[p], sq[p], len, tok[p], N, t, p == 0, lg, tok[p], lps[p]);
+        same = memcmp(tok[0], tok[1], sizeof tok[0]) == 0 && tok[0][0] >= 0;
+        for (int i = 0; i < 2 * (N + 1); i++) {
+            double d = fabs((double)lps[0][i] - lps[1][i]);
+            worst = d > worst || isnan(d) ? d : worst;
+        }
+        for (int i = 0; i < N; i++)
+            len[i]++;
+    }
+    long replays = m->graph_launches - l0;
+    GT_OK(grpo_model__backend_status(m));
+    printf("  %s: %d steps of draws on the device (%ld graph replays) vs on the host: tokens %s, "
+           "worst logprob difference %.3g\n",
+           name, steps, replays, same ? "identical" : "DIFFER", worst);
+    GT_CHECK(same && worst <= 1e-5 && replays > 0, "%s device draws", name);
+    grpo_kv_destroy(kv[0]), grpo_kv_destroy(kv[1]);
+    free(lg);
+}
+
 /* The device-resident model against the staged table's prefill (gpu_lg, bit for bit) and itself
  * (decode vs prefill; forks in one batch vs alone). */
 static void
@@ -137,6 +226,7 @@ run_resident(const char *name, const char *dir, const tm_expected *e, const floa
     GT_CHECK(forks, "%s device-resident fork batch differs", name);
     grpo_kv_destroy(kv);
     graph_vs_eager(name, "device-resident", m, e);
+    device_draws(name, m, e);
     free(lg), free(one);
     grpo_model_destroy(m);
 }

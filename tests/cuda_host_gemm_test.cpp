@@ -18,6 +18,7 @@ extern "C" {
 #include "kernels/cuda/gemm_body.h"
 #include "kernels/cuda/plan.h"
 #include "kernels/cuda/tc_body.h"
+#include "tests/cuda_host_mma.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -289,36 +290,12 @@ grouped_gemm_matches_cpu(void **state)
 
 /* ---- the tensor-core GEMM: 32 threads per warp, mma emulated from the PTX layouts ---- */
 
-/* Element (r, k) of an mma's A (16 x 32 E4M3 or 16 x 16 BF16) and (k, n) of its B (x 8), from the
- * warp's registers a[lane][4], b[lane][2], as the PTX ISA lays them out. */
-static float
-frag_a(const uint32_t (*a)[4], int fp8, int r, int k)
-{
-    if (fp8) {
-        uint32_t v = a[(r % 8) * 4 + (k % 16) / 4][r / 8 + 2 * (k / 16)];
-        return cu_e4m3((uint8_t)(v >> (8 * (k % 4))));
-    }
-    uint32_t v = a[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)];
-    return grpo_bf16_to_f32((uint16_t)(v >> (16 * (k % 2))));
-}
-
-static float
-frag_b(const uint32_t (*b)[2], int fp8, int k, int n)
-{
-    if (fp8) {
-        uint32_t v = b[n * 4 + (k % 16) / 4][k / 16];
-        return cu_e4m3((uint8_t)(v >> (8 * (k % 4))));
-    }
-    uint32_t v = b[n * 4 + (k % 8) / 2][k / 8];
-    return grpo_bf16_to_f32((uint16_t)(v >> (16 * (k % 2))));
-}
-
-/* One simulated thread of a tensor-core block: its warp's fragment registers and barrier (the
- * mma), the block's barrier and shared reduction array (tc_block). */
+/* One simulated thread of a tensor-core block: its warp (the mma, tests/cuda_host_mma.h), the
+ * block's barrier and shared reduction array (tc_block). */
 struct tc_block_ctx {
     int t;
-    uint32_t (*a)[4], (*b)[2]; /* its warp's, [32] */
-    pthread_barrier_t *wbar, *bar;
+    host_warp *hw;
+    pthread_barrier_t *bar;
     float *red;
     int lane() const
     {
@@ -332,29 +309,13 @@ struct tc_block_ctx {
     {
         pthread_barrier_wait(bar);
     }
-    /* d (lane's rows l / 4 + {0, 8}, tokens 2 (l % 4) + {0, 1}) += A . B */
-    void mma(float d[4], const uint32_t *ra, const uint32_t *rb, int fp8)
-    {
-        int l = lane();
-        memcpy(a[l], ra, 16);
-        memcpy(b[l], rb, 8);
-        pthread_barrier_wait(wbar);
-        for (int i = 0; i < 4; i++) {
-            int r = l / 4 + 8 * (i / 2), n = 2 * (l % 4) + i % 2;
-            double s = d[i];
-            for (int k = 0; k < (fp8 ? 32 : 16); k++)
-                s += (double)frag_a(a, fp8, r, k) * frag_b(b, fp8, k, n);
-            d[i] = (float)s;
-        }
-        pthread_barrier_wait(wbar);
-    }
     void mma_fp8(float d[4], const uint32_t ra[4], const uint32_t rb[2])
     {
-        mma(d, ra, rb, 1);
+        host_mma(hw, lane(), d, ra, rb, 1);
     }
     void mma_bf16(float d[4], const uint32_t ra[4], const uint32_t rb[2])
     {
-        mma(d, ra, rb, 0);
+        host_mma(hw, lane(), d, ra, rb, 0);
     }
 };
 
@@ -363,9 +324,9 @@ enum { TC_NT = TC_WARPS * 32 };
 struct tc_launch {
     const tc_jobs *jobs;
     int E; /* experts of a grouped job */
-    uint32_t a[TC_WARPS][32][4], b[TC_WARPS][32][2];
+    host_warp w[TC_WARPS];
     float red[TC_WARPS * TC_TILES * 4 * 32];
-    pthread_barrier_t bar, wbar[TC_WARPS];
+    pthread_barrier_t bar;
 };
 
 struct tc_arg {
@@ -380,7 +341,7 @@ tc_thread(void *p)
     tc_arg *g = (tc_arg *)p;
     tc_launch *L = g->L;
     int w = g->t / 32;
-    tc_block_ctx cx = {g->t, L->a[w], L->b[w], &L->wbar[w], &L->bar, L->red};
+    tc_block_ctx cx = {g->t, &L->w[w], &L->bar, L->red};
     const tc_job &gj = L->jobs->j[0];
     if (gj.offs != NULL) { /* grouped: every expert, every token chunk in turn */
         for (int e = 0; e < L->E; e++) {
@@ -407,7 +368,7 @@ run_tc(const tc_jobs &jobs, int E = 0)
     L->jobs = &jobs, L->E = E;
     pthread_barrier_init(&L->bar, NULL, TC_NT);
     for (int w = 0; w < TC_WARPS; w++)
-        pthread_barrier_init(&L->wbar[w], NULL, 32);
+        pthread_barrier_init(&L->w[w].bar, NULL, 32);
     std::vector<pthread_t> th(TC_NT);
     std::vector<tc_arg> args(TC_NT);
     for (int t = 0; t < TC_NT; t++) {
@@ -418,7 +379,7 @@ run_tc(const tc_jobs &jobs, int E = 0)
         pthread_join(th[t], NULL);
     pthread_barrier_destroy(&L->bar);
     for (int w = 0; w < TC_WARPS; w++)
-        pthread_barrier_destroy(&L->wbar[w]);
+        pthread_barrier_destroy(&L->w[w].bar);
     delete L;
 }
 

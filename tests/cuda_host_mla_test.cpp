@@ -15,7 +15,9 @@ extern "C" {
 }
 
 #include "kernels/cuda/mla_body.h"
+#include "kernels/cuda/mla_tc_body.h"
 #include "kernels/cuda/plan.h"
+#include "tests/cuda_host_mma.h"
 extern "C" {
 #include "kernels/kernels.h"
 }
@@ -24,6 +26,9 @@ extern "C" {
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
+
+/* The tensor-core block against its BF16-input reference (relative to the largest output). */
+#define TC_TOL 4e-3
 
 struct hctx {
     float *smem, *wbuf;
@@ -83,6 +88,130 @@ block_thread(void *p)
     return NULL;
 }
 
+/* L's decode by the fp32 block, 256 threads. */
+static void
+run_fp32_blocks(launch *L)
+{
+    pthread_barrier_init(&L->bar, NULL, MLA_NT);
+    for (int w = 0; w < MLA_NT / 32; w++)
+        pthread_barrier_init(&L->wbar[w], NULL, 32);
+    std::vector<pthread_t> th(MLA_NT);
+    std::vector<thr> args(MLA_NT);
+    for (int t = 0; t < MLA_NT; t++) {
+        args[t] = thr{L, t};
+        assert_int_equal(pthread_create(&th[t], NULL, block_thread, &args[t]), 0);
+    }
+    for (int t = 0; t < MLA_NT; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&L->bar);
+    for (int w = 0; w < MLA_NT / 32; w++)
+        pthread_barrier_destroy(&L->wbar[w]);
+}
+
+/* ---- the tensor-core block (mla_tc_body.h): 64 threads per head tile, the mma and shuffles
+ * emulated per warp (tests/cuda_host_mma.h), asynchronous copies done at once ---- */
+struct tc_ctx {
+    uint8_t *smem;
+    int t, n;
+    host_warp *hw;
+    pthread_barrier_t *bar;
+    int tid() const
+    {
+        return t;
+    }
+    int nt() const
+    {
+        return n;
+    }
+    int lane() const
+    {
+        return t % 32;
+    }
+    int warp() const
+    {
+        return t / 32;
+    }
+    void sync()
+    {
+        pthread_barrier_wait(bar);
+    }
+    float shfl_xor(float v, int m)
+    {
+        return host_shfl_xor(&hw[t / 32], t % 32, v, m);
+    }
+    void mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2])
+    {
+        host_mma(&hw[t / 32], t % 32, d, a, b, 0);
+    }
+    void cp_async(uint8_t *dst, const uint8_t *src, int bytes)
+    {
+        assert_true((bytes == 4 || bytes == 16) && (uintptr_t)dst % bytes == 0 &&
+                    (uintptr_t)src % bytes == 0);
+        memcpy(dst, src, (size_t)bytes);
+    }
+    void cp_wait()
+    {
+    }
+};
+
+struct tc_launch {
+    launch *L;
+    int nt;
+    uint8_t *smem;
+    host_warp hw[2 * MTC_MAXT];
+    pthread_barrier_t bar;
+};
+
+struct tc_thr {
+    tc_launch *T;
+    int t;
+};
+
+static void *
+tc_block_thread(void *p)
+{
+    tc_thr *th = (tc_thr *)p;
+    tc_launch *T = th->T;
+    launch *L = T->L;
+    tc_ctx cx = {T->smem, th->t, T->nt, T->hw, &T->bar};
+    int groups = (L->H + MTC_HT * mtc_tiles(L->H) - 1) / (MTC_HT * mtc_tiles(L->H));
+    for (int b = 0; b < L->B; b++)
+        for (int g = 0; g < groups; g++)
+            for (int sp = 0; sp < L->nsm; sp++) {
+                mla_tc_block(cx, b, g, sp, L->H, L->dc, L->dr, L->ql, L->qr, L->ptab, L->max_pages,
+                             L->len, L->page_len, L->kf, 0, L->scale, L->chunk, L->nsm, L->part);
+                cx.sync(); /* the next block reuses the shared memory */
+            }
+    return NULL;
+}
+
+/* L's decode by the tensor-core block, every block of the grid in turn. */
+static void
+run_tc_blocks(launch *L)
+{
+    tc_launch *T = new tc_launch;
+    T->L = L, T->nt = 64 * mtc_tiles(L->H);
+    size_t bytes = mtc_smem_bytes(L->H, L->dc, L->dr, L->kf);
+    T->smem = (uint8_t *)aligned_alloc(128, (bytes + 127) / 128 * 128);
+    memset(T->smem, 0xA5, bytes); /* garbage, as on a device */
+    pthread_barrier_init(&T->bar, NULL, (unsigned)T->nt);
+    for (int w = 0; w < T->nt / 32; w++)
+        pthread_barrier_init(&T->hw[w].bar, NULL, 32);
+    std::vector<pthread_t> th(T->nt);
+    std::vector<tc_thr> args(T->nt);
+    for (int t = 0; t < T->nt; t++) {
+        args[t] = tc_thr{T, t};
+        assert_int_equal(pthread_create(&th[t], NULL, tc_block_thread, &args[t]), 0);
+    }
+    for (int t = 0; t < T->nt; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&T->bar);
+    for (int w = 0; w < T->nt / 32; w++)
+        pthread_barrier_destroy(&T->hw[w].bar);
+    free(T->smem);
+    delete T;
+}
+
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
 static float
@@ -96,8 +225,56 @@ frand(void)
 }
 
 /* dt: the cache rows' format (F32, BF16, or FP8 with the latent in 128-blocks of E4M3). */
+/* The tensor-core block's inputs in double: the queries and the cache values rounded to BF16 as
+ * the block rounds them, an exact softmax; out (B, H, dc). */
 static void
-run_case(int B, int H, int dc, int dr, const int32_t *len, int cap, grpo_dtype dt = GRPO_DT_F32)
+bf16_reference(int B, int H, int dc, int dr, const float *ql, const float *qr,
+               const std::vector<const uint8_t *> &ptab, int tabp, const int32_t *len,
+               const grpo_kv_fmt &fmt, float scale, std::vector<double> &out)
+{
+    int row = dc + dr;
+    std::vector<float> v(row);
+    out.assign((size_t)B * H * dc, 0.0);
+    for (int b = 0; b < B; b++) {
+        int L = len[b];
+        std::vector<double> kv((size_t)(L > 0 ? L : 1) * row), sc(L > 0 ? L : 1);
+        for (int j = 0; j < L; j++) {
+            grpo_kv_row_decode(&fmt,
+                               ptab[(size_t)b * tabp + j / 64] + (size_t)(j % 64) * 2 * fmt.bytes,
+                               0, row, v.data());
+            for (int d = 0; d < row; d++)
+                kv[(size_t)j * row + d] = grpo_bf16_to_f32(grpo_f32_to_bf16(v[d]));
+        }
+        for (int h = 0; h < H && L > 0; h++) {
+            size_t hq = (size_t)b * H + h;
+            double mx = -INFINITY, l = 0;
+            for (int j = 0; j < L; j++) {
+                double a = 0;
+                for (int d = 0; d < row; d++) {
+                    float q = d < dc ? ql[hq * dc + d] : qr[hq * dr + d - dc];
+                    a += (double)grpo_bf16_to_f32(grpo_f32_to_bf16(q)) * kv[(size_t)j * row + d];
+                }
+                sc[j] = a * scale;
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = 0; j < L; j++)
+                l += sc[j] = exp(sc[j] - mx);
+            for (int d = 0; d < dc; d++) {
+                double o = 0;
+                for (int j = 0; j < L; j++)
+                    o += sc[j] * kv[(size_t)j * row + d];
+                out[hq * dc + d] = o / l;
+            }
+        }
+    }
+}
+
+/* tc: the tensor-core block (mla_tc_body.h) instead of the fp32 one; its result is held against
+ * the BF16-input reference (the remaining error: P in BF16, fp32 sums) and reported against the
+ * CPU attention. */
+static void
+run_case(int B, int H, int dc, int dr, const int32_t *len, int cap, grpo_dtype dt = GRPO_DT_F32,
+         int tc = 0)
 {
     int row = dc + dr, maxp = 1, page_len = 64;
     for (int b = 0; b < B; b++)
@@ -151,20 +328,10 @@ run_case(int B, int H, int dc, int dr, const int32_t *len, int cap, grpo_dtype d
     std::vector<float> part((size_t)B * H * L.nsm * (2 + dc), NAN);
     std::vector<float> smem((size_t)mla_decode_smem_floats(dc, dr)), wbuf(MLA_NT);
     L.part = part.data(), L.smem = smem.data(), L.wbuf = wbuf.data();
-    pthread_barrier_init(&L.bar, NULL, MLA_NT);
-    for (int w = 0; w < MLA_NT / 32; w++)
-        pthread_barrier_init(&L.wbar[w], NULL, 32);
-    std::vector<pthread_t> th(MLA_NT);
-    std::vector<thr> args(MLA_NT);
-    for (int t = 0; t < MLA_NT; t++) {
-        args[t] = thr{&L, t};
-        assert_int_equal(pthread_create(&th[t], NULL, block_thread, &args[t]), 0);
-    }
-    for (int t = 0; t < MLA_NT; t++)
-        pthread_join(th[t], NULL);
-    pthread_barrier_destroy(&L.bar);
-    for (int w = 0; w < MLA_NT / 32; w++)
-        pthread_barrier_destroy(&L.wbar[w]);
+    if (tc)
+        run_tc_blocks(&L);
+    else
+        run_fp32_blocks(&L);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             mla_combine_one(0, 1, b, h, H, dc, len, L.chunk, L.nsm, part.data(), out.data());
@@ -174,10 +341,27 @@ run_case(int B, int H, int dc, int dr, const int32_t *len, int cap, grpo_dtype d
         md = d > md || isnan(d) ? d : md;
         mr = fabs((double)ref[i]) > mr ? fabs((double)ref[i]) : mr;
     }
-    printf("    %s rows, B=%d H=%d dc=%d dr=%d cap=%d chunk=%d splits=%d: max |gpu body - cpu| / "
-           "max |cpu| = %.3g\n",
-           grpo_dtype_name(dt), B, H, dc, dr, cap, L.chunk, L.nsm, md / mr);
-    assert_true(md / mr <= 2e-5);
+    if (!tc) {
+        printf(
+            "    %s rows, B=%d H=%d dc=%d dr=%d cap=%d chunk=%d splits=%d: max |gpu body - cpu| / "
+            "max |cpu| = %.3g\n",
+            grpo_dtype_name(dt), B, H, dc, dr, cap, L.chunk, L.nsm, md / mr);
+        assert_true(md / mr <= 2e-5);
+        return;
+    }
+    std::vector<double> r16;
+    bf16_reference(B, H, dc, dr, ql.data(), qr.data(), ptab, tabp, len, fmt, scale, r16);
+    double m16 = 0;
+    for (size_t i = 0; i < r16.size(); i++) {
+        double d = fabs((double)out[i] - r16[i]);
+        m16 = d > m16 || isnan(d) ? d : m16;
+    }
+    printf(
+        "    tensor cores, %s rows, B=%d H=%d dc=%d dr=%d cap=%d splits=%d: max |body - bf16-input "
+        "ref| / max |ref| = %.3g; against the fp32 CPU %.3g\n",
+        grpo_dtype_name(dt), B, H, dc, dr, cap, L.nsm, m16 / mr, md / mr);
+    assert_true(m16 / mr <= TC_TOL);
+    assert_true(md / mr <= 2e-2);
 }
 
 static void
@@ -196,6 +380,31 @@ decode_matches_cpu(void **state)
     run_case(2, 16, 512, 64, c, 0, GRPO_DT_F8E4M3);
     const int32_t e[] = {5, 130, 700};
     run_case(3, 20, 200, 16, e, 0, GRPO_DT_F8E4M3);
+}
+
+/* The tensor-core block (the fast policies over a BF16 or FP8 cache) against the double-precision
+ * attention over its BF16-rounded inputs: head counts of 1 to 4 head tiles per block (a partial
+ * one, two blocks of heads at 128), latent and rope widths that are not multiples of 16 (zero
+ * pads), an empty sequence, split boundaries, rows copied by 16 or by 4 bytes (FP8 rows of 100),
+ * F32 rows rounded as they are loaded, and a plan frozen from a capacity. */
+static void
+tc_decode_matches_reference(void **state)
+{
+    (void)state;
+    const int32_t a[] = {1, 65, 600, 1100};
+    run_case(4, 20, 64, 16, a, 0, GRPO_DT_BF16, 1);
+    run_case(4, 20, 64, 16, a, 0, GRPO_DT_F8E4M3, 1); /* rows of 100 bytes */
+    const int32_t c[] = {70, 513};
+    run_case(2, 16, 512, 64, c, 0, GRPO_DT_BF16, 1);
+    run_case(2, 16, 512, 64, c, 0, GRPO_DT_F8E4M3, 1);
+    const int32_t d[] = {0, 3};
+    run_case(2, 5, 32, 8, d, 0, GRPO_DT_BF16, 1);
+    const int32_t e[] = {5, 130, 700};
+    run_case(3, 20, 200, 16, e, 0, GRPO_DT_F8E4M3, 1);
+    run_case(3, 36, 40, 24, e, 0, GRPO_DT_F32, 1);
+    const int32_t f[] = {97};
+    run_case(1, 128, 512, 64, f, 0, GRPO_DT_BF16, 1);
+    run_case(4, 20, 64, 16, a, 2048, GRPO_DT_BF16, 1);
 }
 
 /* A captured decode replayed at other lengths: the grid and the combine use the plan made from
@@ -240,6 +449,7 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(decode_matches_cpu),
+                                       cmocka_unit_test(tc_decode_matches_reference),
                                        cmocka_unit_test(captured_plan_matches_cpu),
                                        cmocka_unit_test(combine_reads_only_frozen_splits)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,10 +5,15 @@
  *   per call (plan.h), so results do not depend on the batch; the captured variant freezes its
  *   split plan from the capacity, so a replay at other lengths reads only partials its grid wrote.
  *   The G samples of a group point at the same prompt pages, which the blocks then read via L2.
+ *   Under the fast policies a BF16 or FP8 cache takes the tensor-core block (mla_tc_body.h: up
+ *   to 64 heads per block, mma.sync over BF16, the next tile's rows copied asynchronously while
+ *   one is computed), with the same split plan and partials, so the same combine.
  *   Prefill (naive form): one block per (query, head), tiles of 256 keys, online softmax. */
 #include "kernels/cuda/cuda_int.cuh"
 #include "kernels/cuda/mla_body.h"
+#include "kernels/cuda/mla_tc_body.h"
 
+#include <stdlib.h>
 
 __device__ __forceinline__ float
 warp_max(float v)
@@ -53,27 +58,128 @@ mla_combine_k(int H, int dc, const int32_t *len, int chunk, int nsm, const float
                     nsm, part, ol);
 }
 
+/* The tensor-core block's executor (mla_tc_body.h's Ctx). */
+struct mtc_dev_ctx {
+    uint8_t *smem;
+    __device__ int tid() const
+    {
+        return threadIdx.x;
+    }
+    __device__ int nt() const
+    {
+        return blockDim.x;
+    }
+    __device__ int lane() const
+    {
+        return threadIdx.x % 32;
+    }
+    __device__ int warp() const
+    {
+        return threadIdx.x / 32;
+    }
+    __device__ void sync()
+    {
+        __syncthreads();
+    }
+    __device__ float shfl_xor(float v, int m)
+    {
+        return __shfl_xor_sync(0xffffffffu, v, m);
+    }
+    __device__ void mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2])
+    {
+        cu_mma_bf16(d, a, b);
+    }
+    __device__ void cp_async(uint8_t *dst, const uint8_t *src, int bytes)
+    {
+        unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+        if (bytes == 16)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(src)
+                         : "memory");
+        else
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(src)
+                         : "memory");
+    }
+    __device__ void cp_wait()
+    {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+    }
+};
+
+__global__ void __launch_bounds__(64 * MTC_MAXT, 1)
+    mla_tc_decode_k(int H, int dc, int dr, const float *ql, const float *qr,
+                    const uint8_t *const *ptab, int max_pages, const int32_t *len, int page_len,
+                    cu_kvf kf, size_t off, float scale, int chunk, int nsm, float *part)
+{
+    extern __shared__ __align__(16) uint8_t mtc_sm[];
+    mtc_dev_ctx cx = {mtc_sm};
+    mla_tc_block(cx, blockIdx.x, blockIdx.y, blockIdx.z, H, dc, dr, ql, qr, ptab, max_pages, len,
+                 page_len, kf, off, scale, chunk, nsm, part);
+}
+
+int
+grpo_cu__mla_tc_wanted(const cu_state *s, int force, int H, int dc, int dr, const grpo_kv_fmt *kvf)
+{
+    if (dc > 512 || H <= 0)
+        return 0;
+    size_t smem = mtc_smem_bytes(H, dc, dr, cu_kvf_of(kvf));
+    if (s->smem_optin > 0 && smem > s->smem_optin)
+        return 0;
+    if (force >= 0)
+        return force;
+    const char *env = getenv("GRPO_CUDA_MLA_TC");
+    return s->policy != GRPO_CUDA_GEMM_EXACT &&
+           (kvf->dt == GRPO_DT_BF16 || kvf->dt == GRPO_DT_F8E4M3) &&
+           !(env != NULL && env[0] == '0');
+}
+
+static grpo_err
+tc_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
+          const void *const *d_ptab, int max_pages, const int32_t *d_len, grpo_cuda_mla_plan pl,
+          int page_len, cu_kvf kf, size_t off, float scale)
+{
+    size_t smem = mtc_smem_bytes(H, dc, dr, kf);
+    if (smem > s->mla_tc_smem) { /* once per size, not in every (possibly captured) call */
+        CU_TRY(cudaFuncSetAttribute(mla_tc_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)smem));
+        s->mla_tc_smem = smem;
+    }
+    int hb = MTC_HT * mtc_tiles(H);
+    dim3 grid((unsigned)B, cu_blocks((size_t)H, (unsigned)hb), (unsigned)pl.nsm);
+    mla_tc_decode_k<<<grid, 64 * mtc_tiles(H), smem, s->stream>>>(
+        H, dc, dr, ql, qr, (const uint8_t *const *)d_ptab, max_pages, d_len, page_len, kf, off,
+        scale, pl.chunk, pl.nsm, (float *)s->ws[1].d);
+    CU_LAUNCHED();
+    s->n_mla_tc++;
+    return GRPO_OK;
+}
+
+/* tc: the tensor-core block (grpo_cu__mla_tc_wanted), else the fp32 one. */
 static grpo_err
 decode_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
-              const void *const *d_ptab, int max_pages, const int32_t *d_len,
-              grpo_cuda_mla_plan pl, int page_len, cu_kvf kf, size_t off, float scale, float *ol)
+              const void *const *d_ptab, int max_pages, const int32_t *d_len, grpo_cuda_mla_plan pl,
+              int page_len, cu_kvf kf, size_t off, float scale, int tc, float *ol)
 {
     grpo_err err =
         grpo_cu__reserve(&s->ws[1], (size_t)B * H * pl.nsm * (2 + dc) * sizeof(float));
     if (err != GRPO_OK)
         return err;
-    size_t smem = (size_t)mla_decode_smem_floats(dc, dr) * sizeof(float);
-    if (smem > s->mla_smem) { /* once per size, not in every (possibly captured) call */
-        CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)smem));
-        s->mla_smem = smem;
+    if (tc) {
+        if ((err = tc_launch(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, d_len, pl, page_len, kf,
+                             off, scale)) != GRPO_OK)
+            return err;
+    } else {
+        size_t smem = (size_t)mla_decode_smem_floats(dc, dr) * sizeof(float);
+        if (smem > s->mla_smem) { /* once per size, not in every (possibly captured) call */
+            CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+            s->mla_smem = smem;
+        }
+        dim3 grid((unsigned)B, cu_blocks((size_t)H, MLA_HG), (unsigned)pl.nsm);
+        mla_decode_k<<<grid, MLA_NT, smem, s->stream>>>(
+            H, dc, dr, ql, qr, (const uint8_t *const *)d_ptab, max_pages, d_len, page_len, kf, off,
+            scale, pl.chunk, pl.nsm, (float *)s->ws[1].d);
+        CU_LAUNCHED();
     }
-    dim3 grid((unsigned)B, cu_blocks((size_t)H, MLA_HG), (unsigned)pl.nsm);
-    mla_decode_k<<<grid, MLA_NT, smem, s->stream>>>(H, dc, dr, ql, qr,
-                                                 (const uint8_t *const *)d_ptab, max_pages, d_len,
-                                                 page_len, kf, off, scale, pl.chunk, pl.nsm,
-                                                 (float *)s->ws[1].d);
-    CU_LAUNCHED();
     mla_combine_k<<<B * H, 128, 0, s->stream>>>(H, dc, d_len, pl.chunk, pl.nsm,
                                                 (const float *)s->ws[1].d, ol);
     CU_LAUNCHED();
@@ -99,7 +205,8 @@ grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const float *ql, 
     CU_TRY(cudaMemcpyAsync(s->ws[2].d, len, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
                            s->stream));
     return decode_launch(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, (const int32_t *)s->ws[2].d,
-                         pl, page_len, cu_kvf_of(kvf), 0, scale, ol);
+                         pl, page_len, cu_kvf_of(kvf), 0, scale,
+                         grpo_cu__mla_tc_wanted(s, -1, H, dc, dr, kvf), ol);
 }
 
 extern "C" grpo_err
@@ -125,10 +232,10 @@ grpo_cuda_mla_decode(grpo_kernels *k, int B, int H, int dc, int dr, const float 
 }
 
 grpo_err
-grpo_cu__mla_decode_tab(cu_state *s, int B, int H, int dc, int dr, const float *ql,
-                        const float *qr, const void *const *d_ptab, int max_pages,
-                        const int32_t *d_len, int cap, int page_len, const grpo_kv_fmt *kvf,
-                        size_t off, float scale, float *ol)
+grpo_cu__mla_decode_tab_ex(cu_state *s, int B, int H, int dc, int dr, const float *ql,
+                           const float *qr, const void *const *d_ptab, int max_pages,
+                           const int32_t *d_len, int cap, int page_len, const grpo_kv_fmt *kvf,
+                           size_t off, float scale, int force, float *ol)
 {
     if (dc > 512)
         return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla decode: latent width %d > 512", dc);
@@ -137,7 +244,38 @@ grpo_cu__mla_decode_tab(cu_state *s, int B, int H, int dc, int dr, const float *
     int64_t table = (int64_t)max_pages * page_len;
     grpo_cuda_mla_plan pl = grpo_cuda_mla_plan_for(cap > 0 && cap < table ? cap : table);
     return decode_launch(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, d_len, pl, page_len,
-                         cu_kvf_of(kvf), off, scale, ol);
+                         cu_kvf_of(kvf), off, scale,
+                         grpo_cu__mla_tc_wanted(s, force, H, dc, dr, kvf), ol);
+}
+
+grpo_err
+grpo_cu__mla_decode_tab(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
+                        const void *const *d_ptab, int max_pages, const int32_t *d_len, int cap,
+                        int page_len, const grpo_kv_fmt *kvf, size_t off, float scale, float *ol)
+{
+    return grpo_cu__mla_decode_tab_ex(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, d_len, cap,
+                                      page_len, kvf, off, scale, -1, ol);
+}
+
+extern "C" grpo_err
+grpo_cuda_mla_decode_kv_dev(grpo_kernels *k, int B, int H, int dc, int dr, const float *d_ql,
+                            const float *d_qr, const void *const *d_ptab, int max_pages,
+                            const int32_t *d_len, int cap, int page_len, const grpo_kv_fmt *kvf,
+                            int kernel, float scale, float *d_ol)
+{
+    if (kernel == 1 && !grpo_cu__mla_tc_wanted(cu_of(k), 1, H, dc, dr, kvf))
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "cuda mla decode: %d heads of %d + %d over rows of %d bytes do not fit "
+                          "the tensor-core block",
+                          H, dc, dr, kvf->bytes);
+    return grpo_cu__mla_decode_tab_ex(cu_of(k), B, H, dc, dr, d_ql, d_qr, d_ptab, max_pages, d_len,
+                                      cap, page_len, kvf, 0, scale, kernel, d_ol);
+}
+
+extern "C" long
+grpo_cuda_mla_tc_count(grpo_kernels *k)
+{
+    return cu_of(k)->n_mla_tc;
 }
 
 /* Naive prefill attention: block (query i, head h); dv <= 256; dn + dr <= 512. */

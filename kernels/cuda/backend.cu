@@ -843,6 +843,10 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    int optin = 0;
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    s->smem_optin = (size_t)optin;
     grpo_err err = e == cudaSuccess ? GRPO_OK : grpo_cu__err(e, "device set-up");
     if (err == GRPO_OK) {
         cublasStatus_t st = cublasLtCreate(&s->lt);

@@ -143,6 +143,18 @@ grpo_err grpo_cuda_mla_decode_dev(grpo_kernels *k, int B, int H, int dc, int dr,
                                   const float *d_qr, const float *const *d_ptab, int max_pages,
                                   const int32_t *d_len, int cap, int page_len, int row_stride,
                                   float scale, float *d_ol);
+/* The same over cache rows of any format kvf (kvf->bytes apart; d_ptab device page pointers) with
+ * the kernel named: kernel 0 the fp32 block, 1 the tensor-core block (mla_tc_body.h; BF16
+ * queries, cache values and probabilities, fp32 sums; GRPO_EUNSUPPORTED where its shared memory
+ * exceeds the device's), -1 the backend's rule (the tensor cores under the fast policies over a
+ * BF16 or FP8 cache). For the benchmarks and tests. */
+grpo_err grpo_cuda_mla_decode_kv_dev(grpo_kernels *k, int B, int H, int dc, int dr,
+                                     const float *d_ql, const float *d_qr,
+                                     const void *const *d_ptab, int max_pages, const int32_t *d_len,
+                                     int cap, int page_len, const grpo_kv_fmt *kvf, int kernel,
+                                     float scale, float *d_ol);
+/* Absorbed-MLA decodes run on the tensor cores by k so far. */
+long grpo_cuda_mla_tc_count(grpo_kernels *k);
 grpo_err grpo_cuda_moe_table(void **d_table, int E, const grpo_kw *w_of);
 grpo_err grpo_cuda_moe_gemm_dev(grpo_kernels *k, int E, int rows_max, const int32_t *d_offs,
                                 const float *d_x, int ldx, const void *d_table, int N, int K,

@@ -55,6 +55,9 @@ typedef struct cu_state {
     long n_lt, n_fallback; /* FAST-policy GEMMs run by cuBLASLt / fallen back to generic */
     long n_tc;             /* FAST_DET-policy GEMMs run by the tensor-core kernel (tc.cu) */
     size_t mla_smem;       /* the decode kernel's dynamic shared memory limit set so far */
+    size_t mla_tc_smem;    /* the same for the tensor-core decode kernel */
+    size_t smem_optin;     /* the device's dynamic shared memory per block, at most */
+    long n_mla_tc;         /* absorbed-MLA decodes run on the tensor cores */
 } cu_state;
 
 static inline cu_state *
@@ -86,6 +89,17 @@ static inline unsigned
 cu_blocks(size_t n, unsigned t)
 {
     return (unsigned)((n + t - 1) / t);
+}
+
+/* d += A . B on the tensor cores, mma.sync m16n8k16 BF16 with fp32 accumulators (the fragment
+ * layouts of the PTX ISA). */
+__device__ __forceinline__ void
+cu_mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 /* The weight view as the kernels see it (cu_kw, cu_w, cu_e4m3): kernels/cuda/gemm_body.h. */
@@ -149,10 +163,23 @@ grpo_err grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const fl
                              const int32_t *len, int page_len, const grpo_kv_fmt *kvf, float scale,
                              float *ol);
 /* The same with the lengths on the device and the split plan frozen from the capacity cap
- * (capturable); a page's rows start off bytes after its pointer. */
+ * (capturable); a page's rows start off bytes after its pointer. Under the fast policies a BF16
+ * or FP8 cache takes the tensor-core kernel (attn.cu, mla_tc_body.h), the exact policy and F32
+ * caches the fp32 one: grpo_cu__mla_tc_wanted. */
 grpo_err grpo_cu__mla_decode_tab(cu_state *s, int B, int H, int dc, int dr, const float *ql,
                                  const float *qr, const void *const *d_ptab, int max_pages,
                                  const int32_t *d_len, int cap, int page_len,
                                  const grpo_kv_fmt *kvf, size_t off, float scale, float *ol);
+
+/* Whether an absorbed-MLA decode over rows of format kvf runs on the tensor cores: force 0 / 1
+ * (the benchmarks), or -1 for the rule: a fast policy, a BF16 or FP8 cache, dc <= 512, the
+ * block's shared memory within the device's, GRPO_CUDA_MLA_TC not 0. */
+int grpo_cu__mla_tc_wanted(const cu_state *s, int force, int H, int dc, int dr,
+                           const grpo_kv_fmt *kvf);
+grpo_err grpo_cu__mla_decode_tab_ex(cu_state *s, int B, int H, int dc, int dr, const float *ql,
+                                    const float *qr, const void *const *d_ptab, int max_pages,
+                                    const int32_t *d_len, int cap, int page_len,
+                                    const grpo_kv_fmt *kvf, size_t off, float scale, int force,
+                                    float *ol);
 
 #endif

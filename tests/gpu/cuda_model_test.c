@@ -370,6 +370,42 @@ resident_kv(const char *name, const char *dir, const tm_expected *e)
     }
 }
 
+/* --numerics fp8 over a BF16 and an FP8 latent cache: the absorbed MLA decode on the tensor cores
+ * (BF16 queries and probabilities) against the same model with the fp32 attention kernel
+ * (GRPO_CUDA_MLA_TC=0) over the same cache: decode logits within 3e-2 of the largest (the
+ * kernels' own distance is 3.5e-3 of the largest output in the host simulation); the tensor-core
+ * decode's batch invariance and its graph replays. */
+static void
+resident_fp8_tc(const char *name, const char *dir, const tm_expected *e)
+{
+    const int dts[2] = {GRPO_KV_BF16, GRPO_KV_FP8};
+    for (int d = 0; d < 2; d++) {
+        grpo_model *m = NULL;
+        grpo_model_opts o = {
+            .n_threads = 1, .backend = 2, .numerics = GRPO_NUMERICS_FP8, .kv_dtype = dts[d]};
+        GT_OK(grpo_model_load(&m, dir, &o));
+        if (m == NULL)
+            return;
+        long t0 = grpo_cuda_mla_tc_count(m->k);
+        float *tc = decode_all(m, e);
+        long ran = grpo_cuda_mla_tc_count(m->k) - t0;
+        setenv("GRPO_CUDA_MLA_TC", "0", 1);
+        float *f32 = decode_all(m, e);
+        unsetenv("GRPO_CUDA_MLA_TC");
+        GT_OK(grpo_model__backend_status(m));
+        double w = worst_rows(tc, f32, e->n - 4, e->vocab);
+        printf("  %s: --numerics fp8, kv %s: tensor-core MLA decode (%ld launches) vs the fp32 "
+               "kernel: %.3g (tol 3e-2)\n",
+               name, grpo_kv_dtype_name(dts[d]), ran, w);
+        GT_CHECK(ran > 0 && w <= 3e-2, "%s kv %s: tensor-core MLA %.3g (%ld launches)", name,
+                 grpo_kv_dtype_name(dts[d]), w, ran);
+        batch_invariant(name, m, e);
+        graph_vs_eager(name, "--numerics fp8, tensor-core MLA", m, e);
+        free(tc), free(f32);
+        grpo_model_destroy(m);
+    }
+}
+
 static void
 run_model(const char *name)
 {
@@ -432,6 +468,7 @@ run_model(const char *name)
     run_resident(name, dir, &e, gpu_lg);
     resident_fp8(name, dir, &e, cpu_lg, twin_lg);
     resident_kv(name, dir, &e);
+    resident_fp8_tc(name, dir, &e);
     free(twin_lg);
     grpo_kernels_cuda_destroy(gx);
     grpo_kernels_cuda_destroy(gf);

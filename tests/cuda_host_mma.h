@@ -1,0 +1,74 @@
+/* tests/cuda_host_mma.h: the tensor cores' mma.sync emulated for the host simulations of the CUDA
+ * kernel bodies (one POSIX thread per CUDA thread): each lane of a warp publishes its fragment
+ * registers, the warp meets at a barrier, each lane computes its accumulator elements from the
+ * whole warp's registers as the PTX ISA lays them out ("Matrix fragments for mma.m16n8k32 /
+ * m16n8k16"), in double, and the warp meets again before the registers are reused. */
+#ifndef GRPO_TESTS_CUDA_HOST_MMA_H
+#define GRPO_TESTS_CUDA_HOST_MMA_H
+
+#include "kernels/cuda/gemm_body.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Element (r, k) of an mma's A (16 x 32 E4M3 or 16 x 16 BF16) and (k, n) of its B (x 8), from the
+ * warp's registers a[lane][4], b[lane][2]. */
+static inline float
+frag_a(const uint32_t (*a)[4], int fp8, int r, int k)
+{
+    if (fp8) {
+        uint32_t v = a[(r % 8) * 4 + (k % 16) / 4][r / 8 + 2 * (k / 16)];
+        return cu_e4m3((uint8_t)(v >> (8 * (k % 4))));
+    }
+    uint32_t v = a[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)];
+    return grpo_bf16_to_f32((uint16_t)(v >> (16 * (k % 2))));
+}
+
+static inline float
+frag_b(const uint32_t (*b)[2], int fp8, int k, int n)
+{
+    if (fp8) {
+        uint32_t v = b[n * 4 + (k % 16) / 4][k / 16];
+        return cu_e4m3((uint8_t)(v >> (8 * (k % 4))));
+    }
+    uint32_t v = b[n * 4 + (k % 8) / 2][k / 8];
+    return grpo_bf16_to_f32((uint16_t)(v >> (16 * (k % 2))));
+}
+
+/* One warp's fragment registers and its barrier (32 parties). */
+struct host_warp {
+    uint32_t a[32][4], b[32][2];
+    float x[32]; /* shuffles */
+    pthread_barrier_t bar;
+};
+
+/* Lane l's d (rows l / 4 + {0, 8}, columns 2 (l % 4) + {0, 1}) += A . B. */
+static inline void
+host_mma(host_warp *w, int l, float d[4], const uint32_t *ra, const uint32_t *rb, int fp8)
+{
+    memcpy(w->a[l], ra, 16);
+    memcpy(w->b[l], rb, 8);
+    pthread_barrier_wait(&w->bar);
+    for (int i = 0; i < 4; i++) {
+        int r = l / 4 + 8 * (i / 2), n = 2 * (l % 4) + i % 2;
+        double s = d[i];
+        for (int k = 0; k < (fp8 ? 32 : 16); k++)
+            s += (double)frag_a(w->a, fp8, r, k) * frag_b(w->b, fp8, k, n);
+        d[i] = (float)s;
+    }
+    pthread_barrier_wait(&w->bar);
+}
+
+/* __shfl_xor_sync over the whole warp: lane l gets lane (l ^ m)'s v. */
+static inline float
+host_shfl_xor(host_warp *w, int l, float v, int m)
+{
+    w->x[l] = v;
+    pthread_barrier_wait(&w->bar);
+    float o = w->x[l ^ m];
+    pthread_barrier_wait(&w->bar);
+    return o;
+}
+
+#endif

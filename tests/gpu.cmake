@@ -22,6 +22,14 @@ if(TARGET grpo_cuda)
     grpo_add_test(cuda_model_test SOURCES gpu/cuda_model_test.c
                   ${PROJECT_SOURCE_DIR}/rollout/engine/sampler.c ${PROJECT_SOURCE_DIR}/rollout/engine/rng.c
                   LIBS grpo_cuda grpo_model grpo_common m LABELS gpu TIMEOUT 300)
+    # The rollout engine's scheduler on the device-resident model (its sources compiled in: the
+    # engine library needs the tokenizer's libraries, which GPU-only hosts lack).
+    set(engine ${PROJECT_SOURCE_DIR}/rollout/engine)
+    grpo_add_test(cuda_engine_test SOURCES gpu/cuda_engine_test.c ${engine}/scheduler.c
+                  ${engine}/spec_sched.c ${engine}/spec.c ${engine}/turns.c ${engine}/stop.c
+                  ${engine}/backend_model.c ${engine}/score.c ${engine}/sampler.c
+                  ${engine}/rng.c
+                  LIBS grpo_cuda grpo_model grpo_common m LABELS gpu TIMEOUT 300)
   endif()
 endif()
 

@@ -3,7 +3,8 @@
 # few minutes on one H200. Needs only the CUDA toolkit, CMake, ninja (or make) and a C compiler:
 # it configures with -DGRPO_GPU_ONLY=ON (no Debian -dev libraries, no network; without libcjson the
 # JSON reader comes from tests/gpu/cjson_min), builds, runs `ctest -L gpu` (every CUDA op against its
-# CPU twin, the GPU sampler against the CPU sampler, the tiny models' logits, decode vs prefill),
+# CPU twin, the GPU sampler against the CPU sampler, the tiny models' logits, decode vs prefill,
+# the rollout engine's groups on the device-resident model),
 # then the benchmarks (bench/gpu: MLA decode bandwidth / TFLOP/s, FP8 vs BF16 GEMM TFLOP/s,
 # decode tokens/s for G = 64 on a V3-width slice with the 61-layer, 8-GPU projection).
 # Writes RESULTS_DIR/results.md (the table), and one log per step. Exit status: 0 when every step

@@ -290,33 +290,10 @@ grouped_gemm_matches_cpu(void **state)
 
 /* ---- the tensor-core GEMM: 32 threads per warp, mma emulated from the PTX layouts ---- */
 
-/* One simulated thread of a tensor-core block: its warp (the mma, tests/cuda_host_mma.h), the
- * block's barrier and shared reduction array (tc_block). */
-struct tc_block_ctx {
-    int t;
-    host_warp *hw;
-    pthread_barrier_t *bar;
+/* One simulated thread of a tensor-core block (tests/cuda_host_mma.h) and the block's shared
+ * reduction array (tc_block). */
+struct tc_block_ctx : host_thread {
     float *red;
-    int lane() const
-    {
-        return t % 32;
-    }
-    int warp() const
-    {
-        return t / 32;
-    }
-    void sync()
-    {
-        pthread_barrier_wait(bar);
-    }
-    void mma_fp8(float d[4], const uint32_t ra[4], const uint32_t rb[2])
-    {
-        host_mma(hw, lane(), d, ra, rb, 1);
-    }
-    void mma_bf16(float d[4], const uint32_t ra[4], const uint32_t rb[2])
-    {
-        host_mma(hw, lane(), d, ra, rb, 0);
-    }
 };
 
 enum { TC_NT = TC_WARPS * 32 };
@@ -340,8 +317,8 @@ tc_thread(void *p)
 {
     tc_arg *g = (tc_arg *)p;
     tc_launch *L = g->L;
-    int w = g->t / 32;
-    tc_block_ctx cx = {g->t, &L->w[w], &L->bar, L->red};
+    tc_block_ctx cx;
+    cx.t = g->t, cx.hw = L->w, cx.bar = &L->bar, cx.red = L->red;
     const tc_job &gj = L->jobs->j[0];
     if (gj.offs != NULL) { /* grouped: every expert, every token chunk in turn */
         for (int e = 0; e < L->E; e++) {

@@ -110,11 +110,9 @@ run_fp32_blocks(launch *L)
 
 /* ---- the tensor-core block (mla_tc_body.h): 64 threads per head tile, the mma and shuffles
  * emulated per warp (tests/cuda_host_mma.h), asynchronous copies done at once ---- */
-struct tc_ctx {
+struct tc_ctx : host_thread {
     uint8_t *smem;
-    int t, n;
-    host_warp *hw;
-    pthread_barrier_t *bar;
+    int n;
     int tid() const
     {
         return t;
@@ -123,35 +121,13 @@ struct tc_ctx {
     {
         return n;
     }
-    int lane() const
-    {
-        return t % 32;
-    }
-    int warp() const
-    {
-        return t / 32;
-    }
-    void sync()
-    {
-        pthread_barrier_wait(bar);
-    }
-    float shfl_xor(float v, int m)
-    {
-        return host_shfl_xor(&hw[t / 32], t % 32, v, m);
-    }
-    void mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2])
-    {
-        host_mma(&hw[t / 32], t % 32, d, a, b, 0);
-    }
     void cp_async(uint8_t *dst, const uint8_t *src, int bytes)
     {
         assert_true((bytes == 4 || bytes == 16) && (uintptr_t)dst % bytes == 0 &&
                     (uintptr_t)src % bytes == 0);
         memcpy(dst, src, (size_t)bytes);
     }
-    void cp_wait()
-    {
-    }
+    void cp_wait() {}
 };
 
 struct tc_launch {
@@ -173,7 +149,8 @@ tc_block_thread(void *p)
     tc_thr *th = (tc_thr *)p;
     tc_launch *T = th->T;
     launch *L = T->L;
-    tc_ctx cx = {T->smem, th->t, T->nt, T->hw, &T->bar};
+    tc_ctx cx;
+    cx.t = th->t, cx.hw = T->hw, cx.bar = &T->bar, cx.smem = T->smem, cx.n = T->nt;
     int groups = (L->H + MTC_HT * mtc_tiles(L->H) - 1) / (MTC_HT * mtc_tiles(L->H));
     for (int b = 0; b < L->B; b++)
         for (int g = 0; g < groups; g++)

@@ -71,4 +71,36 @@ host_shfl_xor(host_warp *w, int l, float v, int m)
     return o;
 }
 
+/* One simulated CUDA thread of a block: thread t, its warp, the block's barrier; the base of the
+ * tests' executors (Ctx of the kernel bodies). */
+struct host_thread {
+    int t;
+    host_warp *hw; /* the block's warps: this thread's is hw[t / 32] */
+    pthread_barrier_t *bar;
+    int lane() const
+    {
+        return t % 32;
+    }
+    int warp() const
+    {
+        return t / 32;
+    }
+    void sync()
+    {
+        pthread_barrier_wait(bar);
+    }
+    float shfl_xor(float v, int m)
+    {
+        return host_shfl_xor(&hw[t / 32], t % 32, v, m);
+    }
+    void mma_fp8(float d[4], const uint32_t ra[4], const uint32_t rb[2])
+    {
+        host_mma(&hw[t / 32], t % 32, d, ra, rb, 1);
+    }
+    void mma_bf16(float d[4], const uint32_t ra[4], const uint32_t rb[2])
+    {
+        host_mma(&hw[t / 32], t % 32, d, ra, rb, 0);
+    }
+};
+
 #endif

@@ -127,6 +127,16 @@ struct tc_ctx : host_thread {
                     (uintptr_t)src % bytes == 0);
         memcpy(dst, src, (size_t)bytes);
     }
+    void ldsm(uint32_t r[4], const uint8_t *p)
+    {
+        assert_true((uintptr_t)p % 16 == 0); /* ldmatrix rows are 16-byte aligned */
+        host_thread::ldsm(r, p);
+    }
+    void ldsm_t(uint32_t r[4], const uint8_t *p)
+    {
+        assert_true((uintptr_t)p % 16 == 0);
+        host_thread::ldsm_t(r, p);
+    }
     void cp_wait() {}
 };
 
@@ -170,7 +180,7 @@ run_tc_blocks(launch *L)
     T->L = L, T->nt = 64 * mtc_tiles(L->H);
     size_t bytes = mtc_smem_bytes(L->H, L->dc, L->dr, L->kf);
     T->smem = (uint8_t *)aligned_alloc(128, (bytes + 127) / 128 * 128);
-    memset(T->smem, 0xA5, bytes); /* garbage, as on a device */
+    memset(T->smem, 0xFF, bytes); /* NaN everywhere: what is read before it is written shows */
     pthread_barrier_init(&T->bar, NULL, (unsigned)T->nt);
     for (int w = 0; w < T->nt / 32; w++)
         pthread_barrier_init(&T->hw[w].bar, NULL, 32);

@@ -39,7 +39,8 @@ frag_b(const uint32_t (*b)[2], int fp8, int k, int n)
 /* One warp's fragment registers and its barrier (32 parties). */
 struct host_warp {
     uint32_t a[32][4], b[32][2];
-    float x[32]; /* shuffles */
+    float x[32];          /* shuffles */
+    const uint8_t *p[32]; /* ldmatrix rows */
     pthread_barrier_t bar;
 };
 
@@ -71,6 +72,28 @@ host_shfl_xor(host_warp *w, int l, float v, int m)
     return o;
 }
 
+/* ldmatrix.sync.aligned.m8n8.x4(.trans).b16: lane l gives row l % 8 of matrix l / 8 (16 bytes at
+ * p) and gets in r[m] the pair of matrix m the mma fragment layout gives it: row l / 4, columns
+ * 2 (l % 4) + {0, 1}; transposed, column l / 4 of rows 2 (l % 4) + {0, 1}. */
+static inline void
+host_ldsm(host_warp *w, int l, uint32_t r[4], const uint8_t *p, int trans)
+{
+    w->p[l] = p;
+    pthread_barrier_wait(&w->bar);
+    for (int m = 0; m < 4; m++) {
+        uint16_t lo, hi;
+        if (trans) {
+            memcpy(&lo, w->p[8 * m + 2 * (l % 4)] + 2 * (l / 4), 2);
+            memcpy(&hi, w->p[8 * m + 2 * (l % 4) + 1] + 2 * (l / 4), 2);
+        } else {
+            memcpy(&lo, w->p[8 * m + l / 4] + 4 * (l % 4), 2);
+            memcpy(&hi, w->p[8 * m + l / 4] + 4 * (l % 4) + 2, 2);
+        }
+        r[m] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+    pthread_barrier_wait(&w->bar);
+}
+
 /* One simulated CUDA thread of a block: thread t, its warp, the block's barrier; the base of the
  * tests' executors (Ctx of the kernel bodies). */
 struct host_thread {
@@ -100,6 +123,14 @@ struct host_thread {
     void mma_bf16(float d[4], const uint32_t ra[4], const uint32_t rb[2])
     {
         host_mma(&hw[t / 32], t % 32, d, ra, rb, 0);
+    }
+    void ldsm(uint32_t r[4], const uint8_t *p)
+    {
+        host_ldsm(&hw[t / 32], t % 32, r, p, 0);
+    }
+    void ldsm_t(uint32_t r[4], const uint8_t *p)
+    {
+        host_ldsm(&hw[t / 32], t % 32, r, p, 1);
     }
 };
 

@@ -103,6 +103,22 @@ struct mtc_dev_ctx {
     {
         asm volatile("cp.async.wait_all;\n" ::: "memory");
     }
+    __device__ void ldsm(uint32_t r[4], const uint8_t *p)
+    {
+        unsigned sa = (unsigned)__cvta_generic_to_shared(p);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(sa)
+                     : "memory");
+    }
+    __device__ void ldsm_t(uint32_t r[4], const uint8_t *p)
+    {
+        unsigned sa = (unsigned)__cvta_generic_to_shared(p);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(sa)
+                     : "memory");
+    }
 };
 
 __global__ void __launch_bounds__(64 * MTC_MAXT, 1)

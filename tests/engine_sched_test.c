@@ -39,16 +39,25 @@ tok_bytes(const void *ctx, int32_t id, size_t *len)
     return table[id];
 }
 
+/* draws: the backend makes the draws where its logits are (forward_sample), as a GPU does. */
 static void
-rig_open(rig *g, size_t pages, const grpo_rollout_opts *o)
+rig_open_ex(rig *g, size_t pages, const grpo_rollout_opts *o, int draws)
 {
     assert_int_equal(grpo_engine__fake_create(&g->fake, VOCAB, 4, pages, 17), GRPO_OK);
     grpo_engine__fake_backend(g->fake, &g->be);
+    if (draws)
+        grpo_engine__fake_sampler(g->fake, &g->be);
     grpo_rollout_opts opts = {0};
     if (o)
         opts = *o;
     opts.token_bytes = tok_bytes;
     assert_int_equal(grpo_rollout_create(&g->r, &g->be, &opts), GRPO_OK);
+}
+
+static void
+rig_open(rig *g, size_t pages, const grpo_rollout_opts *o)
+{
+    rig_open_ex(g, pages, o, 0);
 }
 
 static void
@@ -132,17 +141,24 @@ test_invariance(void **state)
         grpo_rollout_opts o;
         int order; /* 0: A first, 1: A last */
         int32_t G;
+        int draws; /* 1: made by the backend (forward_sample) */
     } cases[] = {
-        {{.max_batch_seqs = 0}, 1, 4},  /* mixed with other groups, arriving last */
-        {{.max_batch_seqs = 1}, 0, 4},  /* batch-1 decoding */
-        {{.max_batch_seqs = 3}, 1, 64}, /* G=64: samples 0..3 must match */
-        {{.no_share_prefix = 1}, 0, 4}, /* private prompt copies instead of forks */
-        {{.prefill_chunk = 3, .max_step_tokens = 3}, 1, 4}, /* chunked prefill, mixed */
-        {{.sample_threads = 3}, 1, 64},                     /* draws on 3 threads */
-        {{.kv_budget_pages = 30}, 1, 4}, /* small budget (needs: A 18, B 17, C 13 pages) */
+        {{.max_batch_seqs = 0}, 1, 4, 0},  /* mixed with other groups, arriving last */
+        {{.max_batch_seqs = 1}, 0, 4, 0},  /* batch-1 decoding */
+        {{.max_batch_seqs = 3}, 1, 64, 0}, /* G=64: samples 0..3 must match */
+        {{.no_share_prefix = 1}, 0, 4, 0}, /* private prompt copies instead of forks */
+        {{.prefill_chunk = 3, .max_step_tokens = 3}, 1, 4, 0}, /* chunked prefill, mixed */
+        {{.sample_threads = 3}, 1, 64, 0},                     /* draws on 3 threads */
+        {{.kv_budget_pages = 30}, 1, 4, 0}, /* small budget (needs: A 18, B 17, C 13 pages) */
+        /* the draws made where the logits are, as on a GPU: the same completions */
+        {{.max_batch_seqs = 0}, 1, 4, 1},
+        {{.max_batch_seqs = 3}, 0, 64, 1},
+        {{.no_share_prefix = 1}, 1, 4, 1},
+        {{.prefill_chunk = 3, .max_step_tokens = 3}, 1, 4, 1},
+        {{.kv_budget_pages = 30}, 0, 4, 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        rig_open(&g, 4096, &cases[c].o);
+        rig_open_ex(&g, 4096, &cases[c].o, cases[c].draws);
         grpo_rollout_request b = req(prompt_b, 8, 5, "B"), cc = req(prompt_c, 3, 3, "C");
         grpo_rollout_request a = req(prompt_a, 7, cases[c].G, "A");
         uint64_t ida;
@@ -156,6 +172,11 @@ test_invariance(void **state)
         assert_int_equal(run_all(&g, res, 8), 3);
         for (int i = 0; i < 4; i++)
             assert_same_sample(&ref[0]->samples[i], &res[ida]->samples[i]);
+        long tokens = 0; /* every token of the three groups drawn by the backend, once */
+        for (int k = 0; k < 8; k++)
+            for (int32_t i = 0; res[k] != NULL && i < res[k]->n_samples; i++)
+                tokens += res[k]->samples[i].n_tokens;
+        assert_int_equal(grpo_engine__fake_drawn(g.fake), cases[c].draws ? tokens : 0);
         grpo_rollout_stats st;
         grpo_rollout_get_stats(g.r, &st);
         if (cases[c].o.max_batch_seqs > 0)

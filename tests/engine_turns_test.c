@@ -113,11 +113,15 @@ typedef struct rig {
     grpo_rollout_turns turns;
 } rig;
 
+/* max_batch < 0: no cap, and the draws made by the backend where its logits are
+ * (forward_sample), as on a GPU. */
 static void
 rig_open(rig *g, hook *h, int32_t max_batch)
 {
     assert_int_equal(grpo_engine__fake_create(&g->fake, VOCAB, 4, 4096, 17), GRPO_OK);
     grpo_engine__fake_backend(g->fake, &g->be);
+    if (max_batch < 0)
+        grpo_engine__fake_sampler(g->fake, &g->be), max_batch = 0;
     g->turns = (grpo_rollout_turns){h, h_detect, h_start, h_poll, h_wait, h_end};
     grpo_rollout_opts opts = {0};
     opts.token_bytes = tok_bytes;
@@ -225,14 +229,15 @@ test_resume_equals_fresh_prefill(void **state)
 }
 
 /* The same sampled run (T = 1) gives the same completions whatever the tool latency and the
- * batch cap: parking never changes a token. */
+ * batch cap, and with the draws made by the backend (cap -1): parking never changes a token, and
+ * a resumed sample's first draw comes from its observation's last row. */
 static void
 test_latency_invariance(void **state)
 {
     (void)state;
     grpo_rollout_group *ref = NULL;
-    int delays[] = {0, 1, 5, 30}, caps[] = {0, 3, 1, 0};
-    for (int v = 0; v < 4; v++) {
+    int delays[] = {0, 1, 5, 30, 3, 30}, caps[] = {0, 3, 1, 0, -1, -1};
+    for (int v = 0; v < 6; v++) {
         hook h = {.delay = delays[v], .obs_len = 5, .max_calls = 2};
         rig g;
         rig_open(&g, &h, caps[v]);
@@ -242,6 +247,11 @@ test_latency_invariance(void **state)
         assert_int_equal(st.turns, (uint64_t)h.starts);
         if (delays[v] == 30)
             assert_true(st.wait_steps > 0 && h.waits > 0); /* all parked at some point */
+        long model_tokens = 0;                             /* mask 1: drawn */
+        for (int32_t i = 0; i < x->n_samples; i++)
+            for (int32_t k = 0; k < x->samples[i].n_tokens; k++)
+                model_tokens += x->samples[i].mask[k] != 0;
+        assert_int_equal(grpo_engine__fake_drawn(g.fake), caps[v] < 0 ? model_tokens : 0);
         for (int32_t i = 0; i < x->n_samples; i++)
             check_layout(&x->samples[i]);
         if (ref == NULL) {

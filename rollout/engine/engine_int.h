@@ -22,5 +22,10 @@ void grpo_engine__fake_backend(grpo_engine__fake *f, grpo_rollout_backend *b);
 size_t grpo_engine__fake_seqs_live(const grpo_engine__fake *f);
 /* Largest number of rows any forward call carried. */
 int grpo_engine__fake_max_rows(const grpo_engine__fake *f);
+/* Gives b (a fake backend) forward_sample: the draws made inside the "backend" from its rows, as
+ * a GPU backend makes them where its logits are (grpo_sample_ex over each draw's row and key). */
+void grpo_engine__fake_sampler(grpo_engine__fake *f, grpo_rollout_backend *b);
+/* Draws made by forward_sample so far. */
+long grpo_engine__fake_drawn(const grpo_engine__fake *f);
 
 #endif

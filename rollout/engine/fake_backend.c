@@ -23,6 +23,7 @@ struct grpo_engine__fake {
     int32_t n_seqs;
     uint64_t salt;
     int max_rows;
+    long drawn;
 };
 
 grpo_err
@@ -211,6 +212,44 @@ static grpo_err
 forward_all(void *ctx, const grpo_fwd_item *items, int n_items, float *logits)
 {
     return forward_rows(ctx, items, n_items, logits, 1);
+}
+
+/* The logits of the items' rows (one each) stay here; only the draws' results leave. */
+static grpo_err
+forward_sample(void *ctx, const grpo_fwd_item *items, int n_items, void *const *routes,
+               grpo_rollout_draw *draws, int n_draws)
+{
+    grpo_engine__fake *f = ctx;
+    (void)routes;
+    float *lg = malloc((size_t)n_items * (size_t)f->vocab * sizeof *lg);
+    if (lg == NULL)
+        return grpo__fail(GRPO_ENOMEM, "fake: out of memory");
+    grpo_err err = forward_rows(ctx, items, n_items, lg, 0);
+    for (int i = 0; err == GRPO_OK && i < n_draws; i++) {
+        grpo_rollout_draw *d = &draws[i];
+        if (d->row < 0 || d->row >= n_items) {
+            err = grpo__fail(GRPO_EINVAL, "fake: draw %d from row %d of %d", i, d->row, n_items);
+            break;
+        }
+        d->tok = grpo_sample_ex(lg + (size_t)d->row * (size_t)f->vocab, f->vocab, &d->params,
+                                d->key, &d->lp_raw, &d->lp_proc, NULL);
+    }
+    f->drawn += err == GRPO_OK ? n_draws : 0;
+    free(lg);
+    return err;
+}
+
+void
+grpo_engine__fake_sampler(grpo_engine__fake *f, grpo_rollout_backend *b)
+{
+    (void)f;
+    b->forward_sample = forward_sample;
+}
+
+long
+grpo_engine__fake_drawn(const grpo_engine__fake *f)
+{
+    return f->drawn;
 }
 
 void

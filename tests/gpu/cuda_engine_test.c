@@ -8,22 +8,26 @@
  *   - the draws made on the device (the sampler inside the decode step) against draws made on the
  *     host from the copied logits: the same tokens, logprobs within 1e-5.
  * For the exact policy over an F32 cache and for --numerics fp8 over a BF16 cache (the tensor-core
- * GEMMs and MLA). Exit 77 without a device. */
+ * GEMMs and MLA). And greedy sequences of the device-resident model against the CPU backend's
+ * (exact, F32/BF16/FP8 caches): the same tokens, or where they part a near-tie (the two chosen
+ * tokens' logprobs within 1e-4), which fp32 summation order may break either way. Exit 77 without
+ * a device. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/model_testutil.h"
 #include "grpo/rollout.h"
 #include "rollout/model/model_int.h"
 
-enum { NG = 2, G = 8, NEW = 12 };
+enum { NG = 2, G = 8, NEW = 12, GREEDY = 24 };
 
 typedef struct {
     grpo_rollout_group *g[NG];
 } run_out;
 
 /* The groups of mask (bit i: group i) through the engine; host_draws: the engine samples the
- * copied logits itself (the backend's forward_sample removed). */
+ * copied logits itself (the backend's forward_sample removed); greedy: one sample per group,
+ * temperature 0, GREEDY tokens. */
 static void
-rollout(grpo_model *m, unsigned mask, int host_draws, run_out *out)
+rollout_ex(grpo_model *m, unsigned mask, int host_draws, int greedy, run_out *out)
 {
     static int32_t prompt[NG][70];
     grpo_kv *kv = NULL;
@@ -32,7 +36,8 @@ rollout(grpo_model *m, unsigned mask, int host_draws, run_out *out)
     memset(out, 0, sizeof *out);
     GT_OK(grpo_kv_create_for(&kv, m, 32u << 20));
     GT_OK(grpo_rollout_backend_model(&be, m, kv));
-    GT_CHECK(be.forward_sample != NULL, "the device-resident model offers no forward_sample");
+    GT_CHECK(be.forward_sample != NULL || m->k->sample == NULL,
+             "the device-resident model offers no forward_sample");
     if (host_draws)
         be.forward_sample = NULL;
     grpo_rollout_opts o;
@@ -52,6 +57,8 @@ rollout(grpo_model *m, unsigned mask, int host_draws, run_out *out)
         grpo_gen_params_default(&q.params);
         q.params.sampling = (grpo_sampling){1.0f, 0.9f, g ? 40 : 0, 0.0f};
         q.params.max_new_tokens = NEW, q.params.eos_id = -1;
+        if (greedy)
+            q.group_size = 1, q.params.sampling.temperature = 0.0f, q.params.max_new_tokens = GREEDY;
         q.params.logprobs = GRPO_LOGPROBS_BOTH;
         uint64_t id;
         GT_OK(grpo_rollout_submit(r, &q, &id));
@@ -64,6 +71,12 @@ rollout(grpo_model *m, unsigned mask, int host_draws, run_out *out)
     grpo_rollout_backend_fini(&be);
     grpo_kv_destroy(kv);
     GT_OK(grpo_model__backend_status(m));
+}
+
+static void
+rollout(grpo_model *m, unsigned mask, int host_draws, run_out *out)
+{
+    rollout_ex(m, mask, host_draws, 0, out);
 }
 
 static void
@@ -122,6 +135,44 @@ check(const char *name, const char *dir, const char *what, grpo_model_opts o)
     grpo_model_destroy(m);
 }
 
+/* Greedy sequences of the device-resident model (exact) against the CPU backend's over a cache
+ * of kv_dtype: the same tokens, or a near-tie where they part. */
+static void
+greedy_vs_cpu(const char *name, const char *dir, int kv_dtype)
+{
+    grpo_model *mc = NULL, *mg = NULL;
+    grpo_model_opts oc = {.n_threads = 2, .kv_dtype = kv_dtype};
+    grpo_model_opts og = {.n_threads = 1, .backend = 2, .kv_dtype = kv_dtype};
+    GT_OK(grpo_model_load(&mc, dir, &oc));
+    GT_OK(grpo_model_load(&mg, dir, &og));
+    run_out c, d;
+    rollout_ex(mc, 3, 0, 1, &c);
+    rollout_ex(mg, 3, 0, 1, &d);
+    int ok = 1, same = 0;
+    for (int g = 0; g < NG; g++) {
+        const grpo_rollout_sample *x = &c.g[g]->samples[0], *y = &d.g[g]->samples[0];
+        int t = 0;
+        while (t < x->n_tokens && t < y->n_tokens && x->tokens[t] == y->tokens[t])
+            t++;
+        same += t;
+        if (t < GREEDY) {
+            double gap = fabs((double)x->logprob_raw[t] - y->logprob_raw[t]);
+            printf("  %s, kv %s: group %d parts at token %d of %d (%d vs %d, logprobs %.6f vs "
+                   "%.6f)\n",
+                   name, grpo_kv_dtype_name(kv_dtype), g, t, GREEDY, x->tokens[t], y->tokens[t],
+                   x->logprob_raw[t], y->logprob_raw[t]);
+            ok &= t < x->n_tokens && t < y->n_tokens && gap <= 1e-4;
+        }
+    }
+    printf("  %s, kv %s: greedy sequences, device-resident vs the CPU backend: %d of %d tokens "
+           "identical\n",
+           name, grpo_kv_dtype_name(kv_dtype), same, NG * GREEDY);
+    GT_CHECK(ok, "%s kv %s: greedy sequences differ from the CPU's beyond a near-tie", name,
+             grpo_kv_dtype_name(kv_dtype));
+    run_free(&c), run_free(&d);
+    grpo_model_destroy(mc), grpo_model_destroy(mg);
+}
+
 int
 main(void)
 {
@@ -135,6 +186,8 @@ main(void)
                                 .kv_dtype = GRPO_KV_BF16};
         check(models[i], dir, "exact, f32 cache", exact);
         check(models[i], dir, "--numerics fp8, bf16 cache", fast);
+        for (int kv = GRPO_KV_F32; kv <= GRPO_KV_FP8; kv++)
+            greedy_vs_cpu(models[i], dir, kv);
     }
     return gt_finish("cuda_engine_test");
 }

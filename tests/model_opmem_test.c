@@ -101,6 +101,26 @@ g_free(grpo_kernels *k, void *p)
     pthread_mutex_unlock(&mu);
 }
 
+/* Whether p lies in op memory: an activation, weight or table an op is handed must (a host
+ * pointer there would be read by the CPU here, and fault or read garbage on a device). */
+static int
+in_op(const void *p)
+{
+    int in = 0;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < n_maps && !in; i++)
+        in = maps[i].p != NULL && (const char *)p >= (const char *)maps[i].p &&
+             (const char *)p < (const char *)maps[i].p + maps[i].n;
+    pthread_mutex_unlock(&mu);
+    return in;
+}
+
+#define OPMEM(p)                                                                                   \
+    do {                                                                                           \
+        if (!in_op(p))                                                                             \
+            fail_msg("%s: %s is not op memory", __func__, #p);                                     \
+    } while (0)
+
 /* inner with the pool of the table the forward called (a whole-expert worker's table has none:
  * its GEMMs run on that worker). */
 static grpo_kernels
@@ -174,6 +194,9 @@ static void
 g_gemm(grpo_kernels *k, int M, const float *x, int ldx, const grpo_kw *w, float *y, int ldy)
 {
     grpo_kernels in = sub(k);
+    OPMEM(x);
+    OPMEM(y);
+    OPMEM(w->data);
     GUARD(inner.gemm(&in, M, x, ldx, w, y, ldy));
 }
 
@@ -198,6 +221,9 @@ g_rmsnorm(grpo_kernels *k, int M, const float *x, int ldx, const float *weight, 
           float *y, int ldy)
 {
     grpo_kernels in = sub(k);
+    OPMEM(x);
+    OPMEM(y);
+    OPMEM(weight);
     GUARD(inner.rmsnorm(&in, M, x, ldx, weight, n, eps, y, ldy));
 }
 
@@ -214,6 +240,9 @@ g_silu_mul(grpo_kernels *k, int M, int n, const float *g, int ldg, const float *
            float *y, int ldy)
 {
     grpo_kernels in = sub(k);
+    OPMEM(g);
+    OPMEM(u);
+    OPMEM(y);
     GUARD(inner.silu_mul(&in, M, n, g, ldg, u, ldu, y, ldy));
 }
 
@@ -221,6 +250,9 @@ static void
 g_embed(grpo_kernels *k, int M, const int32_t *tokens, const grpo_kw *w, float *y, int ldy)
 {
     grpo_kernels in = sub(k);
+    OPMEM(tokens);
+    OPMEM(y);
+    OPMEM(w->data);
     GUARD(inner.embed(&in, M, tokens, w, y, ldy));
 }
 
@@ -519,7 +551,7 @@ forward_through_op_memory(void **state)
 /* Two groups of 4 (one prompt of 70 tokens: a full page and a partial one, prefilled in chunks
  * of 32) decoded 9 tokens each through the rollout engine; every completion into out. */
 static void
-rollout_of(grpo_model *m, grpo_rollout_group **out, int *device)
+rollout_spec(grpo_model *m, grpo_rollout_group **out, int *device, int spec)
 {
     grpo_kv *kv = NULL;
     grpo_rollout_backend be;
@@ -528,7 +560,7 @@ rollout_of(grpo_model *m, grpo_rollout_group **out, int *device)
     assert_int_equal(grpo_rollout_backend_model(&be, m, kv), GRPO_OK);
     *device = be.forward_sample != NULL;
     grpo_rollout_opts o = {0};
-    o.prefill_chunk = 32;
+    o.prefill_chunk = 32, o.speculative = spec;
     assert_int_equal(grpo_rollout_create(&r, &be, &o), GRPO_OK);
     static int32_t prompt[2][70];
     for (int g = 0; g < 2; g++) {
@@ -552,6 +584,12 @@ rollout_of(grpo_model *m, grpo_rollout_group **out, int *device)
     grpo_rollout_destroy(r);
     grpo_rollout_backend_fini(&be);
     grpo_kv_destroy(kv);
+}
+
+static void
+rollout_of(grpo_model *m, grpo_rollout_group **out, int *device)
+{
+    rollout_spec(m, out, device, 0);
 }
 
 /* The engine's draws made by the backend where the logits are (forward_sample over the sample
@@ -595,12 +633,81 @@ draws_in_op_memory(void **state)
     }
 }
 
+/* The MTP module (loaded with the tiny BF16 model) over op memory: its weights uploaded, the
+ * caller's hidden rows copied in, its logits and output states copied out: the MTP prefill and a
+ * decode step give the plain CPU backend's logits and states bit for bit; then a speculative
+ * rollout (--speculative 2, drafts verified in the main forward) the same completions. */
+static void
+mtp_through_op_memory(void **state)
+{
+    (void)state;
+    char dir[512];
+    const char *src = getenv("GRPO_SOURCE_DIR");
+    snprintf(dir, sizeof dir, "%s%sdata/tiny_models/bf16", src ? src : "", src ? "/tests/" : "");
+    grpo_model *ms[2] = {NULL, NULL};
+    grpo_model_opts o = {3, 0, 1, GRPO_NUMERICS_EXACT, GRPO_KV_F32};
+    for (int v = 0; v < 2; v++)
+        if (grpo_model_load(&ms[v], dir, &o) != GRPO_OK)
+            fail_msg("load %s: %s", dir, grpo_error_last());
+    assert_true(grpo_model_has_mtp(ms[0]));
+    grpo_kernels g = guarded(ms[1]->k);
+    assert_int_equal(grpo_model__use_backend(ms[1], &g), GRPO_OK);
+    const grpo_model_config *c = grpo_model_get_config(ms[0]);
+    int V = c->vocab_size, H = c->hidden_size, n = 20;
+    int32_t tok[21];
+    for (int i = 0; i < 21; i++)
+        tok[i] = 2 + (i * 37 + 5) % (V - 2);
+    float *out[2];
+    size_t per = (size_t)n * (V + 2 * H); /* main hidden, MTP logits, MTP states */
+    for (int v = 0; v < 2; v++) {
+        grpo_model *m = ms[v];
+        grpo_kv *kv = NULL, *mkv = NULL;
+        int32_t sq, ms_sq;
+        assert_int_equal(grpo_kv_create_for(&kv, m, 4u << 20), GRPO_OK);
+        assert_int_equal(grpo_kv_create_mtp(&mkv, m, 4u << 20), GRPO_OK);
+        assert_int_equal(grpo_kv_seq_new(kv, &sq), GRPO_OK);
+        assert_int_equal(grpo_kv_seq_new(mkv, &ms_sq), GRPO_OK);
+        out[v] = calloc(per, sizeof(float));
+        float *hid = out[v], *lg = hid + (size_t)n * H, *st = lg + (size_t)n * V;
+        float *main_lg = malloc((size_t)n * V * sizeof *main_lg);
+        grpo_fwd_item p = {sq, 0, n, tok};
+        assert_int_equal(grpo_model_forward_hidden(m, kv, &p, 1, 1, main_lg, hid), GRPO_OK);
+        /* the MTP's position t sees token t + 1 and the main model's state at t */
+        grpo_fwd_item q = {ms_sq, 0, n - 1, tok + 1};
+        assert_int_equal(grpo_model__mtp_forward_ex(m, mkv, &q, 1, hid, 1, 0, lg, st), GRPO_OK);
+        grpo_fwd_item d = {ms_sq, n - 1, 1, tok + n};
+        assert_int_equal(grpo_model__mtp_forward_ex(m, mkv, &d, 1, hid + (size_t)(n - 1) * H, 0,
+                                                    0, lg + (size_t)(n - 1) * V,
+                                                    st + (size_t)(n - 1) * H),
+                         GRPO_OK);
+        free(main_lg);
+        grpo_kv_destroy(mkv), grpo_kv_destroy(kv);
+    }
+    assert_memory_equal(out[0], out[1], per * sizeof(float));
+    free(out[0]), free(out[1]);
+    grpo_rollout_group *a[2] = {0}, *b[2] = {0};
+    int dev;
+    rollout_spec(ms[0], a, &dev, 2);
+    rollout_spec(ms[1], b, &dev, 2);
+    for (int gi = 0; gi < 2; gi++) {
+        for (int i = 0; i < 4; i++) {
+            const grpo_rollout_sample *x = &a[gi]->samples[i], *y = &b[gi]->samples[i];
+            assert_int_equal(x->n_tokens, y->n_tokens);
+            assert_memory_equal(x->tokens, y->tokens, (size_t)x->n_tokens * sizeof(int32_t));
+            assert_memory_equal(x->logprob_raw, y->logprob_raw, (size_t)x->n_tokens * 4);
+        }
+        grpo_rollout_group_free(a[gi]), grpo_rollout_group_free(b[gi]);
+    }
+    grpo_model_destroy(ms[1]), grpo_model_destroy(ms[0]);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forward_through_op_memory),
         cmocka_unit_test(draws_in_op_memory),
+        cmocka_unit_test(mtp_through_op_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

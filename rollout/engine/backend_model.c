@@ -158,7 +158,7 @@ m_forward_sample(void *ctx, const grpo_fwd_item *items, int n_items, void *const
 static void
 spec_calls(grpo_rollout_backend *b, const grpo_model *m)
 {
-    if (!grpo_model_has_mtp(m) || m->k_cuda)
+    if (!grpo_model_has_mtp(m))
         return;
     b->hidden_size = grpo_model_get_config(m)->hidden_size;
     b->seq_truncate = m_seq_truncate;

@@ -79,6 +79,10 @@ typedef struct {
      * the pad draws repeating the first), rows and keys staged from the host block */
     const grpo_model_draws *dr;
     int nd;
+    /* an MTP forward: its input [enorm(embed) | hnorm(hidden)] (T, 2H), and the caller's hidden
+     * rows copied in (T, H) where op memory is not host memory */
+    int mtp;
+    float *cat, *hin;
     int32_t *drow, *drow_h, *dtok;
     grpo_sample_key *dkey, *dkey_h;
     float *dlr, *dlp;
@@ -214,6 +218,8 @@ layout(scratch *s, const grpo_model_config *c, carver *cv)
     s->og = carve(cv, (Lm > 0 ? T : 0) * hg * dv * f);
     s->lo = carve(cv, (s->out_host ? 0 : T * (size_t)c->vocab_size) * f);
     s->hid = carve(cv, (s->out_host ? 0 : T * H) * f);
+    s->cat = carve(cv, (s->mtp ? T * 2 * H : 0) * f);
+    s->hin = carve(cv, (s->mtp && !s->out_host ? T * H : 0) * f);
     size_t nd = (size_t)s->nd;
     s->drow = carve(cv, nd * i4);
     s->dkey = carve(cv, nd * sizeof *s->dkey);
@@ -263,13 +269,14 @@ graph_rows(int T)
 }
 
 /* graph: the caller's outputs allow a recorded step (step_graphed); kv: the pool; dr: the draws
- * the backend makes (NULL: the logits are copied out). */
+ * the backend makes (NULL: the logits are copied out); mtp: an MTP forward. */
 static grpo_err
 scratch_init(scratch *s, grpo_model *m, const grpo_kv *kv, const grpo_fwd_item *items, int n_items,
-             int absorb, int graph, const grpo_model_draws *dr)
+             int absorb, int graph, const grpo_model_draws *dr, int mtp)
 {
     memset(s, 0, sizeof *s);
     s->absorb = absorb;
+    s->mtp = mtp;
     s->dr = dr;
     s->nd = dr != NULL ? dr->n : 0;
     size_t T = 0;
@@ -1063,7 +1070,7 @@ forward(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, con
         return err;
     scratch s;
     int graph = graph_args_ok(m, q->all, q->tail, q->routes, q->hidden);
-    if ((err = scratch_init(&s, m, kv, items, n_items, q->absorb, graph, q->draws)) != GRPO_OK)
+    if ((err = scratch_init(&s, m, kv, items, n_items, q->absorb, graph, q->draws, 0)) != GRPO_OK)
         return err;
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
     if (t0_of == NULL)
@@ -1159,14 +1166,20 @@ grpo_model__forward_sample(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *item
 
 /* ---- multi-token prediction (the MTP module at layer num_hidden_layers) ---- */
 
-/* x (T, 2H) = [enorm(embed(tok)) | hnorm(hidden)], then s->h = eh_proj x: the MTP's input. */
+/* cat (T, 2H) = [enorm(embed(tok)) | hnorm(hidden)], then s->h = eh_proj cat: the MTP's input;
+ * hidden: the caller's rows (host memory), copied into op memory where that is not host memory. */
 static void
-mtp_input(grpo_model *m, const float *hidden, float *cat, scratch *s)
+mtp_input(grpo_model *m, const float *hidden, scratch *s)
 {
     const grpo_model_config *c = &m->cfg;
     const grpo_mtp_w *t = m->mtp;
     grpo_kernels *k = m->k;
     int T = s->T, H = c->hidden_size;
+    float *cat = s->cat;
+    if (!s->out_host) {
+        grpo_kernels_mem_copy(k, s->hin, hidden, (size_t)T * H * sizeof(float), GRPO_MEM_H2D);
+        hidden = s->hin;
+    }
     k->embed(k, T, s->tok, &t->embed, s->h, H);
     k->rmsnorm(k, T, s->h, H, t->enorm, H, c->rms_norm_eps, cat, 2 * H);
     k->rmsnorm(k, T, hidden, H, t->hnorm, H, c->rms_norm_eps, cat + H, 2 * H);
@@ -1200,7 +1213,10 @@ mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_ite
     m->k->rmsnorm(m->k, R, s->x, H, m->mtp->head_norm, H, c->rms_norm_eps, s->x, H);
     if (hidden_out != NULL) /* the chained draft's h: shared_head.norm's output, as SGLang */
         grpo_kernels_mem_copy(m->k, hidden_out, s->x, (size_t)R * H * sizeof(float), GRPO_MEM_D2H);
-    m->k->gemm(m->k, R, s->x, H, &m->mtp->head, logits, c->vocab_size);
+    m->k->gemm(m->k, R, s->x, H, &m->mtp->head, s->out_host ? logits : s->lo, c->vocab_size);
+    if (!s->out_host)
+        grpo_kernels_mem_copy(m->k, logits, s->lo, (size_t)R * c->vocab_size * sizeof(float),
+                              GRPO_MEM_D2H);
     return GRPO_OK;
 }
 
@@ -1224,24 +1240,18 @@ grpo_model__mtp_forward_ex(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *item
     if (m->mtp == NULL)
         return grpo__fail(GRPO_EINVAL, "model: no MTP module loaded (the checkpoint has none at "
                                        "layer num_hidden_layers, or load_mtp was off)");
-    if (m->k_cuda)
-        return grpo__fail(GRPO_EINVAL, "model: the MTP forward runs on the CPU backend only");
     grpo_err err = check_items(m, kv, 1, items, n_items);
     if (err != GRPO_OK)
         return err;
     scratch s;
-    if ((err = scratch_init(&s, m, kv, items, n_items, absorb, 0, NULL)) != GRPO_OK)
+    if ((err = scratch_init(&s, m, kv, items, n_items, absorb, 0, NULL, 1)) != GRPO_OK)
         return err;
-    int H = m->cfg.hidden_size;
     int32_t *t0_of = malloc((size_t)n_items * sizeof *t0_of);
-    float *cat = malloc((size_t)s.T * 2 * (size_t)H * sizeof *cat);
-    if (t0_of == NULL || cat == NULL) {
-        err = grpo__fail(GRPO_ENOMEM, "model: out of memory");
-        goto done;
-    }
+    if (t0_of == NULL)
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
     if ((err = stage_items(m, kv, items, n_items, t0_of, &s)) != GRPO_OK)
         goto done;
-    mtp_input(m, hidden, cat, &s); /* hidden: the caller's, host memory (the MTP runs on the CPU) */
+    mtp_input(m, hidden, &s);
     if ((err = mtp_layer_head(m, kv, items, n_items, t0_of, all, logits, hidden_out, &s)) !=
         GRPO_OK)
         goto done;
@@ -1249,7 +1259,6 @@ grpo_model__mtp_forward_ex(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *item
         kv->seqs[items[i].seq].len = items[i].pos0 + items[i].n;
     err = grpo_model__backend_status(m);
 done:
-    free(cat);
     free(t0_of);
     return err;
 }

@@ -198,12 +198,35 @@ weights_to_huge_pages(grpo_model *m)
     return err;
 }
 
+/* The MTP module's weights; its embedding is the main one's (already uploaded) where the
+ * checkpoint gives it none (embed_host: the main embedding's host rows). */
+static grpo_err
+up_mtp(grpo_model *m, const void *embed_host)
+{
+    grpo_mtp_w *t = m->mtp;
+    size_t H = (size_t)m->cfg.hidden_size;
+    grpo_err err = up_layer(m, &t->layer);
+    float **vs[3] = {&t->enorm, &t->hnorm, &t->head_norm};
+    for (int i = 0; i < 3 && err == GRPO_OK; i++)
+        err = up_vec(m, vs[i], H);
+    if (err == GRPO_OK)
+        err = up_kw(m, &t->eh_proj, NULL);
+    if (err == GRPO_OK)
+        err = up_kw(m, &t->head, NULL);
+    if (err == GRPO_OK && t->embed.data == embed_host)
+        t->embed = m->embed;
+    else if (err == GRPO_OK)
+        err = up_kw(m, &t->embed, NULL);
+    return err;
+}
+
 grpo_err
 grpo_model__weights_to_op_memory(grpo_model *m)
 {
     if (m->k->mem_alloc == NULL) /* op memory is host memory */
         return m->k_cuda ? GRPO_OK : weights_to_huge_pages(m);
     const grpo_model_config *c = &m->cfg;
+    const void *embed_host = m->embed.data;
     size_t H = (size_t)c->hidden_size;
     int dim = grpo_model__is_mla(c) ? c->qk_rope_head_dim : c->head_dim;
     int tied = m->lm_head.data == m->embed.data && m->lm_head.dt == m->embed.dt;
@@ -219,8 +242,7 @@ grpo_model__weights_to_op_memory(grpo_model *m)
     for (int i = 0; i < c->num_hidden_layers && err == GRPO_OK; i++)
         err = up_layer(m, &m->layers[i]);
     if (err == GRPO_OK && m->mtp != NULL)
-        err = grpo__fail(GRPO_EUNSUPPORTED,
-                         "model: the MTP module runs on the CPU backend only; load without it");
+        err = up_mtp(m, embed_host);
     return err;
 }
 

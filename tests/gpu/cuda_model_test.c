@@ -406,6 +406,53 @@ resident_fp8_tc(const char *name, const char *dir, const tm_expected *e)
     }
 }
 
+/* The MTP module on the device-resident model (its weights uploaded with the model's): the MTP
+ * prefill over the main model's final states and one MTP decode step against the CPU backend
+ * (1e-4 of the largest logit). The tiny BF16 model only (the one with an MTP layer). */
+static void
+resident_mtp(const char *name, const char *dir, const tm_expected *e)
+{
+    grpo_model *ms[2] = {NULL, NULL};
+    grpo_model_opts oc = {.n_threads = 2, .load_mtp = 1};
+    grpo_model_opts og = {.n_threads = 1, .backend = 2, .load_mtp = 1};
+    GT_OK(grpo_model_load(&ms[0], dir, &oc));
+    if (!grpo_model_has_mtp(ms[0])) {
+        grpo_model_destroy(ms[0]);
+        return;
+    }
+    GT_OK(grpo_model_load(&ms[1], dir, &og));
+    int V = e->vocab, H = grpo_model_get_config(ms[0])->hidden_size, n = e->n - 1;
+    float *lg[2];
+    for (int v = 0; v < 2; v++) {
+        grpo_kv *kv = NULL, *mkv = NULL;
+        int32_t sq, mq;
+        GT_OK(grpo_kv_create_for(&kv, ms[v], 8u << 20));
+        GT_OK(grpo_kv_create_mtp(&mkv, ms[v], 8u << 20));
+        GT_OK(grpo_kv_seq_new(kv, &sq));
+        GT_OK(grpo_kv_seq_new(mkv, &mq));
+        float *main_lg = malloc((size_t)n * V * sizeof *main_lg);
+        float *hid = malloc((size_t)n * H * sizeof *hid);
+        lg[v] = malloc((size_t)n * V * sizeof *lg[v]);
+        grpo_fwd_item p = {sq, 0, n, e->tokens};
+        GT_OK(grpo_model_forward_hidden(ms[v], kv, &p, 1, 1, main_lg, hid));
+        grpo_fwd_item q = {mq, 0, n - 1, e->tokens + 1};
+        GT_OK(grpo_model_mtp_forward(ms[v], mkv, &q, 1, hid, 1, lg[v]));
+        grpo_fwd_item d = {mq, n - 1, 1, e->tokens + n};
+        GT_OK(grpo_model_mtp_forward(ms[v], mkv, &d, 1, hid + (size_t)(n - 1) * H, 0,
+                                     lg[v] + (size_t)(n - 1) * V));
+        GT_OK(grpo_model__backend_status(ms[v]));
+        free(main_lg), free(hid);
+        grpo_kv_destroy(mkv), grpo_kv_destroy(kv);
+    }
+    double w = worst_rows(lg[1], lg[0], n, V);
+    printf("  %s: MTP module on the device-resident model vs the CPU backend: %d rows, worst "
+           "%.3g (tol 1e-4)\n",
+           name, n, w);
+    GT_CHECK(w <= 1e-4, "%s: MTP on the device %.3g", name, w);
+    free(lg[0]), free(lg[1]);
+    grpo_model_destroy(ms[0]), grpo_model_destroy(ms[1]);
+}
+
 static void
 run_model(const char *name)
 {
@@ -469,6 +516,7 @@ run_model(const char *name)
     resident_fp8(name, dir, &e, cpu_lg, twin_lg);
     resident_kv(name, dir, &e);
     resident_fp8_tc(name, dir, &e);
+    resident_mtp(name, dir, &e);
     free(twin_lg);
     grpo_kernels_cuda_destroy(gx);
     grpo_kernels_cuda_destroy(gf);

@@ -33,6 +33,7 @@ class _PolicyOpts(ctypes.Structure):  # grpo_policy_opts
 
 NUMERICS = {"exact": 0, "q8": 1, "fp8": 2, "fp8-nondet": 3}  # grpo_numerics
 KV_DTYPES = {"f32": 0, "bf16": 1, "fp8": 2}  # grpo_kv_dtype
+DEVICES = {"cpu": 0, "cuda": 2}  # grpo_model_opts.backend: 2 = the device-resident CUDA model
 
 
 class _Prompt(ctypes.Structure):  # grpo_prompt
@@ -198,7 +199,9 @@ class Engine:
     def __init__(self, model_dir: str, *, template: str = "r1", tokenizer: Optional[str] = None,
                  threads: int = 0, kv_budget_tokens: int = 0, kv_budget_bytes: int = 0,
                  reward_config: Union[None, str, Dict[str, Any]] = None, verify_threads: int = 2,
-                 numerics: str = "exact", kv_dtype: str = "f32"):
+                 numerics: str = "exact", kv_dtype: str = "f32", device: str = "cpu"):
+        if device not in DEVICES:
+            raise ValueError(f"device {device!r}: expected one of {sorted(DEVICES)}")
         if numerics not in NUMERICS:
             raise ValueError(f"numerics {numerics!r}: expected one of {sorted(NUMERICS)}")
         if kv_dtype not in KV_DTYPES:
@@ -206,7 +209,7 @@ class Engine:
         self._pol = _vp()
         self._verifier = Verifier(reward_config, threads=verify_threads)
         po = _PolicyOpts(tokenizer.encode() if tokenizer else None, template.encode(), threads,
-                         kv_budget_bytes, kv_budget_tokens, 0, NUMERICS[numerics],
+                         kv_budget_bytes, kv_budget_tokens, DEVICES[device], NUMERICS[numerics],
                          KV_DTYPES[kv_dtype])
         _check(_lib.grpo_policy_open(ctypes.byref(self._pol), str(model_dir).encode(),
                                      ctypes.byref(po)), str(model_dir))

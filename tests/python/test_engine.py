@@ -114,6 +114,22 @@ def test_kv_dtype_matches_cli(grpo_bin, tmp_path):
         grpo.Engine(MODEL, kv_dtype="int4")
 
 
+def test_device():
+    """device="cuda" opens the device-resident CUDA model (the GPU CUDA_VISIBLE_DEVICES names
+    first); without a CUDA build or a visible device it fails saying so, and an unknown device is
+    refused before anything loads."""
+    with pytest.raises(ValueError, match="device"):
+        grpo.Engine(MODEL, device="tpu")
+    try:
+        e = grpo.Engine(MODEL, device="cuda")
+    except RuntimeError as err:  # this machine: no CUDA build in the library, or no device
+        assert "CUDA" in str(err)
+    else:
+        with e:
+            g = e.rollout(["1+1?"], group=2, max_new_tokens=8)
+            assert len(g[0].samples) == 2
+
+
 def test_fp8_numerics_matches_cli(grpo_bin, tmp_path):
     option_matches_cli(grpo_bin, tmp_path, ["--numerics", "fp8"], numerics="fp8")
 

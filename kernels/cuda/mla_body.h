@@ -43,21 +43,36 @@ mla_decode_smem_floats(int dc, int dr)
     return (MLA_HG + MLA_TJ) * (dc + dr + 1) + MLA_HG * MLA_TJ + 3 * MLA_HG;
 }
 
-/* Head h's scores against tile row jj = lane (nj rows valid) into p, with the running max mh,
+/* Tile row jj = lane's dot products with heads h0 and h0 + 1 (one pass over the row: each value
+ * loaded once for both), each summed in the same order as alone: the latent part, then the rope
+ * part, (a + c) x scale; -inf past the nj valid rows. */
+MB_FN void
+mla_tile_dots(int h0, int lane, int nj, int dc, int D, float scale, const float *q, const float *kt,
+              float sc[2])
+{
+    int jj = lane, DP = D + 1;
+    const float *q0 = q + h0 * DP, *q1 = q0 + DP, *kj = kt + jj * DP;
+    float a0 = 0.0f, a1 = 0.0f, c0 = 0.0f, c1 = 0.0f;
+    for (int d = 0; d < dc; d++) {
+        float k = kj[d];
+        a0 = fmaf(q0[d], k, a0), a1 = fmaf(q1[d], k, a1);
+    }
+    for (int d = dc; d < D; d++) {
+        float k = kj[d];
+        c0 = fmaf(q0[d], k, c0), c1 = fmaf(q1[d], k, c1);
+    }
+    sc[0] = jj < nj ? (a0 + c0) * scale : -INFINITY;
+    sc[1] = jj < nj ? (a1 + c1) * scale : -INFINITY;
+}
+
+/* Head h's score sc against tile row jj = lane (nj rows valid) into p, with the running max mh,
  * sum lh and the factor al that rescales the head's earlier output (one warp per head). */
 template <class Ctx>
 MB_FN void
-mla_tile_scores(Ctx &cx, int h, int lane, int nj, int dc, int D, float scale, const float *q,
-                const float *kt, float *p, float *mh, float *lh, float *al)
+mla_tile_softmax(Ctx &cx, int h, int lane, int nj, float sc, float *p, float *mh, float *lh,
+                 float *al)
 {
-    int jj = lane, DP = D + 1;
-    const float *qh = q + h * DP, *kj = kt + jj * DP;
-    float a = 0.0f, c = 0.0f;
-    for (int d = 0; d < dc; d++)
-        a = fmaf(qh[d], kj[d], a);
-    for (int d = dc; d < D; d++)
-        c = fmaf(qh[d], kj[d], c);
-    float sc = jj < nj ? (a + c) * scale : -INFINITY;
+    int jj = lane;
     float mx = fmaxf(mh[h], cx.warp_max(sc));
     float pe = jj < nj ? expf(sc - mx) : 0.0f;
     float ps = cx.warp_sum(pe);
@@ -97,8 +112,10 @@ mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const 
     }
     if (t < MLA_HG) {
         mh[t] = -INFINITY;
-        lh[t] = 0.0f;
+        lh[t] = al[t] = 0.0f;
     }
+    for (int i = t; i < MLA_HG * MLA_TJ; i += MLA_NT)
+        p[i] = 0.0f; /* heads past H: their outputs stay 0 */
     float o[MLA_HG][2];
     for (int h = 0; h < MLA_HG; h++)
         o[h][0] = o[h][1] = 0.0f;
@@ -114,26 +131,37 @@ mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const 
                     : 0.0f;
         }
         cx.sync();
-        for (int r = 0; r < MLA_HG * MLA_TJ / MLA_NT; r++) /* warp w -> heads 2w, 2w+1 */
-            if (2 * w + r < nh) /* whole warp: heads past H skip */
-                mla_tile_scores(cx, 2 * w + r, lane, nj, dc, D, scale, q, kt, p, mh, lh, al);
+        if (2 * w < nh) { /* warp w -> heads 2w, 2w+1; whole warp: heads past H skip */
+            float sc[2];
+            mla_tile_dots(2 * w, lane, nj, dc, D, scale, q, kt, sc);
+            for (int r = 0; r < 2; r++)
+                if (2 * w + r < nh)
+                    mla_tile_softmax(cx, 2 * w + r, lane, nj, sc[r], p, mh, lh, al);
+        }
         cx.sync();
+        /* each output (h, d) rescaled, then its products added position by position as before;
+         * a position's value loaded once for every head */
 #ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
         for (int h = 0; h < MLA_HG; h++)
+            o[h][0] *= al[h], o[h][1] *= al[h];
 #ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
-            for (int c = 0; c < 2; c++) {
-                int d = t + MLA_NT * c;
-                if (h >= nh || d >= dc)
-                    continue;
-                float acc = o[h][c] * al[h];
-                for (int jj = 0; jj < nj; jj++)
-                    acc = fmaf(p[h * MLA_TJ + jj], kt[jj * DP + d], acc);
-                o[h][c] = acc;
+        for (int c = 0; c < 2; c++) {
+            int d = t + MLA_NT * c;
+            if (d >= dc)
+                continue;
+            for (int jj = 0; jj < nj; jj++) {
+                float v = kt[jj * DP + d];
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+                for (int h = 0; h < MLA_HG; h++)
+                    o[h][c] = fmaf(p[h * MLA_TJ + jj], v, o[h][c]);
             }
+        }
         cx.sync();
     }
 #ifdef __CUDA_ARCH__

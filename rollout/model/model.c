@@ -367,7 +367,9 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
     *out = NULL;
 #ifndef GRPO_MODEL_CUDA
     if (opts->backend != 0)
-        return grpo__fail(GRPO_EUNSUPPORTED, "model: backend %d is not built (CPU only)",
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "model: backend %d needs the CUDA backend, which this build lacks "
+                          "(CPU only)",
                           opts->backend);
 #endif
     if (opts->backend < 0 || opts->backend > 2)

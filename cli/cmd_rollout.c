@@ -55,8 +55,10 @@ usage_model(FILE *f)
           "                       smaller rows, more groups in the same --kv-budget, not\n"
           "                       exact; recorded, so replay and --resume use it too\n"
           "  --gpu N              run the model on GPU N (CUDA build; CUDA_VISIBLE_DEVICES=N):\n"
-          "                       weights, activations and KV pages in device memory, exact\n"
-          "                       fp32 GEMMs (docs/cuda.md)\n"
+          "                       weights, activations and KV pages in device memory, the\n"
+          "                       draws made there too; exact fp32 GEMMs and attention by\n"
+          "                       default; --numerics fp8 --kv-dtype bf16 is the fast one\n"
+          "                       (tensor-core GEMMs and attention; docs/cuda.md)\n"
           "  --verify-threads N   verifier threads (default 2)\n"
           "  --kv-budget B        KV cache budget: bytes (4096, 512M, 2G) or tokens (65536t);\n"
           "                       groups are admitted while their worst case fits (default 1G)\n",

@@ -368,8 +368,7 @@ grpo_model_load(grpo_model **out, const char *dir, const grpo_model_opts *opts)
 #ifndef GRPO_MODEL_CUDA
     if (opts->backend != 0)
         return grpo__fail(GRPO_EUNSUPPORTED,
-                          "model: backend %d needs the CUDA backend, which this build lacks "
-                          "(CPU only)",
+                          "model: backend %d: the CUDA backend is not built (CPU only)",
                           opts->backend);
 #endif
     if (opts->backend < 0 || opts->backend > 2)

@@ -43,6 +43,14 @@
 #define MTC_HT 16  /* heads per head tile (the mma's M) */
 #define MTC_MAXT 4 /* head tiles per block */
 #define MTC_NU 32  /* n8 column tiles of output per warp at most (dc <= 512) */
+/* Floats per score row: 8 past a multiple of 32, so a warp's 8-byte accesses of its rows g and
+ * columns 2 (lane % 4) hit 32 distinct banks per half-warp. */
+#define MTC_SS (MTC_TJ + 8)
+
+/* Two adjacent scores: one 8-byte store or load. */
+struct alignas(8) mtc_f2 {
+    float x, y;
+};
 
 #ifdef __CUDA_ARCH__
 #define MTC_UNROLL _Pragma("unroll")
@@ -112,7 +120,7 @@ mtc_smem_of(const mtc_shape &s)
     m.q = 0;
     m.kt = m.q + (size_t)MTC_HT * s.nht * s.qs * 2;
     m.sc = m.kt + (size_t)2 * MTC_TJ * s.qs * 2;
-    m.raw = m.sc + (size_t)MTC_HT * s.nht * (MTC_TJ + 4) * 4;
+    m.raw = m.sc + (size_t)MTC_HT * s.nht * MTC_SS * 4;
     m.total = m.raw + (size_t)MTC_TJ * s.rb;
     return m;
 }
@@ -245,9 +253,10 @@ mtc_scores(Ctx &cx, const mtc_shape &s, const uint8_t *q, const uint8_t *kt, flo
     MTC_UNROLL
     for (int n = 0; n < 2; n++)
         MTC_UNROLL
-    for (int e = 0; e < 4; e++) {
-        int row = MTC_HT * i + g + 8 * (e / 2), col = 16 * c + 8 * n + 2 * qd + e % 2;
-        sc[(size_t)row * (MTC_TJ + 4) + col] = acc[n][e];
+    for (int r = 0; r < 2; r++) { /* rows g, g + 8: columns 2 qd, 2 qd + 1 of n8 tile n */
+        int row = MTC_HT * i + g + 8 * r, col = 16 * c + 8 * n + 2 * qd;
+        mtc_f2 v = {acc[n][2 * r], acc[n][2 * r + 1]};
+        kb_st<mtc_f2>((uint8_t *)(sc + (size_t)row * MTC_SS + col), v);
     }
 }
 
@@ -280,11 +289,12 @@ mtc_softmax(Ctx &cx, const float *sc, int i, int nj, float scale, float mx[2], f
     MTC_UNROLL
     for (int n = 0; n < 4; n++)
         MTC_UNROLL
-    for (int e = 0; e < 4; e++) {
-        int row = MTC_HT * i + g + 8 * (e / 2), col = 8 * n + 2 * qd + e % 2;
-        float v = col < nj ? sc[(size_t)row * (MTC_TJ + 4) + col] * scale : -INFINITY;
-        p[n][e] = v;
-        rmax[e / 2] = fmaxf(rmax[e / 2], v);
+    for (int r = 0; r < 2; r++) {
+        int row = MTC_HT * i + g + 8 * r, col = 8 * n + 2 * qd;
+        mtc_f2 v = kb_ld<mtc_f2>((const uint8_t *)(sc + (size_t)row * MTC_SS + col));
+        p[n][2 * r] = col < nj ? v.x * scale : -INFINITY;
+        p[n][2 * r + 1] = col + 1 < nj ? v.y * scale : -INFINITY;
+        rmax[r] = fmaxf(rmax[r], fmaxf(p[n][2 * r], p[n][2 * r + 1]));
     }
     MTC_UNROLL
     for (int r = 0; r < 2; r++) {

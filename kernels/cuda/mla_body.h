@@ -26,6 +26,12 @@
 #define MB_FN inline
 #endif
 
+#ifdef __CUDA_ARCH__ /* the device pass only: the host compiler knows no such pragma */
+#define MB_UNROLL _Pragma("unroll")
+#else
+#define MB_UNROLL
+#endif
+
 #define MLA_HG 16
 #define MLA_TJ 32
 #define MLA_NT 256
@@ -86,6 +92,30 @@ mla_tile_softmax(Ctx &cx, int h, int lane, int nj, float sc, float *p, float *mh
     }
 }
 
+/* Thread t's outputs (columns t and t + MLA_NT of every head) rescaled by al, then the tile's
+ * products added position by position, as a head alone would add them; each position's value
+ * loaded once for every head. */
+MB_FN void
+mla_tile_pv(int t, int nj, int dc, int DP, const float *p, const float *al, const float *kt,
+            float o[MLA_HG][2])
+{
+    MB_UNROLL
+    for (int h = 0; h < MLA_HG; h++)
+        o[h][0] *= al[h], o[h][1] *= al[h];
+    MB_UNROLL
+    for (int c = 0; c < 2; c++) {
+        int d = t + MLA_NT * c;
+        if (d >= dc)
+            continue;
+        for (int jj = 0; jj < nj; jj++) {
+            float v = kt[jj * DP + d];
+            MB_UNROLL
+            for (int h = 0; h < MLA_HG; h++)
+                o[h][c] = fmaf(p[h * MLA_TJ + jj], v, o[h][c]);
+        }
+    }
+}
+
 template <class Ctx>
 MB_FN void
 mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const float *ql,
@@ -139,34 +169,10 @@ mla_decode_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const 
                     mla_tile_softmax(cx, 2 * w + r, lane, nj, sc[r], p, mh, lh, al);
         }
         cx.sync();
-        /* each output (h, d) rescaled, then its products added position by position as before;
-         * a position's value loaded once for every head */
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-        for (int h = 0; h < MLA_HG; h++)
-            o[h][0] *= al[h], o[h][1] *= al[h];
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-        for (int c = 0; c < 2; c++) {
-            int d = t + MLA_NT * c;
-            if (d >= dc)
-                continue;
-            for (int jj = 0; jj < nj; jj++) {
-                float v = kt[jj * DP + d];
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-                for (int h = 0; h < MLA_HG; h++)
-                    o[h][c] = fmaf(p[h * MLA_TJ + jj], v, o[h][c]);
-            }
-        }
+        mla_tile_pv(t, nj, dc, DP, p, al, kt, o);
         cx.sync();
     }
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
+    MB_UNROLL
     for (int h = 0; h < MLA_HG; h++) {
         if (h >= nh)
             continue;

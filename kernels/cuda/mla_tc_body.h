@@ -52,12 +52,6 @@ struct alignas(8) mtc_f2 {
     float x, y;
 };
 
-#ifdef __CUDA_ARCH__
-#define MTC_UNROLL _Pragma("unroll")
-#else
-#define MTC_UNROLL
-#endif
-
 /* The block's shapes: nht head tiles; the latent padded to dcp (a multiple of 32, so a warp's
  * half of it is whole pairs of n8 tiles), the rope part to drp (16); row stride qs in BF16
  * elements (Q, Kt); raw row stride rb in bytes (0: no raw buffer, the rows land in Kt). */
@@ -250,9 +244,9 @@ mtc_scores(Ctx &cx, const mtc_shape &s, const uint8_t *q, const uint8_t *kt, flo
         cx.mma_bf16(acc[0], a, b0);
         cx.mma_bf16(acc[1], a, b1);
     }
-    MTC_UNROLL
+    MB_UNROLL
     for (int n = 0; n < 2; n++)
-        MTC_UNROLL
+        MB_UNROLL
     for (int r = 0; r < 2; r++) { /* rows g, g + 8: columns 2 qd, 2 qd + 1 of n8 tile n */
         int row = MTC_HT * i + g + 8 * r, col = 16 * c + 8 * n + 2 * qd;
         mtc_f2 v = {acc[n][2 * r], acc[n][2 * r + 1]};
@@ -286,9 +280,9 @@ mtc_softmax(Ctx &cx, const float *sc, int i, int nj, float scale, float mx[2], f
 {
     int lane = cx.lane(), g = lane / 4, qd = lane % 4;
     float rmax[2] = {-INFINITY, -INFINITY}, al[2], rs[2] = {0.0f, 0.0f};
-    MTC_UNROLL
+    MB_UNROLL
     for (int n = 0; n < 4; n++)
-        MTC_UNROLL
+        MB_UNROLL
     for (int r = 0; r < 2; r++) {
         int row = MTC_HT * i + g + 8 * r, col = 8 * n + 2 * qd;
         mtc_f2 v = kb_ld<mtc_f2>((const uint8_t *)(sc + (size_t)row * MTC_SS + col));
@@ -296,24 +290,24 @@ mtc_softmax(Ctx &cx, const float *sc, int i, int nj, float scale, float mx[2], f
         p[n][2 * r + 1] = col + 1 < nj ? v.y * scale : -INFINITY;
         rmax[r] = fmaxf(rmax[r], fmaxf(p[n][2 * r], p[n][2 * r + 1]));
     }
-    MTC_UNROLL
+    MB_UNROLL
     for (int r = 0; r < 2; r++) {
         float nm = fmaxf(mx[r], mtc_quad_max(cx, rmax[r]));
         al[r] = expf(mx[r] - nm); /* exp(-inf) = 0 on the first tile */
         mx[r] = nm;
     }
-    MTC_UNROLL
+    MB_UNROLL
     for (int n = 0; n < 4; n++)
-        MTC_UNROLL
+        MB_UNROLL
     for (int e = 0; e < 4; e++) {
         float pe = 8 * n + 2 * qd + e % 2 < nj ? expf(p[n][e] - mx[e / 2]) : 0.0f;
         p[n][e] = pe;
         rs[e / 2] += pe;
     }
-    MTC_UNROLL
+    MB_UNROLL
     for (int r = 0; r < 2; r++)
         ls[r] = ls[r] * al[r] + mtc_quad_sum(cx, rs[r]);
-    MTC_UNROLL
+    MB_UNROLL
     for (int u = 0; u < MTC_NU; u++)
         o[u][0] *= al[0], o[u][1] *= al[0], o[u][2] *= al[1], o[u][3] *= al[1];
 }
@@ -326,7 +320,7 @@ mtc_pv(Ctx &cx, const mtc_shape &s, const uint8_t *kt, int c, int nj, int nu, fl
        float o[MTC_NU][4])
 {
     int lane = cx.lane(), m = lane / 8, r = lane % 8;
-    MTC_UNROLL
+    MB_UNROLL
     for (int k = 0; k < 2; k++) { /* positions [16 k, 16 k + 16) of the tile */
         if (16 * k >= nj)
             break; /* warp-uniform */
@@ -336,7 +330,7 @@ mtc_pv(Ctx &cx, const mtc_shape &s, const uint8_t *kt, int c, int nj, int nu, fl
         /* this lane's row: position 16 k + r + 8 (m % 2), columns from 8 (m / 2) of the pair */
         const uint8_t *vb =
             kt + ((size_t)(16 * k + r + 8 * (m % 2)) * s.qs + c * (s.dcp / 2) + 8 * (m / 2)) * 2;
-        MTC_UNROLL
+        MB_UNROLL
         for (int u = 0; u < MTC_NU; u += 2)
             if (u < nu) {
                 uint32_t b[4];
@@ -410,7 +404,7 @@ mla_tc_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const floa
      * [c dcp / 2, (c + 1) dcp / 2) in n8 tiles */
     float mx[2] = {-INFINITY, -INFINITY}, ls[2] = {0.0f, 0.0f};
     float o[MTC_NU][4];
-    MTC_UNROLL
+    MB_UNROLL
     for (int u = 0; u < MTC_NU; u++)
         o[u][0] = o[u][1] = o[u][2] = o[u][3] = 0.0f;
     cx.cp_wait();
@@ -439,7 +433,7 @@ mla_tc_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const floa
     }
     if (!live)
         return;
-    MTC_UNROLL
+    MB_UNROLL
     for (int r = 0; r < 2; r++) {
         int h = MTC_HT * i + g + 8 * r;
         if (h >= nh)
@@ -447,9 +441,9 @@ mla_tc_block(Ctx &cx, int b, int hgrp, int sp, int H, int dc, int dr, const floa
         float *pp = part + (((size_t)b * H + h0 + h) * nsm + sp) * (2 + dc);
         if (c == 0 && qd == 0)
             pp[0] = mx[r], pp[1] = ls[r];
-        MTC_UNROLL
+        MB_UNROLL
         for (int u = 0; u < MTC_NU; u++)
-            MTC_UNROLL
+            MB_UNROLL
         for (int e = 0; e < 2; e++) {
             int d = c * (s.dcp / 2) + 8 * u + 2 * qd + e;
             if (u < nu && d < dc)

@@ -132,8 +132,11 @@ __global__ void __launch_bounds__(64 * MTC_MAXT, 1)
                  page_len, kf, off, scale, chunk, nsm, part);
 }
 
-int
-grpo_cu__mla_tc_wanted(const cu_state *s, int force, int H, int dc, int dr, const grpo_kv_fmt *kvf)
+/* Whether an absorbed-MLA decode over rows of format kvf runs on the tensor cores: force 0 / 1
+ * (the benchmarks), or -1 for the rule: a fast policy, a BF16 or FP8 cache, dc <= 512, the
+ * block's shared memory within the device's, GRPO_CUDA_MLA_TC not 0. */
+static int
+tc_wanted(const cu_state *s, int force, int H, int dc, int dr, const grpo_kv_fmt *kvf)
 {
     if (dc > 512 || H <= 0)
         return 0;
@@ -169,7 +172,7 @@ tc_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const floa
     return GRPO_OK;
 }
 
-/* tc: the tensor-core block (grpo_cu__mla_tc_wanted), else the fp32 one. */
+/* tc: the tensor-core block (tc_wanted), else the fp32 one. */
 static grpo_err
 decode_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
               const void *const *d_ptab, int max_pages, const int32_t *d_len, grpo_cuda_mla_plan pl,
@@ -221,8 +224,8 @@ grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const float *ql, 
     CU_TRY(cudaMemcpyAsync(s->ws[2].d, len, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
                            s->stream));
     return decode_launch(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, (const int32_t *)s->ws[2].d,
-                         pl, page_len, cu_kvf_of(kvf), 0, scale,
-                         grpo_cu__mla_tc_wanted(s, -1, H, dc, dr, kvf), ol);
+                         pl, page_len, cu_kvf_of(kvf), 0, scale, tc_wanted(s, -1, H, dc, dr, kvf),
+                         ol);
 }
 
 extern "C" grpo_err
@@ -247,11 +250,11 @@ grpo_cuda_mla_decode(grpo_kernels *k, int B, int H, int dc, int dr, const float 
                                max_pages, len, page_len, &f, scale, d_ol);
 }
 
-grpo_err
-grpo_cu__mla_decode_tab_ex(cu_state *s, int B, int H, int dc, int dr, const float *ql,
-                           const float *qr, const void *const *d_ptab, int max_pages,
-                           const int32_t *d_len, int cap, int page_len, const grpo_kv_fmt *kvf,
-                           size_t off, float scale, int force, float *ol)
+/* grpo_cu__mla_decode_tab with the kernel named (force, as tc_wanted). */
+static grpo_err
+decode_tab(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
+           const void *const *d_ptab, int max_pages, const int32_t *d_len, int cap, int page_len,
+           const grpo_kv_fmt *kvf, size_t off, float scale, int force, float *ol)
 {
     if (dc > 512)
         return grpo__fail(GRPO_EUNSUPPORTED, "cuda mla decode: latent width %d > 512", dc);
@@ -260,8 +263,7 @@ grpo_cu__mla_decode_tab_ex(cu_state *s, int B, int H, int dc, int dr, const floa
     int64_t table = (int64_t)max_pages * page_len;
     grpo_cuda_mla_plan pl = grpo_cuda_mla_plan_for(cap > 0 && cap < table ? cap : table);
     return decode_launch(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, d_len, pl, page_len,
-                         cu_kvf_of(kvf), off, scale,
-                         grpo_cu__mla_tc_wanted(s, force, H, dc, dr, kvf), ol);
+                         cu_kvf_of(kvf), off, scale, tc_wanted(s, force, H, dc, dr, kvf), ol);
 }
 
 grpo_err
@@ -269,8 +271,8 @@ grpo_cu__mla_decode_tab(cu_state *s, int B, int H, int dc, int dr, const float *
                         const void *const *d_ptab, int max_pages, const int32_t *d_len, int cap,
                         int page_len, const grpo_kv_fmt *kvf, size_t off, float scale, float *ol)
 {
-    return grpo_cu__mla_decode_tab_ex(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, d_len, cap,
-                                      page_len, kvf, off, scale, -1, ol);
+    return decode_tab(s, B, H, dc, dr, ql, qr, d_ptab, max_pages, d_len, cap, page_len, kvf, off,
+                      scale, -1, ol);
 }
 
 extern "C" grpo_err
@@ -279,13 +281,13 @@ grpo_cuda_mla_decode_kv_dev(grpo_kernels *k, int B, int H, int dc, int dr, const
                             const int32_t *d_len, int cap, int page_len, const grpo_kv_fmt *kvf,
                             int kernel, float scale, float *d_ol)
 {
-    if (kernel == 1 && !grpo_cu__mla_tc_wanted(cu_of(k), 1, H, dc, dr, kvf))
+    if (kernel == 1 && !tc_wanted(cu_of(k), 1, H, dc, dr, kvf))
         return grpo__fail(GRPO_EUNSUPPORTED,
                           "cuda mla decode: %d heads of %d + %d over rows of %d bytes do not fit "
                           "the tensor-core block",
                           H, dc, dr, kvf->bytes);
-    return grpo_cu__mla_decode_tab_ex(cu_of(k), B, H, dc, dr, d_ql, d_qr, d_ptab, max_pages, d_len,
-                                      cap, page_len, kvf, 0, scale, kernel, d_ol);
+    return decode_tab(cu_of(k), B, H, dc, dr, d_ql, d_qr, d_ptab, max_pages, d_len, cap, page_len,
+                      kvf, 0, scale, kernel, d_ol);
 }
 
 extern "C" long

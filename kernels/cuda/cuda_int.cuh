@@ -165,21 +165,10 @@ grpo_err grpo_cu__mla_decode(cu_state *s, int B, int H, int dc, int dr, const fl
 /* The same with the lengths on the device and the split plan frozen from the capacity cap
  * (capturable); a page's rows start off bytes after its pointer. Under the fast policies a BF16
  * or FP8 cache takes the tensor-core kernel (attn.cu, mla_tc_body.h), the exact policy and F32
- * caches the fp32 one: grpo_cu__mla_tc_wanted. */
+ * caches the fp32 one (attn.cu, tc_wanted). */
 grpo_err grpo_cu__mla_decode_tab(cu_state *s, int B, int H, int dc, int dr, const float *ql,
                                  const float *qr, const void *const *d_ptab, int max_pages,
                                  const int32_t *d_len, int cap, int page_len,
                                  const grpo_kv_fmt *kvf, size_t off, float scale, float *ol);
-
-/* Whether an absorbed-MLA decode over rows of format kvf runs on the tensor cores: force 0 / 1
- * (the benchmarks), or -1 for the rule: a fast policy, a BF16 or FP8 cache, dc <= 512, the
- * block's shared memory within the device's, GRPO_CUDA_MLA_TC not 0. */
-int grpo_cu__mla_tc_wanted(const cu_state *s, int force, int H, int dc, int dr,
-                           const grpo_kv_fmt *kvf);
-grpo_err grpo_cu__mla_decode_tab_ex(cu_state *s, int B, int H, int dc, int dr, const float *ql,
-                                    const float *qr, const void *const *d_ptab, int max_pages,
-                                    const int32_t *d_len, int cap, int page_len,
-                                    const grpo_kv_fmt *kvf, size_t off, float scale, int force,
-                                    float *ol);
 
 #endif

@@ -79,13 +79,13 @@ typedef struct {
      * the pad draws repeating the first), rows and keys staged from the host block */
     const grpo_model_draws *dr;
     int nd;
+    int32_t *drow, *drow_h, *dtok;
+    grpo_sample_key *dkey, *dkey_h;
+    float *dlr, *dlp;
     /* an MTP forward: its input [enorm(embed) | hnorm(hidden)] (T, 2H), and the caller's hidden
      * rows copied in (T, H) where op memory is not host memory */
     int mtp;
     float *cat, *hin;
-    int32_t *drow, *drow_h, *dtok;
-    grpo_sample_key *dkey, *dkey_h;
-    float *dlr, *dlp;
 } scratch;
 
 /* Heads whose keys/values the naive form expands at once (memory: (pos0 + n) x this x 256 floats
@@ -1214,9 +1214,7 @@ mtp_layer_head(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_ite
     if (hidden_out != NULL) /* the chained draft's h: shared_head.norm's output, as SGLang */
         grpo_kernels_mem_copy(m->k, hidden_out, s->x, (size_t)R * H * sizeof(float), GRPO_MEM_D2H);
     m->k->gemm(m->k, R, s->x, H, &m->mtp->head, s->out_host ? logits : s->lo, c->vocab_size);
-    if (!s->out_host)
-        grpo_kernels_mem_copy(m->k, logits, s->lo, (size_t)R * c->vocab_size * sizeof(float),
-                              GRPO_MEM_D2H);
+    head_out(m, R, logits, NULL, s);
     return GRPO_OK;
 }
 

@@ -93,10 +93,9 @@ struct grpo_rollout {
     struct spec_bufs *spec;
 };
 
-/* One draw to make this step: a logits row (in r->logits; ix: its index) and the sample it is
- * for. */
+/* One draw to make this step: the index of its logits row (in r->logits, or the backend's when
+ * it draws itself) and the sample it is for. */
 typedef struct draw {
-    const float *row;
     int32_t ix;
     group_state *gs;
     int32_t sample, tok;

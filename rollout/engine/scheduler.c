@@ -602,8 +602,7 @@ add_draw(grpo_rollout *r, int32_t ix, group_state *gs, int32_t i)
             return grpo__fail(GRPO_ENOMEM, "rollout: out of memory");
         r->dreq = q, r->draws_cap = nc;
     }
-    const float *row = r->logits ? r->logits + (size_t)ix * (size_t)r->be.vocab : NULL;
-    r->draws[r->n_draws++] = (draw){row, ix, gs, i, -1, 0.0f, 0.0f};
+    r->draws[r->n_draws++] = (draw){ix, gs, i, -1, 0.0f, 0.0f};
     return GRPO_OK;
 }
 
@@ -651,6 +650,13 @@ fork_group(grpo_rollout *r, group_state *gs, const float *hidden)
     return GRPO_OK;
 }
 
+/* Draw d's logits row, where the engine samples them. */
+static const float *
+draw_row(const grpo_rollout *r, const draw *d)
+{
+    return r->logits + (size_t)d->ix * (size_t)r->be.vocab;
+}
+
 static grpo_rng_key
 draw_key(const draw *d)
 {
@@ -667,8 +673,8 @@ draw_range(void *ctx, size_t begin, size_t end, int worker)
     grpo_rollout *r = ctx;
     for (size_t k = begin; k < end; k++) {
         draw *d = &r->draws[k];
-        d->tok = grpo_sample_ex(d->row, r->be.vocab, &d->gs->g->req.params.sampling, draw_key(d),
-                                &d->lr, &d->lp, r->scratch[worker]);
+        d->tok = grpo_sample_ex(draw_row(r, d), r->be.vocab, &d->gs->g->req.params.sampling,
+                                draw_key(d), &d->lr, &d->lp, r->scratch[worker]);
     }
 }
 
@@ -681,7 +687,7 @@ apply_draw(grpo_rollout *r, const draw *d)
     if (d->tok < 0) { /* bad logits; the worker's message is thread-local: draw again here */
         grpo_rollout_group *g = d->gs->g;
         grpo_rng_key key = {0, 0, 0, 0};
-        grpo_sample_ex(d->row, r->be.vocab, &g->req.params.sampling, key, NULL, NULL,
+        grpo_sample_ex(draw_row(r, d), r->be.vocab, &g->req.params.sampling, key, NULL, NULL,
                        r->scratch[0]);
         return grpo__fail(GRPO_EINVAL, "rollout: group %llu sample %d: %s",
                           (unsigned long long)g->id, d->sample, grpo_error_last());

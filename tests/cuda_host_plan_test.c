@@ -410,6 +410,28 @@ test_nccl_id_file(void **state)
     rmdir(dir);
 }
 
+/* A scratch buffer grows only outside a recording, to need and a quarter (at least 256 bytes), and
+ * serves every need up to its size as it is. */
+static void
+test_scratch_grow(void **state)
+{
+    (void)state;
+    assert_int_equal(grpo_cuda_scratch_grow(0, 0, 0), 256);
+    assert_int_equal(grpo_cuda_scratch_grow(0, 100, 0), 256);
+    assert_int_equal(grpo_cuda_scratch_grow(0, 4096, 0), 5120);
+    assert_int_equal(grpo_cuda_scratch_grow(5120, 5120, 0), 0);
+    assert_int_equal(grpo_cuda_scratch_grow(5120, 1, 1), 0);
+    assert_int_equal(grpo_cuda_scratch_grow(5120, 5121, 0), 6401);
+    assert_true(grpo_cuda_scratch_grow(5120, 5121, 1) == GRPO_CUDA_SCRATCH_REFUSE);
+    assert_true(grpo_cuda_scratch_grow(0, 1, 1) == GRPO_CUDA_SCRATCH_REFUSE);
+    /* no size grows past what it asks for by more than a quarter, none wraps */
+    for (size_t need = 1; need < ((size_t)1 << 40); need = need * 3 + 7) {
+        size_t w = grpo_cuda_scratch_grow(need / 2, need, 0);
+        assert_true(w >= need && w <= need + need / 4 + 256);
+        assert_int_equal(grpo_cuda_scratch_grow(w, need, 1), 0);
+    }
+}
+
 int
 main(void)
 {
@@ -420,6 +442,7 @@ main(void)
         cmocka_unit_test(test_ptr_align),     cmocka_unit_test(test_mla_split),
         cmocka_unit_test(test_mla_plan),      cmocka_unit_test(test_ep_verdict),
         cmocka_unit_test(test_nccl_id_codec), cmocka_unit_test(test_nccl_id_file),
+        cmocka_unit_test(test_scratch_grow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

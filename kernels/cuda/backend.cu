@@ -42,17 +42,25 @@ grpo_cu__grow(void **a, int *cap, int n, size_t elem)
 
 /* Bumped whenever a scratch buffer moves: a CUDA graph recorded before may point at the old one. */
 static unsigned long long scratch_epoch = 1;
+/* Set while this thread records a step (stream capture is per thread): no buffer grows then. */
+static __thread int recording;
 
 grpo_err
 grpo_cu__reserve(cu_buf *b, size_t n)
 {
-    if (b->n >= n && b->d != NULL)
+    size_t want = grpo_cuda_scratch_grow(b->d != NULL ? b->n : 0, n, recording);
+    if (want == 0)
         return GRPO_OK;
+    if (want == GRPO_CUDA_SCRATCH_REFUSE)
+        return grpo__fail(
+            GRPO_EUNSUPPORTED,
+            "cuda: a scratch buffer of %zu bytes would grow to %zu bytes while a step "
+            "is recorded",
+            b->n, n);
     __atomic_add_fetch(&scratch_epoch, 1, __ATOMIC_RELAXED);
     if (b->d != NULL)
         cudaFree(b->d); /* callers reserve between ops, never while a kernel uses b */
     b->d = NULL, b->n = 0;
-    size_t want = n < 256 ? 256 : n + n / 4;
     CU_TRY(cudaMalloc(&b->d, want));
     b->n = want;
     return GRPO_OK;
@@ -676,6 +684,7 @@ t_graph_begin(grpo_kernels *k)
     if (s->first_err != GRPO_OK)
         return s->first_err;
     CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal));
+    recording = 1;
     return GRPO_OK;
 }
 
@@ -688,6 +697,7 @@ t_graph_end(grpo_kernels *k)
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
     cudaError_t ce = cudaStreamEndCapture(s->stream, &g);
+    recording = 0;
     int ok = ce == cudaSuccess && g != NULL && s->first_err == GRPO_OK;
     if (ok && cudaGraphInstantiate(&x, g, 0) != cudaSuccess)
         ok = 0, x = NULL;

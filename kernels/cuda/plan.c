@@ -79,6 +79,16 @@ grpo_cuda_ptr_align(const void *p)
     return al;
 }
 
+size_t
+grpo_cuda_scratch_grow(size_t have, size_t need, int recording)
+{
+    if (have > 0 && have >= need)
+        return 0;
+    if (recording)
+        return GRPO_CUDA_SCRATCH_REFUSE;
+    return need < 256 ? 256 : need + need / 4;
+}
+
 grpo_cuda_mla_plan
 grpo_cuda_mla_plan_for(int64_t cap)
 {

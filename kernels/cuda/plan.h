@@ -86,6 +86,17 @@ int grpo_cuda_mla_splits_used(grpo_cuda_mla_plan p, int32_t len);
 int grpo_cuda_mla_chunk(int32_t len);
 int grpo_cuda_mla_nsplit(int32_t len);
 
+/* ---- Scratch buffers ----
+ * A backend scratch buffer of have bytes (0: none yet) asked for need bytes: 0 when it serves as
+ * it is, else the bytes of its replacement (need and a quarter, at least 256), or
+ * GRPO_CUDA_SCRATCH_REFUSE while a step is being recorded: a replacement would free memory the
+ * recording (and earlier ones) point at, and allocating inside a stream capture is not allowed.
+ * A recording is made right after the same step ran op by op, so its scratch has grown already;
+ * growth outside a recording moves the buffer and changes the table's graph_epoch, which drops
+ * every recording made before. */
+#define GRPO_CUDA_SCRATCH_REFUSE SIZE_MAX
+size_t grpo_cuda_scratch_grow(size_t have, size_t need, int recording);
+
 /* ---- Page tables ----
  * The device reads cache rows through a table of page indices into one pool of pages
  * (pool + page * page_elems). grpo_cuda_page_table flattens per-sequence page lists into

@@ -5,7 +5,9 @@
  * ragged shapes, an FP8 row view, per-head forms, experts with 0..many rows, both weight paths of
  * the grouped GEMM. The tensor-core GEMM of the deterministic fast policy (kernels/cuda/tc_body.h)
  * the same way, its mma instructions emulated from the PTX ISA's fragment layouts, against the CPU
- * twin (act_round). Runs in CI without a device; the CUDA execution is in cuda_ops_test.c. */
+ * twin (act_round), with its activations prepared by tc_prep_k's own body; the activation
+ * roundings of quant_body.h (FP8 quantization, BF16) bit for bit against the twin's. Runs in CI
+ * without a device; the CUDA execution is in cuda_ops_test.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,7 @@ extern "C" {
 
 #include "kernels/cuda/gemm_body.h"
 #include "kernels/cuda/plan.h"
+#include "kernels/cuda/quant_body.h"
 #include "kernels/cuda/tc_body.h"
 #include "tests/cuda_host_mma.h"
 
@@ -367,30 +370,131 @@ struct tc_acts {
     std::vector<float> qs;
 };
 
+/* Runs f(cx) on the 32 threads of one simulated warp (shuffles through its barrier). */
+template <class F>
+static void
+run_warp(F f)
+{
+    host_warp *hw = new host_warp;
+    pthread_barrier_t bar;
+    pthread_barrier_init(&hw->bar, NULL, 32);
+    pthread_barrier_init(&bar, NULL, 32);
+    struct arg {
+        host_thread cx;
+        F *f;
+    };
+    std::vector<arg> a(32);
+    std::vector<pthread_t> th(32);
+    for (int t = 0; t < 32; t++) {
+        a[t].cx.t = t, a[t].cx.hw = hw, a[t].cx.bar = &bar, a[t].f = &f;
+        assert_int_equal(pthread_create(
+                             &th[t], NULL,
+                             [](void *p) -> void * {
+                                 arg *x = (arg *)p;
+                                 (*x->f)(x->cx);
+                                 return NULL;
+                             },
+                             &a[t]),
+                         0);
+    }
+    for (int t = 0; t < 32; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&bar);
+    pthread_barrier_destroy(&hw->bar);
+    delete hw;
+}
+
+/* The prepared activations of one job made by tc_prep_k's body (quant_body.h qb_tc_prep) on a
+ * simulated warp, every (row, block) in turn. */
 static void
 tc_prep_host(tc_acts &p, int fp8, int M, int K, const float *x, int ldx)
 {
     int kbs = (K + 127) / 128;
     p.q.assign((size_t)M * K * (fp8 ? 1 : 2), 0);
     p.qs.assign((size_t)kbs * M, 0.0f);
-    for (int m = 0; m < M; m++)
-        for (int b = 0; b < kbs; b++) {
-            const float *xr = x + (size_t)m * ldx;
-            int c1 = b * 128 + 128 < K ? b * 128 + 128 : K;
-            float amax = 0.0f;
-            for (int c = b * 128; c < c1; c++)
-                amax = fmaxf(amax, fabsf(xr[c]));
-            float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
-            p.qs[(size_t)b * M + m] = sc;
-            for (int c = b * 128; c < c1; c++) {
-                if (fp8) {
-                    p.q[(size_t)m * K + c] = grpo_f32_to_e4m3(xr[c] / sc);
-                } else {
-                    uint16_t h = grpo_f32_to_bf16(xr[c]);
-                    memcpy(&p.q[((size_t)m * K + c) * 2], &h, 2);
+    tc_job j;
+    memset(&j, 0, sizeof j);
+    j.q = p.q.data(), j.qs = p.qs.data(), j.x = x, j.ldx = ldx, j.M = M, j.ldq = K, j.qsld = M;
+    j.prep = 1, j.w.dt = fp8 ? GRPO_DT_F8E4M3 : GRPO_DT_BF16, j.w.cols = K;
+    run_warp([&](host_thread &cx) {
+        for (int wi = 0; wi < M * kbs + 3; wi++) /* past the last: nothing */
+            qb_tc_prep(cx, j, wi);
+    });
+}
+
+/* ---- the activation roundings (quant_body.h) against the CPU twin ---- */
+
+/* quant_k's, act_fp8_k's and tc_prep_k's bodies against grpo_act_fp8_round (bit for bit: the
+ * E4M3 values times their scales, and each scale amax / 448 of its block), to_bf16_k's and
+ * round_bf16_k's against grpo_f32_to_bf16; ragged K, row strides past K, all-zero blocks,
+ * magnitudes from subnormal to 1e30, signed zeros. */
+static void
+quant_bodies_match_twin(void **state)
+{
+    (void)state;
+    const int sh[][3] = {{5, 300, 311}, {3, 128, 128}, {2, 1000, 1000}, {1, 7, 9}, {6, 257, 260}};
+    for (int s = 0; s < 5; s++) {
+        int M = sh[s][0], K = sh[s][1], ldx = sh[s][2], kbs = (K + 127) / 128;
+        std::vector<float> x((size_t)M * ldx);
+        for (size_t i = 0; i < x.size(); i++) {
+            float v = frand();
+            int kind = (int)(i % 11);
+            x[i] = kind == 0 ? v * 1e30f : kind == 1 ? v * 1e-40f : kind == 2 ? -0.0f : v;
+        }
+        if (K > 128) /* an all-zero block */
+            for (int c = 128; c < 256 && c < K; c++)
+                x[(size_t)(M - 1) * ldx + c] = c % 2 ? 0.0f : -0.0f;
+        std::vector<float> ref((size_t)M * K), got((size_t)M * K, 7.0f);
+        grpo_act_fp8_round(M, K, x.data(), ldx, ref.data());
+        int64_t sld = grpo_cuda_ascale_ld(M);
+        std::vector<uint8_t> q((size_t)M * K);
+        std::vector<float> qs((size_t)kbs * sld, -1.0f);
+        run_warp([&](host_thread &cx) {
+            for (int m = 0; m < M; m++)
+                for (int kb = 0; kb < kbs; kb++) {
+                    const float *xr = &x[(size_t)m * ldx];
+                    qb_quant(cx, xr, K, kb * 128, &q[(size_t)m * K], &qs[(size_t)kb * sld + m]);
+                    qb_fp8_round(cx, xr, K, kb * 128, &got[(size_t)m * K]);
+                }
+        });
+        assert_memory_equal(got.data(), ref.data(), got.size() * sizeof(float));
+        for (int m = 0; m < M; m++)
+            for (int kb = 0; kb < kbs; kb++) {
+                float amax = 0.0f;
+                for (int c = kb * 128; c < K && c < kb * 128 + 128; c++)
+                    amax = fmaxf(amax, fabsf(x[(size_t)m * ldx + c]));
+                float sc = qs[(size_t)kb * sld + m];
+                assert_true(sc == (amax > 0.0f ? amax / 448.0f : 1.0f));
+                for (int c = kb * 128; c < K && c < kb * 128 + 128; c++) {
+                    float v = grpo_e4m3_to_f32(q[(size_t)m * K + c]) * sc;
+                    assert_memory_equal(&v, &ref[(size_t)m * K + c], sizeof v);
                 }
             }
+        tc_acts p8, p16;
+        tc_prep_host(p8, 1, M, K, x.data(), ldx);
+        tc_prep_host(p16, 0, M, K, x.data(), ldx);
+        assert_memory_equal(p8.q.data(), q.data(), q.size());
+        for (int m = 0; m < M; m++)
+            for (int kb = 0; kb < kbs; kb++)
+                assert_true(p8.qs[(size_t)kb * M + m] == qs[(size_t)kb * sld + m]);
+        std::vector<uint16_t> b16((size_t)M * K, 0x7777);
+        std::vector<float> r16((size_t)M * K, 7.0f);
+        for (size_t t = 0; t < (size_t)M * K + 40; t++) { /* past the end: nothing */
+            qb_bf16_elem(t, M, K, x.data(), ldx, b16.data());
+            qb_bf16_round_elem(t, M, K, x.data(), ldx, r16.data());
         }
+        for (int m = 0; m < M; m++)
+            for (int c = 0; c < K; c++) {
+                size_t i = (size_t)m * K + c;
+                uint16_t h = grpo_f32_to_bf16(x[(size_t)m * ldx + c]), ph;
+                float f = grpo_bf16_to_f32(h);
+                memcpy(&ph, &p16.q[i * 2], 2);
+                assert_int_equal(b16[i], h);
+                assert_int_equal(ph, h);
+                assert_memory_equal(&r16[i], &f, sizeof f);
+            }
+        printf("    roundings M=%d K=%d ldx=%d: E4M3 and BF16 bit for bit\n", M, K, ldx);
+    }
 }
 
 static tc_job
@@ -532,9 +636,11 @@ tc_gemm_grouped_matches_single(void **state)
 int
 main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(tiled_gemm_matches_cpu), cmocka_unit_test(grouped_gemm_matches_cpu),
-        cmocka_unit_test(tc_gemm_matches_twin), cmocka_unit_test(tc_gemm_rows_batch_invariant),
-        cmocka_unit_test(tc_gemm_grouped_matches_single)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(tiled_gemm_matches_cpu),
+                                       cmocka_unit_test(grouped_gemm_matches_cpu),
+                                       cmocka_unit_test(tc_gemm_matches_twin),
+                                       cmocka_unit_test(tc_gemm_rows_batch_invariant),
+                                       cmocka_unit_test(tc_gemm_grouped_matches_single),
+                                       cmocka_unit_test(quant_bodies_match_twin)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

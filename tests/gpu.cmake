@@ -85,10 +85,11 @@ if(TARGET PkgConfig::CMOCKA)
                 LIBS grpo_cuda_plan grpo_kernels grpo_common Threads::Threads m TIMEOUT 120)
 endif()
 
-# The GEMM bodies (kernels/cuda/gemm_body.h) run by host threads against the CPU GEMMs.
+# The GEMM bodies (kernels/cuda/gemm_body.h, tc_body.h) and the activation roundings
+# (quant_body.h) run by host threads against the CPU GEMMs and the CPU twin's roundings.
 if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(cuda_host_gemm_test SOURCES cuda_host_gemm_test.cpp
-                LIBS grpo_kernels grpo_common Threads::Threads m TIMEOUT 120)
+                LIBS grpo_cuda_plan grpo_kernels grpo_common Threads::Threads m TIMEOUT 120)
 endif()
 
 # The row, element-wise and MoE movement bodies (kernels/cuda/ops_body.h) run by host threads

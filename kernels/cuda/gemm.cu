@@ -3,6 +3,7 @@
  * the tiling) is the twin of kernels/cpu/gemm.c and also serves the per-head GEMMs and the
  * grouped expert GEMM. The fast path runs FP8 block-scaled (and BF16) GEMMs through cuBLASLt. */
 #include "kernels/cuda/cuda_int.cuh"
+#include "kernels/cuda/quant_body.h"
 
 #include <string.h>
 
@@ -247,9 +248,7 @@ grpo_cuda_gemm_bf16(grpo_kernels *k, int M, int N, int K, const void *d_x, const
 __global__ void
 to_bf16_k(int M, int K, const float *x, int ldx, __nv_bfloat16 *q)
 {
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < (size_t)M * K)
-        q[t] = __float2bfloat16_rn(x[t / K * ldx + t % K]);
+    qb_bf16_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, K, x, ldx, (uint16_t *)q);
 }
 
 /* The same rounding kept in fp32 (M x K): the fast policy's BF16 activations for the generic
@@ -257,9 +256,7 @@ to_bf16_k(int M, int K, const float *x, int ldx, __nv_bfloat16 *q)
 __global__ void
 round_bf16_k(int M, int K, const float *x, int ldx, float *out)
 {
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < (size_t)M * K)
-        out[t] = __bfloat162float(__float2bfloat16_rn(x[t / K * ldx + t % K]));
+    qb_bf16_round_elem((size_t)blockIdx.x * blockDim.x + threadIdx.x, M, K, x, ldx, out);
 }
 
 /* FP8 through cuBLASLt with M padded to a multiple of 4 (plan.h): x quantized into scratch with

@@ -1,11 +1,13 @@
 /* CUDA element-wise and row ops with their CPU twins in kernels/cpu/ops.c: RMSNorm (and the
  * residual add fused with it), RoPE, SiLU-and-multiply, embedding lookup, the DeepSeek-V3 router
- * (their bodies in ops_body.h, shared with a host simulation in CI), FP8 activation quantization.
+ * (their bodies in ops_body.h, shared with a host simulation in CI), FP8 activation quantization
+ * (quant_body.h, likewise).
  * Reductions use a fixed tree per row, so a row's result never depends on the other rows of the
  * batch. */
 #include "kernels/cuda/cuda_int.cuh"
 #include "kernels/cuda/ops_body.h"
 #include "kernels/cuda/kv_body.h"
+#include "kernels/cuda/quant_body.h"
 
 #define NT 256
 
@@ -144,42 +146,18 @@ grpo_cu__router(cu_state *s, int M, const float *logits, int E, const float *bia
     return GRPO_OK;
 }
 
-/* One warp's 128-column block of row xr from column c0: the lane's values (columns c0 + lane +
- * 32 j, 0 past K) and the block's scale, amax / 448 (1 for an all-zero block). */
-__device__ static float
-quant_block(const float *xr, int K, int c0, int lane, float v[4])
-{
-    float amax = 0.0f;
-    for (int j = 0; j < 4; j++) {
-        int c = c0 + lane + 32 * j;
-        v[j] = c < K ? xr[c] : 0.0f;
-        amax = fmaxf(amax, fabsf(v[j]));
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    return amax > 0.0f ? amax / GRPO_CUDA_E4M3_MAX : 1.0f;
-}
-
-/* FP8 activation quantization: one warp per (row, 128-column block). */
+/* FP8 activation quantization (quant_body.h): one warp per (row, 128-column block). */
 __global__ void
 quant_k(int M, int K, const float *x, int ldx, uint8_t *q, float *scale, int64_t sld)
 {
-    int warp = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    qb_dev_warp w;
+    int warp = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32);
     int kbs = (K + GRPO_CUDA_QBLK - 1) / GRPO_CUDA_QBLK;
     if (warp >= M * kbs)
         return;
-    int m = warp / kbs, kb = warp % kbs, c0 = kb * GRPO_CUDA_QBLK;
-    float v[4];
-    float sc = quant_block(x + (size_t)m * ldx, K, c0, lane, v);
-    for (int j = 0; j < 4; j++) {
-        int c = c0 + lane + 32 * j;
-        if (c < K) {
-            __nv_fp8_e4m3 f(v[j] / sc);
-            q[(size_t)m * K + c] = f.__x;
-        }
-    }
-    if (lane == 0)
-        scale[(int64_t)kb * sld + m] = sc;
+    int m = warp / kbs, kb = warp % kbs;
+    qb_quant(w, x + (size_t)m * ldx, K, kb * GRPO_CUDA_QBLK, q + (size_t)m * K,
+             scale + (int64_t)kb * sld + m);
 }
 
 /* The fast policy's activations where cuBLASLt does not take the GEMM: quant_k's values
@@ -187,18 +165,13 @@ quant_k(int M, int K, const float *x, int ldx, uint8_t *q, float *scale, int64_t
 __global__ void
 act_fp8_k(int M, int K, const float *x, int ldx, float *out)
 {
-    int warp = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    qb_dev_warp w;
+    int warp = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32);
     int kbs = (K + GRPO_CUDA_QBLK - 1) / GRPO_CUDA_QBLK;
     if (warp >= M * kbs)
         return;
-    int m = warp / kbs, c0 = warp % kbs * GRPO_CUDA_QBLK;
-    float v[4];
-    float sc = quant_block(x + (size_t)m * ldx, K, c0, lane, v);
-    for (int j = 0; j < 4; j++) {
-        int c = c0 + lane + 32 * j;
-        if (c < K)
-            out[(size_t)m * K + c] = (float)__nv_fp8_e4m3(v[j] / sc) * sc;
-    }
+    int m = warp / kbs;
+    qb_fp8_round(w, x + (size_t)m * ldx, K, warp % kbs * GRPO_CUDA_QBLK, out + (size_t)m * K);
 }
 
 /* The tensor-core GEMM's activations (tc_body.h) for each job with prep set: its x rows as E4M3
@@ -208,32 +181,8 @@ act_fp8_k(int M, int K, const float *x, int ldx, float *out)
 __global__ void
 tc_prep_k(tc_jobs js)
 {
-    const tc_job &j = js.j[blockIdx.y];
-    int warp = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    int K = j.w.cols, kbs = (K + GRPO_CUDA_QBLK - 1) / GRPO_CUDA_QBLK;
-    if (!j.prep || warp >= j.M * kbs)
-        return;
-    int m = warp / kbs, kb = warp % kbs, c0 = kb * GRPO_CUDA_QBLK;
-    const float *xr = j.x + (size_t)m * j.ldx;
-    if (j.w.dt == GRPO_DT_F8E4M3) {
-        float v[4];
-        float sc = quant_block(xr, K, c0, lane, v);
-        uint8_t *q = (uint8_t *)j.q + (size_t)m * j.ldq;
-        for (int i = 0; i < 4; i++) {
-            int c = c0 + lane + 32 * i;
-            if (c < K)
-                q[c] = __nv_fp8_e4m3(v[i] / sc).__x;
-        }
-        if (lane == 0)
-            ((float *)j.qs)[(size_t)kb * j.qsld + m] = sc;
-        return;
-    }
-    __nv_bfloat16 *q = (__nv_bfloat16 *)j.q + (size_t)m * j.ldq;
-    for (int i = 0; i < 4; i++) {
-        int c = c0 + lane + 32 * i;
-        if (c < K)
-            q[c] = __float2bfloat16_rn(xr[c]);
-    }
+    qb_dev_warp w;
+    qb_tc_prep(w, js.j[blockIdx.y], (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32));
 }
 
 grpo_err

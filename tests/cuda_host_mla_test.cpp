@@ -3,8 +3,10 @@
  * barrier per warp for __syncwarp, the shuffle butterflies replayed through shared arrays in the
  * same order. Against the CPU backend's mla_absorbed on random inputs: sequences sharing prompt
  * pages, lengths from 1 to several 512-position splits, head counts that are and are not multiples
- * of the 16-head group, the V3 widths (512 + 64). Runs in CI without a device; checks the kernel's
- * indexing, online softmax and combine, not the CUDA execution (tests/gpu/cuda_ops_test.c). */
+ * of the 16-head group, the V3 widths (512 + 64). The tensor-core decode block likewise, and the
+ * naive prefill block against the CPU's mla_naive. Runs in CI without a device; checks the
+ * kernels' indexing, online softmax and combine, not the CUDA execution
+ * (tests/gpu/cuda_ops_test.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -432,12 +434,109 @@ combine_reads_only_frozen_splits(void **state)
         assert_float_equal(ol[d], ((d + 1) * e + 3.0 * (d + 1)) / l, 1e-6);
 }
 
+/* ---- the naive prefill block (mla_naive_block): 256 threads, every (query, head) in turn ---- */
+
+struct naive_launch {
+    int n, pos0, H, dn, dr, dv, page_len, kr_stride, kr_off;
+    const float *q, *kvb;
+    const float *const *pages;
+    float scale, *out;
+    float sh[MLA_NAIVE_SMEM];
+    pthread_barrier_t bar;
+};
+
+struct naive_thr {
+    naive_launch *L;
+    int t;
+};
+
+static void *
+naive_thread(void *p)
+{
+    naive_thr *th = (naive_thr *)p;
+    naive_launch *L = th->L;
+    hctx cx = {NULL, NULL, th->t, &L->bar, NULL};
+    for (int i = 0; i < L->n; i++)
+        for (int h = 0; h < L->H; h++) {
+            mla_naive_block(cx, i, h, L->pos0, L->H, L->dn, L->dr, L->dv, L->q, L->kvb, L->pages,
+                            L->page_len, L->kr_stride, L->kr_off, L->scale, L->out, L->sh);
+            cx.sync(); /* the next block reuses the shared memory */
+        }
+    return NULL;
+}
+
+/* Against the CPU backend's mla_naive on random inputs: chunks starting at 0 and past a page, one
+ * that crosses the 256-position tile (the online softmax's rescale), the V3 widths (128 + 64,
+ * 128), rope keys at an offset into cache rows of another stride; shared memory pre-filled with
+ * NaN. */
+static void
+naive_matches_cpu(void **state)
+{
+    (void)state;
+    grpo_kernels *cpu = NULL;
+    assert_int_equal(grpo_kernels_cpu_create(&cpu, 1), GRPO_OK);
+    const int cs[][6] = {/* n, pos0, H, dn, dr, dv */
+                         {5, 0, 3, 16, 8, 12},
+                         {4, 70, 2, 24, 8, 40},
+                         {3, 300, 2, 16, 16, 16},
+                         {2, 130, 2, 128, 64, 128},
+                         {1, 511, 1, 8, 4, 256}};
+    for (int c = 0; c < 5; c++) {
+        int n = cs[c][0], pos0 = cs[c][1], H = cs[c][2], dn = cs[c][3], dr = cs[c][4];
+        int dv = cs[c][5], P = pos0 + n, page_len = 64, kr_stride = dr + 37, kr_off = 29;
+        std::vector<float> q((size_t)n * H * (dn + dr)), kvb((size_t)P * H * (dn + dv));
+        for (auto &v : q)
+            v = frand();
+        for (auto &v : kvb)
+            v = frand();
+        int np = (P + page_len - 1) / page_len;
+        std::vector<std::vector<float>> pg(np, std::vector<float>((size_t)page_len * kr_stride));
+        std::vector<const float *> pages(np);
+        for (int i = 0; i < np; i++) {
+            for (auto &v : pg[i])
+                v = frand();
+            pages[i] = pg[np - 1 - i].data(); /* pages in no particular order */
+        }
+        float scale = 1.0f / sqrtf((float)(dn + dr));
+        std::vector<float> ref((size_t)n * H * dv), got((size_t)n * H * dv, 7.0f);
+        cpu->mla_naive(cpu, n, pos0, H, dn, dr, dv, q.data(), kvb.data(), pages.data(), page_len,
+                       kr_stride, kr_off, scale, ref.data());
+        naive_launch *L = new naive_launch;
+        L->n = n, L->pos0 = pos0, L->H = H, L->dn = dn, L->dr = dr, L->dv = dv;
+        L->page_len = page_len, L->kr_stride = kr_stride, L->kr_off = kr_off;
+        L->q = q.data(), L->kvb = kvb.data(), L->pages = pages.data(), L->scale = scale;
+        L->out = got.data();
+        for (float &v : L->sh)
+            v = NAN;
+        pthread_barrier_init(&L->bar, NULL, MLA_NT);
+        std::vector<pthread_t> th(MLA_NT);
+        std::vector<naive_thr> args(MLA_NT);
+        for (int t = 0; t < MLA_NT; t++) {
+            args[t] = naive_thr{L, t};
+            assert_int_equal(pthread_create(&th[t], NULL, naive_thread, &args[t]), 0);
+        }
+        for (int t = 0; t < MLA_NT; t++)
+            pthread_join(th[t], NULL);
+        pthread_barrier_destroy(&L->bar);
+        delete L;
+        double worst = 0, big = 0;
+        for (size_t i = 0; i < ref.size(); i++) {
+            worst = fmax(worst, fabs((double)got[i] - ref[i]));
+            big = fmax(big, fabs((double)ref[i]));
+        }
+        printf("    naive n=%d pos0=%d H=%d dn=%d dr=%d dv=%d: worst %.3g of max %.3g\n", n, pos0,
+               H, dn, dr, dv, worst, big);
+        assert_true(worst <= 1e-5 * big);
+    }
+    grpo_kernels_destroy(cpu);
+}
+
 int
 main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(decode_matches_cpu),
-                                       cmocka_unit_test(tc_decode_matches_reference),
-                                       cmocka_unit_test(captured_plan_matches_cpu),
-                                       cmocka_unit_test(combine_reads_only_frozen_splits)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(decode_matches_cpu), cmocka_unit_test(tc_decode_matches_reference),
+        cmocka_unit_test(captured_plan_matches_cpu),
+        cmocka_unit_test(combine_reads_only_frozen_splits), cmocka_unit_test(naive_matches_cpu)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -296,64 +296,16 @@ grpo_cuda_mla_tc_count(grpo_kernels *k)
     return cu_of(k)->n_mla_tc;
 }
 
-/* Naive prefill attention: block (query i, head h); dv <= 256; dn + dr <= 512. */
-__global__ void __launch_bounds__(256)
-mla_naive_k(int pos0, int H, int dn, int dr, int dv, const float *q, const float *kvb,
-            const float *const *pages, int page_len, int kr_stride, int kr_off, float scale,
-            float *out)
+/* Naive prefill attention (mla_body.h mla_naive_block): block (query i, head h). */
+__global__ void
+__launch_bounds__(MLA_NT) mla_naive_k(int pos0, int H, int dn, int dr, int dv, const float *q,
+                                      const float *kvb, const float *const *pages, int page_len,
+                                      int kr_stride, int kr_off, float scale, float *out)
 {
-    __shared__ float qs[512], ps[256], red[256];
-    int i = blockIdx.x, h = blockIdx.y, t = threadIdx.x, dq = dn + dr, dkv = dn + dv;
-    int P = pos0 + i; /* attends to 0 .. P */
-    for (int d = t; d < dq; d += 256)
-        qs[d] = q[((size_t)i * H + h) * dq + d];
-    __syncthreads();
-    float m = -INFINITY, l = 0.0f, o = 0.0f;
-    for (int j0 = 0; j0 <= P; j0 += 256) {
-        int j = j0 + t;
-        float sc = -INFINITY;
-        if (j <= P) {
-            const float *kj = kvb + ((size_t)j * H + h) * dkv;
-            const float *kr = pages[j / page_len] + (size_t)(j % page_len) * kr_stride + kr_off;
-            float a = 0.0f, c = 0.0f;
-            for (int d = 0; d < dn; d++)
-                a = fmaf(qs[d], kj[d], a);
-            for (int d = 0; d < dr; d++)
-                c = fmaf(qs[dn + d], kr[d], c);
-            sc = (a + c) * scale;
-        }
-        red[t] = sc;
-        __syncthreads();
-        for (int st = 128; st > 0; st >>= 1) {
-            if (t < st)
-                red[t] = fmaxf(red[t], red[t + st]);
-            __syncthreads();
-        }
-        float mx = fmaxf(m, red[0]);
-        __syncthreads();
-        float pe = j <= P ? expf(sc - mx) : 0.0f;
-        ps[t] = pe;
-        red[t] = pe;
-        __syncthreads();
-        for (int st = 128; st > 0; st >>= 1) {
-            if (t < st)
-                red[t] += red[t + st];
-            __syncthreads();
-        }
-        float a0 = expf(m - mx);
-        l = l * a0 + red[0];
-        m = mx;
-        if (t < dv) {
-            float acc = o * a0;
-            int nj = min(256, P + 1 - j0);
-            for (int jj = 0; jj < nj; jj++)
-                acc = fmaf(ps[jj], kvb[((size_t)(j0 + jj) * H + h) * dkv + dn + t], acc);
-            o = acc;
-        }
-        __syncthreads();
-    }
-    if (t < dv)
-        out[((size_t)i * H + h) * dv + t] = o / l;
+    __shared__ float sh[MLA_NAIVE_SMEM];
+    block_ctx cx = {sh};
+    mla_naive_block(cx, blockIdx.x, blockIdx.y, pos0, H, dn, dr, dv, q, kvb, pages, page_len,
+                    kr_stride, kr_off, scale, out, sh);
 }
 
 grpo_err
@@ -366,7 +318,7 @@ grpo_cu__mla_naive(cu_state *s, int n, int pos0, int H, int dn, int dr, int dv, 
                           dn, dr, dv);
     if (n <= 0 || H <= 0)
         return GRPO_OK;
-    mla_naive_k<<<dim3((unsigned)n, (unsigned)H), 256, 0, s->stream>>>(
+    mla_naive_k<<<dim3((unsigned)n, (unsigned)H), MLA_NT, 0, s->stream>>>(
         pos0, H, dn, dr, dv, q, kvb, d_pages, page_len, kr_stride, kr_off, scale, out);
     CU_LAUNCHED();
     return GRPO_OK;

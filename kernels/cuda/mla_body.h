@@ -11,7 +11,10 @@
  * per head; outputs (dc <= 512) live in registers, 2 x MLA_HG per thread of 256. The rows are in
  * any cache format (kv_body.h: F32, BF16, FP8), converted to fp32 as a tile is loaded; a page's
  * rows start off bytes after its pointer (a layer's offset, for tables made for every layer).
- * part (B, H, nsm, 2 + dc) = per split: max, sum, unnormalized output. */
+ * part (B, H, nsm, 2 + dc) = per split: max, sum, unnormalized output.
+ *
+ * Prefill (naive form, mla_naive_block): block (query, head), 256 positions at a time, an online
+ * softmax; its executors give it tid() and sync() only. */
 #ifndef GRPO_KERNELS_CUDA_MLA_BODY_H
 #define GRPO_KERNELS_CUDA_MLA_BODY_H
 
@@ -209,6 +212,76 @@ mla_combine_one(int t, int nt, int b, int h, int H, int dc, const int32_t *len, 
             acc += pp[(size_t)s * (2 + dc) + 2 + d] * expf(pp[(size_t)s * (2 + dc)] - M);
         ol[((size_t)b * H + h) * dc + d] = l > 0.0f ? acc / l : 0.0f;
     }
+}
+
+/* ---- naive prefill attention (attn.cu mla_naive_k) ----
+ * Block (query i, head h) of MLA_NT threads: query i, at position pos0 + i, attends to positions
+ * 0 .. pos0 + i. Its keys are the expanded rows kvb (positions, H, dn + dv) (dn values of head h)
+ * with the rope keys in the cache pages (dr floats kr_off into each row of kr_stride floats), its
+ * values the dv after the keys in kvb. MLA_NT positions at a time, one per thread: the scores,
+ * their max and the sum of their exponentials by shared-memory trees, an online softmax across
+ * tiles; thread t < dv owns output column t. dn + dr <= 512, dv <= MLA_NT. sh: 1024 floats (the
+ * query, the tile's probabilities, the tree). */
+#define MLA_NAIVE_SMEM 1024
+
+template <class Ctx>
+MB_FN void
+mla_naive_block(Ctx &cx, int i, int h, int pos0, int H, int dn, int dr, int dv, const float *q,
+                const float *kvb, const float *const *pages, int page_len, int kr_stride,
+                int kr_off, float scale, float *out, float *sh)
+{
+    float *qs = sh, *ps = sh + 512, *red = sh + 768;
+    int t = cx.tid(), dq = dn + dr, dkv = dn + dv;
+    int P = pos0 + i;
+    for (int d = t; d < dq; d += MLA_NT)
+        qs[d] = q[((size_t)i * H + h) * dq + d];
+    cx.sync();
+    float m = -INFINITY, l = 0.0f, o = 0.0f;
+    for (int j0 = 0; j0 <= P; j0 += MLA_NT) {
+        int j = j0 + t;
+        float sc = -INFINITY;
+        if (j <= P) {
+            const float *kj = kvb + ((size_t)j * H + h) * dkv;
+            const float *kr = pages[j / page_len] + (size_t)(j % page_len) * kr_stride + kr_off;
+            float a = 0.0f, c = 0.0f;
+            for (int d = 0; d < dn; d++)
+                a = fmaf(qs[d], kj[d], a);
+            for (int d = 0; d < dr; d++)
+                c = fmaf(qs[dn + d], kr[d], c);
+            sc = (a + c) * scale;
+        }
+        red[t] = sc;
+        cx.sync();
+        for (int st = MLA_NT / 2; st > 0; st >>= 1) {
+            if (t < st)
+                red[t] = fmaxf(red[t], red[t + st]);
+            cx.sync();
+        }
+        float mx = fmaxf(m, red[0]);
+        cx.sync();
+        float pe = j <= P ? expf(sc - mx) : 0.0f;
+        ps[t] = pe;
+        red[t] = pe;
+        cx.sync();
+        for (int st = MLA_NT / 2; st > 0; st >>= 1) {
+            if (t < st)
+                red[t] += red[t + st];
+            cx.sync();
+        }
+        float a0 = expf(m - mx);
+        l = l * a0 + red[0];
+        m = mx;
+        if (t < dv) {
+            float acc = o * a0;
+            int nj = mb_min(MLA_NT, P + 1 - j0);
+            for (int jj = 0; jj < nj; jj++)
+                acc = fmaf(ps[jj], kvb[((size_t)(j0 + jj) * H + h) * dkv + dn + t], acc);
+            o = acc;
+        }
+        cx.sync();
+    }
+    if (t < dv)
+        out[((size_t)i * H + h) * dv + t] = o / l;
 }
 
 #endif

@@ -379,26 +379,11 @@ run_warp(F f)
     pthread_barrier_t bar;
     pthread_barrier_init(&hw->bar, NULL, 32);
     pthread_barrier_init(&bar, NULL, 32);
-    struct arg {
+    host_threads(32, [&](int t) {
         host_thread cx;
-        F *f;
-    };
-    std::vector<arg> a(32);
-    std::vector<pthread_t> th(32);
-    for (int t = 0; t < 32; t++) {
-        a[t].cx.t = t, a[t].cx.hw = hw, a[t].cx.bar = &bar, a[t].f = &f;
-        assert_int_equal(pthread_create(
-                             &th[t], NULL,
-                             [](void *p) -> void * {
-                                 arg *x = (arg *)p;
-                                 (*x->f)(x->cx);
-                                 return NULL;
-                             },
-                             &a[t]),
-                         0);
-    }
-    for (int t = 0; t < 32; t++)
-        pthread_join(th[t], NULL);
+        cx.t = t, cx.hw = hw, cx.bar = &bar;
+        f(cx);
+    });
     pthread_barrier_destroy(&bar);
     pthread_barrier_destroy(&hw->bar);
     delete hw;

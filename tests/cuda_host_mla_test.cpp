@@ -445,26 +445,6 @@ struct naive_launch {
     pthread_barrier_t bar;
 };
 
-struct naive_thr {
-    naive_launch *L;
-    int t;
-};
-
-static void *
-naive_thread(void *p)
-{
-    naive_thr *th = (naive_thr *)p;
-    naive_launch *L = th->L;
-    hctx cx = {NULL, NULL, th->t, &L->bar, NULL};
-    for (int i = 0; i < L->n; i++)
-        for (int h = 0; h < L->H; h++) {
-            mla_naive_block(cx, i, h, L->pos0, L->H, L->dn, L->dr, L->dv, L->q, L->kvb, L->pages,
-                            L->page_len, L->kr_stride, L->kr_off, L->scale, L->out, L->sh);
-            cx.sync(); /* the next block reuses the shared memory */
-        }
-    return NULL;
-}
-
 /* Against the CPU backend's mla_naive on random inputs: chunks starting at 0 and past a page, one
  * that crosses the 256-position tile (the online softmax's rescale), the V3 widths (128 + 64,
  * 128), rope keys at an offset into cache rows of another stride; shared memory pre-filled with
@@ -509,14 +489,16 @@ naive_matches_cpu(void **state)
         for (float &v : L->sh)
             v = NAN;
         pthread_barrier_init(&L->bar, NULL, MLA_NT);
-        std::vector<pthread_t> th(MLA_NT);
-        std::vector<naive_thr> args(MLA_NT);
-        for (int t = 0; t < MLA_NT; t++) {
-            args[t] = naive_thr{L, t};
-            assert_int_equal(pthread_create(&th[t], NULL, naive_thread, &args[t]), 0);
-        }
-        for (int t = 0; t < MLA_NT; t++)
-            pthread_join(th[t], NULL);
+        host_threads(MLA_NT, [L](int t) {
+            hctx cx = {NULL, NULL, t, &L->bar, NULL};
+            for (int i = 0; i < L->n; i++)
+                for (int h = 0; h < L->H; h++) {
+                    mla_naive_block(cx, i, h, L->pos0, L->H, L->dn, L->dr, L->dv, L->q, L->kvb,
+                                    L->pages, L->page_len, L->kr_stride, L->kr_off, L->scale,
+                                    L->out, L->sh);
+                    cx.sync(); /* the next block reuses the shared memory */
+                }
+        });
         pthread_barrier_destroy(&L->bar);
         delete L;
         double worst = 0, big = 0;

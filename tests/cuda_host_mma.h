@@ -10,7 +10,37 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <vector>
+
+/* Runs f(t) for t = 0 .. n - 1 on n POSIX threads and joins them: the simulated threads of a
+ * block or a warp. */
+template <class F>
+static void
+host_threads(int n, F f)
+{
+    struct arg {
+        int t;
+        F *f;
+    };
+    std::vector<arg> a(n);
+    std::vector<pthread_t> th(n);
+    for (int t = 0; t < n; t++) {
+        a[t] = arg{t, &f};
+        if (pthread_create(
+                &th[t], NULL,
+                [](void *p) -> void * {
+                    arg *x = (arg *)p;
+                    (*x->f)(x->t);
+                    return NULL;
+                },
+                &a[t]) != 0)
+            abort();
+    }
+    for (int t = 0; t < n; t++)
+        pthread_join(th[t], NULL);
+}
 
 /* Element (r, k) of an mma's A (16 x 32 E4M3 or 16 x 16 BF16) and (k, n) of its B (x 8), from the
  * warp's registers a[lane][4], b[lane][2]. */

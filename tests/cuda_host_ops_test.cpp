@@ -17,6 +17,7 @@ extern "C" {
 #include "kernels/cuda/kv_body.h"
 #include "kernels/cuda/ops_body.h"
 #include "kernels/cuda/plan.h"
+#include "tests/cuda_host_mma.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -59,26 +60,10 @@ run_block(int NT, F body)
 {
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, (unsigned)NT);
-    struct arg {
-        host_ctx cx;
-        F *f;
-    };
-    std::vector<arg> a(NT);
-    std::vector<pthread_t> th(NT);
-    for (int t = 0; t < NT; t++) {
-        a[t] = arg{host_ctx{t, NT, &bar}, &body};
-        assert_int_equal(pthread_create(
-                             &th[t], NULL,
-                             [](void *p) -> void * {
-                                 arg *x = (arg *)p;
-                                 (*x->f)(x->cx);
-                                 return NULL;
-                             },
-                             &a[t]),
-                         0);
-    }
-    for (int t = 0; t < NT; t++)
-        pthread_join(th[t], NULL);
+    host_threads(NT, [&](int t) {
+        host_ctx cx{t, NT, &bar};
+        body(cx);
+    });
     pthread_barrier_destroy(&bar);
 }
 

@@ -12,18 +12,17 @@
  *                  with its scale for an FP8 weight, BF16 for a BF16 one
  *   qb_bf16_elem, qb_bf16_round_elem   one element as BF16 (to_bf16_k), or rounded to BF16 and
  *                  kept in fp32 (round_bf16_k)
- * The conversions (cu_to_e4m3, cu_to_bf16) are the hardware's on the device and the twin's on the
- * host; both round to nearest even, E4M3 saturating to +-448. W provides lane() and
+ * The conversions (kv_body.h's kb_to_e4m3, kb_to_bf16) are the hardware's on the device and the
+ * twin's on the host; both round to nearest even, E4M3 saturating to +-448. W provides lane() and
  * shfl_xor(v, m) (the value of lane lane() ^ m). */
 #ifndef GRPO_KERNELS_CUDA_QUANT_BODY_H
 #define GRPO_KERNELS_CUDA_QUANT_BODY_H
 
+#include "kernels/cuda/kv_body.h"
 #include "kernels/cuda/plan.h"
 #include "kernels/cuda/tc_body.h"
 
 #ifdef __CUDACC__
-#include <cuda_bf16.h>
-
 /* A warp of a CUDA kernel as the bodies below see it. */
 struct qb_dev_warp {
     __device__ int lane() const
@@ -36,26 +35,6 @@ struct qb_dev_warp {
     }
 };
 #endif
-
-GB_FN uint8_t
-cu_to_e4m3(float v)
-{
-#ifdef __CUDA_ARCH__
-    return __nv_fp8_e4m3(v).__x;
-#else
-    return grpo_f32_to_e4m3(v);
-#endif
-}
-
-GB_FN uint16_t
-cu_to_bf16(float v)
-{
-#ifdef __CUDA_ARCH__
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-#else
-    return grpo_f32_to_bf16(v);
-#endif
-}
 
 template <class W>
 GB_FN float
@@ -82,7 +61,7 @@ qb_quant(W &w, const float *xr, int K, int c0, uint8_t *q, float *scale)
     for (int j = 0; j < 4; j++) {
         int c = c0 + w.lane() + 32 * j;
         if (c < K)
-            q[c] = cu_to_e4m3(v[j] / sc);
+            q[c] = kb_to_e4m3(v[j] / sc);
     }
     if (w.lane() == 0)
         *scale = sc;
@@ -98,7 +77,7 @@ qb_fp8_round(W &w, const float *xr, int K, int c0, float *out)
     for (int j = 0; j < 4; j++) {
         int c = c0 + w.lane() + 32 * j;
         if (c < K)
-            out[c] = cu_e4m3(cu_to_e4m3(v[j] / sc)) * sc;
+            out[c] = cu_e4m3(kb_to_e4m3(v[j] / sc)) * sc;
     }
 }
 
@@ -122,7 +101,7 @@ qb_tc_prep(W &w, const tc_job &j, int wi)
     for (int i = 0; i < 4; i++) {
         int c = c0 + w.lane() + 32 * i;
         if (c < K)
-            q[c] = cu_to_bf16(xr[c]);
+            q[c] = kb_to_bf16(xr[c]);
     }
 }
 
@@ -131,18 +110,14 @@ GB_FN void
 qb_bf16_elem(size_t t, int M, int K, const float *x, int ldx, uint16_t *q)
 {
     if (t < (size_t)M * K)
-        q[t] = cu_to_bf16(x[t / K * ldx + t % K]);
+        q[t] = kb_to_bf16(x[t / K * ldx + t % K]);
 }
 
 GB_FN void
 qb_bf16_round_elem(size_t t, int M, int K, const float *x, int ldx, float *out)
 {
-    if (t < (size_t)M * K) {
-        uint32_t u = (uint32_t)cu_to_bf16(x[t / K * ldx + t % K]) << 16;
-        float f;
-        memcpy(&f, &u, sizeof f);
-        out[t] = f;
-    }
+    if (t < (size_t)M * K)
+        out[t] = kb_bf16(kb_to_bf16(x[t / K * ldx + t % K]));
 }
 
 #endif

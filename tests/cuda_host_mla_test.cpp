@@ -16,6 +16,7 @@ extern "C" {
 #include <cmocka.h>
 }
 
+#include "kernels/cuda/gqa_body.h"
 #include "kernels/cuda/mla_body.h"
 #include "kernels/cuda/mla_tc_body.h"
 #include "kernels/cuda/plan.h"
@@ -27,6 +28,7 @@ extern "C" {
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <algorithm>
 #include <vector>
 
 /* The tensor-core block against its BF16-input reference (relative to the largest output). */
@@ -513,12 +515,95 @@ naive_matches_cpu(void **state)
     grpo_kernels_destroy(cpu);
 }
 
+/* ---- grouped-query attention (gqa_body.h gqa_block): 256 threads per (row, head) ---- */
+
+/* Against the CPU backend's gqa_attn: items of prefill chunks and single decode tokens in one
+ * batch (a chunk from position 0, one crossing a page, a token past the 256-position tile), GQA,
+ * MQA and MHA head groupings, head dims 16 to 128, F32/BF16/FP8 cache rows (the GQA layouts:
+ * keys then values, E4M3 in blocks of d), pages in no particular order, shared memory pre-filled
+ * with NaN. */
+static void
+gqa_matches_cpu(void **state)
+{
+    (void)state;
+    grpo_kernels *cpu = NULL;
+    assert_int_equal(grpo_kernels_cpu_create(&cpu, 1), GRPO_OK);
+    const int hs[][3] = {{4, 2, 16}, {8, 1, 128}, {3, 3, 40}}; /* H, KVH, d */
+    const grpo_dtype dts[3] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F8E4M3};
+    const int B = 3, q0[3] = {0, 5, 6}, n[3] = {5, 1, 3}, pos0[3] = {0, 300, 62}, T = 9;
+    int32_t item[9];
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n[b]; i++)
+            item[q0[b] + i] = b;
+    for (int c = 0; c < 9; c++) {
+        int H = hs[c % 3][0], KVH = hs[c % 3][1], d = hs[c % 3][2], page_len = 64;
+        grpo_kv_fmt fmt = grpo_kv_fmt_make(dts[c / 3], 2 * KVH * d, 2 * KVH * d, d);
+        std::vector<float> q((size_t)T * H * d), row(2 * KVH * d);
+        for (auto &v : q)
+            v = frand();
+        /* each item's pages, allocated in reverse so that their addresses are out of order */
+        int maxp = 0;
+        for (int b = 0; b < B; b++)
+            maxp = std::max(maxp, (pos0[b] + n[b] + page_len - 1) / page_len);
+        std::vector<std::vector<uint8_t>> pg((size_t)B * maxp);
+        std::vector<const void *> flat((size_t)B * maxp, (const void *)NULL);
+        std::vector<const void *const *> pages_of(B);
+        for (int b = 0; b < B; b++) {
+            int np = (pos0[b] + n[b] + page_len - 1) / page_len;
+            for (int p = np - 1; p >= 0; p--) {
+                std::vector<uint8_t> &v = pg[(size_t)b * maxp + p];
+                v.resize((size_t)page_len * fmt.bytes);
+                for (int j = 0; j < page_len; j++) {
+                    for (auto &x : row)
+                        x = frand();
+                    grpo_kv_row_encode(&fmt, row.data(), &v[(size_t)j * fmt.bytes]);
+                }
+                flat[(size_t)b * maxp + p] = v.data();
+            }
+            pages_of[b] = &flat[(size_t)b * maxp];
+        }
+        float scale = 1.0f / sqrtf((float)d);
+        std::vector<float> ref((size_t)T * H * d), got((size_t)T * H * d, 7.0f);
+        cpu->gqa_attn(cpu, B, q0, n, pos0, H, KVH, d, q.data(), pages_of.data(), page_len, &fmt,
+                      scale, ref.data());
+        std::vector<float> sh(GQ_SMEM, NAN);
+        pthread_barrier_t bar;
+        pthread_barrier_init(&bar, NULL, GQ_NT);
+        cu_kvf kf = cu_kvf_of(&fmt);
+        const uint8_t *const *ptab = (const uint8_t *const *)flat.data();
+        host_threads(GQ_NT, [&](int t) {
+            hctx cx = {NULL, NULL, t, &bar, NULL};
+            for (int r = 0; r < T; r++)
+                for (int h = 0; h < H; h++) {
+                    gqa_block(cx, r, h, item, q0, pos0, H, KVH, d, q.data(), ptab, maxp, page_len,
+                              kf, scale, got.data(), sh.data());
+                    cx.sync(); /* the next block reuses the shared memory */
+                }
+        });
+        pthread_barrier_destroy(&bar);
+        double worst = 0, big = 0;
+        for (size_t i = 0; i < ref.size(); i++) {
+            worst = fmax(worst, fabs((double)got[i] - ref[i]));
+            big = fmax(big, fabs((double)ref[i]));
+        }
+        printf("    gqa %s H=%d KVH=%d d=%d: worst %.3g of max %.3g\n",
+               c / 3 == 0   ? "F32"
+               : c / 3 == 1 ? "BF16"
+                            : "FP8",
+               H, KVH, d, worst, big);
+        assert_true(worst <= 1e-5 * big);
+    }
+    grpo_kernels_destroy(cpu);
+}
+
 int
 main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(decode_matches_cpu), cmocka_unit_test(tc_decode_matches_reference),
-        cmocka_unit_test(captured_plan_matches_cpu),
-        cmocka_unit_test(combine_reads_only_frozen_splits), cmocka_unit_test(naive_matches_cpu)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(decode_matches_cpu),
+                                       cmocka_unit_test(tc_decode_matches_reference),
+                                       cmocka_unit_test(captured_plan_matches_cpu),
+                                       cmocka_unit_test(combine_reads_only_frozen_splits),
+                                       cmocka_unit_test(naive_matches_cpu),
+                                       cmocka_unit_test(gqa_matches_cpu)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

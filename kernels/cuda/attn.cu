@@ -8,8 +8,11 @@
  *   Under the fast policies a BF16 or FP8 cache takes the tensor-core block (mla_tc_body.h: up
  *   to 64 heads per block, mma.sync over BF16, the next tile's rows copied asynchronously while
  *   one is computed), with the same split plan and partials, so the same combine.
- *   Prefill (naive form): one block per (query, head), tiles of 256 keys, online softmax. */
+ *   Prefill (naive form): one block per (query, head), tiles of 256 keys, online softmax.
+ * Grouped-query attention (the GQA families, gqa_body.h): one block per (query row, head) over the
+ * item's pages, prefill chunks and decode tokens alike. */
 #include "kernels/cuda/cuda_int.cuh"
+#include "kernels/cuda/gqa_body.h"
 #include "kernels/cuda/mla_body.h"
 #include "kernels/cuda/mla_tc_body.h"
 
@@ -320,6 +323,71 @@ grpo_cu__mla_naive(cu_state *s, int n, int pos0, int H, int dn, int dr, int dv, 
         return GRPO_OK;
     mla_naive_k<<<dim3((unsigned)n, (unsigned)H), MLA_NT, 0, s->stream>>>(
         pos0, H, dn, dr, dv, q, kvb, d_pages, page_len, kr_stride, kr_off, scale, out);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
+/* Grouped-query attention (gqa_body.h gqa_block): block (query row, head). meta: the rows' items
+ * (T), then q0 and pos0 (B each). */
+__global__ void
+__launch_bounds__(GQ_NT) gqa_attn_k(const int32_t *meta, int T, int B, int H, int KVH, int d,
+                                    const float *q, const uint8_t *const *ptab, int max_pages,
+                                    int page_len, cu_kvf kf, float scale, float *out)
+{
+    __shared__ float sh[GQ_SMEM];
+    block_ctx cx = {sh};
+    gqa_block(cx, blockIdx.x, blockIdx.y, meta, meta + T, meta + T + B, H, KVH, d, q, ptab,
+              max_pages, page_len, kf, scale, out, sh);
+}
+
+grpo_err
+grpo_cu__gqa_attn(cu_state *s, int B, const int32_t *q0, const int32_t *n, const int32_t *pos0,
+                  int H, int KVH, int d, const float *q, const void *const *const *pages_of,
+                  int page_len, const grpo_kv_fmt *kvf, float scale, float *out)
+{
+    if (d > GQ_NT || KVH <= 0 || H % KVH != 0)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "cuda gqa attention: %d heads over %d KV heads of %d values (at most %d)",
+                          H, KVH, d, GQ_NT);
+    int T = 0, maxp = 1;
+    for (int b = 0; b < B; b++) {
+        int np = (pos0[b] + n[b] + page_len - 1) / page_len;
+        maxp = np > maxp ? np : maxp;
+        T = q0[b] + n[b] > T ? q0[b] + n[b] : T;
+    }
+    if (B <= 0 || T <= 0)
+        return GRPO_OK;
+    /* one host block: the page table (B x maxp pointers), then the rows' items, q0 and pos0 */
+    size_t np = (size_t)B * maxp, bytes = np * sizeof(void *) + (size_t)(T + 2 * B) * 4;
+    char *h = (char *)calloc(1, bytes);
+    if (h == NULL)
+        return grpo__fail(GRPO_ENOMEM, "cuda: out of memory");
+    const void **tab = (const void **)h;
+    int32_t *meta = (int32_t *)(h + np * sizeof(void *));
+    for (int b = 0; b < B; b++) {
+        for (int p = 0; p * page_len < pos0[b] + n[b]; p++)
+            tab[(size_t)b * maxp + p] = pages_of[b][p];
+        for (int i = 0; i < n[b]; i++)
+            meta[q0[b] + i] = b;
+        meta[T + b] = q0[b];
+        meta[T + B + b] = pos0[b];
+    }
+    cudaStreamSynchronize(s->stream); /* ws[9] may still be read by the previous call */
+    grpo_err err = grpo_cu__reserve(&s->ws[9], bytes);
+    if (err == GRPO_OK) {
+        cudaError_t e = cudaMemcpyAsync(s->ws[9].d, h, bytes, cudaMemcpyHostToDevice, s->stream);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(s->stream); /* h is freed below */
+        if (e != cudaSuccess)
+            err = grpo_cu__err(e, "gqa item tables");
+    }
+    free(h);
+    if (err != GRPO_OK)
+        return err;
+    const char *dh = (const char *)s->ws[9].d;
+    gqa_attn_k<<<dim3((unsigned)T, (unsigned)H), GQ_NT, 0, s->stream>>>(
+        (const int32_t *)(dh + np * sizeof(void *)), T, B, H, KVH, d, q, (const uint8_t *const *)dh,
+        maxp, page_len, cu_kvf_of(kvf), scale, out);
     CU_LAUNCHED();
     return GRPO_OK;
 }

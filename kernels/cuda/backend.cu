@@ -100,16 +100,22 @@ grpo_cuda_free(void *d)
         cudaFree(d);
 }
 
+/* The tables' streams do not synchronize with the legacy stream cudaMemcpy uses, and a pageable
+ * upload may return before its last DMA lands: both helpers wait for the whole device around the
+ * copy (tests and benchmarks set-up, never a step). */
 extern "C" grpo_err
 grpo_cuda_h2d(void *d, const void *h, size_t n)
 {
+    CU_TRY(cudaDeviceSynchronize());
     CU_TRY(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    CU_TRY(cudaDeviceSynchronize());
     return GRPO_OK;
 }
 
 extern "C" grpo_err
 grpo_cuda_d2h(void *h, const void *d, size_t n)
 {
+    CU_TRY(cudaDeviceSynchronize());
     CU_TRY(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
     return GRPO_OK;
 }
@@ -197,6 +203,8 @@ cache_add(cu_state *s, const void *h, const void *src, size_t n, grpo_err *err)
     cudaError_t e = cudaMalloc(&d, n ? n : 1);
     if (e == cudaSuccess)
         e = cudaMemcpy(d, src, n, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) /* a pageable upload may return before its last DMA lands */
+        e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         cudaFree(d);
         *err = grpo_cu__err(e, "upload weights");
@@ -666,7 +674,12 @@ rows_ptrs(grpo_kernels *k, int write, const grpo_kv_fmt *f, int M, float *rows, 
     if (err == GRPO_OK && M > 0) {
         cudaStreamSynchronize(s->stream); /* ws[6] may still be read by the previous copy */
         if ((err = grpo_cu__reserve(&s->ws[6], nb)) == GRPO_OK) {
-            cudaError_t e = cudaMemcpy(s->ws[6].d, ptrs, nb, cudaMemcpyHostToDevice);
+            /* on the table's stream: ordered before the kernel that reads it (cudaMemcpy's legacy
+             * stream is not, and its pageable DMA may land after it returns) */
+            cudaError_t e =
+                cudaMemcpyAsync(s->ws[6].d, ptrs, nb, cudaMemcpyHostToDevice, s->stream);
+            if (e == cudaSuccess)
+                e = cudaStreamSynchronize(s->stream);
             err = e == cudaSuccess
                       ? grpo_cu__rows_ptrs(s, write, f, M, rows, ld, (void *const *)s->ws[6].d, 0)
                       : grpo_cu__err(e, "cache row pointers");
@@ -748,6 +761,15 @@ t_kv_write_tab(grpo_kernels *k, const grpo_kv_fmt *f, int M, const float *x, int
                void *const *rows, size_t off)
 {
     grpo_cu__note(cu_of(k), grpo_cu__rows_ptrs(cu_of(k), 1, f, M, (float *)x, ldx, rows, off));
+}
+
+static void
+t_gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n, const int32_t *pos0, int H,
+           int KVH, int d, const float *q, const void *const *const *pages_of, int page_len,
+           const grpo_kv_fmt *kvf, float scale, float *out)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__gqa_attn(cu_of(k), B, q0, n, pos0, H, KVH, d, q, pages_of,
+                                              page_len, kvf, scale, out));
 }
 
 static void
@@ -846,6 +868,7 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
         k->weight_upload = t_weight_upload, k->gemm_batch = t_gemm_batch;
         k->moe_sort = t_moe_sort, k->moe_gemm = t_moe_gemm;
         k->kv_write_tab = t_kv_write_tab, k->mla_absorbed_tab = t_mla_absorbed_tab;
+        k->gqa_attn = t_gqa_attn;
         k->graph_begin = t_graph_begin, k->graph_end = t_graph_end;
         k->graph_launch = t_graph_launch, k->graph_free = t_graph_free;
         k->graph_epoch = t_graph_epoch, k->sample = t_sample;

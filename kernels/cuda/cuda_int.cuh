@@ -45,7 +45,7 @@ typedef struct cu_state {
     cudaStream_t stream;
     cublasLtHandle_t lt;
     cu_buf lt_ws;     /* cuBLASLt workspace */
-    cu_buf ws[9];     /* per-op scratch (quantized activations, attention partials, ...) */
+    cu_buf ws[10];    /* per-op scratch (quantized activations, attention partials, ...) */
     cu_wtab *wtabs; /* device tables of the experts' weights (moe_gemm), by host key */
     int n_wtab, cap_wtab;
     cu_buf stage[8];  /* staged-mode copies of one op's arguments */
@@ -153,6 +153,12 @@ grpo_err grpo_cu__moe_gemm(cu_state *s, int E, int rows, const int32_t *offs, co
 grpo_err grpo_cu__router(cu_state *s, int M, const float *logits, int E, const float *bias,
                          int n_group, int topk_group, int top_k, int norm, float scale,
                          int32_t *idx, float *wts);
+/* Grouped-query attention (kernels.h gqa_attn) over device pages: the item tables (host arrays)
+ * uploaded to scratch, one block per (query row, head); device mode only. */
+grpo_err grpo_cu__gqa_attn(cu_state *s, int B, const int32_t *q0, const int32_t *n,
+                           const int32_t *pos0, int H, int KVH, int d, const float *q,
+                           const void *const *const *pages_of, int page_len, const grpo_kv_fmt *kvf,
+                           float scale, float *out);
 grpo_err grpo_cu__mla_naive(cu_state *s, int n, int pos0, int H, int dn, int dr, int dv,
                             const float *q, const float *kvb, const float *const *d_pages,
                             int page_len, int kr_stride, int kr_off, float scale, float *out);

@@ -98,6 +98,8 @@ kw_table_upload(void **d, const cu_kw *h, int E)
     cudaError_t ce = cudaMalloc(d, (size_t)(E > 0 ? E : 1) * sizeof *h);
     if (ce == cudaSuccess)
         ce = cudaMemcpy(*d, h, (size_t)E * sizeof *h, cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess) /* a pageable upload may return before its last DMA lands */
+        ce = cudaDeviceSynchronize();
     if (ce == cudaSuccess)
         return GRPO_OK;
     cudaFree(*d);

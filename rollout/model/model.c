@@ -321,8 +321,8 @@ grpo_model_backend_check(int backend)
 /* The op table: the CPU backend, or the CUDA kernels with the exact GEMM policy (so that a group's
  * completions do not depend on the backend that made them; the fast one for numerics fp8) in
  * staged mode (backend 1: each op copies its operands to the device and back; weights uploaded
- * once) or device-resident (backend 2: op memory on the device; the weights are uploaded at the
- * end of the load). On the CPU, numerics fp8 sets the table's act_round. */
+ * once; MLA models only) or device-resident (backend 2: op memory on the device; the weights are
+ * uploaded at the end of the load). On the CPU, numerics fp8 sets the table's act_round. */
 static grpo_err
 open_kernels(grpo_model *m, const grpo_model_opts *opts)
 {
@@ -333,14 +333,12 @@ open_kernels(grpo_model *m, const grpo_model_opts *opts)
                 opts->numerics == GRPO_NUMERICS_FP8 || opts->numerics == GRPO_NUMERICS_FP8_NONDET;
         return err;
     }
-    if (m->cfg.arch != GRPO_ARCH_DEEPSEEK_V3)
-        return grpo__fail(GRPO_EUNSUPPORTED,
-                          "%s: the CUDA backend runs only deepseek_v3 models (the %s of "
-                          "model_type %s is CPU-only)",
-                          m->dir,
-                          m->cfg.arch == GRPO_ARCH_DEEPSEEK_V2 ? "softmax router" : "GQA attention",
-                          grpo_model_type_name(&m->cfg));
 #ifdef GRPO_MODEL_CUDA
+    if (opts->backend == 1 && !grpo_model__is_mla(&m->cfg))
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "%s: the staged CUDA table (backend 1) has no GQA attention (model_type "
+                          "%s): use the device-resident one (backend 2, what --gpu runs)",
+                          m->dir, grpo_model_type_name(&m->cfg));
     grpo_err err = grpo_model_backend_check(opts->backend);
     if (err != GRPO_OK)
         return err;

@@ -17,6 +17,8 @@
  *     steps replayed from CUDA graphs bit-identical to the same steps run op by op; draws made on
  *     the device (grpo_model__forward_sample: the sampler inside the recorded step, the logits
  *     never copied out) against the host sampler over the copied logits.
+ * Then the GQA families (Qwen2 with tied embeddings, Qwen3 FP8, Qwen3-MoE, Llama 3) and
+ * deepseek_v2 on the device-resident model against the CPU backend over each cache dtype.
  * Exit 77 without a device. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/model_testutil.h"
@@ -525,11 +527,63 @@ run_model(const char *name)
     tm_expected_free(&e);
 }
 
+/* The other families on the device-resident model (GQA attention on the device, the softmax
+ * gates of deepseek_v2 and qwen3_moe on the host from the copied router logits): prefill logits
+ * against the CPU backend and transformers, and the decode steps of decode_steps against the CPU
+ * backend's, over F32, BF16 and FP8 caches (1e-4 of the largest logit; the cache dtypes against
+ * the CPU with the same cache). */
+static void
+run_family(const char *sub)
+{
+    char dir[512];
+    const char *src = getenv("GRPO_SOURCE_DIR");
+    snprintf(dir, sizeof dir, "%s%sdata/%s", src ? src : "", src ? "/tests/" : "", sub);
+    tm_expected e;
+    if (tm_expected_load(dir, &e) != 0) {
+        printf("FAIL: cannot load %s fixtures\n", dir);
+        gt_failures++;
+        return;
+    }
+    const int kvs[3] = {GRPO_KV_F32, GRPO_KV_BF16, GRPO_KV_FP8};
+    const char *kvn[3] = {"f32", "bf16", "fp8"};
+    for (int c = 0; c < 3; c++) {
+        grpo_model *mc = NULL, *md = NULL;
+        grpo_model_opts oc = {.n_threads = 2, .kv_dtype = kvs[c]};
+        grpo_model_opts od = {.n_threads = 1, .backend = 2, .kv_dtype = kvs[c]};
+        GT_OK(grpo_model_load(&mc, dir, &oc));
+        GT_OK(grpo_model_load(&md, dir, &od));
+        if (mc == NULL || md == NULL) {
+            grpo_model_destroy(mc), grpo_model_destroy(md);
+            break;
+        }
+        float *pc = prefill_all(mc, &e), *pd = prefill_all(md, &e);
+        GT_OK(grpo_model__backend_status(md));
+        double vs_cpu = worst_rows(pd, pc, e.n, e.vocab);
+        double vs_hf = c == 0 ? worst_rows(pd, e.logits, e.n, e.vocab) : 0;
+        float *dc = decode_steps(mc, &e), *dd = decode_steps(md, &e);
+        GT_OK(grpo_model__backend_status(md));
+        double dec = worst_rows(dd, dc, 24, e.vocab);
+        printf("  %s (%s cache) on the device: prefill vs CPU %.3g, vs transformers %.3g; 8 decode "
+               "steps of 3 vs CPU %.3g (tol 1e-4)\n",
+               sub, kvn[c], vs_cpu, vs_hf, dec);
+        GT_CHECK(vs_cpu <= 1e-4 && vs_hf <= 1e-4 && dec <= 1e-4, "%s %s cache on the device", sub,
+                 kvn[c]);
+        free(pc), free(pd), free(dc), free(dd);
+        grpo_model_destroy(mc), grpo_model_destroy(md);
+    }
+    tm_expected_free(&e);
+}
+
 int
 main(void)
 {
     gt_init("cuda_model_test");
     run_model("bf16");
     run_model("fp8");
+    run_family("gqa_models/qwen2_tied");
+    run_family("gqa_models/qwen3_fp8");
+    run_family("gqa_models/qwen3_moe_64x8");
+    run_family("gqa_models/llama3_bf16");
+    run_family("v2_models/v2_group_f32");
     return gt_finish("cuda_model_test");
 }

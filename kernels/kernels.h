@@ -262,6 +262,13 @@ struct grpo_kernels {
      * copy the logits out and sample them on the host). */
     void (*sample)(grpo_kernels *k, int n, int vocab, const float *logits, const int32_t *rows,
                    const grpo_sample_key *keys, int32_t *tok, float *lp_raw, float *lp_proc);
+    /* A decode step's grouped-query attention over tables in op memory (as mla_absorbed_tab):
+     * gqa_attn of B items of one query each, row b of q and out, at position len[b] - 1, its
+     * pages at ptab[b * max_pages + i] + off. NULL in the CPU backend (the
+     * grpo_kernels_gqa_attn_tab helper does the same on the host there). */
+    void (*gqa_attn_tab)(grpo_kernels *k, int B, int H, int KVH, int d, const float *q,
+                         const void *const *ptab, int max_pages, const int32_t *len, int page_len,
+                         size_t off, const grpo_kv_fmt *kvf, float scale, float *out);
 };
 
 enum { GRPO_MEM_H2D = 0, GRPO_MEM_D2H = 1, GRPO_MEM_D2D = 2 };
@@ -298,6 +305,12 @@ grpo_err grpo_kernels_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, in
                                        size_t off, const grpo_kv_fmt *kvf, float scale, float *ol);
 void grpo_kernels_kv_read(grpo_kernels *k, const grpo_kv_fmt *f, int M, const void *const *src,
                           float *y, int ldy);
+/* k->gqa_attn_tab, or its host version over k->gqa_attn (GRPO_ENOMEM when that cannot make its
+ * page arrays). */
+grpo_err grpo_kernels_gqa_attn_tab(grpo_kernels *k, int B, int H, int KVH, int d, const float *q,
+                                   const void *const *ptab, int max_pages, const int32_t *len,
+                                   int page_len, size_t off, const grpo_kv_fmt *kvf, float scale,
+                                   float *out);
 /* Bytes of a whole weight's data, and floats of its scales (0 for the unscaled dtypes). */
 size_t grpo_kw_data_bytes(const grpo_kw *w);
 size_t grpo_kw_scale_count(const grpo_kw *w);

@@ -240,3 +240,32 @@ grpo_kernels_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, con
     free(pages), free(pages_of);
     return GRPO_OK;
 }
+
+grpo_err
+grpo_kernels_gqa_attn_tab(grpo_kernels *k, int B, int H, int KVH, int d, const float *q,
+                          const void *const *ptab, int max_pages, const int32_t *len, int page_len,
+                          size_t off, const grpo_kv_fmt *kvf, float scale, float *out)
+{
+    if (k->gqa_attn_tab != NULL) {
+        k->gqa_attn_tab(k, B, H, KVH, d, q, ptab, max_pages, len, page_len, off, kvf, scale, out);
+        return GRPO_OK;
+    }
+    size_t nb = (size_t)(B > 0 ? B : 1), n = nb * (size_t)(max_pages > 0 ? max_pages : 1);
+    const void **pages = malloc(n * sizeof *pages);
+    const void *const **pages_of = malloc(nb * sizeof *pages_of);
+    int32_t *ints = malloc(3 * nb * sizeof *ints);
+    if (pages == NULL || pages_of == NULL || ints == NULL) {
+        free(pages), free(pages_of), free(ints);
+        return grpo__fail(GRPO_ENOMEM, "kernels: out of memory for %d page tables", B);
+    }
+    int32_t *q0 = ints, *one = ints + nb, *pos0 = ints + 2 * nb;
+    for (size_t i = 0; i < (size_t)B * (size_t)max_pages; i++)
+        pages[i] = ptab[i] != NULL ? (const uint8_t *)ptab[i] + off : NULL;
+    for (int b = 0; b < B; b++) {
+        pages_of[b] = pages + (size_t)b * (size_t)max_pages;
+        q0[b] = b, one[b] = 1, pos0[b] = len[b] - 1;
+    }
+    k->gqa_attn(k, B, q0, one, pos0, H, KVH, d, q, pages_of, page_len, kvf, scale, out);
+    free(pages), free(pages_of), free(ints);
+    return GRPO_OK;
+}

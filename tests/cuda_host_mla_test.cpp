@@ -521,7 +521,8 @@ naive_matches_cpu(void **state)
  * batch (a chunk from position 0, one crossing a page, a token past the 256-position tile), GQA,
  * MQA and MHA head groupings, head dims 16 to 128, F32/BF16/FP8 cache rows (the GQA layouts:
  * keys then values, E4M3 in blocks of d), pages in no particular order, shared memory pre-filled
- * with NaN. */
+ * with NaN; the decode form over per-row tables (gqa_tab_k, pages at an offset) bit for bit the
+ * same. */
 static void
 gqa_matches_cpu(void **state)
 {
@@ -571,15 +572,39 @@ gqa_matches_cpu(void **state)
         pthread_barrier_init(&bar, NULL, GQ_NT);
         cu_kvf kf = cu_kvf_of(&fmt);
         const uint8_t *const *ptab = (const uint8_t *const *)flat.data();
+        host_threads(GQ_NT,
+                     [&](int t) { /* gqa_attn_k's blocks */
+                                  hctx cx = {NULL, NULL, t, &bar, NULL};
+                                  for (int r = 0; r < T; r++)
+                                      for (int h = 0; h < H; h++) {
+                                          int b = item[r];
+                                          gqa_block(cx, r, h, pos0[b] + r - q0[b],
+                                                    ptab + (size_t)b * maxp, 0, H, KVH, d, q.data(),
+                                                    page_len, kf, scale, got.data(), sh.data());
+                                          cx.sync(); /* the next block reuses the shared memory */
+                                      }
+                     });
+        /* gqa_tab_k's blocks: every row its own table, the pages 40 bytes past the pointers */
+        std::vector<const uint8_t *> tab((size_t)T * maxp, (const uint8_t *)NULL);
+        std::vector<int32_t> len(T);
+        std::vector<float> got_tab((size_t)T * H * d, 7.0f);
+        for (int r = 0; r < T; r++) {
+            int b = item[r];
+            len[r] = pos0[b] + r - q0[b] + 1;
+            for (int p = 0; p < maxp; p++)
+                if (flat[(size_t)b * maxp + p] != NULL)
+                    tab[(size_t)r * maxp + p] = (const uint8_t *)flat[(size_t)b * maxp + p] - 40;
+        }
         host_threads(GQ_NT, [&](int t) {
             hctx cx = {NULL, NULL, t, &bar, NULL};
             for (int r = 0; r < T; r++)
                 for (int h = 0; h < H; h++) {
-                    gqa_block(cx, r, h, item, q0, pos0, H, KVH, d, q.data(), ptab, maxp, page_len,
-                              kf, scale, got.data(), sh.data());
-                    cx.sync(); /* the next block reuses the shared memory */
+                    gqa_block(cx, r, h, len[r] - 1, tab.data() + (size_t)r * maxp, 40, H, KVH, d,
+                              q.data(), page_len, kf, scale, got_tab.data(), sh.data());
+                    cx.sync();
                 }
         });
+        assert_memory_equal(got_tab.data(), got.data(), got.size() * sizeof(float));
         pthread_barrier_destroy(&bar);
         double worst = 0, big = 0;
         for (size_t i = 0; i < ref.size(); i++) {

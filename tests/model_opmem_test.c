@@ -698,6 +698,44 @@ g_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, const float *q
 }
 
 typedef struct {
+    grpo_kernels in;
+    int B, H, KVH, d;
+    const float *q;
+    const void *const *ptab;
+    int max_pages;
+    const int32_t *len;
+    int page_len;
+    size_t off;
+    grpo_kv_fmt kvf;
+    float scale;
+    float *out;
+} gqa_tab_a;
+
+static void
+gqa_tab_r(void *p)
+{
+    gqa_tab_a *a = p;
+    grpo_err err = GRPO_OK;
+    GUARD(err = grpo_kernels_gqa_attn_tab(&a->in, a->B, a->H, a->KVH, a->d, a->q, a->ptab,
+                                          a->max_pages, a->len, a->page_len, a->off, &a->kvf,
+                                          a->scale, a->out));
+    if (err != GRPO_OK)
+        fail_msg("gqa_attn_tab: %s", grpo_error_last());
+}
+
+static void
+g_gqa_attn_tab(grpo_kernels *k, int B, int H, int KVH, int d, const float *q,
+               const void *const *ptab, int max_pages, const int32_t *len, int page_len, size_t off,
+               const grpo_kv_fmt *kvf, float scale, float *out)
+{
+    OPMEM(ptab);
+    OPMEM(len);
+    OPMEM(q);
+    gqa_tab_a a = {sub(k), B, H, KVH, d, q, ptab, max_pages, len, page_len, off, *kvf, scale, out};
+    op_run(gqa_tab_r, &a, sizeof a, 0);
+}
+
+typedef struct {
     int T, K, E;
     const int32_t *idx;
     const float *wts;
@@ -842,6 +880,7 @@ guarded(const grpo_kernels *k)
     g.kv_write = g_kv_write, g.kv_read = g_kv_read;
     g.moe_sort = g_moe_sort, g.moe_gemm = g_moe_gemm;
     g.kv_write_tab = g_kv_write_tab, g.mla_absorbed_tab = g_mla_absorbed_tab;
+    g.gqa_attn_tab = g_gqa_attn_tab;
     g.graph_begin = g_graph_begin, g.graph_end = g_graph_end, g.graph_launch = g_graph_launch;
     g.graph_free = g_graph_free, g.graph_epoch = g_graph_epoch, g.sample = g_sample;
     return g;
@@ -1209,7 +1248,10 @@ recorded_steps_replay(void **state)
     } cases[] = {{"tiny_models/fp8", GRPO_NUMERICS_EXACT, GRPO_KV_F32},
                  {"tiny_models/small", GRPO_NUMERICS_EXACT, GRPO_KV_BF16},
                  {"tiny_models/bf16", GRPO_NUMERICS_FP8, GRPO_KV_FP8},
-                 {"tiny_models/fp8", GRPO_NUMERICS_FP8, GRPO_KV_BF16}};
+                 {"tiny_models/fp8", GRPO_NUMERICS_FP8, GRPO_KV_BF16},
+                 {"gqa_models/qwen2_tied", GRPO_NUMERICS_EXACT, GRPO_KV_F32},
+                 {"gqa_models/llama3_bf16", GRPO_NUMERICS_EXACT, GRPO_KV_FP8},
+                 {"gqa_models/qwen3_fp8", GRPO_NUMERICS_FP8, GRPO_KV_BF16}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char dir[512];
         const char *src = getenv("GRPO_SOURCE_DIR");

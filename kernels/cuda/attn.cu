@@ -336,8 +336,48 @@ __launch_bounds__(GQ_NT) gqa_attn_k(const int32_t *meta, int T, int B, int H, in
 {
     __shared__ float sh[GQ_SMEM];
     block_ctx cx = {sh};
-    gqa_block(cx, blockIdx.x, blockIdx.y, meta, meta + T, meta + T + B, H, KVH, d, q, ptab,
-              max_pages, page_len, kf, scale, out, sh);
+    int r = blockIdx.x, b = meta[r];
+    gqa_block(cx, r, blockIdx.y, meta[T + B + b] + r - meta[T + b], ptab + (size_t)b * max_pages, 0,
+              H, KVH, d, q, page_len, kf, scale, out, sh);
+}
+
+/* The decode form over tables in device memory (kernels.h gqa_attn_tab): block (row, head), the
+ * row's query at position len[r] - 1 over its own pages; capturable. */
+__global__ void
+__launch_bounds__(GQ_NT)
+    gqa_tab_k(int H, int KVH, int d, const float *q, const uint8_t *const *ptab, int max_pages,
+              const int32_t *len, int page_len, size_t off, cu_kvf kf, float scale, float *out)
+{
+    __shared__ float sh[GQ_SMEM];
+    block_ctx cx = {sh};
+    int r = blockIdx.x;
+    gqa_block(cx, r, blockIdx.y, len[r] - 1, ptab + (size_t)r * max_pages, off, H, KVH, d, q,
+              page_len, kf, scale, out, sh);
+}
+
+static grpo_err
+gqa_shape_ok(int H, int KVH, int d)
+{
+    if (d > GQ_NT || d <= 0 || KVH <= 0 || H % KVH != 0)
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "cuda gqa attention: %d heads over %d KV heads of %d values (at most %d)",
+                          H, KVH, d, GQ_NT);
+    return GRPO_OK;
+}
+
+grpo_err
+grpo_cu__gqa_attn_tab(cu_state *s, int B, int H, int KVH, int d, const float *q,
+                      const void *const *ptab, int max_pages, const int32_t *len, int page_len,
+                      size_t off, const grpo_kv_fmt *kvf, float scale, float *out)
+{
+    grpo_err err = gqa_shape_ok(H, KVH, d);
+    if (err != GRPO_OK || B <= 0)
+        return err;
+    gqa_tab_k<<<dim3((unsigned)B, (unsigned)H), GQ_NT, 0, s->stream>>>(
+        H, KVH, d, q, (const uint8_t *const *)ptab, max_pages, len, page_len, off, cu_kvf_of(kvf),
+        scale, out);
+    CU_LAUNCHED();
+    return GRPO_OK;
 }
 
 grpo_err
@@ -345,10 +385,9 @@ grpo_cu__gqa_attn(cu_state *s, int B, const int32_t *q0, const int32_t *n, const
                   int H, int KVH, int d, const float *q, const void *const *const *pages_of,
                   int page_len, const grpo_kv_fmt *kvf, float scale, float *out)
 {
-    if (d > GQ_NT || KVH <= 0 || H % KVH != 0)
-        return grpo__fail(GRPO_EUNSUPPORTED,
-                          "cuda gqa attention: %d heads over %d KV heads of %d values (at most %d)",
-                          H, KVH, d, GQ_NT);
+    grpo_err err = gqa_shape_ok(H, KVH, d);
+    if (err != GRPO_OK)
+        return err;
     int T = 0, maxp = 1;
     for (int b = 0; b < B; b++) {
         int np = (pos0[b] + n[b] + page_len - 1) / page_len;
@@ -373,7 +412,7 @@ grpo_cu__gqa_attn(cu_state *s, int B, const int32_t *q0, const int32_t *n, const
         meta[T + B + b] = pos0[b];
     }
     cudaStreamSynchronize(s->stream); /* ws[9] may still be read by the previous call */
-    grpo_err err = grpo_cu__reserve(&s->ws[9], bytes);
+    err = grpo_cu__reserve(&s->ws[9], bytes);
     if (err == GRPO_OK) {
         cudaError_t e = cudaMemcpyAsync(s->ws[9].d, h, bytes, cudaMemcpyHostToDevice, s->stream);
         if (e == cudaSuccess)

@@ -773,6 +773,15 @@ t_gqa_attn(grpo_kernels *k, int B, const int32_t *q0, const int32_t *n, const in
 }
 
 static void
+t_gqa_attn_tab(grpo_kernels *k, int B, int H, int KVH, int d, const float *q,
+               const void *const *ptab, int max_pages, const int32_t *len, int page_len, size_t off,
+               const grpo_kv_fmt *kvf, float scale, float *out)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__gqa_attn_tab(cu_of(k), B, H, KVH, d, q, ptab, max_pages, len,
+                                                  page_len, off, kvf, scale, out));
+}
+
+static void
 t_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, const float *qr,
                    const void *const *ptab, int max_pages, const int32_t *len, int cap,
                    int page_len, size_t off, const grpo_kv_fmt *kvf, float scale, float *ol)
@@ -868,7 +877,7 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
         k->weight_upload = t_weight_upload, k->gemm_batch = t_gemm_batch;
         k->moe_sort = t_moe_sort, k->moe_gemm = t_moe_gemm;
         k->kv_write_tab = t_kv_write_tab, k->mla_absorbed_tab = t_mla_absorbed_tab;
-        k->gqa_attn = t_gqa_attn;
+        k->gqa_attn = t_gqa_attn, k->gqa_attn_tab = t_gqa_attn_tab;
         k->graph_begin = t_graph_begin, k->graph_end = t_graph_end;
         k->graph_launch = t_graph_launch, k->graph_free = t_graph_free;
         k->graph_epoch = t_graph_epoch, k->sample = t_sample;

@@ -159,6 +159,11 @@ grpo_err grpo_cu__gqa_attn(cu_state *s, int B, const int32_t *q0, const int32_t 
                            const int32_t *pos0, int H, int KVH, int d, const float *q,
                            const void *const *const *pages_of, int page_len, const grpo_kv_fmt *kvf,
                            float scale, float *out);
+/* Its decode form over tables in device memory (kernels.h gqa_attn_tab): capturable. */
+grpo_err grpo_cu__gqa_attn_tab(cu_state *s, int B, int H, int KVH, int d, const float *q,
+                               const void *const *ptab, int max_pages, const int32_t *len,
+                               int page_len, size_t off, const grpo_kv_fmt *kvf, float scale,
+                               float *out);
 grpo_err grpo_cu__mla_naive(cu_state *s, int n, int pos0, int H, int dn, int dr, int dv,
                             const float *q, const float *kvb, const float *const *d_pages,
                             int page_len, int kr_stride, int kr_off, float scale, float *out);

@@ -1,17 +1,18 @@
 /* kernels/cuda/gqa_body.h: grouped-query attention over the paged K/V cache (the op table's
- * gqa_attn, kernels/kernels.h), written once for the CUDA kernel (attn.cu gqa_attn_k) and for a
- * host simulation (tests/cuda_host_mla_test.cpp: one POSIX thread per CUDA thread, a barrier for
- * __syncthreads) that checks it against the CPU gqa_attn in CI without a device.
+ * gqa_attn and gqa_attn_tab, kernels/kernels.h), written once for the CUDA kernels (attn.cu
+ * gqa_attn_k, gqa_tab_k) and for a host simulation (tests/cuda_host_mla_test.cpp: one POSIX
+ * thread per CUDA thread, a barrier for __syncthreads) that checks it against the CPU gqa_attn
+ * in CI without a device.
  *
- * A block of GQ_NT threads per (query row r, head h). Row r belongs to item b = item[r], whose
- * queries are rows q0[b] .. at positions pos0[b] ..: it attends causally to positions
- * 0 .. pos0[b] + r - q0[b] of the item's pages (ptab[b * max_pages + p]; the row of position j at
- * page j / page_len, kf.bytes a row: keys (KVH, d) then values (KVH, d) in the cache's format,
- * read through kv_body.h's kb_val). Head h reads KV head h / (H / KVH). GQ_NT positions at a time,
- * one per thread: its score (q . k in ascending order, fmaf) x scale; the tile's max and the sum
- * of its exponentials by shared-memory trees, an online softmax across tiles; thread t < d owns
- * output column t. d <= GQ_NT. Each output depends only on its own query and its item's cache
- * rows, whatever else is in the batch. Ctx provides tid() and sync(); sh holds GQ_SMEM floats. */
+ * A block of GQ_NT threads per (query row r, head h): the query at position P attends causally
+ * to positions 0 .. P of its pages (the kernel finds P and the pages: from the row's item for
+ * gqa_attn, from the row's own tables for gqa_attn_tab; a cache row holds keys (KVH, d) then
+ * values (KVH, d) in the cache's format, read through kv_body.h's kb_val). Head h reads KV head
+ * h / (H / KVH). GQ_NT positions at a time, one per thread: its score (q . k in ascending order,
+ * fmaf) x scale; the tile's max and the sum of its exponentials by shared-memory trees, an
+ * online softmax across tiles; thread t < d owns output column t. d <= GQ_NT. Each output
+ * depends only on its own query and its cache rows, whatever else is in the batch. Ctx provides
+ * tid() and sync(); sh holds GQ_SMEM floats. */
 #ifndef GRPO_KERNELS_CUDA_GQA_BODY_H
 #define GRPO_KERNELS_CUDA_GQA_BODY_H
 
@@ -23,16 +24,15 @@
 #define GQ_NT 256
 #define GQ_SMEM (3 * GQ_NT) /* the query (d <= GQ_NT), the tile's probabilities, the tree */
 
+/* The query of row r, head h, at position P, over pages (the row of position j at
+ * pages[j / page_len] + off + (j % page_len) * kf.bytes). */
 template <class Ctx>
 GB_FN void
-gqa_block(Ctx &cx, int r, int h, const int32_t *item, const int32_t *q0, const int32_t *pos0, int H,
-          int KVH, int d, const float *q, const uint8_t *const *ptab, int max_pages, int page_len,
-          const cu_kvf &kf, float scale, float *out, float *sh)
+gqa_block(Ctx &cx, int r, int h, int P, const uint8_t *const *pages, size_t off, int H, int KVH,
+          int d, const float *q, int page_len, const cu_kvf &kf, float scale, float *out, float *sh)
 {
     float *qs = sh, *ps = sh + GQ_NT, *red = sh + 2 * GQ_NT;
-    int t = cx.tid(), b = item[r], g = h / (H / KVH);
-    int P = pos0[b] + r - q0[b];
-    const uint8_t *const *pages = ptab + (size_t)b * max_pages;
+    int t = cx.tid(), g = h / (H / KVH);
     for (int e = t; e < d; e += GQ_NT)
         qs[e] = q[((size_t)r * H + h) * d + e];
     cx.sync();
@@ -41,7 +41,7 @@ gqa_block(Ctx &cx, int r, int h, const int32_t *item, const int32_t *q0, const i
         int j = j0 + t;
         float sc = -INFINITY;
         if (j <= P) {
-            const uint8_t *row = pages[j / page_len] + (size_t)(j % page_len) * kf.bytes;
+            const uint8_t *row = pages[j / page_len] + off + (size_t)(j % page_len) * kf.bytes;
             float a = 0.0f;
             for (int e = 0; e < d; e++)
                 a = fmaf(qs[e], kb_val(row, kf, g * d + e), a);
@@ -73,7 +73,8 @@ gqa_block(Ctx &cx, int r, int h, const int32_t *item, const int32_t *q0, const i
             int nj = P + 1 - j0 < GQ_NT ? P + 1 - j0 : GQ_NT;
             for (int jj = 0; jj < nj; jj++) {
                 int jp = j0 + jj;
-                const uint8_t *row = pages[jp / page_len] + (size_t)(jp % page_len) * kf.bytes;
+                const uint8_t *row =
+                    pages[jp / page_len] + off + (size_t)(jp % page_len) * kf.bytes;
                 acc = fmaf(ps[jj], kb_val(row, kf, (KVH + g) * d + t), acc);
             }
             o = acc;

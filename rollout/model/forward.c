@@ -60,8 +60,8 @@ typedef struct {
     int32_t *eoff_op;
     const grpo_kw **ew;
     /* a decode step's cache tables in op memory, made once for every layer (the backend's
-     * kv_write_tab, mla_absorbed_tab; every token an absorbed query): each token's cache row and
-     * each query's pages at layer 0, and its length; tab_maxp the pages per query, max_pages
+     * kv_write_tab, mla_absorbed_tab or gqa_attn_tab; every token a query): each token's cache row
+     * and each query's pages at layer 0, and its length; tab_maxp the pages per query, max_pages
      * rounded up to a power of two (a CUDA graph of the step serves every length up to it) */
     int tabs, tab_maxp;
     void **tab_rows, **tab_rows_h;
@@ -294,8 +294,9 @@ scratch_init(scratch *s, grpo_model *m, const grpo_kv *kv, const grpo_fwd_item *
     s->hg = m->cfg.num_attention_heads < naive_hg(m) ? m->cfg.num_attention_heads : naive_hg(m);
     s->out_host = op_memory_is_host(m->k) && dr == NULL;
     s->moe_op = m->k->moe_sort != NULL && m->k->moe_gemm != NULL;
-    s->tabs = grpo_model__is_mla(&m->cfg) && s->B == s->T && s->T > 0 &&
-              m->k->kv_write_tab != NULL && m->k->mla_absorbed_tab != NULL;
+    s->tabs =
+        s->B == s->T && s->T > 0 && m->k->kv_write_tab != NULL &&
+        (grpo_model__is_mla(&m->cfg) ? m->k->mla_absorbed_tab != NULL : m->k->gqa_attn_tab != NULL);
     for (s->tab_maxp = 1; s->tabs && s->tab_maxp < s->max_pages; s->tab_maxp *= 2) {
     }
     s->n_real = s->T;
@@ -484,9 +485,11 @@ attention(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer, const gr
     int dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim, dc = c->kv_lora_rank;
     int qk = dn + dr, row = dc + dr;
     k->rmsnorm(k, T, s->h, H, l->attn_norm, H, c->rms_norm_eps, s->x, H);
-    if (!grpo_model__is_mla(c))
-        return grpo_model__attn_gqa(m, kv, l, layer, items, n_items, t0_of, T, s->pos, s->x, s->q,
-                                    s->kva, s->ao, s->tmp, s->h);
+    if (!grpo_model__is_mla(c)) {
+        grpo_model_tabs tb = {s->tab_rows, s->tab_ptab, s->tab_len, s->tab_maxp};
+        return grpo_model__attn_gqa(m, kv, l, layer, items, n_items, t0_of, T, s->tabs ? &tb : NULL,
+                                    s->pos, s->x, s->q, s->kva, s->ao, s->tmp, s->h);
+    }
     /* the projections of x (q_a or q, and kv_a) in one GEMM batch */
     grpo_gemm_job proj[2] = {{T, s->x, H, c->q_lora_rank > 0 ? &l->q_a : &l->q_proj,
                               c->q_lora_rank > 0 ? s->qa : s->q,
@@ -964,8 +967,9 @@ body(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, const 
 }
 
 /* ---- a decode step as a CUDA graph ----
- * A step whose ops need nothing from the host (every token an absorbed query over the tables in
- * op memory, the MoE routing sorted there, no routes or hidden rows wanted, no debug hook) is
+ * A step whose ops need nothing from the host (every token a query over the tables in op memory,
+ * MLA's absorbed form or GQA's, the MoE routing sorted there, no routes or hidden rows wanted, no
+ * debug hook) is
  * recorded the first time a shape (tokens, pages per query) is seen, right after running it, and
  * replayed for the later steps of that shape: the tables, tokens and positions are uploaded
  * before, the logits copied out after. A recording is dropped when the backend's scratch or the
@@ -979,7 +983,8 @@ graph_args_ok(const grpo_model *m, int all, const int32_t *tail, void *const *ro
 {
     return !m->graphs_off && m->k->graph_begin != NULL && !all && tail == NULL && routes == NULL &&
            hidden == NULL && m->debug_hidden == NULL &&
-           m->cfg.arch == GRPO_ARCH_DEEPSEEK_V3; /* its router runs on the backend */
+           /* a router on the backend, or none (the softmax gates run on the host) */
+           (m->cfg.arch == GRPO_ARCH_DEEPSEEK_V3 || m->cfg.n_routed_experts == 0);
 }
 
 void

@@ -82,8 +82,8 @@ item_tables(grpo_kv *kv, int layer, const grpo_fwd_item *items, int n_items, con
 grpo_err
 grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
                      const grpo_fwd_item *items, int n_items, const int32_t *t0_of, int T,
-                     const int32_t *pos, const float *x, float *q, float *kvr, float *ao,
-                     float *tmp, float *h)
+                     const grpo_model_tabs *tabs, const int32_t *pos, const float *x, float *q,
+                     float *kvr, float *ao, float *tmp, float *h)
 {
     const grpo_model_config *c = &m->cfg;
     grpo_kernels *k = m->k;
@@ -92,6 +92,19 @@ grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int laye
     int H = c->hidden_size, nh = c->num_attention_heads, kvh = c->num_key_value_heads;
     int d = c->head_dim, row = 2 * kvh * d;
     project(m, l, T, pos, x, q, kvr);
+    if (tabs != NULL) { /* a decode step over its tables: nothing from the host */
+        size_t off = grpo_kv__layer_off(kv, layer);
+        grpo_kernels_kv_write_tab(k, &kv->fmt, T, kvr, row, tabs->rows, off);
+        grpo_err err =
+            grpo_kernels_gqa_attn_tab(k, T, nh, kvh, d, q, tabs->ptab, tabs->maxp, tabs->len,
+                                      GRPO_KV_PAGE, off, &kv->fmt, c->softmax_scale, ao);
+        if (err != GRPO_OK)
+            return err;
+        k->gemm(k, T, ao, nh * d, &l->o, tmp, H);
+        add_bias(k, tmp, T, H, H, l->o_bias);
+        grpo_kernels_add_rows(k, T, H, h, H, tmp, H);
+        return GRPO_OK;
+    }
     int32_t *q0, *n, *pos0;
     const void **pages_of;
     void **rows;

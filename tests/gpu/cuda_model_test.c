@@ -18,7 +18,8 @@
  *     the device (grpo_model__forward_sample: the sampler inside the recorded step, the logits
  *     never copied out) against the host sampler over the copied logits.
  * Then the GQA families (Qwen2 with tied embeddings, Qwen3 FP8, Qwen3-MoE, Llama 3) and
- * deepseek_v2 on the device-resident model against the CPU backend over each cache dtype.
+ * deepseek_v2 on the device-resident model against the CPU backend over each cache dtype, and
+ * the dense GQA models' decode steps replayed from CUDA graphs against the same steps op by op.
  * Exit 77 without a device. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/model_testutil.h"
@@ -568,6 +569,8 @@ run_family(const char *sub)
                sub, kvn[c], vs_cpu, vs_hf, dec);
         GT_CHECK(vs_cpu <= 1e-4 && vs_hf <= 1e-4 && dec <= 1e-4, "%s %s cache on the device", sub,
                  kvn[c]);
+        if (grpo_model_get_config(md)->n_routed_experts == 0) /* no host router: recorded */
+            graph_vs_eager(sub, kvn[c], md, &e);
         free(pc), free(pd), free(dc), free(dd);
         grpo_model_destroy(mc), grpo_model_destroy(md);
     }

@@ -269,6 +269,15 @@ struct grpo_kernels {
     void (*gqa_attn_tab)(grpo_kernels *k, int B, int H, int KVH, int d, const float *q,
                          const void *const *ptab, int max_pages, const int32_t *len, int page_len,
                          size_t off, const grpo_kv_fmt *kvf, float scale, float *out);
+    /* The softmax gates of deepseek_v2 and qwen3_moe on fp32 logits (M, E) where they are, as
+     * the forward's host version (grpo_model__route_softmax) chooses them: softmax, for
+     * n_group > 1 the topk_group groups with the largest maximum kept, top_k by repeated arg-max
+     * (lower id on ties), their sum in that order; idx (M, top_k) ascending expert order, wts
+     * divided by the sum when norm, then times scale. NULL: the forward copies the logits out
+     * and chooses on the host (the CPU backend). */
+    void (*router_softmax)(grpo_kernels *k, int M, const float *logits, int E, int n_group,
+                           int topk_group, int top_k, int norm, float scale, int32_t *idx,
+                           float *wts);
 };
 
 enum { GRPO_MEM_H2D = 0, GRPO_MEM_D2H = 1, GRPO_MEM_D2D = 2 };

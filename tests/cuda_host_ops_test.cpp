@@ -18,6 +18,9 @@ extern "C" {
 #include "kernels/cuda/ops_body.h"
 #include "kernels/cuda/plan.h"
 #include "tests/cuda_host_mma.h"
+extern "C" {
+#include "rollout/model/model_int.h" /* grpo_model__route_softmax: the host route */
+}
 
 #include <pthread.h>
 #include <stdio.h>
@@ -219,6 +222,44 @@ router_matches_cpu(void **state)
     grpo_kernels_destroy(k);
 }
 
+/* The softmax gates (ob_router_softmax_row) on random logits over Qwen3-MoE, DeepSeek-V2 (greedy
+ * and group-limited) and ragged groupings: the forward's host route's experts and weights bit for
+ * bit (the host's expf on both sides; the device's differs in the last bits). */
+static void
+router_softmax_matches_host(void **state)
+{
+    (void)state;
+    struct {
+        int E, n_group, topk_group, top_k, norm;
+        float scale;
+    } cases[] = {{128, 1, 1, 8, 1, 1.0f},
+                 {160, 8, 3, 6, 0, 16.0f},
+                 {64, 1, 1, 6, 0, 1.0f},
+                 {60, 4, 2, 4, 1, 2.5f},
+                 {1024, 1, 1, 8, 1, 1.0f}};
+    for (auto &c : cases) {
+        const int M = 5;
+        std::vector<float> l(M * c.E), host, p(c.E), gs(256), w1(M * c.top_k), w2(M * c.top_k);
+        std::vector<unsigned char> gt(256);
+        std::vector<int32_t> i1(M * c.top_k), i2(M * c.top_k);
+        for (auto &v : l)
+            v = 6.0f * frand();
+        float mx = 0.0f;
+        for (int m = 0; m < M; m++)
+            run_block(64, [&](host_ctx &cx) {
+                ob_router_softmax_row(cx, l.data() + (size_t)m * c.E, c.E, c.n_group, c.topk_group,
+                                      c.top_k, c.norm, c.scale, i1.data() + (size_t)m * c.top_k,
+                                      w1.data() + (size_t)m * c.top_k, p.data(), &mx, gs.data(),
+                                      gt.data());
+            });
+        host = l;
+        grpo_model__route_softmax(M, host.data(), c.E, c.n_group, c.topk_group, c.top_k, c.norm,
+                                  c.scale, i2.data(), w2.data());
+        assert_memory_equal(i1.data(), i2.data(), i1.size() * 4);
+        assert_memory_equal(w1.data(), w2.data(), w1.size() * 4);
+    }
+}
+
 /* The MoE plan by a simulated block equals the host plan (plan.c) for batches with unused and
  * crowded experts; permute gathers each slot's token row; combine equals its definition (fmaf
  * over the token's slots in order), plain and accumulating. */
@@ -381,8 +422,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rmsnorm_rows),       cmocka_unit_test(elementwise_same_bits),
-        cmocka_unit_test(router_matches_cpu), cmocka_unit_test(moe_movement),
-        cmocka_unit_test(memory_entries),
+        cmocka_unit_test(router_matches_cpu), cmocka_unit_test(router_softmax_matches_host),
+        cmocka_unit_test(moe_movement),       cmocka_unit_test(memory_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

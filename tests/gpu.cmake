@@ -12,8 +12,10 @@ if(TARGET PkgConfig::CMOCKA)
 endif()
 
 if(TARGET grpo_cuda)
-  grpo_add_test(cuda_ops_test SOURCES gpu/cuda_ops_test.c LIBS grpo_cuda grpo_kernels grpo_common m
-                LABELS gpu TIMEOUT 300)
+  # The forward's host route of the softmax gates is compiled in (the reference of the device's).
+  grpo_add_test(cuda_ops_test SOURCES gpu/cuda_ops_test.c
+                ${PROJECT_SOURCE_DIR}/rollout/model/route_softmax.c
+                LIBS grpo_cuda grpo_kernels grpo_common m LABELS gpu TIMEOUT 300)
   # The CPU sampler is compiled in (GPU-only hosts do not build the engine library).
   grpo_add_test(cuda_sample_test SOURCES gpu/cuda_sample_test.c
                 ${PROJECT_SOURCE_DIR}/rollout/engine/sampler.c ${PROJECT_SOURCE_DIR}/rollout/engine/rng.c
@@ -96,6 +98,7 @@ endif()
 # against the CPU ops; no contraction, so the host rounds each product as the device does.
 if(TARGET PkgConfig::CMOCKA)
   grpo_add_test(cuda_host_ops_test SOURCES cuda_host_ops_test.cpp
+                ${PROJECT_SOURCE_DIR}/rollout/model/route_softmax.c
                 LIBS grpo_cuda_plan grpo_kernels grpo_common Threads::Threads m TIMEOUT 120)
   target_compile_options(cuda_host_ops_test PRIVATE -ffp-contract=off)
 endif()

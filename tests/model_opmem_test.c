@@ -697,6 +697,42 @@ g_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, const float *q
     op_run(mla_tab_r, &a, sizeof a, 0);
 }
 
+/* The softmax gates where the logits are: the forward's host route over a copy of them. */
+typedef struct {
+    int M;
+    const float *logits;
+    int E, n_group, topk_group, top_k, norm;
+    float scale;
+    int32_t *idx;
+    float *wts;
+} router_softmax_a;
+
+static void
+router_softmax_r(void *p)
+{
+    router_softmax_a *a = p;
+    float *l = malloc((size_t)a->M * (size_t)a->E * sizeof *l);
+    assert_non_null(l);
+    open_mem();
+    memcpy(l, a->logits, (size_t)a->M * (size_t)a->E * sizeof *l);
+    grpo_model__route_softmax(a->M, l, a->E, a->n_group, a->topk_group, a->top_k, a->norm, a->scale,
+                              a->idx, a->wts);
+    close_mem();
+    free(l);
+}
+
+static void
+g_router_softmax(grpo_kernels *k, int M, const float *logits, int E, int n_group, int topk_group,
+                 int top_k, int norm, float scale, int32_t *idx, float *wts)
+{
+    (void)k;
+    OPMEM(logits);
+    OPMEM(idx);
+    OPMEM(wts);
+    router_softmax_a a = {M, logits, E, n_group, topk_group, top_k, norm, scale, idx, wts};
+    op_run(router_softmax_r, &a, sizeof a, 0);
+}
+
 typedef struct {
     grpo_kernels in;
     int B, H, KVH, d;
@@ -880,7 +916,7 @@ guarded(const grpo_kernels *k)
     g.kv_write = g_kv_write, g.kv_read = g_kv_read;
     g.moe_sort = g_moe_sort, g.moe_gemm = g_moe_gemm;
     g.kv_write_tab = g_kv_write_tab, g.mla_absorbed_tab = g_mla_absorbed_tab;
-    g.gqa_attn_tab = g_gqa_attn_tab;
+    g.gqa_attn_tab = g_gqa_attn_tab, g.router_softmax = g_router_softmax;
     g.graph_begin = g_graph_begin, g.graph_end = g_graph_end, g.graph_launch = g_graph_launch;
     g.graph_free = g_graph_free, g.graph_epoch = g_graph_epoch, g.sample = g_sample;
     return g;
@@ -1251,7 +1287,9 @@ recorded_steps_replay(void **state)
                  {"tiny_models/fp8", GRPO_NUMERICS_FP8, GRPO_KV_BF16},
                  {"gqa_models/qwen2_tied", GRPO_NUMERICS_EXACT, GRPO_KV_F32},
                  {"gqa_models/llama3_bf16", GRPO_NUMERICS_EXACT, GRPO_KV_FP8},
-                 {"gqa_models/qwen3_fp8", GRPO_NUMERICS_FP8, GRPO_KV_BF16}};
+                 {"gqa_models/qwen3_fp8", GRPO_NUMERICS_FP8, GRPO_KV_BF16},
+                 {"gqa_models/qwen3_moe_64x8", GRPO_NUMERICS_EXACT, GRPO_KV_F32},
+                 {"v2_models/v2_group_f32", GRPO_NUMERICS_EXACT, GRPO_KV_BF16}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char dir[512];
         const char *src = getenv("GRPO_SOURCE_DIR");

@@ -782,6 +782,14 @@ t_gqa_attn_tab(grpo_kernels *k, int B, int H, int KVH, int d, const float *q,
 }
 
 static void
+t_router_softmax(grpo_kernels *k, int M, const float *logits, int E, int n_group, int topk_group,
+                 int top_k, int norm, float scale, int32_t *idx, float *wts)
+{
+    grpo_cu__note(cu_of(k), grpo_cu__router_softmax(cu_of(k), M, logits, E, n_group, topk_group,
+                                                    top_k, norm, scale, idx, wts));
+}
+
+static void
 t_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql, const float *qr,
                    const void *const *ptab, int max_pages, const int32_t *len, int cap,
                    int page_len, size_t off, const grpo_kv_fmt *kvf, float scale, float *ol)
@@ -878,6 +886,7 @@ grpo_kernels_cuda_create(grpo_kernels **out, int device, int mode, int policy)
         k->moe_sort = t_moe_sort, k->moe_gemm = t_moe_gemm;
         k->kv_write_tab = t_kv_write_tab, k->mla_absorbed_tab = t_mla_absorbed_tab;
         k->gqa_attn = t_gqa_attn, k->gqa_attn_tab = t_gqa_attn_tab;
+        k->router_softmax = t_router_softmax;
         k->graph_begin = t_graph_begin, k->graph_end = t_graph_end;
         k->graph_launch = t_graph_launch, k->graph_free = t_graph_free;
         k->graph_epoch = t_graph_epoch, k->sample = t_sample;

@@ -150,6 +150,10 @@ grpo_err grpo_cu__moe_sort(cu_state *s, int T, int K, int E, const int32_t *idx,
                            int32_t *offs, int32_t *slot_tok, float *slot_w);
 grpo_err grpo_cu__moe_gemm(cu_state *s, int E, int rows, const int32_t *offs, const float *x,
                            int ldx, const grpo_kw *const *w, float *y, int ldy);
+/* The softmax gates (kernels.h router_softmax): one block per token. */
+grpo_err grpo_cu__router_softmax(cu_state *s, int M, const float *logits, int E, int n_group,
+                                 int topk_group, int top_k, int norm, float scale, int32_t *idx,
+                                 float *wts);
 grpo_err grpo_cu__router(cu_state *s, int M, const float *logits, int E, const float *bias,
                          int n_group, int topk_group, int top_k, int norm, float scale,
                          int32_t *idx, float *wts);

@@ -146,6 +146,34 @@ grpo_cu__router(cu_state *s, int M, const float *logits, int E, const float *bia
     return GRPO_OK;
 }
 
+__global__ void
+router_softmax_k(const float *logits, int E, int n_group, int topk_group, int top_k, int norm,
+                 float scale, int32_t *idx, float *wts)
+{
+    __shared__ float p[1024], gs[256], mx;
+    __shared__ unsigned char gt[256];
+    dev_ctx cx;
+    size_t b = blockIdx.x;
+    ob_router_softmax_row(cx, logits + b * E, E, n_group, topk_group, top_k, norm, scale,
+                          idx + b * top_k, wts + b * top_k, p, &mx, gs, gt);
+}
+
+grpo_err
+grpo_cu__router_softmax(cu_state *s, int M, const float *logits, int E, int n_group, int topk_group,
+                        int top_k, int norm, float scale, int32_t *idx, float *wts)
+{
+    if (E > 1024 || n_group > 256 || top_k > E || (n_group > 1 && E % n_group != 0))
+        return grpo__fail(GRPO_EUNSUPPORTED,
+                          "cuda softmax router: %d experts in %d groups (max 1024/256)", E,
+                          n_group);
+    if (M <= 0)
+        return GRPO_OK;
+    router_softmax_k<<<M, 256, 0, s->stream>>>(logits, E, n_group, topk_group, top_k, norm, scale,
+                                               idx, wts);
+    CU_LAUNCHED();
+    return GRPO_OK;
+}
+
 /* FP8 activation quantization (quant_body.h): one warp per (row, 128-column block). */
 __global__ void
 quant_k(int M, int K, const float *x, int ldx, uint8_t *q, float *scale, int64_t sld)

@@ -11,6 +11,8 @@
  *   ob_router_row    one token (one block): sigmoid scores in parallel, then the selection by
  *                    thread 0 exactly as the CPU router (group top-2 sums, topk_group groups kept,
  *                    top_k by repeated argmax, lowest index on ties, weights in expert order)
+ *   ob_router_softmax_row   the same for the softmax gates (deepseek_v2, qwen3_moe): the host
+ *                    route's steps in its order, the exponentials in parallel
  *   ob_moe_plan      the stable counting sort of a batch's (token, slot) pairs by expert (one
  * block, one thread per expert) ob_moe_permute_elem, ob_moe_combine_elem   gather into expert
  * order; weighted combine in slot order with fmaf ob_add_rows_elem, ob_copy_rows_elem,
@@ -187,6 +189,76 @@ ob_router_row(Ctx &cx, const float *l, int E, const float *bias, int n_group, in
             wts[o] = ob_mul(norm ? ob_div(sc[e], sum) : sc[e], scale);
             o++;
         }
+}
+
+/* The softmax gates for one token's logits l (E), the forward's host route (forward_gqa.c
+ * route_row) step for step: p (E floats) and mx (1) shared, gs, gt (n_group) scratch; the
+ * exponentials in parallel, the rest by thread 0 in the host's order. idx, wts: this token's
+ * top_k outputs, ascending expert order. */
+template <class Ctx>
+OB_FN void
+ob_router_softmax_row(Ctx &cx, const float *l, int E, int n_group, int topk_group, int top_k,
+                      int norm, float scale, int32_t *idx, float *wts, float *p, float *mx,
+                      float *gs, unsigned char *gt)
+{
+    if (cx.tid() == 0) {
+        float m = -INFINITY;
+        for (int e = 0; e < E; e++)
+            m = l[e] > m ? l[e] : m;
+        *mx = m;
+    }
+    cx.sync();
+    for (int e = cx.tid(); e < E; e += cx.nt())
+        p[e] = expf(ob_sub(l[e], *mx));
+    cx.sync();
+    if (cx.tid() != 0)
+        return;
+    float sum = 0.0f;
+    for (int e = 0; e < E; e++)
+        sum = ob_add(sum, p[e]);
+    for (int e = 0; e < E; e++)
+        p[e] = ob_div(p[e], sum);
+    if (n_group > 1 && topk_group < n_group) {
+        int per = E / n_group;
+        for (int g = 0; g < n_group; g++) {
+            gs[g] = p[g * per];
+            for (int i = 1; i < per; i++)
+                gs[g] = p[g * per + i] > gs[g] ? p[g * per + i] : gs[g];
+            gt[g] = 0;
+        }
+        for (int r = 0; r < topk_group; r++)
+            gt[ob_argmax_free(gs, gt, n_group)] = 1;
+        for (int g = 0; g < n_group; g++)
+            if (!gt[g])
+                for (int i = 0; i < per; i++)
+                    p[g * per + i] = -1.0f; /* taken */
+    }
+    for (int j = 0; j < top_k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (p[e] >= 0 && (best < 0 || p[e] > p[best]))
+                best = e;
+        idx[j] = best;
+        wts[j] = p[best];
+        p[best] = -1.0f;
+    }
+    float tot = 0.0f;
+    for (int j = 0; j < top_k; j++)
+        tot = ob_add(tot, wts[j]);
+    for (int j = 0; j < top_k; j++) /* ascending expert order */
+        for (int i = j + 1; i < top_k; i++)
+            if (idx[i] < idx[j]) {
+                int32_t ti = idx[i];
+                float tw = wts[i];
+                idx[i] = idx[j], wts[i] = wts[j];
+                idx[j] = ti, wts[j] = tw;
+            }
+    if (norm)
+        for (int j = 0; j < top_k; j++)
+            wts[j] = ob_div(wts[j], tot);
+    if (scale != 1.0f)
+        for (int j = 0; j < top_k; j++)
+            wts[j] = ob_mul(wts[j], scale);
 }
 
 /* The MoE plan of n = M * top_k assignments idx (token-major) over E experts, by a block of at

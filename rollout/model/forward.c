@@ -770,7 +770,11 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s, int routes)
     int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
     k->gemm(k, T, s->x, H, &l->router, s->rl, E);
     int soft = c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2;
-    if (soft) { /* softmax gates: chosen on the host */
+    if (soft && s->moe_op && k->router_softmax != NULL) { /* softmax gates where the logits are */
+        k->router_softmax(k, T, s->rl, E, c->n_group, c->topk_group, K, c->norm_topk_prob,
+                          c->routed_scaling_factor, s->ri, s->rw);
+        soft = 0;      /* from here on as the backend's router */
+    } else if (soft) { /* softmax gates: chosen on the host */
         grpo_kernels_mem_copy(k, s->rl_h, s->rl, (size_t)T * E * sizeof(float), GRPO_MEM_D2H);
         grpo_model__route_softmax(T, s->rl_h, E, c->n_group, c->topk_group, K, c->norm_topk_prob,
                                   c->routed_scaling_factor, s->ri_h, s->rw_h);
@@ -983,8 +987,10 @@ graph_args_ok(const grpo_model *m, int all, const int32_t *tail, void *const *ro
 {
     return !m->graphs_off && m->k->graph_begin != NULL && !all && tail == NULL && routes == NULL &&
            hidden == NULL && m->debug_hidden == NULL &&
-           /* a router on the backend, or none (the softmax gates run on the host) */
-           (m->cfg.arch == GRPO_ARCH_DEEPSEEK_V3 || m->cfg.n_routed_experts == 0);
+           /* a router on the backend, or none (without router_softmax the softmax gates run
+            * on the host) */
+           (m->cfg.arch == GRPO_ARCH_DEEPSEEK_V3 || m->cfg.n_routed_experts == 0 ||
+            m->k->router_softmax != NULL);
 }
 
 void

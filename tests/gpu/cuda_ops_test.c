@@ -5,6 +5,7 @@
  * FP8 GEMMs 1 - 2 sum xy / sum (x^2 + y^2) < 1e-3. Exit 77 without a device. */
 #include "tests/gpu/gpu_test.h"
 #include "kernels/cuda/plan.h"
+#include "rollout/model/model_int.h" /* grpo_model__route_softmax: the host route */
 
 static grpo_kernels *cpu, *gpu, *gpu_fast, *gpu_det;
 
@@ -424,6 +425,40 @@ test_router(void)
     }
 }
 
+/* The softmax gates (deepseek_v2, qwen3_moe) on the device against the forward's host route: the
+ * same experts, weights within 1e-5 (the device's expf differs from the host's in the last
+ * bits). */
+static void
+test_router_softmax(void)
+{
+    printf("softmax router\n");
+    const int cs[][5] = {{128, 1, 1, 8, 1}, {160, 8, 3, 6, 0}, {64, 1, 1, 6, 0}};
+    for (int c = 0; c < 3; c++) {
+        int E = cs[c][0], G = cs[c][1], KG = cs[c][2], K = cs[c][3], norm = cs[c][4], M = 64;
+        float sc = norm ? 1.0f : 16.0f;
+        float *lg = gt_rand((size_t)M * E, 6.0f), *host = malloc((size_t)M * E * 4);
+        memcpy(host, lg, (size_t)M * E * 4);
+        int32_t *idx = malloc((size_t)M * K * 4), *ridx = malloc((size_t)M * K * 4);
+        float *w = malloc((size_t)M * K * 4), *rw = malloc((size_t)M * K * 4);
+        float *dlg = gt_up(lg, (size_t)M * E * 4), *dw;
+        int32_t *di;
+        GT_OK(grpo_cuda_malloc((void **)&di, (size_t)M * K * 4));
+        GT_OK(grpo_cuda_malloc((void **)&dw, (size_t)M * K * 4));
+        grpo_model__route_softmax(M, host, E, G, KG, K, norm, sc, ridx, rw);
+        gpu->router_softmax(gpu, M, dlg, E, G, KG, K, norm, sc, di, dw);
+        GT_OK(grpo_kernels_cuda_status(gpu));
+        gt_down(idx, di, (size_t)M * K * 4);
+        gt_down(w, dw, (size_t)M * K * 4);
+        int same = memcmp(idx, ridx, (size_t)M * K * 4) == 0;
+        printf("  softmax router E=%d groups=%d keep=%d top=%d: experts %s\n", E, G, KG, K,
+               same ? "identical" : "DIFFER");
+        GT_CHECK(same, "softmax router experts differ");
+        compare("softmax router weights", w, rw, (size_t)M * K, 1e-5);
+        free(lg), free(host), free(idx), free(ridx), free(w), free(rw);
+        grpo_cuda_free(dlg), grpo_cuda_free(di), grpo_cuda_free(dw);
+    }
+}
+
 static void
 test_quant(void)
 {
@@ -818,6 +853,7 @@ main(void)
     heads_case(1, 3, 128, 128, 512);
     test_rows();
     test_router();
+    test_router_softmax();
     test_quant();
     test_mla_naive();
     test_mla_absorbed();

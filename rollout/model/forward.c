@@ -972,13 +972,13 @@ body(grpo_model *m, grpo_kv *kv, const grpo_fwd_item *items, int n_items, const 
 
 /* ---- a decode step as a CUDA graph ----
  * A step whose ops need nothing from the host (every token a query over the tables in op memory,
- * MLA's absorbed form or GQA's, the MoE routing sorted there, no routes or hidden rows wanted, no
- * debug hook) is
- * recorded the first time a shape (tokens, pages per query) is seen, right after running it, and
- * replayed for the later steps of that shape: the tables, tokens and positions are uploaded
- * before, the logits copied out after. A recording is dropped when the backend's scratch or the
- * forward's moved. The replay runs the recorded kernels with their recorded arguments over the
- * same memory, so its results are the step's without the recording (cuda_model_test). */
+ * MLA's absorbed form or GQA's, the MoE routing chosen and sorted there, no routes or hidden rows
+ * wanted, no debug hook) is recorded the first time a shape (tokens, pages per query) is seen,
+ * right after running it, and replayed for the later steps of that shape: the tables, tokens and
+ * positions are uploaded before, the logits copied out after. A recording is dropped when the
+ * backend's scratch or the forward's moved. The replay runs the recorded kernels with their
+ * recorded arguments over the same memory, so its results are the step's without the recording
+ * (cuda_model_test). */
 
 /* The outputs asked for allow a recorded step (scratch_init then checks the step itself). */
 static int

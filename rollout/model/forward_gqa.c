@@ -79,6 +79,42 @@ item_tables(grpo_kv *kv, int layer, const grpo_fwd_item *items, int n_items, con
     return blk;
 }
 
+/* The keys/values of the T rows kvr appended to the cache and the attention of every query into
+ * ao, over the items' tables built here (prefill chunks and decode tokens alike). */
+static grpo_err
+attend_items(grpo_model *m, grpo_kv *kv, int layer, const grpo_fwd_item *items, int n_items,
+             const int32_t *t0_of, int T, const float *q, const float *kvr, float *ao)
+{
+    const grpo_model_config *c = &m->cfg;
+    grpo_kernels *k = m->k;
+    int nh = c->num_attention_heads, kvh = c->num_key_value_heads, d = c->head_dim;
+    int32_t *q0, *n, *pos0;
+    const void **pages_of;
+    void **rows;
+    void *blk = item_tables(kv, layer, items, n_items, t0_of, T, &q0, &n, &pos0, &pages_of, &rows);
+    if (blk == NULL)
+        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
+    grpo_kernels_kv_write(k, &kv->fmt, T, kvr, 2 * kvh * d,
+                          rows); /* [keys | values] in the cache's dtype */
+    k->gqa_attn(k, n_items, q0, n, pos0, nh, kvh, d, q, (const void *const *const *)pages_of,
+                GRPO_KV_PAGE, &kv->fmt, c->softmax_scale, ao);
+    free(blk);
+    return GRPO_OK;
+}
+
+/* The same for a decode step over its tables in op memory: nothing from the host. */
+static grpo_err
+attend_tabs(grpo_model *m, grpo_kv *kv, int layer, int T, const grpo_model_tabs *tabs,
+            const float *q, const float *kvr, float *ao)
+{
+    const grpo_model_config *c = &m->cfg;
+    int nh = c->num_attention_heads, kvh = c->num_key_value_heads, d = c->head_dim;
+    size_t off = grpo_kv__layer_off(kv, layer);
+    grpo_kernels_kv_write_tab(m->k, &kv->fmt, T, kvr, 2 * kvh * d, tabs->rows, off);
+    return grpo_kernels_gqa_attn_tab(m->k, T, nh, kvh, d, q, tabs->ptab, tabs->maxp, tabs->len,
+                                     GRPO_KV_PAGE, off, &kv->fmt, c->softmax_scale, ao);
+}
+
 grpo_err
 grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
                      const grpo_fwd_item *items, int n_items, const int32_t *t0_of, int T,
@@ -89,33 +125,12 @@ grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int laye
     grpo_kernels *k = m->k;
     if (k->gqa_attn == NULL)
         return grpo__fail(GRPO_EUNSUPPORTED, "model: the %s backend has no GQA attention", k->name);
-    int H = c->hidden_size, nh = c->num_attention_heads, kvh = c->num_key_value_heads;
-    int d = c->head_dim, row = 2 * kvh * d;
+    int H = c->hidden_size, nh = c->num_attention_heads, d = c->head_dim;
     project(m, l, T, pos, x, q, kvr);
-    if (tabs != NULL) { /* a decode step over its tables: nothing from the host */
-        size_t off = grpo_kv__layer_off(kv, layer);
-        grpo_kernels_kv_write_tab(k, &kv->fmt, T, kvr, row, tabs->rows, off);
-        grpo_err err =
-            grpo_kernels_gqa_attn_tab(k, T, nh, kvh, d, q, tabs->ptab, tabs->maxp, tabs->len,
-                                      GRPO_KV_PAGE, off, &kv->fmt, c->softmax_scale, ao);
-        if (err != GRPO_OK)
-            return err;
-        k->gemm(k, T, ao, nh * d, &l->o, tmp, H);
-        add_bias(k, tmp, T, H, H, l->o_bias);
-        grpo_kernels_add_rows(k, T, H, h, H, tmp, H);
-        return GRPO_OK;
-    }
-    int32_t *q0, *n, *pos0;
-    const void **pages_of;
-    void **rows;
-    void *blk = item_tables(kv, layer, items, n_items, t0_of, T, &q0, &n, &pos0, &pages_of, &rows);
-    if (blk == NULL)
-        return grpo__fail(GRPO_ENOMEM, "model: out of memory");
-    grpo_kernels_kv_write(k, &kv->fmt, T, kvr, row,
-                          rows); /* [keys | values] in the cache's dtype */
-    k->gqa_attn(k, n_items, q0, n, pos0, nh, kvh, d, q, (const void *const *const *)pages_of,
-                GRPO_KV_PAGE, &kv->fmt, c->softmax_scale, ao);
-    free(blk);
+    grpo_err err = tabs != NULL ? attend_tabs(m, kv, layer, T, tabs, q, kvr, ao)
+                                : attend_items(m, kv, layer, items, n_items, t0_of, T, q, kvr, ao);
+    if (err != GRPO_OK)
+        return err;
     k->gemm(k, T, ao, nh * d, &l->o, tmp, H);
     add_bias(k, tmp, T, H, H, l->o_bias);
     grpo_kernels_add_rows(k, T, H, h, H, tmp, H);

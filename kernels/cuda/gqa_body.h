@@ -16,12 +16,12 @@
 #ifndef GRPO_KERNELS_CUDA_GQA_BODY_H
 #define GRPO_KERNELS_CUDA_GQA_BODY_H
 
-#include "kernels/cuda/kv_body.h"
+#include "kernels/cuda/mla_body.h" /* mb_tile_softmax */
 
 #include <math.h>
 #include <stdint.h>
 
-#define GQ_NT 256
+#define GQ_NT MLA_NT        /* mb_tile_softmax's tile */
 #define GQ_SMEM (3 * GQ_NT) /* the query (d <= GQ_NT), the tile's probabilities, the tree */
 
 /* The query of row r, head h, at position P, over pages (the row of position j at
@@ -47,27 +47,7 @@ gqa_block(Ctx &cx, int r, int h, int P, const uint8_t *const *pages, size_t off,
                 a = fmaf(qs[e], kb_val(row, kf, g * d + e), a);
             sc = a * scale;
         }
-        red[t] = sc;
-        cx.sync();
-        for (int st = GQ_NT / 2; st > 0; st >>= 1) {
-            if (t < st)
-                red[t] = fmaxf(red[t], red[t + st]);
-            cx.sync();
-        }
-        float mx = fmaxf(m, red[0]);
-        cx.sync();
-        float pe = j <= P ? expf(sc - mx) : 0.0f;
-        ps[t] = pe;
-        red[t] = pe;
-        cx.sync();
-        for (int st = GQ_NT / 2; st > 0; st >>= 1) {
-            if (t < st)
-                red[t] += red[t + st];
-            cx.sync();
-        }
-        float a0 = expf(m - mx);
-        l = l * a0 + red[0];
-        m = mx;
+        float a0 = mb_tile_softmax(cx, sc, j <= P, ps, red, &m, &l);
         if (t < d) {
             float acc = o * a0;
             int nj = P + 1 - j0 < GQ_NT ? P + 1 - j0 : GQ_NT;

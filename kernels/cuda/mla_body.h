@@ -214,6 +214,40 @@ mla_combine_one(int t, int nt, int b, int h, int H, int dc, const int32_t *len, 
     }
 }
 
+/* One tile of MLA_NT positions of an online softmax (the naive blocks: mla_naive_block,
+ * gqa_body.h's gqa_block): thread tid()'s score sc (valid: a position of the tile; others add
+ * nothing), the tile's max and sum of exponentials by shared-memory trees over red; the tile's
+ * probabilities exp(sc - max) into ps; the running max *m and sum *l updated. Returns the
+ * rescale of the earlier tiles' outputs, exp(old max - new max). */
+template <class Ctx>
+MB_FN float
+mb_tile_softmax(Ctx &cx, float sc, bool valid, float *ps, float *red, float *m, float *l)
+{
+    int t = cx.tid();
+    red[t] = sc;
+    cx.sync();
+    for (int st = MLA_NT / 2; st > 0; st >>= 1) {
+        if (t < st)
+            red[t] = fmaxf(red[t], red[t + st]);
+        cx.sync();
+    }
+    float mx = fmaxf(*m, red[0]);
+    cx.sync();
+    float pe = valid ? expf(sc - mx) : 0.0f;
+    ps[t] = pe;
+    red[t] = pe;
+    cx.sync();
+    for (int st = MLA_NT / 2; st > 0; st >>= 1) {
+        if (t < st)
+            red[t] += red[t + st];
+        cx.sync();
+    }
+    float a0 = expf(*m - mx);
+    *l = *l * a0 + red[0];
+    *m = mx;
+    return a0;
+}
+
 /* ---- naive prefill attention (attn.cu mla_naive_k) ----
  * Block (query i, head h) of MLA_NT threads: query i, at position pos0 + i, attends to positions
  * 0 .. pos0 + i. Its keys are the expanded rows kvb (positions, H, dn + dv) (dn values of head h)
@@ -250,27 +284,7 @@ mla_naive_block(Ctx &cx, int i, int h, int pos0, int H, int dn, int dr, int dv, 
                 c = fmaf(qs[dn + d], kr[d], c);
             sc = (a + c) * scale;
         }
-        red[t] = sc;
-        cx.sync();
-        for (int st = MLA_NT / 2; st > 0; st >>= 1) {
-            if (t < st)
-                red[t] = fmaxf(red[t], red[t + st]);
-            cx.sync();
-        }
-        float mx = fmaxf(m, red[0]);
-        cx.sync();
-        float pe = j <= P ? expf(sc - mx) : 0.0f;
-        ps[t] = pe;
-        red[t] = pe;
-        cx.sync();
-        for (int st = MLA_NT / 2; st > 0; st >>= 1) {
-            if (t < st)
-                red[t] += red[t + st];
-            cx.sync();
-        }
-        float a0 = expf(m - mx);
-        l = l * a0 + red[0];
-        m = mx;
+        float a0 = mb_tile_softmax(cx, sc, j <= P, ps, red, &m, &l);
         if (t < dv) {
             float acc = o * a0;
             int nj = mb_min(MLA_NT, P + 1 - j0);

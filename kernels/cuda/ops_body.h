@@ -137,6 +137,20 @@ ob_argmax_free(const float *v, const unsigned char *taken, int n)
     return best;
 }
 
+/* Keeps the topk_group groups (of n_group, per experts each) with the largest scores gs (lower
+ * group on ties, gt marks them) and sets the other groups' values v to mask. */
+OB_FN void
+ob_keep_groups(float *gs, unsigned char *gt, int n_group, int topk_group, float *v, int per,
+               float mask)
+{
+    for (int r = 0; r < topk_group; r++)
+        gt[ob_argmax_free(gs, gt, n_group)] = 1;
+    for (int g = 0; g < n_group; g++)
+        if (!gt[g])
+            for (int i = 0; i < per; i++)
+                v[g * per + i] = mask;
+}
+
 /* The router for one token's logits l (E); scratch sc, ch (E floats), taken (E), gs, gt (n_group).
  * idx, wts: this token's top_k outputs, ascending expert order. */
 template <class Ctx>
@@ -169,12 +183,7 @@ ob_router_row(Ctx &cx, const float *l, int E, const float *bias, int n_group, in
             gs[g] = per > 1 ? ob_add(a, b) : a;
             gt[g] = 0;
         }
-        for (int r = 0; r < topk_group; r++)
-            gt[ob_argmax_free(gs, gt, n_group)] = 1;
-        for (int g = 0; g < n_group; g++)
-            if (!gt[g])
-                for (int i = 0; i < per; i++)
-                    ch[g * per + i] = -INFINITY;
+        ob_keep_groups(gs, gt, n_group, topk_group, ch, per, -INFINITY);
     }
     float sum = 0.0f;
     for (int r = 0; r < top_k; r++) {
@@ -226,12 +235,7 @@ ob_router_softmax_row(Ctx &cx, const float *l, int E, int n_group, int topk_grou
                 gs[g] = p[g * per + i] > gs[g] ? p[g * per + i] : gs[g];
             gt[g] = 0;
         }
-        for (int r = 0; r < topk_group; r++)
-            gt[ob_argmax_free(gs, gt, n_group)] = 1;
-        for (int g = 0; g < n_group; g++)
-            if (!gt[g])
-                for (int i = 0; i < per; i++)
-                    p[g * per + i] = -1.0f; /* taken */
+        ob_keep_groups(gs, gt, n_group, topk_group, p, per, -1.0f); /* -1: taken */
     }
     for (int j = 0; j < top_k; j++) {
         int best = -1;

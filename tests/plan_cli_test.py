@@ -67,7 +67,48 @@ def main():
     p = subprocess.run([GRPO, "plan", "--config", CONFIG + ".missing"], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 1 and "missing" in p.stderr, p.stderr
+    gqa_families()
     print("plan_cli_test: ok")
+
+
+def gqa_families():
+    """Qwen2.5-7B-Instruct (dense GQA, q/k/v biases, untied head) and Qwen3-30B-A3B (GQA with
+    per-head q/k norms, 128 routed experts) counted by hand; the parameter counts are the
+    published ones (7,615,616,512 and 30,532,122,624: their checkpoints' BF16 total_size / 2)."""
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "plan")
+    # Qwen2.5-7B: hidden 3584, 28 layers, 28 heads / 4 KV heads of 128, MLP 18944, vocab 152064
+    h, nq, nkv, mlp, v, n = 3584, 28 * 128, 4 * 128, 18944, 152064, 28
+    layer = h * nq + nq + 2 * (h * nkv + nkv) + nq * h + 3 * h * mlp + 2 * h
+    params = n * layer + 2 * v * h + h
+    assert params == 7_615_616_512
+    q = plan_of(os.path.join(data, "qwen2.5-7b-instruct-config.json"), "--gpus", "1",
+                "--gpu-mem", "80", "--ctx", "8192", "--prompt", "512")
+    assert q["params"] == params and q["weights_bytes"] == 2 * params, q
+    assert q["weights_per_gpu_bytes"] == 2 * params and q["experts_per_gpu"] == 0, q
+    assert q["kv_bytes_per_token"] == 28 * 2 * 4 * 128 * 2 == 57_344, q  # BF16 keys + values
+    pages = math.floor((0.90 * 80 * 1024**3 - 2 * params) / (57_344 * 64))
+    per_group = 512 // 64 + 64 * math.ceil((8192 - 512) / 64)  # 8 + 64 x 120 pages
+    assert q["tokens_per_gpu"] == pages * 64 and q["groups_per_gpu"] == pages // per_group, q
+    # FP8 cache: per layer 2 x 4 x 128 E4M3 bytes + one fp32 scale per 128 values (8)
+    f = plan_of(os.path.join(data, "qwen2.5-7b-instruct-config.json"), "--kv-dtype", "fp8")
+    assert f["kv_bytes_per_token"] == 28 * (1024 + 8 * 4) == 29_568, f
+    # Qwen3-30B-A3B: hidden 2048, 48 layers, 32 heads / 4 KV heads of 128, 128 experts of 768
+    h, nq, nkv, e, mi, v, n = 2048, 32 * 128, 4 * 128, 128, 768, 151936, 48
+    attn = h * nq + 2 * h * nkv + nq * h + 2 * 128 + 2 * h  # q/k norms, the layer's norms
+    rep = n * (attn + e * h) + 2 * v * h + h  # BF16 router, no correction bias
+    experts = n * e * 3 * h * mi
+    assert rep + experts == 30_532_122_624
+    m = plan_of(os.path.join(data, "qwen3-30b-a3b-config.json"), "--gpus", "2")
+    assert m["params"] == rep + experts and m["experts_per_gpu"] == 64, m
+    assert m["weights_per_gpu_bytes"] == 2 * rep + 2 * experts // 2, m
+    assert m["kv_bytes_per_token"] == 48 * 2 * 4 * 128 * 2 == 98_304, m
+
+
+def plan_of(config, *args):
+    p = subprocess.run([GRPO, "plan", "--config", config, "--json", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
-/* Capacity planning from config.json alone (`grpo plan`): weight bytes per GPU when the routed
- * experts are split over the GPUs (expert parallel) and everything else is replicated on each (data
- * parallel attention), latent KV bytes per token in each cache dtype, and how many tokens and
- * groups fit in what memory is left. Counts follow the checkpoint layout: linear projections in
- * FP8 with one fp32 scale per 128 x 128 block when quantization_config says so (else BF16); the
- * embedding, lm_head, router and norms in BF16, the router's correction bias in fp32. */
+/* Capacity planning from config.json alone (`grpo plan`), for every family the loader takes:
+ * weight bytes per GPU when the routed experts are split over the GPUs (expert parallel) and
+ * everything else is replicated on each (data parallel attention; a dense model is replicated
+ * whole), KV bytes per token in each cache dtype (the latent row of MLA, keys and values of
+ * GQA), and how many tokens and groups fit in what memory is left. Counts follow the checkpoint
+ * layout: linear projections in FP8 with one fp32 scale per 128 x 128 block when
+ * quantization_config says so (else BF16); the embedding, lm_head, router, biases and norms in
+ * BF16, deepseek_v3's router correction bias in fp32. */
 #include "rollout/model/model_int.h"
 
 #include <math.h>
@@ -38,9 +40,10 @@ add_mlp(wsum *s, const grpo_model_config *c, double inter)
     add_linear(s, c, c->hidden_size, inter);
 }
 
-/* One layer without its routed experts (attention, norms, dense MLP or router + shared). */
+/* MLA attention (deepseek_v3, deepseek_v2): the projections, the latent norms and the layer's
+ * two norms. */
 static void
-add_layer(wsum *s, const grpo_model_config *c, int moe)
+add_attn_mla(wsum *s, const grpo_model_config *c)
 {
     double H = c->hidden_size, nh = c->num_attention_heads;
     double qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
@@ -55,13 +58,46 @@ add_layer(wsum *s, const grpo_model_config *c, int moe)
     add_linear(s, c, nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank);
     add_linear(s, c, H, nh * c->v_head_dim);
     add_bf16(s, 2 * H + c->kv_lora_rank);
+}
+
+/* GQA attention (qwen2, llama, qwen3, qwen3_moe): q, k, v and o, their biases where the config
+ * has them, qwen3's per-head q/k norms, and the layer's two norms. */
+static void
+add_attn_gqa(wsum *s, const grpo_model_config *c)
+{
+    double H = c->hidden_size, q = (double)c->num_attention_heads * c->head_dim;
+    double kv = (double)c->num_key_value_heads * c->head_dim;
+    add_linear(s, c, q, H);
+    add_linear(s, c, kv, H);
+    add_linear(s, c, kv, H);
+    add_linear(s, c, H, q);
+    if (c->qkv_bias)
+        add_bf16(s, q + 2 * kv);
+    if (c->o_bias)
+        add_bf16(s, H);
+    if (c->qk_norm)
+        add_bf16(s, 2.0 * c->head_dim);
+    add_bf16(s, 2 * H);
+}
+
+/* One layer without its routed experts (attention, norms, dense MLP or router + shared). */
+static void
+add_layer(wsum *s, const grpo_model_config *c, int moe)
+{
+    double H = c->hidden_size;
+    if (grpo_model__is_mla(c))
+        add_attn_mla(s, c);
+    else
+        add_attn_gqa(s, c);
     if (!moe) {
         add_mlp(s, c, c->intermediate_size);
         return;
     }
     add_bf16(s, (double)c->n_routed_experts * H);
-    s->params += c->n_routed_experts; /* e_score_correction_bias, fp32 */
-    s->bytes += 4.0 * c->n_routed_experts;
+    if (c->arch == GRPO_ARCH_DEEPSEEK_V3) { /* e_score_correction_bias, fp32 */
+        s->params += c->n_routed_experts;
+        s->bytes += 4.0 * c->n_routed_experts;
+    }
     if (c->n_shared_experts > 0)
         add_mlp(s, c, (double)c->moe_intermediate_size * c->n_shared_experts);
 }
@@ -88,10 +124,6 @@ grpo_err
 grpo_plan_compute(const grpo_model_config *c, const grpo_plan_opts *o, grpo_plan *p)
 {
     memset(p, 0, sizeof *p);
-    if (c->arch != GRPO_ARCH_DEEPSEEK_V3)
-        return grpo__fail(GRPO_EUNSUPPORTED,
-                          "plan: model_type \"%s\": only deepseek_v3 (MLA latent cache) is planned",
-                          grpo_model_type_name(c));
     if (o->gpus < 1 || o->group < 1 || o->ctx < 1 || o->prompt < 0 || o->prompt >= o->ctx ||
         !(o->gpu_mem_bytes > 0) || !(o->mem_fraction > 0 && o->mem_fraction <= 1) ||
         o->kv_dtype < GRPO_KV_F32 || o->kv_dtype > GRPO_KV_FP8)

@@ -68,7 +68,30 @@ def main():
                        text=True, timeout=60)
     assert p.returncode == 1 and "missing" in p.stderr, p.stderr
     gqa_families()
+    fixtures_counted()
     print("plan_cli_test: ok")
+
+
+def fixtures_counted():
+    """Every tiny checkpoint under tests/data (each family, dense and MoE, MTP, biases, MQA,
+    q/k norms, FP8): the plan's parameters (with its MTP modules) equal the elements of the
+    tensors the checkpoint holds (FP8 scale grids aside), read from the safetensors headers."""
+    import glob
+    import struct
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+    dirs = sorted(glob.glob(os.path.join(root, "*_models", "*", "config.json")))
+    assert len(dirs) >= 15, dirs
+    for cfg in dirs:
+        d = os.path.dirname(cfg)
+        n = 0
+        for f in glob.glob(os.path.join(d, "*.safetensors")):
+            with open(f, "rb") as fh:
+                head = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
+            for k, v in head.items():
+                if k != "__metadata__" and not k.endswith("_scale_inv"):
+                    n += math.prod(v["shape"])
+        r = plan_of(cfg, "--gpus", "1")
+        assert n == r["params"] + r["params_mtp"], (d, n, r["params"], r["params_mtp"])
 
 
 def gqa_families():

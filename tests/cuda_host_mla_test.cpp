@@ -519,7 +519,8 @@ naive_matches_cpu(void **state)
 
 /* Against the CPU backend's gqa_attn: items of prefill chunks and single decode tokens in one
  * batch (a chunk from position 0, one crossing a page, a token past the 256-position tile), GQA,
- * MQA and MHA head groupings, head dims 16 to 128, F32/BF16/FP8 cache rows (the GQA layouts:
+ * MQA and MHA head groupings (groups of 1 to 12 query heads: one and two blocks per KV head),
+ * head dims 16 to 128, F32/BF16/FP8 cache rows (the GQA layouts:
  * keys then values, E4M3 in blocks of d), pages in no particular order, shared memory pre-filled
  * with NaN; the decode form over per-row tables (gqa_tab_k, pages at an offset) bit for bit the
  * same. */
@@ -529,16 +530,17 @@ gqa_matches_cpu(void **state)
     (void)state;
     grpo_kernels *cpu = NULL;
     assert_int_equal(grpo_kernels_cpu_create(&cpu, 1), GRPO_OK);
-    const int hs[][3] = {{4, 2, 16}, {8, 1, 128}, {3, 3, 40}}; /* H, KVH, d */
+    const int hs[][3] = {
+        {4, 2, 16}, {8, 1, 128}, {3, 3, 40}, {12, 1, 64}, {20, 2, 32}}; /* H, KVH, d */
     const grpo_dtype dts[3] = {GRPO_DT_F32, GRPO_DT_BF16, GRPO_DT_F8E4M3};
     const int B = 3, q0[3] = {0, 5, 6}, n[3] = {5, 1, 3}, pos0[3] = {0, 300, 62}, T = 9;
     int32_t item[9];
     for (int b = 0; b < B; b++)
         for (int i = 0; i < n[b]; i++)
             item[q0[b] + i] = b;
-    for (int c = 0; c < 9; c++) {
-        int H = hs[c % 3][0], KVH = hs[c % 3][1], d = hs[c % 3][2], page_len = 64;
-        grpo_kv_fmt fmt = grpo_kv_fmt_make(dts[c / 3], 2 * KVH * d, 2 * KVH * d, d);
+    for (int c = 0; c < 15; c++) {
+        int H = hs[c % 5][0], KVH = hs[c % 5][1], d = hs[c % 5][2], page_len = 64;
+        grpo_kv_fmt fmt = grpo_kv_fmt_make(dts[c / 5], 2 * KVH * d, 2 * KVH * d, d);
         std::vector<float> q((size_t)T * H * d), row(2 * KVH * d);
         for (auto &v : q)
             v = frand();
@@ -572,18 +574,17 @@ gqa_matches_cpu(void **state)
         pthread_barrier_init(&bar, NULL, GQ_NT);
         cu_kvf kf = cu_kvf_of(&fmt);
         const uint8_t *const *ptab = (const uint8_t *const *)flat.data();
-        host_threads(GQ_NT,
-                     [&](int t) { /* gqa_attn_k's blocks */
-                                  hctx cx = {NULL, NULL, t, &bar, NULL};
-                                  for (int r = 0; r < T; r++)
-                                      for (int h = 0; h < H; h++) {
-                                          int b = item[r];
-                                          gqa_block(cx, r, h, pos0[b] + r - q0[b],
-                                                    ptab + (size_t)b * maxp, 0, H, KVH, d, q.data(),
-                                                    page_len, kf, scale, got.data(), sh.data());
-                                          cx.sync(); /* the next block reuses the shared memory */
-                                      }
-                     });
+        /* gqa_attn_k's blocks */
+        host_threads(GQ_NT, [&](int t) {
+            hctx cx = {NULL, NULL, t, &bar, NULL};
+            for (int r = 0; r < T; r++)
+                for (int y = 0; y < gqa_blocks_y(H, KVH); y++) {
+                    int b = item[r];
+                    gqa_block(cx, r, y, pos0[b] + r - q0[b], ptab + (size_t)b * maxp, 0, H, KVH, d,
+                              q.data(), page_len, kf, scale, got.data(), sh.data());
+                    cx.sync(); /* the next block reuses the shared memory */
+                }
+        });
         /* gqa_tab_k's blocks: every row its own table, the pages 40 bytes past the pointers */
         std::vector<const uint8_t *> tab((size_t)T * maxp, (const uint8_t *)NULL);
         std::vector<int32_t> len(T);
@@ -598,8 +599,8 @@ gqa_matches_cpu(void **state)
         host_threads(GQ_NT, [&](int t) {
             hctx cx = {NULL, NULL, t, &bar, NULL};
             for (int r = 0; r < T; r++)
-                for (int h = 0; h < H; h++) {
-                    gqa_block(cx, r, h, len[r] - 1, tab.data() + (size_t)r * maxp, 40, H, KVH, d,
+                for (int y = 0; y < gqa_blocks_y(H, KVH); y++) {
+                    gqa_block(cx, r, y, len[r] - 1, tab.data() + (size_t)r * maxp, 40, H, KVH, d,
                               q.data(), page_len, kf, scale, got_tab.data(), sh.data());
                     cx.sync();
                 }
@@ -611,11 +612,9 @@ gqa_matches_cpu(void **state)
             worst = fmax(worst, fabs((double)got[i] - ref[i]));
             big = fmax(big, fabs((double)ref[i]));
         }
-        printf("    gqa %s H=%d KVH=%d d=%d: worst %.3g of max %.3g\n",
-               c / 3 == 0   ? "F32"
-               : c / 3 == 1 ? "BF16"
-                            : "FP8",
-               H, KVH, d, worst, big);
+        const char *dn[3] = {"F32", "BF16", "FP8"};
+        printf("    gqa %s H=%d KVH=%d d=%d: worst %.3g of max %.3g\n", dn[c / 5], H, KVH, d, worst,
+               big);
         assert_true(worst <= 1e-5 * big);
     }
     grpo_kernels_destroy(cpu);

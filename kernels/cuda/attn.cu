@@ -327,8 +327,8 @@ grpo_cu__mla_naive(cu_state *s, int n, int pos0, int H, int dn, int dr, int dv, 
     return GRPO_OK;
 }
 
-/* Grouped-query attention (gqa_body.h gqa_block): block (query row, head). meta: the rows' items
- * (T), then q0 and pos0 (B each). */
+/* Grouped-query attention (gqa_body.h gqa_block): block (query row, KV head's chunk of query
+ * heads). meta: the rows' items (T), then q0 and pos0 (B each). */
 __global__ void
 __launch_bounds__(GQ_NT) gqa_attn_k(const int32_t *meta, int T, int B, int H, int KVH, int d,
                                     const float *q, const uint8_t *const *ptab, int max_pages,
@@ -341,8 +341,9 @@ __launch_bounds__(GQ_NT) gqa_attn_k(const int32_t *meta, int T, int B, int H, in
               H, KVH, d, q, page_len, kf, scale, out, sh);
 }
 
-/* The decode form over tables in device memory (kernels.h gqa_attn_tab): block (row, head), the
- * row's query at position len[r] - 1 over its own pages; capturable. */
+/* The decode form over tables in device memory (kernels.h gqa_attn_tab): block (row, KV head's
+ * chunk of query heads), the row's queries at position len[r] - 1 over its own pages;
+ * capturable. */
 __global__ void
 __launch_bounds__(GQ_NT)
     gqa_tab_k(int H, int KVH, int d, const float *q, const uint8_t *const *ptab, int max_pages,
@@ -373,7 +374,7 @@ grpo_cu__gqa_attn_tab(cu_state *s, int B, int H, int KVH, int d, const float *q,
     grpo_err err = gqa_shape_ok(H, KVH, d);
     if (err != GRPO_OK || B <= 0)
         return err;
-    gqa_tab_k<<<dim3((unsigned)B, (unsigned)H), GQ_NT, 0, s->stream>>>(
+    gqa_tab_k<<<dim3((unsigned)B, (unsigned)gqa_blocks_y(H, KVH)), GQ_NT, 0, s->stream>>>(
         H, KVH, d, q, (const uint8_t *const *)ptab, max_pages, len, page_len, off, cu_kvf_of(kvf),
         scale, out);
     CU_LAUNCHED();
@@ -424,7 +425,7 @@ grpo_cu__gqa_attn(cu_state *s, int B, const int32_t *q0, const int32_t *n, const
     if (err != GRPO_OK)
         return err;
     const char *dh = (const char *)s->ws[9].d;
-    gqa_attn_k<<<dim3((unsigned)T, (unsigned)H), GQ_NT, 0, s->stream>>>(
+    gqa_attn_k<<<dim3((unsigned)T, (unsigned)gqa_blocks_y(H, KVH)), GQ_NT, 0, s->stream>>>(
         (const int32_t *)(dh + np * sizeof(void *)), T, B, H, KVH, d, q, (const uint8_t *const *)dh,
         maxp, page_len, cu_kvf_of(kvf), scale, out);
     CU_LAUNCHED();

@@ -9,8 +9,8 @@
  *   to 64 heads per block, mma.sync over BF16, the next tile's rows copied asynchronously while
  *   one is computed), with the same split plan and partials, so the same combine.
  *   Prefill (naive form): one block per (query, head), tiles of 256 keys, online softmax.
- * Grouped-query attention (the GQA families, gqa_body.h): one block per (query row, head) over the
- * item's pages, prefill chunks and decode tokens alike. */
+ * Grouped-query attention (the GQA families, gqa_body.h): one block per (query row, KV head, up to
+ * 8 of its query heads) over the item's pages, prefill chunks and decode tokens alike. */
 #include "kernels/cuda/cuda_int.cuh"
 #include "kernels/cuda/gqa_body.h"
 #include "kernels/cuda/mla_body.h"

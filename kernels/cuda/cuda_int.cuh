@@ -158,7 +158,8 @@ grpo_err grpo_cu__router(cu_state *s, int M, const float *logits, int E, const f
                          int n_group, int topk_group, int top_k, int norm, float scale,
                          int32_t *idx, float *wts);
 /* Grouped-query attention (kernels.h gqa_attn) over device pages: the item tables (host arrays)
- * uploaded to scratch, one block per (query row, head); device mode only. */
+ * uploaded to scratch, one block per (query row, KV head, up to GQ_HG of its query heads);
+ * device mode only. */
 grpo_err grpo_cu__gqa_attn(cu_state *s, int B, const int32_t *q0, const int32_t *n,
                            const int32_t *pos0, int H, int KVH, int d, const float *q,
                            const void *const *const *pages_of, int page_len, const grpo_kv_fmt *kvf,

@@ -1,13 +1,12 @@
 /* The attention of the GQA families (qwen2, llama, qwen3, qwen3_moe) inside the forward: q/k/v
  * projections (+ biases), qwen3's per-head q/k RMSNorm, rope over the whole head (rotate_half),
  * keys and values appended to the paged cache, then one gqa_attn call for every item of the
- * batch, prefill chunks and decode tokens alike, and o_proj (+ bias) added to the residual.
- * Also qwen3_moe's softmax router (the experts run in forward.c's MoE). */
+ * batch, prefill chunks and decode tokens alike (a decode step over its tables in op memory:
+ * gqa_attn_tab), and o_proj (+ bias) added to the residual. qwen3_moe's softmax router is
+ * route_softmax.c; its experts run in forward.c's MoE. */
 #include "rollout/model/model_int.h"
 
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* y[t][0..n) += b for T rows at stride ld (the op table's row add, b read for every row). */
 static void

@@ -185,10 +185,6 @@ grpo_err grpo_model__bind_mat(grpo_model *m, const char *name, int rows, int col
 grpo_err grpo_model__bind_vec(grpo_model *m, const char *name, int n, float **out);
 /* GQA attention weights of one layer (weights_gqa.c), names as transformers writes them. */
 grpo_err grpo_model__bind_attn_gqa(grpo_model *m, const char *pre, grpo_layer_w *l);
-/* The forward's GQA attention over every item of the batch (forward_gqa.c): x (T, hidden) normed
- * inputs at positions pos (T); appends each token's keys/values to the cache and adds o_proj of
- * the attention output to h (T, hidden). q, kv, ao: scratch of T x heads x head_dim, T x
- * grpo_model_kv_row() and T x heads x head_dim floats; t0_of[i]: item i's first row. */
 /* A decode step's cache tables in op memory (forward.c stage_tabs: row t of the step is its own
  * query): each row's cache row and pages at layer 0, maxp pages each, and its length. */
 typedef struct grpo_model_tabs {
@@ -197,8 +193,12 @@ typedef struct grpo_model_tabs {
     const int32_t *len;
     int maxp;
 } grpo_model_tabs;
-/* tabs: the step's tables (the cache written and read through kv_write_tab and gqa_attn_tab, so
- * that the step needs nothing from the host), or NULL (the items' tables built here). */
+/* The forward's GQA attention over every item of the batch (forward_gqa.c): x (T, hidden) normed
+ * inputs at positions pos (T); appends each token's keys/values to the cache and adds o_proj of
+ * the attention output to h (T, hidden). q, kv, ao: scratch of T x heads x head_dim, T x
+ * grpo_model_kv_row() and T x heads x head_dim floats; t0_of[i]: item i's first row. tabs: the
+ * step's tables (the cache written and read through kv_write_tab and gqa_attn_tab, so that the
+ * step needs nothing from the host), or NULL (the items' tables built here). */
 grpo_err grpo_model__attn_gqa(grpo_model *m, grpo_kv *kv, const grpo_layer_w *l, int layer,
                               const grpo_fwd_item *items, int n_items, const int32_t *t0_of, int T,
                               const grpo_model_tabs *tabs, const int32_t *pos, const float *x,

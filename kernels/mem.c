@@ -213,6 +213,27 @@ grpo_kernels_kv_write_tab(grpo_kernels *k, const grpo_kv_fmt *f, int M, const fl
         grpo_kv_row_encode(f, x + (size_t)r * (size_t)ldx, (uint8_t *)rows[r] + off);
 }
 
+/* The host arrays of a decode step's tables: B sequences' page lists (pages_of[b]: B pointers,
+ * then the B x max_pages pages, each off bytes past its table entry; NULL stays NULL), with
+ * extra bytes after them (aligned for int32_t), in one block the caller frees; NULL (failed with
+ * GRPO_ENOMEM) when out of memory. */
+static const void *const **
+tab_pages_of(const void *const *ptab, int B, int max_pages, size_t off, size_t extra)
+{
+    size_t nb = (size_t)(B > 0 ? B : 1), n = (size_t)B * (size_t)(max_pages > 0 ? max_pages : 0);
+    const void *const **pages_of = malloc((nb + n) * sizeof(void *) + extra);
+    if (pages_of == NULL) {
+        grpo__fail(GRPO_ENOMEM, "kernels: out of memory for %d page tables", B);
+        return NULL;
+    }
+    const void **pages = (const void **)(pages_of + nb);
+    for (size_t i = 0; i < n; i++)
+        pages[i] = ptab[i] != NULL ? (const uint8_t *)ptab[i] + off : NULL;
+    for (int b = 0; b < B; b++)
+        pages_of[b] = pages + (size_t)b * (size_t)max_pages;
+    return pages_of;
+}
+
 grpo_err
 grpo_kernels_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, const float *ql,
                               const float *qr, const void *const *ptab, int max_pages,
@@ -225,19 +246,11 @@ grpo_kernels_mla_absorbed_tab(grpo_kernels *k, int B, int H, int dc, int dr, con
         return GRPO_OK;
     }
     (void)cap;
-    size_t n = (size_t)(B > 0 ? B : 1) * (size_t)(max_pages > 0 ? max_pages : 1);
-    const void **pages = malloc(n * sizeof *pages);
-    const void *const **pages_of = malloc((size_t)(B > 0 ? B : 1) * sizeof *pages_of);
-    if (pages == NULL || pages_of == NULL) {
-        free(pages), free(pages_of);
-        return grpo__fail(GRPO_ENOMEM, "kernels: out of memory for %d page tables", B);
-    }
-    for (size_t i = 0; i < (size_t)B * (size_t)max_pages; i++)
-        pages[i] = ptab[i] != NULL ? (const uint8_t *)ptab[i] + off : NULL;
-    for (int b = 0; b < B; b++)
-        pages_of[b] = pages + (size_t)b * (size_t)max_pages;
+    const void *const **pages_of = tab_pages_of(ptab, B, max_pages, off, 0);
+    if (pages_of == NULL)
+        return GRPO_ENOMEM;
     k->mla_absorbed(k, B, H, dc, dr, ql, qr, pages_of, len, page_len, kvf, scale, ol);
-    free(pages), free(pages_of);
+    free(pages_of);
     return GRPO_OK;
 }
 
@@ -250,22 +263,15 @@ grpo_kernels_gqa_attn_tab(grpo_kernels *k, int B, int H, int KVH, int d, const f
         k->gqa_attn_tab(k, B, H, KVH, d, q, ptab, max_pages, len, page_len, off, kvf, scale, out);
         return GRPO_OK;
     }
-    size_t nb = (size_t)(B > 0 ? B : 1), n = nb * (size_t)(max_pages > 0 ? max_pages : 1);
-    const void **pages = malloc(n * sizeof *pages);
-    const void *const **pages_of = malloc(nb * sizeof *pages_of);
-    int32_t *ints = malloc(3 * nb * sizeof *ints);
-    if (pages == NULL || pages_of == NULL || ints == NULL) {
-        free(pages), free(pages_of), free(ints);
-        return grpo__fail(GRPO_ENOMEM, "kernels: out of memory for %d page tables", B);
-    }
-    int32_t *q0 = ints, *one = ints + nb, *pos0 = ints + 2 * nb;
-    for (size_t i = 0; i < (size_t)B * (size_t)max_pages; i++)
-        pages[i] = ptab[i] != NULL ? (const uint8_t *)ptab[i] + off : NULL;
-    for (int b = 0; b < B; b++) {
-        pages_of[b] = pages + (size_t)b * (size_t)max_pages;
+    size_t nb = (size_t)(B > 0 ? B : 1), n = (size_t)B * (size_t)(max_pages > 0 ? max_pages : 0);
+    const void *const **pages_of = tab_pages_of(ptab, B, max_pages, off, 3 * nb * sizeof(int32_t));
+    if (pages_of == NULL)
+        return GRPO_ENOMEM;
+    int32_t *q0 = (int32_t *)((const void **)pages_of + nb + n), *one = q0 + nb,
+            *pos0 = q0 + 2 * nb;
+    for (int b = 0; b < B; b++) /* one query each, at its last position */
         q0[b] = b, one[b] = 1, pos0[b] = len[b] - 1;
-    }
     k->gqa_attn(k, B, q0, one, pos0, H, KVH, d, q, pages_of, page_len, kvf, scale, out);
-    free(pages), free(pages_of), free(ints);
+    free(pages_of);
     return GRPO_OK;
 }

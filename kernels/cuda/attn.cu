@@ -154,17 +154,27 @@ tc_wanted(const cu_state *s, int force, int H, int dc, int dr, const grpo_kv_fmt
            !(env != NULL && env[0] == '0');
 }
 
+/* Kernel fn may take smem bytes of dynamic shared memory (*set: what it was allowed so far; set
+ * once per larger size, not in every, possibly captured, call). */
+static cudaError_t
+smem_allow(const void *fn, size_t smem, size_t *set)
+{
+    if (smem <= *set)
+        return cudaSuccess;
+    cudaError_t e =
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess)
+        *set = smem;
+    return e;
+}
+
 static grpo_err
 tc_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const float *qr,
           const void *const *d_ptab, int max_pages, const int32_t *d_len, grpo_cuda_mla_plan pl,
           int page_len, cu_kvf kf, size_t off, float scale)
 {
     size_t smem = mtc_smem_bytes(H, dc, dr, kf);
-    if (smem > s->mla_tc_smem) { /* once per size, not in every (possibly captured) call */
-        CU_TRY(cudaFuncSetAttribute(mla_tc_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)smem));
-        s->mla_tc_smem = smem;
-    }
+    CU_TRY(smem_allow((const void *)mla_tc_decode_k, smem, &s->mla_tc_smem));
     int hb = MTC_HT * mtc_tiles(H);
     dim3 grid((unsigned)B, cu_blocks((size_t)H, (unsigned)hb), (unsigned)pl.nsm);
     mla_tc_decode_k<<<grid, 64 * mtc_tiles(H), smem, s->stream>>>(
@@ -191,11 +201,7 @@ decode_launch(cu_state *s, int B, int H, int dc, int dr, const float *ql, const 
             return err;
     } else {
         size_t smem = (size_t)mla_decode_smem_floats(dc, dr) * sizeof(float);
-        if (smem > s->mla_smem) { /* once per size, not in every (possibly captured) call */
-            CU_TRY(cudaFuncSetAttribute(mla_decode_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem));
-            s->mla_smem = smem;
-        }
+        CU_TRY(smem_allow((const void *)mla_decode_k, smem, &s->mla_smem));
         dim3 grid((unsigned)B, cu_blocks((size_t)H, MLA_HG), (unsigned)pl.nsm);
         mla_decode_k<<<grid, MLA_NT, smem, s->stream>>>(
             H, dc, dr, ql, qr, (const uint8_t *const *)d_ptab, max_pages, d_len, page_len, kf, off,

@@ -756,6 +756,14 @@ moe_host_sorted(grpo_model *m, const grpo_layer_w *l, scratch *s, int soft)
     return grouped;
 }
 
+/* The families whose routers are softmax gates (grpo_model__route_softmax, or the backend's
+ * router_softmax); the others' is deepseek_v3's sigmoid router (the op table's router). */
+static int
+softmax_gates(const grpo_model_config *c)
+{
+    return c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2;
+}
+
 /* Routed experts: sorted in op memory where the backend can (moe_in_op_memory); else on the host,
  * then whole experts in parallel when the batch is small and many are active; grouped GEMM
  * batches when it is small and few are (moe_grouped); else one expert at a time with threaded
@@ -769,7 +777,7 @@ moe(grpo_model *m, const grpo_layer_w *l, scratch *s, int routes)
     grpo_kernels *k = m->k;
     int T = s->T, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
     k->gemm(k, T, s->x, H, &l->router, s->rl, E);
-    int soft = c->arch == GRPO_ARCH_QWEN3_MOE || c->arch == GRPO_ARCH_DEEPSEEK_V2;
+    int soft = softmax_gates(c);
     if (soft && s->moe_op && k->router_softmax != NULL) { /* softmax gates where the logits are */
         k->router_softmax(k, T, s->rl, E, c->n_group, c->topk_group, K, c->norm_topk_prob,
                           c->routed_scaling_factor, s->ri, s->rw);
@@ -989,7 +997,7 @@ graph_args_ok(const grpo_model *m, int all, const int32_t *tail, void *const *ro
            hidden == NULL && m->debug_hidden == NULL &&
            /* a router on the backend, or none (without router_softmax the softmax gates run
             * on the host) */
-           (m->cfg.arch == GRPO_ARCH_DEEPSEEK_V3 || m->cfg.n_routed_experts == 0 ||
+           (!softmax_gates(&m->cfg) || m->cfg.n_routed_experts == 0 ||
             m->k->router_softmax != NULL);
 }
 

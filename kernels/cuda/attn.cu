@@ -418,9 +418,8 @@ grpo_cu__gqa_attn(cu_state *s, int B, const int32_t *q0, const int32_t *n, const
         meta[T + b] = q0[b];
         meta[T + B + b] = pos0[b];
     }
-    cudaStreamSynchronize(s->stream); /* ws[9] may still be read by the previous call */
     err = grpo_cu__reserve(&s->ws[9], bytes);
-    if (err == GRPO_OK) {
+    if (err == GRPO_OK) { /* on the table's stream: after the previous call's kernel read ws[9] */
         cudaError_t e = cudaMemcpyAsync(s->ws[9].d, h, bytes, cudaMemcpyHostToDevice, s->stream);
         if (e == cudaSuccess)
             e = cudaStreamSynchronize(s->stream); /* h is freed below */

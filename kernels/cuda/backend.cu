@@ -672,10 +672,10 @@ rows_ptrs(grpo_kernels *k, int write, const grpo_kv_fmt *f, int M, float *rows, 
     grpo_err err = GRPO_OK;
     size_t nb = (size_t)M * sizeof(void *);
     if (err == GRPO_OK && M > 0) {
-        cudaStreamSynchronize(s->stream); /* ws[6] may still be read by the previous copy */
         if ((err = grpo_cu__reserve(&s->ws[6], nb)) == GRPO_OK) {
-            /* on the table's stream: ordered before the kernel that reads it (cudaMemcpy's legacy
-             * stream is not, and its pageable DMA may land after it returns) */
+            /* on the table's stream: ordered after the kernel that read ws[6] before and before
+             * the one that reads it now (cudaMemcpy's legacy stream is neither, and its pageable
+             * DMA may land after it returns); ptrs is the caller's until the copy is done */
             cudaError_t e =
                 cudaMemcpyAsync(s->ws[6].d, ptrs, nb, cudaMemcpyHostToDevice, s->stream);
             if (e == cudaSuccess)
